@@ -1,0 +1,138 @@
+// cohort::Group: a process group, the object every collective is called on.
+//
+//   auto store = std::make_shared<cohort::TcpStore>(...);
+//   auto group = cohort::Group::create(store, rank, size);
+//   group->allreduce(cohort::make_buffer(grads));            // blocking, in place
+//   auto work = group->allreduce_async(cohort::make_buffer(grads));
+//   work->wait();                                             // rethrows the collective's error
+//
+// Semantics (docs/errors.md):
+//  - collectives on one group run in the order they were issued, on every rank;
+//  - every collective has a deadline (CollectiveOptions::timeout, else COHORT_TIMEOUT_S,
+//    default 300 s); a timeout throws TimeoutError naming the collective, its sequence number
+//    and the ranks that never joined it;
+//  - a dead peer makes every survivor throw PeerError naming it, within seconds;
+//  - after any error the group is broken: every later call rethrows that first error.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cohort/comm/buffer.h"
+#include "cohort/comm/options.h"
+#include "cohort/comm/store.h"
+#include "cohort/comm/transport.h"
+#include "cohort/comm/work.h"
+
+namespace cohort {
+
+class InprocFabric;
+
+struct GroupOptions {
+  // Default deadline of every collective. 0: COHORT_TIMEOUT_S (seconds), else 300 s.
+  Milliseconds timeout{0};
+  // Default algorithm. kAuto: COHORT_ALGO if set, else chosen per call.
+  Algorithm algorithm = Algorithm::kAuto;
+  // Check before each collective that all ranks call the same one with the same count, dtype,
+  // op and root. Off by default; COHORT_DEBUG=detail turns it on.
+  bool debug_checks = false;
+  // Keys of this group live under this prefix of the store, so several groups can share one.
+  std::string name = "world";
+
+  // TCP: the address peers use to reach this rank (COHORT_HOST; default: 127.0.0.1 when the
+  // store is local, else the host name), and the secret every connection must present
+  // (COHORT_JOB_TOKEN; cohortrun generates one).
+  std::string host;
+  std::string job_token;
+
+  // Fills every field left at its default from the environment.
+  GroupOptions resolved() const;
+};
+
+class Group : public std::enable_shared_from_this<Group> {
+ public:
+  // A group over TCP: every rank calls this with the same store and size.
+  static std::shared_ptr<Group> create(std::shared_ptr<Store> store, int rank, int size,
+                                       GroupOptions options = {});
+  // A group whose ranks are threads of this process sharing `fabric`.
+  static std::shared_ptr<Group> create_inproc(std::shared_ptr<InprocFabric> fabric, int rank,
+                                              GroupOptions options = {});
+  // A group over any transport. `store` must be shared by all ranks.
+  Group(std::unique_ptr<Transport> transport, std::shared_ptr<Store> store, GroupOptions options);
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  int rank() const;
+  int size() const;
+  const GroupOptions& options() const;
+
+  // ---- collectives. Each has a blocking form and an _async form returning a Work handle.
+  // The buffers of an _async call must stay valid until its Work completes.
+
+  // data on every rank becomes op(data of all ranks).
+  void allreduce(Buffer data, const CollectiveOptions& opts = {});
+  void allreduce(ConstBuffer in, Buffer out, const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> allreduce_async(Buffer data, const CollectiveOptions& opts = {});
+
+  // data of opts.root is copied into data of every rank.
+  void broadcast(Buffer data, const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> broadcast_async(Buffer data, const CollectiveOptions& opts = {});
+
+  // op(data of all ranks) lands in data on opts.root; other ranks' data is left unchanged.
+  void reduce(Buffer data, const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> reduce_async(Buffer data, const CollectiveOptions& opts = {});
+
+  // out[size * in.count]: block r is rank r's in.
+  void allgather(ConstBuffer in, Buffer out, const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> allgather_async(ConstBuffer in, Buffer out,
+                                        const CollectiveOptions& opts = {});
+
+  // in[size * out.count]: rank r gets op over all ranks of block r of in.
+  void reduce_scatter(ConstBuffer in, Buffer out, const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> reduce_scatter_async(ConstBuffer in, Buffer out,
+                                             const CollectiveOptions& opts = {});
+
+  // out[size * in.count] on opts.root gets block r from rank r (out is ignored elsewhere).
+  void gather(ConstBuffer in, Buffer out, const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> gather_async(ConstBuffer in, Buffer out,
+                                     const CollectiveOptions& opts = {});
+
+  // in[size * out.count] on opts.root: rank r gets block r (in is ignored elsewhere).
+  void scatter(ConstBuffer in, Buffer out, const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> scatter_async(ConstBuffer in, Buffer out,
+                                      const CollectiveOptions& opts = {});
+
+  // in and out hold size equal blocks; block j of rank r's in becomes block r of rank j's out.
+  void all_to_all(ConstBuffer in, Buffer out, const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> all_to_all_async(ConstBuffer in, Buffer out,
+                                         const CollectiveOptions& opts = {});
+
+  void barrier(const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> barrier_async(const CollectiveOptions& opts = {});
+
+  // Point-to-point, matched by (peer, opts.tag) in issue order. Not collective: ranks that take
+  // no part keep their collective sequence numbers.
+  void send(ConstBuffer data, int peer, const CollectiveOptions& opts = {});
+  void recv(Buffer data, int peer, const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> send_async(ConstBuffer data, int peer, const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> recv_async(Buffer data, int peer, const CollectiveOptions& opts = {});
+
+  // Collective over this group: ranks with the same color form a subgroup, ordered by
+  // (key, rank). A negative color returns nullptr (the rank joins no subgroup).
+  std::shared_ptr<Group> split(int color, int key, const CollectiveOptions& opts = {});
+
+  // Breaks the group on every rank: pending and later calls throw Error(reason) here, and the
+  // peers fail with the same error.
+  void abort(const std::string& reason) noexcept;
+
+  // Number of collectives issued so far (the next one gets this sequence number).
+  uint64_t sequence_number() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cohort

@@ -1,0 +1,32 @@
+// Options every collective takes (DESIGN.md: timeout, tag, algorithm override, reduce op).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cohort/core/deadline.h"
+#include "cohort/core/dtype.h"
+
+namespace cohort {
+
+enum class Algorithm : uint8_t {
+  kAuto,             // chosen by message size and world size (see docs/algorithms.md)
+  kRing,             // bandwidth-optimal, 2(n-1) steps
+  kTree,             // binary/binomial tree reduce + broadcast, log n depth
+  kHalvingDoubling,  // Rabenseifner: recursive halving reduce-scatter + doubling all-gather
+  kDirect,           // every rank talks to every rank at once: one round, for tiny messages
+};
+
+const char* algorithm_name(Algorithm algorithm);
+// "auto", "ring", "tree", "hd"/"halving_doubling", "direct"; throws InvalidArgument otherwise.
+Algorithm parse_algorithm(const std::string& name);
+
+struct CollectiveOptions {
+  ReduceOp op = ReduceOp::kSum;             // allreduce, reduce, reduce_scatter
+  int root = 0;                             // broadcast, reduce, gather, scatter
+  Algorithm algorithm = Algorithm::kAuto;   // overrides COHORT_ALGO and the group's default
+  Milliseconds timeout{0};                  // 0: the group's timeout (COHORT_TIMEOUT_S)
+  uint32_t tag = 0;                         // send/recv: tells apart messages between two ranks
+};
+
+}  // namespace cohort

@@ -1,0 +1,96 @@
+// A transport moves tagged bytes between the ranks of one group. It knows nothing of
+// algorithms (DESIGN.md): algorithms see only rank, size and tagged send/recv.
+//
+// Contract every transport keeps:
+//  - messages are matched by (peer, tag); two messages with the same (peer, tag) arrive in the
+//    order they were sent;
+//  - a receive names the exact byte count; a message of another size is a ProtocolError;
+//  - every request has a deadline and throws TimeoutError when it passes;
+//  - when a peer dies or closes, pending and later requests involving it throw PeerError
+//    naming it, promptly (not at the deadline);
+//  - abort() fails everything pending and tells the peers, which fail with the same error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "cohort/core/deadline.h"
+
+namespace cohort {
+
+class Store;
+
+// Collective messages use (sequence number, step); point-to-point ones use a separate space
+// so that ranks not taking part in a send/recv keep their collective sequence numbers aligned.
+struct Tag {
+  uint64_t channel = 0;  // collective sequence number, or kP2PChannelBit | user tag
+  uint64_t step = 0;     // message index within the collective or the p2p stream
+  bool operator==(const Tag& o) const { return channel == o.channel && step == o.step; }
+  bool operator<(const Tag& o) const {
+    return channel != o.channel ? channel < o.channel : step < o.step;
+  }
+};
+inline constexpr uint64_t kP2PChannelBit = 1ULL << 63;
+
+class Request {
+ public:
+  virtual ~Request() = default;
+  // Blocks until the transfer is done; throws TimeoutError, PeerError or ProtocolError.
+  virtual void wait() = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // A short word for logs and errors: "inproc", "tcp", ...
+  virtual const char* name() const = 0;
+
+  // Buffers must stay valid until the returned request's wait() returns.
+  virtual std::unique_ptr<Request> isend(int peer, Tag tag, const void* data, size_t bytes,
+                                         Deadline deadline) = 0;
+  virtual std::unique_ptr<Request> irecv(int peer, Tag tag, void* data, size_t bytes,
+                                         Deadline deadline) = 0;
+
+  // Fails every pending and future request with `error` and tells the peers (best effort).
+  virtual void abort(std::exception_ptr error) noexcept = 0;
+
+  // The transport of a subgroup: `key` is the same on its members and unique per subgroup,
+  // `store` is the subgroup's own view of the store (for address exchange).
+  virtual std::unique_ptr<Transport> split(const std::string& key, int new_rank, int new_size,
+                                           std::shared_ptr<Store> store) = 0;
+
+  void send(int peer, Tag tag, const void* data, size_t bytes, Deadline deadline) {
+    isend(peer, tag, data, bytes, deadline)->wait();
+  }
+  void recv(int peer, Tag tag, void* data, size_t bytes, Deadline deadline) {
+    irecv(peer, tag, data, bytes, deadline)->wait();
+  }
+};
+
+// A request that is already complete (sends that finished inside isend).
+class CompletedRequest final : public Request {
+ public:
+  void wait() override {}
+};
+
+// Carries an error across processes in abort messages: the kind survives the trip, so a
+// timeout on one rank is a TimeoutError on every rank.
+struct WireError {
+  enum Kind : uint8_t { kGeneric = 0, kTimeout = 1, kPeer = 2, kProtocol = 3, kInvalid = 4 };
+  Kind kind = kGeneric;
+  int32_t failed_rank = -1;
+  std::string message;
+
+  static WireError from(std::exception_ptr error);
+  // Throws the error this describes, saying which rank reported it.
+  [[noreturn]] void rethrow(int reporting_rank) const;
+  std::exception_ptr as_exception(int reporting_rank) const;
+};
+
+}  // namespace cohort

@@ -1,0 +1,51 @@
+// Every collective algorithm cohort has, one file each (DESIGN.md). All are in place on
+// `data` unless they take separate in/out pointers. Reductions combine with
+// kernels::combine_op(op): kAvg arrives here as a sum and the Group divides afterwards.
+// Each file opens with the algorithm's steps and bytes on the wire; docs/algorithms.md
+// collects them.
+#pragma once
+
+#include <cstddef>
+
+#include "algorithms/context.h"
+
+namespace cohort::algo {
+
+// ---- allreduce: data[count] on every rank becomes op over all ranks.
+void allreduce_ring(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
+void allreduce_tree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
+void allreduce_halving_doubling(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
+void allreduce_direct(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
+
+// ---- broadcast: `bytes` of data on `root` are copied to every rank.
+void broadcast_direct(Context& ctx, void* data, size_t bytes, int root);
+void broadcast_tree(Context& ctx, void* data, size_t bytes, int root);  // binomial tree
+void broadcast_ring(Context& ctx, void* data, size_t bytes, int root);  // pipelined chain
+
+// ---- reduce: op over all ranks lands in data on `root` (other ranks' data may be clobbered).
+void reduce_direct(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op, int root);
+void reduce_tree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op, int root);
+
+// ---- allgather: every rank's `bytes` of input land at out + rank * bytes on every rank.
+void allgather_direct(Context& ctx, const void* in, void* out, size_t bytes);
+void allgather_ring(Context& ctx, const void* in, void* out, size_t bytes);
+void allgather_doubling(Context& ctx, const void* in, void* out, size_t bytes);  // Bruck
+
+// ---- reduce_scatter: in[size * count]; rank r gets op over ranks of block r in out[count].
+void reduce_scatter_direct(Context& ctx, const void* in, void* out, size_t count, DType dtype,
+                           ReduceOp op);
+void reduce_scatter_ring(Context& ctx, const void* in, void* out, size_t count, DType dtype,
+                         ReduceOp op);
+void reduce_scatter_halving(Context& ctx, const void* in, void* out, size_t count, DType dtype,
+                            ReduceOp op);
+
+// ---- rooted data movement and personalized exchange (linear: they are latency-bound or
+// bounded by the root's link whatever the algorithm).
+void gather_direct(Context& ctx, const void* in, void* out, size_t bytes, int root);
+void scatter_direct(Context& ctx, const void* in, void* out, size_t bytes, int root);
+void all_to_all_direct(Context& ctx, const void* in, void* out, size_t bytes_per_rank);
+
+// ---- barrier: dissemination, ceil(log2 n) rounds of empty messages.
+void barrier_dissemination(Context& ctx);
+
+}  // namespace cohort::algo

@@ -1,0 +1,102 @@
+// Ring allreduce (Patarasuk & Yuan): a reduce-scatter ring followed by an all-gather ring.
+//
+// Steps, n ranks, N bytes, chunk c = N/n (chunks cut by chunk_range, so sizes differ by at
+// most one element):
+//   reduce-scatter: for s in 0..n-2, rank r sends chunk (r - s) mod n to r+1 and receives chunk
+//     (r - s - 1) mod n from r-1, reducing it into its own copy. After n-1 steps rank r holds
+//     the full reduction of chunk (r + 1) mod n.
+//   all-gather: for s in 0..n-2, rank r sends chunk (r + 1 - s) mod n to r+1 and receives chunk
+//     (r - s) mod n from r-1 straight into the result (no copy).
+// Bytes sent per rank: 2 (n-1)/n N, the lower bound for allreduce; 2(n-1) latency terms.
+// Each chunk travels as segments of kSegmentBytes so that the receiver reduces one segment
+// while the next is still on the wire. Every rank reduces every chunk in the same order, so all
+// ranks end with bitwise identical results.
+#include <algorithm>
+
+#include "algorithms/algorithms.h"
+#include "chunking.h"
+#include "reduce_kernels.h"
+
+namespace cohort::algo {
+
+namespace {
+
+constexpr size_t kSegmentBytes = 256 * 1024;
+
+// Message step ids: phase in the top bits, then ring step, then segment index.
+uint64_t step_id(uint64_t phase, uint64_t ring_step, uint64_t segment) {
+  return (phase << 56) | (ring_step << 28) | segment;
+}
+
+struct RingPass {
+  Context& ctx;
+  uint8_t* data;
+  size_t count;
+  DType dtype;
+  ReduceOp op;
+  size_t esize;
+  size_t segment_elems;
+
+  Range chunk(int index) const {
+    return chunk_range(count, static_cast<size_t>(ctx.size()), static_cast<size_t>(index));
+  }
+
+  // One ring step: send chunk `send_index` right, receive chunk `recv_index` from the left.
+  // With `reduce`, the received chunk is combined into data; otherwise it overwrites it.
+  void step(uint64_t phase, int ring_step, int send_index, int recv_index, bool reduce) {
+    const int n = ctx.size();
+    const int right = (ctx.rank() + 1) % n;
+    const int left = (ctx.rank() + n - 1) % n;
+    const Range out = chunk(send_index);
+    const Range in = chunk(recv_index);
+    const size_t in_segments = segment_count(in.count, segment_elems);
+    const size_t out_segments = segment_count(out.count, segment_elems);
+    uint8_t* landing = reduce ? ctx.scratch(in.count * esize) : data + in.begin * esize;
+
+    std::vector<std::unique_ptr<Request>> recvs;
+    for (size_t k = 0; k < in_segments; ++k) {
+      const Range seg = segment(in.count, k);
+      recvs.push_back(ctx.irecv(left, step_id(phase, ring_step, k), landing + seg.begin * esize,
+                                seg.count * esize));
+    }
+    std::vector<std::unique_ptr<Request>> sends;
+    for (size_t k = 0; k < out_segments; ++k) {
+      const Range seg = segment(out.count, k);
+      sends.push_back(ctx.isend(right, step_id(phase, ring_step, k),
+                                data + (out.begin + seg.begin) * esize, seg.count * esize));
+    }
+    for (size_t k = 0; k < in_segments; ++k) {
+      recvs[k]->wait();
+      if (reduce) {
+        const Range seg = segment(in.count, k);
+        kernels::reduce_into(data + (in.begin + seg.begin) * esize, landing + seg.begin * esize,
+                             seg.count, dtype, op);
+      }
+    }
+    wait_all(sends);
+  }
+
+  Range segment(size_t chunk_count, size_t k) const {
+    const size_t begin = k * segment_elems;
+    return Range{begin, std::min(segment_elems, chunk_count - std::min(begin, chunk_count))};
+  }
+};
+
+}  // namespace
+
+void allreduce_ring(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op) {
+  const int n = ctx.size();
+  if (n == 1 || count == 0) return;
+  const size_t esize = dtype_size(dtype);
+  RingPass pass{ctx, static_cast<uint8_t*>(data), count, dtype, kernels::combine_op(op), esize,
+                std::max<size_t>(1, kSegmentBytes / esize)};
+  const int r = ctx.rank();
+  for (int s = 0; s < n - 1; ++s) {
+    pass.step(0, s, (r - s + 2 * n) % n, (r - s - 1 + 2 * n) % n, /*reduce=*/true);
+  }
+  for (int s = 0; s < n - 1; ++s) {
+    pass.step(1, s, (r + 1 - s + 2 * n) % n, (r - s + 2 * n) % n, /*reduce=*/false);
+  }
+}
+
+}  // namespace cohort::algo

@@ -1,0 +1,57 @@
+// What an algorithm sees of the world (DESIGN.md): its rank, the group size, and tagged
+// send/recv over a transport, all bounded by the collective's deadline.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cohort/comm/transport.h"
+#include "cohort/core/dtype.h"
+
+namespace cohort::algo {
+
+class Context {
+ public:
+  Context(Transport& transport, uint64_t sequence, Deadline deadline,
+          std::vector<uint8_t>& scratch)
+      : transport_(transport), sequence_(sequence), deadline_(deadline), scratch_(scratch) {}
+
+  int rank() const { return transport_.rank(); }
+  int size() const { return transport_.size(); }
+  Deadline deadline() const { return deadline_; }
+
+  // `step` tells apart the messages of one collective between the same two ranks.
+  std::unique_ptr<Request> isend(int peer, uint64_t step, const void* data, size_t bytes) {
+    return transport_.isend(peer, Tag{sequence_, step}, data, bytes, deadline_);
+  }
+  std::unique_ptr<Request> irecv(int peer, uint64_t step, void* data, size_t bytes) {
+    return transport_.irecv(peer, Tag{sequence_, step}, data, bytes, deadline_);
+  }
+  void send(int peer, uint64_t step, const void* data, size_t bytes) {
+    isend(peer, step, data, bytes)->wait();
+  }
+  void recv(int peer, uint64_t step, void* data, size_t bytes) {
+    irecv(peer, step, data, bytes)->wait();
+  }
+
+  // Scratch memory owned by the group and reused across collectives (grown, never shrunk).
+  uint8_t* scratch(size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_.data();
+  }
+
+ private:
+  Transport& transport_;
+  uint64_t sequence_;
+  Deadline deadline_;
+  std::vector<uint8_t>& scratch_;
+};
+
+// Waits for every request in order; the first failure propagates.
+inline void wait_all(std::vector<std::unique_ptr<Request>>& requests) {
+  for (auto& r : requests) r->wait();
+  requests.clear();
+}
+
+}  // namespace cohort::algo

@@ -1,0 +1,43 @@
+// COHORT_DEBUG=detail: before each collective, every rank publishes what it is about to call
+// and compares with all the others, so a mismatch (another count, dtype, op, root or another
+// collective altogether) is named instead of showing up as a hang or a size error.
+#include <map>
+
+#include "cohort/core/error.h"
+#include "group_impl.h"
+
+namespace cohort {
+
+namespace {
+std::string signature_key(uint64_t sequence, int rank) {
+  return "debug/" + std::to_string(sequence) + "/" + std::to_string(rank);
+}
+}  // namespace
+
+void Group::Impl::check_signatures(const Operation& op, Deadline deadline) {
+  const std::string mine = op.signature.describe();
+  store_->set(signature_key(op.sequence, rank()), mine);
+  std::vector<std::string> keys;
+  for (int r = 0; r < size(); ++r) keys.push_back(signature_key(op.sequence, r));
+  store_->wait(keys, deadline.remaining());
+
+  std::map<std::string, std::string> ranks_by_call;  // call -> "0, 2"
+  for (int r = 0; r < size(); ++r) {
+    const std::string call = to_string(store_->get(keys[r], deadline.remaining()));
+    auto& ranks = ranks_by_call[call];
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  // Every rank has read the keys of the previous collective before publishing this one's, so
+  // our key from two collectives ago is no longer needed by anyone.
+  if (op.sequence >= 2) store_->delete_key(signature_key(op.sequence - 2, rank()));
+  if (ranks_by_call.size() == 1) return;
+
+  std::string detail;
+  for (const auto& [call, ranks] : ranks_by_call) {
+    detail += "\n  ranks " + ranks + " called " + call;
+  }
+  throw InvalidArgument("COHORT_DEBUG=detail: ranks disagree on collective #" +
+                        std::to_string(op.sequence) + ":" + detail);
+}
+
+}  // namespace cohort

@@ -1,0 +1,387 @@
+// The public collectives of cohort::Group: validate arguments on the caller's thread, then
+// queue an Operation whose body picks the algorithm and runs it (group_impl.cc runs it).
+#include "cohort/comm/group.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/algorithms.h"
+#include "cohort/comm/inproc_transport.h"
+#include "cohort/comm/prefix_store.h"
+#include "cohort/core/check.h"
+#include "group_impl.h"
+#include "reduce_kernels.h"
+
+namespace cohort {
+
+namespace {
+
+void check_same_dtype(ConstBuffer in, Buffer out, const char* what) {
+  COHORT_CHECK(in.dtype == out.dtype, what, ": input is ", dtype_name(in.dtype),
+               " but output is ", dtype_name(out.dtype));
+}
+
+void check_pointer(const void* data, size_t count, const char* what) {
+  COHORT_CHECK(data != nullptr || count == 0, what, ": buffer of ", count,
+               " elements has a null data pointer");
+}
+
+void finish_average(void* data, size_t count, DType dtype, ReduceOp op, int size) {
+  if (op == ReduceOp::kAvg) kernels::divide(data, count, dtype, size);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- construction
+
+Group::Group(std::unique_ptr<Transport> transport, std::shared_ptr<Store> store,
+             GroupOptions options) {
+  COHORT_CHECK(transport != nullptr, "Group needs a transport");
+  COHORT_CHECK(store != nullptr, "Group needs a store shared by all ranks");
+  impl_ = std::make_unique<Impl>(std::move(transport), std::move(store), options.resolved());
+}
+
+Group::~Group() = default;
+
+std::shared_ptr<Group> Group::create_inproc(std::shared_ptr<InprocFabric> fabric, int rank,
+                                            GroupOptions options) {
+  COHORT_CHECK(fabric != nullptr, "create_inproc needs a fabric");
+  auto store = std::make_shared<PrefixStore>("g/" + options.name, fabric->store());
+  return std::make_shared<Group>(std::make_unique<InprocTransport>(fabric, rank), store,
+                                 std::move(options));
+}
+
+int Group::rank() const { return impl_->rank(); }
+int Group::size() const { return impl_->size(); }
+const GroupOptions& Group::options() const { return impl_->options(); }
+uint64_t Group::sequence_number() const { return impl_->sequence_number(); }
+
+void Group::abort(const std::string& reason) noexcept {
+  impl_->abort(std::make_exception_ptr(Error(reason)));
+}
+
+// ---------------------------------------------------------------- helpers
+
+namespace {
+
+Operation collective(Signature signature, Milliseconds timeout,
+                     std::function<void(algo::Context&)> body) {
+  Operation op;
+  op.signature = signature;
+  op.timeout = timeout;
+  op.body = std::move(body);
+  return op;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- allreduce
+
+namespace {
+void run_allreduce(algo::Context& ctx, Algorithm algorithm, void* data, size_t count,
+                   DType dtype, ReduceOp op) {
+  switch (algorithm) {
+    case Algorithm::kRing: algo::allreduce_ring(ctx, data, count, dtype, op); break;
+    case Algorithm::kTree: algo::allreduce_tree(ctx, data, count, dtype, op); break;
+    case Algorithm::kHalvingDoubling:
+      algo::allreduce_halving_doubling(ctx, data, count, dtype, op);
+      break;
+    case Algorithm::kDirect:
+    case Algorithm::kAuto: algo::allreduce_direct(ctx, data, count, dtype, op); break;
+  }
+  finish_average(data, count, dtype, op, ctx.size());
+}
+}  // namespace
+
+std::shared_ptr<Work> Group::allreduce_async(Buffer data, const CollectiveOptions& opts) {
+  check_pointer(data.data, data.count, "allreduce");
+  const Algorithm algorithm = choose_algorithm(CollectiveKind::kAllreduce,
+                                               impl_->requested_algorithm(opts), data.bytes(),
+                                               size());
+  return impl_->submit(collective({CollectiveKind::kAllreduce, data.count, data.dtype, opts.op},
+                                  impl_->timeout_for(opts), [=](algo::Context& ctx) {
+                                    run_allreduce(ctx, algorithm, data.data, data.count,
+                                                  data.dtype, opts.op);
+                                  }));
+}
+
+void Group::allreduce(Buffer data, const CollectiveOptions& opts) {
+  allreduce(ConstBuffer(data), data, opts);
+}
+
+void Group::allreduce(ConstBuffer in, Buffer out, const CollectiveOptions& opts) {
+  check_pointer(in.data, in.count, "allreduce");
+  check_pointer(out.data, out.count, "allreduce");
+  check_same_dtype(in, out, "allreduce");
+  COHORT_CHECK_EQ(in.count, out.count, "allreduce: input and output counts differ");
+  const Algorithm algorithm = choose_algorithm(CollectiveKind::kAllreduce,
+                                               impl_->requested_algorithm(opts), out.bytes(),
+                                               size());
+  impl_->run_blocking(collective({CollectiveKind::kAllreduce, out.count, out.dtype, opts.op},
+                                 impl_->timeout_for(opts), [=](algo::Context& ctx) {
+                                   if (in.data != out.data && out.bytes() > 0) {
+                                     std::memcpy(out.data, in.data, out.bytes());
+                                   }
+                                   run_allreduce(ctx, algorithm, out.data, out.count, out.dtype,
+                                                 opts.op);
+                                 }));
+}
+
+// ---------------------------------------------------------------- broadcast
+
+std::shared_ptr<Work> Group::broadcast_async(Buffer data, const CollectiveOptions& opts) {
+  check_pointer(data.data, data.count, "broadcast");
+  COHORT_CHECK(opts.root >= 0 && opts.root < size(), "broadcast: root ", opts.root,
+               " is not a rank of this group of size ", size());
+  const Algorithm algorithm = choose_algorithm(CollectiveKind::kBroadcast,
+                                               impl_->requested_algorithm(opts), data.bytes(),
+                                               size());
+  return impl_->submit(collective(
+      {CollectiveKind::kBroadcast, data.count, data.dtype, opts.op, opts.root},
+      impl_->timeout_for(opts), [=](algo::Context& ctx) {
+        switch (algorithm) {
+          case Algorithm::kTree: algo::broadcast_tree(ctx, data.data, data.bytes(), opts.root); break;
+          case Algorithm::kRing: algo::broadcast_ring(ctx, data.data, data.bytes(), opts.root); break;
+          default: algo::broadcast_direct(ctx, data.data, data.bytes(), opts.root); break;
+        }
+      }));
+}
+
+void Group::broadcast(Buffer data, const CollectiveOptions& opts) {
+  broadcast_async(data, opts)->wait();
+}
+
+// ---------------------------------------------------------------- reduce
+
+std::shared_ptr<Work> Group::reduce_async(Buffer data, const CollectiveOptions& opts) {
+  check_pointer(data.data, data.count, "reduce");
+  COHORT_CHECK(opts.root >= 0 && opts.root < size(), "reduce: root ", opts.root,
+               " is not a rank of this group of size ", size());
+  const Algorithm algorithm = choose_algorithm(CollectiveKind::kReduce,
+                                               impl_->requested_algorithm(opts), data.bytes(),
+                                               size());
+  return impl_->submit(collective(
+      {CollectiveKind::kReduce, data.count, data.dtype, opts.op, opts.root},
+      impl_->timeout_for(opts), [=](algo::Context& ctx) {
+        // Algorithms may use non-root buffers as accumulators: work on a copy there so that
+        // the caller's data is left unchanged.
+        void* target = data.data;
+        std::vector<uint8_t> copy;
+        if (ctx.rank() != opts.root && data.bytes() > 0) {
+          copy.assign(static_cast<uint8_t*>(data.data),
+                      static_cast<uint8_t*>(data.data) + data.bytes());
+          target = copy.data();
+        }
+        if (algorithm == Algorithm::kTree) {
+          algo::reduce_tree(ctx, target, data.count, data.dtype, opts.op, opts.root);
+        } else {
+          algo::reduce_direct(ctx, target, data.count, data.dtype, opts.op, opts.root);
+        }
+        if (ctx.rank() == opts.root) {
+          finish_average(data.data, data.count, data.dtype, opts.op, ctx.size());
+        }
+      }));
+}
+
+void Group::reduce(Buffer data, const CollectiveOptions& opts) { reduce_async(data, opts)->wait(); }
+
+// ---------------------------------------------------------------- allgather
+
+std::shared_ptr<Work> Group::allgather_async(ConstBuffer in, Buffer out,
+                                             const CollectiveOptions& opts) {
+  check_pointer(in.data, in.count, "allgather");
+  check_pointer(out.data, out.count, "allgather");
+  check_same_dtype(in, out, "allgather");
+  COHORT_CHECK_EQ(out.count, in.count * static_cast<size_t>(size()),
+                  "allgather: the output must hold size() blocks of the input's count");
+  const Algorithm algorithm = choose_algorithm(CollectiveKind::kAllgather,
+                                               impl_->requested_algorithm(opts), out.bytes(),
+                                               size());
+  return impl_->submit(collective(
+      {CollectiveKind::kAllgather, in.count, in.dtype}, impl_->timeout_for(opts),
+      [=](algo::Context& ctx) {
+        switch (algorithm) {
+          case Algorithm::kRing: algo::allgather_ring(ctx, in.data, out.data, in.bytes()); break;
+          case Algorithm::kHalvingDoubling:
+            algo::allgather_doubling(ctx, in.data, out.data, in.bytes());
+            break;
+          default: algo::allgather_direct(ctx, in.data, out.data, in.bytes()); break;
+        }
+      }));
+}
+
+void Group::allgather(ConstBuffer in, Buffer out, const CollectiveOptions& opts) {
+  allgather_async(in, out, opts)->wait();
+}
+
+// ---------------------------------------------------------------- reduce_scatter
+
+std::shared_ptr<Work> Group::reduce_scatter_async(ConstBuffer in, Buffer out,
+                                                  const CollectiveOptions& opts) {
+  check_pointer(in.data, in.count, "reduce_scatter");
+  check_pointer(out.data, out.count, "reduce_scatter");
+  check_same_dtype(in, out, "reduce_scatter");
+  COHORT_CHECK_EQ(in.count, out.count * static_cast<size_t>(size()),
+                  "reduce_scatter: the input must hold size() blocks of the output's count");
+  const Algorithm algorithm = choose_algorithm(CollectiveKind::kReduceScatter,
+                                               impl_->requested_algorithm(opts), in.bytes(),
+                                               size());
+  return impl_->submit(collective(
+      {CollectiveKind::kReduceScatter, out.count, out.dtype, opts.op}, impl_->timeout_for(opts),
+      [=](algo::Context& ctx) {
+        switch (algorithm) {
+          case Algorithm::kRing:
+            algo::reduce_scatter_ring(ctx, in.data, out.data, out.count, out.dtype, opts.op);
+            break;
+          case Algorithm::kHalvingDoubling:
+            algo::reduce_scatter_halving(ctx, in.data, out.data, out.count, out.dtype, opts.op);
+            break;
+          default:
+            algo::reduce_scatter_direct(ctx, in.data, out.data, out.count, out.dtype, opts.op);
+            break;
+        }
+        finish_average(out.data, out.count, out.dtype, opts.op, ctx.size());
+      }));
+}
+
+void Group::reduce_scatter(ConstBuffer in, Buffer out, const CollectiveOptions& opts) {
+  reduce_scatter_async(in, out, opts)->wait();
+}
+
+// ---------------------------------------------------------------- gather / scatter / all_to_all
+
+std::shared_ptr<Work> Group::gather_async(ConstBuffer in, Buffer out,
+                                          const CollectiveOptions& opts) {
+  check_pointer(in.data, in.count, "gather");
+  COHORT_CHECK(opts.root >= 0 && opts.root < size(), "gather: root ", opts.root,
+               " is not a rank of this group of size ", size());
+  if (rank() == opts.root) {
+    check_same_dtype(in, out, "gather");
+    COHORT_CHECK_EQ(out.count, in.count * static_cast<size_t>(size()),
+                    "gather: the root's output must hold size() blocks of the input's count");
+  }
+  return impl_->submit(collective(
+      {CollectiveKind::kGather, in.count, in.dtype, opts.op, opts.root}, impl_->timeout_for(opts),
+      [=](algo::Context& ctx) { algo::gather_direct(ctx, in.data, out.data, in.bytes(), opts.root); }));
+}
+
+void Group::gather(ConstBuffer in, Buffer out, const CollectiveOptions& opts) {
+  gather_async(in, out, opts)->wait();
+}
+
+std::shared_ptr<Work> Group::scatter_async(ConstBuffer in, Buffer out,
+                                           const CollectiveOptions& opts) {
+  check_pointer(out.data, out.count, "scatter");
+  COHORT_CHECK(opts.root >= 0 && opts.root < size(), "scatter: root ", opts.root,
+               " is not a rank of this group of size ", size());
+  if (rank() == opts.root) {
+    check_same_dtype(in, out, "scatter");
+    COHORT_CHECK_EQ(in.count, out.count * static_cast<size_t>(size()),
+                    "scatter: the root's input must hold size() blocks of the output's count");
+  }
+  return impl_->submit(collective(
+      {CollectiveKind::kScatter, out.count, out.dtype, opts.op, opts.root},
+      impl_->timeout_for(opts),
+      [=](algo::Context& ctx) { algo::scatter_direct(ctx, in.data, out.data, out.bytes(), opts.root); }));
+}
+
+void Group::scatter(ConstBuffer in, Buffer out, const CollectiveOptions& opts) {
+  scatter_async(in, out, opts)->wait();
+}
+
+std::shared_ptr<Work> Group::all_to_all_async(ConstBuffer in, Buffer out,
+                                              const CollectiveOptions& opts) {
+  check_pointer(in.data, in.count, "all_to_all");
+  check_pointer(out.data, out.count, "all_to_all");
+  check_same_dtype(in, out, "all_to_all");
+  COHORT_CHECK_EQ(in.count, out.count, "all_to_all: input and output counts differ");
+  COHORT_CHECK(in.count % static_cast<size_t>(size()) == 0, "all_to_all: count ", in.count,
+               " is not divisible by the group size ", size());
+  const size_t block_bytes = in.bytes() / static_cast<size_t>(size());
+  return impl_->submit(collective(
+      {CollectiveKind::kAllToAll, in.count, in.dtype}, impl_->timeout_for(opts),
+      [=](algo::Context& ctx) { algo::all_to_all_direct(ctx, in.data, out.data, block_bytes); }));
+}
+
+void Group::all_to_all(ConstBuffer in, Buffer out, const CollectiveOptions& opts) {
+  all_to_all_async(in, out, opts)->wait();
+}
+
+// ---------------------------------------------------------------- barrier
+
+std::shared_ptr<Work> Group::barrier_async(const CollectiveOptions& opts) {
+  return impl_->submit(collective({CollectiveKind::kBarrier}, impl_->timeout_for(opts),
+                                  [](algo::Context& ctx) { algo::barrier_dissemination(ctx); }));
+}
+
+void Group::barrier(const CollectiveOptions& opts) {
+  impl_->run_blocking(collective({CollectiveKind::kBarrier}, impl_->timeout_for(opts),
+                                 [](algo::Context& ctx) { algo::barrier_dissemination(ctx); }));
+}
+
+// ---------------------------------------------------------------- send / recv
+
+std::shared_ptr<Work> Group::send_async(ConstBuffer data, int peer, const CollectiveOptions& opts) {
+  check_pointer(data.data, data.count, "send");
+  COHORT_CHECK(peer >= 0 && peer < size() && peer != rank(), "send: peer ", peer,
+               " must be another rank of this group of size ", size());
+  return impl_->submit_p2p(CollectiveKind::kSend, data.count, data.dtype, peer, opts,
+                           [=](algo::Context& ctx, uint64_t index) {
+                             ctx.send(peer, index, data.data, data.bytes());
+                           });
+}
+
+std::shared_ptr<Work> Group::recv_async(Buffer data, int peer, const CollectiveOptions& opts) {
+  check_pointer(data.data, data.count, "recv");
+  COHORT_CHECK(peer >= 0 && peer < size() && peer != rank(), "recv: peer ", peer,
+               " must be another rank of this group of size ", size());
+  return impl_->submit_p2p(CollectiveKind::kRecv, data.count, data.dtype, peer, opts,
+                           [=](algo::Context& ctx, uint64_t index) {
+                             ctx.recv(peer, index, data.data, data.bytes());
+                           });
+}
+
+void Group::send(ConstBuffer data, int peer, const CollectiveOptions& opts) {
+  send_async(data, peer, opts)->wait();
+}
+
+void Group::recv(Buffer data, int peer, const CollectiveOptions& opts) {
+  recv_async(data, peer, opts)->wait();
+}
+
+}  // namespace cohort
+
+// ---------------------------------------------------------------- split
+
+namespace cohort {
+
+std::shared_ptr<Group> Group::split(int color, int key, const CollectiveOptions& opts) {
+  // Everyone learns everyone's (color, key); members of a color are ordered by (key, rank).
+  const int n = size();
+  std::vector<int64_t> mine{color, key};
+  std::vector<int64_t> all(2 * static_cast<size_t>(n));
+  const uint64_t split_id = sequence_number();
+  allgather(make_buffer(mine), make_buffer(all), opts);
+  if (color < 0) return nullptr;
+
+  std::vector<std::pair<int64_t, int>> members;  // (key, old rank)
+  for (int r = 0; r < n; ++r) {
+    if (all[2 * r] == color) members.emplace_back(all[2 * r + 1], r);
+  }
+  std::sort(members.begin(), members.end());
+  int new_rank = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].second == rank()) new_rank = static_cast<int>(i);
+  }
+  COHORT_INTERNAL_ASSERT(new_rank >= 0, "rank ", rank(), " missing from its own split color");
+
+  const std::string subgroup = "split" + std::to_string(split_id) + "/c" + std::to_string(color);
+  auto store = std::make_shared<PrefixStore>(subgroup, impl_->store());
+  auto transport = impl_->transport().split(subgroup, new_rank,
+                                            static_cast<int>(members.size()), store);
+  GroupOptions child = options();
+  child.name = options().name + "/" + subgroup;
+  return std::make_shared<Group>(std::move(transport), store, child);
+}
+
+}  // namespace cohort

@@ -1,0 +1,257 @@
+#include "group_impl.h"
+
+#include <sstream>
+
+#include "cohort/core/error.h"
+#include "cohort/core/logging.h"
+
+namespace cohort {
+
+namespace {
+constexpr Milliseconds kProgressPeriod{100};
+// A timeout waits this long before reading the other ranks' progress, so that their last
+// report (at most kProgressPeriod old) has landed in the store.
+constexpr Milliseconds kProgressSettle{300};
+
+std::string progress_key(int rank) { return "progress/" + std::to_string(rank); }
+
+bool came_from_another_rank(const std::string& message) {
+  return message.rfind("rank ", 0) == 0 && message.find(" aborted the group: ") != std::string::npos;
+}
+}  // namespace
+
+std::string Signature::describe() const {
+  std::ostringstream out;
+  out << collective_name(kind) << "(count=" << count << ", dtype=" << dtype_name(dtype);
+  if (kind == CollectiveKind::kAllreduce || kind == CollectiveKind::kReduce ||
+      kind == CollectiveKind::kReduceScatter) {
+    out << ", op=" << reduce_op_name(op);
+  }
+  if (kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kReduce ||
+      kind == CollectiveKind::kGather || kind == CollectiveKind::kScatter) {
+    out << ", root=" << root;
+  }
+  if (peer >= 0) out << ", peer=" << peer;
+  out << ")";
+  return out.str();
+}
+
+std::string Operation::describe() const {
+  if (!collective) return signature.describe();
+  return std::string(collective_name(signature.kind)) + " #" + std::to_string(sequence) + " " +
+         signature.describe();
+}
+
+Group::Impl::Impl(std::unique_ptr<Transport> transport, std::shared_ptr<Store> store,
+                  GroupOptions options)
+    : transport_(std::move(transport)), store_(std::move(store)), options_(std::move(options)) {
+  progress_thread_ = std::thread([this] { progress_loop(); });
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+Group::Impl::~Impl() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();  // queued operations finish by their deadlines
+  {
+    std::lock_guard<std::mutex> lock(progress_mutex_);
+    progress_stop_ = true;
+  }
+  progress_cv_.notify_all();
+  if (progress_thread_.joinable()) progress_thread_.join();
+}
+
+Milliseconds Group::Impl::timeout_for(const CollectiveOptions& opts) const {
+  return opts.timeout.count() > 0 ? opts.timeout : options_.timeout;
+}
+
+Algorithm Group::Impl::requested_algorithm(const CollectiveOptions& opts) const {
+  return opts.algorithm != Algorithm::kAuto ? opts.algorithm : options_.algorithm;
+}
+
+uint64_t Group::Impl::sequence_number() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return next_sequence_;
+}
+
+void Group::Impl::enqueue_locked(Operation op) {
+  op.work = std::make_shared<Work>(op.describe());
+  queue_.push_back(std::move(op));
+}
+
+std::shared_ptr<Work> Group::Impl::submit(Operation op) {
+  std::shared_ptr<Work> work;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    op.sequence = next_sequence_++;
+    enqueue_locked(std::move(op));
+    work = queue_.back().work;
+  }
+  queue_cv_.notify_all();
+  return work;
+}
+
+std::shared_ptr<Work> Group::Impl::submit_p2p(CollectiveKind kind, size_t count, DType dtype,
+                                              int peer, const CollectiveOptions& opts,
+                                              std::function<void(algo::Context&, uint64_t)> body) {
+  Operation op;
+  op.collective = false;
+  op.signature = {kind, count, dtype, opts.op, 0, peer};
+  op.channel = kP2PChannelBit | opts.tag;
+  op.timeout = timeout_for(opts);
+  std::shared_ptr<Work> work;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& counters = kind == CollectiveKind::kSend ? p2p_send_index_ : p2p_recv_index_;
+    const uint64_t index = counters[{peer, op.channel}]++;
+    op.body = [body = std::move(body), index](algo::Context& ctx) { body(ctx, index); };
+    enqueue_locked(std::move(op));
+    work = queue_.back().work;
+  }
+  queue_cv_.notify_all();
+  return work;
+}
+
+void Group::Impl::run_blocking(Operation op) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!queue_.empty() || busy_) {
+    lock.unlock();
+    submit(std::move(op))->wait();
+    return;
+  }
+  // Nothing ahead of us: run on this thread and save the hand-off to the worker (tens of
+  // microseconds on a loaded machine, more than a small allreduce takes).
+  op.sequence = next_sequence_++;
+  op.work = std::make_shared<Work>(op.describe());
+  busy_ = true;
+  lock.unlock();
+  execute(op);
+  lock.lock();
+  busy_ = false;
+  lock.unlock();
+  queue_cv_.notify_all();
+  op.work->wait();
+}
+
+void Group::Impl::worker_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    queue_cv_.wait(lock, [&] { return (!queue_.empty() && !busy_) || (stopping_ && queue_.empty()); });
+    if (queue_.empty()) return;  // stopping
+    Operation op = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    execute(op);
+    lock.lock();
+    busy_ = false;
+    queue_cv_.notify_all();
+  }
+}
+
+void Group::Impl::execute(Operation& op) noexcept {
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error = failure_;
+  }
+  if (!error) {
+    try {
+      const Deadline deadline = Deadline::after(op.timeout);
+      if (op.collective) {
+        started_.store(static_cast<int64_t>(op.sequence), std::memory_order_relaxed);
+        if (options_.debug_checks) check_signatures(op, deadline);
+        algo::Context ctx(*transport_, op.sequence, deadline, scratch_);
+        op.body(ctx);
+      } else {
+        algo::Context ctx(*transport_, op.channel, deadline, scratch_);
+        op.body(ctx);
+      }
+    } catch (...) {
+      error = explain_failure(op, std::current_exception());
+      abort(error);
+    }
+  }
+  op.work->mark_done(error);
+}
+
+void Group::Impl::abort(std::exception_ptr error) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failure_) return;
+    failure_ = error;
+  }
+  transport_->abort(error);
+}
+
+// A local timeout becomes a TimeoutError that names the collective, its sequence number and
+// the ranks that never started it. Errors relayed from other ranks already say all that.
+std::exception_ptr Group::Impl::explain_failure(const Operation& op, std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError& e) {
+    if (came_from_another_rank(e.what())) return error;
+    std::string text = op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
+                       " ms on rank " + std::to_string(rank()) + " (" + e.what() + ")";
+    if (op.collective) text += "; " + ranks_behind(op.sequence);
+    return std::make_exception_ptr(TimeoutError(text));
+  } catch (const PeerError& e) {
+    if (came_from_another_rank(e.what())) return error;
+    return std::make_exception_ptr(
+        PeerError(e.failed_rank(), op.describe() + " failed on rank " + std::to_string(rank()) +
+                                       ": " + e.what()));
+  } catch (...) {
+    return error;
+  }
+}
+
+std::string Group::Impl::ranks_behind(uint64_t sequence) {
+  std::this_thread::sleep_for(kProgressSettle);
+  std::vector<std::string> missing;
+  try {
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      int64_t started = -1;
+      try {
+        started = std::stoll(to_string(store_->get(progress_key(r), Milliseconds(50))));
+      } catch (const TimeoutError&) {
+        // never reported: it has not started any collective
+      }
+      if (started < static_cast<int64_t>(sequence)) {
+        missing.push_back(std::to_string(r) + " (last started #" +
+                          (started < 0 ? std::string("none") : std::to_string(started)) + ")");
+      }
+    }
+  } catch (const std::exception& e) {
+    return std::string("could not ask the store which ranks joined: ") + e.what();
+  }
+  if (missing.empty()) {
+    return "every rank started it; a peer is stuck or slow inside it";
+  }
+  std::string list;
+  for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+  return "ranks that never joined it: " + list;
+}
+
+void Group::Impl::progress_loop() {
+  int64_t published = -1;
+  std::unique_lock<std::mutex> lock(progress_mutex_);
+  while (!progress_stop_) {
+    progress_cv_.wait_for(lock, kProgressPeriod, [&] { return progress_stop_; });
+    const int64_t started = started_.load(std::memory_order_relaxed);
+    if (started == published) continue;
+    lock.unlock();
+    try {
+      store_->set(progress_key(rank()), std::to_string(started));
+      published = started;
+    } catch (const std::exception& e) {
+      COHORT_LOG(kDebug, "rank ", rank(), ": could not publish progress: ", e.what());
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace cohort

@@ -1,0 +1,104 @@
+// The machinery behind cohort::Group: an ordered queue of operations run by one worker thread
+// (or inline by a blocking caller when nothing is queued), failure bookkeeping, and the
+// progress reports that let a timeout name the ranks that never joined.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "algorithm_choice.h"
+#include "algorithms/context.h"
+#include "cohort/comm/group.h"
+
+namespace cohort {
+
+// What a rank believes it is calling; compared across ranks by COHORT_DEBUG=detail.
+struct Signature {
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  size_t count = 0;
+  DType dtype = DType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  int peer = -1;  // send/recv only
+
+  std::string describe() const;
+};
+
+struct Operation {
+  Signature signature;
+  bool collective = true;
+  uint64_t sequence = 0;  // collectives: the group's sequence number at issue time
+  uint64_t channel = 0;   // send/recv: kP2PChannelBit | user tag
+  Milliseconds timeout{0};
+  std::function<void(algo::Context&)> body;
+  std::shared_ptr<Work> work;
+
+  std::string describe() const;
+};
+
+class Group::Impl {
+ public:
+  Impl(std::unique_ptr<Transport> transport, std::shared_ptr<Store> store, GroupOptions options);
+  ~Impl();
+
+  int rank() const { return transport_->rank(); }
+  int size() const { return transport_->size(); }
+  const GroupOptions& options() const { return options_; }
+  Transport& transport() { return *transport_; }
+  const std::shared_ptr<Store>& store() const { return store_; }
+
+  // Numbers the operation (issue order) and queues it for the worker.
+  std::shared_ptr<Work> submit(Operation op);
+  // As submit, then waits; runs on the calling thread when nothing else is queued.
+  void run_blocking(Operation op);
+  // Queues a send or recv; `body` gets the message's index in its (peer, tag) stream.
+  std::shared_ptr<Work> submit_p2p(CollectiveKind kind, size_t count, DType dtype, int peer,
+                                   const CollectiveOptions& opts,
+                                   std::function<void(algo::Context&, uint64_t)> body);
+
+  Milliseconds timeout_for(const CollectiveOptions& opts) const;
+  Algorithm requested_algorithm(const CollectiveOptions& opts) const;
+  void abort(std::exception_ptr error) noexcept;
+  uint64_t sequence_number() const;
+
+ private:
+  void enqueue_locked(Operation op);
+  void worker_loop();
+  void execute(Operation& op) noexcept;
+  std::exception_ptr explain_failure(const Operation& op, std::exception_ptr error);
+  std::string ranks_behind(uint64_t sequence);
+  void check_signatures(const Operation& op, Deadline deadline);
+  void progress_loop();
+
+  std::unique_ptr<Transport> transport_;
+  std::shared_ptr<Store> store_;
+  GroupOptions options_;
+  std::vector<uint8_t> scratch_;  // used only by the thread running an operation
+
+  mutable std::mutex mutex_;  // guards the queue, counters and failure state
+  std::condition_variable queue_cv_;
+  std::deque<Operation> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  uint64_t next_sequence_ = 0;
+  std::map<std::pair<int, uint64_t>, uint64_t> p2p_send_index_;  // (peer, channel) -> next
+  std::map<std::pair<int, uint64_t>, uint64_t> p2p_recv_index_;
+  std::exception_ptr failure_;
+
+  // Progress: the highest collective sequence number this rank has started, published to the
+  // store by a background thread so that timeouts elsewhere can name the laggards.
+  std::atomic<int64_t> started_{-1};
+  std::mutex progress_mutex_;
+  std::condition_variable progress_cv_;
+  bool progress_stop_ = false;
+  std::thread progress_thread_;
+  std::thread worker_;
+};
+
+}  // namespace cohort

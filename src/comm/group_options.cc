@@ -1,0 +1,44 @@
+#include "cohort/comm/group.h"
+#include "cohort/core/env.h"
+#include "cohort/core/error.h"
+
+namespace cohort {
+
+// Knobs read here (docs/env.md):
+//   COHORT_TIMEOUT_S   default deadline of every collective, seconds (default 300)
+//   COHORT_ALGO        algorithm for every collective that has it (auto, ring, tree, hd, direct)
+//   COHORT_DEBUG       "detail": check that all ranks call matching collectives
+//   COHORT_HOST        address peers use to reach this rank over TCP
+//   COHORT_JOB_TOKEN   secret every TCP connection of the job presents
+GroupOptions GroupOptions::resolved() const {
+  GroupOptions out = *this;
+  if (out.timeout.count() <= 0) {
+    const auto seconds = env_double("COHORT_TIMEOUT_S");
+    if (seconds && *seconds <= 0) {
+      throw ConfigError("COHORT_TIMEOUT_S must be a positive number of seconds, got " +
+                        std::to_string(*seconds));
+    }
+    out.timeout = Milliseconds(static_cast<int64_t>((seconds ? *seconds : 300.0) * 1000.0));
+  }
+  if (out.algorithm == Algorithm::kAuto) {
+    if (auto algo_name = env_string("COHORT_ALGO")) {
+      try {
+        out.algorithm = parse_algorithm(*algo_name);
+      } catch (const InvalidArgument& e) {
+        throw ConfigError(std::string("COHORT_ALGO: ") + e.what());
+      }
+    }
+  }
+  if (!out.debug_checks) {
+    const auto debug = env_string("COHORT_DEBUG");
+    if (debug && *debug != "off" && *debug != "detail" && *debug != "0") {
+      throw ConfigError("COHORT_DEBUG='" + *debug + "' is not understood: use 'detail' or 'off'");
+    }
+    out.debug_checks = debug && *debug == "detail";
+  }
+  if (out.host.empty()) out.host = env_string("COHORT_HOST").value_or("");
+  if (out.job_token.empty()) out.job_token = env_string("COHORT_JOB_TOKEN").value_or("");
+  return out;
+}
+
+}  // namespace cohort

@@ -1,0 +1,48 @@
+#include "cohort/comm/transport.h"
+
+#include "cohort/core/error.h"
+
+namespace cohort {
+
+WireError WireError::from(std::exception_ptr error) {
+  WireError out;
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerError& e) {
+    out = {kPeer, e.failed_rank(), e.what()};
+  } catch (const TimeoutError& e) {
+    out = {kTimeout, -1, e.what()};
+  } catch (const ProtocolError& e) {
+    out = {kProtocol, -1, e.what()};
+  } catch (const InvalidArgument& e) {
+    out = {kInvalid, -1, e.what()};
+  } catch (const std::exception& e) {
+    out = {kGeneric, -1, e.what()};
+  } catch (...) {
+    out = {kGeneric, -1, "unknown error"};
+  }
+  return out;
+}
+
+void WireError::rethrow(int reporting_rank) const {
+  std::rethrow_exception(as_exception(reporting_rank));
+}
+
+std::exception_ptr WireError::as_exception(int reporting_rank) const {
+  // Errors that came from another rank already say so; do not stack the prefix.
+  const std::string prefix = "rank " + std::to_string(reporting_rank) + " aborted the group: ";
+  const std::string text = message.rfind("rank ", 0) == 0 && message.find(" aborted the group: ")
+                                                                 != std::string::npos
+                               ? message
+                               : prefix + message;
+  switch (kind) {
+    case kPeer: return std::make_exception_ptr(PeerError(failed_rank, text));
+    case kTimeout: return std::make_exception_ptr(TimeoutError(text));
+    case kProtocol: return std::make_exception_ptr(ProtocolError(text));
+    case kInvalid: return std::make_exception_ptr(InvalidArgument(text));
+    case kGeneric: break;
+  }
+  return std::make_exception_ptr(Error(text));
+}
+
+}  // namespace cohort
