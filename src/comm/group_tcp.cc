@@ -1,0 +1,24 @@
+// Group::create: the default way to build a group across processes, over TCP.
+#include "cohort/comm/group.h"
+#include "cohort/comm/prefix_store.h"
+#include "cohort/comm/tcp_transport.h"
+#include "cohort/core/check.h"
+
+namespace cohort {
+
+std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int size,
+                                     GroupOptions options) {
+  COHORT_CHECK(store != nullptr, "Group::create needs a store shared by all ranks");
+  COHORT_CHECK(size >= 1, "world size must be at least 1, got ", size);
+  COHORT_CHECK(rank >= 0 && rank < size, "rank ", rank, " is outside [0, ", size,
+               "): check RANK/WORLD_SIZE");
+  options = options.resolved();
+  auto group_store = std::make_shared<PrefixStore>("g/" + options.name, std::move(store));
+  TcpTransportOptions tcp;
+  tcp.host = options.host;
+  tcp.timeout = options.timeout;
+  auto transport = connect_tcp_transport(group_store, rank, size, tcp);
+  return std::make_shared<Group>(std::move(transport), group_store, std::move(options));
+}
+
+}  // namespace cohort

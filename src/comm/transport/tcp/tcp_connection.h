@@ -1,0 +1,81 @@
+// One rank's end of the connection to one peer: sends frames on the caller's thread, and runs a
+// reader thread that matches incoming messages to posted receives (Note [Claimed receives]).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cohort/comm/transport.h"
+#include "net/socket.h"
+#include "transport/tcp/tcp_frames.h"
+
+namespace cohort::tcp {
+
+// Where a connection reports failures that break the whole transport.
+class FailureSink {
+ public:
+  virtual ~FailureSink() = default;
+  virtual void on_connection_failed(int peer, std::exception_ptr error) = 0;
+};
+
+class Connection {
+ public:
+  Connection(net::Socket socket, int local_rank, int peer_rank, FailureSink& sink);
+  ~Connection();  // stops and joins the reader thread
+
+  void start_reader();
+  void send(Tag tag, const void* data, size_t bytes, Deadline deadline);
+  void send_control(FrameType type, const std::string& payload, Deadline deadline) noexcept;
+  std::unique_ptr<Request> post_recv(Tag tag, void* data, size_t bytes, Deadline deadline);
+  // Fails every pending and future receive with `error` (the transport is broken).
+  void fail(std::exception_ptr error);
+
+  int peer() const { return peer_; }
+
+ private:
+  struct Pending {
+    void* data = nullptr;
+    size_t bytes = 0;
+    bool claimed = false;  // the reader is writing into data right now
+    bool done = false;
+    std::exception_ptr error;
+  };
+  struct Unexpected {
+    std::unique_ptr<uint8_t[]> data;
+    size_t bytes = 0;
+  };
+  class RecvRequest;
+
+  void reader_loop() noexcept;
+  void read_frame();
+  void receive_data(const FrameHeader& header);
+  std::shared_ptr<Pending> claim_posted(const Tag& tag);
+  void finish(const std::shared_ptr<Pending>& pending, std::exception_ptr error);
+  void deliver_buffered(const Tag& tag, Unexpected message);
+  void on_disconnect(const std::string& reason);
+  std::exception_ptr size_mismatch(const Tag& tag, size_t sent, size_t expected) const;
+  void remove_posted(const Tag& tag, const std::shared_ptr<Pending>& pending);
+
+  net::Socket socket_;
+  const int rank_;
+  const int peer_;
+  const std::string peer_address_;
+  FailureSink& sink_;
+  std::timed_mutex send_mutex_;
+
+  std::mutex mutex_;  // guards everything below
+  std::condition_variable changed_;
+  std::map<Tag, std::deque<std::shared_ptr<Pending>>> posted_;
+  std::map<Tag, std::deque<Unexpected>> unexpected_;
+  std::exception_ptr error_;  // set once the connection or the transport failed
+  bool peer_left_ = false;    // the peer said goodbye (closing its group normally)
+  bool stopping_ = false;     // our destructor is running
+  std::thread reader_;
+};
+
+}  // namespace cohort::tcp

@@ -1,0 +1,256 @@
+// TcpTransport: the full mesh of connections of one group, and its setup.
+//
+// Setup (every rank): listen on a free port; publish "tcp/addr/<rank>" = host:port in the
+// store; rank 0 publishes a fresh random secret "tcp/secret". Rank r connects to every rank
+// below it and accepts one connection from every rank above it; each connection opens with a
+// Hello carrying rank, world size and the secret, and anything else is refused and logged.
+// Then the listener closes: nothing can connect to a running group.
+#include "cohort/comm/tcp_transport.h"
+
+#include <netdb.h>
+
+#include <mutex>
+
+#include "cohort/core/check.h"
+#include "cohort/core/logging.h"
+#include "transport/tcp/tcp_connection.h"
+
+namespace cohort {
+
+class TcpTransport final : public Transport, private tcp::FailureSink {
+ public:
+  TcpTransport(int rank, int size, TcpTransportOptions options)
+      : rank_(rank), size_(size), options_(std::move(options)), connections_(size) {}
+
+  ~TcpTransport() override {
+    // Tell peers we leave on purpose, so that they do not report us as dead.
+    for (auto& c : connections_) {
+      if (c) c->send_control(tcp::kGoodbye, "", Deadline::after(Milliseconds(1000)));
+    }
+    connections_.clear();
+  }
+
+  void adopt(int peer, net::Socket socket) {
+    tcp::FailureSink& sink = *this;
+    connections_[peer] = std::make_unique<tcp::Connection>(std::move(socket), rank_, peer, sink);
+  }
+  void start() {
+    for (auto& c : connections_) {
+      if (c) c->start_reader();
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* name() const override { return "tcp"; }
+
+  std::unique_ptr<Request> isend(int peer, Tag tag, const void* data, size_t bytes,
+                                 Deadline deadline) override {
+    connection(peer).send(tag, data, bytes, deadline);
+    return std::make_unique<CompletedRequest>();
+  }
+
+  std::unique_ptr<Request> irecv(int peer, Tag tag, void* data, size_t bytes,
+                                 Deadline deadline) override {
+    return connection(peer).post_recv(tag, data, bytes, deadline);
+  }
+
+  void abort(std::exception_ptr error) noexcept override {
+    if (!record_failure(error)) return;
+    try {
+      const std::string payload = tcp::encode_abort(WireError::from(error));
+      for (auto& c : connections_) {
+        if (c) c->send_control(tcp::kAbort, payload, Deadline::after(Milliseconds(1000)));
+      }
+    } catch (...) {
+      // Best effort: peers still notice when our connections close.
+    }
+    fail_all(error);
+  }
+
+  std::unique_ptr<Transport> split(const std::string& /*key*/, int new_rank, int new_size,
+                                   std::shared_ptr<Store> store) override {
+    return connect_tcp_transport(std::move(store), new_rank, new_size, options_);
+  }
+
+ private:
+  tcp::Connection& connection(int peer) {
+    COHORT_CHECK(peer >= 0 && peer < size_ && peer != rank_, "invalid peer ", peer, " for rank ",
+                 rank_, " of ", size_);
+    return *connections_[peer];
+  }
+
+  void on_connection_failed(int peer, std::exception_ptr error) override {
+    if (record_failure(error)) fail_all(error);
+  }
+
+  // True for the first failure only: later ones are consequences of it.
+  bool record_failure(std::exception_ptr error) {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    if (failure_) return false;
+    failure_ = error;
+    return true;
+  }
+
+  void fail_all(std::exception_ptr error) {
+    for (auto& c : connections_) {
+      if (c) c->fail(error);
+    }
+  }
+
+  const int rank_;
+  const int size_;
+  const TcpTransportOptions options_;
+  std::vector<std::unique_ptr<tcp::Connection>> connections_;
+  std::mutex failure_mutex_;
+  std::exception_ptr failure_;
+};
+
+namespace {
+
+std::string address_key(int rank) { return "tcp/addr/" + std::to_string(rank); }
+
+std::string hex(const uint8_t* data, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out += digits[data[i] >> 4];
+    out += digits[data[i] & 15];
+  }
+  return out;
+}
+
+tcp::Secret agree_on_secret(Store& store, int rank, Deadline deadline) {
+  tcp::Secret secret{};
+  if (rank == 0) {
+    secret = tcp::random_secret();
+    store.set("tcp/secret", Bytes(secret.begin(), secret.end()));
+    return secret;
+  }
+  const Bytes value = store.get("tcp/secret", deadline.remaining());
+  COHORT_CHECK_EQ(value.size(), tcp::kSecretBytes, "malformed group secret in the store");
+  std::copy(value.begin(), value.end(), secret.begin());
+  return secret;
+}
+
+// The host name if it resolves here (then other hosts can probably resolve it too), else the
+// loopback address (single-host jobs still work).
+std::string default_advertised_host() {
+  const std::string name = net::host_name();
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(name.c_str(), nullptr, &hints, &found) == 0) {
+    freeaddrinfo(found);
+    return name;
+  }
+  return "127.0.0.1";
+}
+
+void connect_to_lower(TcpTransport& transport, Store& store, int rank, int size, int peer,
+                      const tcp::Secret& secret, Deadline deadline) {
+  const auto endpoint = net::Endpoint::parse(store.get_string(address_key(peer), deadline.remaining()));
+  net::Socket socket = net::Socket::connect(endpoint.host, endpoint.port, deadline);
+  tcp::Hello hello{tcp::kHelloMagic, tcp::kProtocolVersion, 0, size, rank, {}};
+  std::copy(secret.begin(), secret.end(), hello.secret);
+  socket.write_all(&hello, sizeof hello, deadline);
+  uint8_t accepted = 0;
+  try {
+    socket.read_all(&accepted, 1, deadline);
+  } catch (const net::NetError&) {
+    accepted = 0;
+  }
+  if (accepted != 1) {
+    throw PeerError(peer, "rank " + std::to_string(peer) + " at " + endpoint.to_string() +
+                              " refused the connection of rank " + std::to_string(rank) +
+                              " (another job or a stale address in the store?)");
+  }
+  transport.adopt(peer, std::move(socket));
+}
+
+// Reads and checks a Hello; returns the connecting rank, or -1 (logged) if it is not one of ours.
+int check_hello(net::Socket& socket, int rank, int size, const tcp::Secret& secret,
+                const std::vector<bool>& connected, Deadline deadline) {
+  tcp::Hello hello{};
+  const std::string who = socket.peer_name();
+  try {
+    socket.read_all(&hello, sizeof hello, deadline.min(Deadline::after(Milliseconds(5000))));
+  } catch (const std::exception& e) {
+    COHORT_LOG(kWarn, "rank ", rank, ": dropped a connection from ", who, " that sent no hello (",
+               e.what(), ")");
+    return -1;
+  }
+  std::string problem;
+  if (hello.magic != tcp::kHelloMagic || hello.version != tcp::kProtocolVersion) {
+    problem = "it does not speak cohort's protocol";
+  } else if (!tcp::secrets_equal(hello.secret, secret.data())) {
+    problem = "it presented the wrong group secret";
+  } else if (hello.world_size != size) {
+    problem = "it believes the world size is " + std::to_string(hello.world_size);
+  } else if (hello.rank <= rank || hello.rank >= size || connected[hello.rank]) {
+    problem = "it claims rank " + std::to_string(hello.rank) + ", which is not expected here";
+  }
+  if (!problem.empty()) {
+    COHORT_LOG(kWarn, "rank ", rank, ": refused a connection from ", who, ": ", problem);
+    return -1;
+  }
+  return hello.rank;
+}
+
+void accept_from_higher(TcpTransport& transport, net::Listener& listener, int rank, int size,
+                        const tcp::Secret& secret, Deadline deadline) {
+  std::vector<bool> connected(size, false);
+  int remaining = size - 1 - rank;
+  while (remaining > 0) {
+    net::Socket socket = listener.accept(deadline);
+    if (!socket.valid()) {
+      std::string missing;
+      for (int r = rank + 1; r < size; ++r) {
+        if (!connected[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+      throw TimeoutError("rank " + std::to_string(rank) + " waited in vain for ranks " + missing +
+                         " to connect: they never started, or cannot reach this host");
+    }
+    const int peer = check_hello(socket, rank, size, secret, connected, deadline);
+    if (peer < 0) continue;
+    const uint8_t accepted = 1;
+    socket.write_all(&accepted, 1, deadline);
+    connected[peer] = true;
+    --remaining;
+    transport.adopt(peer, std::move(socket));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> connect_tcp_transport(std::shared_ptr<Store> store, int rank,
+                                                    int size, TcpTransportOptions options) {
+  COHORT_CHECK(store != nullptr, "a TCP transport needs a store");
+  COHORT_CHECK(size >= 1, "world size must be at least 1, got ", size);
+  COHORT_CHECK(rank >= 0 && rank < size, "rank ", rank, " is outside [0, ", size, ")");
+  const Deadline deadline = Deadline::after(options.timeout);
+  auto transport = std::make_unique<TcpTransport>(rank, size, options);
+  if (size == 1) return transport;
+
+  net::Listener listener = net::Listener::bind(options.bind_host, 0);
+  const std::string host = options.host.empty() ? default_advertised_host() : options.host;
+  store->set(address_key(rank), net::Endpoint{host, listener.port()}.to_string());
+  const tcp::Secret secret = agree_on_secret(*store, rank, deadline);
+
+  try {
+    for (int peer = 0; peer < rank; ++peer) {
+      connect_to_lower(*transport, *store, rank, size, peer, secret, deadline);
+    }
+    accept_from_higher(*transport, listener, rank, size, secret, deadline);
+  } catch (const net::NetError& e) {
+    throw PeerError(-1, std::string("building the TCP connections of rank ") +
+                            std::to_string(rank) + " failed: " + e.what());
+  }
+  listener.close();
+  transport->start();
+  COHORT_LOG(kDebug, "rank ", rank, ": TCP mesh of ", size, " ranks ready (secret ",
+             hex(secret.data(), 2), "..)");
+  return transport;
+}
+
+}  // namespace cohort

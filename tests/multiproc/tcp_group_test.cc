@@ -1,0 +1,105 @@
+// Groups over the TCP transport with ranks as threads of this process (the store is a
+// MemoryStore): the same collectives as the inproc sweeps, but through real sockets.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "cohort/comm/memory_store.h"
+#include "support/test_support.h"
+
+namespace cohort {
+namespace {
+
+using testing::run_ranks;
+
+std::vector<std::shared_ptr<Group>> make_tcp_groups(int world, GroupOptions options) {
+  auto store = std::make_shared<MemoryStore>();
+  options.host = "127.0.0.1";
+  std::vector<std::shared_ptr<Group>> groups(world);
+  run_ranks(world, [&](int rank) { groups[rank] = Group::create(store, rank, world, options); });
+  return groups;
+}
+
+TEST(TcpGroup, AllreduceEveryAlgorithmAndSize) {
+  for (int world : {2, 3, 4}) {
+    auto groups = make_tcp_groups(world, testing::quick_options());
+    run_ranks(world, [&](int rank) {
+      for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kDirect, Algorithm::kAuto}) {
+        for (size_t count : {size_t{0}, size_t{1}, size_t{1000}, size_t{(1 << 20) + 3}}) {
+          std::vector<float> data(count);
+          for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>(testing::sweep_value(ReduceOp::kSum, rank, i));
+          CollectiveOptions opts;
+          opts.algorithm = algorithm;
+          groups[rank]->allreduce(make_buffer(data), opts);
+          for (size_t i = 0; i < count; ++i) {
+            const double want = testing::sweep_expected(ReduceOp::kSum, world, i);
+            if (data[i] != want) {
+              testing::fail_if(*groups[rank], "element " + std::to_string(i) + " is " +
+                               std::to_string(data[i]) + ", want " + std::to_string(want),
+                               algorithm_name(algorithm), " count ", count, " world ", world);
+            }
+          }
+        }
+      }
+    });
+  }
+}
+
+TEST(TcpGroup, TimeoutNamesTheRanksThatNeverJoined) {
+  const int world = 3;
+  auto groups = make_tcp_groups(world, testing::quick_options(std::chrono::milliseconds(1500)));
+  std::vector<std::string> errors(world);
+  run_ranks(world, [&](int rank) {
+    std::vector<float> data(16, 1.0f);
+    groups[rank]->allreduce(make_buffer(data));  // #0 everyone
+    if (rank == 2) return;                       // rank 2 skips #1
+    try {
+      groups[rank]->allreduce(make_buffer(data));
+    } catch (const TimeoutError& e) {
+      errors[rank] = e.what();
+    }
+  });
+  for (int rank : {0, 1}) {
+    EXPECT_NE(errors[rank].find("allreduce #1"), std::string::npos) << errors[rank];
+    EXPECT_NE(errors[rank].find("never joined it: 2"), std::string::npos) << errors[rank];
+  }
+}
+
+TEST(TcpGroup, DebugModeNamesCountMismatch) {
+  const int world = 2;
+  GroupOptions options = testing::quick_options(std::chrono::milliseconds(5000));
+  options.debug_checks = true;
+  auto groups = make_tcp_groups(world, options);
+  std::vector<std::string> errors(world);
+  run_ranks(world, [&](int rank) {
+    std::vector<float> data(rank == 0 ? 100 : 99, 1.0f);
+    try {
+      groups[rank]->allreduce(make_buffer(data));
+    } catch (const InvalidArgument& e) {
+      errors[rank] = e.what();
+    }
+  });
+  for (int rank : {0, 1}) {
+    EXPECT_NE(errors[rank].find("ranks 0 called allreduce(count=100"), std::string::npos) << errors[rank];
+    EXPECT_NE(errors[rank].find("ranks 1 called allreduce(count=99"), std::string::npos) << errors[rank];
+  }
+}
+
+TEST(TcpGroup, BrokenGroupRefusesFurtherWork) {
+  const int world = 2;
+  auto groups = make_tcp_groups(world, testing::quick_options(std::chrono::milliseconds(1000)));
+  run_ranks(world, [&](int rank) {
+    std::vector<float> data(8, 1.0f);
+    if (rank == 0) {
+      EXPECT_THROW(groups[rank]->allreduce(make_buffer(data)), TimeoutError);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    // Both ranks: the group is broken now (rank 1 learnt it from rank 0's abort).
+    EXPECT_THROW(groups[rank]->allreduce(make_buffer(data)), TimeoutError);
+    EXPECT_THROW(groups[rank]->barrier(), TimeoutError);
+  });
+}
+
+}  // namespace
+}  // namespace cohort
