@@ -1,0 +1,42 @@
+// Starting and watching child processes in multi-process tests. Every wait has a deadline;
+// children still running when a ChildProcess is destroyed are killed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace cohort::testing {
+
+class ChildProcess {
+ public:
+  // Starts argv[0] with argv and the current environment plus `extra_env` ("K=V").
+  ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env);
+  ~ChildProcess();
+  ChildProcess(ChildProcess&& other) noexcept;
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Reads stdout until a line starting with `prefix` arrives; returns it, or "" at the timeout
+  // or end of output.
+  std::string wait_for_line(const std::string& prefix, std::chrono::milliseconds timeout);
+  // Waits for exit; returns the exit status (or 128 + signal), or -1 at the timeout.
+  int wait(std::chrono::milliseconds timeout);
+  void kill(int signal);
+  // Everything read from stdout so far.
+  const std::string& output() const { return output_; }
+
+ private:
+  bool read_more(std::chrono::milliseconds timeout);
+
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  std::string output_;
+  size_t scanned_ = 0;
+  int status_ = -1;
+};
+
+}  // namespace cohort::testing
