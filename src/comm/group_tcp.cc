@@ -1,10 +1,22 @@
 // Group::create: the default way to build a group across processes, over TCP.
+#include <arpa/inet.h>
+
 #include "cohort/comm/group.h"
 #include "cohort/comm/prefix_store.h"
 #include "cohort/comm/tcp_transport.h"
 #include "cohort/core/check.h"
 
 namespace cohort {
+
+namespace {
+// An IP literal names one interface: listen there only. A host name may map to addresses this
+// machine does not own (NAT, aliases), so then listen on every interface.
+bool is_ip_literal(const std::string& host) {
+  unsigned char buffer[sizeof(in6_addr)];
+  return inet_pton(AF_INET, host.c_str(), buffer) == 1 ||
+         inet_pton(AF_INET6, host.c_str(), buffer) == 1;
+}
+}  // namespace
 
 std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int size,
                                      GroupOptions options) {
@@ -16,6 +28,7 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
   auto group_store = std::make_shared<PrefixStore>("g/" + options.name, std::move(store));
   TcpTransportOptions tcp;
   tcp.host = options.host;
+  if (is_ip_literal(options.host)) tcp.bind_host = options.host;
   tcp.timeout = options.timeout;
   auto transport = connect_tcp_transport(group_store, rank, size, tcp);
   return std::make_shared<Group>(std::move(transport), group_store, std::move(options));

@@ -24,6 +24,20 @@ struct TcpStoreOptions {
   Milliseconds timeout = Store::kDefaultTimeout;  // default for get/wait and for connecting
 };
 
+// Everything a standalone server needs (TcpStore fills it from TcpStoreOptions).
+struct TcpStoreServerOptions {
+  std::string bind_host;  // interface to listen on ("" = all, IPv4 and IPv6)
+  uint16_t port = 0;      // 0 picks a free port
+  // Empty: COHORT_JOB_TOKEN; empty too: every client that can reach the port is served.
+  std::string token;
+  // A new connection must present its token, and every frame must arrive whole (its header
+  // and payload, plus 1 s per MiB of payload), within this time; a peer that stalls longer is
+  // dropped so that it cannot hold a connection slot forever.
+  Milliseconds frame_timeout{30'000};
+  // Connections beyond this are refused with an error reply and a logged warning.
+  int max_connections = 1024;
+};
+
 class TcpStoreServer;
 
 class TcpStore : public Store {
@@ -33,8 +47,12 @@ class TcpStore : public Store {
   using Store::wait;
 
   // Starts the server first when options.is_server, then connects to it as a client.
+  // Throws ConfigError when the server cannot listen (port in use), StoreError when the store
+  // cannot be reached within options.timeout or refuses the job token.
   explicit TcpStore(TcpStoreOptions options);
   ~TcpStore() override;
+  TcpStore(const TcpStore&) = delete;
+  TcpStore& operator=(const TcpStore&) = delete;
 
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, Milliseconds timeout) override;
@@ -62,7 +80,12 @@ class TcpStoreServer {
   // Listens on bind_host:port and serves until destroyed. Limits: keys up to 4 KiB, values up
   // to 64 MiB, 1024 connections; anything beyond is refused with a clear error.
   TcpStoreServer(const std::string& bind_host, uint16_t port, std::string token);
+  explicit TcpStoreServer(TcpStoreServerOptions options);
+  // Stops accepting, wakes blocked get/wait requests (their clients see StoreError), closes
+  // every connection and joins every thread.
   ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
   uint16_t port() const;
 
   class Impl;

@@ -212,6 +212,8 @@ void Connection::read_frame() {
     case kGoodbye: {
       std::lock_guard<std::mutex> lock(mutex_);
       peer_left_ = true;
+      // A failure already recorded explains more than the goodbye that follows it.
+      if (error_) return;
       auto error = std::make_exception_ptr(PeerError(
           peer_, "rank " + std::to_string(peer_) +
                      " closed its group while this rank still waited for a message from it"));

@@ -55,17 +55,26 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
     return connection(peer).post_recv(tag, data, bytes, deadline);
   }
 
+  // Tells every peer about the first failure this rank saw, even when a connection noticed it
+  // before the group called abort(): peers must learn the culprit from us, not from our exit.
   void abort(std::exception_ptr error) noexcept override {
-    if (!record_failure(error)) return;
+    record_failure(error);
+    std::exception_ptr first;
+    {
+      std::lock_guard<std::mutex> lock(failure_mutex_);
+      if (abort_sent_) return;
+      abort_sent_ = true;
+      first = failure_;
+    }
     try {
-      const std::string payload = tcp::encode_abort(WireError::from(error));
+      const std::string payload = tcp::encode_abort(WireError::from(first));
       for (auto& c : connections_) {
         if (c) c->send_control(tcp::kAbort, payload, Deadline::after(Milliseconds(1000)));
       }
     } catch (...) {
       // Best effort: peers still notice when our connections close.
     }
-    fail_all(error);
+    fail_all(first);
   }
 
   std::unique_ptr<Transport> split(const std::string& /*key*/, int new_rank, int new_size,
@@ -104,6 +113,7 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
   std::vector<std::unique_ptr<tcp::Connection>> connections_;
   std::mutex failure_mutex_;
   std::exception_ptr failure_;
+  bool abort_sent_ = false;
 };
 
 namespace {

@@ -1,0 +1,44 @@
+// How a rank comes to exist and join its group: as one thread of N over the in-process
+// transport, or as a process over TCP that a launcher started (cohort-bench itself, cohortrun,
+// torchrun, ...). Both run the same measurement loop (measure.h) and return an exit code.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "bench_config.h"
+
+namespace cohort::bench {
+
+// The launcher environment (docs/bench.md), read when RANK is set.
+inline constexpr const char* kEnvRank = "RANK";
+inline constexpr const char* kEnvWorldSize = "WORLD_SIZE";
+inline constexpr const char* kEnvMasterAddr = "MASTER_ADDR";
+inline constexpr const char* kEnvMasterPort = "MASTER_PORT";
+// Set by cohort-bench for its own children: the store already runs at MASTER_ADDR:MASTER_PORT
+// (hosted by the parent), so rank 0 must not start one.
+inline constexpr const char* kEnvStoreHosted = "COHORT_BENCH_STORE_HOSTED";
+
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  uint16_t master_port = 0;
+  bool store_hosted = false;  // else rank 0 hosts the store at master_port
+};
+
+// The launcher environment, or nullopt when RANK is unset (not started by a launcher).
+// Throws ConfigError when it is incomplete or malformed.
+std::optional<LaunchEnv> launch_env();
+
+// `config.ranks` threads of this process over one InprocFabric.
+int run_inproc(const BenchConfig& config);
+// This process as rank env.rank of env.world_size over TCP.
+int run_launched_rank(const BenchConfig& config, const LaunchEnv& env);
+
+// How long no rank may make progress before the watchdog ends the run: a collective's
+// deadline plus time for its error to be reported.
+Milliseconds watchdog_window(const BenchConfig& config);
+
+}  // namespace cohort::bench

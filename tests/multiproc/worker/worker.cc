@@ -1,0 +1,96 @@
+// One rank of a multi-process test. Usage:
+//   cohort_test_worker <store-port> <rank> <size> <scenario> [<param>]
+// It joins the group through the TCP store on 127.0.0.1:<store-port>, prints "READY" once the
+// group works, runs the scenario, and prints one line
+//   RESULT <ok|ErrorType> failed_rank=<r> seconds=<time from READY to result> | <message>
+// so that the test process can check what every rank saw, and how fast.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/comm/group.h"
+#include "cohort/comm/tcp_store.h"
+#include "cohort/core/error.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void report(const char* kind, int failed_rank, Clock::time_point since, const std::string& text) {
+  const double seconds = std::chrono::duration<double>(Clock::now() - since).count();
+  std::string one_line = text;  // the test reads one line per result
+  for (auto& c : one_line) c = c == '\n' ? ' ' : c;
+  std::printf("RESULT %s failed_rank=%d seconds=%.3f | %s\n", kind, failed_rank, seconds, one_line.c_str());
+  std::fflush(stdout);
+}
+
+// Allreduces forever (until an error, or `iterations`), checking every result.
+void allreduce_loop(cohort::Group& group, long iterations) {
+  std::vector<float> data(1 << 20);
+  for (long it = 0; it < iterations; ++it) {
+    std::fill(data.begin(), data.end(), 1.0f);
+    group.allreduce(cohort::make_buffer(data));
+    if (data[0] != static_cast<float>(group.size())) throw cohort::Error("wrong allreduce result");
+  }
+}
+
+void run_scenario(cohort::Group& group, const std::string& scenario, const std::string& param) {
+  std::vector<float> small(64, 1.0f);
+  if (scenario == "allreduce_loop") {
+    allreduce_loop(group, 1000000);
+  } else if (scenario == "allreduce_once") {
+    allreduce_loop(group, 3);
+  } else if (scenario == "skip_rank") {  // every rank but <param> calls an allreduce
+    if (group.rank() != std::atoi(param.c_str())) group.allreduce(cohort::make_buffer(small));
+    else std::this_thread::sleep_for(std::chrono::seconds(6));
+  } else if (scenario == "count_mismatch") {  // rank <param> passes one element more
+    std::vector<float> data(group.rank() == std::atoi(param.c_str()) ? 101 : 100, 1.0f);
+    group.allreduce(cohort::make_buffer(data));
+  } else if (scenario == "exit_early") {  // rank <param> exits without closing its group
+    if (group.rank() == std::atoi(param.c_str())) std::_Exit(3);
+    allreduce_loop(group, 1000000);
+  } else {
+    throw cohort::InvalidArgument("unknown scenario " + scenario);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: %s <store-port> <rank> <size> <scenario> [<param>]\n", argv[0]);
+    return 2;
+  }
+  const int rank = std::atoi(argv[2]);
+  const int size = std::atoi(argv[3]);
+  const std::string scenario = argv[4];
+  const std::string param = argc > 5 ? argv[5] : "";
+  auto since = Clock::now();
+  try {
+    cohort::TcpStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(std::atoi(argv[1]));
+    store_options.timeout = std::chrono::seconds(30);
+    auto store = std::make_shared<cohort::TcpStore>(store_options);
+    cohort::GroupOptions options;
+    options.host = "127.0.0.1";
+    auto group = cohort::Group::create(store, rank, size, options);
+    group->barrier();
+    std::printf("READY\n");
+    std::fflush(stdout);
+    since = Clock::now();
+    run_scenario(*group, scenario, param);
+    report("ok", -1, since, "");
+  } catch (const cohort::PeerError& e) {
+    report("PeerError", e.failed_rank(), since, e.what());
+  } catch (const cohort::TimeoutError& e) {
+    report("TimeoutError", -1, since, e.what());
+  } catch (const cohort::InvalidArgument& e) {
+    report("InvalidArgument", -1, since, e.what());
+  } catch (const std::exception& e) {
+    report("Error", -1, since, e.what());
+  }
+  return 0;
+}
