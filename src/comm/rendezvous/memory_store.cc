@@ -54,7 +54,11 @@ int64_t MemoryStore::add(const std::string& key, int64_t delta) {
     std::lock_guard<std::mutex> lock(mutex_);
     check_open();
     auto it = table_.find(key);
-    value = (it == table_.end() ? 0 : parse_counter(key, it->second)) + delta;
+    const int64_t current = it == table_.end() ? 0 : parse_counter(key, it->second);
+    if (__builtin_add_overflow(current, delta, &value)) {
+      throw InvalidArgument("store add('" + key + "', " + std::to_string(delta) +
+                            ") overflows the counter, which holds " + std::to_string(current));
+    }
     table_[key] = to_bytes(std::to_string(value));
   }
   changed_.notify_all();
