@@ -33,21 +33,36 @@ bool has_variant(CollectiveKind kind, Algorithm algorithm) {
   }
 }
 
-// Crossover points measured on loopback TCP, 2-4 ranks (docs/algorithms.md).
+// Note [Provisional crossovers]: the direct-allreduce thresholds come from the first
+// loopback-TCP runs (2-4 ranks); every other crossover here is provisional, reasoned from the
+// latency and bandwidth terms in docs/algorithms.md, until measured with cohort-bench (busbw
+// per size and world size, on each transport). `bytes` is the larger buffer of the call: the
+// output of an all-gather, the input of a reduce-scatter.
+constexpr size_t kTinyBytes = 16 * 1024;  // latency-bound: one round wins
+constexpr size_t kMidBytes = 1024 * 1024;  // beyond, bandwidth dominates: rings win
+constexpr int kTreeWorld = 16;             // from here the ring's 2(n-1) latency terms hurt
+
+Algorithm automatic_allreduce(size_t bytes, int world) {
+  if (bytes <= kTinyBytes || (world == 2 && bytes <= 64 * 1024)) return Algorithm::kDirect;
+  // With n = 3 the fold leaves halving-doubling no fewer steps than the ring.
+  if (world >= 4 && bytes <= kMidBytes) return Algorithm::kHalvingDoubling;
+  if (world >= kTreeWorld) return Algorithm::kTree;
+  return Algorithm::kRing;
+}
+
 Algorithm automatic(CollectiveKind kind, size_t bytes, int world) {
+  if (world <= 2 && kind != CollectiveKind::kAllreduce) return Algorithm::kDirect;  // all alike
   switch (kind) {
-    case CollectiveKind::kAllreduce:
-      if (bytes <= 16 * 1024 || (world == 2 && bytes <= 64 * 1024)) return Algorithm::kDirect;
-      return Algorithm::kRing;
+    case CollectiveKind::kAllreduce: return automatic_allreduce(bytes, world);
     case CollectiveKind::kBroadcast:
-      return Algorithm::kDirect;
+      return bytes <= kMidBytes ? Algorithm::kTree : Algorithm::kRing;
     case CollectiveKind::kReduce:
-      return Algorithm::kDirect;
+      return bytes <= kTinyBytes ? Algorithm::kDirect : Algorithm::kTree;
     case CollectiveKind::kAllgather:
     case CollectiveKind::kReduceScatter:
-      return Algorithm::kDirect;
-    default:
-      return Algorithm::kDirect;
+      if (bytes <= kTinyBytes) return Algorithm::kDirect;
+      return bytes <= kMidBytes ? Algorithm::kHalvingDoubling : Algorithm::kRing;
+    default: return Algorithm::kDirect;
   }
 }
 

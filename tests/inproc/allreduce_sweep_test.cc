@@ -14,14 +14,13 @@ const DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DTyp
                          DType::kInt8,    DType::kUInt8,   DType::kInt32,   DType::kInt64};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
                          ReduceOp::kProduct};
-const Algorithm kAlgorithms[] = {Algorithm::kRing, //TMP Algorithm::kTree,
-                                 Algorithm::kDirect,
-                                 Algorithm::kAuto};
+const Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kHalvingDoubling,
+                                 Algorithm::kDirect, Algorithm::kAuto};
 
 std::vector<size_t> small_counts(int world) {
-  // 0, 1, fewer than world, not divisible by world, spanning several ring segments.
-  return {0, 1, static_cast<size_t>(world > 1 ? world - 1 : 1),
-          static_cast<size_t>(13 * world + 1), 70001};
+  // 0, 1, fewer than world, not divisible by world, spanning several ring segments (dropped
+  // at COHORT_TEST_SCALE=small).
+  return testing::sweep_counts(world, 70001);
 }
 
 // Runs one allreduce on every rank and returns a description of the first wrong element, or "".
@@ -58,8 +57,9 @@ TEST_P(AllreduceSweep, EveryDTypeOpAlgorithmAndCount) {
         for (ReduceOp op : kOps) {
           for (size_t count : small_counts(world)) {
             const std::string error = check_allreduce(*groups[rank], count, dtype, op, algorithm);
-            testing::fail_if(*groups[rank], error, algorithm_name(algorithm), " ", dtype_name(dtype),
-                             " ", reduce_op_name(op), " count ", count, " world ", world);
+            testing::fail_if(*groups[rank], error, algorithm_name(algorithm), " ",
+                             dtype_name(dtype), " ", reduce_op_name(op), " count ", count,
+                             " world ", world);
           }
         }
       }
@@ -68,6 +68,7 @@ TEST_P(AllreduceSweep, EveryDTypeOpAlgorithmAndCount) {
 }
 
 TEST_P(AllreduceSweep, LargeFloat32Sum) {
+  if (testing::small_scale()) GTEST_SKIP() << "COHORT_TEST_SCALE=small";
   const int world = GetParam();
   auto groups = make_inproc_groups(world, testing::quick_options());
   run_ranks(world, [&](int rank) {
@@ -79,7 +80,7 @@ TEST_P(AllreduceSweep, LargeFloat32Sum) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(World, AllreduceSweep, ::testing::Range(1, 10));
+INSTANTIATE_TEST_SUITE_P(World, AllreduceSweep, ::testing::ValuesIn(testing::sweep_worlds()));
 
 }  // namespace
 }  // namespace cohort

@@ -129,3 +129,85 @@ bool matches(double got, double expected, DType dtype, ReduceOp op) {
 }
 
 }  // namespace cohort::testing
+
+namespace cohort::testing {
+
+bool small_scale() {
+  const char* scale = std::getenv("COHORT_TEST_SCALE");
+  return scale != nullptr && std::string(scale) == "small";
+}
+
+std::vector<int> sweep_worlds() {
+  if (small_scale()) return {1, 2, 3, 4, 5, 8};
+  return {1, 2, 3, 4, 5, 6, 7, 8, 9};
+}
+
+std::vector<size_t> sweep_small_counts(int world) {
+  const auto n = static_cast<size_t>(world);
+  return {0, 1, n > 1 ? n - 1 : 1, 13 * n + 1};
+}
+
+std::vector<size_t> sweep_counts(int world, size_t large) {
+  std::vector<size_t> counts = sweep_small_counts(world);
+  if (!small_scale() || large <= kSmallScaleMaxCount) counts.push_back(large);
+  return counts;
+}
+
+const std::vector<DType>& all_dtypes() {
+  static const std::vector<DType> dtypes = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
+                                            DType::kBFloat16, DType::kInt8,    DType::kUInt8,
+                                            DType::kInt32,    DType::kInt64};
+  return dtypes;
+}
+
+const std::vector<ReduceOp>& all_ops() {
+  static const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin,
+                                            ReduceOp::kMax, ReduceOp::kProduct};
+  return ops;
+}
+
+void fill_sweep(void* data, size_t count, DType dtype, ReduceOp op, int rank, size_t offset) {
+  for (size_t i = 0; i < count; ++i) {
+    write_element(data, i, dtype, sweep_value(op, rank, offset + i));
+  }
+}
+
+std::string check_sweep(const void* data, size_t count, DType dtype, ReduceOp op, int world,
+                        size_t offset) {
+  for (size_t i = 0; i < count; ++i) {
+    const double got = read_element(data, i, dtype);
+    const double want = sweep_expected(op, world, offset + i);
+    if (!matches(got, want, dtype, op)) {
+      return "element " + std::to_string(i) + ": got " + std::to_string(got) + ", want " +
+             std::to_string(want);
+    }
+  }
+  return "";
+}
+
+double movement_value(int rank, size_t index) {
+  // 31 and 7 are odd, so neighbouring ranks and neighbouring indices never collide mod 128.
+  return static_cast<double>((static_cast<size_t>(rank) * 31 + index * 7) % 128);
+}
+
+void fill_movement(void* data, size_t count, DType dtype, int rank, size_t offset) {
+  for (size_t i = 0; i < count; ++i)
+    write_element(data, i, dtype, movement_value(rank, offset + i));
+}
+
+std::string check_movement(const void* data, size_t count, DType dtype,
+                           const std::function<int(size_t)>& rank_of,
+                           const std::function<size_t(size_t)>& index_of) {
+  for (size_t i = 0; i < count; ++i) {
+    const double got = read_element(data, i, dtype);
+    const double want = movement_value(rank_of(i), index_of(i));
+    if (got != want) {
+      return "element " + std::to_string(i) + ": got " + std::to_string(got) + ", want " +
+             std::to_string(want) + " (rank " + std::to_string(rank_of(i)) + " index " +
+             std::to_string(index_of(i)) + ")";
+    }
+  }
+  return "";
+}
+
+}  // namespace cohort::testing

@@ -59,3 +59,42 @@ double sweep_expected(ReduceOp op, int world, size_t index);
 bool matches(double got, double expected, DType dtype, ReduceOp op);
 
 }  // namespace cohort::testing
+
+namespace cohort::testing {
+
+// COHORT_TEST_SCALE=small (the sanitizer legs of CI): sweeps keep world sizes
+// {1, 2, 3, 4, 5, 8} and skip counts above kSmallScaleMaxCount, so that the inproc suite
+// stays within minutes under TSan.
+bool small_scale();
+inline constexpr size_t kSmallScaleMaxCount = 10000;
+// World sizes to sweep: 1..9, or the small-scale subset.
+std::vector<int> sweep_worlds();
+// The counts a sweep over `world` ranks covers: 0, 1, fewer than world, not divisible by
+// world, and `large` (dropped at small scale when above kSmallScaleMaxCount).
+std::vector<size_t> sweep_counts(int world, size_t large);
+// The same without the large one.
+std::vector<size_t> sweep_small_counts(int world);
+
+// Every dtype and every reduce op, for sweeps.
+const std::vector<DType>& all_dtypes();
+const std::vector<ReduceOp>& all_ops();
+
+// Fills data[count] with sweep_value(op, rank, offset + i).
+void fill_sweep(void* data, size_t count, DType dtype, ReduceOp op, int rank, size_t offset = 0);
+// Checks data[count] against sweep_expected(op, world, offset + i); returns a description of
+// the first wrong element, or "".
+std::string check_sweep(const void* data, size_t count, DType dtype, ReduceOp op, int world,
+                        size_t offset = 0);
+
+// A value that tells apart (rank, index) and is exact in every dtype (0..127), for pure data
+// movement tests (broadcast, gather, all_to_all, ...).
+double movement_value(int rank, size_t index);
+// Fills data[count] with movement_value(rank, offset + i).
+void fill_movement(void* data, size_t count, DType dtype, int rank, size_t offset = 0);
+// Returns a description of the first element of data[count] that differs from
+// movement_value(rank_of(i), index_of(i)), or "".
+std::string check_movement(const void* data, size_t count, DType dtype,
+                           const std::function<int(size_t)>& rank_of,
+                           const std::function<size_t(size_t)>& index_of);
+
+}  // namespace cohort::testing

@@ -1,0 +1,72 @@
+// Gather to every root over world sizes x counts x every dtype. Gather has only the linear
+// algorithm; every other algorithm request must fall back to it (docs/algorithms.md).
+#include <gtest/gtest.h>
+
+#include "support/test_support.h"
+
+namespace cohort {
+namespace {
+
+using testing::make_inproc_groups;
+using testing::run_ranks;
+
+const Algorithm kRequests[] = {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kRing,
+                               Algorithm::kTree, Algorithm::kHalvingDoubling};
+
+std::string check_gather(Group& group, size_t count, DType dtype, int root, Algorithm algorithm) {
+  const size_t esize = dtype_size(dtype);
+  const auto n = static_cast<size_t>(group.size());
+  std::vector<uint8_t> in(count * esize + 1);
+  testing::fill_movement(in.data(), count, dtype, group.rank());
+  // Only the root's output matters; the others pass an empty one.
+  const bool is_root = group.rank() == root;
+  std::vector<uint8_t> out(is_root ? n * count * esize + 1 : 1, 0xEE);
+  CollectiveOptions opts;
+  opts.root = root;
+  opts.algorithm = algorithm;
+  group.gather(ConstBuffer{in.data(), count, dtype},
+               Buffer{out.data(), is_root ? n * count : 0, dtype}, opts);
+  if (out.back() != 0xEE) return "wrote past the end of the output";
+  if (!is_root) return "";
+  return testing::check_movement(
+      out.data(), n * count, dtype, [&](size_t i) { return static_cast<int>(i / count); },
+      [&](size_t i) { return i % count; });
+}
+
+class GatherSweep : public ::testing::TestWithParam<int> {};
+
+TEST_P(GatherSweep, EveryRootDTypeAndCount) {
+  const int world = GetParam();
+  auto groups = make_inproc_groups(world, testing::quick_options());
+  run_ranks(world, [&](int rank) {
+    Group& group = *groups[rank];
+    for (DType dtype : testing::all_dtypes()) {
+      for (size_t count : testing::sweep_counts(world, 30011)) {
+        for (int root = 0; root < world; ++root) {
+          testing::fail_if(group, check_gather(group, count, dtype, root, Algorithm::kAuto),
+                           "gather ", dtype_name(dtype), " count ", count, " root ", root,
+                           " world ", world);
+        }
+      }
+    }
+  });
+}
+
+TEST_P(GatherSweep, EveryAlgorithmRequestFallsBack) {
+  const int world = GetParam();
+  auto groups = make_inproc_groups(world, testing::quick_options());
+  run_ranks(world, [&](int rank) {
+    for (Algorithm algorithm : kRequests) {
+      for (size_t count : testing::sweep_small_counts(world)) {
+        testing::fail_if(*groups[rank],
+                         check_gather(*groups[rank], count, DType::kInt32, world - 1, algorithm),
+                         "gather ", algorithm_name(algorithm), " count ", count, " world ", world);
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(World, GatherSweep, ::testing::ValuesIn(testing::sweep_worlds()));
+
+}  // namespace
+}  // namespace cohort
