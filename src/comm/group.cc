@@ -297,6 +297,11 @@ std::shared_ptr<Work> Group::all_to_all_async(ConstBuffer in, Buffer out,
   COHORT_CHECK_EQ(in.count, out.count, "all_to_all: input and output counts differ");
   COHORT_CHECK(in.count % static_cast<size_t>(size()) == 0, "all_to_all: count ", in.count,
                " is not divisible by the group size ", size());
+  const auto* in_begin = static_cast<const uint8_t*>(in.data);
+  const auto* out_begin = static_cast<const uint8_t*>(out.data);
+  COHORT_CHECK(in.bytes() == 0 || in_begin + in.bytes() <= out_begin ||
+                   out_begin + out.bytes() <= in_begin,
+               "all_to_all: input and output overlap; it cannot run in place");
   const size_t block_bytes = in.bytes() / static_cast<size_t>(size());
   return impl_->submit(collective(
       {CollectiveKind::kAllToAll, in.count, in.dtype}, impl_->timeout_for(opts),

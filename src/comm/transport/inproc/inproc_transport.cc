@@ -65,6 +65,14 @@ class InprocTransport::RecvRequest final : public Request {
       : transport_(transport), peer_(peer), tag_(tag), posted_(std::move(posted)),
         deadline_(deadline) {}
 
+  // Dropped without wait() (an error unwound past it): withdraw the receive so that a later
+  // message is not copied into memory the caller has freed.
+  ~RecvRequest() override {
+    auto& box = *transport_->fabric_->mailboxes_[transport_->rank_];
+    std::lock_guard<std::mutex> lock(box.mutex);
+    if (!posted_->done) unpost(box);
+  }
+
   void wait() override {
     auto& fabric = *transport_->fabric_;
     auto& box = *fabric.mailboxes_[transport_->rank_];

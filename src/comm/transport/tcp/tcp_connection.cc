@@ -19,6 +19,20 @@ class Connection::RecvRequest final : public Request {
   RecvRequest(Connection& connection, Tag tag, std::shared_ptr<Pending> pending, Deadline deadline)
       : connection_(connection), tag_(tag), pending_(std::move(pending)), deadline_(deadline) {}
 
+  // A request dropped without wait() (an error unwound past it) must not leave its buffer
+  // posted: a message arriving later would be written into memory the caller has freed.
+  ~RecvRequest() override {
+    auto& c = connection_;
+    std::unique_lock<std::mutex> lock(c.mutex_);
+    if (pending_->done) return;
+    if (pending_->claimed) {
+      c.socket_.shutdown();
+      c.changed_.wait(lock, [&] { return pending_->done; });
+      return;
+    }
+    c.remove_posted(tag_, pending_);
+  }
+
   void wait() override {
     auto& c = connection_;
     std::unique_lock<std::mutex> lock(c.mutex_);
