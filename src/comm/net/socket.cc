@@ -212,6 +212,12 @@ void Socket::write_all(const void* data, size_t bytes, Deadline deadline) {
 }
 
 void Socket::write_all(iovec* parts, int count, Deadline deadline) {
+  while (!write_available(parts, count)) {
+    if (!poll_until(fd_, POLLOUT, deadline)) throw TimeoutError("send timed out");
+  }
+}
+
+bool Socket::write_available(iovec*& parts, int& count) {
   while (count > 0) {
     if (parts->iov_len == 0) {
       ++parts;
@@ -221,13 +227,10 @@ void Socket::write_all(iovec* parts, int count, Deadline deadline) {
     msghdr msg{};
     msg.msg_iov = parts;
     msg.msg_iovlen = static_cast<size_t>(count);
-    const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+    const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (!poll_until(fd_, POLLOUT, deadline)) throw TimeoutError("send timed out");
-        continue;
-      }
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
       throw_errno("send failed", errno);
     }
     size_t done = static_cast<size_t>(n);
@@ -241,6 +244,7 @@ void Socket::write_all(iovec* parts, int count, Deadline deadline) {
       parts->iov_len -= done;
     }
   }
+  return true;
 }
 
 void Socket::read_all(void* data, size_t bytes, Deadline deadline) {

@@ -59,6 +59,9 @@ class Socket {
   void write_all(const void* data, size_t bytes, Deadline deadline);
   // Writes every byte of the iovecs (modified in place as they are consumed).
   void write_all(struct iovec* parts, int count, Deadline deadline);
+  // Writes what the socket takes without blocking; advances parts/count past what was written
+  // and returns true when nothing is left.
+  bool write_available(struct iovec*& parts, int& count);
   void read_all(void* data, size_t bytes, Deadline deadline);
   // Waits until the socket is readable (or closed) or the deadline passes; false on timeout.
   bool wait_readable(Deadline deadline);

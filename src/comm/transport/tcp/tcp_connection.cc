@@ -69,6 +69,53 @@ class Connection::RecvRequest final : public Request {
   Deadline deadline_;
 };
 
+// Note [Outbox]: a send first writes on the caller's thread as much as the socket takes
+// without blocking (a small message goes out at once, with no thread hand-off). Whatever is
+// left waits in the outbox, which the sender thread writes in order, so that isend returns
+// at once and an algorithm can receive and reduce while its large sends stream out. Frames
+// leave in the order they were queued, inline writes only happen on an empty outbox.
+// A send request, like a receive (Note [Claimed receives]), never returns while the sender
+// thread may still read the caller's buffer.
+
+class Connection::SendRequest final : public Request {
+ public:
+  SendRequest(Connection& connection, std::shared_ptr<Outgoing> frame)
+      : connection_(connection), frame_(std::move(frame)) {}
+
+  void wait() override {
+    auto& c = connection_;
+    std::unique_lock<std::mutex> lock(c.send_mutex_);
+    c.send_changed_.wait_until(lock, frame_->deadline.at(), [&] { return frame_->done; });
+    if (!frame_->done) {
+      abandon(lock);
+      throw TimeoutError("send of " + std::to_string(frame_->header.bytes) + " bytes to rank " +
+                         std::to_string(c.peer_) + " timed out: it is not reading");
+    }
+    if (frame_->error) std::rethrow_exception(frame_->error);
+  }
+
+  ~SendRequest() override {
+    std::unique_lock<std::mutex> lock(connection_.send_mutex_);
+    if (!frame_->done) abandon(lock);
+  }
+
+ private:
+  // Takes the frame back from the sender thread: out of the outbox if it has not started,
+  // otherwise by breaking the connection (half a frame on the wire cannot be taken back).
+  void abandon(std::unique_lock<std::mutex>& lock) {
+    auto& c = connection_;
+    if (!frame_->writing) {
+      c.drop_from_outbox(frame_);
+      return;
+    }
+    c.socket_.shutdown();
+    c.send_changed_.wait(lock, [&] { return frame_->done; });
+  }
+
+  Connection& connection_;
+  std::shared_ptr<Outgoing> frame_;
+};
+
 Connection::Connection(net::Socket socket, int local_rank, int peer_rank, FailureSink& sink)
     : socket_(std::move(socket)), rank_(local_rank), peer_(peer_rank),
       peer_address_(socket_.peer_name()), sink_(sink) {}
@@ -78,52 +125,125 @@ Connection::~Connection() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
+  {
+    std::lock_guard<std::mutex> lock(send_mutex_);
+    sender_stop_ = true;
+  }
+  send_changed_.notify_all();
   socket_.shutdown();
+  if (sender_.joinable()) sender_.join();
   if (reader_.joinable()) reader_.join();
 }
 
-void Connection::start_reader() {
+void Connection::start() {
   reader_ = std::thread([this] { reader_loop(); });
+  sender_ = std::thread([this] { sender_loop(); });
 }
 
 // ---------------------------------------------------------------- sending
 
-void Connection::send(Tag tag, const void* data, size_t bytes, Deadline deadline) {
-  FrameHeader header{kFrameMagic, kData, {0, 0, 0}, tag.channel, tag.step, bytes};
-  iovec parts[2] = {{&header, sizeof header}, {const_cast<void*>(data), bytes}};
-  std::unique_lock<std::timed_mutex> lock(send_mutex_, std::defer_lock);
-  if (!lock.try_lock_until(deadline.at())) {
-    throw TimeoutError("send to rank " + std::to_string(peer_) + " timed out waiting its turn");
-  }
+std::unique_ptr<Request> Connection::send(Tag tag, const void* data, size_t bytes,
+                                          Deadline deadline) {
   {
     std::lock_guard<std::mutex> state(mutex_);
     if (error_) std::rethrow_exception(error_);
   }
-  try {
-    socket_.write_all(parts, 2, deadline);
-  } catch (const TimeoutError&) {
-    throw TimeoutError("send of " + std::to_string(bytes) + " bytes to rank " +
-                       std::to_string(peer_) + " timed out: it is not reading");
-  } catch (const net::NetError& e) {
-    auto error = std::make_exception_ptr(PeerError(
-        peer_, "lost the connection to rank " + std::to_string(peer_) + " (" + peer_address_ +
-                   ") while sending: " + e.what() + "; its process probably died"));
-    sink_.on_connection_failed(peer_, error);
-    std::rethrow_exception(error);
-  }
+  auto frame = std::make_shared<Outgoing>();
+  frame->header = FrameHeader{kFrameMagic, kData, {0, 0, 0}, tag.channel, tag.step, bytes};
+  frame->parts[1] = {const_cast<void*>(data), bytes};
+  frame->deadline = deadline;
+  return enqueue(std::move(frame), /*control=*/false);
 }
 
 void Connection::send_control(FrameType type, const std::string& payload,
                               Deadline deadline) noexcept {
   try {
-    FrameHeader header{kFrameMagic, type, {0, 0, 0}, 0, 0, payload.size()};
-    iovec parts[2] = {{&header, sizeof header}, {const_cast<char*>(payload.data()), payload.size()}};
-    std::unique_lock<std::timed_mutex> lock(send_mutex_, std::defer_lock);
-    if (!lock.try_lock_until(deadline.at())) return;  // a send is stuck; the peer sees EOF later
-    socket_.write_all(parts, 2, deadline);
+    auto frame = std::make_shared<Outgoing>();
+    frame->header = FrameHeader{kFrameMagic, type, {0, 0, 0}, 0, 0, payload.size()};
+    frame->payload = payload;
+    frame->parts[1] = {frame->payload.data(), frame->payload.size()};
+    frame->deadline = deadline;
+    enqueue(std::move(frame), /*control=*/true)->wait();
   } catch (...) {
-    // Best effort: the peer will notice the closed connection instead.
+    // Best effort: the peer notices the closed connection instead.
   }
+}
+
+std::unique_ptr<Request> Connection::enqueue(std::shared_ptr<Outgoing> frame, bool control) {
+  frame->parts[0] = {&frame->header, sizeof frame->header};
+  std::unique_lock<std::mutex> lock(send_mutex_);
+  if (send_error_) std::rethrow_exception(send_error_);
+  if (!control && sender_stop_) throw PeerError(peer_, "the connection is closing");
+  if (outbox_.empty()) {
+    try {
+      if (socket_.write_available(frame->next, frame->left)) return std::make_unique<CompletedRequest>();
+    } catch (const net::NetError& e) {
+      send_error_ = lost_while_sending(e.what());
+      lock.unlock();
+      sink_.on_connection_failed(peer_, send_error_);
+      std::rethrow_exception(send_error_);
+    }
+  }
+  outbox_.push_back(frame);
+  send_changed_.notify_all();
+  return std::make_unique<SendRequest>(*this, std::move(frame));
+}
+
+void Connection::sender_loop() noexcept {
+  std::unique_lock<std::mutex> lock(send_mutex_);
+  for (;;) {
+    send_changed_.wait(lock, [&] { return !outbox_.empty() || sender_stop_; });
+    if (outbox_.empty()) return;  // stopping, nothing left
+    auto frame = outbox_.front();
+    frame->writing = true;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      socket_.write_all(frame->next, frame->left, frame->deadline);
+    } catch (const net::NetError& e) {
+      error = lost_while_sending(e.what());
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    finish_send(frame, error);
+    if (error && !send_error_) {
+      // A half-written frame leaves the stream out of step: nothing more can go out.
+      send_error_ = error;
+      for (auto& queued : outbox_) {
+        queued->done = true;
+        queued->error = error;
+      }
+      outbox_.clear();
+      lock.unlock();
+      sink_.on_connection_failed(peer_, error);
+      lock.lock();
+    }
+    send_changed_.notify_all();
+  }
+}
+
+void Connection::finish_send(const std::shared_ptr<Outgoing>& frame, std::exception_ptr error) {
+  if (!outbox_.empty() && outbox_.front() == frame) outbox_.pop_front();
+  frame->writing = false;
+  frame->done = true;
+  frame->error = error;
+}
+
+void Connection::drop_from_outbox(const std::shared_ptr<Outgoing>& frame) {
+  for (auto it = outbox_.begin(); it != outbox_.end(); ++it) {
+    if (*it == frame) {
+      outbox_.erase(it);
+      break;
+    }
+  }
+  frame->done = true;
+}
+
+std::exception_ptr Connection::lost_while_sending(const std::string& reason) const {
+  return std::make_exception_ptr(PeerError(
+      peer_, "lost the connection to rank " + std::to_string(peer_) + " (" + peer_address_ +
+                 ") while sending: " + reason + "; its process probably died"));
 }
 
 // ---------------------------------------------------------------- receiving

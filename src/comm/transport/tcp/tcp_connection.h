@@ -1,5 +1,7 @@
-// One rank's end of the connection to one peer: sends frames on the caller's thread, and runs a
-// reader thread that matches incoming messages to posted receives (Note [Claimed receives]).
+// One rank's end of the connection to one peer. Sends are written on the caller's thread while
+// the socket takes them without blocking, and by a sender thread from there on
+// (Note [Outbox]); a reader thread matches incoming messages to posted receives
+// (Note [Claimed receives]).
 #pragma once
 
 #include <condition_variable>
@@ -9,6 +11,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include <sys/uio.h>
 
 #include "cohort/comm/transport.h"
 #include "net/socket.h"
@@ -28,8 +32,10 @@ class Connection {
   Connection(net::Socket socket, int local_rank, int peer_rank, FailureSink& sink);
   ~Connection();  // stops and joins the reader thread
 
-  void start_reader();
-  void send(Tag tag, const void* data, size_t bytes, Deadline deadline);
+  void start();  // the reader and sender threads
+  std::unique_ptr<Request> send(Tag tag, const void* data, size_t bytes, Deadline deadline);
+  // Queues a control frame (abort, goodbye) even on a failed transport, and waits up to
+  // `deadline` for it to be written. Never throws.
   void send_control(FrameType type, const std::string& payload, Deadline deadline) noexcept;
   std::unique_ptr<Request> post_recv(Tag tag, void* data, size_t bytes, Deadline deadline);
   // Fails every pending and future receive with `error` (the transport is broken).
@@ -49,7 +55,26 @@ class Connection {
     std::unique_ptr<uint8_t[]> data;
     size_t bytes = 0;
   };
+  // A frame waiting in the outbox, or being written by the sender thread.
+  struct Outgoing {
+    FrameHeader header{};
+    std::string payload;  // control frames own their payload; data frames point at the caller's
+    iovec parts[2]{};
+    iovec* next = parts;  // first part not fully written
+    int left = 2;         // parts not fully written
+    Deadline deadline = Deadline::never();
+    bool writing = false;
+    bool done = false;
+    std::exception_ptr error;
+  };
   class RecvRequest;
+  class SendRequest;
+
+  std::unique_ptr<Request> enqueue(std::shared_ptr<Outgoing> frame, bool control);
+  void sender_loop() noexcept;
+  void finish_send(const std::shared_ptr<Outgoing>& frame, std::exception_ptr error);
+  void drop_from_outbox(const std::shared_ptr<Outgoing>& frame);
+  std::exception_ptr lost_while_sending(const std::string& reason) const;
 
   void reader_loop() noexcept;
   void read_frame();
@@ -66,7 +91,13 @@ class Connection {
   const int peer_;
   const std::string peer_address_;
   FailureSink& sink_;
-  std::timed_mutex send_mutex_;
+
+  std::mutex send_mutex_;  // guards the socket's write side and the outbox
+  std::condition_variable send_changed_;
+  std::deque<std::shared_ptr<Outgoing>> outbox_;
+  std::exception_ptr send_error_;  // the write side broke: nothing more can be sent
+  bool sender_stop_ = false;
+  std::thread sender_;
 
   std::mutex mutex_;  // guards everything below
   std::condition_variable changed_;

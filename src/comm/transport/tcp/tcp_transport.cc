@@ -36,7 +36,7 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
   }
   void start() {
     for (auto& c : connections_) {
-      if (c) c->start_reader();
+      if (c) c->start();
     }
   }
 
@@ -46,8 +46,7 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
 
   std::unique_ptr<Request> isend(int peer, Tag tag, const void* data, size_t bytes,
                                  Deadline deadline) override {
-    connection(peer).send(tag, data, bytes, deadline);
-    return std::make_unique<CompletedRequest>();
+    return connection(peer).send(tag, data, bytes, deadline);
   }
 
   std::unique_ptr<Request> irecv(int peer, Tag tag, void* data, size_t bytes,
