@@ -14,8 +14,9 @@ GroupOptions GroupOptions::resolved() const {
   GroupOptions out = *this;
   if (out.timeout.count() <= 0) {
     const auto seconds = env_double("COHORT_TIMEOUT_S");
-    if (seconds && *seconds <= 0) {
-      throw ConfigError("COHORT_TIMEOUT_S must be a positive number of seconds, got " +
+    constexpr double kMaxSeconds = 30.0 * 24 * 3600;  // 30 days: beyond, a typo, not a wish
+    if (seconds && (*seconds <= 0 || *seconds > kMaxSeconds)) {
+      throw ConfigError("COHORT_TIMEOUT_S must be a number of seconds in (0, 2592000], got " +
                         std::to_string(*seconds));
     }
     out.timeout = Milliseconds(static_cast<int64_t>((seconds ? *seconds : 300.0) * 1000.0));

@@ -1,6 +1,7 @@
 #include "cohort/core/env.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 #include "cohort/core/error.h"
@@ -32,7 +33,7 @@ std::optional<double> env_double(const char* name) {
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(text->c_str(), &end);
-  if (errno != 0 || end == text->c_str() || *end != '\0') {
+  if (errno != 0 || end == text->c_str() || *end != '\0' || !std::isfinite(v)) {
     throw ConfigError(std::string("environment variable ") + name + "='" + *text +
                       "' is not a number");
   }

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "cohort/comm/group.h"
+
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
@@ -83,10 +85,42 @@ TEST_F(EnvTest, MalformedIntegersThrowConfigErrorNamingTheVariable) {
 }
 
 TEST_F(EnvTest, MalformedDoublesThrowConfigErrorNamingTheVariable) {
-  for (const char* bad : {"fast", "1.5s", "1e999", "--1", "."}) {
+  for (const char* bad : {"fast", "1.5s", "1e999", "--1", ".", "nan", "inf", "-inf"}) {
     set(bad);
     expect_config_error([] { env_double(kName); }, bad);
   }
+}
+
+}  // namespace
+}  // namespace cohort
+
+namespace cohort {
+namespace {
+
+// COHORT_TIMEOUT_S must be a sane number of seconds: values that would overflow the
+// millisecond conversion (or mean "never" by accident) are configuration errors.
+TEST(GroupOptionsEnv, TimeoutOutOfRangeIsAConfigError) {
+  for (const char* bad : {"0", "-5", "1e300", "nan"}) {
+    setenv("COHORT_TIMEOUT_S", bad, 1);
+    EXPECT_THROW(GroupOptions{}.resolved(), ConfigError) << bad;
+  }
+  setenv("COHORT_TIMEOUT_S", "2.5", 1);
+  EXPECT_EQ(GroupOptions{}.resolved().timeout, Milliseconds(2500));
+  unsetenv("COHORT_TIMEOUT_S");
+  EXPECT_EQ(GroupOptions{}.resolved().timeout, Milliseconds(300'000));
+}
+
+TEST(GroupOptionsEnv, UnknownAlgorithmOrDebugModeIsAConfigError) {
+  setenv("COHORT_ALGO", "fastest", 1);
+  EXPECT_THROW(GroupOptions{}.resolved(), ConfigError);
+  setenv("COHORT_ALGO", "hd", 1);
+  EXPECT_EQ(GroupOptions{}.resolved().algorithm, Algorithm::kHalvingDoubling);
+  unsetenv("COHORT_ALGO");
+  setenv("COHORT_DEBUG", "verbose", 1);
+  EXPECT_THROW(GroupOptions{}.resolved(), ConfigError);
+  setenv("COHORT_DEBUG", "detail", 1);
+  EXPECT_TRUE(GroupOptions{}.resolved().debug_checks);
+  unsetenv("COHORT_DEBUG");
 }
 
 }  // namespace

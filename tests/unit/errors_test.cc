@@ -98,6 +98,8 @@ TEST(WireErrorTest, EachKindSurvivesTheTrip) {
                         {make(TimeoutError("too slow")), WireError::kTimeout},
                         {make(ProtocolError("bad frame")), WireError::kProtocol},
                         {make(InvalidArgument("bad count")), WireError::kInvalid},
+                        {make(StoreError("store gone")), WireError::kStore},
+                        {make(ConfigError("bad knob")), WireError::kConfig},
                         {make(std::runtime_error("other")), WireError::kGeneric}};
   for (const auto& c : cases) {
     const WireError wire = WireError::from(c.error);
@@ -115,6 +117,10 @@ TEST(WireErrorTest, EachKindSurvivesTheTrip) {
       EXPECT_EQ(c.kind, WireError::kProtocol);
     } catch (const InvalidArgument& e) {
       EXPECT_EQ(c.kind, WireError::kInvalid);
+    } catch (const StoreError& e) {
+      EXPECT_EQ(c.kind, WireError::kStore);
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(c.kind, WireError::kConfig);
     } catch (const Error& e) {
       EXPECT_EQ(c.kind, WireError::kGeneric);
       EXPECT_TRUE(contains(e.what(), "other")) << e.what();
@@ -151,6 +157,20 @@ TEST(WireErrorTest, UnknownExceptionBecomesGeneric) {
   EXPECT_EQ(wire.kind, WireError::kGeneric);
   EXPECT_EQ(wire.failed_rank, -1);
   EXPECT_THROW(wire.rethrow(4), Error);
+}
+
+}  // namespace
+}  // namespace cohort
+
+namespace cohort {
+namespace {
+
+TEST(DeadlineTest, HugeTimeoutsSaturateToNever) {
+  const Deadline d = Deadline::after(Milliseconds::max());
+  EXPECT_FALSE(d.expired());
+  EXPECT_EQ(d.at(), Clock::time_point::max());
+  EXPECT_GT(d.remaining().count(), 0);
+  EXPECT_TRUE(Deadline::after(Milliseconds(0)).expired());
 }
 
 }  // namespace

@@ -82,7 +82,10 @@ class CompletedRequest final : public Request {
 // Carries an error across processes in abort messages: the kind survives the trip, so a
 // timeout on one rank is a TimeoutError on every rank.
 struct WireError {
-  enum Kind : uint8_t { kGeneric = 0, kTimeout = 1, kPeer = 2, kProtocol = 3, kInvalid = 4 };
+  enum Kind : uint8_t {
+    kGeneric = 0, kTimeout = 1, kPeer = 2, kProtocol = 3, kInvalid = 4, kStore = 5, kConfig = 6
+  };
+  static constexpr uint8_t kLastKind = kConfig;
   Kind kind = kGeneric;
   int32_t failed_rank = -1;
   std::string message;

@@ -10,7 +10,12 @@ using Milliseconds = std::chrono::milliseconds;
 
 class Deadline {
  public:
-  static Deadline after(Milliseconds timeout) { return Deadline(Clock::now() + timeout); }
+  // Saturates: a timeout too large to add to now() means never.
+  static Deadline after(Milliseconds timeout) {
+    const auto now = Clock::now();
+    const auto room = std::chrono::duration_cast<Milliseconds>(Clock::time_point::max() - now);
+    return timeout >= room ? never() : Deadline(now + timeout);
+  }
   static Deadline never() { return Deadline(Clock::time_point::max()); }
   explicit Deadline(Clock::time_point at) : at_(at) {}
 

@@ -16,6 +16,10 @@ WireError WireError::from(std::exception_ptr error) {
     out = {kProtocol, -1, e.what()};
   } catch (const InvalidArgument& e) {
     out = {kInvalid, -1, e.what()};
+  } catch (const StoreError& e) {
+    out = {kStore, -1, e.what()};
+  } catch (const ConfigError& e) {
+    out = {kConfig, -1, e.what()};
   } catch (const std::exception& e) {
     out = {kGeneric, -1, e.what()};
   } catch (...) {
@@ -40,6 +44,8 @@ std::exception_ptr WireError::as_exception(int reporting_rank) const {
     case kTimeout: return std::make_exception_ptr(TimeoutError(text));
     case kProtocol: return std::make_exception_ptr(ProtocolError(text));
     case kInvalid: return std::make_exception_ptr(InvalidArgument(text));
+    case kStore: return std::make_exception_ptr(StoreError(text));
+    case kConfig: return std::make_exception_ptr(ConfigError(text));
     case kGeneric: break;
   }
   return std::make_exception_ptr(Error(text));

@@ -18,7 +18,7 @@ std::string encode_abort(const WireError& error) {
 }
 
 WireError decode_abort(const std::string& payload) {
-  if (payload.size() < 5 || static_cast<uint8_t>(payload[0]) > WireError::kInvalid) {
+  if (payload.size() < 5 || static_cast<uint8_t>(payload[0]) > WireError::kLastKind) {
     throw ProtocolError("malformed abort frame (" + std::to_string(payload.size()) + " bytes)");
   }
   WireError out;
