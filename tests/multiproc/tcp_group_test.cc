@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "cohort/comm/memory_store.h"
+#include "net/socket.h"
 #include "support/test_support.h"
 
 namespace cohort {
@@ -13,9 +14,10 @@ namespace {
 
 using testing::run_ranks;
 
-std::vector<std::shared_ptr<Group>> make_tcp_groups(int world, GroupOptions options) {
+std::vector<std::shared_ptr<Group>> make_tcp_groups(int world, GroupOptions options,
+                                                    const std::string& host = "127.0.0.1") {
   auto store = std::make_shared<MemoryStore>();
-  options.host = "127.0.0.1";
+  options.host = host;
   std::vector<std::shared_ptr<Group>> groups(world);
   run_ranks(world, [&](int rank) { groups[rank] = Group::create(store, rank, world, options); });
   return groups;
@@ -98,6 +100,58 @@ TEST(TcpGroup, BrokenGroupRefusesFurtherWork) {
     // Both ranks: the group is broken now (rank 1 learnt it from rank 0's abort).
     EXPECT_THROW(groups[rank]->allreduce(make_buffer(data)), TimeoutError);
     EXPECT_THROW(groups[rank]->barrier(), TimeoutError);
+  });
+}
+
+bool has_ipv6_loopback() {
+  try {
+    net::Listener::bind("::1", 0);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+TEST(TcpGroup, WorksOverIPv6) {
+  if (!has_ipv6_loopback()) GTEST_SKIP() << "no IPv6 loopback (::1) on this machine";
+  const int world = 3;
+  auto groups = make_tcp_groups(world, testing::quick_options(), "::1");
+  run_ranks(world, [&](int rank) {
+    std::vector<int64_t> data(1000, rank + 1);
+    groups[rank]->allreduce(make_buffer(data));
+    testing::fail_if(*groups[rank], data[999] == 6 ? "" : "wrong sum " + std::to_string(data[999]),
+                     "ipv6 allreduce");
+  });
+}
+
+TEST(TcpGroup, SplitBuildsWorkingSubgroups) {
+  const int world = 4;
+  auto groups = make_tcp_groups(world, testing::quick_options());
+  run_ranks(world, [&](int rank) {
+    // Even and odd ranks; keys reverse the order inside each subgroup.
+    auto sub = groups[rank]->split(rank % 2, -rank);
+    std::vector<float> data(100000, static_cast<float>(rank));
+    sub->allreduce(make_buffer(data));
+    const float want = rank % 2 == 0 ? 0.0f + 2.0f : 1.0f + 3.0f;
+    testing::fail_if(*groups[rank], data[99999] == want ? "" : "wrong subgroup sum", "split");
+    testing::fail_if(*groups[rank], sub->rank() == (rank < 2 ? 1 : 0) ? "" : "wrong subgroup rank",
+                     "split");
+    // The parent group still works after the split.
+    groups[rank]->barrier();
+  });
+}
+
+TEST(TcpGroup, ManyAsyncCollectivesInFlight) {
+  const int world = 3;
+  auto groups = make_tcp_groups(world, testing::quick_options());
+  run_ranks(world, [&](int rank) {
+    std::vector<std::vector<float>> buffers(8, std::vector<float>(300000, 1.0f));
+    std::vector<std::shared_ptr<Work>> works;
+    for (auto& b : buffers) works.push_back(groups[rank]->allreduce_async(make_buffer(b)));
+    for (size_t i = works.size(); i-- > 0;) works[i]->wait();  // waited in reverse order
+    for (auto& b : buffers) {
+      testing::fail_if(*groups[rank], b.back() == 3.0f ? "" : "wrong async result", "async");
+    }
   });
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "cohort/core/deadline.h"
+#include "cohort/core/dtype.h"
 
 namespace cohort {
 
@@ -56,6 +57,11 @@ class Transport {
                                          Deadline deadline) = 0;
   virtual std::unique_ptr<Request> irecv(int peer, Tag tag, void* data, size_t bytes,
                                          Deadline deadline) = 0;
+  // Receives `count` elements and combines them into `accumulate`: acc[i] = op(acc[i], in[i])
+  // (kAvg combines as a sum). Transports that can do it as the bytes arrive override this; the
+  // default receives into a temporary buffer and combines in wait().
+  virtual std::unique_ptr<Request> irecv_reduce(int peer, Tag tag, void* accumulate, size_t count,
+                                                DType dtype, ReduceOp op, Deadline deadline);
 
   // Fails every pending and future request with `error` and tells the peers (best effort).
   virtual void abort(std::exception_ptr error) noexcept = 0;

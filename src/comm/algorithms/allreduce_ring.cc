@@ -8,8 +8,9 @@
 //   all-gather: for s in 0..n-2, rank r sends chunk (r + 1 - s) mod n to r+1 and receives chunk
 //     (r - s) mod n from r-1 straight into the result (no copy).
 // Bytes sent per rank: 2 (n-1)/n N, the lower bound for allreduce; 2(n-1) latency terms.
-// Each chunk travels as segments of kSegmentBytes so that the receiver reduces one segment
-// while the next is still on the wire. Every rank reduces every chunk in the same order, so all
+// Each chunk travels as segments of kSegmentBytes, received with irecv_reduce: over TCP the
+// reader thread combines each piece into the result as it arrives (no scratch copy of the
+// chunk), while this thread's sends stream out. Every rank reduces every chunk in the same order, so all
 // ranks end with bitwise identical results.
 #include <algorithm>
 
@@ -42,38 +43,29 @@ struct RingPass {
   }
 
   // One ring step: send chunk `send_index` right, receive chunk `recv_index` from the left.
-  // With `reduce`, the received chunk is combined into data; otherwise it overwrites it.
+  // With `reduce`, the received chunk is combined into data as it arrives (the transport
+  // reduces on receive where it can); otherwise it lands in data directly.
   void step(uint64_t phase, int ring_step, int send_index, int recv_index, bool reduce) {
     const int n = ctx.size();
     const int right = (ctx.rank() + 1) % n;
     const int left = (ctx.rank() + n - 1) % n;
     const Range out = chunk(send_index);
     const Range in = chunk(recv_index);
-    const size_t in_segments = segment_count(in.count, segment_elems);
-    const size_t out_segments = segment_count(out.count, segment_elems);
-    uint8_t* landing = reduce ? ctx.scratch(in.count * esize) : data + in.begin * esize;
-
-    std::vector<std::unique_ptr<Request>> recvs;
-    for (size_t k = 0; k < in_segments; ++k) {
+    std::vector<std::unique_ptr<Request>> requests;
+    for (size_t k = 0, segments = segment_count(in.count, segment_elems); k < segments; ++k) {
       const Range seg = segment(in.count, k);
-      recvs.push_back(ctx.irecv(left, step_id(phase, ring_step, k), landing + seg.begin * esize,
-                                seg.count * esize));
+      uint8_t* target = data + (in.begin + seg.begin) * esize;
+      requests.push_back(reduce ? ctx.irecv_reduce(left, step_id(phase, ring_step, k), target,
+                                                   seg.count, dtype, op)
+                                : ctx.irecv(left, step_id(phase, ring_step, k), target,
+                                            seg.count * esize));
     }
-    std::vector<std::unique_ptr<Request>> sends;
-    for (size_t k = 0; k < out_segments; ++k) {
+    for (size_t k = 0, segments = segment_count(out.count, segment_elems); k < segments; ++k) {
       const Range seg = segment(out.count, k);
-      sends.push_back(ctx.isend(right, step_id(phase, ring_step, k),
-                                data + (out.begin + seg.begin) * esize, seg.count * esize));
+      requests.push_back(ctx.isend(right, step_id(phase, ring_step, k),
+                                   data + (out.begin + seg.begin) * esize, seg.count * esize));
     }
-    for (size_t k = 0; k < in_segments; ++k) {
-      recvs[k]->wait();
-      if (reduce) {
-        const Range seg = segment(in.count, k);
-        kernels::reduce_into(data + (in.begin + seg.begin) * esize, landing + seg.begin * esize,
-                             seg.count, dtype, op);
-      }
-    }
-    wait_all(sends);
+    wait_all(requests);
   }
 
   Range segment(size_t chunk_count, size_t k) const {

@@ -28,6 +28,12 @@ class Context {
   std::unique_ptr<Request> irecv(int peer, uint64_t step, void* data, size_t bytes) {
     return transport_.irecv(peer, Tag{sequence_, step}, data, bytes, deadline_);
   }
+  // Receives count elements and combines them into `accumulate` (Transport::irecv_reduce).
+  std::unique_ptr<Request> irecv_reduce(int peer, uint64_t step, void* accumulate, size_t count,
+                                        DType dtype, ReduceOp op) {
+    return transport_.irecv_reduce(peer, Tag{sequence_, step}, accumulate, count, dtype, op,
+                                   deadline_);
+  }
   void send(int peer, uint64_t step, const void* data, size_t bytes) {
     isend(peer, step, data, bytes)->wait();
   }

@@ -1,37 +1,27 @@
 #include "transport/tcp/tcp_connection.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
 #include "cohort/core/logging.h"
+#include "reduce_kernels.h"
 
 namespace cohort::tcp {
 
 // Note [Claimed receives]: the reader thread reads a payload straight into the buffer of the
 // receive it matched, without holding the lock, so that large messages are not copied twice.
 // While it does, the receive is "claimed": its waiter must not return (the caller would free or
-// reuse the buffer under the reader's feet). A waiter that hits its deadline or a transport
-// failure while its receive is claimed shuts the socket down, which makes the reader's read
-// fail at once, and then waits for the reader to let go.
+// reuse the buffer under the reader's feet). Frames are written whole, so a claimed receive
+// completes soon (or its peer dies) even when the transport has failed meanwhile; only a waiter
+// that hits its deadline shuts the socket down, which makes the reader's read fail at once,
+// and then waits for the reader to let go. Shutting down earlier would also keep this rank's
+// abort message from reaching that peer.
 
 class Connection::RecvRequest final : public Request {
  public:
   RecvRequest(Connection& connection, Tag tag, std::shared_ptr<Pending> pending, Deadline deadline)
       : connection_(connection), tag_(tag), pending_(std::move(pending)), deadline_(deadline) {}
-
-  // A request dropped without wait() (an error unwound past it) must not leave its buffer
-  // posted: a message arriving later would be written into memory the caller has freed.
-  ~RecvRequest() override {
-    auto& c = connection_;
-    std::unique_lock<std::mutex> lock(c.mutex_);
-    if (pending_->done) return;
-    if (pending_->claimed) {
-      c.socket_.shutdown();
-      c.changed_.wait(lock, [&] { return pending_->done; });
-      return;
-    }
-    c.remove_posted(tag_, pending_);
-  }
 
   void wait() override {
     auto& c = connection_;
@@ -41,28 +31,47 @@ class Connection::RecvRequest final : public Request {
         if (pending_->error) std::rethrow_exception(pending_->error);
         return;
       }
-      const bool expired = deadline_.expired();
-      if (pending_->claimed && (expired || c.error_)) {
-        c.socket_.shutdown();  // the reader fails its read, releases the buffer, marks us done
-        c.changed_.wait(lock, [&] { return pending_->done; });
-        if (!expired && pending_->error) std::rethrow_exception(pending_->error);
-        throw TimeoutError("receive of " + std::to_string(pending_->bytes) + " bytes from rank " +
-                           std::to_string(c.peer_) + " timed out midway");
-      }
+      // A claimed receive is being filled: frames are written whole, so it completes (or the
+      // peer dies) soon, even when the transport has failed meanwhile. Only the deadline
+      // justifies cutting it off.
       if (!pending_->claimed && c.error_) {
         c.remove_posted(tag_, pending_);
         std::rethrow_exception(c.error_);
       }
-      if (expired) {
-        c.remove_posted(tag_, pending_);
-        throw TimeoutError("receive from rank " + std::to_string(c.peer_) + " timed out (" +
-                           std::to_string(pending_->bytes) + " bytes expected)");
+      if (deadline_.expired()) {
+        if (!pending_->claimed) {
+          c.remove_posted(tag_, pending_);
+          throw TimeoutError("receive from rank " + std::to_string(c.peer_) + " timed out (" +
+                             std::to_string(pending_->bytes) + " bytes expected)");
+        }
+        cut_off(lock);
+        throw TimeoutError("receive of " + std::to_string(pending_->bytes) + " bytes from rank " +
+                           std::to_string(c.peer_) + " timed out midway");
       }
       c.changed_.wait_until(lock, deadline_.at());
     }
   }
 
+  // A request dropped without wait() (an error unwound past it) must not leave its buffer
+  // posted: a message arriving later would be written into memory the caller has freed.
+  ~RecvRequest() override {
+    auto& c = connection_;
+    std::unique_lock<std::mutex> lock(c.mutex_);
+    if (!pending_->claimed) {
+      if (!pending_->done) c.remove_posted(tag_, pending_);
+      return;
+    }
+    c.changed_.wait_until(lock, deadline_.at(), [&] { return pending_->done; });
+    if (!pending_->done) cut_off(lock);
+  }
+
  private:
+  // Makes the reader give the buffer back now: its read fails once the socket is shut down.
+  void cut_off(std::unique_lock<std::mutex>& lock) {
+    connection_.socket_.shutdown();
+    connection_.changed_.wait(lock, [&] { return pending_->done; });
+  }
+
   Connection& connection_;
   Tag tag_;
   std::shared_ptr<Pending> pending_;
@@ -100,15 +109,15 @@ class Connection::SendRequest final : public Request {
   }
 
  private:
-  // Takes the frame back from the sender thread: out of the outbox if it has not started,
-  // otherwise by breaking the connection (half a frame on the wire cannot be taken back).
+  // Takes the frame back from the sender thread: out of the outbox if it has not started;
+  // otherwise waits for the write, which ends by the frame's deadline at the latest (half a
+  // frame on the wire cannot be taken back).
   void abandon(std::unique_lock<std::mutex>& lock) {
     auto& c = connection_;
     if (!frame_->writing) {
       c.drop_from_outbox(frame_);
       return;
     }
-    c.socket_.shutdown();
     c.send_changed_.wait(lock, [&] { return frame_->done; });
   }
 
@@ -120,7 +129,9 @@ Connection::Connection(net::Socket socket, int local_rank, int peer_rank, Failur
     : socket_(std::move(socket)), rank_(local_rank), peer_(peer_rank),
       peer_address_(socket_.peer_name()), sink_(sink) {}
 
-Connection::~Connection() {
+Connection::~Connection() { stop(); }
+
+void Connection::stop() noexcept {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -248,16 +259,45 @@ std::exception_ptr Connection::lost_while_sending(const std::string& reason) con
 
 // ---------------------------------------------------------------- receiving
 
+// Note [Reduce on receive]: a receive that combines (irecv_reduce) is read from the socket in
+// cache-sized pieces into a bounce buffer, and each piece is combined into the destination at
+// once, on the reader thread. The message never exists in memory as a whole: no scratch buffer
+// of the message's size, one pass over the destination, and the reduction runs beside the
+// caller's thread instead of after it.
+constexpr size_t kBounceBytes = 64 * 1024;  // a multiple of every element size
+
 std::unique_ptr<Request> Connection::post_recv(Tag tag, void* data, size_t bytes,
                                                Deadline deadline) {
+  auto pending = std::make_shared<Pending>();
+  pending->data = data;
+  pending->bytes = bytes;
+  return post(tag, std::move(pending), deadline);
+}
+
+std::unique_ptr<Request> Connection::post_recv_reduce(Tag tag, void* accumulate, size_t count,
+                                                      DType dtype, ReduceOp op,
+                                                      Deadline deadline) {
+  auto pending = std::make_shared<Pending>();
+  pending->data = accumulate;
+  pending->bytes = count * dtype_size(dtype);
+  pending->reduce = true;
+  pending->dtype = dtype;
+  pending->op = kernels::combine_op(op);
+  return post(tag, std::move(pending), deadline);
+}
+
+std::unique_ptr<Request> Connection::post(Tag tag, std::shared_ptr<Pending> pending,
+                                          Deadline deadline) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = unexpected_.find(tag);
   if (it != unexpected_.end()) {
     Unexpected message = std::move(it->second.front());
     it->second.pop_front();
     if (it->second.empty()) unexpected_.erase(it);
-    if (message.bytes != bytes) std::rethrow_exception(size_mismatch(tag, message.bytes, bytes));
-    if (bytes > 0) std::memcpy(data, message.data.get(), bytes);
+    if (message.bytes != pending->bytes) {
+      std::rethrow_exception(size_mismatch(tag, message.bytes, pending->bytes));
+    }
+    land(*pending, message.data.get());
     return std::make_unique<CompletedRequest>();
   }
   if (error_) std::rethrow_exception(error_);
@@ -265,11 +305,36 @@ std::unique_ptr<Request> Connection::post_recv(Tag tag, void* data, size_t bytes
     throw PeerError(peer_, "rank " + std::to_string(peer_) +
                                " has closed its group; it will send nothing more");
   }
-  auto pending = std::make_shared<Pending>();
-  pending->data = data;
-  pending->bytes = bytes;
   posted_[tag].push_back(pending);
   return std::make_unique<RecvRequest>(*this, tag, std::move(pending), deadline);
+}
+
+// Puts a whole received message where the receive wants it.
+void Connection::land(Pending& pending, const uint8_t* bytes) {
+  if (pending.bytes == 0) return;
+  if (pending.reduce) {
+    kernels::reduce_into(pending.data, bytes, pending.bytes / dtype_size(pending.dtype),
+                         pending.dtype, pending.op);
+  } else {
+    std::memcpy(pending.data, bytes, pending.bytes);
+  }
+}
+
+// Reads a payload straight into a claimed receive (Note [Claimed receives]).
+void Connection::read_payload(Pending& pending) {
+  if (!pending.reduce) {
+    socket_.read_all(pending.data, pending.bytes, Deadline::never());
+    return;
+  }
+  bounce_.resize(kBounceBytes);
+  const size_t esize = dtype_size(pending.dtype);
+  auto* target = static_cast<uint8_t*>(pending.data);
+  for (size_t done = 0; done < pending.bytes;) {
+    const size_t piece = std::min(kBounceBytes, pending.bytes - done);
+    socket_.read_all(bounce_.data(), piece, Deadline::never());
+    kernels::reduce_into(target + done, bounce_.data(), piece / esize, pending.dtype, pending.op);
+    done += piece;
+  }
 }
 
 void Connection::remove_posted(const Tag& tag, const std::shared_ptr<Pending>& pending) {
@@ -401,7 +466,7 @@ void Connection::receive_data(const FrameHeader& header) {
       std::rethrow_exception(error);  // the stream is out of step: the connection is done
     }
     try {
-      socket_.read_all(pending->data, bytes, Deadline::never());
+      read_payload(*pending);
     } catch (...) {
       finish(pending, std::make_exception_ptr(PeerError(
                           peer_, "connection to rank " + std::to_string(peer_) +
@@ -437,7 +502,7 @@ void Connection::deliver_buffered(const Tag& tag, Unexpected message) {
     finish(pending, size_mismatch(tag, message.bytes, pending->bytes));
     return;
   }
-  if (message.bytes > 0) std::memcpy(pending->data, message.data.get(), message.bytes);
+  land(*pending, message.data.get());
   finish(pending, nullptr);
 }
 

@@ -30,14 +30,21 @@ class FailureSink {
 class Connection {
  public:
   Connection(net::Socket socket, int local_rank, int peer_rank, FailureSink& sink);
-  ~Connection();  // stops and joins the reader thread
+  ~Connection();  // stop()s
 
   void start();  // the reader and sender threads
+  // Shuts the socket down and joins both threads. Idempotent. A transport stops all its
+  // connections before destroying any, since a reader reports failures to all of them.
+  void stop() noexcept;
   std::unique_ptr<Request> send(Tag tag, const void* data, size_t bytes, Deadline deadline);
   // Queues a control frame (abort, goodbye) even on a failed transport, and waits up to
   // `deadline` for it to be written. Never throws.
   void send_control(FrameType type, const std::string& payload, Deadline deadline) noexcept;
   std::unique_ptr<Request> post_recv(Tag tag, void* data, size_t bytes, Deadline deadline);
+  // Receives count elements and combines them into `accumulate` as they arrive
+  // (Note [Reduce on receive]).
+  std::unique_ptr<Request> post_recv_reduce(Tag tag, void* accumulate, size_t count, DType dtype,
+                                            ReduceOp op, Deadline deadline);
   // Fails every pending and future receive with `error` (the transport is broken).
   void fail(std::exception_ptr error);
 
@@ -47,6 +54,9 @@ class Connection {
   struct Pending {
     void* data = nullptr;
     size_t bytes = 0;
+    bool reduce = false;  // combine into data instead of overwriting it
+    DType dtype = DType::kUInt8;
+    ReduceOp op = ReduceOp::kSum;
     bool claimed = false;  // the reader is writing into data right now
     bool done = false;
     std::exception_ptr error;
@@ -79,7 +89,10 @@ class Connection {
   void reader_loop() noexcept;
   void read_frame();
   void receive_data(const FrameHeader& header);
+  std::unique_ptr<Request> post(Tag tag, std::shared_ptr<Pending> pending, Deadline deadline);
   std::shared_ptr<Pending> claim_posted(const Tag& tag);
+  void read_payload(Pending& pending);
+  static void land(Pending& pending, const uint8_t* bytes);
   void finish(const std::shared_ptr<Pending>& pending, std::exception_ptr error);
   void deliver_buffered(const Tag& tag, Unexpected message);
   void on_disconnect(const std::string& reason);
@@ -107,6 +120,7 @@ class Connection {
   bool peer_left_ = false;    // the peer said goodbye (closing its group normally)
   bool stopping_ = false;     // our destructor is running
   std::thread reader_;
+  std::vector<uint8_t> bounce_;  // reader thread only: cache-sized landing for reduce-on-receive
 };
 
 }  // namespace cohort::tcp

@@ -27,6 +27,10 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
     for (auto& c : connections_) {
       if (c) c->send_control(tcp::kGoodbye, "", Deadline::after(Milliseconds(1000)));
     }
+    // Every thread first: a reader still running may report a failure to any connection.
+    for (auto& c : connections_) {
+      if (c) c->stop();
+    }
     connections_.clear();
   }
 
@@ -52,6 +56,11 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
   std::unique_ptr<Request> irecv(int peer, Tag tag, void* data, size_t bytes,
                                  Deadline deadline) override {
     return connection(peer).post_recv(tag, data, bytes, deadline);
+  }
+
+  std::unique_ptr<Request> irecv_reduce(int peer, Tag tag, void* accumulate, size_t count,
+                                        DType dtype, ReduceOp op, Deadline deadline) override {
+    return connection(peer).post_recv_reduce(tag, accumulate, count, dtype, op, deadline);
   }
 
   // Tells every peer about the first failure this rank saw, even when a connection noticed it
