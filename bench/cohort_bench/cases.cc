@@ -1,6 +1,8 @@
 #include "cases.h"
 
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "algorithm_choice.h"
 #include "values.h"
@@ -26,112 +28,133 @@ CollectiveKind kind_of(Collective collective) {
 
 void zero(std::vector<uint8_t>& storage) { std::memset(storage.data(), 0, storage.size()); }
 
+size_t block_of(const Group& group, size_t count) {
+  return count / static_cast<size_t>(group.size());
+}
+
 // ---- in-place collectives: one buffer of count elements
 
-class AllreduceCase final : public Case {
+// Fills the buffer with `input` (zeros on a rank that has none) and checks it whole against
+// `expected`.
+class InPlaceCase : public Case {
  public:
-  AllreduceCase(Group& group, const BenchConfig& config, size_t count)
-      : Case(group, config, count),
-        data_(bytes()),
-        input_(reduce_input(config.dtype, config.op, ranks(), rank())),
-        expected_(reduce_result(config.dtype, config.op, ranks())) {}
-
-  void fill() override { bench::fill(data_.data(), count_, dtype(), input_); }
-  void run() override { group_.allreduce(view(data_, count_), options_); }
-  uint64_t count_wrong() const override {
-    return bench::count_wrong(data_.data(), count_, dtype(), expected_);
-  }
-
- private:
-  std::vector<uint8_t> data_;
-  Pattern input_;
-  Pattern expected_;
-};
-
-class BroadcastCase final : public Case {
- public:
-  BroadcastCase(Group& group, const BenchConfig& config, size_t count)
-      : Case(group, config, count), data_(bytes()), expected_(plain_input(config.dtype, kRoot)) {}
-
   void fill() override {
-    if (rank() == kRoot) bench::fill(data_.data(), count_, dtype(), expected_);
+    if (input_) bench::fill(data_.data(), count_, dtype(), *input_);
     else zero(data_);
   }
-  void run() override { group_.broadcast(view(data_, count_), options_); }
   uint64_t count_wrong() const override {
     return bench::count_wrong(data_.data(), count_, dtype(), expected_);
   }
 
+ protected:
+  InPlaceCase(Group& group, const BenchConfig& config, size_t count, std::optional<Pattern> input,
+              Pattern expected)
+      : Case(group, config, count),
+        data_(bytes()),
+        input_(std::move(input)),
+        expected_(std::move(expected)) {}
+
+  Buffer data() { return view(data_, count_); }
+
  private:
   std::vector<uint8_t> data_;
+  std::optional<Pattern> input_;
   Pattern expected_;
 };
 
-class ReduceCase final : public Case {
+class AllreduceCase final : public InPlaceCase {
  public:
-  ReduceCase(Group& group, const BenchConfig& config, size_t count)
-      : Case(group, config, count),
-        data_(bytes()),
-        input_(reduce_input(config.dtype, config.op, ranks(), rank())),
-        expected_(rank() == kRoot ? reduce_result(config.dtype, config.op, ranks()) : input_) {}
+  AllreduceCase(Group& group, const BenchConfig& config, size_t count)
+      : InPlaceCase(group, config, count,
+                    reduce_input(config.dtype, config.op, group.size(), group.rank()),
+                    reduce_result(config.dtype, config.op, group.size())) {}
 
-  void fill() override { bench::fill(data_.data(), count_, dtype(), input_); }
-  void run() override { group_.reduce(view(data_, count_), options_); }
+  void run() override { group_.allreduce(data(), options_); }
+};
+
+class BroadcastCase final : public InPlaceCase {
+ public:
+  BroadcastCase(Group& group, const BenchConfig& config, size_t count)
+      : InPlaceCase(group, config, count,
+                    group.rank() == kRoot ? std::optional<Pattern>(plain_input(config.dtype, kRoot))
+                                          : std::nullopt,
+                    plain_input(config.dtype, kRoot)) {}
+
+  void run() override { group_.broadcast(data(), options_); }
+};
+
+class ReduceCase final : public InPlaceCase {
+ public:
   // Ranks other than the root must find their data unchanged (group.h).
-  uint64_t count_wrong() const override {
-    return bench::count_wrong(data_.data(), count_, dtype(), expected_);
-  }
+  ReduceCase(Group& group, const BenchConfig& config, size_t count)
+      : InPlaceCase(group, config, count,
+                    reduce_input(config.dtype, config.op, group.size(), group.rank()),
+                    group.rank() == kRoot
+                        ? reduce_result(config.dtype, config.op, group.size())
+                        : reduce_input(config.dtype, config.op, group.size(), group.rank())) {}
 
- private:
-  std::vector<uint8_t> data_;
-  Pattern input_;
-  Pattern expected_;
+  void run() override { group_.reduce(data(), options_); }
 };
 
 // ---- collectives with separate input and output
 
-class AllgatherCase final : public Case {
+// Fills an input of in_count elements with `input` and zeroes an output of out_count.
+class InOutCase : public Case {
  public:
-  AllgatherCase(Group& group, const BenchConfig& config, size_t count)
-      : Case(group, config, count), in_(block() * dtype_size(config.dtype)), out_(bytes()) {}
-
   void fill() override {
-    bench::fill(in_.data(), block(), dtype(), plain_input(dtype(), rank()));
+    bench::fill(in_.data(), in_count_, dtype(), input_);
     zero(out_);
   }
-  void run() override { group_.allgather(view(in_, block()), view(out_, count_), options_); }
-  // Block r of the output is rank r's input.
-  uint64_t count_wrong() const override {
+
+ protected:
+  InOutCase(Group& group, const BenchConfig& config, size_t count, size_t in_count,
+            size_t out_count, Pattern input)
+      : Case(group, config, count),
+        in_count_(in_count),
+        out_count_(out_count),
+        in_(in_count * dtype_size(config.dtype)),
+        out_(out_count * dtype_size(config.dtype)),
+        input_(std::move(input)) {}
+
+  Buffer in() { return view(in_, in_count_); }
+  Buffer out() { return view(out_, out_count_); }
+  // Wrong elements when output block s must hold rank s's plain input from `offset` on.
+  uint64_t count_wrong_blocks(size_t offset) const {
     uint64_t wrong = 0;
-    for (int r = 0; r < ranks(); ++r) {
-      wrong += bench::count_wrong(block_at(r), block(), dtype(), plain_input(dtype(), r));
+    const size_t block_bytes = block() * dtype_size(dtype());
+    for (int s = 0; s < ranks(); ++s) {
+      wrong += bench::count_wrong(out_.data() + static_cast<size_t>(s) * block_bytes, block(),
+                                  dtype(), plain_input(dtype(), s), offset);
     }
     return wrong;
   }
 
- private:
-  const uint8_t* block_at(int r) const {
-    return out_.data() + static_cast<size_t>(r) * block() * dtype_size(dtype());
-  }
-
+  const size_t in_count_;
+  const size_t out_count_;
   std::vector<uint8_t> in_;
   std::vector<uint8_t> out_;
+  Pattern input_;
 };
 
-class ReduceScatterCase final : public Case {
+class AllgatherCase final : public InOutCase {
+ public:
+  AllgatherCase(Group& group, const BenchConfig& config, size_t count)
+      : InOutCase(group, config, count, block_of(group, count), count,
+                  plain_input(config.dtype, group.rank())) {}
+
+  void run() override { group_.allgather(in(), out(), options_); }
+  // Block r of the output is rank r's input.
+  uint64_t count_wrong() const override { return count_wrong_blocks(0); }
+};
+
+class ReduceScatterCase final : public InOutCase {
  public:
   ReduceScatterCase(Group& group, const BenchConfig& config, size_t count)
-      : Case(group, config, count),
-        in_(bytes()),
-        out_(block() * dtype_size(config.dtype)),
-        input_(reduce_input(config.dtype, config.op, ranks(), rank())),
+      : InOutCase(group, config, count, count, block_of(group, count),
+                  reduce_input(config.dtype, config.op, group.size(), group.rank())),
         expected_(reduce_result(config.dtype, config.op, ranks())) {}
 
-  void fill() override {
-    bench::fill(in_.data(), count_, dtype(), input_);
-    zero(out_);
-  }
-  void run() override { group_.reduce_scatter(view(in_, count_), view(out_, block()), options_); }
+  void run() override { group_.reduce_scatter(in(), out(), options_); }
   // This rank holds block `rank` of the reduced whole.
   uint64_t count_wrong() const override {
     return bench::count_wrong(out_.data(), block(), dtype(), expected_,
@@ -139,37 +162,19 @@ class ReduceScatterCase final : public Case {
   }
 
  private:
-  std::vector<uint8_t> in_;
-  std::vector<uint8_t> out_;
-  Pattern input_;
   Pattern expected_;
 };
 
-class AllToAllCase final : public Case {
+class AllToAllCase final : public InOutCase {
  public:
   AllToAllCase(Group& group, const BenchConfig& config, size_t count)
-      : Case(group, config, count), in_(bytes()), out_(bytes()) {}
+      : InOutCase(group, config, count, count, count, plain_input(config.dtype, group.rank())) {}
 
-  void fill() override {
-    bench::fill(in_.data(), count_, dtype(), plain_input(dtype(), rank()));
-    zero(out_);
-  }
-  void run() override { group_.all_to_all(view(in_, count_), view(out_, count_), options_); }
+  void run() override { group_.all_to_all(in(), out(), options_); }
   // Block s of the output is block `rank` of rank s's input.
   uint64_t count_wrong() const override {
-    uint64_t wrong = 0;
-    const size_t block_bytes = block() * dtype_size(dtype());
-    for (int s = 0; s < ranks(); ++s) {
-      wrong += bench::count_wrong(out_.data() + static_cast<size_t>(s) * block_bytes, block(),
-                                  dtype(), plain_input(dtype(), s),
-                                  static_cast<size_t>(rank()) * block());
-    }
-    return wrong;
+    return count_wrong_blocks(static_cast<size_t>(rank()) * block());
   }
-
- private:
-  std::vector<uint8_t> in_;
-  std::vector<uint8_t> out_;
 };
 
 class BarrierCase final : public Case {
@@ -180,6 +185,13 @@ class BarrierCase final : public Case {
   void run() override { group_.barrier(options_); }
   uint64_t count_wrong() const override { return 0; }
 };
+
+// The case of `count` elements, or nullptr when there are none.
+template <typename C>
+std::unique_ptr<Case> make_sized(Group& group, const BenchConfig& config, size_t count) {
+  if (count == 0) return nullptr;
+  return std::make_unique<C>(group, config, count);
+}
 
 }  // namespace
 
@@ -199,24 +211,13 @@ std::unique_ptr<Case> make_case(Group& group, const BenchConfig& config, size_t 
   const size_t elements = bytes / dtype_size(config.dtype);
   const size_t whole_blocks = elements / n * n;
   switch (config.collective) {
-    case Collective::kAllreduce:
-      if (elements == 0) return nullptr;
-      return std::make_unique<AllreduceCase>(group, config, elements);
-    case Collective::kBroadcast:
-      if (elements == 0) return nullptr;
-      return std::make_unique<BroadcastCase>(group, config, elements);
-    case Collective::kReduce:
-      if (elements == 0) return nullptr;
-      return std::make_unique<ReduceCase>(group, config, elements);
-    case Collective::kAllgather:
-      if (whole_blocks == 0) return nullptr;
-      return std::make_unique<AllgatherCase>(group, config, whole_blocks);
+    case Collective::kAllreduce: return make_sized<AllreduceCase>(group, config, elements);
+    case Collective::kBroadcast: return make_sized<BroadcastCase>(group, config, elements);
+    case Collective::kReduce: return make_sized<ReduceCase>(group, config, elements);
+    case Collective::kAllgather: return make_sized<AllgatherCase>(group, config, whole_blocks);
     case Collective::kReduceScatter:
-      if (whole_blocks == 0) return nullptr;
-      return std::make_unique<ReduceScatterCase>(group, config, whole_blocks);
-    case Collective::kAllToAll:
-      if (whole_blocks == 0) return nullptr;
-      return std::make_unique<AllToAllCase>(group, config, whole_blocks);
+      return make_sized<ReduceScatterCase>(group, config, whole_blocks);
+    case Collective::kAllToAll: return make_sized<AllToAllCase>(group, config, whole_blocks);
     case Collective::kBarrier: return std::make_unique<BarrierCase>(group, config);
   }
   return nullptr;

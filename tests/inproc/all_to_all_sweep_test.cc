@@ -3,13 +3,10 @@
 // on the caller's thread without disturbing later collectives.
 #include <gtest/gtest.h>
 
-#include "support/test_support.h"
+#include "support/inproc_sweep.h"
 
 namespace cohort {
 namespace {
-
-using testing::make_inproc_groups;
-using testing::run_ranks;
 
 // Input element i of rank r is movement_value(r, i); so output element of block j, offset k,
 // came from rank j at index r*block + k.
@@ -34,9 +31,7 @@ class AllToAllSweep : public ::testing::TestWithParam<int> {};
 
 TEST_P(AllToAllSweep, EveryDTypeAndBlockCount) {
   const int world = GetParam();
-  auto groups = make_inproc_groups(world, testing::quick_options());
-  run_ranks(world, [&](int rank) {
-    Group& group = *groups[rank];
+  testing::run_inproc(world, [&](Group& group) {
     for (DType dtype : testing::all_dtypes()) {
       for (size_t block : testing::sweep_counts(world, 20011)) {
         for (Algorithm algorithm : {Algorithm::kAuto, Algorithm::kRing}) {
@@ -52,9 +47,7 @@ TEST_P(AllToAllSweep, EveryDTypeAndBlockCount) {
 TEST_P(AllToAllSweep, IndivisibleCountIsRefused) {
   const int world = GetParam();
   if (world == 1) GTEST_SKIP() << "every count divides by 1";
-  auto groups = make_inproc_groups(world, testing::quick_options());
-  run_ranks(world, [&](int rank) {
-    Group& group = *groups[rank];
+  testing::run_inproc(world, [&](Group& group) {
     std::vector<float> in(static_cast<size_t>(world) + 1), out(in.size());
     EXPECT_THROW(group.all_to_all(make_buffer(in), make_buffer(out)), InvalidArgument);
     // Nothing was issued: the group still works and the ranks still agree on sequence numbers.

@@ -4,13 +4,10 @@
 
 #include <cstring>
 
-#include "support/test_support.h"
+#include "support/inproc_sweep.h"
 
 namespace cohort {
 namespace {
-
-using testing::make_inproc_groups;
-using testing::run_ranks;
 
 const Algorithm kAlgorithms[] = {Algorithm::kDirect, Algorithm::kRing, Algorithm::kHalvingDoubling,
                                  Algorithm::kAuto};
@@ -41,9 +38,7 @@ class AllgatherSweep : public ::testing::TestWithParam<int> {};
 
 TEST_P(AllgatherSweep, EveryDTypeAlgorithmAndCount) {
   const int world = GetParam();
-  auto groups = make_inproc_groups(world, testing::quick_options());
-  run_ranks(world, [&](int rank) {
-    Group& group = *groups[rank];
+  testing::run_inproc(world, [&](Group& group) {
     for (Algorithm algorithm : kAlgorithms) {
       for (DType dtype : testing::all_dtypes()) {
         for (size_t count : testing::sweep_counts(world, 10007)) {
@@ -61,16 +56,11 @@ TEST_P(AllgatherSweep, EveryDTypeAlgorithmAndCount) {
 // Blocks of several pipeline segments each: the segmented variants.
 TEST_P(AllgatherSweep, LargeFloat32) {
   if (testing::small_scale()) GTEST_SKIP() << "COHORT_TEST_SCALE=small";
-  const int world = GetParam();
-  auto groups = make_inproc_groups(world, testing::quick_options());
-  run_ranks(world, [&](int rank) {
-    for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kHalvingDoubling}) {
-      testing::fail_if(
-          *groups[rank],
-          check_allgather(*groups[rank], (1u << 18) + 5, DType::kFloat32, algorithm, false),
-          "allgather ", algorithm_name(algorithm), " world ", world);
-    }
-  });
+  testing::sweep_algorithms(
+      GetParam(), "allgather", {Algorithm::kRing, Algorithm::kHalvingDoubling},
+      [](Group& group, Algorithm algorithm) {
+        return check_allgather(group, (1u << 18) + 5, DType::kFloat32, algorithm, false);
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(World, AllgatherSweep, ::testing::ValuesIn(testing::sweep_worlds()));

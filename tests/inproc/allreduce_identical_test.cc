@@ -7,13 +7,10 @@
 #include <cstring>
 #include <random>
 
-#include "support/test_support.h"
+#include "support/inproc_sweep.h"
 
 namespace cohort {
 namespace {
-
-using testing::make_inproc_groups;
-using testing::run_ranks;
 
 const Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kHalvingDoubling,
                                  Algorithm::kDirect, Algorithm::kAuto};
@@ -24,13 +21,12 @@ class AllreduceIdentical : public ::testing::TestWithParam<int> {};
 TEST_P(AllreduceIdentical, EveryRankHoldsTheSameBytes) {
   const int world = GetParam();
   if (world == 1) GTEST_SKIP() << "nothing to compare";
-  auto groups = make_inproc_groups(world, testing::quick_options());
   std::vector<size_t> counts = testing::sweep_small_counts(world);
   counts.push_back(testing::small_scale() ? 5003 : 100003);  // several tree segments
   // results[rank]: filled by each rank, compared by rank 0 after a barrier.
   std::vector<std::vector<uint8_t>> results(static_cast<size_t>(world));
-  run_ranks(world, [&](int rank) {
-    Group& group = *groups[rank];
+  testing::run_inproc(world, [&](Group& group) {
+    const int rank = group.rank();
     std::mt19937 random(static_cast<unsigned>(1234 + rank));
     std::uniform_real_distribution<double> value(-1.0, 1.0);
     for (Algorithm algorithm : kAlgorithms) {

@@ -2,13 +2,10 @@
 // x every op x every algorithm: the output gets the result, the input stays as it was.
 #include <gtest/gtest.h>
 
-#include "support/test_support.h"
+#include "support/inproc_sweep.h"
 
 namespace cohort {
 namespace {
-
-using testing::make_inproc_groups;
-using testing::run_ranks;
 
 const Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kHalvingDoubling,
                                  Algorithm::kDirect, Algorithm::kAuto};
@@ -32,27 +29,12 @@ std::string check_out_of_place(Group& group, size_t count, DType dtype, ReduceOp
 class AllreduceOutOfPlace : public ::testing::TestWithParam<int> {};
 
 TEST_P(AllreduceOutOfPlace, EveryDTypeOpAlgorithmAndCount) {
-  const int world = GetParam();
-  auto groups = make_inproc_groups(world, testing::quick_options());
-  run_ranks(world, [&](int rank) {
-    Group& group = *groups[rank];
-    for (Algorithm algorithm : kAlgorithms) {
-      for (DType dtype : testing::all_dtypes()) {
-        for (ReduceOp op : testing::all_ops()) {
-          for (size_t count : testing::sweep_counts(world, 9001)) {
-            testing::fail_if(group, check_out_of_place(group, count, dtype, op, algorithm),
-                             "allreduce(in, out) ", algorithm_name(algorithm), " ",
-                             dtype_name(dtype), " ", reduce_op_name(op), " count ", count,
-                             " world ", world);
-          }
-        }
-      }
-    }
-  });
+  testing::sweep_reductions(GetParam(), "allreduce(in, out)", kAlgorithms, 9001,
+                            check_out_of_place);
 }
 
 TEST(AllreduceOutOfPlace, MismatchedBuffersAreRefused) {
-  auto groups = make_inproc_groups(1, testing::quick_options());
+  auto groups = testing::make_inproc_groups(1, testing::quick_options());
   std::vector<float> in(4), shorter(3);
   std::vector<double> other(4);
   EXPECT_THROW(groups[0]->allreduce(make_buffer(in), make_buffer(shorter)), InvalidArgument);

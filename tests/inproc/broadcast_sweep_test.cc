@@ -2,13 +2,10 @@
 // (direct, binomial tree, pipelined chain, auto); every rank must end with the root's data.
 #include <gtest/gtest.h>
 
-#include "support/test_support.h"
+#include "support/inproc_sweep.h"
 
 namespace cohort {
 namespace {
-
-using testing::make_inproc_groups;
-using testing::run_ranks;
 
 const Algorithm kAlgorithms[] = {Algorithm::kDirect, Algorithm::kTree, Algorithm::kRing,
                                  Algorithm::kAuto};
@@ -30,9 +27,7 @@ class BroadcastSweep : public ::testing::TestWithParam<int> {};
 
 TEST_P(BroadcastSweep, EveryRootDTypeAlgorithmAndCount) {
   const int world = GetParam();
-  auto groups = make_inproc_groups(world, testing::quick_options());
-  run_ranks(world, [&](int rank) {
-    Group& group = *groups[rank];
+  testing::run_inproc(world, [&](Group& group) {
     for (Algorithm algorithm : kAlgorithms) {
       for (DType dtype : testing::all_dtypes()) {
         for (size_t count : testing::sweep_counts(world, 20011)) {
@@ -51,16 +46,12 @@ TEST_P(BroadcastSweep, EveryRootDTypeAlgorithmAndCount) {
 TEST_P(BroadcastSweep, LargeFloat32) {
   if (testing::small_scale()) GTEST_SKIP() << "COHORT_TEST_SCALE=small";
   const int world = GetParam();
-  auto groups = make_inproc_groups(world, testing::quick_options());
-  run_ranks(world, [&](int rank) {
-    for (Algorithm algorithm : {Algorithm::kTree, Algorithm::kRing}) {
-      const int root = world / 2;
-      testing::fail_if(
-          *groups[rank],
-          check_broadcast(*groups[rank], (1u << 20) + 3, DType::kFloat32, root, algorithm),
-          "broadcast ", algorithm_name(algorithm), " world ", world);
-    }
-  });
+  const int root = world / 2;
+  testing::sweep_algorithms(world, "broadcast", {Algorithm::kTree, Algorithm::kRing},
+                            [root](Group& group, Algorithm algorithm) {
+                              return check_broadcast(group, (1u << 20) + 3, DType::kFloat32, root,
+                                                     algorithm);
+                            });
 }
 
 INSTANTIATE_TEST_SUITE_P(World, BroadcastSweep, ::testing::ValuesIn(testing::sweep_worlds()));

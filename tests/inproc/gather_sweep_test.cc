@@ -2,16 +2,10 @@
 // algorithm; every other algorithm request must fall back to it (docs/algorithms.md).
 #include <gtest/gtest.h>
 
-#include "support/test_support.h"
+#include "support/inproc_sweep.h"
 
 namespace cohort {
 namespace {
-
-using testing::make_inproc_groups;
-using testing::run_ranks;
-
-const Algorithm kRequests[] = {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kRing,
-                               Algorithm::kTree, Algorithm::kHalvingDoubling};
 
 std::string check_gather(Group& group, size_t count, DType dtype, int root, Algorithm algorithm) {
   const size_t esize = dtype_size(dtype);
@@ -36,34 +30,11 @@ std::string check_gather(Group& group, size_t count, DType dtype, int root, Algo
 class GatherSweep : public ::testing::TestWithParam<int> {};
 
 TEST_P(GatherSweep, EveryRootDTypeAndCount) {
-  const int world = GetParam();
-  auto groups = make_inproc_groups(world, testing::quick_options());
-  run_ranks(world, [&](int rank) {
-    Group& group = *groups[rank];
-    for (DType dtype : testing::all_dtypes()) {
-      for (size_t count : testing::sweep_counts(world, 30011)) {
-        for (int root = 0; root < world; ++root) {
-          testing::fail_if(group, check_gather(group, count, dtype, root, Algorithm::kAuto),
-                           "gather ", dtype_name(dtype), " count ", count, " root ", root,
-                           " world ", world);
-        }
-      }
-    }
-  });
+  testing::sweep_dtypes_counts_roots(GetParam(), "gather", 30011, check_gather);
 }
 
 TEST_P(GatherSweep, EveryAlgorithmRequestFallsBack) {
-  const int world = GetParam();
-  auto groups = make_inproc_groups(world, testing::quick_options());
-  run_ranks(world, [&](int rank) {
-    for (Algorithm algorithm : kRequests) {
-      for (size_t count : testing::sweep_small_counts(world)) {
-        testing::fail_if(*groups[rank],
-                         check_gather(*groups[rank], count, DType::kInt32, world - 1, algorithm),
-                         "gather ", algorithm_name(algorithm), " count ", count, " world ", world);
-      }
-    }
-  });
+  testing::sweep_fallback_requests(GetParam(), "gather", check_gather);
 }
 
 INSTANTIATE_TEST_SUITE_P(World, GatherSweep, ::testing::ValuesIn(testing::sweep_worlds()));

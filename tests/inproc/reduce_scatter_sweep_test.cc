@@ -2,13 +2,10 @@
 // ring, recursive halving, auto): rank r must get the reduction of block r.
 #include <gtest/gtest.h>
 
-#include "support/test_support.h"
+#include "support/inproc_sweep.h"
 
 namespace cohort {
 namespace {
-
-using testing::make_inproc_groups;
-using testing::run_ranks;
 
 const Algorithm kAlgorithms[] = {Algorithm::kDirect, Algorithm::kRing, Algorithm::kHalvingDoubling,
                                  Algorithm::kAuto};
@@ -37,38 +34,19 @@ std::string check_reduce_scatter(Group& group, size_t count, DType dtype, Reduce
 class ReduceScatterSweep : public ::testing::TestWithParam<int> {};
 
 TEST_P(ReduceScatterSweep, EveryDTypeOpAlgorithmAndCount) {
-  const int world = GetParam();
-  auto groups = make_inproc_groups(world, testing::quick_options());
-  run_ranks(world, [&](int rank) {
-    Group& group = *groups[rank];
-    for (Algorithm algorithm : kAlgorithms) {
-      for (DType dtype : testing::all_dtypes()) {
-        for (ReduceOp op : testing::all_ops()) {
-          for (size_t count : testing::sweep_counts(world, 8009)) {
-            testing::fail_if(group, check_reduce_scatter(group, count, dtype, op, algorithm),
-                             "reduce_scatter ", algorithm_name(algorithm), " ", dtype_name(dtype),
-                             " ", reduce_op_name(op), " count ", count, " world ", world);
-          }
-        }
-      }
-    }
-  });
+  testing::sweep_reductions(GetParam(), "reduce_scatter", kAlgorithms, 8009, check_reduce_scatter);
 }
 
 // Blocks of more pipeline segments than the landing window holds, so the windows wrap around:
 // the segmented variants.
 TEST_P(ReduceScatterSweep, LargeFloat32Sum) {
   if (testing::small_scale()) GTEST_SKIP() << "COHORT_TEST_SCALE=small";
-  const int world = GetParam();
-  auto groups = make_inproc_groups(world, testing::quick_options());
-  run_ranks(world, [&](int rank) {
-    for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kHalvingDoubling}) {
-      testing::fail_if(*groups[rank],
-                       check_reduce_scatter(*groups[rank], (1u << 18) + 3, DType::kFloat32,
-                                            ReduceOp::kSum, algorithm),
-                       "reduce_scatter ", algorithm_name(algorithm), " world ", world);
-    }
-  });
+  testing::sweep_algorithms(GetParam(), "reduce_scatter",
+                            {Algorithm::kRing, Algorithm::kHalvingDoubling},
+                            [](Group& group, Algorithm algorithm) {
+                              return check_reduce_scatter(group, (1u << 18) + 3, DType::kFloat32,
+                                                          ReduceOp::kSum, algorithm);
+                            });
 }
 
 INSTANTIATE_TEST_SUITE_P(World, ReduceScatterSweep, ::testing::ValuesIn(testing::sweep_worlds()));

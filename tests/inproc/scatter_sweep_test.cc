@@ -2,16 +2,10 @@
 // algorithm; every other algorithm request must fall back to it (docs/algorithms.md).
 #include <gtest/gtest.h>
 
-#include "support/test_support.h"
+#include "support/inproc_sweep.h"
 
 namespace cohort {
 namespace {
-
-using testing::make_inproc_groups;
-using testing::run_ranks;
-
-const Algorithm kRequests[] = {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kRing,
-                               Algorithm::kTree, Algorithm::kHalvingDoubling};
 
 // The root's input is movement values of the root at indices 0..n*count-1; rank r must get
 // indices r*count .. r*count + count - 1.
@@ -36,34 +30,11 @@ std::string check_scatter(Group& group, size_t count, DType dtype, int root, Alg
 class ScatterSweep : public ::testing::TestWithParam<int> {};
 
 TEST_P(ScatterSweep, EveryRootDTypeAndCount) {
-  const int world = GetParam();
-  auto groups = make_inproc_groups(world, testing::quick_options());
-  run_ranks(world, [&](int rank) {
-    Group& group = *groups[rank];
-    for (DType dtype : testing::all_dtypes()) {
-      for (size_t count : testing::sweep_counts(world, 30011)) {
-        for (int root = 0; root < world; ++root) {
-          testing::fail_if(group, check_scatter(group, count, dtype, root, Algorithm::kAuto),
-                           "scatter ", dtype_name(dtype), " count ", count, " root ", root,
-                           " world ", world);
-        }
-      }
-    }
-  });
+  testing::sweep_dtypes_counts_roots(GetParam(), "scatter", 30011, check_scatter);
 }
 
 TEST_P(ScatterSweep, EveryAlgorithmRequestFallsBack) {
-  const int world = GetParam();
-  auto groups = make_inproc_groups(world, testing::quick_options());
-  run_ranks(world, [&](int rank) {
-    for (Algorithm algorithm : kRequests) {
-      for (size_t count : testing::sweep_small_counts(world)) {
-        testing::fail_if(*groups[rank],
-                         check_scatter(*groups[rank], count, DType::kInt32, world - 1, algorithm),
-                         "scatter ", algorithm_name(algorithm), " count ", count, " world ", world);
-      }
-    }
-  });
+  testing::sweep_fallback_requests(GetParam(), "scatter", check_scatter);
 }
 
 INSTANTIATE_TEST_SUITE_P(World, ScatterSweep, ::testing::ValuesIn(testing::sweep_worlds()));
