@@ -33,18 +33,20 @@ bool has_variant(CollectiveKind kind, Algorithm algorithm) {
   }
 }
 
-// Note [Provisional crossovers]: the direct-allreduce thresholds come from the first
-// loopback-TCP runs (2-4 ranks); every other crossover here is provisional, reasoned from the
-// latency and bandwidth terms in docs/algorithms.md, until measured with cohort-bench (busbw
-// per size and world size, on each transport). `bytes` is the larger buffer of the call: the
-// output of an all-gather, the input of a reduce-scatter.
+// Note [Provisional crossovers]: the allreduce thresholds for 2-4 ranks were measured with
+// cohort-bench over loopback TCP on a 2-core machine (docs/algorithms.md has the table); every
+// other crossover here is reasoned from the latency and bandwidth terms in docs/algorithms.md
+// until measured on more ranks and on each transport. `bytes` is the larger buffer of the
+// call: the output of an all-gather, the input of a reduce-scatter.
 constexpr size_t kTinyBytes = 16 * 1024;  // latency-bound: one round wins
 constexpr size_t kMidBytes = 1024 * 1024;  // beyond, bandwidth dominates: rings win
 constexpr int kTreeWorld = 16;             // from here the ring's 2(n-1) latency terms hurt
 
 Algorithm automatic_allreduce(size_t bytes, int world) {
-  if (bytes <= kTinyBytes || (world == 2 && bytes <= 64 * 1024)) return Algorithm::kDirect;
-  // With n = 3 the fold leaves halving-doubling no fewer steps than the ring.
+  // With few ranks one round of whole-buffer exchanges beats any staging for longer.
+  if (bytes <= kTinyBytes || (world <= 3 && bytes <= 64 * 1024)) return Algorithm::kDirect;
+  // n = 3 folds to two participants; still ahead of the ring's 4 steps at a few hundred KiB.
+  if (world == 3 && bytes <= 256 * 1024) return Algorithm::kHalvingDoubling;
   if (world >= 4 && bytes <= kMidBytes) return Algorithm::kHalvingDoubling;
   if (world >= kTreeWorld) return Algorithm::kTree;
   return Algorithm::kRing;
