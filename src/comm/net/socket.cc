@@ -266,6 +266,14 @@ void Socket::read_all(void* data, size_t bytes, Deadline deadline) {
   }
 }
 
+void Socket::enable_keepalive(int idle_s, int interval_s, int probes) {
+  const int one = 1;
+  setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+}
+
 bool Socket::wait_readable(Deadline deadline) { return poll_until(fd_, POLLIN, deadline); }
 
 std::string Socket::peer_name() const {

@@ -71,6 +71,10 @@ class Socket {
   void close() noexcept;
   // "ip:port" of the remote end, for logs.
   std::string peer_name() const;
+  // Probes an idle connection so that a peer host that vanished without closing it (power
+  // loss, network cut) is noticed: after `idle` without traffic, a probe every `interval`,
+  // and the connection fails after `probes` unanswered ones.
+  void enable_keepalive(int idle_s, int interval_s, int probes);
 
  private:
   int fd_ = -1;

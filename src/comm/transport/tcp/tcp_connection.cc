@@ -127,7 +127,11 @@ class Connection::SendRequest final : public Request {
 
 Connection::Connection(net::Socket socket, int local_rank, int peer_rank, FailureSink& sink)
     : socket_(std::move(socket)), rank_(local_rank), peer_(peer_rank),
-      peer_address_(socket_.peer_name()), sink_(sink) {}
+      peer_address_(socket_.peer_name()), sink_(sink) {
+  // A dead process closes its sockets (the reader sees it at once); a vanished host does not,
+  // so probe: an idle connection to one is declared dead after about 5 + 3 x 2 = 11 s.
+  socket_.enable_keepalive(/*idle_s=*/5, /*interval_s=*/2, /*probes=*/3);
+}
 
 Connection::~Connection() { stop(); }
 
