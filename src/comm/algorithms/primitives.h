@@ -83,6 +83,10 @@ class SegmentReceiver {
   std::vector<std::unique_ptr<Request>> pending_;  // by slot
 };
 
+// Settles the reduce-scatters that need no message: an empty block, or a world of one (whose
+// block is its input). Returns true when it did.
+bool reduce_scatter_without_peers(Context& ctx, const void* in, void* out, size_t block_bytes);
+
 // Receives `count` elements that `peer` sent with post_sends(round, seg) and writes
 // out[i] = op(mine[i], received[i]) segment by segment as they land. `mine` may alias `out`;
 // `window` holds kWindowSegments * seg * dtype_size(dtype) bytes.

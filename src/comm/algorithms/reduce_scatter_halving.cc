@@ -33,11 +33,7 @@ void reduce_scatter_halving(Context& ctx, const void* in, void* out, size_t coun
   const size_t esize = dtype_size(dtype);
   const size_t block_bytes = count * esize;
   const auto* input = static_cast<const uint8_t*>(in);
-  if (count == 0) return;
-  if (n == 1) {
-    if (out != in) std::memcpy(out, in, block_bytes);
-    return;
-  }
+  if (reduce_scatter_without_peers(ctx, in, out, block_bytes)) return;
   op = kernels::combine_op(op);
   const Fold fold(n);
   const size_t seg = pipeline_segment(esize);

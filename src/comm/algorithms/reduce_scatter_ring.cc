@@ -8,7 +8,6 @@
 // Bytes sent per rank: (n-1) B = (n-1)/n N, the minimum; n-1 latency terms. Received blocks
 // are combined segment by segment as they land (segments of kPipelineSegmentBytes). Large
 // messages; small ones lose to halving (reduce_scatter_halving.cc) or the direct exchange.
-#include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/primitives.h"
@@ -23,11 +22,7 @@ void reduce_scatter_ring(Context& ctx, const void* in, void* out, size_t count, 
   const size_t esize = dtype_size(dtype);
   const size_t block_bytes = count * esize;
   const auto* input = static_cast<const uint8_t*>(in);
-  if (count == 0) return;
-  if (n == 1) {
-    if (out != in) std::memcpy(out, in, block_bytes);
-    return;
-  }
+  if (reduce_scatter_without_peers(ctx, in, out, block_bytes)) return;
   op = kernels::combine_op(op);
   const int right = (me + 1) % n;
   const int left = (me - 1 + n) % n;
