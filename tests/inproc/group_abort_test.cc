@@ -1,0 +1,40 @@
+// Group::abort: the reason reaches every rank, pending work fails with it, and the group stays
+// broken (every later call rethrows the first error).
+#include <gtest/gtest.h>
+
+#include "support/test_support.h"
+
+namespace cohort {
+namespace {
+
+std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(GroupAbort, EveryRankSeesTheReasonAndTheGroupStaysBroken) {
+  const int world = 3;
+  auto groups = testing::make_inproc_groups(world, testing::quick_options());
+  std::vector<std::string> first(world), second(world);
+  testing::run_ranks(world, [&](int rank) {
+    Group& group = *groups[rank];
+    std::vector<float> data(1000, 1.0f);
+    group.allreduce(make_buffer(data));  // the group works before the abort
+    if (rank == 1) group.abort("operator stopped the job");
+    // Ranks 0 and 2 may already be waiting in this allreduce when the abort lands.
+    first[rank] = error_of([&] { group.allreduce(make_buffer(data)); });
+    second[rank] = error_of([&] { group.barrier(); });
+  });
+  for (int rank = 0; rank < world; ++rank) {
+    EXPECT_NE(first[rank].find("operator stopped the job"), std::string::npos) << first[rank];
+    EXPECT_EQ(second[rank], first[rank]) << "a broken group rethrows its first error";
+  }
+  EXPECT_NE(first[0].find("rank 1 aborted the group"), std::string::npos) << first[0];
+}
+
+}  // namespace
+}  // namespace cohort
