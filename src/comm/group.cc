@@ -93,23 +93,9 @@ void run_allreduce(algo::Context& ctx, Algorithm algorithm, void* data, size_t c
 }
 }  // namespace
 
-std::shared_ptr<Work> Group::allreduce_async(Buffer data, const CollectiveOptions& opts) {
-  check_pointer(data.data, data.count, "allreduce");
-  const Algorithm algorithm = choose_algorithm(CollectiveKind::kAllreduce,
-                                               impl_->requested_algorithm(opts), data.bytes(),
-                                               size());
-  return impl_->submit(collective({CollectiveKind::kAllreduce, data.count, data.dtype, opts.op},
-                                  impl_->timeout_for(opts), [=](algo::Context& ctx) {
-                                    run_allreduce(ctx, algorithm, data.data, data.count,
-                                                  data.dtype, opts.op);
-                                  }));
-}
-
-void Group::allreduce(Buffer data, const CollectiveOptions& opts) {
-  allreduce(ConstBuffer(data), data, opts);
-}
-
-void Group::allreduce(ConstBuffer in, Buffer out, const CollectiveOptions& opts) {
+// One operation for both forms: validated on the caller's thread, copied in when out of place.
+Operation Group::allreduce_operation(ConstBuffer in, Buffer out,
+                                     const CollectiveOptions& opts) const {
   check_pointer(in.data, in.count, "allreduce");
   check_pointer(out.data, out.count, "allreduce");
   check_same_dtype(in, out, "allreduce");
@@ -117,14 +103,25 @@ void Group::allreduce(ConstBuffer in, Buffer out, const CollectiveOptions& opts)
   const Algorithm algorithm = choose_algorithm(CollectiveKind::kAllreduce,
                                                impl_->requested_algorithm(opts), out.bytes(),
                                                size());
-  impl_->run_blocking(collective({CollectiveKind::kAllreduce, out.count, out.dtype, opts.op},
-                                 impl_->timeout_for(opts), [=](algo::Context& ctx) {
-                                   if (in.data != out.data && out.bytes() > 0) {
-                                     std::memcpy(out.data, in.data, out.bytes());
-                                   }
-                                   run_allreduce(ctx, algorithm, out.data, out.count, out.dtype,
-                                                 opts.op);
-                                 }));
+  return collective({CollectiveKind::kAllreduce, out.count, out.dtype, opts.op},
+                    impl_->timeout_for(opts), [=](algo::Context& ctx) {
+                      if (in.data != out.data && out.bytes() > 0) {
+                        std::memcpy(out.data, in.data, out.bytes());
+                      }
+                      run_allreduce(ctx, algorithm, out.data, out.count, out.dtype, opts.op);
+                    });
+}
+
+std::shared_ptr<Work> Group::allreduce_async(Buffer data, const CollectiveOptions& opts) {
+  return impl_->submit(allreduce_operation(data, data, opts));
+}
+
+void Group::allreduce(Buffer data, const CollectiveOptions& opts) {
+  impl_->run_blocking(allreduce_operation(data, data, opts));
+}
+
+void Group::allreduce(ConstBuffer in, Buffer out, const CollectiveOptions& opts) {
+  impl_->run_blocking(allreduce_operation(in, out, opts));
 }
 
 // ---------------------------------------------------------------- broadcast
@@ -163,19 +160,19 @@ std::shared_ptr<Work> Group::reduce_async(Buffer data, const CollectiveOptions& 
   return impl_->submit(collective(
       {CollectiveKind::kReduce, data.count, data.dtype, opts.op, opts.root},
       impl_->timeout_for(opts), [=](algo::Context& ctx) {
-        // Algorithms may use non-root buffers as accumulators: work on a copy there so that
-        // the caller's data is left unchanged.
-        void* target = data.data;
-        std::vector<uint8_t> copy;
-        if (ctx.rank() != opts.root && data.bytes() > 0) {
-          copy.assign(static_cast<uint8_t*>(data.data),
-                      static_cast<uint8_t*>(data.data) + data.bytes());
-          target = copy.data();
-        }
-        if (algorithm == Algorithm::kTree) {
-          algo::reduce_tree(ctx, target, data.count, data.dtype, opts.op, opts.root);
+        if (algorithm != Algorithm::kTree) {
+          algo::reduce_direct(ctx, data.data, data.count, data.dtype, opts.op, opts.root);
         } else {
-          algo::reduce_direct(ctx, target, data.count, data.dtype, opts.op, opts.root);
+          // Inner tree nodes accumulate into their buffer: work on a copy there so that the
+          // caller's data is left unchanged (the direct variant only sends it).
+          void* target = data.data;
+          std::vector<uint8_t> copy;
+          if (ctx.rank() != opts.root && data.bytes() > 0) {
+            copy.assign(static_cast<uint8_t*>(data.data),
+                        static_cast<uint8_t*>(data.data) + data.bytes());
+            target = copy.data();
+          }
+          algo::reduce_tree(ctx, target, data.count, data.dtype, opts.op, opts.root);
         }
         if (ctx.rank() == opts.root) {
           finish_average(data.data, data.count, data.dtype, opts.op, ctx.size());
@@ -314,15 +311,16 @@ void Group::all_to_all(ConstBuffer in, Buffer out, const CollectiveOptions& opts
 
 // ---------------------------------------------------------------- barrier
 
-std::shared_ptr<Work> Group::barrier_async(const CollectiveOptions& opts) {
-  return impl_->submit(collective({CollectiveKind::kBarrier}, impl_->timeout_for(opts),
-                                  [](algo::Context& ctx) { algo::barrier_dissemination(ctx); }));
+Operation Group::barrier_operation(const CollectiveOptions& opts) const {
+  return collective({CollectiveKind::kBarrier}, impl_->timeout_for(opts),
+                    [](algo::Context& ctx) { algo::barrier_dissemination(ctx); });
 }
 
-void Group::barrier(const CollectiveOptions& opts) {
-  impl_->run_blocking(collective({CollectiveKind::kBarrier}, impl_->timeout_for(opts),
-                                 [](algo::Context& ctx) { algo::barrier_dissemination(ctx); }));
+std::shared_ptr<Work> Group::barrier_async(const CollectiveOptions& opts) {
+  return impl_->submit(barrier_operation(opts));
 }
+
+void Group::barrier(const CollectiveOptions& opts) { impl_->run_blocking(barrier_operation(opts)); }
 
 // ---------------------------------------------------------------- send / recv
 

@@ -14,10 +14,6 @@ constexpr Milliseconds kProgressPeriod{100};
 constexpr Milliseconds kProgressSettle{300};
 
 std::string progress_key(int rank) { return "progress/" + std::to_string(rank); }
-
-bool came_from_another_rank(const std::string& message) {
-  return message.rfind("rank ", 0) == 0 && message.find(" aborted the group: ") != std::string::npos;
-}
 }  // namespace
 
 std::string Signature::describe() const {
@@ -193,13 +189,13 @@ std::exception_ptr Group::Impl::explain_failure(const Operation& op, std::except
   try {
     std::rethrow_exception(error);
   } catch (const TimeoutError& e) {
-    if (came_from_another_rank(e.what())) return error;
+    if (WireError::is_relayed(e.what())) return error;
     std::string text = op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
                        " ms on rank " + std::to_string(rank()) + " (" + e.what() + ")";
     if (op.collective) text += "; " + ranks_behind(op.sequence);
     return std::make_exception_ptr(TimeoutError(text));
   } catch (const PeerError& e) {
-    if (came_from_another_rank(e.what())) return error;
+    if (WireError::is_relayed(e.what())) return error;
     return std::make_exception_ptr(
         PeerError(e.failed_rank(), op.describe() + " failed on rank " + std::to_string(rank()) +
                                        ": " + e.what()));

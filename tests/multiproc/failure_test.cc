@@ -100,6 +100,29 @@ TEST(Failure, RankExitingWithoutClosingItsGroupIsNamed) {
   EXPECT_EQ(job.ranks[2].wait(10s), 3);
 }
 
+// A frozen rank stops either between collectives (then the others name it as never having
+// joined the next one) or inside one (then every rank started it and a peer is stuck in it).
+TEST(Failure, FrozenRankIsATimeoutThatPointsAtIt) {
+  Job job = start_job(3, "allreduce_loop", "", {"COHORT_TIMEOUT_S=2"});
+  expect_ready(job);
+  std::this_thread::sleep_for(300ms);
+  const auto frozen_at = std::chrono::steady_clock::now();
+  job.ranks[1].kill(SIGSTOP);  // alive, connections open, but silent: only a deadline helps
+  for (int r : {0, 2}) {
+    const Result result = result_of(job.ranks[r], 20s);
+    const double after =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen_at).count();
+    EXPECT_EQ(result.kind, "TimeoutError") << result.line;
+    const bool names_rank1 = result.line.find(" 1 (last started #") != std::string::npos;
+    const bool says_stuck = result.line.find("a peer is stuck or slow inside it") != std::string::npos;
+    EXPECT_TRUE(names_rank1 || says_stuck) << result.line;
+    EXPECT_NE(result.line.find("timed out after 2000 ms"), std::string::npos) << result.line;
+    EXPECT_LT(after, 10.0) << "rank " << r << " waited far past its 2 s deadline";
+    EXPECT_EQ(job.ranks[r].wait(10s), 0) << "rank " << r << " hung or crashed after the timeout";
+  }
+  job.ranks[1].kill(SIGKILL);
+}
+
 TEST(Failure, TimeoutNamesTheRankThatNeverJoined) {
   Job job = start_job(3, "skip_rank", "2", {"COHORT_TIMEOUT_S=2"});
   expect_ready(job);

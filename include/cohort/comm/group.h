@@ -27,6 +27,7 @@
 namespace cohort {
 
 class InprocFabric;
+struct Operation;
 
 struct GroupOptions {
   // Default deadline of every collective. 0: COHORT_TIMEOUT_S (seconds), else 300 s.
@@ -132,6 +133,12 @@ class Group : public std::enable_shared_from_this<Group> {
   class Impl;
 
  private:
+  // The collectives that have a blocking form running inline (Group::Impl::run_blocking)
+  // build their operation once for both forms.
+  Operation allreduce_operation(ConstBuffer in, Buffer out,
+                                       const CollectiveOptions& opts) const;
+  Operation barrier_operation(const CollectiveOptions& opts) const;
+
   std::unique_ptr<Impl> impl_;
 };
 

@@ -70,13 +70,6 @@ class Transport {
   // `store` is the subgroup's own view of the store (for address exchange).
   virtual std::unique_ptr<Transport> split(const std::string& key, int new_rank, int new_size,
                                            std::shared_ptr<Store> store) = 0;
-
-  void send(int peer, Tag tag, const void* data, size_t bytes, Deadline deadline) {
-    isend(peer, tag, data, bytes, deadline)->wait();
-  }
-  void recv(int peer, Tag tag, void* data, size_t bytes, Deadline deadline) {
-    irecv(peer, tag, data, bytes, deadline)->wait();
-  }
 };
 
 // A request that is already complete (sends that finished inside isend).
@@ -97,6 +90,8 @@ struct WireError {
   std::string message;
 
   static WireError from(std::exception_ptr error);
+  // Whether an error message already came from another rank ("rank N aborted the group: ...").
+  static bool is_relayed(const std::string& message);
   // Throws the error this describes, saying which rank reported it.
   [[noreturn]] void rethrow(int reporting_rank) const;
   std::exception_ptr as_exception(int reporting_rank) const;

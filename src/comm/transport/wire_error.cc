@@ -32,13 +32,18 @@ void WireError::rethrow(int reporting_rank) const {
   std::rethrow_exception(as_exception(reporting_rank));
 }
 
+namespace {
+constexpr const char* kRelayMark = " aborted the group: ";
+}
+
+bool WireError::is_relayed(const std::string& text) {
+  return text.rfind("rank ", 0) == 0 && text.find(kRelayMark) != std::string::npos;
+}
+
 std::exception_ptr WireError::as_exception(int reporting_rank) const {
   // Errors that came from another rank already say so; do not stack the prefix.
-  const std::string prefix = "rank " + std::to_string(reporting_rank) + " aborted the group: ";
-  const std::string text = message.rfind("rank ", 0) == 0 && message.find(" aborted the group: ")
-                                                                 != std::string::npos
-                               ? message
-                               : prefix + message;
+  const std::string text =
+      is_relayed(message) ? message : "rank " + std::to_string(reporting_rank) + kRelayMark + message;
   switch (kind) {
     case kPeer: return std::make_exception_ptr(PeerError(failed_rank, text));
     case kTimeout: return std::make_exception_ptr(TimeoutError(text));

@@ -512,10 +512,12 @@ void Connection::deliver_buffered(const Tag& tag, Unexpected message) {
 
 void Connection::on_disconnect(const std::string& reason) {
   std::exception_ptr error;
+  bool left;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return;  // we closed it ourselves
-    if (peer_left_) {
+    left = peer_left_;
+    if (left) {
       error = std::make_exception_ptr(PeerError(
           peer_, "rank " + std::to_string(peer_) + " has closed its group"));
     } else {
@@ -525,12 +527,7 @@ void Connection::on_disconnect(const std::string& reason) {
     }
   }
   fail(error);
-  bool left;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    left = peer_left_;
-  }
-  if (!left) sink_.on_connection_failed(peer_, error);
+  if (!left) sink_.on_connection_failed(peer_, error);  // a peer that said goodbye is no failure
 }
 
 }  // namespace cohort::tcp

@@ -128,16 +128,6 @@ namespace {
 
 std::string address_key(int rank) { return "tcp/addr/" + std::to_string(rank); }
 
-std::string hex(const uint8_t* data, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    out += digits[data[i] >> 4];
-    out += digits[data[i] & 15];
-  }
-  return out;
-}
-
 tcp::Secret agree_on_secret(Store& store, int rank, Deadline deadline) {
   tcp::Secret secret{};
   if (rank == 0) {
@@ -266,8 +256,7 @@ std::unique_ptr<Transport> connect_tcp_transport(std::shared_ptr<Store> store, i
   }
   listener.close();
   transport->start();
-  COHORT_LOG(kDebug, "rank ", rank, ": TCP mesh of ", size, " ranks ready (secret ",
-             hex(secret.data(), 2), "..)");
+  COHORT_LOG(kDebug, "rank ", rank, ": TCP mesh of ", size, " ranks ready");
   return transport;
 }
 
