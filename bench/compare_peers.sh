@@ -3,10 +3,24 @@
 # and OpenMPI restricted to TCP, interleaved round by round so that all see the same machine.
 # Prints the median over rounds of each peer's median busbw (GB/s), and the 4 KiB latency (us).
 #
-#   bench/compare_peers.sh [ROUNDS]        (default 3; needs build/bin/cohort-bench, the peers in
-#                                           ../shared/peers, libgloo-dev, openmpi, python3-torch)
+#   bench/compare_peers.sh [ROUNDS]        (default 3; needs build/bin/cohort-bench and the peer
+#                                           sources in ../shared/peers; installs the peers' packages)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+
+# The peers come from Debian; install what is missing (as scripts/setup does for the build).
+peer_packages=(openmpi-bin libopenmpi-dev libgloo-dev python3-torch)
+missing=()
+for p in "${peer_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "compare_peers.sh: installing ${missing[*]}" >&2
+  sudo_cmd=(); [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+[ -x "$here/build/bin/cohort-bench" ] || { echo "build cohort-bench first: ./scripts/test or ./scripts/demo" >&2; exit 2; }
 rounds=${1:-3}
 peers=${PEERS_DIR:-$here/../shared/peers}
 work=${PEERS_WORK:-/tmp/cohort-peers}
