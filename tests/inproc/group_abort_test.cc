@@ -2,6 +2,9 @@
 // broken (every later call rethrows the first error).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "support/test_support.h"
 
 namespace cohort {
@@ -20,11 +23,17 @@ TEST(GroupAbort, EveryRankSeesTheReasonAndTheGroupStaysBroken) {
   const int world = 3;
   auto groups = testing::make_inproc_groups(world, testing::quick_options());
   std::vector<std::string> first(world), second(world);
+  std::atomic<int> finished_first{0};
   testing::run_ranks(world, [&](int rank) {
     Group& group = *groups[rank];
     std::vector<float> data(1000, 1.0f);
     group.allreduce(make_buffer(data));  // the group works before the abort
-    if (rank == 1) group.abort("operator stopped the job");
+    ++finished_first;
+    if (rank == 1) {
+      // An abort breaks collectives in flight too; wait until nobody is still in the first one.
+      while (finished_first.load() < world) std::this_thread::yield();
+      group.abort("operator stopped the job");
+    }
     // Ranks 0 and 2 may already be waiting in this allreduce when the abort lands.
     first[rank] = error_of([&] { group.allreduce(make_buffer(data)); });
     second[rank] = error_of([&] { group.barrier(); });
