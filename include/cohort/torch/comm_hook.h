@@ -1,0 +1,59 @@
+// Communication hooks: replace how DistributedDataParallel reduces a bucket of gradients.
+//
+//   ddp_options.comm_hook = cohort::fp16_compress_hook();   // halve the bytes on the wire
+//
+// A hook is called on the autograd thread as soon as a bucket's gradients are all ready, in
+// the same bucket order on every rank. It starts a collective on the group and returns it with
+// an optional finishing step; DDP waits for the collective at the end of backward, then runs
+// the finishing step. After it, the bucket's buffer must hold the average over all ranks of
+// every rank's gradients. Every rank must issue the same collectives for the same bucket.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/group.h"
+#include "cohort/comm/work.h"
+
+namespace cohort {
+
+// The gradients of one bucket, handed to a hook.
+struct GradBucket {
+  size_t index = 0;
+  // The bucket's gradients back to back: one contiguous 1-D tensor of one dtype.
+  torch::Tensor buffer;
+  // Tensors shaped like the parameters, sharing buffer's memory, in bucket order.
+  std::vector<torch::Tensor> gradients;
+  std::vector<torch::Tensor> parameters;
+};
+
+// A reduction a hook has started.
+struct PendingReduction {
+  std::shared_ptr<Work> work;
+  // Runs after work completed without error, on the thread that ends backward. May be empty.
+  std::function<void()> finish;
+};
+
+class CommHook {
+ public:
+  virtual ~CommHook() = default;
+  virtual PendingReduction start(Group& group, GradBucket& bucket) = 0;
+  // For messages and logs.
+  virtual std::string name() const = 0;
+};
+
+// The default: an in-place allreduce whose reduction averages (the division by the world size
+// is folded into the reduction, no second pass over the gradients).
+std::shared_ptr<CommHook> allreduce_hook();
+// Divide by the world size, cast to float16 (bfloat16), allreduce the half-size copy with
+// float32 accumulation, and cast back into the gradients. Halves the bytes sent; costs the
+// precision of the 16-bit type (relative error about 1e-3 for float16, 1e-2 for bfloat16).
+// float16 overflows above 65504: keep per-rank gradients below that (or use bfloat16).
+std::shared_ptr<CommHook> fp16_compress_hook();
+std::shared_ptr<CommHook> bf16_compress_hook();
+
+}  // namespace cohort

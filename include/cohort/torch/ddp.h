@@ -1,0 +1,125 @@
+// cohort::DistributedDataParallel: makes a libtorch training loop data-parallel.
+//
+//   auto model = std::make_shared<Net>();                        // any torch::nn::Module
+//   cohort::DistributedDataParallel ddp(model, group);           // checks + broadcasts weights
+//   torch::optim::SGD optimizer(model->parameters(), lr);
+//   for (auto& batch : *loader) {                                 // this rank's shard
+//     optimizer.zero_grad();
+//     auto loss = loss_fn(model->forward(batch.data), batch.target);
+//     loss.backward();          // returns with every .grad averaged over all ranks
+//     optimizer.step();
+//   }
+//
+// How it works (docs/ddp.md): gradients live in a few flat buckets (the parameters' .grad are
+// tensors over bucket memory, so gradients are not stored twice). A hook on each parameter's
+// gradient accumulator marks it ready during backward; a bucket whose gradients are all ready
+// starts its allreduce at once on the group's communication thread while backward goes on.
+// Buckets are reduced in the same order on every rank; the end of backward waits for the last.
+// After the first iteration the buckets are rebuilt once in the order gradients really became
+// ready (rank 0's order, so the same everywhere).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/group.h"
+#include "cohort/torch/comm_hook.h"
+
+namespace cohort {
+
+struct DdpOptions {
+  // Bucket size in MiB. Bigger buckets: fewer, larger allreduces; smaller: more overlap.
+  double bucket_cap_mb = 25.0;
+  // The first bucket (the last layers' gradients, ready first) is kept small so communication
+  // starts early.
+  double first_bucket_cap_mb = 1.0;
+  // Copy rank 0's buffers (BatchNorm running statistics) to every rank after each
+  // synchronized backward, i.e. before the next forward.
+  bool broadcast_buffers = true;
+  // Allow parameters that get no gradient in some iterations (a branch the forward skipped).
+  // Costs one small allreduce per iteration and the overlap of buckets holding such
+  // parameters. Without it, such a parameter is an error that names it.
+  bool find_unused_parameters = false;
+  // The set of parameters used is the same in every iteration (and on every rank): unused
+  // parameters are found once, in the first iteration, and never searched for again.
+  bool static_graph = false;
+  // .grad tensors share the buckets' memory. false: gradients are copied into the buckets and
+  // back (twice the gradient memory, for code that needs .grad to be separate tensors).
+  bool gradient_as_bucket_view = true;
+  // Rebuild the buckets after the first iteration in the order gradients became ready.
+  bool rebuild_buckets = true;
+  // How a bucket is reduced (comm_hook.h); null: allreduce_hook().
+  std::shared_ptr<CommHook> comm_hook;
+};
+
+class DistributedDataParallel {
+ public:
+  // Collective: every rank of `group` constructs one, with the same model. Checks that all
+  // ranks have the same parameters and buffers (names, shapes, dtypes; a mismatch throws
+  // InvalidArgument naming the first difference and the ranks), then copies rank 0's
+  // parameters and buffers to every rank.
+  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                          std::shared_ptr<Group> group, DdpOptions options = {});
+  template <typename ModuleType>
+  DistributedDataParallel(const torch::nn::ModuleHolder<ModuleType>& module,
+                          std::shared_ptr<Group> group, DdpOptions options = {})
+      : DistributedDataParallel(std::static_pointer_cast<torch::nn::Module>(module.ptr()),
+                                std::move(group), std::move(options)) {}
+  ~DistributedDataParallel();
+  DistributedDataParallel(DistributedDataParallel&&) noexcept;
+  DistributedDataParallel& operator=(DistributedDataParallel&&) noexcept;
+
+  torch::nn::Module& module() const;
+  Group& group() const;
+  const DdpOptions& options() const;
+
+  // RAII: while one is alive, backward() accumulates gradients locally without communicating.
+  // The next backward outside it reduces the accumulated sum.
+  //   { auto guard = ddp.no_sync(); for (k micro-batches) forward + backward; }
+  //   forward + backward;   // reduces all k + 1 micro-batches' gradients
+  class NoSync {
+   public:
+    NoSync(NoSync&& other) noexcept;
+    NoSync& operator=(NoSync&&) = delete;
+    ~NoSync();
+
+   private:
+    friend class DistributedDataParallel;
+    explicit NoSync(DistributedDataParallel* ddp);
+    DistributedDataParallel* ddp_;
+  };
+  NoSync no_sync();
+
+  // Uneven inputs. Runs `train` (this rank's training loop) and then, when it returns (this
+  // rank ran out of data), keeps taking part in the other ranks' gradient reductions with
+  // zero gradients until every rank's loop has returned. Finally every rank gets the
+  // parameters and buffers of the last rank that was still training. Gradients are averaged
+  // over the whole world, finished ranks counting as zeros (as PyTorch's Join).
+  // Every rank calls join() with its own loop; inside it, use backward() as usual.
+  void join(const std::function<void()>& train);
+
+  // Copies rank 0's buffers to every rank now (done after every synchronized backward when
+  // broadcast_buffers is on). Collective.
+  void broadcast_buffers();
+
+  // Names of the parameters in each bucket, in reduction order (for tests and tuning).
+  std::vector<std::vector<std::string>> bucket_parameter_names() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Tunes glibc malloc for training loops: large blocks (activations, gradients) come from a
+// heap that is never trimmed and stay mapped, instead of being mmapped and faulted in on
+// every step (which costs 15-20% of a step here). Called by DistributedDataParallel's
+// constructor; idempotent; COHORT_MALLOC_TUNING=0 turns it off, and it leaves alone any
+// setting made through glibc's MALLOC_*_ environment variables. Returns whether it applied.
+bool tune_malloc_for_training();
+
+}  // namespace cohort

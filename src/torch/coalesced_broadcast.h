@@ -1,0 +1,17 @@
+// Copies a set of tensors from one rank to all, one broadcast per dtype instead of one per
+// tensor (a model's buffers are many small tensors; each broadcast costs a round trip).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "cohort/comm/group.h"
+
+namespace cohort {
+
+// Collective: every rank passes tensors of the same shapes and dtypes, in the same order.
+// Works on parameters too (writes without recording autograd history).
+void broadcast_coalesced(Group& group, const std::vector<torch::Tensor>& tensors, int root);
+
+}  // namespace cohort

@@ -1,0 +1,51 @@
+#include "cohort/torch/comm_hook.h"
+
+#include "cohort/torch/tensor_buffer.h"
+
+namespace cohort {
+namespace {
+
+class AllreduceHook final : public CommHook {
+ public:
+  PendingReduction start(Group& group, GradBucket& bucket) override {
+    CollectiveOptions options;
+    options.op = ReduceOp::kAvg;
+    return {group.allreduce_async(tensor_buffer(bucket.buffer), options), nullptr};
+  }
+  std::string name() const override { return "allreduce"; }
+};
+
+// Compression to a 16-bit type. The division comes first, in float32, so that the sum of the
+// world's gradients fits the narrow type where their average does.
+class CompressHook final : public CommHook {
+ public:
+  explicit CompressHook(torch::ScalarType wire_type) : wire_type_(wire_type) {}
+
+  PendingReduction start(Group& group, GradBucket& bucket) override {
+    auto compressed = (bucket.buffer / group.size()).to(wire_type_);
+    CollectiveOptions options;
+    options.op = ReduceOp::kSum;
+    auto work = group.allreduce_async(tensor_buffer(compressed), options);
+    auto target = bucket.buffer;
+    // `compressed` lives in the closure until the reduction finished.
+    return {std::move(work), [compressed, target]() mutable { target.copy_(compressed); }};
+  }
+  std::string name() const override {
+    return wire_type_ == torch::kFloat16 ? "fp16_compress" : "bf16_compress";
+  }
+
+ private:
+  torch::ScalarType wire_type_;
+};
+
+}  // namespace
+
+std::shared_ptr<CommHook> allreduce_hook() { return std::make_shared<AllreduceHook>(); }
+std::shared_ptr<CommHook> fp16_compress_hook() {
+  return std::make_shared<CompressHook>(torch::kFloat16);
+}
+std::shared_ptr<CommHook> bf16_compress_hook() {
+  return std::make_shared<CompressHook>(torch::kBFloat16);
+}
+
+}  // namespace cohort

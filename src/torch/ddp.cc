@@ -1,0 +1,143 @@
+#include "cohort/torch/ddp.h"
+
+#include <sstream>
+#include <unordered_set>
+
+#include "coalesced_broadcast.h"
+#include "cohort/core/check.h"
+#include "model_check.h"
+#include "reducer.h"
+
+namespace cohort {
+namespace {
+
+struct NamedTensor {
+  std::string name;
+  torch::Tensor tensor;
+};
+
+// Each tensor once (a parameter shared by two layers is registered twice), in registration
+// order. Parameters that do not require grad are frozen: DDP leaves them alone.
+std::vector<NamedTensor> unique_tensors(const torch::OrderedDict<std::string, torch::Tensor>& all,
+                                        bool only_requiring_grad) {
+  std::vector<NamedTensor> tensors;
+  std::unordered_set<const void*> seen;
+  for (const auto& item : all) {
+    const auto& tensor = item.value();
+    if (only_requiring_grad && !tensor.requires_grad()) continue;
+    if (!seen.insert(tensor.unsafeGetTensorImpl()).second) continue;
+    tensors.push_back({item.key(), tensor});
+  }
+  return tensors;
+}
+
+std::string describe(const std::string& kind, const NamedTensor& named) {
+  std::ostringstream out;
+  out << kind << " '" << named.name << "' " << c10::toString(named.tensor.scalar_type()) << " "
+      << named.tensor.sizes();
+  return out.str();
+}
+
+std::vector<torch::Tensor> tensors_of(const std::vector<NamedTensor>& named) {
+  std::vector<torch::Tensor> tensors;
+  for (const auto& n : named) tensors.push_back(n.tensor);
+  return tensors;
+}
+
+}  // namespace
+
+class DistributedDataParallel::Impl {
+ public:
+  Impl(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Group> group,
+       DdpOptions options)
+      : module_(std::move(module)), group_(std::move(group)), options_(std::move(options)) {
+    COHORT_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null");
+    COHORT_CHECK(group_ != nullptr, "DistributedDataParallel: the group is null");
+    tune_malloc_for_training();
+    parameters_ = unique_tensors(module_->named_parameters(/*recurse=*/true), true);
+    buffers_ = unique_tensors(module_->named_buffers(/*recurse=*/true), false);
+    check_same_model();
+    broadcast_coalesced(*group_, tensors_of(parameters_), 0);
+    broadcast_coalesced(*group_, tensors_of(buffers_), 0);
+    std::vector<Reducer::Parameter> reduced;
+    for (const auto& p : parameters_) reduced.push_back({p.name, p.tensor});
+    reducer_ = std::make_unique<Reducer>(group_, std::move(reduced), options_,
+                                         [this](int root) { sync_buffers(root); });
+  }
+
+  void check_same_model() {
+    std::vector<std::string> entries;
+    for (const auto& p : parameters_) entries.push_back(describe("parameter", p));
+    for (const auto& b : buffers_) entries.push_back(describe("buffer", b));
+    check_same_on_all_ranks(*group_, entries, "parameter/buffer");
+  }
+
+  void sync_buffers(int root) { broadcast_coalesced(*group_, tensors_of(buffers_), root); }
+
+  void join(const std::function<void()>& train) {
+    reducer_->set_join_mode(true);
+    try {
+      train();
+    } catch (const std::exception& e) {
+      reducer_->set_join_mode(false);
+      // The other ranks would wait for this one's collectives until their deadline.
+      group_->abort(detail::concat("rank ", group_->rank(),
+                                   " left DistributedDataParallel::join with an error: ",
+                                   e.what()));
+      throw;
+    }
+    reducer_->set_join_mode(false);
+    while (reducer_->shadow_iteration()) {
+    }
+    // Finished ranks skipped optimizer steps: everyone takes the last trainer's state.
+    const int root = reducer_->authority();
+    broadcast_coalesced(*group_, tensors_of(parameters_), root);
+    sync_buffers(root);
+  }
+
+  std::shared_ptr<torch::nn::Module> module_;
+  std::shared_ptr<Group> group_;
+  DdpOptions options_;
+  std::vector<NamedTensor> parameters_;
+  std::vector<NamedTensor> buffers_;
+  std::unique_ptr<Reducer> reducer_;
+};
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                                                 std::shared_ptr<Group> group,
+                                                 DdpOptions options)
+    : impl_(std::make_unique<Impl>(std::move(module), std::move(group), std::move(options))) {}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+DistributedDataParallel::DistributedDataParallel(DistributedDataParallel&&) noexcept = default;
+DistributedDataParallel& DistributedDataParallel::operator=(DistributedDataParallel&&) noexcept =
+    default;
+
+torch::nn::Module& DistributedDataParallel::module() const { return *impl_->module_; }
+Group& DistributedDataParallel::group() const { return *impl_->group_; }
+const DdpOptions& DistributedDataParallel::options() const { return impl_->options_; }
+
+DistributedDataParallel::NoSync::NoSync(DistributedDataParallel* ddp) : ddp_(ddp) {
+  ddp_->impl_->reducer_->set_no_sync(true);
+}
+DistributedDataParallel::NoSync::NoSync(NoSync&& other) noexcept : ddp_(other.ddp_) {
+  other.ddp_ = nullptr;
+}
+DistributedDataParallel::NoSync::~NoSync() {
+  if (ddp_ != nullptr) ddp_->impl_->reducer_->set_no_sync(false);
+}
+DistributedDataParallel::NoSync DistributedDataParallel::no_sync() {
+  COHORT_CHECK(!impl_->reducer_->no_sync(),
+               "DistributedDataParallel::no_sync: already inside a no_sync() guard");
+  return NoSync(this);
+}
+
+void DistributedDataParallel::join(const std::function<void()>& train) { impl_->join(train); }
+
+void DistributedDataParallel::broadcast_buffers() { impl_->sync_buffers(0); }
+
+std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {
+  return impl_->reducer_->bucket_parameter_names();
+}
+
+}  // namespace cohort

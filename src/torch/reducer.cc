@@ -1,0 +1,374 @@
+#include "reducer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "bucket_plan.h"
+#include "cohort/core/check.h"
+#include "cohort/torch/tensor_buffer.h"
+
+namespace cohort {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+size_t cap_bytes(double mebibytes) {
+  COHORT_CHECK(std::isfinite(mebibytes) && mebibytes >= 0,
+               "DdpOptions: bucket caps must be finite and >= 0 MiB, got ", mebibytes);
+  return static_cast<size_t>(mebibytes * kMiB);
+}
+
+bool shares_memory(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.data_ptr() == b.data_ptr() && a.sizes() == b.sizes() && a.strides() == b.strides();
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string joined;
+  for (const auto& name : names) joined += (joined.empty() ? "" : ", ") + name;
+  return joined;
+}
+
+}  // namespace
+
+Reducer::Reducer(std::shared_ptr<Group> group, std::vector<Parameter> parameters,
+                 const DdpOptions& options, std::function<void(int)> sync_buffers)
+    : group_(std::move(group)),
+      parameters_(std::move(parameters)),
+      options_(options),
+      hook_(options.comm_hook ? options.comm_hook : allreduce_hook()),
+      sync_buffers_(std::move(sync_buffers)),
+      ready_(parameters_.size(), 0),
+      filled_with_zeros_(parameters_.size(), 0),
+      join_flag_(torch::zeros({1}, torch::kInt32)),
+      used_since_sync_(parameters_.size(), 0),
+      rebuilt_(!options.rebuild_buckets) {
+  for (const auto& parameter : parameters_) {
+    COHORT_CHECK(parameter.tensor.device().is_cpu(), "DistributedDataParallel: parameter '",
+                 parameter.name, "' is on ", parameter.tensor.device(),
+                 "; this build reduces CPU tensors (move the model with ->to(torch::kCPU))");
+    to_dtype(parameter.tensor.scalar_type());  // throws for types cohort cannot reduce
+  }
+  build_buckets(reverse_registration_order());
+  install_hooks();
+}
+
+Reducer::~Reducer() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) {
+    autograd_compat::remove_post_accumulate_hook(*accumulators_[i], hook_keys_[i]);
+  }
+}
+
+std::vector<size_t> Reducer::reverse_registration_order() const {
+  std::vector<size_t> order(parameters_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+  return order;
+}
+
+void Reducer::install_hooks() {
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    auto accumulator = autograd_compat::gradient_accumulator(parameters_[i].tensor);
+    hook_keys_.push_back(autograd_compat::add_post_accumulate_hook(
+        *accumulator, [this, i] { on_gradient_accumulated(i); }));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+// Lays the buckets out in `order` and points every parameter's .grad that already lives in a
+// bucket at its place in the new one (copying the values), so a rebuild loses nothing.
+void Reducer::build_buckets(const std::vector<size_t>& order) {
+  BucketPlanInput plan{order, {}, {}, cap_bytes(options_.first_bucket_cap_mb),
+                       cap_bytes(options_.bucket_cap_mb)};
+  for (const auto& parameter : parameters_) {
+    plan.bytes.push_back(parameter.tensor.numel() * parameter.tensor.element_size());
+    plan.kind.push_back(static_cast<int>(parameter.tensor.scalar_type()));
+  }
+  std::vector<Bucket> buckets;
+  std::vector<Location> locations(parameters_.size());
+  for (auto& members : plan_buckets(plan)) {
+    Bucket bucket;
+    int64_t total = 0;
+    for (size_t p : members) total += parameters_[p].tensor.numel();
+    bucket.grads.index = buckets.size();
+    bucket.grads.buffer = torch::zeros({total}, parameters_[members.front()].tensor.options()
+                                                    .requires_grad(false));
+    int64_t offset = 0;
+    for (size_t slot = 0; slot < members.size(); ++slot) {
+      const auto& tensor = parameters_[members[slot]].tensor;
+      bucket.grads.gradients.push_back(
+          autograd_compat::alias_into(bucket.grads.buffer, offset, tensor));
+      bucket.grads.parameters.push_back(tensor);
+      locations[members[slot]] = Location{buckets.size(), slot};
+      offset += tensor.numel();
+    }
+    bucket.members = std::move(members);
+    bucket.pending = bucket.members.size();
+    buckets.push_back(std::move(bucket));
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t p = 0; p < parameters_.size() && !buckets_.empty(); ++p) {
+    auto& grad = parameters_[p].tensor.mutable_grad();
+    if (!grad.defined() || !shares_memory(grad, alias_of(p))) continue;
+    auto& fresh = buckets[locations[p].bucket].grads.gradients[locations[p].slot];
+    fresh.copy_(grad);
+    grad = fresh;
+  }
+  buckets_ = std::move(buckets);
+  locations_ = std::move(locations);
+}
+
+const torch::Tensor& Reducer::alias_of(size_t parameter) const {
+  const Location& at = locations_[parameter];
+  return buckets_[at.bucket].grads.gradients[at.slot];
+}
+
+void Reducer::set_no_sync(bool no_sync) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  no_sync_ = no_sync;
+}
+
+bool Reducer::no_sync() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return no_sync_;
+}
+
+void Reducer::set_join_mode(bool on) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  join_mode_ = on;
+}
+
+int Reducer::authority() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return authority_;
+}
+
+std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::vector<std::string>> names;
+  for (const auto& bucket : buckets_) {
+    names.emplace_back();
+    for (size_t p : bucket.members) names.back().push_back(parameters_[p].name);
+  }
+  return names;
+}
+
+// ---- one synchronized iteration, on the autograd thread
+
+void Reducer::on_gradient_accumulated(size_t parameter) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  used_since_sync_[parameter] = 1;
+  if (no_sync_) return;  // the gradient accumulates in .grad; the next sync reduces it
+  if (!iteration_started_) start_iteration();
+  if (ready_[parameter]) {
+    const std::string reason = detail::concat(
+        "DistributedDataParallel: parameter '", parameters_[parameter].name,
+        "' got a gradient although static_graph found it unused in the first iteration. "
+        "The set of used parameters changes between iterations: turn static_graph off and "
+        "find_unused_parameters on.");
+    group_->abort(reason);  // the peers are already reducing: stop them, don't leave them hanging
+    throw InvalidArgument(reason);
+  }
+  if (!rebuilt_) ready_order_.push_back(parameter);
+  bind_gradient(parameter);
+  mark_ready(parameter);
+}
+
+void Reducer::start_iteration() {
+  iteration_started_ = true;
+  autograd_compat::queue_end_of_backward_callback([this] { finish_iteration(); });
+  if (join_mode_) {
+    join_flag_.fill_(group_->rank());
+    CollectiveOptions min;
+    min.op = ReduceOp::kMin;
+    join_work_ = group_->allreduce_async(tensor_buffer(join_flag_), min);
+  }
+  if (static_unused_known_) {
+    for (size_t p : static_unused_) mark_locally_unused(p);
+  }
+}
+
+// Makes the parameter's .grad the bucket's copy of it (or copies it there).
+void Reducer::bind_gradient(size_t parameter) {
+  torch::NoGradGuard no_grad;
+  auto& grad = parameters_[parameter].tensor.mutable_grad();
+  const auto& alias = alias_of(parameter);
+  if (grad.defined() && shares_memory(grad, alias)) return;
+  if (grad.defined()) {
+    COHORT_CHECK(grad.layout() == torch::kStrided, "DistributedDataParallel: parameter '",
+                 parameters_[parameter].name,
+                 "' has a sparse gradient, which DDP does not reduce (use a dense embedding)");
+    alias.copy_(grad);
+  } else {
+    alias.zero_();
+  }
+  if (options_.gradient_as_bucket_view) grad = alias;
+}
+
+void Reducer::mark_ready(size_t parameter) {
+  ready_[parameter] = 1;
+  Bucket& bucket = buckets_[locations_[parameter].bucket];
+  if (--bucket.pending == 0) launch_ready_buckets();
+}
+
+// A parameter without a gradient this iteration on this rank contributes what its .grad
+// holds (micro-batches accumulated under no_sync) or zeros.
+void Reducer::mark_locally_unused(size_t parameter) {
+  if (!parameters_[parameter].tensor.grad().defined()) filled_with_zeros_[parameter] = 1;
+  bind_gradient(parameter);
+  if (filled_with_zeros_[parameter]) parameters_[parameter].tensor.mutable_grad() = torch::Tensor();
+  mark_ready(parameter);
+}
+
+void Reducer::launch_ready_buckets() {
+  while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
+    Bucket& bucket = buckets_[next_to_launch_++];
+    bucket.reduction = hook_->start(*group_, bucket.grads);
+  }
+}
+
+void Reducer::finish_iteration() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  std::vector<std::string> unexpected_unused;
+  try {
+    finish_iteration_locked(unexpected_unused);
+  } catch (...) {
+    reset_iteration();
+    throw;
+  }
+  reset_iteration();
+  if (!unexpected_unused.empty()) {
+    throw InvalidArgument(detail::concat(
+        "DistributedDataParallel: these parameters got no gradient in this iteration: ",
+        join_names(unexpected_unused),
+        ". If the forward pass skips them on purpose, construct DDP with "
+        "find_unused_parameters = true (or static_graph = true if it always skips the same "
+        "ones); otherwise make sure the loss depends on them. The gradients of this iteration "
+        "were reduced (unused ones as zeros) so the other ranks are not left waiting."));
+  }
+}
+
+void Reducer::finish_iteration_locked(std::vector<std::string>& unexpected_unused) {
+  const bool tolerate_unused = options_.find_unused_parameters || options_.static_graph;
+  for (size_t p = 0; p < parameters_.size(); ++p) {
+    if (ready_[p]) continue;
+    if (!tolerate_unused) unexpected_unused.push_back(parameters_[p].name);
+    if (options_.static_graph && !static_unused_known_) static_unused_.push_back(p);
+    mark_locally_unused(p);
+  }
+  static_unused_known_ = options_.static_graph;
+  COHORT_INTERNAL_ASSERT(next_to_launch_ == buckets_.size(), "bucket ", next_to_launch_,
+                         " of ", buckets_.size(), " was never launched");
+  auto used_map_work = start_used_map_allreduce();
+  if (join_work_) {
+    join_work_->wait();
+    authority_ = join_flag_.item<int>();
+  }
+  if (options_.broadcast_buffers) sync_buffers_(authority_);
+  wait_for_reductions();
+  if (used_map_work) used_map_work->wait();
+  forget_globally_unused_gradients();
+  if (!rebuilt_) rebuild_buckets_from_ready_order();
+}
+
+std::shared_ptr<Work> Reducer::start_used_map_allreduce() {
+  if (!options_.find_unused_parameters || options_.static_graph) return nullptr;
+  used_map_ = torch::tensor(std::vector<int32_t>(used_since_sync_.begin(), used_since_sync_.end()));
+  CollectiveOptions max;
+  max.op = ReduceOp::kMax;
+  return group_->allreduce_async(tensor_buffer(used_map_), max);
+}
+
+void Reducer::wait_for_reductions() {
+  torch::NoGradGuard no_grad;
+  for (auto& bucket : buckets_) {
+    PendingReduction reduction = std::move(*bucket.reduction);
+    bucket.reduction.reset();
+    reduction.work->wait();
+    if (reduction.finish) reduction.finish();
+    if (options_.gradient_as_bucket_view) continue;
+    for (size_t slot = 0; slot < bucket.members.size(); ++slot) {
+      auto& grad = parameters_[bucket.members[slot]].tensor.mutable_grad();
+      if (grad.defined()) grad.copy_(bucket.grads.gradients[slot]);
+    }
+  }
+}
+
+// A parameter no rank used since the last synchronization keeps an undefined .grad when it
+// had none (so optimizers skip it, as they would in one process), instead of a zero.
+void Reducer::forget_globally_unused_gradients() {
+  const bool have_used_map = used_map_.defined() && options_.find_unused_parameters &&
+                             !options_.static_graph;
+  for (size_t p = 0; p < parameters_.size(); ++p) {
+    if (!filled_with_zeros_[p]) continue;
+    const bool used_elsewhere = have_used_map && used_map_[p].item<int32_t>() != 0;
+    if (used_elsewhere) {
+      // Other ranks' gradients arrived in the bucket: this rank needs them in .grad too.
+      if (options_.gradient_as_bucket_view) {
+        parameters_[p].tensor.mutable_grad() = alias_of(p);
+      } else {
+        parameters_[p].tensor.mutable_grad() = alias_of(p).clone();
+      }
+    }
+  }
+}
+
+// Note [Collective order]: the measured order comes from the authority rank so that every
+// rank builds the same buckets.
+void Reducer::rebuild_buckets_from_ready_order() {
+  rebuilt_ = true;
+  std::vector<int64_t> order(parameters_.size());
+  std::vector<char> seen(parameters_.size(), 0);
+  size_t next = 0;
+  auto append = [&](size_t p) {
+    if (seen[p]) return;
+    seen[p] = 1;
+    order[next++] = static_cast<int64_t>(p);
+  };
+  for (size_t p : ready_order_) append(p);
+  for (size_t p : reverse_registration_order()) append(p);
+  ready_order_.clear();
+  CollectiveOptions from_authority;
+  from_authority.root = authority_;
+  group_->broadcast(make_buffer(order), from_authority);
+  build_buckets(std::vector<size_t>(order.begin(), order.end()));
+}
+
+void Reducer::reset_iteration() {
+  iteration_started_ = false;
+  next_to_launch_ = 0;
+  join_work_.reset();
+  used_map_ = torch::Tensor();
+  std::fill(ready_.begin(), ready_.end(), 0);
+  std::fill(filled_with_zeros_.begin(), filled_with_zeros_.end(), 0);
+  std::fill(used_since_sync_.begin(), used_since_sync_.end(), 0);
+  for (auto& bucket : buckets_) {
+    bucket.pending = bucket.members.size();
+    bucket.reduction.reset();
+  }
+}
+
+// ---- join(): a finished rank mirrors Note [Collective order] with zero gradients
+
+bool Reducer::shadow_iteration() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  join_flag_.fill_(group_->size());
+  CollectiveOptions min;
+  min.op = ReduceOp::kMin;
+  group_->allreduce(tensor_buffer(join_flag_), min);
+  const int lowest_training = join_flag_.item<int>();
+  if (lowest_training == group_->size()) return false;
+  authority_ = lowest_training;
+  std::fill(used_since_sync_.begin(), used_since_sync_.end(), 0);
+  for (auto& bucket : buckets_) {
+    bucket.grads.buffer.zero_();
+    bucket.reduction = hook_->start(*group_, bucket.grads);
+  }
+  auto used_map_work = start_used_map_allreduce();
+  if (options_.broadcast_buffers) sync_buffers_(authority_);
+  wait_for_reductions();
+  if (used_map_work) used_map_work->wait();
+  if (!rebuilt_) rebuild_buckets_from_ready_order();
+  reset_iteration();
+  return true;
+}
+
+}  // namespace cohort

@@ -1,0 +1,124 @@
+// The gradient reducer behind DistributedDataParallel: buckets, readiness, launch order,
+// the end-of-backward wait, unused parameters and the shadow side of join().
+//
+// Note [Collective order]
+// Every rank must issue the same collectives in the same order. Per synchronized iteration
+// that is, on every rank:
+//   (join mode) one int32 MIN allreduce: the lowest rank still training, or world size if none
+//   one reduction per bucket, in bucket index order (whatever order gradients arrive in: a
+//     bucket is launched only once it and every bucket before it are full)
+//   (find_unused_parameters, not static_graph) one int32 MAX allreduce of the used-map
+//   (broadcast_buffers) the buffers, from the authority rank
+//   (first iteration, rebuild_buckets) the measured gradient order, from the authority rank
+// The authority is rank 0, or in join mode the lowest rank still training. A rank that has
+// finished in join() issues the same list with zero gradients (shadow_iteration).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autograd_compat.h"
+#include "cohort/comm/group.h"
+#include "cohort/torch/comm_hook.h"
+#include "cohort/torch/ddp.h"
+
+namespace cohort {
+
+class Reducer {
+ public:
+  struct Parameter {
+    std::string name;
+    torch::Tensor tensor;
+  };
+  // sync_buffers(root): the buffer broadcast of Note [Collective order].
+  Reducer(std::shared_ptr<Group> group, std::vector<Parameter> parameters,
+          const DdpOptions& options, std::function<void(int root)> sync_buffers);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  void set_no_sync(bool no_sync);
+  bool no_sync() const;
+
+  // join(): while on, each synchronized iteration starts with the join allreduce.
+  void set_join_mode(bool on);
+  // A finished rank's part in one iteration of the others. False once every rank finished.
+  bool shadow_iteration();
+  // The rank whose state counts: rank 0, or in join mode the lowest rank that still trained
+  // in the last iteration.
+  int authority() const;
+
+  std::vector<std::vector<std::string>> bucket_parameter_names() const;
+
+ private:
+  struct Bucket {
+    GradBucket grads;
+    std::vector<size_t> members;  // parameter indices, in buffer order
+    size_t pending = 0;           // members not yet ready this iteration
+    std::optional<PendingReduction> reduction;
+  };
+  struct Location {
+    size_t bucket = 0;
+    size_t slot = 0;
+  };
+
+  void install_hooks();
+  void build_buckets(const std::vector<size_t>& order);
+  std::vector<size_t> reverse_registration_order() const;
+
+  // Hook and end-of-backward callback (autograd thread).
+  void on_gradient_accumulated(size_t parameter);
+  void start_iteration();
+  void finish_iteration();
+  void finish_iteration_locked(std::vector<std::string>& unexpected_unused);
+
+  const torch::Tensor& alias_of(size_t parameter) const;
+  void bind_gradient(size_t parameter);
+  void mark_ready(size_t parameter);
+  void mark_locally_unused(size_t parameter);
+  void launch_ready_buckets();
+  void wait_for_reductions();
+  std::shared_ptr<Work> start_used_map_allreduce();
+  void forget_globally_unused_gradients();
+  void rebuild_buckets_from_ready_order();
+  void reset_iteration();
+
+  std::shared_ptr<Group> group_;
+  std::vector<Parameter> parameters_;
+  DdpOptions options_;
+  std::shared_ptr<CommHook> hook_;
+  std::function<void(int)> sync_buffers_;
+
+  std::vector<Bucket> buckets_;
+  std::vector<Location> locations_;
+  std::vector<std::shared_ptr<autograd_compat::Node>> accumulators_;
+  std::vector<autograd_compat::HookKey> hook_keys_;
+
+  mutable std::mutex mutex_;
+  bool no_sync_ = false;
+  bool join_mode_ = false;
+  int authority_ = 0;
+  // Per iteration.
+  bool iteration_started_ = false;
+  size_t next_to_launch_ = 0;
+  std::vector<char> ready_;
+  std::vector<char> filled_with_zeros_;  // locally unused and .grad was undefined
+  torch::Tensor join_flag_;
+  std::shared_ptr<Work> join_work_;
+  torch::Tensor used_map_;
+  // Since the last synchronized backward (no_sync micro-steps included).
+  std::vector<char> used_since_sync_;
+  // Bucket rebuild and static graph, settled by the first synchronized iteration.
+  bool rebuilt_ = false;
+  std::vector<size_t> ready_order_;
+  bool static_unused_known_ = false;
+  std::vector<size_t> static_unused_;
+};
+
+}  // namespace cohort

@@ -1,0 +1,48 @@
+#include "cohort/torch/tensor_buffer.h"
+
+#include "cohort/core/check.h"
+
+namespace cohort {
+
+DType to_dtype(torch::ScalarType type) {
+  switch (type) {
+    case torch::kFloat32: return DType::kFloat32;
+    case torch::kFloat64: return DType::kFloat64;
+    case torch::kFloat16: return DType::kFloat16;
+    case torch::kBFloat16: return DType::kBFloat16;
+    case torch::kInt8: return DType::kInt8;
+    case torch::kUInt8: return DType::kUInt8;
+    case torch::kInt32: return DType::kInt32;
+    case torch::kInt64: return DType::kInt64;
+    default: break;
+  }
+  throw InvalidArgument(detail::concat(
+      "cohort cannot reduce tensors of type ", c10::toString(type),
+      ": use float32/64, float16, bfloat16, int8, uint8, int32 or int64 (convert with .to())"));
+}
+
+torch::ScalarType to_scalar_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return torch::kFloat32;
+    case DType::kFloat64: return torch::kFloat64;
+    case DType::kFloat16: return torch::kFloat16;
+    case DType::kBFloat16: return torch::kBFloat16;
+    case DType::kInt8: return torch::kInt8;
+    case DType::kUInt8: return torch::kUInt8;
+    case DType::kInt32: return torch::kInt32;
+    case DType::kInt64: return torch::kInt64;
+  }
+  COHORT_INTERNAL_ASSERT(false, "unknown dtype ", static_cast<int>(dtype));
+}
+
+Buffer tensor_buffer(const torch::Tensor& tensor) {
+  COHORT_CHECK(tensor.defined(), "tensor_buffer: the tensor is undefined");
+  COHORT_CHECK(tensor.device().is_cpu(), "tensor_buffer: the tensor is on ", tensor.device(),
+               "; the comm layer reduces CPU memory (copy it with .cpu())");
+  COHORT_CHECK(tensor.is_contiguous(),
+               "tensor_buffer: the tensor is not contiguous (call .contiguous() first)");
+  return Buffer{tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
+                to_dtype(tensor.scalar_type())};
+}
+
+}  // namespace cohort

@@ -1,0 +1,267 @@
+#include "ddp_harness.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "cohort/comm/memory_store.h"
+#include "support/test_support.h"
+
+namespace cohort::testing {
+namespace {
+
+constexpr int kClasses = 4;
+
+struct Mlp : TestModel {
+  Mlp() {
+    fc1 = register_module("fc1", torch::nn::Linear(10, 32));
+    fc2 = register_module("fc2", torch::nn::Linear(32, 32));
+    fc3 = register_module("fc3", torch::nn::Linear(32, kClasses));
+  }
+  torch::Tensor forward(torch::Tensor x, int, int) override {
+    return fc3(torch::relu(fc2(torch::relu(fc1(x)))));
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+};
+
+struct ConvBatchNorm : TestModel {
+  ConvBatchNorm() {
+    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)));
+    bn = register_module("bn", torch::nn::BatchNorm2d(4));
+    fc = register_module("fc", torch::nn::Linear(4 * 6 * 6, kClasses));
+  }
+  torch::Tensor forward(torch::Tensor x, int, int) override {
+    return fc(torch::relu(bn(conv(x))).flatten(1));
+  }
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::BatchNorm2d bn{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+
+struct Branchy : TestModel {
+  explicit Branchy(std::function<bool(int, int)> use) : use_branch(std::move(use)) {
+    trunk = register_module("trunk", torch::nn::Linear(10, 16));
+    branch = register_module("branch", torch::nn::Linear(16, 16));
+    head = register_module("head", torch::nn::Linear(16, kClasses));
+  }
+  torch::Tensor forward(torch::Tensor x, int step, int rank) override {
+    auto h = torch::relu(trunk(x));
+    if (use_branch(step, rank)) h = h + torch::tanh(branch(h));
+    return head(h);
+  }
+  std::function<bool(int, int)> use_branch;
+  torch::nn::Linear trunk{nullptr}, branch{nullptr}, head{nullptr};
+};
+
+struct Reordered : TestModel {
+  Reordered() {
+    late = register_module("late", torch::nn::Linear(16, kClasses));
+    early = register_module("early", torch::nn::Linear(10, 16));
+  }
+  torch::Tensor forward(torch::Tensor x, int, int) override { return late(torch::relu(early(x))); }
+  torch::nn::Linear late{nullptr}, early{nullptr};
+};
+
+// The data of one micro-batch of one step: world * samples_per_rank samples.
+struct Batch {
+  torch::Tensor inputs;
+  torch::Tensor targets;
+  Batch slice(int rank, int samples_per_rank) const {
+    return {inputs.narrow(0, rank * samples_per_rank, samples_per_rank),
+            targets.narrow(0, rank * samples_per_rank, samples_per_rank)};
+  }
+};
+
+std::vector<std::vector<Batch>> make_data(const ParityCase& c) {
+  torch::manual_seed(1234);
+  std::vector<std::vector<Batch>> data(c.steps);
+  const int64_t n = c.world * c.samples_per_rank;
+  for (auto& step : data) {
+    for (int m = 0; m < c.micro_batches; ++m) {
+      auto inputs = c.image_inputs ? torch::randn({n, 1, 8, 8}) : torch::randn({n, 10});
+      step.push_back({inputs, torch::randint(kClasses, {n}, torch::kLong)});
+    }
+  }
+  return data;
+}
+
+torch::Tensor loss_of(TestModel& model, const Batch& batch, int step, int rank) {
+  return torch::nn::functional::cross_entropy(model.forward(batch.inputs, step, rank),
+                                              batch.targets);
+}
+
+std::unique_ptr<torch::optim::SGD> make_optimizer(TestModel& model) {
+  return std::make_unique<torch::optim::SGD>(
+      model.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
+}
+
+// Parameters then buffers, copied.
+std::vector<torch::Tensor> snapshot(TestModel& model) {
+  std::vector<torch::Tensor> state;
+  for (const auto& p : model.parameters()) state.push_back(p.detach().clone());
+  for (const auto& b : model.buffers()) state.push_back(b.detach().clone());
+  return state;
+}
+
+std::vector<std::string> state_names(TestModel& model) {
+  std::vector<std::string> names;
+  for (const auto& p : model.named_parameters()) names.push_back(p.key());
+  for (const auto& b : model.named_buffers()) names.push_back("buffer " + b.key());
+  return names;
+}
+
+int steps_of(const ParityCase& c, int rank) {
+  return c.steps_of_rank ? c.steps_of_rank(rank) : c.steps;
+}
+
+// One process on the whole global batch: what the data-parallel job must reproduce. Returns
+// the state after every step.
+std::vector<std::vector<torch::Tensor>> train_reference(const ParityCase& c, TestModel& model,
+                                                        const std::vector<std::vector<Batch>>& data) {
+  auto optimizer = make_optimizer(model);
+  std::vector<std::vector<torch::Tensor>> states;
+  for (int step = 0; step < c.steps; ++step) {
+    optimizer->zero_grad();
+    for (int m = 0; m < c.micro_batches; ++m) {
+      const Batch& batch = data[step][m];
+      const bool uneven = static_cast<bool>(c.steps_of_rank);
+      if (!c.reference_per_slice && !uneven) {
+        loss_of(model, batch, step, -1).backward();
+        continue;
+      }
+      // Each rank's slice on its own, averaged over the whole world (finished ranks count as
+      // zeros). Buffers end as the lowest training rank's (DDP broadcasts them from it).
+      torch::Tensor loss = torch::zeros({});
+      std::vector<torch::Tensor> authority_buffers;
+      for (int rank = 0; rank < c.world; ++rank) {
+        if (step >= steps_of(c, rank)) continue;
+        loss = loss + loss_of(model, batch.slice(rank, c.samples_per_rank), step, rank);
+        if (authority_buffers.empty()) {
+          for (const auto& b : model.buffers()) authority_buffers.push_back(b.detach().clone());
+        }
+      }
+      (loss / c.world).backward();
+      torch::NoGradGuard no_grad;
+      auto buffers = model.buffers();
+      for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(authority_buffers[i]);
+    }
+    optimizer->step();
+    states.push_back(snapshot(model));
+  }
+  return states;
+}
+
+// One rank's training loop; returns the state after each of its steps.
+std::vector<std::vector<torch::Tensor>> train_rank(const ParityCase& c, int rank,
+                                                   std::shared_ptr<Group> group,
+                                                   std::shared_ptr<TestModel> model,
+                                                   const std::vector<std::vector<Batch>>& data) {
+  DistributedDataParallel ddp(model, group, c.options);
+  auto optimizer = make_optimizer(*model);
+  std::vector<std::vector<torch::Tensor>> states;
+  auto loop = [&] {
+    for (int step = 0; step < steps_of(c, rank); ++step) {
+      optimizer->zero_grad();
+      for (int m = 0; m < c.micro_batches; ++m) {
+        const Batch mine = data[step][m].slice(rank, c.samples_per_rank);
+        if (m + 1 < c.micro_batches) {
+          auto guard = ddp.no_sync();
+          loss_of(*model, mine, step, rank).backward();
+        } else {
+          loss_of(*model, mine, step, rank).backward();
+        }
+      }
+      optimizer->step();
+      states.push_back(snapshot(*model));
+    }
+  };
+  if (c.steps_of_rank) {
+    ddp.join(loop);
+    states.push_back(snapshot(*model));  // after join: the last trainer's state
+  } else {
+    loop();
+  }
+  return states;
+}
+
+std::string compare(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want,
+                    const std::vector<std::string>& names, double rtol, double atol) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto error = (got[i].to(torch::kFloat64) - want[i].to(torch::kFloat64)).abs();
+    const auto allowed = atol + rtol * want[i].to(torch::kFloat64).abs();
+    if ((error <= allowed).all().item<bool>()) continue;
+    std::ostringstream out;
+    out << names[i] << ": max |difference| " << error.max().item<double>() << ", max |value| "
+        << want[i].abs().max().item<double>();
+    return out.str();
+  }
+  return "";
+}
+
+std::vector<std::shared_ptr<Group>> make_groups(int world, bool over_tcp) {
+  auto options = quick_options(std::chrono::seconds(60));
+  if (!over_tcp) return make_inproc_groups(world, options);
+  auto store = std::make_shared<MemoryStore>();
+  options.host = "127.0.0.1";
+  std::vector<std::shared_ptr<Group>> groups(world);
+  run_ranks(world, [&](int rank) { groups[rank] = Group::create(store, rank, world, options); });
+  return groups;
+}
+
+}  // namespace
+
+ModelFactory mlp() {
+  return [] { return std::make_shared<Mlp>(); };
+}
+ModelFactory conv_batchnorm() {
+  return [] { return std::make_shared<ConvBatchNorm>(); };
+}
+ModelFactory branchy(std::function<bool(int, int)> use_branch) {
+  return [use_branch] { return std::make_shared<Branchy>(use_branch); };
+}
+ModelFactory reordered() {
+  return [] { return std::make_shared<Reordered>(); };
+}
+
+void run_with_groups(int world, const std::function<void(int, std::shared_ptr<Group>)>& fn,
+                     bool over_tcp) {
+  auto groups = make_groups(world, over_tcp);
+  run_ranks(world, [&](int rank) { fn(rank, groups[rank]); });
+}
+
+void expect_parity(const ParityCase& c) {
+  torch::set_num_threads(1);
+  const auto data = make_data(c);
+  // Rank r starts from seed 100 + r: DDP must make everyone start from rank 0's weights,
+  // which the reference (seed 100) shares.
+  std::vector<std::shared_ptr<TestModel>> models;
+  for (int rank = 0; rank < c.world; ++rank) {
+    torch::manual_seed(100 + rank);
+    models.push_back(c.make_model());
+  }
+  torch::manual_seed(100);
+  auto reference_model = c.make_model();
+  const auto names = state_names(*reference_model);
+  const auto reference = train_reference(c, *reference_model, data);
+
+  std::vector<std::vector<std::vector<torch::Tensor>>> states(c.world);
+  run_with_groups(c.world, [&](int rank, std::shared_ptr<Group> group) {
+    states[rank] = train_rank(c, rank, std::move(group), models[rank], data);
+  }, c.over_tcp);
+
+  for (int rank = 0; rank < c.world; ++rank) {
+    const int steps = steps_of(c, rank);
+    ASSERT_EQ(states[rank].size(), static_cast<size_t>(steps + (c.steps_of_rank ? 1 : 0)))
+        << "rank " << rank;
+    for (int step = 0; step < steps; ++step) {
+      const auto error = compare(states[rank][step], reference[step], names, c.rtol, c.atol);
+      ASSERT_EQ(error, "") << "world " << c.world << " rank " << rank << " step " << step;
+    }
+    if (c.steps_of_rank) {
+      const auto error = compare(states[rank].back(), reference.back(), names, c.rtol, c.atol);
+      ASSERT_EQ(error, "") << "world " << c.world << " rank " << rank << " after join";
+    }
+  }
+}
+
+}  // namespace cohort::testing

@@ -1,0 +1,62 @@
+// The DDP parity harness: W ranks (threads over an in-process or TCP group) train a model with
+// DistributedDataParallel on disjoint slices of each global batch; one process trains a copy
+// of the model on the whole batch; the parameters (and buffers) are compared after every step.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/torch/ddp.h"
+
+namespace cohort::testing {
+
+// A model whose forward may depend on the step and the rank (to skip branches), so that the
+// reference can replay exactly what each rank computed.
+struct TestModel : torch::nn::Module {
+  virtual torch::Tensor forward(torch::Tensor x, int step, int rank) = 0;
+};
+using ModelFactory = std::function<std::shared_ptr<TestModel>()>;
+
+// 10 -> 32 -> 32 -> 4 with ReLUs.
+ModelFactory mlp();
+// conv(1->4, 3x3) -> BatchNorm2d -> ReLU -> linear(144 -> 4) on 1x8x8 inputs.
+ModelFactory conv_batchnorm();
+// trunk 10 -> 16, a branch 16 -> 16 taken when use_branch(step, rank), head 16 -> 4.
+ModelFactory branchy(std::function<bool(int step, int rank)> use_branch);
+// Registers layer "late" before "early" but runs early first, so gradients become ready in
+// the opposite of reverse registration order.
+ModelFactory reordered();
+
+struct ParityCase {
+  int world = 2;
+  int steps = 20;
+  int samples_per_rank = 3;  // of each micro-batch
+  ModelFactory make_model = mlp();
+  bool image_inputs = false;  // 1x8x8 instead of 10 features
+  DdpOptions options;
+  // Backward passes per step; all but the last run under no_sync().
+  int micro_batches = 1;
+  // The reference computes each rank's slice separately (needed when the forward depends on
+  // the rank, or for BatchNorm's per-rank statistics); else one forward on the whole batch.
+  bool reference_per_slice = false;
+  // Uneven inputs: rank r trains only this many steps, inside DistributedDataParallel::join.
+  std::function<int(int rank)> steps_of_rank;
+  // Tolerance of the comparison |ddp - reference| <= atol + rtol * |reference|.
+  double rtol = 1e-5;
+  double atol = 1e-6;
+  // Threads over a TCP group on loopback instead of the in-process transport.
+  bool over_tcp = false;
+};
+
+// Runs the case; failures are reported through gtest (naming rank, step and tensor).
+void expect_parity(const ParityCase& c);
+
+// Builds W groups and runs fn(rank, group) on W threads with a hard deadline.
+void run_with_groups(int world, const std::function<void(int, std::shared_ptr<Group>)>& fn,
+                     bool over_tcp = false);
+
+}  // namespace cohort::testing
