@@ -122,7 +122,8 @@ void write_int(torch::serialize::OutputArchive& archive, const char* key, int64_
 
 DistributedSampler::DistributedSampler(size_t dataset_size, int rank, int world_size,
                                        DistributedSamplerOptions options)
-    : dataset_size_(dataset_size), rank_(rank), world_size_(world_size), options_(options) {
+    : rank_(rank), world_size_(world_size), options_(options), state_(std::make_shared<State>()) {
+  state_->dataset_size = dataset_size;
   check_world(rank, world_size);
   check_dataset_size(dataset_size, world_size, options.drop_last);
   build_indices();
@@ -133,46 +134,53 @@ DistributedSampler::DistributedSampler(size_t dataset_size, const Group& group,
     : DistributedSampler(dataset_size, group.rank(), group.size(), options) {}
 
 void DistributedSampler::set_epoch(uint64_t epoch) {
-  epoch_ = epoch;
-  position_ = 0;
+  state_->epoch = epoch;
+  state_->position = 0;
+  state_->resume_pending = false;
   build_indices();
 }
 
 void DistributedSampler::set_position(size_t position) {
-  COHORT_CHECK(position <= indices_.size(), "DistributedSampler::set_position: position ", position,
-               " is past the end of the epoch, which has ", indices_.size(),
+  COHORT_CHECK(position <= state_->indices.size(), "DistributedSampler::set_position: position ",
+               position, " is past the end of the epoch, which has ", state_->indices.size(),
                " samples on this rank; pass a value in [0, num_samples()]");
-  position_ = position;
+  state_->position = position;
+  state_->resume_pending = true;
 }
 
 void DistributedSampler::reset(torch::optional<size_t> new_size) {
   if (new_size.has_value()) {
     check_dataset_size(*new_size, world_size_, options_.drop_last);
-    dataset_size_ = *new_size;
+    state_->dataset_size = *new_size;
     build_indices();
   }
   // Without a new size the indices are already this epoch's: the DataLoader calls reset() at
   // every begin(), so rebuilding them here would cost O(N) per epoch for nothing.
-  position_ = 0;
+  if (state_->resume_pending && !new_size.has_value()) {
+    state_->resume_pending = false;  // the loader's first begin() after a resume continues
+    return;
+  }
+  state_->resume_pending = false;
+  state_->position = 0;
 }
 
 torch::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
   COHORT_CHECK(batch_size > 0, "DistributedSampler::next: batch_size must be at least 1 (a ",
                "batch of 0 would never reach the end of the epoch)");
-  if (position_ >= indices_.size()) return torch::nullopt;
-  const size_t count = std::min(batch_size, indices_.size() - position_);
-  const auto first = indices_.begin() + static_cast<std::ptrdiff_t>(position_);
+  if (state_->position >= state_->indices.size()) return torch::nullopt;
+  const size_t count = std::min(batch_size, state_->indices.size() - state_->position);
+  const auto first = state_->indices.begin() + static_cast<std::ptrdiff_t>(state_->position);
   std::vector<size_t> batch(first, first + static_cast<std::ptrdiff_t>(count));
-  position_ += count;
+  state_->position += count;
   return batch;
 }
 
 void DistributedSampler::save(torch::serialize::OutputArchive& archive) const {
-  write_int(archive, kEpochKey, static_cast<int64_t>(epoch_));
-  write_int(archive, kPositionKey, static_cast<int64_t>(position_));
+  write_int(archive, kEpochKey, static_cast<int64_t>(state_->epoch));
+  write_int(archive, kPositionKey, static_cast<int64_t>(state_->position));
   // The rank is not stored: epoch and position are the same on every rank, so one rank's
   // archive resumes all of them. What is stored beyond those is what must not have changed.
-  write_int(archive, kDatasetSizeKey, static_cast<int64_t>(dataset_size_));
+  write_int(archive, kDatasetSizeKey, static_cast<int64_t>(state_->dataset_size));
   write_int(archive, kWorldSizeKey, world_size_);
   write_int(archive, kSeedKey, static_cast<int64_t>(options_.seed));
   write_int(archive, kShuffleKey, options_.shuffle ? 1 : 0);
@@ -190,9 +198,9 @@ void DistributedSampler::load(torch::serialize::InputArchive& archive) {
   const bool shuffle = read_int(archive, kShuffleKey) != 0;
   const bool drop_last = read_int(archive, kDropLastKey) != 0;
 
-  COHORT_CHECK(dataset_size == static_cast<int64_t>(dataset_size_),
+  COHORT_CHECK(dataset_size == static_cast<int64_t>(state_->dataset_size),
                "DistributedSampler::load: the archive was saved for a data set of ", dataset_size,
-               " samples but this sampler has ", dataset_size_,
+               " samples but this sampler has ", state_->dataset_size,
                "; resume with the same data set (or construct the sampler with its size)");
   COHORT_CHECK(world_size == world_size_, "DistributedSampler::load: the archive was saved with ",
                world_size, " ranks but this sampler has ", world_size_,
@@ -210,18 +218,21 @@ void DistributedSampler::load(torch::serialize::InputArchive& archive) {
       " but this sampler has drop_last = ", bool_name(options_.drop_last),
       "; construct the sampler with the options of the run being resumed");
 
-  std::vector<size_t> indices = shard_indices(dataset_size_, rank_, world_size_, options_, epoch);
+  std::vector<size_t> indices =
+      shard_indices(state_->dataset_size, rank_, world_size_, options_, epoch);
   COHORT_CHECK(position >= 0 && static_cast<uint64_t>(position) <= indices.size(),
                "DistributedSampler::load: the archive's position ", position, " is outside [0, ",
                indices.size(), "], the samples of one epoch on this rank; ",
                "the archive is corrupt");
-  epoch_ = epoch;
-  position_ = static_cast<size_t>(position);
-  indices_ = std::move(indices);
+  state_->epoch = epoch;
+  state_->position = static_cast<size_t>(position);
+  state_->indices = std::move(indices);
+  state_->resume_pending = true;
 }
 
 void DistributedSampler::build_indices() {
-  indices_ = shard_indices(dataset_size_, rank_, world_size_, options_, epoch_);
+  state_->indices =
+      shard_indices(state_->dataset_size, rank_, world_size_, options_, state_->epoch);
 }
 
 }  // namespace cohort

@@ -367,11 +367,12 @@ TEST(DistributedSamplerTest, DrivesATorchDataLoader) {
   for (const size_t workers : {size_t{0}, size_t{2}}) {
     for (int rank = 0; rank < 3; ++rank) {
       DistributedSampler sampler(*dataset.size(), rank, 3, make_options(true, 13));
+      // One loader for all epochs: it holds a copy of the sampler that shares its epoch.
+      auto loader = torch::data::make_data_loader(
+          dataset, sampler, torch::data::DataLoaderOptions().batch_size(3).workers(workers));
+      std::vector<size_t> previous;
       for (const uint64_t epoch : {uint64_t{0}, uint64_t{1}}) {
-        // The loader copies the sampler, so it is made after set_epoch (see the header).
         sampler.set_epoch(epoch);
-        auto loader = torch::data::make_data_loader(
-            dataset, sampler, torch::data::DataLoaderOptions().batch_size(3).workers(workers));
         std::vector<size_t> seen;
         size_t batches = 0;
         for (auto& batch : *loader) {
@@ -380,10 +381,32 @@ TEST(DistributedSamplerTest, DrivesATorchDataLoader) {
           ++batches;
         }
         EXPECT_EQ(seen, sampler.indices()) << "rank " << rank << " epoch " << epoch;
+        EXPECT_NE(seen, previous) << "epoch " << epoch << " did not reshuffle the loader";
         EXPECT_EQ(batches, 3u);  // 8 samples per rank in batches of 3
+        previous = seen;
       }
     }
   }
+}
+
+TEST(DistributedSamplerTest, DataLoaderResumesFromARestoredPosition) {
+  const IndexDataset dataset(20);
+  DistributedSampler sampler(*dataset.size(), 1, 2, make_options(true, 5));
+  auto loader = torch::data::make_data_loader(dataset, sampler,
+                                              torch::data::DataLoaderOptions().batch_size(4));
+  sampler.set_epoch(3);
+  sampler.set_position(4);  // as after loading a checkpoint taken mid-epoch
+  std::vector<size_t> seen;
+  for (auto& batch : *loader) {
+    for (const auto& example : batch) seen.push_back(example.data.item<int64_t>());
+  }
+  const auto& all = sampler.indices();
+  EXPECT_EQ(seen, std::vector<size_t>(all.begin() + 4, all.end()));
+  seen.clear();
+  for (auto& batch : *loader) {  // the next pass over the loader starts the epoch over
+    for (const auto& example : batch) seen.push_back(example.data.item<int64_t>());
+  }
+  EXPECT_EQ(seen, all);
 }
 
 TEST(DistributedSamplerTest, TakesRankAndSizeFromAGroup) {

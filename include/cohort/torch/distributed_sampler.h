@@ -5,17 +5,16 @@
 //   cohort::DistributedSamplerOptions options;
 //   options.seed = 42;
 //   cohort::DistributedSampler sampler(dataset.size().value(), *group, options);
+//   auto loader = torch::data::make_data_loader(dataset, sampler, batch_per_rank);
 //   for (uint64_t epoch = 0; epoch < epochs; ++epoch) {
 //     sampler.set_epoch(epoch);              // a new shuffle, the same on every rank
-//     auto loader = torch::data::make_data_loader(dataset, sampler, batch_per_rank);
 //     for (auto& batch : *loader) { ... }
 //   }
 //
-// make_data_loader takes the sampler (and the data set) by value and gives no access to its
-// copy, so set_epoch() on `sampler` after the loader is made would not reach the loader: make
-// the loader after set_epoch(), once per epoch (copying a data set that holds tensors is cheap).
-// The loader calls reset() at begin(), which starts the epoch from position 0; a run that
-// resumes mid-epoch from position() calls next() itself instead of going through a DataLoader.
+// make_data_loader keeps a copy of the sampler; copies share their epoch and position, so
+// set_epoch() on `sampler` reaches the loader's copy. The loader calls reset() at begin(),
+// which starts the epoch over, except right after set_position() or load(): then it resumes
+// from that position (a run restarted from a checkpoint continues mid-epoch).
 //
 // Each epoch the indices 0..N-1 are shuffled with a generator seeded from (seed, epoch), the
 // same permutation on every rank; rank r takes positions r, r + W, r + 2W, ... of it. When N is
@@ -26,6 +25,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace cohort {
@@ -54,15 +54,15 @@ class DistributedSampler : public torch::data::samplers::Sampler<std::vector<siz
   // Selects the epoch's shuffle and starts the epoch from its beginning. Call it with the same
   // value on every rank before each epoch.
   void set_epoch(uint64_t epoch);
-  uint64_t epoch() const { return epoch_; }
+  uint64_t epoch() const { return state_->epoch; }
 
   // Samples this rank sees per epoch (the same on every rank).
-  size_t num_samples() const { return indices_.size(); }
+  size_t num_samples() const { return state_->indices.size(); }
   // This rank's indices for the current epoch, in the order next() hands them out.
-  const std::vector<size_t>& indices() const { return indices_; }
+  const std::vector<size_t>& indices() const { return state_->indices; }
   // How many of this epoch's indices were handed out; a checkpoint stores it so a resumed run
   // continues mid-epoch. set_position throws InvalidArgument past num_samples().
-  size_t position() const { return position_; }
+  size_t position() const { return state_->position; }
   void set_position(size_t position);
 
   // torch::data sampler interface. reset() restarts the current epoch (with a new data set
@@ -77,13 +77,21 @@ class DistributedSampler : public torch::data::samplers::Sampler<std::vector<siz
  private:
   void build_indices();
 
-  size_t dataset_size_;
+  // Shared by every copy of the sampler: torch::data::make_data_loader keeps its own copy,
+  // and set_epoch()/set_position() on the caller's object must reach it.
+  struct State {
+    size_t dataset_size = 0;
+    uint64_t epoch = 0;
+    size_t position = 0;
+    // set_position()/load() happened: the DataLoader's reset() at begin() keeps the position
+    // once instead of starting the epoch over.
+    bool resume_pending = false;
+    std::vector<size_t> indices;
+  };
   int rank_;
   int world_size_;
   DistributedSamplerOptions options_;
-  uint64_t epoch_ = 0;
-  size_t position_ = 0;
-  std::vector<size_t> indices_;
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace cohort
