@@ -40,7 +40,9 @@ class CompressHook final : public CommHook {
 
 }  // namespace
 
-std::shared_ptr<CommHook> allreduce_hook() { return std::make_shared<AllreduceHook>(); }
+std::shared_ptr<CommHook> allreduce_hook() {
+  return std::make_shared<AllreduceHook>();
+}
 std::shared_ptr<CommHook> fp16_compress_hook() {
   return std::make_shared<CompressHook>(torch::kFloat16);
 }

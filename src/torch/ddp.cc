@@ -48,8 +48,7 @@ std::vector<torch::Tensor> tensors_of(const std::vector<NamedTensor>& named) {
 
 class DistributedDataParallel::Impl {
  public:
-  Impl(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Group> group,
-       DdpOptions options)
+  Impl(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Group> group, DdpOptions options)
       : module_(std::move(module)), group_(std::move(group)), options_(std::move(options)) {
     COHORT_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null");
     COHORT_CHECK(group_ != nullptr, "DistributedDataParallel: the group is null");
@@ -81,9 +80,9 @@ class DistributedDataParallel::Impl {
     } catch (const std::exception& e) {
       reducer_->set_join_mode(false);
       // The other ranks would wait for this one's collectives until their deadline.
-      group_->abort(detail::concat("rank ", group_->rank(),
-                                   " left DistributedDataParallel::join with an error: ",
-                                   e.what()));
+      group_->abort(
+          detail::concat("rank ", group_->rank(),
+                         " left DistributedDataParallel::join with an error: ", e.what()));
       throw;
     }
     reducer_->set_join_mode(false);
@@ -104,8 +103,7 @@ class DistributedDataParallel::Impl {
 };
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
-                                                 std::shared_ptr<Group> group,
-                                                 DdpOptions options)
+                                                 std::shared_ptr<Group> group, DdpOptions options)
     : impl_(std::make_unique<Impl>(std::move(module), std::move(group), std::move(options))) {}
 
 DistributedDataParallel::~DistributedDataParallel() = default;
@@ -113,9 +111,15 @@ DistributedDataParallel::DistributedDataParallel(DistributedDataParallel&&) noex
 DistributedDataParallel& DistributedDataParallel::operator=(DistributedDataParallel&&) noexcept =
     default;
 
-torch::nn::Module& DistributedDataParallel::module() const { return *impl_->module_; }
-Group& DistributedDataParallel::group() const { return *impl_->group_; }
-const DdpOptions& DistributedDataParallel::options() const { return impl_->options_; }
+torch::nn::Module& DistributedDataParallel::module() const {
+  return *impl_->module_;
+}
+Group& DistributedDataParallel::group() const {
+  return *impl_->group_;
+}
+const DdpOptions& DistributedDataParallel::options() const {
+  return impl_->options_;
+}
 
 DistributedDataParallel::NoSync::NoSync(DistributedDataParallel* ddp) : ddp_(ddp) {
   ddp_->impl_->reducer_->set_no_sync(true);
@@ -132,9 +136,13 @@ DistributedDataParallel::NoSync DistributedDataParallel::no_sync() {
   return NoSync(this);
 }
 
-void DistributedDataParallel::join(const std::function<void()>& train) { impl_->join(train); }
+void DistributedDataParallel::join(const std::function<void()>& train) {
+  impl_->join(train);
+}
 
-void DistributedDataParallel::broadcast_buffers() { impl_->sync_buffers(0); }
+void DistributedDataParallel::broadcast_buffers() {
+  impl_->sync_buffers(0);
+}
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {
   return impl_->reducer_->bucket_parameter_names();

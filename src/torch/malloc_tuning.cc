@@ -22,8 +22,8 @@ constexpr int kTrimThreshold = 1 << 30;
 constexpr int kTopPad = 256 << 20;
 
 bool user_tuned_malloc() {
-  for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
-                           "GLIBC_TUNABLES"}) {
+  for (const char* name :
+       {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES"}) {
     if (std::getenv(name) != nullptr) return true;
   }
   return false;

@@ -48,7 +48,7 @@ std::vector<std::string> gather_all(Group& group, const std::string& mine) {
 }
 
 std::string describe_difference(const std::vector<std::string>& reference, int other_rank,
-                                 const std::vector<std::string>& other, const std::string& what) {
+                                const std::vector<std::string>& other, const std::string& what) {
   const size_t common = std::min(reference.size(), other.size());
   for (size_t i = 0; i < common; ++i) {
     if (reference[i] != other[i]) {
@@ -58,8 +58,7 @@ std::string describe_difference(const std::vector<std::string>& reference, int o
   }
   return detail::concat("rank 0 has ", reference.size(), " ", what, "s but rank ", other_rank,
                         " has ", other.size(), "; the first one only one of them has is '",
-                        reference.size() > other.size() ? reference[common] : other[common],
-                        "'");
+                        reference.size() > other.size() ? reference[common] : other[common], "'");
 }
 
 }  // namespace

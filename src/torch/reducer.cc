@@ -76,8 +76,8 @@ void Reducer::install_hooks() {
 // Lays the buckets out in `order` and points every parameter's .grad that already lives in a
 // bucket at its place in the new one (copying the values), so a rebuild loses nothing.
 void Reducer::build_buckets(const std::vector<size_t>& order) {
-  BucketPlanInput plan{order, {}, {}, cap_bytes(options_.first_bucket_cap_mb),
-                       cap_bytes(options_.bucket_cap_mb)};
+  BucketPlanInput plan{
+      order, {}, {}, cap_bytes(options_.first_bucket_cap_mb), cap_bytes(options_.bucket_cap_mb)};
   for (const auto& parameter : parameters_) {
     plan.bytes.push_back(parameter.tensor.numel() * parameter.tensor.element_size());
     plan.kind.push_back(static_cast<int>(parameter.tensor.scalar_type()));
@@ -89,8 +89,8 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     int64_t total = 0;
     for (size_t p : members) total += parameters_[p].tensor.numel();
     bucket.grads.index = buckets.size();
-    bucket.grads.buffer = torch::zeros({total}, parameters_[members.front()].tensor.options()
-                                                    .requires_grad(false));
+    bucket.grads.buffer =
+        torch::zeros({total}, parameters_[members.front()].tensor.options().requires_grad(false));
     int64_t offset = 0;
     for (size_t slot = 0; slot < members.size(); ++slot) {
       const auto& tensor = parameters_[members[slot]].tensor;
@@ -255,8 +255,8 @@ void Reducer::finish_iteration_locked(std::vector<std::string>& unexpected_unuse
     mark_locally_unused(p);
   }
   static_unused_known_ = options_.static_graph;
-  COHORT_INTERNAL_ASSERT(next_to_launch_ == buckets_.size(), "bucket ", next_to_launch_,
-                         " of ", buckets_.size(), " was never launched");
+  COHORT_INTERNAL_ASSERT(next_to_launch_ == buckets_.size(), "bucket ", next_to_launch_, " of ",
+                         buckets_.size(), " was never launched");
   auto used_map_work = start_used_map_allreduce();
   if (join_work_) {
     join_work_->wait();
@@ -295,8 +295,8 @@ void Reducer::wait_for_reductions() {
 // A parameter no rank used since the last synchronization keeps an undefined .grad when it
 // had none (so optimizers skip it, as they would in one process), instead of a zero.
 void Reducer::forget_globally_unused_gradients() {
-  const bool have_used_map = used_map_.defined() && options_.find_unused_parameters &&
-                             !options_.static_graph;
+  const bool have_used_map =
+      used_map_.defined() && options_.find_unused_parameters && !options_.static_graph;
   for (size_t p = 0; p < parameters_.size(); ++p) {
     if (!filled_with_zeros_[p]) continue;
     const bool used_elsewhere = have_used_map && used_map_[p].item<int32_t>() != 0;

@@ -116,8 +116,8 @@ int steps_of(const ParityCase& c, int rank) {
 
 // One process on the whole global batch: what the data-parallel job must reproduce. Returns
 // the state after every step.
-std::vector<std::vector<torch::Tensor>> train_reference(const ParityCase& c, TestModel& model,
-                                                        const std::vector<std::vector<Batch>>& data) {
+std::vector<std::vector<torch::Tensor>> train_reference(
+    const ParityCase& c, TestModel& model, const std::vector<std::vector<Batch>>& data) {
   auto optimizer = make_optimizer(model);
   std::vector<std::vector<torch::Tensor>> states;
   for (int step = 0; step < c.steps; ++step) {
@@ -245,9 +245,12 @@ void expect_parity(const ParityCase& c) {
   const auto reference = train_reference(c, *reference_model, data);
 
   std::vector<std::vector<std::vector<torch::Tensor>>> states(c.world);
-  run_with_groups(c.world, [&](int rank, std::shared_ptr<Group> group) {
-    states[rank] = train_rank(c, rank, std::move(group), models[rank], data);
-  }, c.over_tcp);
+  run_with_groups(
+      c.world,
+      [&](int rank, std::shared_ptr<Group> group) {
+        states[rank] = train_rank(c, rank, std::move(group), models[rank], data);
+      },
+      c.over_tcp);
 
   for (int rank = 0; rank < c.world; ++rank) {
     const int steps = steps_of(c, rank);

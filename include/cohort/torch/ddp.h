@@ -62,8 +62,8 @@ class DistributedDataParallel {
   // ranks have the same parameters and buffers (names, shapes, dtypes; a mismatch throws
   // InvalidArgument naming the first difference and the ranks), then copies rank 0's
   // parameters and buffers to every rank.
-  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
-                          std::shared_ptr<Group> group, DdpOptions options = {});
+  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Group> group,
+                          DdpOptions options = {});
   template <typename ModuleType>
   DistributedDataParallel(const torch::nn::ModuleHolder<ModuleType>& module,
                           std::shared_ptr<Group> group, DdpOptions options = {})

@@ -1,0 +1,179 @@
+// DistributedDataParallel beyond the numbers: errors that name what is wrong instead of
+// hanging, no communication under no_sync, bucket layout and rebuild, gradients in buckets.
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "cohort/core/error.h"
+#include "cohort/torch/ddp.h"
+#include "ddp_harness.h"
+
+namespace cohort::testing {
+namespace {
+
+torch::nn::Sequential layers(const std::vector<int64_t>& widths) {
+  torch::nn::Sequential net;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    net->push_back(torch::nn::Linear(widths[i], widths[i + 1]));
+  }
+  return net;
+}
+
+// Runs `body` on every rank and returns what each rank threw ("" if nothing).
+std::vector<std::string> errors_of(int world,
+                                   const std::function<void(int, std::shared_ptr<Group>)>& body) {
+  std::vector<std::string> errors(world);
+  run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
+    try {
+      body(rank, std::move(group));
+    } catch (const std::exception& e) {
+      errors[rank] = e.what();
+    }
+  });
+  return errors;
+}
+
+TEST(DdpBehaviour, MismatchedShapeNamesTheParameterAndTheRanks) {
+  const auto errors = errors_of(3, [](int rank, std::shared_ptr<Group> group) {
+    auto net = layers({10, rank == 2 ? 33 : 32, 4});
+    DistributedDataParallel ddp(net, group);
+  });
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_NE(errors[rank].find("'0.weight'"), std::string::npos) << errors[rank];
+    EXPECT_NE(errors[rank].find("[33, 10]"), std::string::npos) << errors[rank];
+    EXPECT_NE(errors[rank].find("on rank 2"), std::string::npos) << errors[rank];
+  }
+}
+
+TEST(DdpBehaviour, MissingLayerNamesTheCounts) {
+  const auto errors = errors_of(2, [](int rank, std::shared_ptr<Group> group) {
+    DistributedDataParallel ddp(
+        layers(rank == 1 ? std::vector<int64_t>{10, 4, 4} : std::vector<int64_t>{10, 4}), group);
+  });
+  for (const auto& error : errors) {
+    EXPECT_NE(error.find("rank 0 has 2"), std::string::npos) << error;
+    EXPECT_NE(error.find("rank 1 has 4"), std::string::npos) << error;
+  }
+}
+
+TEST(DdpBehaviour, UnexpectedUnusedParameterIsNamedAndTheJobGoesOn) {
+  auto make = branchy([](int, int) { return false; });
+  const auto errors = errors_of(2, [&](int, std::shared_ptr<Group> group) {
+    auto model = make();
+    DistributedDataParallel ddp(model, group);
+    for (int step = 0; step < 2; ++step) {  // the reducer is ready again after the error
+      try {
+        model->forward(torch::randn({3, 10}), step, group->rank()).sum().backward();
+        throw std::runtime_error("no error");
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what();
+        if (what.find("branch.weight") == std::string::npos ||
+            what.find("find_unused_parameters") == std::string::npos) {
+          throw;
+        }
+      }
+    }
+    group->barrier();  // the group still works
+  });
+  for (const auto& error : errors) EXPECT_EQ(error, "");
+}
+
+TEST(DdpBehaviour, NoSyncSendsNothing) {
+  run_with_groups(2, [](int, std::shared_ptr<Group> group) {
+    auto net = layers({10, 16, 4});
+    DistributedDataParallel ddp(net, group);
+    const auto before = group->sequence_number();
+    {
+      auto guard = ddp.no_sync();
+      EXPECT_THROW(ddp.no_sync(), InvalidArgument);  // guards do not nest
+      net->forward(torch::randn({3, 10})).sum().backward();
+      net->forward(torch::randn({3, 10})).sum().backward();
+    }
+    EXPECT_EQ(group->sequence_number(), before);
+    net->forward(torch::randn({3, 10})).sum().backward();
+    EXPECT_GT(group->sequence_number(), before);
+  });
+}
+
+TEST(DdpBehaviour, BucketsFollowTheOrderGradientsBecameReady) {
+  run_with_groups(2, [](int, std::shared_ptr<Group> group) {
+    auto model = reordered()();
+    DdpOptions options;
+    options.bucket_cap_mb = 0;  // one parameter per bucket
+    options.first_bucket_cap_mb = 0;
+    DistributedDataParallel ddp(model, group, options);
+    // Reverse registration order first: "early" was registered last.
+    auto before = ddp.bucket_parameter_names();
+    ASSERT_EQ(before.size(), 4u);
+    EXPECT_EQ(before[0][0].rfind("early.", 0), 0u) << before[0][0];
+    model->forward(torch::randn({3, 10}), 0, 0).sum().backward();
+    // "late" runs last in forward, so its gradients are ready first.
+    auto after = ddp.bucket_parameter_names();
+    ASSERT_EQ(after.size(), 4u);
+    EXPECT_EQ(after[0][0].rfind("late.", 0), 0u) << after[0][0];
+    EXPECT_EQ(after[1][0].rfind("late.", 0), 0u) << after[1][0];
+    EXPECT_EQ(after[3][0].rfind("early.", 0), 0u) << after[3][0];
+  });
+}
+
+TEST(DdpBehaviour, GradientsLiveInTheBuckets) {
+  run_with_groups(2, [](int, std::shared_ptr<Group> group) {
+    auto net = layers({10, 16, 4});
+    DistributedDataParallel ddp(net, group);  // 25 MiB: one bucket for everything
+    ASSERT_EQ(ddp.bucket_parameter_names().size(), 1u);
+    net->forward(torch::randn({3, 10})).sum().backward();
+    torch::optim::SGD optimizer(net->parameters(), 0.1);
+    optimizer.zero_grad();  // libtorch 1.13 detaches .grad in place: must not throw
+    net->forward(torch::randn({3, 10})).sum().backward();
+    const auto params = net->parameters();
+    const auto* storage = params[0].grad().storage().data();
+    for (const auto& p : params) EXPECT_EQ(p.grad().storage().data(), storage);
+  });
+}
+
+TEST(DdpBehaviour, JoinStopsTheOthersWhenALoopFails) {
+  const auto errors = errors_of(3, [](int rank, std::shared_ptr<Group> group) {
+    auto net = layers({10, 4});
+    DistributedDataParallel ddp(net, group);
+    ddp.join([&] {
+      for (int step = 0; step < 5; ++step) {
+        if (rank == 1 && step == 2) throw std::runtime_error("out of disk");
+        net->forward(torch::randn({3, 10})).sum().backward();
+      }
+    });
+  });
+  EXPECT_EQ(errors[1], "out of disk");
+  for (int rank : {0, 2}) {
+    EXPECT_NE(errors[rank].find("rank 1 left DistributedDataParallel::join with an error: "
+                                "out of disk"),
+              std::string::npos)
+        << errors[rank];
+  }
+}
+
+TEST(DdpBehaviour, StaticGraphRefusesAParameterThatWasUnused) {
+  auto make = branchy([](int step, int) { return step > 0; });
+  const auto errors = errors_of(2, [&](int, std::shared_ptr<Group> group) {
+    auto model = make();
+    DdpOptions options;
+    options.static_graph = true;
+    DistributedDataParallel ddp(model, group, options);
+    for (int step = 0; step < 2; ++step) {
+      model->forward(torch::randn({3, 10}), step, group->rank()).sum().backward();
+    }
+  });
+  for (const auto& error : errors) {
+    EXPECT_NE(error.find("static_graph"), std::string::npos) << error;
+  }
+}
+
+TEST(DdpBehaviour, CpuOnlyAndReducibleTypesAreChecked) {
+  run_with_groups(1, [](int, std::shared_ptr<Group> group) {
+    auto net = layers({4, 2});
+    net->to(torch::kComplexFloat);
+    EXPECT_THROW(DistributedDataParallel(net, group), InvalidArgument);
+  });
+}
+
+}  // namespace
+}  // namespace cohort::testing
