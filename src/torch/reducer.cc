@@ -168,8 +168,15 @@ void Reducer::on_gradient_accumulated(size_t parameter) {
     throw InvalidArgument(reason);
   }
   if (!rebuilt_) ready_order_.push_back(parameter);
-  bind_gradient(parameter);
-  mark_ready(parameter);
+  try {
+    bind_gradient(parameter);
+    mark_ready(parameter);
+  } catch (const std::exception& e) {
+    // Mid-backward, the peers may already be reducing: stop them instead of leaving them
+    // waiting for this rank until their deadline.
+    group_->abort(e.what());
+    throw;
+  }
 }
 
 void Reducer::start_iteration() {
