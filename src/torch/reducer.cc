@@ -36,6 +36,7 @@ Reducer::Reducer(std::shared_ptr<Group> group, std::vector<Parameter> parameters
       parameters_(std::move(parameters)),
       options_(options),
       hook_(options.comm_hook ? options.comm_hook : allreduce_hook()),
+      alone_with_default_hook_(group_->size() == 1 && !options.comm_hook),
       sync_buffers_(std::move(sync_buffers)),
       ready_(parameters_.size(), 0),
       filled_with_zeros_(parameters_.size(), 0),
@@ -228,6 +229,7 @@ void Reducer::mark_locally_unused(size_t parameter) {
 void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_to_launch_++];
+    if (alone_with_default_hook_) continue;  // the average over one rank is the gradient
     bucket.reduction = hook_->start(*group_, bucket.grads);
   }
 }
@@ -287,6 +289,7 @@ std::shared_ptr<Work> Reducer::start_used_map_allreduce() {
 void Reducer::wait_for_reductions() {
   torch::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {
+    if (!bucket.reduction) continue;  // nothing was sent (a world of one)
     PendingReduction reduction = std::move(*bucket.reduction);
     bucket.reduction.reset();
     reduction.work->wait();

@@ -93,6 +93,8 @@ class Reducer {
   std::vector<Parameter> parameters_;
   DdpOptions options_;
   std::shared_ptr<CommHook> hook_;
+  // A world of one with the averaging allreduce: buckets need no communication at all.
+  bool alone_with_default_hook_;
   std::function<void(int)> sync_buffers_;
 
   std::vector<Bucket> buckets_;
