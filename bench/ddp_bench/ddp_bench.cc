@@ -169,7 +169,7 @@ Dataset make_dataset() {
 // global batches; rank r takes slice r of each.
 class GlobalBatches {
  public:
-  GlobalBatches(const Config& c)
+  explicit GlobalBatches(const Config& c)
       : global_(c.batch),
         local_(c.batch / c.world),
         rank_(c.rank),
