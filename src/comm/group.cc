@@ -89,7 +89,6 @@ void run_allreduce(algo::Context& ctx, Algorithm algorithm, void* data, size_t c
     case Algorithm::kDirect:
     case Algorithm::kAuto: algo::allreduce_direct(ctx, data, count, dtype, op); break;
   }
-  finish_average(data, count, dtype, op, ctx.size());
 }
 }  // namespace
 

@@ -16,8 +16,10 @@
 namespace cohort {
 namespace {
 
-// glibc refuses mmap thresholds above half its maximal heap size (32 MiB on 64-bit).
-constexpr int kMmapThreshold = 32 << 20;
+// Blocks below the mmap threshold come from the heap. Some glibc releases refuse thresholds
+// above half their maximal heap size (32 MiB on 64-bit); then the largest they accept is used.
+constexpr int kMmapThreshold = 1 << 30;
+constexpr int kMmapThresholdFallback = 32 << 20;
 constexpr int kTrimThreshold = 1 << 30;
 constexpr int kTopPad = 256 << 20;
 
@@ -31,8 +33,10 @@ bool user_tuned_malloc() {
 
 bool apply() {
   if (env_int("COHORT_MALLOC_TUNING").value_or(1) == 0 || user_tuned_malloc()) return false;
-  return mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 &&
-         mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1 && mallopt(M_TOP_PAD, kTopPad) == 1;
+  const bool threshold_set = mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 ||
+                             mallopt(M_MMAP_THRESHOLD, kMmapThresholdFallback) == 1;
+  return threshold_set && mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1 &&
+         mallopt(M_TOP_PAD, kTopPad) == 1;
 }
 
 }  // namespace

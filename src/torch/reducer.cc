@@ -196,6 +196,7 @@ void Reducer::start_iteration() {
 
 // Makes the parameter's .grad the bucket's copy of it (or copies it there).
 void Reducer::bind_gradient(size_t parameter) {
+  if (alone_with_default_hook_) return;  // nothing is sent: .grad may stay where autograd put it
   torch::NoGradGuard no_grad;
   auto& grad = parameters_[parameter].tensor.mutable_grad();
   const auto& alias = alias_of(parameter);

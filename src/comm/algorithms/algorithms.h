@@ -11,7 +11,8 @@
 
 namespace cohort::algo {
 
-// ---- allreduce: data[count] on every rank becomes op over all ranks.
+// ---- allreduce: data[count] on every rank becomes op over all ranks. Each algorithm finishes
+// kAvg itself (ring and halving-doubling divide only the piece each rank owns).
 void allreduce_ring(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduce_tree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduce_halving_doubling(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);

@@ -31,6 +31,7 @@ void allreduce_direct(Context& ctx, void* data, size_t count, DType dtype, Reduc
     kernels::reduce_into(slots, slots + r * bytes, count, dtype, kernels::combine_op(op));
   }
   std::memcpy(data, slots, bytes);
+  if (op == ReduceOp::kAvg) kernels::divide(data, count, dtype, n);
 }
 
 }  // namespace cohort::algo

@@ -54,6 +54,7 @@ void recursive_doubling(Context& ctx, const Fold& fold, const std::vector<size_t
 void allreduce_halving_doubling(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op) {
   const int n = ctx.size();
   if (n == 1 || count == 0) return;
+  const bool average = op == ReduceOp::kAvg;
   op = kernels::combine_op(op);
   const int me = ctx.rank();
   const Fold fold(n);
@@ -79,6 +80,10 @@ void allreduce_halving_doubling(Context& ctx, void* data, size_t count, DType dt
     bounds[i] = chunk_range(count, static_cast<size_t>(fold.p), static_cast<size_t>(i)).begin;
   }
   recursive_halving(ctx, fold, bounds, bytes, bytes, dtype, op, window, kHalvingRound);
+  if (average) {  // each participant divides the piece it owns before it is spread
+    const int i = fold.participant(me);
+    kernels::divide(bytes + bounds[i] * esize, bounds[i + 1] - bounds[i], dtype, n);
+  }
   recursive_doubling(ctx, fold, bounds, bytes, esize);
 
   if (me < 2 * fold.rem) {

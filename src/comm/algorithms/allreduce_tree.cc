@@ -140,6 +140,7 @@ void allreduce_tree(Context& ctx, void* data, size_t count, DType dtype, ReduceO
       {tree_node(0, ctx.rank(), n, count, seg), tree_node(1, ctx.rank(), n, count, seg)}};
   tree.reduce_up();
   tree.broadcast_down();
+  if (op == ReduceOp::kAvg) kernels::divide(data, count, dtype, n);
 }
 
 }  // namespace cohort::algo
