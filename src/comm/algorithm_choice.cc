@@ -21,7 +21,8 @@ const char* collective_name(CollectiveKind kind) {
 
 namespace {
 
-bool has_variant(CollectiveKind kind, Algorithm algorithm) {
+bool has_variant(CollectiveKind kind, Algorithm algorithm, bool shared_memory) {
+  if (algorithm == Algorithm::kShm) return kind == CollectiveKind::kAllreduce && shared_memory;
   switch (kind) {
     case CollectiveKind::kAllreduce: return true;
     case CollectiveKind::kBroadcast: return algorithm != Algorithm::kHalvingDoubling;
@@ -70,8 +71,13 @@ Algorithm automatic(CollectiveKind kind, size_t bytes, int world) {
 
 }  // namespace
 
-Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes, int world) {
-  if (requested != Algorithm::kAuto && has_variant(kind, requested)) return requested;
+Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes, int world,
+                           bool shared_memory) {
+  if (requested != Algorithm::kAuto && has_variant(kind, requested, shared_memory)) {
+    return requested;
+  }
+  // Shared memory moves bytes at memory speed with no system calls: it wins at every size.
+  if (shared_memory && kind == CollectiveKind::kAllreduce) return Algorithm::kShm;
   return automatic(kind, bytes, world);
 }
 

@@ -16,6 +16,8 @@ enum class CollectiveKind : uint8_t {
 const char* collective_name(CollectiveKind kind);
 
 // `requested` is the per-call override or the group default (kAuto when neither is set).
-Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes, int world);
+// `shared_memory`: every rank runs on this host and the group has a shared memory window.
+Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes, int world,
+                           bool shared_memory = false);
 
 }  // namespace cohort

@@ -86,6 +86,7 @@ void run_allreduce(algo::Context& ctx, Algorithm algorithm, void* data, size_t c
     case Algorithm::kHalvingDoubling:
       algo::allreduce_halving_doubling(ctx, data, count, dtype, op);
       break;
+    case Algorithm::kShm: algo::allreduce_shm(ctx, data, count, dtype, op); break;
     case Algorithm::kDirect:
     case Algorithm::kAuto: algo::allreduce_direct(ctx, data, count, dtype, op); break;
   }
@@ -101,7 +102,7 @@ Operation Group::allreduce_operation(ConstBuffer in, Buffer out,
   COHORT_CHECK_EQ(in.count, out.count, "allreduce: input and output counts differ");
   const Algorithm algorithm = choose_algorithm(CollectiveKind::kAllreduce,
                                                impl_->requested_algorithm(opts), out.bytes(),
-                                               size());
+                                               size(), impl_->has_shared_memory());
   return collective({CollectiveKind::kAllreduce, out.count, out.dtype, opts.op},
                     impl_->timeout_for(opts), [=](algo::Context& ctx) {
                       if (in.data != out.data && out.bytes() > 0) {

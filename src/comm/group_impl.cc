@@ -45,6 +45,33 @@ Group::Impl::Impl(std::unique_ptr<Transport> transport, std::shared_ptr<Store> s
   worker_ = std::thread([this] { worker_loop(); });
 }
 
+// When every rank runs on this host, the shared memory window that allreduce uses instead of
+// TCP (Note [Shared-memory lifetime]). Rank 0 publishes an empty name when it cannot make the
+// segment; then every rank stays on TCP, with a warning.
+void Group::Impl::open_shared_memory() {
+  shm_ = make_shared_memory_window();
+}
+
+std::unique_ptr<ShmWindow> Group::Impl::make_shared_memory_window() {
+  if (!options_.shared_memory || size() == 1) return nullptr;
+  const Deadline deadline = Deadline::after(options_.timeout);
+  if (!all_ranks_share_this_host(*store_, rank(), size(), deadline)) return nullptr;
+  constexpr size_t kSlotBytes = 256 * 1024;  // a chunk per round: stays in cache
+  if (rank() == 0) {
+    try {
+      return ShmWindow::create(*store_, rank(), size(), options_.job_token, kSlotBytes, deadline);
+    } catch (const ConfigError& e) {
+      COHORT_LOG(kWarn, "shared memory unavailable, ranks on this host use TCP: ", e.what());
+      store_->set("shm/name", std::string());
+      return nullptr;
+    }
+  }
+  const auto name = store_->get_string(
+      "shm/name", std::chrono::duration_cast<Milliseconds>(deadline.remaining()));
+  if (name.empty()) return nullptr;
+  return ShmWindow::create(*store_, rank(), size(), options_.job_token, kSlotBytes, deadline);
+}
+
 Group::Impl::~Impl() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -160,7 +187,7 @@ void Group::Impl::execute(Operation& op) noexcept {
       if (op.collective) {
         started_.store(static_cast<int64_t>(op.sequence), std::memory_order_relaxed);
         if (options_.debug_checks) check_signatures(op, deadline);
-        algo::Context ctx(*transport_, op.sequence, deadline, scratch_);
+        algo::Context ctx(*transport_, op.sequence, deadline, scratch_, shm_.get());
         op.body(ctx);
       } else {
         algo::Context ctx(*transport_, op.channel, deadline, scratch_);
@@ -181,6 +208,7 @@ void Group::Impl::abort(std::exception_ptr error) noexcept {
     failure_ = error;
   }
   transport_->abort(error);
+  if (shm_) shm_->abort(error);
 }
 
 // A local timeout becomes a TimeoutError that names the collective, its sequence number and

@@ -14,6 +14,7 @@
 
 #include "algorithm_choice.h"
 #include "algorithms/context.h"
+#include "transport/shm/shm_window.h"
 #include "cohort/comm/group.h"
 
 namespace cohort {
@@ -64,10 +65,16 @@ class Group::Impl {
 
   Milliseconds timeout_for(const CollectiveOptions& opts) const;
   Algorithm requested_algorithm(const CollectiveOptions& opts) const;
+  bool has_shared_memory() const { return shm_ != nullptr; }
   void abort(std::exception_ptr error) noexcept;
   uint64_t sequence_number() const;
 
+  // Collective: when every rank runs on this host, sets up the shared memory window that
+  // allreduce then uses (Group::create calls it; groups over other transports never do).
+  void open_shared_memory();
+
  private:
+  std::unique_ptr<ShmWindow> make_shared_memory_window();
   void enqueue_locked(Operation op);
   void worker_loop();
   void execute(Operation& op) noexcept;
@@ -77,6 +84,7 @@ class Group::Impl {
   void progress_loop();
 
   std::unique_ptr<Transport> transport_;
+  std::unique_ptr<ShmWindow> shm_;  // every rank on this host: the shared memory window
   std::shared_ptr<Store> store_;
   GroupOptions options_;
   std::vector<uint8_t> scratch_;  // used only by the thread running an operation

@@ -5,6 +5,7 @@
 #include "cohort/comm/prefix_store.h"
 #include "cohort/comm/tcp_transport.h"
 #include "cohort/core/check.h"
+#include "group_impl.h"
 
 namespace cohort {
 
@@ -31,7 +32,9 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
   if (is_ip_literal(options.host)) tcp.bind_host = options.host;
   tcp.timeout = options.timeout;
   auto transport = connect_tcp_transport(group_store, rank, size, tcp);
-  return std::make_shared<Group>(std::move(transport), group_store, std::move(options));
+  auto group = std::make_shared<Group>(std::move(transport), group_store, std::move(options));
+  group->impl_->open_shared_memory();
+  return group;
 }
 
 }  // namespace cohort

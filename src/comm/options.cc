@@ -11,6 +11,7 @@ const char* algorithm_name(Algorithm algorithm) {
     case Algorithm::kTree: return "tree";
     case Algorithm::kHalvingDoubling: return "halving_doubling";
     case Algorithm::kDirect: return "direct";
+    case Algorithm::kShm: return "shm";
   }
   return "unknown-algorithm";
 }
@@ -23,8 +24,9 @@ Algorithm parse_algorithm(const std::string& name) {
     return Algorithm::kHalvingDoubling;
   }
   if (name == "direct") return Algorithm::kDirect;
+  if (name == "shm") return Algorithm::kShm;
   throw InvalidArgument("unknown algorithm '" + name +
-                        "': use auto, ring, tree, halving_doubling (hd) or direct");
+                        "': use auto, ring, tree, halving_doubling (hd), direct or shm");
 }
 
 }  // namespace cohort

@@ -185,7 +185,8 @@ TEST(Failure, GarbageAtARanksListenerIsRefusedAndTheGroupStillForms) {
 // A fake rank 1 that knows the secret completes the handshake, then sends `frame`.
 std::string fake_peer_sends(const tcp::FrameHeader& frame) {
   auto store = make_server();
-  ChildProcess rank0 = start_rank(*store, 0, 2, "allreduce_once");
+  // Over TCP only: the fake peer takes no part in finding out that both run on this host.
+  ChildProcess rank0 = start_rank(*store, 0, 2, "allreduce_once", "", {"COHORT_SHM=0"});
   const auto endpoint = rank0_endpoint(*store);
   const Bytes secret = store->get("g/world/tcp/secret", 20s);
   auto s = net::Socket::connect(endpoint.host, endpoint.port, Deadline::after(5s));

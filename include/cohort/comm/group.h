@@ -45,6 +45,9 @@ struct GroupOptions {
   // (COHORT_JOB_TOKEN; cohortrun generates one).
   std::string host;
   std::string job_token;
+  // Group::create: when every rank runs on this host, allreduce goes through a shared memory
+  // segment instead of TCP (COHORT_SHM=0 turns it off).
+  bool shared_memory = true;
 
   // Fills every field left at its default from the environment.
   GroupOptions resolved() const;

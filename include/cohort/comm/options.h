@@ -15,10 +15,11 @@ enum class Algorithm : uint8_t {
   kTree,             // binary/binomial tree reduce + broadcast, log n depth
   kHalvingDoubling,  // Rabenseifner: recursive halving reduce-scatter + doubling all-gather
   kDirect,           // every rank talks to every rank at once: one round, for tiny messages
+  kShm,              // allreduce through shared memory, when every rank runs on one host
 };
 
 const char* algorithm_name(Algorithm algorithm);
-// "auto", "ring", "tree", "hd"/"halving_doubling", "direct"; throws InvalidArgument otherwise.
+// "auto", "ring", "tree", "hd"/"halving_doubling", "direct", "shm"; throws InvalidArgument otherwise.
 Algorithm parse_algorithm(const std::string& name);
 
 struct CollectiveOptions {

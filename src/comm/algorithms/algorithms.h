@@ -17,6 +17,8 @@ void allreduce_ring(Context& ctx, void* data, size_t count, DType dtype, ReduceO
 void allreduce_tree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduce_halving_doubling(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduce_direct(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
+// Needs ctx.shm() (every rank on this host).
+void allreduce_shm(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 
 // ---- broadcast: `bytes` of data on `root` are copied to every rank.
 void broadcast_direct(Context& ctx, void* data, size_t bytes, int root);

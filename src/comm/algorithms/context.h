@@ -9,17 +9,27 @@
 #include "cohort/comm/transport.h"
 #include "cohort/core/dtype.h"
 
+namespace cohort {
+class ShmWindow;
+}
+
 namespace cohort::algo {
 
 class Context {
  public:
   Context(Transport& transport, uint64_t sequence, Deadline deadline,
-          std::vector<uint8_t>& scratch)
-      : transport_(transport), sequence_(sequence), deadline_(deadline), scratch_(scratch) {}
+          std::vector<uint8_t>& scratch, ShmWindow* shm = nullptr)
+      : transport_(transport),
+        sequence_(sequence),
+        deadline_(deadline),
+        scratch_(scratch),
+        shm_(shm) {}
 
   int rank() const { return transport_.rank(); }
   int size() const { return transport_.size(); }
   Deadline deadline() const { return deadline_; }
+  // The group's shared memory window when every rank runs on this host, else null.
+  ShmWindow* shm() const { return shm_; }
 
   // `step` tells apart the messages of one collective between the same two ranks.
   std::unique_ptr<Request> isend(int peer, uint64_t step, const void* data, size_t bytes) {
@@ -52,6 +62,7 @@ class Context {
   uint64_t sequence_;
   Deadline deadline_;
   std::vector<uint8_t>& scratch_;
+  ShmWindow* shm_;
 };
 
 // Waits for every request in order; the first failure propagates.

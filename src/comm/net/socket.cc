@@ -169,6 +169,10 @@ void Socket::shutdown() noexcept {
   if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
 }
 
+void Socket::shutdown_read() noexcept {
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RD);
+}
+
 Socket Socket::connect(const std::string& host, uint16_t port, Deadline deadline) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

@@ -68,6 +68,9 @@ class Socket {
 
   // Wakes any thread blocked on this socket (its reads then see end-of-stream).
   void shutdown() noexcept;
+  // Ends reading only: a thread blocked in a read wakes up at end of stream, while a reply
+  // being written still goes out.
+  void shutdown_read() noexcept;
   void close() noexcept;
   // "ip:port" of the remote end, for logs.
   std::string peer_name() const;

@@ -110,7 +110,9 @@ TcpStoreServer::Impl::~Impl() {
     std::list<std::unique_ptr<Connection>> all;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (auto& c : connections_) c->socket.shutdown();
+      // Reading ends, but a reply already computed still goes out: a client whose SET was
+      // applied (and let another rank finish and stop this server) gets its answer.
+      for (auto& c : connections_) c->socket.shutdown_read();
       all.swap(connections_);
     }
     for (auto& c : all) {

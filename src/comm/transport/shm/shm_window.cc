@@ -1,0 +1,240 @@
+#include "transport/shm/shm_window.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <iterator>
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "cohort/comm/store.h"
+#include "cohort/comm/transport.h"
+#include "cohort/core/check.h"
+#include "cohort/core/error.h"
+
+namespace cohort {
+
+constexpr size_t kLine = 64;
+constexpr uint64_t kMagic = 0x636f686f72747368ull;  // "cohortsh"
+
+struct ShmHeader {
+  uint64_t magic;
+  uint64_t nonce;
+  int32_t size;
+  uint64_t slot_bytes;
+  alignas(kLine) std::atomic<int32_t> attached;
+  // kRunning, then kAborting while the aborting rank writes the error below, then kAborted.
+  alignas(kLine) std::atomic<int32_t> aborted;
+  int32_t error_kind;
+  int32_t error_failed_rank;
+  int32_t error_reporter;
+  char error_message[2048];
+};
+
+constexpr int32_t kRunning = 0;
+constexpr int32_t kAborting = 1;
+constexpr int32_t kAborted = 2;
+
+struct alignas(kLine) ShmRankLine {
+  std::atomic<uint64_t> posted;
+  std::atomic<uint64_t> reduced;
+  std::atomic<int32_t> pid;
+};
+
+namespace {
+
+size_t round_up(size_t bytes) { return (bytes + kLine - 1) / kLine * kLine; }
+
+constexpr size_t kHeaderBytes = 4096;
+constexpr size_t kLinesBytes = sizeof(ShmRankLine) * ShmWindow::kMaxRanks;
+
+// The header page, the rank lines, two slots per rank and two result areas.
+size_t segment_bytes(int size, size_t slot_bytes) {
+  return kHeaderBytes + kLinesBytes + (2 * static_cast<size_t>(size) + 2) * slot_bytes;
+}
+
+std::string read_link(const char* path) {
+  char buffer[256];
+  const ssize_t n = ::readlink(path, buffer, sizeof(buffer) - 1);
+  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string("?");
+}
+
+std::string host_identity() {
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot, boot_id);
+  return boot_id + "|" + read_link("/proc/self/ns/pid") + "|" + read_link("/proc/self/ns/ipc") +
+         "|" + read_link("/proc/self/ns/net");
+}
+
+uint64_t fresh_nonce() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+Milliseconds left(Deadline deadline) {
+  return std::chrono::duration_cast<Milliseconds>(deadline.remaining());
+}
+
+}  // namespace
+
+bool all_ranks_share_this_host(Store& store, int rank, int size, Deadline deadline) {
+  const std::string mine = host_identity();
+  store.set("host/" + std::to_string(rank), mine);
+  bool same = true;
+  for (int r = 0; r < size; ++r) {
+    if (store.get_string("host/" + std::to_string(r), left(deadline)) != mine) same = false;
+  }
+  return same;
+}
+
+ShmWindow::ShmWindow(ShmSegment segment, int rank, int size, size_t slot_bytes)
+    : segment_(std::move(segment)), rank_(rank), size_(size), slot_bytes_(slot_bytes) {
+  auto* base = static_cast<uint8_t*>(segment_.data());
+  header_ = reinterpret_cast<ShmHeader*>(base);
+  lines_ = reinterpret_cast<ShmRankLine*>(base + kHeaderBytes);
+  slots_ = base + kHeaderBytes + kLinesBytes;
+  results_ = slots_ + 2 * static_cast<size_t>(size) * slot_bytes;
+}
+
+ShmWindow::~ShmWindow() = default;
+
+std::unique_ptr<ShmWindow> ShmWindow::create(Store& store, int rank, int size,
+                                             const std::string& job_token, size_t slot_bytes,
+                                             Deadline deadline) {
+  COHORT_CHECK(size >= 1 && size <= kMaxRanks, "shared memory supports up to ", kMaxRanks,
+               " ranks on a host, got ", size);
+  slot_bytes = round_up(slot_bytes);
+  const size_t bytes = segment_bytes(size, slot_bytes);
+  ShmSegment segment = [&] {
+    if (rank != 0) {
+      const std::string name = store.get_string("shm/name", left(deadline));
+      const std::string nonce = store.get_string("shm/nonce", left(deadline));
+      ShmSegment opened = ShmSegment::open(name, bytes);
+      const auto* header = static_cast<const ShmHeader*>(opened.data());
+      if (header->magic != kMagic || std::to_string(header->nonce) != nonce) {
+        throw ConfigError("shared memory segment " + name + " belongs to another job");
+      }
+      return opened;
+    }
+    const uint64_t nonce = fresh_nonce();
+    std::ostringstream name;
+    name << "/cohort-" << std::hex << (std::hash<std::string>{}(job_token) & 0xffffffffu) << "-"
+         << ::getpid() << "-" << nonce;
+    ShmSegment created = ShmSegment::create(name.str(), bytes);
+    auto* header = new (created.data()) ShmHeader{};
+    header->magic = kMagic;
+    header->nonce = nonce;
+    header->size = size;
+    header->slot_bytes = slot_bytes;
+    store.set("shm/name", name.str());
+    store.set("shm/nonce", std::to_string(nonce));
+    return created;
+  }();
+  std::unique_ptr<ShmWindow> window(new ShmWindow(std::move(segment), rank, size, slot_bytes));
+  window->lines_[rank].pid.store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
+  // Note [Shared-memory lifetime]: the last rank to attach removes the name.
+  if (window->header_->attached.fetch_add(1, std::memory_order_acq_rel) + 1 == size) {
+    window->segment_.unlink();
+  }
+  try {
+    window->post_and_wait(window->next_round(), deadline, "attaching shared memory");
+  } catch (...) {
+    window->segment_.unlink();  // a rank never came: leave nothing behind
+    throw;
+  }
+  return window;
+}
+
+uint8_t* ShmWindow::slot(int rank, uint64_t round) const {
+  return slots_ + (2 * static_cast<size_t>(rank) + (round & 1)) * slot_bytes_;
+}
+
+uint8_t* ShmWindow::result(uint64_t round) const { return results_ + (round & 1) * slot_bytes_; }
+
+void ShmWindow::post_and_wait(uint64_t round, Deadline deadline, const char* what) {
+  publish_and_wait(&ShmRankLine::posted, round, deadline, what);
+}
+
+void ShmWindow::reduced_and_wait(uint64_t round, Deadline deadline, const char* what) {
+  publish_and_wait(&ShmRankLine::reduced, round, deadline, what);
+}
+
+void ShmWindow::abort(std::exception_ptr error) noexcept {
+  int32_t expected = kRunning;
+  if (!header_->aborted.compare_exchange_strong(expected, kAborting)) return;  // first one wins
+  const WireError wire = WireError::from(error);
+  header_->error_kind = wire.kind;
+  header_->error_failed_rank = wire.failed_rank;
+  header_->error_reporter = rank_;
+  const size_t length = std::min(wire.message.size(), sizeof(header_->error_message) - 1);
+  std::memcpy(header_->error_message, wire.message.data(), length);
+  header_->error_message[length] = '\0';
+  header_->aborted.store(kAborted, std::memory_order_release);
+}
+
+namespace {
+
+// kill(pid, 0) succeeds for a zombie (dead but not yet reaped by its parent): read its state.
+bool process_is_gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t end_of_name = text.rfind(')');
+  if (end_of_name == std::string::npos || end_of_name + 2 >= text.size()) return false;
+  const char state = text[end_of_name + 2];
+  return state == 'Z' || state == 'X';
+}
+
+}  // namespace
+
+// Note [Shared-memory waits].
+void ShmWindow::publish_and_wait(std::atomic<uint64_t> ShmRankLine::*counter, uint64_t round,
+                                 Deadline deadline, const char* what) {
+  (lines_[rank_].*counter).store(round + 1, std::memory_order_release);
+  constexpr int kSpins = 4000;
+  constexpr int kPollsBetweenChecks = 256;
+  int polls = 0;
+  for (int r = 0; r < size_; ++r) {
+    const auto& value = lines_[r].*counter;
+    while (value.load(std::memory_order_acquire) <= round) {
+      if (++polls < kSpins) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        continue;
+      }
+      ::sched_yield();
+      if (polls % kPollsBetweenChecks == 0) check_alive(deadline, what);
+    }
+  }
+}
+
+void ShmWindow::check_alive(Deadline deadline, const char* what) const {
+  if (header_->aborted.load(std::memory_order_acquire) == kAborted) {
+    WireError wire;
+    wire.kind = static_cast<WireError::Kind>(header_->error_kind);
+    wire.failed_rank = header_->error_failed_rank;
+    wire.message = header_->error_message;
+    wire.rethrow(header_->error_reporter);
+  }
+  for (int r = 0; r < size_; ++r) {
+    const pid_t pid = lines_[r].pid.load(std::memory_order_relaxed);
+    if (r != rank_ && pid > 0 && pid != ::getpid() && process_is_gone(pid)) {
+      throw PeerError(r, detail::concat(what, ": rank ", r, " (pid ", pid,
+                                        ") died; its shared memory peers cannot go on"));
+    }
+  }
+  if (deadline.expired()) {
+    throw TimeoutError(detail::concat(what, ": waited for shared memory peers past the deadline"));
+  }
+}
+
+}  // namespace cohort
