@@ -12,16 +12,8 @@
 namespace cohort {
 namespace {
 
+using testing::make_tcp_groups;
 using testing::run_ranks;
-
-std::vector<std::shared_ptr<Group>> make_tcp_groups(int world, GroupOptions options,
-                                                    const std::string& host = "127.0.0.1") {
-  auto store = std::make_shared<MemoryStore>();
-  options.host = host;
-  std::vector<std::shared_ptr<Group>> groups(world);
-  run_ranks(world, [&](int rank) { groups[rank] = Group::create(store, rank, world, options); });
-  return groups;
-}
 
 TEST(TcpGroup, AllreduceEveryAlgorithmAndSize) {
   for (int world : {2, 3, 4}) {

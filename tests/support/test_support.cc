@@ -1,5 +1,7 @@
 #include "support/test_support.h"
 
+#include "cohort/comm/memory_store.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,6 +60,15 @@ std::vector<std::shared_ptr<Group>> make_inproc_groups(int world, GroupOptions o
   auto fabric = std::make_shared<InprocFabric>(world);
   std::vector<std::shared_ptr<Group>> groups;
   for (int r = 0; r < world; ++r) groups.push_back(Group::create_inproc(fabric, r, options));
+  return groups;
+}
+
+std::vector<std::shared_ptr<Group>> make_tcp_groups(int world, GroupOptions options,
+                                                    const std::string& host) {
+  auto store = std::make_shared<MemoryStore>();
+  options.host = host;
+  std::vector<std::shared_ptr<Group>> groups(world);
+  run_ranks(world, [&](int rank) { groups[rank] = Group::create(store, rank, world, options); });
   return groups;
 }
 

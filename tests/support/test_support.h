@@ -35,6 +35,10 @@ void fail_if(Group& group, const std::string& error, const Context&... context) 
 
 // `world` in-process groups over one fabric, created in rank order.
 std::vector<std::shared_ptr<Group>> make_inproc_groups(int world, GroupOptions options = {});
+// `world` groups made by Group::create (TCP, and shared memory since all ranks are in this
+// process) over one MemoryStore, created concurrently as real ranks would be.
+std::vector<std::shared_ptr<Group>> make_tcp_groups(int world, GroupOptions options = {},
+                                                    const std::string& host = "127.0.0.1");
 
 // Deterministic per-rank, per-index test value, small enough that sums and products of up to
 // 9 ranks are exact in every dtype (including int8 and float16).

@@ -198,14 +198,10 @@ std::string compare(const std::vector<torch::Tensor>& got, const std::vector<tor
   return "";
 }
 
-std::vector<std::shared_ptr<Group>> make_groups(int world, bool over_tcp) {
+std::vector<std::shared_ptr<Group>> make_groups(int world, bool over_tcp, bool shared_memory) {
   auto options = quick_options(std::chrono::seconds(60));
-  if (!over_tcp) return make_inproc_groups(world, options);
-  auto store = std::make_shared<MemoryStore>();
-  options.host = "127.0.0.1";
-  std::vector<std::shared_ptr<Group>> groups(world);
-  run_ranks(world, [&](int rank) { groups[rank] = Group::create(store, rank, world, options); });
-  return groups;
+  options.shared_memory = shared_memory;
+  return over_tcp ? make_tcp_groups(world, options) : make_inproc_groups(world, options);
 }
 
 }  // namespace
@@ -224,8 +220,8 @@ ModelFactory reordered() {
 }
 
 void run_with_groups(int world, const std::function<void(int, std::shared_ptr<Group>)>& fn,
-                     bool over_tcp) {
-  auto groups = make_groups(world, over_tcp);
+                     bool over_tcp, bool shared_memory) {
+  auto groups = make_groups(world, over_tcp, shared_memory);
   run_ranks(world, [&](int rank) { fn(rank, groups[rank]); });
 }
 
@@ -250,7 +246,7 @@ void expect_parity(const ParityCase& c) {
       [&](int rank, std::shared_ptr<Group> group) {
         states[rank] = train_rank(c, rank, std::move(group), models[rank], data);
       },
-      c.over_tcp);
+      c.over_tcp, c.shared_memory);
 
   for (int rank = 0; rank < c.world; ++rank) {
     const int steps = steps_of(c, rank);

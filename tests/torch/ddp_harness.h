@@ -48,8 +48,10 @@ struct ParityCase {
   // Tolerance of the comparison |ddp - reference| <= atol + rtol * |reference|.
   double rtol = 1e-5;
   double atol = 1e-6;
-  // Threads over a TCP group on loopback instead of the in-process transport.
+  // Threads over Group::create (TCP on loopback) instead of the in-process transport; with
+  // shared_memory, allreduce goes through the shared memory window as for ranks on one host.
   bool over_tcp = false;
+  bool shared_memory = false;
 };
 
 // Runs the case; failures are reported through gtest (naming rank, step and tensor).
@@ -57,6 +59,6 @@ void expect_parity(const ParityCase& c);
 
 // Builds W groups and runs fn(rank, group) on W threads with a hard deadline.
 void run_with_groups(int world, const std::function<void(int, std::shared_ptr<Group>)>& fn,
-                     bool over_tcp = false);
+                     bool over_tcp = false, bool shared_memory = false);
 
 }  // namespace cohort::testing

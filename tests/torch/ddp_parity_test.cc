@@ -63,6 +63,15 @@ TEST(DdpParity, OverTcp) {
   expect_parity(c);
 }
 
+TEST(DdpParity, OverSharedMemory) {
+  ParityCase c;
+  c.world = 3;
+  c.over_tcp = true;
+  c.shared_memory = true;
+  c.options.bucket_cap_mb = 0.01;  // several buckets in flight
+  expect_parity(c);
+}
+
 TEST(DdpParity, NoSyncAccumulationMatchesOneLargerBatch) {
   for (int micro_batches : {2, 4}) {
     SCOPED_TRACE("micro-batches " + std::to_string(micro_batches));

@@ -47,8 +47,8 @@ void allreduce_shm(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
     uint8_t* own_bytes = chunk + own.begin * esize;
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
-      kernels::reduce_into(own_bytes, window.slot(p, round) + own.begin * esize, own.count,
-                           dtype, kernels::combine_op(op));
+      kernels::reduce_into(own_bytes, window.slot(p, round) + own.begin * esize, own.count, dtype,
+                           kernels::combine_op(op));
     }
     if (op == ReduceOp::kAvg) kernels::divide(own_bytes, own.count, dtype, n);
     std::memcpy(result + own.begin * esize, own_bytes, own.count * esize);

@@ -43,8 +43,7 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
     ::close(fd);
     ::shm_unlink(name.c_str());
     throw ConfigError(detail::concat(
-        "cannot size shared memory segment ", name, " to ", bytes, " bytes: ",
-        std::strerror(error),
+        "cannot size shared memory segment ", name, " to ", bytes, " bytes: ", std::strerror(error),
         " (/dev/shm too small? in a container raise --shm-size, or set COHORT_SHM=0)"));
   }
   return ShmSegment(name, map(fd, bytes, name), bytes);
@@ -53,14 +52,14 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
 ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
   if (fd < 0) {
-    throw ConfigError(detail::concat("cannot open shared memory segment ", name, ": ",
-                                     std::strerror(errno)));
+    throw ConfigError(
+        detail::concat("cannot open shared memory segment ", name, ": ", std::strerror(errno)));
   }
   struct stat info {};
   if (::fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) < bytes) {
     ::close(fd);
-    throw ConfigError(detail::concat("shared memory segment ", name, " is smaller than the ",
-                                     bytes, " bytes expected"));
+    throw ConfigError(detail::concat("shared memory segment ", name, " is smaller than the ", bytes,
+                                     " bytes expected"));
   }
   return ShmSegment(name, map(fd, bytes, name), bytes);
 }

@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
-#include <iterator>
 #include <chrono>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 
@@ -50,7 +50,9 @@ struct alignas(kLine) ShmRankLine {
 
 namespace {
 
-size_t round_up(size_t bytes) { return (bytes + kLine - 1) / kLine * kLine; }
+size_t round_up(size_t bytes) {
+  return (bytes + kLine - 1) / kLine * kLine;
+}
 
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kLinesBytes = sizeof(ShmRankLine) * ShmWindow::kMaxRanks;
@@ -126,7 +128,7 @@ std::unique_ptr<ShmWindow> ShmWindow::create(Store& store, int rank, int size,
     }
     const uint64_t nonce = fresh_nonce();
     std::ostringstream name;
-    name << "/cohort-" << std::hex << (std::hash<std::string>{}(job_token) & 0xffffffffu) << "-"
+    name << "/cohort-" << std::hex << (std::hash<std::string>{}(job_token)&0xffffffffu) << "-"
          << ::getpid() << "-" << nonce;
     ShmSegment created = ShmSegment::create(name.str(), bytes);
     auto* header = new (created.data()) ShmHeader{};
@@ -157,7 +159,9 @@ uint8_t* ShmWindow::slot(int rank, uint64_t round) const {
   return slots_ + (2 * static_cast<size_t>(rank) + (round & 1)) * slot_bytes_;
 }
 
-uint8_t* ShmWindow::result(uint64_t round) const { return results_ + (round & 1) * slot_bytes_; }
+uint8_t* ShmWindow::result(uint64_t round) const {
+  return results_ + (round & 1) * slot_bytes_;
+}
 
 void ShmWindow::post_and_wait(uint64_t round, Deadline deadline, const char* what) {
   publish_and_wait(&ShmRankLine::posted, round, deadline, what);

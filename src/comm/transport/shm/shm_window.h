@@ -27,8 +27,8 @@
 #include <sys/types.h>
 
 #include <atomic>
-#include <exception>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 
