@@ -13,7 +13,9 @@ constexpr Milliseconds kProgressPeriod{100};
 // report (at most kProgressPeriod old) has landed in the store.
 constexpr Milliseconds kProgressSettle{300};
 
-std::string progress_key(int rank) { return "progress/" + std::to_string(rank); }
+std::string progress_key(int rank) {
+  return "progress/" + std::to_string(rank);
+}
 }  // namespace
 
 std::string Signature::describe() const {
@@ -46,30 +48,13 @@ Group::Impl::Impl(std::unique_ptr<Transport> transport, std::shared_ptr<Store> s
 }
 
 // When every rank runs on this host, the shared memory window that allreduce uses instead of
-// TCP (Note [Shared-memory lifetime]). Rank 0 publishes an empty name when it cannot make the
-// segment; then every rank stays on TCP, with a warning.
+// TCP (Note [Shared-memory lifetime]).
 void Group::Impl::open_shared_memory() {
-  shm_ = make_shared_memory_window();
-}
-
-std::unique_ptr<ShmWindow> Group::Impl::make_shared_memory_window() {
-  if (!options_.shared_memory || size() == 1) return nullptr;
+  if (!options_.shared_memory || size() == 1) return;
   const Deadline deadline = Deadline::after(options_.timeout);
-  if (!all_ranks_share_this_host(*store_, rank(), size(), deadline)) return nullptr;
+  if (!all_ranks_share_this_host(*store_, rank(), size(), deadline)) return;
   constexpr size_t kSlotBytes = 256 * 1024;  // a chunk per round: stays in cache
-  if (rank() == 0) {
-    try {
-      return ShmWindow::create(*store_, rank(), size(), options_.job_token, kSlotBytes, deadline);
-    } catch (const ConfigError& e) {
-      COHORT_LOG(kWarn, "shared memory unavailable, ranks on this host use TCP: ", e.what());
-      store_->set("shm/name", std::string());
-      return nullptr;
-    }
-  }
-  const auto name = store_->get_string(
-      "shm/name", std::chrono::duration_cast<Milliseconds>(deadline.remaining()));
-  if (name.empty()) return nullptr;
-  return ShmWindow::create(*store_, rank(), size(), options_.job_token, kSlotBytes, deadline);
+  shm_ = ShmWindow::create(*store_, rank(), size(), options_.job_token, kSlotBytes, deadline);
 }
 
 Group::Impl::~Impl() {
@@ -162,7 +147,8 @@ void Group::Impl::run_blocking(Operation op) {
 void Group::Impl::worker_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    queue_cv_.wait(lock, [&] { return (!queue_.empty() && !busy_) || (stopping_ && queue_.empty()); });
+    queue_cv_.wait(lock,
+                   [&] { return (!queue_.empty() && !busy_) || (stopping_ && queue_.empty()); });
     if (queue_.empty()) return;  // stopping
     Operation op = std::move(queue_.front());
     queue_.pop_front();
@@ -225,8 +211,8 @@ std::exception_ptr Group::Impl::explain_failure(const Operation& op, std::except
   } catch (const PeerError& e) {
     if (WireError::is_relayed(e.what())) return error;
     return std::make_exception_ptr(
-        PeerError(e.failed_rank(), op.describe() + " failed on rank " + std::to_string(rank()) +
-                                       ": " + e.what()));
+        PeerError(e.failed_rank(),
+                  op.describe() + " failed on rank " + std::to_string(rank()) + ": " + e.what()));
   } catch (...) {
     return error;
   }

@@ -74,7 +74,6 @@ class Group::Impl {
   void open_shared_memory();
 
  private:
-  std::unique_ptr<ShmWindow> make_shared_memory_window();
   void enqueue_locked(Operation op);
   void worker_loop();
   void execute(Operation& op) noexcept;

@@ -281,7 +281,8 @@ void Reducer::finish_iteration_locked(std::vector<std::string>& unexpected_unuse
 
 std::shared_ptr<Work> Reducer::start_used_map_allreduce() {
   if (!options_.find_unused_parameters || options_.static_graph) return nullptr;
-  used_map_ = torch::tensor(std::vector<int32_t>(used_since_sync_.begin(), used_since_sync_.end()));
+  used_map_ = torch::empty({static_cast<int64_t>(used_since_sync_.size())}, torch::kInt32);
+  std::copy(used_since_sync_.begin(), used_since_sync_.end(), used_map_.data_ptr<int32_t>());
   CollectiveOptions max;
   max.op = ReduceOp::kMax;
   return group_->allreduce_async(tensor_buffer(used_map_), max);
@@ -306,11 +307,11 @@ void Reducer::wait_for_reductions() {
 // A parameter no rank used since the last synchronization keeps an undefined .grad when it
 // had none (so optimizers skip it, as they would in one process), instead of a zero.
 void Reducer::forget_globally_unused_gradients() {
-  const bool have_used_map =
-      used_map_.defined() && options_.find_unused_parameters && !options_.static_graph;
+  // The used-map exists only with find_unused_parameters outside static_graph.
+  const int32_t* used_anywhere = used_map_.defined() ? used_map_.data_ptr<int32_t>() : nullptr;
   for (size_t p = 0; p < parameters_.size(); ++p) {
     if (!filled_with_zeros_[p]) continue;
-    const bool used_elsewhere = have_used_map && used_map_[p].item<int32_t>() != 0;
+    const bool used_elsewhere = used_anywhere != nullptr && used_anywhere[p] != 0;
     if (used_elsewhere) {
       // Other ranks' gradients arrived in the bucket: this rank needs them in .grad too.
       if (options_.gradient_as_bucket_view) {

@@ -21,20 +21,6 @@ DType to_dtype(torch::ScalarType type) {
       ": use float32/64, float16, bfloat16, int8, uint8, int32 or int64 (convert with .to())"));
 }
 
-torch::ScalarType to_scalar_type(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return torch::kFloat32;
-    case DType::kFloat64: return torch::kFloat64;
-    case DType::kFloat16: return torch::kFloat16;
-    case DType::kBFloat16: return torch::kBFloat16;
-    case DType::kInt8: return torch::kInt8;
-    case DType::kUInt8: return torch::kUInt8;
-    case DType::kInt32: return torch::kInt32;
-    case DType::kInt64: return torch::kInt64;
-  }
-  COHORT_INTERNAL_ASSERT(false, "unknown dtype ", static_cast<int>(dtype));
-}
-
 Buffer tensor_buffer(const torch::Tensor& tensor) {
   COHORT_CHECK(tensor.defined(), "tensor_buffer: the tensor is undefined");
   COHORT_CHECK(tensor.device().is_cpu(), "tensor_buffer: the tensor is on ", tensor.device(),

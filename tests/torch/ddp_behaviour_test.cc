@@ -172,6 +172,9 @@ TEST(DdpBehaviour, CpuOnlyAndReducibleTypesAreChecked) {
     auto net = layers({4, 2});
     net->to(torch::kComplexFloat);
     EXPECT_THROW(DistributedDataParallel(net, group), InvalidArgument);
+    DdpOptions negative_cap;
+    negative_cap.bucket_cap_mb = -1;
+    EXPECT_THROW(DistributedDataParallel(layers({4, 2}), group, negative_cap), InvalidArgument);
   });
 }
 

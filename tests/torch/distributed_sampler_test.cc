@@ -242,24 +242,26 @@ TEST(DistributedSamplerTest, SetPositionResumesMidEpoch) {
   EXPECT_THROW(sampler.set_position(sampler.num_samples() + 1), InvalidArgument);
 }
 
+torch::serialize::InputArchive archive_of(const DistributedSampler& sampler) {
+  std::stringstream stream;
+  torch::serialize::OutputArchive out;
+  sampler.save(out);
+  out.save_to(stream);
+  torch::serialize::InputArchive in;
+  in.load_from(stream);
+  return in;
+}
+
 TEST(DistributedSamplerTest, SaveAndLoadRoundTrip) {
   DistributedSampler saved(45, 1, 4, make_options(true, 77));
   saved.set_epoch(9);
   saved.next(5);
-  std::stringstream stream;
-  {
-    torch::serialize::OutputArchive archive;
-    saved.save(archive);
-    archive.save_to(stream);
-  }
 
   // A fresh sampler on another rank: epoch and position are the same on every rank, so one
-  // rank's checkpoint resumes all of them.
-  for (const int rank : {1, 3}) {
+  // rank's checkpoint resumes all of them. Rank 1 comes last: its check drains `saved`.
+  for (const int rank : {3, 1}) {
     DistributedSampler loaded(45, rank, 4, make_options(true, 77));
-    stream.seekg(0);
-    torch::serialize::InputArchive archive;
-    archive.load_from(stream);
+    auto archive = archive_of(saved);
     loaded.load(archive);
     EXPECT_EQ(loaded.epoch(), 9u);
     EXPECT_EQ(loaded.position(), 5u);
@@ -274,24 +276,9 @@ TEST(DistributedSamplerTest, SaveAndLoadKeepsALargeSeed) {
   // Seeds above INT64_MAX go through the int64 archive entries and come back unchanged.
   const uint64_t seed = 0xFEDCBA9876543210ull;
   DistributedSampler saved(12, 0, 2, make_options(true, seed));
-  std::stringstream stream;
-  torch::serialize::OutputArchive out;
-  saved.save(out);
-  out.save_to(stream);
-  torch::serialize::InputArchive in;
-  in.load_from(stream);
+  auto in = archive_of(saved);
   DistributedSampler loaded(12, 0, 2, make_options(true, seed));
   EXPECT_NO_THROW(loaded.load(in));
-}
-
-torch::serialize::InputArchive archive_of(const DistributedSampler& sampler) {
-  std::stringstream stream;
-  torch::serialize::OutputArchive out;
-  sampler.save(out);
-  out.save_to(stream);
-  torch::serialize::InputArchive in;
-  in.load_from(stream);
-  return in;
 }
 
 void expect_load_error(DistributedSampler& sampler, torch::serialize::InputArchive& archive,

@@ -12,7 +12,6 @@ namespace cohort {
 // The cohort dtype of a torch scalar type; throws InvalidArgument for types cohort does not
 // reduce (bool, complex, quantized, ...), naming the type.
 DType to_dtype(torch::ScalarType type);
-torch::ScalarType to_scalar_type(DType dtype);
 
 // A Buffer over a contiguous CPU tensor's elements. Throws InvalidArgument for a tensor that
 // is undefined, not contiguous, not on the CPU, or of a type cohort does not reduce.

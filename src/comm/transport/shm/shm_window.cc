@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -18,6 +19,7 @@
 #include "cohort/comm/transport.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
+#include "cohort/core/logging.h"
 
 namespace cohort {
 
@@ -85,6 +87,44 @@ Milliseconds left(Deadline deadline) {
   return std::chrono::duration_cast<Milliseconds>(deadline.remaining());
 }
 
+// Rank 0: a fresh segment under a name nobody else uses, published with its nonce. When it
+// cannot be made, publishes an empty name so that every rank stays on TCP.
+std::optional<ShmSegment> create_and_publish(Store& store, const std::string& job_token, int size,
+                                             size_t slot_bytes, size_t bytes) {
+  const uint64_t nonce = fresh_nonce();
+  std::ostringstream name;
+  name << "/cohort-" << std::hex << (std::hash<std::string>{}(job_token)&0xffffffffu) << "-"
+       << ::getpid() << "-" << nonce;
+  try {
+    ShmSegment created = ShmSegment::create(name.str(), bytes);
+    auto* header = new (created.data()) ShmHeader{};
+    header->magic = kMagic;
+    header->nonce = nonce;
+    header->size = size;
+    header->slot_bytes = slot_bytes;
+    store.set("shm/nonce", std::to_string(nonce));
+    store.set("shm/name", name.str());
+    return created;
+  } catch (const ConfigError& e) {
+    COHORT_LOG(kWarn, "shared memory unavailable, ranks on this host use TCP: ", e.what());
+    store.set("shm/name", std::string());
+    return std::nullopt;
+  }
+}
+
+// Other ranks: the segment rank 0 published, checked to be this job's; nullopt if none.
+std::optional<ShmSegment> open_published(Store& store, size_t bytes, Deadline deadline) {
+  const std::string name = store.get_string("shm/name", left(deadline));
+  if (name.empty()) return std::nullopt;
+  const std::string nonce = store.get_string("shm/nonce", left(deadline));
+  ShmSegment opened = ShmSegment::open(name, bytes);
+  const auto* header = static_cast<const ShmHeader*>(opened.data());
+  if (header->magic != kMagic || std::to_string(header->nonce) != nonce) {
+    throw ConfigError("shared memory segment " + name + " belongs to another job");
+  }
+  return opened;
+}
+
 }  // namespace
 
 bool all_ranks_share_this_host(Store& store, int rank, int size, Deadline deadline) {
@@ -115,32 +155,11 @@ std::unique_ptr<ShmWindow> ShmWindow::create(Store& store, int rank, int size,
                " ranks on a host, got ", size);
   slot_bytes = round_up(slot_bytes);
   const size_t bytes = segment_bytes(size, slot_bytes);
-  ShmSegment segment = [&] {
-    if (rank != 0) {
-      const std::string name = store.get_string("shm/name", left(deadline));
-      const std::string nonce = store.get_string("shm/nonce", left(deadline));
-      ShmSegment opened = ShmSegment::open(name, bytes);
-      const auto* header = static_cast<const ShmHeader*>(opened.data());
-      if (header->magic != kMagic || std::to_string(header->nonce) != nonce) {
-        throw ConfigError("shared memory segment " + name + " belongs to another job");
-      }
-      return opened;
-    }
-    const uint64_t nonce = fresh_nonce();
-    std::ostringstream name;
-    name << "/cohort-" << std::hex << (std::hash<std::string>{}(job_token)&0xffffffffu) << "-"
-         << ::getpid() << "-" << nonce;
-    ShmSegment created = ShmSegment::create(name.str(), bytes);
-    auto* header = new (created.data()) ShmHeader{};
-    header->magic = kMagic;
-    header->nonce = nonce;
-    header->size = size;
-    header->slot_bytes = slot_bytes;
-    store.set("shm/name", name.str());
-    store.set("shm/nonce", std::to_string(nonce));
-    return created;
-  }();
-  std::unique_ptr<ShmWindow> window(new ShmWindow(std::move(segment), rank, size, slot_bytes));
+  std::optional<ShmSegment> segment =
+      rank == 0 ? create_and_publish(store, job_token, size, slot_bytes, bytes)
+                : open_published(store, bytes, deadline);
+  if (!segment) return nullptr;
+  std::unique_ptr<ShmWindow> window(new ShmWindow(std::move(*segment), rank, size, slot_bytes));
   window->lines_[rank].pid.store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
   // Note [Shared-memory lifetime]: the last rank to attach removes the name.
   if (window->header_->attached.fetch_add(1, std::memory_order_acq_rel) + 1 == size) {

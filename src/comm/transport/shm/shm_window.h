@@ -45,8 +45,9 @@ class ShmWindow {
  public:
   static constexpr int kMaxRanks = 64;
 
-  // Collective over the group's ranks (all on this host). Throws ConfigError when the segment
-  // cannot be made, TimeoutError when a rank does not attach by the deadline.
+  // Collective over the group's ranks (all on this host). Returns null on every rank when rank
+  // 0 cannot make the segment (it logs why; the group then stays on TCP). Throws ConfigError
+  // when another rank cannot map it, TimeoutError when a rank does not attach by the deadline.
   static std::unique_ptr<ShmWindow> create(Store& store, int rank, int size,
                                            const std::string& job_token, size_t slot_bytes,
                                            Deadline deadline);
