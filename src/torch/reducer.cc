@@ -159,17 +159,13 @@ void Reducer::on_gradient_accumulated(size_t parameter) {
   used_since_sync_[parameter] = 1;
   if (no_sync_) return;  // the gradient accumulates in .grad; the next sync reduces it
   if (!iteration_started_) start_iteration();
-  if (ready_[parameter]) {
-    const std::string reason = detail::concat(
-        "DistributedDataParallel: parameter '", parameters_[parameter].name,
-        "' got a gradient although static_graph found it unused in the first iteration. "
-        "The set of used parameters changes between iterations: turn static_graph off and "
-        "find_unused_parameters on.");
-    group_->abort(reason);  // the peers are already reducing: stop them, don't leave them hanging
-    throw InvalidArgument(reason);
-  }
-  if (!rebuilt_) ready_order_.push_back(parameter);
   try {
+    COHORT_CHECK(!ready_[parameter], "DistributedDataParallel: parameter '",
+                 parameters_[parameter].name,
+                 "' got a gradient although static_graph found it unused in the first "
+                 "iteration. The set of used parameters changes between iterations: turn "
+                 "static_graph off and find_unused_parameters on.");
+    if (!rebuilt_) ready_order_.push_back(parameter);
     bind_gradient(parameter);
     mark_ready(parameter);
   } catch (const std::exception& e) {
