@@ -4,7 +4,6 @@
 #include <optional>
 #include <utility>
 
-#include "algorithm_choice.h"
 #include "values.h"
 
 namespace cohort::bench {
@@ -228,8 +227,9 @@ Algorithm requested_algorithm(const Group& group, const BenchConfig& config) {
 }
 
 Algorithm effective_algorithm(const Group& group, const BenchConfig& config, size_t bytes) {
-  return choose_algorithm(kind_of(config.collective), requested_algorithm(group, config), bytes,
-                          group.size());
+  CollectiveOptions opts;
+  opts.algorithm = config.algorithm;
+  return group.algorithm_for(kind_of(config.collective), bytes, opts);
 }
 
 }  // namespace cohort::bench

@@ -1,23 +1,21 @@
 // Which algorithm runs a collective: the caller's override, else the group's default
-// (COHORT_ALGO), else a choice by message size and world size (docs/algorithms.md). A request
-// for a variant a collective does not have falls back to the automatic choice.
+// (COHORT_ALGO), else the automatic choice: for allreduce the lowest time the cost model
+// predicts for the message size and the group's shape, for the others shared memory inside
+// one node and rules by size beyond (docs/algorithms.md). A request for a variant a
+// collective does not have, or that cannot run on the group, falls back to the automatic
+// choice.
 #pragma once
 
 #include <cstddef>
 
 #include "cohort/comm/options.h"
+#include "cost_model.h"
 
 namespace cohort {
 
-enum class CollectiveKind : uint8_t {
-  kAllreduce, kBroadcast, kReduce, kAllgather, kReduceScatter, kGather, kScatter, kAllToAll,
-  kBarrier, kSend, kRecv
-};
-const char* collective_name(CollectiveKind kind);
-
 // `requested` is the per-call override or the group default (kAuto when neither is set).
-// `shared_memory`: every rank runs on this host and the group has a shared memory window.
-Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes, int world,
-                           bool shared_memory = false);
+// Every rank must pass the same arguments (the group's shape and model are agreed at creation).
+Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes,
+                           const GroupShape& shape, const CostModel& model);
 
 }  // namespace cohort

@@ -47,12 +47,23 @@ std::shared_ptr<Group> Group::create_inproc(std::shared_ptr<InprocFabric> fabric
                                             GroupOptions options) {
   COHORT_CHECK(fabric != nullptr, "create_inproc needs a fabric");
   auto store = std::make_shared<PrefixStore>("g/" + options.name, fabric->store());
-  return std::make_shared<Group>(std::make_unique<InprocTransport>(fabric, rank), store,
-                                 std::move(options));
+  auto group = std::make_shared<Group>(std::make_unique<InprocTransport>(fabric, rank), store,
+                                       std::move(options));
+  group->impl_->share_one_process();
+  return group;
 }
 
 int Group::rank() const { return impl_->rank(); }
 int Group::size() const { return impl_->size(); }
+int Group::local_rank() const { return impl_->topology().local_rank(); }
+int Group::local_size() const { return impl_->topology().local_size(); }
+int Group::node_rank() const { return impl_->topology().node_rank(); }
+int Group::num_nodes() const { return impl_->topology().num_nodes(); }
+
+Algorithm Group::algorithm_for(CollectiveKind kind, size_t bytes,
+                               const CollectiveOptions& opts) const {
+  return impl_->algorithm_for(kind, bytes, opts);
+}
 const GroupOptions& Group::options() const { return impl_->options(); }
 uint64_t Group::sequence_number() const { return impl_->sequence_number(); }
 
@@ -77,22 +88,6 @@ Operation collective(Signature signature, Milliseconds timeout,
 
 // ---------------------------------------------------------------- allreduce
 
-namespace {
-void run_allreduce(algo::Context& ctx, Algorithm algorithm, void* data, size_t count,
-                   DType dtype, ReduceOp op) {
-  switch (algorithm) {
-    case Algorithm::kRing: algo::allreduce_ring(ctx, data, count, dtype, op); break;
-    case Algorithm::kTree: algo::allreduce_tree(ctx, data, count, dtype, op); break;
-    case Algorithm::kHalvingDoubling:
-      algo::allreduce_halving_doubling(ctx, data, count, dtype, op);
-      break;
-    case Algorithm::kShm: algo::allreduce_shm(ctx, data, count, dtype, op); break;
-    case Algorithm::kDirect:
-    case Algorithm::kAuto: algo::allreduce_direct(ctx, data, count, dtype, op); break;
-  }
-}
-}  // namespace
-
 // One operation for both forms: validated on the caller's thread, copied in when out of place.
 Operation Group::allreduce_operation(ConstBuffer in, Buffer out,
                                      const CollectiveOptions& opts) const {
@@ -100,15 +95,24 @@ Operation Group::allreduce_operation(ConstBuffer in, Buffer out,
   check_pointer(out.data, out.count, "allreduce");
   check_same_dtype(in, out, "allreduce");
   COHORT_CHECK_EQ(in.count, out.count, "allreduce: input and output counts differ");
-  const Algorithm algorithm = choose_algorithm(CollectiveKind::kAllreduce,
-                                               impl_->requested_algorithm(opts), out.bytes(),
-                                               size(), impl_->has_shared_memory());
+  const Algorithm algorithm = algorithm_for(CollectiveKind::kAllreduce, out.bytes(), opts);
+  // Hierarchical: the flat algorithm for each node's piece across the nodes.
+  const Topology& topology = impl_->topology();
+  const Algorithm across = cheapest_flat_allreduce(
+      out.bytes() / static_cast<size_t>(std::max(1, topology.uniform_local_size())),
+      topology.num_nodes(), impl_->cost_model());
   return collective({CollectiveKind::kAllreduce, out.count, out.dtype, opts.op},
                     impl_->timeout_for(opts), [=](algo::Context& ctx) {
                       if (in.data != out.data && out.bytes() > 0) {
                         std::memcpy(out.data, in.data, out.bytes());
                       }
-                      run_allreduce(ctx, algorithm, out.data, out.count, out.dtype, opts.op);
+                      if (algorithm == Algorithm::kHierarchical) {
+                        algo::allreduce_hierarchical(ctx, out.data, out.count, out.dtype, opts.op,
+                                                     across);
+                      } else {
+                        algo::allreduce_with(algorithm, ctx, out.data, out.count, out.dtype,
+                                             opts.op);
+                      }
                     });
 }
 
@@ -130,15 +134,15 @@ std::shared_ptr<Work> Group::broadcast_async(Buffer data, const CollectiveOption
   check_pointer(data.data, data.count, "broadcast");
   COHORT_CHECK(opts.root >= 0 && opts.root < size(), "broadcast: root ", opts.root,
                " is not a rank of this group of size ", size());
-  const Algorithm algorithm = choose_algorithm(CollectiveKind::kBroadcast,
-                                               impl_->requested_algorithm(opts), data.bytes(),
-                                               size());
+  const Algorithm algorithm =
+      impl_->algorithm_for(CollectiveKind::kBroadcast, data.bytes(), opts);
   return impl_->submit(collective(
       {CollectiveKind::kBroadcast, data.count, data.dtype, opts.op, opts.root},
       impl_->timeout_for(opts), [=](algo::Context& ctx) {
         switch (algorithm) {
           case Algorithm::kTree: algo::broadcast_tree(ctx, data.data, data.bytes(), opts.root); break;
           case Algorithm::kRing: algo::broadcast_ring(ctx, data.data, data.bytes(), opts.root); break;
+          case Algorithm::kShm: algo::broadcast_shm(ctx, data.data, data.bytes(), opts.root); break;
           default: algo::broadcast_direct(ctx, data.data, data.bytes(), opts.root); break;
         }
       }));
@@ -154,9 +158,7 @@ std::shared_ptr<Work> Group::reduce_async(Buffer data, const CollectiveOptions& 
   check_pointer(data.data, data.count, "reduce");
   COHORT_CHECK(opts.root >= 0 && opts.root < size(), "reduce: root ", opts.root,
                " is not a rank of this group of size ", size());
-  const Algorithm algorithm = choose_algorithm(CollectiveKind::kReduce,
-                                               impl_->requested_algorithm(opts), data.bytes(),
-                                               size());
+  const Algorithm algorithm = impl_->algorithm_for(CollectiveKind::kReduce, data.bytes(), opts);
   return impl_->submit(collective(
       {CollectiveKind::kReduce, data.count, data.dtype, opts.op, opts.root},
       impl_->timeout_for(opts), [=](algo::Context& ctx) {
@@ -191,9 +193,7 @@ std::shared_ptr<Work> Group::allgather_async(ConstBuffer in, Buffer out,
   check_same_dtype(in, out, "allgather");
   COHORT_CHECK_EQ(out.count, in.count * static_cast<size_t>(size()),
                   "allgather: the output must hold size() blocks of the input's count");
-  const Algorithm algorithm = choose_algorithm(CollectiveKind::kAllgather,
-                                               impl_->requested_algorithm(opts), out.bytes(),
-                                               size());
+  const Algorithm algorithm = impl_->algorithm_for(CollectiveKind::kAllgather, out.bytes(), opts);
   return impl_->submit(collective(
       {CollectiveKind::kAllgather, in.count, in.dtype}, impl_->timeout_for(opts),
       [=](algo::Context& ctx) {
@@ -202,6 +202,7 @@ std::shared_ptr<Work> Group::allgather_async(ConstBuffer in, Buffer out,
           case Algorithm::kHalvingDoubling:
             algo::allgather_doubling(ctx, in.data, out.data, in.bytes());
             break;
+          case Algorithm::kShm: algo::allgather_shm(ctx, in.data, out.data, in.bytes()); break;
           default: algo::allgather_direct(ctx, in.data, out.data, in.bytes()); break;
         }
       }));
@@ -220,9 +221,8 @@ std::shared_ptr<Work> Group::reduce_scatter_async(ConstBuffer in, Buffer out,
   check_same_dtype(in, out, "reduce_scatter");
   COHORT_CHECK_EQ(in.count, out.count * static_cast<size_t>(size()),
                   "reduce_scatter: the input must hold size() blocks of the output's count");
-  const Algorithm algorithm = choose_algorithm(CollectiveKind::kReduceScatter,
-                                               impl_->requested_algorithm(opts), in.bytes(),
-                                               size());
+  const Algorithm algorithm =
+      impl_->algorithm_for(CollectiveKind::kReduceScatter, in.bytes(), opts);
   return impl_->submit(collective(
       {CollectiveKind::kReduceScatter, out.count, out.dtype, opts.op}, impl_->timeout_for(opts),
       [=](algo::Context& ctx) {
@@ -232,6 +232,9 @@ std::shared_ptr<Work> Group::reduce_scatter_async(ConstBuffer in, Buffer out,
             break;
           case Algorithm::kHalvingDoubling:
             algo::reduce_scatter_halving(ctx, in.data, out.data, out.count, out.dtype, opts.op);
+            break;
+          case Algorithm::kShm:
+            algo::reduce_scatter_shm(ctx, in.data, out.data, out.count, out.dtype, opts.op);
             break;
           default:
             algo::reduce_scatter_direct(ctx, in.data, out.data, out.count, out.dtype, opts.op);
@@ -312,8 +315,11 @@ void Group::all_to_all(ConstBuffer in, Buffer out, const CollectiveOptions& opts
 // ---------------------------------------------------------------- barrier
 
 Operation Group::barrier_operation(const CollectiveOptions& opts) const {
+  const bool shm = impl_->algorithm_for(CollectiveKind::kBarrier, 0, opts) == Algorithm::kShm;
   return collective({CollectiveKind::kBarrier}, impl_->timeout_for(opts),
-                    [](algo::Context& ctx) { algo::barrier_dissemination(ctx); });
+                    [shm](algo::Context& ctx) {
+                      shm ? algo::barrier_shm(ctx) : algo::barrier_dissemination(ctx);
+                    });
 }
 
 std::shared_ptr<Work> Group::barrier_async(const CollectiveOptions& opts) {
@@ -384,7 +390,12 @@ std::shared_ptr<Group> Group::split(int color, int key, const CollectiveOptions&
                                             static_cast<int>(members.size()), store);
   GroupOptions child = options();
   child.name = options().name + "/" + subgroup;
-  return std::make_shared<Group>(std::move(transport), store, child);
+  auto group = std::make_shared<Group>(std::move(transport), store, child);
+  std::vector<int> member_ranks;
+  for (const auto& member : members) member_ranks.push_back(member.second);
+  group->impl_->inherit(impl_->topology().restricted_to(member_ranks, new_rank),
+                        impl_->cost_model());
+  return group;
 }
 
 }  // namespace cohort

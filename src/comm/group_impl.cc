@@ -42,19 +42,12 @@ std::string Operation::describe() const {
 
 Group::Impl::Impl(std::unique_ptr<Transport> transport, std::shared_ptr<Store> store,
                   GroupOptions options)
-    : transport_(std::move(transport)), store_(std::move(store)), options_(std::move(options)) {
+    : transport_(std::move(transport)),
+      store_(std::move(store)),
+      options_(std::move(options)),
+      topology_(Topology::one_rank_per_node(transport_->rank(), transport_->size())) {
   progress_thread_ = std::thread([this] { progress_loop(); });
   worker_ = std::thread([this] { worker_loop(); });
-}
-
-// When every rank runs on this host, the shared memory window that allreduce uses instead of
-// TCP (Note [Shared-memory lifetime]).
-void Group::Impl::open_shared_memory() {
-  if (!options_.shared_memory || size() == 1) return;
-  const Deadline deadline = Deadline::after(options_.timeout);
-  if (!all_ranks_share_this_host(*store_, rank(), size(), deadline)) return;
-  constexpr size_t kSlotBytes = 256 * 1024;  // a chunk per round: stays in cache
-  shm_ = ShmWindow::create(*store_, rank(), size(), options_.job_token, kSlotBytes, deadline);
 }
 
 Group::Impl::~Impl() {
@@ -76,8 +69,20 @@ Milliseconds Group::Impl::timeout_for(const CollectiveOptions& opts) const {
   return opts.timeout.count() > 0 ? opts.timeout : options_.timeout;
 }
 
-Algorithm Group::Impl::requested_algorithm(const CollectiveOptions& opts) const {
-  return opts.algorithm != Algorithm::kAuto ? opts.algorithm : options_.algorithm;
+Algorithm Group::Impl::algorithm_for(CollectiveKind kind, size_t bytes,
+                                     const CollectiveOptions& opts) const {
+  const Algorithm requested =
+      opts.algorithm != Algorithm::kAuto ? opts.algorithm : options_.algorithm;
+  return choose_algorithm(kind, requested, bytes, shape(), cost_model_);
+}
+
+GroupShape Group::Impl::shape() const {
+  GroupShape shape;
+  shape.world = size();
+  shape.nodes = topology_.num_nodes();
+  shape.local_size = topology_.uniform_local_size();
+  shape.shared_memory = shared_memory_everywhere_;
+  return shape;
 }
 
 uint64_t Group::Impl::sequence_number() const {
@@ -173,7 +178,7 @@ void Group::Impl::execute(Operation& op) noexcept {
       if (op.collective) {
         started_.store(static_cast<int64_t>(op.sequence), std::memory_order_relaxed);
         if (options_.debug_checks) check_signatures(op, deadline);
-        algo::Context ctx(*transport_, op.sequence, deadline, scratch_, shm_.get());
+        algo::Context ctx(*transport_, op.sequence, deadline, scratch_, shm_.get(), &topology_);
         op.body(ctx);
       } else {
         algo::Context ctx(*transport_, op.channel, deadline, scratch_);

@@ -14,6 +14,8 @@
 
 #include "algorithm_choice.h"
 #include "algorithms/context.h"
+#include "cost_model.h"
+#include "topology.h"
 #include "transport/shm/shm_window.h"
 #include "cohort/comm/group.h"
 
@@ -64,14 +66,20 @@ class Group::Impl {
                                    std::function<void(algo::Context&, uint64_t)> body);
 
   Milliseconds timeout_for(const CollectiveOptions& opts) const;
-  Algorithm requested_algorithm(const CollectiveOptions& opts) const;
-  bool has_shared_memory() const { return shm_ != nullptr; }
+  // The algorithm a collective of `bytes` runs with (algorithm_choice.h).
+  Algorithm algorithm_for(CollectiveKind kind, size_t bytes, const CollectiveOptions& opts) const;
   void abort(std::exception_ptr error) noexcept;
   uint64_t sequence_number() const;
 
-  // Collective: when every rank runs on this host, sets up the shared memory window that
-  // allreduce then uses (Group::create calls it; groups over other transports never do).
-  void open_shared_memory();
+  const Topology& topology() const { return topology_; }
+  const CostModel& cost_model() const { return cost_model_; }
+  // Collective (Group::create): learns which ranks share a host, agrees on rank 0's cost model,
+  // and opens a shared memory window among the ranks of each node.
+  void discover_topology();
+  // Collective (Group::create_inproc): every rank a thread of this process, rank 0's cost model.
+  void share_one_process();
+  // A subgroup's view: its members' part of the parent's topology, the parent's cost model.
+  void inherit(Topology topology, CostModel model);
 
  private:
   void enqueue_locked(Operation op);
@@ -81,11 +89,17 @@ class Group::Impl {
   std::string ranks_behind(uint64_t sequence);
   void check_signatures(const Operation& op, Deadline deadline);
   void progress_loop();
+  void agree_on_cost_model(Deadline deadline);
+  void open_shared_memory(const std::vector<HostInfo>& hosts, Deadline deadline);
+  GroupShape shape() const;
 
   std::unique_ptr<Transport> transport_;
-  std::unique_ptr<ShmWindow> shm_;  // every rank on this host: the shared memory window
   std::shared_ptr<Store> store_;
   GroupOptions options_;
+  Topology topology_;
+  CostModel cost_model_ = CostModel::defaults();
+  std::unique_ptr<ShmWindow> shm_;  // this rank's node's window, when it has several ranks
+  bool shared_memory_everywhere_ = false;  // every node with several ranks has a window
   std::vector<uint8_t> scratch_;  // used only by the thread running an operation
 
   mutable std::mutex mutex_;  // guards the queue, counters and failure state

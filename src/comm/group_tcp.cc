@@ -33,7 +33,7 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
   tcp.timeout = options.timeout;
   auto transport = connect_tcp_transport(group_store, rank, size, tcp);
   auto group = std::make_shared<Group>(std::move(transport), group_store, std::move(options));
-  group->impl_->open_shared_memory();
+  group->impl_->discover_topology();
   return group;
 }
 

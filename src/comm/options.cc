@@ -4,6 +4,23 @@
 
 namespace cohort {
 
+const char* collective_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllreduce: return "allreduce";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kReduce: return "reduce";
+    case CollectiveKind::kAllgather: return "allgather";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kGather: return "gather";
+    case CollectiveKind::kScatter: return "scatter";
+    case CollectiveKind::kAllToAll: return "all_to_all";
+    case CollectiveKind::kBarrier: return "barrier";
+    case CollectiveKind::kSend: return "send";
+    case CollectiveKind::kRecv: return "recv";
+  }
+  return "unknown-collective";
+}
+
 const char* algorithm_name(Algorithm algorithm) {
   switch (algorithm) {
     case Algorithm::kAuto: return "auto";
@@ -12,6 +29,7 @@ const char* algorithm_name(Algorithm algorithm) {
     case Algorithm::kHalvingDoubling: return "halving_doubling";
     case Algorithm::kDirect: return "direct";
     case Algorithm::kShm: return "shm";
+    case Algorithm::kHierarchical: return "hierarchical";
   }
   return "unknown-algorithm";
 }
@@ -25,8 +43,10 @@ Algorithm parse_algorithm(const std::string& name) {
   }
   if (name == "direct") return Algorithm::kDirect;
   if (name == "shm") return Algorithm::kShm;
+  if (name == "hierarchical" || name == "hier") return Algorithm::kHierarchical;
   throw InvalidArgument("unknown algorithm '" + name +
-                        "': use auto, ring, tree, halving_doubling (hd), direct or shm");
+                        "': use auto, ring, tree, halving_doubling (hd), direct, shm or "
+                        "hierarchical (hier)");
 }
 
 }  // namespace cohort

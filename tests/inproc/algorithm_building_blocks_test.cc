@@ -112,12 +112,16 @@ TEST(AlgorithmChoice, OverridesFallbacksAndAuto) {
   for (CollectiveKind kind : kinds) {
     const auto has = variants(kind);
     for (int world = 1; world <= 64; ++world) {
+      GroupShape shape;  // flat: one rank per node, no shared memory
+      shape.world = world;
+      shape.nodes = world;
       for (size_t bytes = 0; bytes <= (size_t{1} << 30); bytes = bytes * 4 + 1) {
-        const Algorithm automatic = choose_algorithm(kind, Algorithm::kAuto, bytes, world);
+        const CostModel model = CostModel::defaults();
+        const Algorithm automatic = choose_algorithm(kind, Algorithm::kAuto, bytes, shape, model);
         ASSERT_TRUE(has.count(automatic))
             << collective_name(kind) << " auto picked " << algorithm_name(automatic);
         for (Algorithm request : requests) {
-          const Algorithm chosen = choose_algorithm(kind, request, bytes, world);
+          const Algorithm chosen = choose_algorithm(kind, request, bytes, shape, model);
           ASSERT_EQ(chosen, has.count(request) ? request : automatic)
               << collective_name(kind) << " asked for " << algorithm_name(request);
         }

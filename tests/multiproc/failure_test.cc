@@ -185,8 +185,12 @@ TEST(Failure, GarbageAtARanksListenerIsRefusedAndTheGroupStillForms) {
 // A fake rank 1 that knows the secret completes the handshake, then sends `frame`.
 std::string fake_peer_sends(const tcp::FrameHeader& frame) {
   auto store = make_server();
-  // Over TCP only: the fake peer takes no part in finding out that both run on this host.
+  // Over TCP only: the fake peer says it runs on a host of its own and has no shared memory
+  // to set up (group_topology.cc reads these keys).
   ChildProcess rank0 = start_rank(*store, 0, 2, "allreduce_once", "", {"COHORT_SHM=0"});
+  store->set("g/world/host/1/node", std::string("fake-host"));
+  store->set("g/world/host/1/identity", std::string("fake-host"));
+  store->set("g/world/shm-ready/1", std::string("1"));
   const auto endpoint = rank0_endpoint(*store);
   const Bytes secret = store->get("g/world/tcp/secret", 20s);
   auto s = net::Socket::connect(endpoint.host, endpoint.port, Deadline::after(5s));

@@ -45,8 +45,8 @@ struct GroupOptions {
   // (COHORT_JOB_TOKEN; cohortrun generates one).
   std::string host;
   std::string job_token;
-  // Group::create: when every rank runs on this host, allreduce goes through a shared memory
-  // segment instead of TCP (COHORT_SHM=0 turns it off).
+  // Group::create: ranks on one host exchange data through a shared memory segment instead of
+  // TCP, and groups spanning hosts can run hierarchical allreduce (COHORT_SHM=0 turns it off).
   bool shared_memory = true;
 
   // Fills every field left at its default from the environment.
@@ -70,6 +70,21 @@ class Group : public std::enable_shared_from_this<Group> {
   int rank() const;
   int size() const;
   const GroupOptions& options() const;
+
+  // Topology, found when the group is made (Group::create compares host identities, or
+  // COHORT_NODE_ID where set; create_inproc puts all ranks on one node; subgroups keep their
+  // members' nodes; a group built directly on a transport puts each rank on a node of its
+  // own). Nodes are numbered in order of their lowest rank, local ranks in rank order.
+  int local_rank() const;  // index among the ranks on this rank's node
+  int local_size() const;  // ranks on this rank's node
+  int node_rank() const;   // index of this rank's node
+  int num_nodes() const;
+
+  // The algorithm a collective of `bytes` (the larger of its buffers) would run with these
+  // options, the same on every rank: what opts or COHORT_ALGO ask for where the collective has
+  // it and the group can run it, else the automatic choice (docs/algorithms.md).
+  Algorithm algorithm_for(CollectiveKind kind, size_t bytes,
+                          const CollectiveOptions& opts = {}) const;
 
   // ---- collectives. Each has a blocking form and an _async form returning a Work handle.
   // The buffers of an _async call must stay valid until its Work completes.

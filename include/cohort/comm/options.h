@@ -15,12 +15,21 @@ enum class Algorithm : uint8_t {
   kTree,             // binary/binomial tree reduce + broadcast, log n depth
   kHalvingDoubling,  // Rabenseifner: recursive halving reduce-scatter + doubling all-gather
   kDirect,           // every rank talks to every rank at once: one round, for tiny messages
-  kShm,              // allreduce through shared memory, when every rank runs on one host
+  kShm,              // through shared memory, when every rank runs on one host
+  kHierarchical,     // allreduce: shared memory inside each host, a ring or halving-doubling
+                     // between hosts (same number of ranks on every host)
 };
 
 const char* algorithm_name(Algorithm algorithm);
-// "auto", "ring", "tree", "hd"/"halving_doubling", "direct", "shm"; throws InvalidArgument otherwise.
+// "auto", "ring", "tree", "hd"/"halving_doubling", "direct", "shm", "hierarchical"/"hier";
+// throws InvalidArgument otherwise.
 Algorithm parse_algorithm(const std::string& name);
+
+enum class CollectiveKind : uint8_t {
+  kAllreduce, kBroadcast, kReduce, kAllgather, kReduceScatter, kGather, kScatter, kAllToAll,
+  kBarrier, kSend, kRecv
+};
+const char* collective_name(CollectiveKind kind);
 
 struct CollectiveOptions {
   ReduceOp op = ReduceOp::kSum;             // allreduce, reduce, reduce_scatter

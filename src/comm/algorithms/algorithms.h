@@ -1,6 +1,7 @@
 // Every collective algorithm cohort has, one file each (DESIGN.md). All are in place on
 // `data` unless they take separate in/out pointers. Reductions combine with
-// kernels::combine_op(op): kAvg arrives here as a sum and the Group divides afterwards.
+// kernels::combine_op(op): kAvg combines as a sum; allreduce algorithms divide themselves,
+// the Group divides the results of the others.
 // Each file opens with the algorithm's steps and bytes on the wire; docs/algorithms.md
 // collects them.
 #pragma once
@@ -8,6 +9,7 @@
 #include <cstddef>
 
 #include "algorithms/context.h"
+#include "cohort/comm/options.h"
 
 namespace cohort::algo {
 
@@ -17,13 +19,22 @@ void allreduce_ring(Context& ctx, void* data, size_t count, DType dtype, ReduceO
 void allreduce_tree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduce_halving_doubling(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduce_direct(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
-// Needs ctx.shm() (every rank on this host).
+// Needs ctx.shm() spanning the whole group (every rank on one node).
 void allreduce_shm(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
+// Needs ctx.topology() with the same number of ranks on every node, and ctx.shm() when that
+// number is above 1: shared-memory reduce-scatter in each node, allreduce of each piece across
+// nodes with `across`, shared-memory all-gather.
+void allreduce_hierarchical(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op,
+                            Algorithm across);
+// Runs one of the flat algorithms above (kAuto: direct).
+void allreduce_with(Algorithm algorithm, Context& ctx, void* data, size_t count, DType dtype,
+                    ReduceOp op);
 
 // ---- broadcast: `bytes` of data on `root` are copied to every rank.
 void broadcast_direct(Context& ctx, void* data, size_t bytes, int root);
 void broadcast_tree(Context& ctx, void* data, size_t bytes, int root);  // binomial tree
 void broadcast_ring(Context& ctx, void* data, size_t bytes, int root);  // pipelined chain
+void broadcast_shm(Context& ctx, void* data, size_t bytes, int root);   // one node
 
 // ---- reduce: op over all ranks lands in data on `root` (other ranks' data may be clobbered).
 void reduce_direct(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op, int root);
@@ -33,6 +44,7 @@ void reduce_tree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp o
 void allgather_direct(Context& ctx, const void* in, void* out, size_t bytes);
 void allgather_ring(Context& ctx, const void* in, void* out, size_t bytes);
 void allgather_doubling(Context& ctx, const void* in, void* out, size_t bytes);  // Bruck
+void allgather_shm(Context& ctx, const void* in, void* out, size_t bytes);       // one node
 
 // ---- reduce_scatter: in[size * count]; rank r gets op over ranks of block r in out[count].
 void reduce_scatter_direct(Context& ctx, const void* in, void* out, size_t count, DType dtype,
@@ -41,6 +53,8 @@ void reduce_scatter_ring(Context& ctx, const void* in, void* out, size_t count, 
                          ReduceOp op);
 void reduce_scatter_halving(Context& ctx, const void* in, void* out, size_t count, DType dtype,
                             ReduceOp op);
+void reduce_scatter_shm(Context& ctx, const void* in, void* out, size_t count, DType dtype,
+                        ReduceOp op);  // one node
 
 // ---- rooted data movement and personalized exchange (linear: they are latency-bound or
 // bounded by the root's link whatever the algorithm).
@@ -50,5 +64,6 @@ void all_to_all_direct(Context& ctx, const void* in, void* out, size_t bytes_per
 
 // ---- barrier: dissemination, ceil(log2 n) rounds of empty messages.
 void barrier_dissemination(Context& ctx);
+void barrier_shm(Context& ctx);  // one node: a single round of posts
 
 }  // namespace cohort::algo

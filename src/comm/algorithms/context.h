@@ -11,6 +11,7 @@
 
 namespace cohort {
 class ShmWindow;
+class Topology;
 }
 
 namespace cohort::algo {
@@ -18,18 +19,30 @@ namespace cohort::algo {
 class Context {
  public:
   Context(Transport& transport, uint64_t sequence, Deadline deadline,
-          std::vector<uint8_t>& scratch, ShmWindow* shm = nullptr)
+          std::vector<uint8_t>& scratch, ShmWindow* shm = nullptr,
+          const Topology* topology = nullptr)
       : transport_(transport),
         sequence_(sequence),
         deadline_(deadline),
         scratch_(scratch),
-        shm_(shm) {}
+        shm_(shm),
+        topology_(topology) {}
 
   int rank() const { return transport_.rank(); }
   int size() const { return transport_.size(); }
   Deadline deadline() const { return deadline_; }
-  // The group's shared memory window when every rank runs on this host, else null.
+  Transport& transport() const { return transport_; }
+  // The shared memory window of this rank's node (its local ranks), else null.
   ShmWindow* shm() const { return shm_; }
+  // Which ranks share a node; null where the group does not know (algorithms that need it are
+  // only chosen when it is known).
+  const Topology* topology() const { return topology_; }
+
+  // The same collective (sequence number, deadline, scratch) over another transport, for a
+  // phase that runs among some of the ranks (transport/rank_subset_transport.h).
+  Context over(Transport& transport) const {
+    return Context(transport, sequence_, deadline_, scratch_);
+  }
 
   // `step` tells apart the messages of one collective between the same two ranks.
   std::unique_ptr<Request> isend(int peer, uint64_t step, const void* data, size_t bytes) {
@@ -63,6 +76,7 @@ class Context {
   Deadline deadline_;
   std::vector<uint8_t>& scratch_;
   ShmWindow* shm_;
+  const Topology* topology_;
 };
 
 // Waits for every request in order; the first failure propagates.

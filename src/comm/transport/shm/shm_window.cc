@@ -46,7 +46,6 @@ constexpr int32_t kAborted = 2;
 
 struct alignas(kLine) ShmRankLine {
   std::atomic<uint64_t> posted;
-  std::atomic<uint64_t> reduced;
   std::atomic<int32_t> pid;
 };
 
@@ -59,23 +58,9 @@ size_t round_up(size_t bytes) {
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kLinesBytes = sizeof(ShmRankLine) * ShmWindow::kMaxRanks;
 
-// The header page, the rank lines, two slots per rank and two result areas.
+// The header page, the rank lines and two slots per rank.
 size_t segment_bytes(int size, size_t slot_bytes) {
-  return kHeaderBytes + kLinesBytes + (2 * static_cast<size_t>(size) + 2) * slot_bytes;
-}
-
-std::string read_link(const char* path) {
-  char buffer[256];
-  const ssize_t n = ::readlink(path, buffer, sizeof(buffer) - 1);
-  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string("?");
-}
-
-std::string host_identity() {
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string boot_id;
-  std::getline(boot, boot_id);
-  return boot_id + "|" + read_link("/proc/self/ns/pid") + "|" + read_link("/proc/self/ns/ipc") +
-         "|" + read_link("/proc/self/ns/net");
+  return kHeaderBytes + kLinesBytes + 2 * static_cast<size_t>(size) * slot_bytes;
 }
 
 uint64_t fresh_nonce() {
@@ -127,39 +112,37 @@ std::optional<ShmSegment> open_published(Store& store, size_t bytes, Deadline de
 
 }  // namespace
 
-bool all_ranks_share_this_host(Store& store, int rank, int size, Deadline deadline) {
-  const std::string mine = host_identity();
-  store.set("host/" + std::to_string(rank), mine);
-  bool same = true;
-  for (int r = 0; r < size; ++r) {
-    if (store.get_string("host/" + std::to_string(r), left(deadline)) != mine) same = false;
-  }
-  return same;
-}
-
-ShmWindow::ShmWindow(ShmSegment segment, int rank, int size, size_t slot_bytes)
-    : segment_(std::move(segment)), rank_(rank), size_(size), slot_bytes_(slot_bytes) {
+ShmWindow::ShmWindow(ShmSegment segment, int rank, int size, std::vector<int> group_ranks,
+                     size_t slot_bytes)
+    : segment_(std::move(segment)),
+      rank_(rank),
+      size_(size),
+      group_ranks_(std::move(group_ranks)),
+      slot_bytes_(slot_bytes) {
   auto* base = static_cast<uint8_t*>(segment_.data());
   header_ = reinterpret_cast<ShmHeader*>(base);
   lines_ = reinterpret_cast<ShmRankLine*>(base + kHeaderBytes);
   slots_ = base + kHeaderBytes + kLinesBytes;
-  results_ = slots_ + 2 * static_cast<size_t>(size) * slot_bytes;
 }
 
 ShmWindow::~ShmWindow() = default;
 
 std::unique_ptr<ShmWindow> ShmWindow::create(Store& store, int rank, int size,
+                                             std::vector<int> group_ranks,
                                              const std::string& job_token, size_t slot_bytes,
                                              Deadline deadline) {
   COHORT_CHECK(size >= 1 && size <= kMaxRanks, "shared memory supports up to ", kMaxRanks,
                " ranks on a host, got ", size);
+  COHORT_INTERNAL_ASSERT(group_ranks.size() == static_cast<size_t>(size),
+                         "a shared memory window needs the group rank of each of its ranks");
   slot_bytes = round_up(slot_bytes);
   const size_t bytes = segment_bytes(size, slot_bytes);
   std::optional<ShmSegment> segment =
       rank == 0 ? create_and_publish(store, job_token, size, slot_bytes, bytes)
                 : open_published(store, bytes, deadline);
   if (!segment) return nullptr;
-  std::unique_ptr<ShmWindow> window(new ShmWindow(std::move(*segment), rank, size, slot_bytes));
+  std::unique_ptr<ShmWindow> window(
+      new ShmWindow(std::move(*segment), rank, size, std::move(group_ranks), slot_bytes));
   window->lines_[rank].pid.store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
   // Note [Shared-memory lifetime]: the last rank to attach removes the name.
   if (window->header_->attached.fetch_add(1, std::memory_order_acq_rel) + 1 == size) {
@@ -178,17 +161,6 @@ uint8_t* ShmWindow::slot(int rank, uint64_t round) const {
   return slots_ + (2 * static_cast<size_t>(rank) + (round & 1)) * slot_bytes_;
 }
 
-uint8_t* ShmWindow::result(uint64_t round) const {
-  return results_ + (round & 1) * slot_bytes_;
-}
-
-void ShmWindow::post_and_wait(uint64_t round, Deadline deadline, const char* what) {
-  publish_and_wait(&ShmRankLine::posted, round, deadline, what);
-}
-
-void ShmWindow::reduced_and_wait(uint64_t round, Deadline deadline, const char* what) {
-  publish_and_wait(&ShmRankLine::reduced, round, deadline, what);
-}
 
 void ShmWindow::abort(std::exception_ptr error) noexcept {
   int32_t expected = kRunning;
@@ -219,14 +191,13 @@ bool process_is_gone(pid_t pid) {
 }  // namespace
 
 // Note [Shared-memory waits].
-void ShmWindow::publish_and_wait(std::atomic<uint64_t> ShmRankLine::*counter, uint64_t round,
-                                 Deadline deadline, const char* what) {
-  (lines_[rank_].*counter).store(round + 1, std::memory_order_release);
+void ShmWindow::post_and_wait(uint64_t round, Deadline deadline, const char* what) {
+  lines_[rank_].posted.store(round + 1, std::memory_order_release);
   constexpr int kSpins = 4000;
   constexpr int kPollsBetweenChecks = 256;
   int polls = 0;
   for (int r = 0; r < size_; ++r) {
-    const auto& value = lines_[r].*counter;
+    const auto& value = lines_[r].posted;
     while (value.load(std::memory_order_acquire) <= round) {
       if (++polls < kSpins) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -251,8 +222,9 @@ void ShmWindow::check_alive(Deadline deadline, const char* what) const {
   for (int r = 0; r < size_; ++r) {
     const pid_t pid = lines_[r].pid.load(std::memory_order_relaxed);
     if (r != rank_ && pid > 0 && pid != ::getpid() && process_is_gone(pid)) {
-      throw PeerError(r, detail::concat(what, ": rank ", r, " (pid ", pid,
-                                        ") died; its shared memory peers cannot go on"));
+      const int peer = group_ranks_[static_cast<size_t>(r)];
+      throw PeerError(peer, detail::concat(what, ": rank ", peer, " (pid ", pid,
+                                           ") died; its shared memory peers cannot go on"));
     }
   }
   if (deadline.expired()) {

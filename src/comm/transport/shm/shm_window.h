@@ -1,12 +1,11 @@
-// The shared-memory window of a group whose ranks all run on one host: a segment every rank
-// maps, with per-rank flags and staging slots, on which the shared-memory collectives
-// (algorithms/allreduce_shm.cc) run without any message passing.
+// The shared-memory window of the ranks of a group that run on one host (a node): a segment
+// every one of them maps, with per-rank flags and staging slots, on which the shared-memory
+// collectives (algorithms/*_shm.cc, shm_rounds.h) run without any message passing.
 //
 // Layout (every part cache-line aligned):
 //   Header: magic, the creator's nonce, sizes, an attach counter and an abort flag;
 //   per rank a control line: pid, and the counters `posted` and `reduced` (rounds done);
-//   per rank two staging slots of slot_bytes (double buffering: round g uses slot g % 2);
-//   two result areas of slot_bytes.
+//   per rank two staging slots of slot_bytes (double buffering: round g uses slot g % 2).
 //
 // Note [Shared-memory lifetime]
 // Rank 0 creates the segment under a name derived from the job token and a fresh nonce
@@ -31,6 +30,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cohort/core/deadline.h"
 #include "transport/shm/shm_segment.h"
@@ -45,10 +45,13 @@ class ShmWindow {
  public:
   static constexpr int kMaxRanks = 64;
 
-  // Collective over the group's ranks (all on this host). Returns null on every rank when rank
+  // Collective over the ranks of one node: `rank` and `size` are local to the node, `store` is
+  // the node's own view of the group's store, and `group_ranks[i]` is local rank i's rank in
+  // the group (errors name those). Returns null on every rank of the node when its local rank
   // 0 cannot make the segment (it logs why; the group then stays on TCP). Throws ConfigError
   // when another rank cannot map it, TimeoutError when a rank does not attach by the deadline.
   static std::unique_ptr<ShmWindow> create(Store& store, int rank, int size,
+                                           std::vector<int> group_ranks,
                                            const std::string& job_token, size_t slot_bytes,
                                            Deadline deadline);
   ~ShmWindow();
@@ -57,39 +60,31 @@ class ShmWindow {
   int size() const { return size_; }
   size_t slot_bytes() const { return slot_bytes_; }
   uint8_t* slot(int rank, uint64_t round) const;
-  uint8_t* result(uint64_t round) const;
 
   // The next round number of this rank (every rank counts the same rounds).
   uint64_t next_round() { return round_++; }
-  // Publishes that this rank finished the copy-in (`posted`) or the reduction (`reduced`) of
-  // `round`, and waits until every rank has.
+  // Publishes that this rank finished writing its slot of `round`, and waits until every rank
+  // has. Note [Slot reuse] in algorithms/shm_rounds.h says why one wait per round suffices.
   void post_and_wait(uint64_t round, Deadline deadline, const char* what);
-  void reduced_and_wait(uint64_t round, Deadline deadline, const char* what);
 
   // Makes every rank's pending and later waits throw `error` (as the TCP transport relays an
   // abort: same type, "rank R aborted the group: ..."). The first abort wins. Never throws.
   void abort(std::exception_ptr error) noexcept;
 
  private:
-  ShmWindow(ShmSegment segment, int rank, int size, size_t slot_bytes);
-  void publish_and_wait(std::atomic<uint64_t> ShmRankLine::*counter, uint64_t round,
-                        Deadline deadline, const char* what);
+  ShmWindow(ShmSegment segment, int rank, int size, std::vector<int> group_ranks,
+            size_t slot_bytes);
   void check_alive(Deadline deadline, const char* what) const;
 
   ShmSegment segment_;
   int rank_;
   int size_;
+  std::vector<int> group_ranks_;
   size_t slot_bytes_;
   ShmHeader* header_;
   ShmRankLine* lines_;
   uint8_t* slots_;
-  uint8_t* results_;
   uint64_t round_ = 0;
 };
-
-// Whether every rank of a group runs on this host with the same view of processes and shared
-// memory (same boot, same PID, IPC and network namespaces): then shared memory can carry its
-// collectives. Collective over the store.
-bool all_ranks_share_this_host(Store& store, int rank, int size, Deadline deadline);
 
 }  // namespace cohort

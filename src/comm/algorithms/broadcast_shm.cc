@@ -1,0 +1,24 @@
+// Shared-memory broadcast for the ranks of one node: per round the root copies a slot-sized
+// chunk into its slot, and (all posted) every other rank copies it out. One post-and-wait per
+// chunk; Note [Slot reuse] in shm_rounds.h says why the root may refill the slot two rounds on.
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/algorithms.h"
+#include "transport/shm/shm_window.h"
+
+namespace cohort::algo {
+
+void broadcast_shm(Context& ctx, void* data, size_t bytes, int root) {
+  ShmWindow& window = *ctx.shm();
+  auto* base = static_cast<uint8_t*>(data);
+  for (size_t offset = 0; offset < bytes; offset += window.slot_bytes()) {
+    const size_t length = std::min(window.slot_bytes(), bytes - offset);
+    const uint64_t round = window.next_round();
+    if (window.rank() == root) std::memcpy(window.slot(root, round), base + offset, length);
+    window.post_and_wait(round, ctx.deadline(), "broadcast over shared memory");
+    if (window.rank() != root) std::memcpy(base + offset, window.slot(root, round), length);
+  }
+}
+
+}  // namespace cohort::algo

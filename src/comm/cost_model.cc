@@ -1,0 +1,176 @@
+#include "cost_model.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cohort/core/env.h"
+#include "cohort/core/error.h"
+
+namespace cohort {
+
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+constexpr double kSlotBytes = 256 * 1024;  // Group::Impl's shared memory slot: one round's data
+constexpr int kFormatVersion = 1;
+
+double log2_ceil(int n) { return std::ceil(std::log2(static_cast<double>(n))); }
+
+// The flat algorithms over TCP, `world` ranks, `bytes` per rank. `link_bytes` is what crosses
+// the busiest link per rank's share (bytes, or more when several ranks share one link).
+double flat_allreduce(Algorithm algorithm, double bytes, double link_bytes, int world,
+                      const CostModel& m) {
+  const double n = world;
+  const double a = m.tcp.alpha_s, b = m.tcp.beta_s_per_byte, g = m.gamma_s_per_byte;
+  switch (algorithm) {
+    case Algorithm::kRing:  // 2(n-1) steps of 1/n of the buffer; (n-1)/n reduced
+      return 2 * (n - 1) * a + 2 * (n - 1) / n * link_bytes * b + (n - 1) / n * bytes * g;
+    case Algorithm::kHalvingDoubling: {  // fold to p ranks, then 2 log2 p steps
+      const double p = std::exp2(std::floor(std::log2(n)));
+      const double fold = n > p ? 2 * a + 2 * link_bytes * b + bytes * g : 0;
+      return fold + 2 * std::log2(p) * a + 2 * (p - 1) / p * link_bytes * b +
+             (p - 1) / p * bytes * g;
+    }
+    case Algorithm::kTree:  // two pipelined trees of half the data: depth log2(n+1) each way
+      return 2 * log2_ceil(world + 1) * a + 2 * link_bytes * b + bytes * g;
+    case Algorithm::kDirect:  // one round of whole buffers, reduced after, staged in scratch
+      return a + (n - 1) * link_bytes * b + (n - 1) * bytes * g +
+             2 * bytes * m.shm.beta_s_per_byte;
+    default: return kInfinity;
+  }
+}
+
+double shm_rounds(double bytes) { return std::max(1.0, std::ceil(bytes / kSlotBytes)); }
+
+// Reduce-scatter then all-gather through one node's window of `local` ranks.
+double shm_allreduce(double bytes, int local, const CostModel& m) {
+  const double share = (local - 1.0) / local;
+  return 2 * shm_rounds(bytes) * m.shm.alpha_s + 2 * bytes * m.shm.beta_s_per_byte +
+         share * bytes * m.gamma_s_per_byte;
+}
+
+double positive(const nlohmann::json& json, const char* section, const char* field,
+                const std::string& origin) {
+  const auto missing = [&] {
+    return ConfigError(origin + ": cost model field " + section + "." + field +
+                       " is missing or not a positive number; run `cohort-bench --calibrate` "
+                       "again or remove the file");
+  };
+  if (!json.contains(section) || !json[section].contains(field)) throw missing();
+  const auto& value = json[section][field];
+  if (!value.is_number() || !(value.get<double>() > 0)) throw missing();
+  return value.get<double>();
+}
+
+}  // namespace
+
+CostModel CostModel::defaults() {
+  // Measured with `cohort-bench --calibrate --ranks 2` on the 2-core development VM
+  // (docs/algorithms.md, "Cost model").
+  CostModel model;
+  model.tcp = {30e-6, 1.0 / 1.6e9};
+  model.shm = {0.8e-6, 1.0 / 12e9};
+  model.gamma_s_per_byte = 1.0 / 6e9;
+  return model;
+}
+
+CostModel CostModel::from_json(const std::string& text, const std::string& origin) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(origin + ": not a cost model (invalid JSON: " + e.what() + ")");
+  }
+  if (!json.is_object() || json.value("version", 0) != kFormatVersion) {
+    throw ConfigError(origin + ": not a version " + std::to_string(kFormatVersion) +
+                      " cost model; run `cohort-bench --calibrate` again");
+  }
+  CostModel model;
+  model.tcp.alpha_s = positive(json, "tcp", "alpha_us", origin) * 1e-6;
+  model.tcp.beta_s_per_byte = 1.0 / (positive(json, "tcp", "gbytes_per_s", origin) * 1e9);
+  model.shm.alpha_s = positive(json, "shm", "alpha_us", origin) * 1e-6;
+  model.shm.beta_s_per_byte = 1.0 / (positive(json, "shm", "gbytes_per_s", origin) * 1e9);
+  model.gamma_s_per_byte = 1.0 / (positive(json, "reduce", "gbytes_per_s", origin) * 1e9);
+  return model;
+}
+
+CostModel CostModel::from_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("cannot read the cost model " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return from_json(text.str(), path);
+}
+
+std::string CostModel::to_json() const {
+  nlohmann::json json;
+  json["version"] = kFormatVersion;
+  json["tcp"] = {{"alpha_us", tcp.alpha_s * 1e6}, {"gbytes_per_s", 1e-9 / tcp.beta_s_per_byte}};
+  json["shm"] = {{"alpha_us", shm.alpha_s * 1e6}, {"gbytes_per_s", 1e-9 / shm.beta_s_per_byte}};
+  json["reduce"] = {{"gbytes_per_s", 1e-9 / gamma_s_per_byte}};
+  return json.dump(2) + "\n";
+}
+
+// Knob read here (docs/env.md):
+//   COHORT_COST_MODEL   path of the cost model file (`cohort-bench --calibrate` writes it)
+std::string CostModel::default_path() {
+  if (auto path = env_string("COHORT_COST_MODEL")) return *path;
+  if (auto cache = env_string("XDG_CACHE_HOME")) return *cache + "/cohort/cost_model.json";
+  if (auto home = env_string("HOME")) return *home + "/.cache/cohort/cost_model.json";
+  return "cost_model.json";
+}
+
+CostModel CostModel::load_default() {
+  const std::string path = default_path();
+  if (!env_string("COHORT_COST_MODEL") && !std::ifstream(path)) return defaults();
+  return from_file(path);  // named explicitly, or present: a broken file is an error
+}
+
+double predict_allreduce(Algorithm algorithm, size_t bytes, const GroupShape& shape,
+                         const CostModel& model) {
+  const double n = static_cast<double>(bytes);
+  if (shape.world <= 1) return 0;
+  switch (algorithm) {
+    case Algorithm::kShm:
+      return shape.nodes == 1 && shape.shared_memory ? shm_allreduce(n, shape.world, model)
+                                                     : kInfinity;
+    case Algorithm::kHierarchical: {
+      if (shape.nodes < 2 || shape.local_size < 2 || !shape.shared_memory) return kInfinity;
+      // The local ranks' pieces (n / L each) share their node's link: n crosses it in all.
+      const double piece = n / shape.local_size;
+      double across = kInfinity;
+      for (Algorithm flat : {Algorithm::kRing, Algorithm::kHalvingDoubling}) {
+        across = std::min(across, flat_allreduce(flat, piece, n, shape.nodes, model));
+      }
+      return shm_allreduce(n, shape.local_size, model) + across;
+    }
+    default: return flat_allreduce(algorithm, n, n, shape.world, model);
+  }
+}
+
+Algorithm cheapest_allreduce(size_t bytes, const GroupShape& shape, const CostModel& model) {
+  Algorithm best = Algorithm::kDirect;
+  double best_time = predict_allreduce(best, bytes, shape, model);
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree,
+                      Algorithm::kShm, Algorithm::kHierarchical}) {
+    const double time = predict_allreduce(a, bytes, shape, model);
+    if (time < best_time) {
+      best = a;
+      best_time = time;
+    }
+  }
+  return best;
+}
+
+Algorithm cheapest_flat_allreduce(size_t bytes, int world, const CostModel& model) {
+  GroupShape flat;
+  flat.world = world;
+  flat.nodes = world;
+  return cheapest_allreduce(bytes, flat, model);
+}
+
+}  // namespace cohort

@@ -1,0 +1,87 @@
+// How a group learns its shape when it is made: which ranks share a host, the cost model every
+// rank chooses algorithms with, and the shared memory window of each node.
+#include <chrono>
+
+#include "cohort/comm/prefix_store.h"
+#include "cohort/core/error.h"
+#include "group_impl.h"
+
+namespace cohort {
+
+namespace {
+
+constexpr size_t kSlotBytes = 256 * 1024;  // one round of a shared-memory collective: in cache
+
+Milliseconds left(Deadline deadline) {
+  return std::chrono::duration_cast<Milliseconds>(deadline.remaining());
+}
+
+}  // namespace
+
+void Group::Impl::discover_topology() {
+  const Deadline deadline = Deadline::after(options_.timeout);
+  const std::vector<HostInfo> hosts = exchange_host_info(*store_, rank(), size(), deadline);
+  std::vector<std::string> node_keys;
+  for (const HostInfo& host : hosts) node_keys.push_back(host.node_key);
+  topology_ = Topology::from_node_keys(node_keys, rank());
+  agree_on_cost_model(deadline);
+  open_shared_memory(hosts, deadline);
+}
+
+void Group::Impl::share_one_process() {
+  topology_ = Topology::single_node(rank(), size());
+  agree_on_cost_model(Deadline::after(options_.timeout));
+}
+
+void Group::Impl::inherit(Topology topology, CostModel model) {
+  topology_ = std::move(topology);
+  cost_model_ = model;
+}
+
+// Every rank must choose the same algorithm for the same call, so all take rank 0's model
+// (a calibration file on one machine of a cluster is enough).
+void Group::Impl::agree_on_cost_model(Deadline deadline) {
+  if (rank() == 0) {
+    try {
+      cost_model_ = CostModel::load_default();
+      store_->set("cost_model", cost_model_.to_json());
+    } catch (const ConfigError& e) {
+      store_->set("cost_model", std::string("error: ") + e.what());
+      throw;
+    }
+    return;
+  }
+  const std::string text = store_->get_string("cost_model", left(deadline));
+  if (text.rfind("error: ", 0) == 0) {
+    throw ConfigError("rank 0 could not read its cost model: " + text.substr(7));
+  }
+  cost_model_ = CostModel::from_json(text, "rank 0's cost model");
+}
+
+// Note [Shared-memory lifetime] in shm_window.h. The ranks of a node share a window when they
+// see the same memory (same boot and namespaces: COHORT_NODE_ID may group ranks that do not).
+// Whether every node got one decides which algorithms may run, so all ranks agree on it.
+void Group::Impl::open_shared_memory(const std::vector<HostInfo>& hosts, Deadline deadline) {
+  const std::vector<int>& mates = topology_.ranks_of_node(topology_.node_rank());
+  bool possible = options_.shared_memory && mates.size() > 1;
+  for (int r : mates) {
+    if (hosts[static_cast<size_t>(r)].identity != hosts[static_cast<size_t>(rank())].identity) {
+      possible = false;
+    }
+  }
+  if (possible) {
+    PrefixStore node_store("node" + std::to_string(topology_.node_rank()), store_);
+    shm_ = ShmWindow::create(node_store, topology_.local_rank(), topology_.local_size(), mates,
+                             options_.job_token, kSlotBytes, deadline);
+  }
+  const bool ready = shm_ != nullptr || mates.size() == 1;
+  store_->set("shm-ready/" + std::to_string(rank()), ready ? "1" : "0");
+  shared_memory_everywhere_ = true;
+  for (int r = 0; r < size(); ++r) {
+    if (store_->get_string("shm-ready/" + std::to_string(r), left(deadline)) != "1") {
+      shared_memory_everywhere_ = false;
+    }
+  }
+}
+
+}  // namespace cohort
