@@ -46,11 +46,26 @@ double flat_allreduce(Algorithm algorithm, double bytes, double link_bytes, int 
 
 double shm_rounds(double bytes) { return std::max(1.0, std::ceil(bytes / kSlotBytes)); }
 
-// Reduce-scatter then all-gather through one node's window of `local` ranks.
+// Reduce-scatter then all-gather through one node's window of `local` ranks: each rank copies
+// the (local-1)/local it does not own in, its own piece out, and the others back; it reduces
+// (local-1) copies of its piece. Two waits per round.
 double shm_allreduce(double bytes, int local, const CostModel& m) {
-  const double share = (local - 1.0) / local;
-  return 2 * shm_rounds(bytes) * m.shm.alpha_s + 2 * bytes * m.shm.beta_s_per_byte +
-         share * bytes * m.gamma_s_per_byte;
+  const double others = (local - 1.0) / local;
+  return 2 * shm_rounds(bytes) * m.shm.alpha_s +
+         (2 * others + 1.0 / local) * bytes * m.shm.beta_s_per_byte +
+         others * bytes * m.gamma_s_per_byte;
+}
+
+int ranks_sharing_a_link(const GroupShape& shape) {
+  if (shape.nodes <= 1) return 1;  // loopback: no shared network link
+  return (shape.world + shape.nodes - 1) / shape.nodes;
+}
+
+// Hierarchical's middle phase: each rank allreduces its piece (n / L) with its peers on the
+// other nodes, and the L pieces of a node share its link, so n crosses the link in all.
+double across_nodes(Algorithm algorithm, double bytes, const GroupShape& shape,
+                    const CostModel& model) {
+  return flat_allreduce(algorithm, bytes / shape.local_size, bytes, shape.nodes, model);
 }
 
 double positive(const nlohmann::json& json, const char* section, const char* field,
@@ -140,15 +155,14 @@ double predict_allreduce(Algorithm algorithm, size_t bytes, const GroupShape& sh
                                                      : kInfinity;
     case Algorithm::kHierarchical: {
       if (shape.nodes < 2 || shape.local_size < 2 || !shape.shared_memory) return kInfinity;
-      // The local ranks' pieces (n / L each) share their node's link: n crosses it in all.
-      const double piece = n / shape.local_size;
-      double across = kInfinity;
-      for (Algorithm flat : {Algorithm::kRing, Algorithm::kHalvingDoubling}) {
-        across = std::min(across, flat_allreduce(flat, piece, n, shape.nodes, model));
-      }
-      return shm_allreduce(n, shape.local_size, model) + across;
+      const Algorithm across = cheapest_across_nodes(bytes, shape, model);
+      return shm_allreduce(n, shape.local_size, model) +
+             across_nodes(across, n, shape, model);
     }
-    default: return flat_allreduce(algorithm, n, n, shape.world, model);
+    case Algorithm::kRing:  // ranks in node order: one rank per node sends across at a time
+      return flat_allreduce(algorithm, n, n, shape.world, model);
+    default:  // the others send from every rank of a node across at once: they share the link
+      return flat_allreduce(algorithm, n, n * ranks_sharing_a_link(shape), shape.world, model);
   }
 }
 
@@ -166,11 +180,15 @@ Algorithm cheapest_allreduce(size_t bytes, const GroupShape& shape, const CostMo
   return best;
 }
 
-Algorithm cheapest_flat_allreduce(size_t bytes, int world, const CostModel& model) {
-  GroupShape flat;
-  flat.world = world;
-  flat.nodes = world;
-  return cheapest_allreduce(bytes, flat, model);
+Algorithm cheapest_across_nodes(size_t bytes, const GroupShape& shape, const CostModel& model) {
+  Algorithm best = Algorithm::kDirect;
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree}) {
+    if (across_nodes(a, static_cast<double>(bytes), shape, model) <
+        across_nodes(best, static_cast<double>(bytes), shape, model)) {
+      best = a;
+    }
+  }
+  return best;
 }
 
 }  // namespace cohort

@@ -53,8 +53,7 @@ double predict_allreduce(Algorithm algorithm, size_t bytes, const GroupShape& sh
 // The algorithm with the lowest predicted time (ties: direct, ring, hd, tree, shm,
 // hierarchical, in that order).
 Algorithm cheapest_allreduce(size_t bytes, const GroupShape& shape, const CostModel& model);
-// The same among the flat algorithms over `world` ranks on TCP (hierarchical's phase across
-// nodes).
-Algorithm cheapest_flat_allreduce(size_t bytes, int world, const CostModel& model);
+// The flat algorithm for hierarchical allreduce's phase across the nodes of `shape`.
+Algorithm cheapest_across_nodes(size_t bytes, const GroupShape& shape, const CostModel& model);
 
 }  // namespace cohort

@@ -96,11 +96,9 @@ Operation Group::allreduce_operation(ConstBuffer in, Buffer out,
   check_same_dtype(in, out, "allreduce");
   COHORT_CHECK_EQ(in.count, out.count, "allreduce: input and output counts differ");
   const Algorithm algorithm = algorithm_for(CollectiveKind::kAllreduce, out.bytes(), opts);
-  // Hierarchical: the flat algorithm for each node's piece across the nodes.
-  const Topology& topology = impl_->topology();
-  const Algorithm across = cheapest_flat_allreduce(
-      out.bytes() / static_cast<size_t>(std::max(1, topology.uniform_local_size())),
-      topology.num_nodes(), impl_->cost_model());
+  const Algorithm across = algorithm == Algorithm::kHierarchical
+                               ? impl_->algorithm_across_nodes(out.bytes())
+                               : Algorithm::kAuto;
   return collective({CollectiveKind::kAllreduce, out.count, out.dtype, opts.op},
                     impl_->timeout_for(opts), [=](algo::Context& ctx) {
                       if (in.data != out.data && out.bytes() > 0) {

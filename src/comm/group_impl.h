@@ -68,6 +68,10 @@ class Group::Impl {
   Milliseconds timeout_for(const CollectiveOptions& opts) const;
   // The algorithm a collective of `bytes` runs with (algorithm_choice.h).
   Algorithm algorithm_for(CollectiveKind kind, size_t bytes, const CollectiveOptions& opts) const;
+  // Hierarchical allreduce of `bytes`: the flat algorithm of its phase across nodes.
+  Algorithm algorithm_across_nodes(size_t bytes) const {
+    return cheapest_across_nodes(bytes, shape(), cost_model_);
+  }
   void abort(std::exception_ptr error) noexcept;
   uint64_t sequence_number() const;
 

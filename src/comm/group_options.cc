@@ -11,6 +11,7 @@ namespace cohort {
 //   COHORT_HOST        address peers use to reach this rank over TCP
 //   COHORT_JOB_TOKEN   secret every TCP connection of the job presents
 //   COHORT_SHM         0: never use shared memory between ranks on one host
+//   COHORT_NODE_ID     names this rank's node instead of the detected host
 GroupOptions GroupOptions::resolved() const {
   GroupOptions out = *this;
   if (out.timeout.count() <= 0) {
@@ -41,6 +42,7 @@ GroupOptions GroupOptions::resolved() const {
   if (out.host.empty()) out.host = env_string("COHORT_HOST").value_or("");
   if (out.job_token.empty()) out.job_token = env_string("COHORT_JOB_TOKEN").value_or("");
   if (out.shared_memory) out.shared_memory = env_int("COHORT_SHM").value_or(1) != 0;
+  if (out.node_id.empty()) out.node_id = env_string("COHORT_NODE_ID").value_or("");
   return out;
 }
 

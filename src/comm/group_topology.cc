@@ -20,7 +20,7 @@ Milliseconds left(Deadline deadline) {
 
 void Group::Impl::discover_topology() {
   const Deadline deadline = Deadline::after(options_.timeout);
-  const std::vector<HostInfo> hosts = exchange_host_info(*store_, rank(), size(), deadline);
+  const std::vector<HostInfo> hosts = exchange_host_info(*store_, rank(), size(), options_.node_id, deadline);
   std::vector<std::string> node_keys;
   for (const HostInfo& host : hosts) node_keys.push_back(host.node_key);
   topology_ = Topology::from_node_keys(node_keys, rank());

@@ -8,7 +8,6 @@
 
 #include "cohort/comm/store.h"
 #include "cohort/core/check.h"
-#include "cohort/core/env.h"
 
 namespace cohort {
 
@@ -79,23 +78,20 @@ Milliseconds left(Deadline deadline) {
 
 }  // namespace
 
-// Knob read here (docs/env.md):
-//   COHORT_NODE_ID   names this rank's node instead of the detected host: ranks with equal
-//                    values form one node (containers that hide the host, tests that
-//                    simulate several hosts on one machine)
-HostInfo this_host() {
+HostInfo this_host(const std::string& node_id) {
   std::ifstream boot("/proc/sys/kernel/random/boot_id");
   std::string boot_id;
   std::getline(boot, boot_id);
   HostInfo info;
   info.identity = boot_id + "|" + read_link("/proc/self/ns/pid") + "|" +
                   read_link("/proc/self/ns/ipc") + "|" + read_link("/proc/self/ns/net");
-  info.node_key = env_string("COHORT_NODE_ID").value_or(info.identity);
+  info.node_key = node_id.empty() ? info.identity : node_id;
   return info;
 }
 
-std::vector<HostInfo> exchange_host_info(Store& store, int rank, int size, Deadline deadline) {
-  const HostInfo mine = this_host();
+std::vector<HostInfo> exchange_host_info(Store& store, int rank, int size,
+                                         const std::string& node_id, Deadline deadline) {
+  const HostInfo mine = this_host(node_id);
   store.set("host/" + std::to_string(rank) + "/node", mine.node_key);
   store.set("host/" + std::to_string(rank) + "/identity", mine.identity);
   std::vector<HostInfo> all(static_cast<size_t>(size));

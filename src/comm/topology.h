@@ -49,17 +49,18 @@ class Topology {
   int local_rank_ = 0;
 };
 
-// What one rank says about its host: the node key (COHORT_NODE_ID if set, else `identity`)
-// and whether shared memory with other ranks of that key is possible (same identity).
+// What one rank says about its host: the name of its node, and the identity that tells
+// whether two ranks can share memory.
 struct HostInfo {
-  std::string node_key;
+  std::string node_key;  // GroupOptions::node_id when set, else `identity`
   std::string identity;  // boot id and PID/IPC/network namespaces: same value, same memory
 };
 
-// This process's host: boot id and namespaces, with COHORT_NODE_ID overriding the node key.
-HostInfo this_host();
+// This process's host; `node_id`, when not empty, names the node.
+HostInfo this_host(const std::string& node_id);
 
 // Collective over the store: every rank's HostInfo, indexed by rank.
-std::vector<HostInfo> exchange_host_info(Store& store, int rank, int size, Deadline deadline);
+std::vector<HostInfo> exchange_host_info(Store& store, int rank, int size,
+                                         const std::string& node_id, Deadline deadline);
 
 }  // namespace cohort

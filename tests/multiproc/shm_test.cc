@@ -1,10 +1,11 @@
-// The shared-memory allreduce (algorithms/allreduce_shm.cc) that Group::create picks when every
-// rank runs on this host: every dtype, op and size across chunk boundaries, and no segment
-// left behind in /dev/shm however the ranks end (Note [Shared-memory lifetime]).
+// The shared-memory collectives (algorithms/*_shm.cc) that Group::create picks when every rank
+// runs on this host: every dtype, op and size across round boundaries, and no segment left
+// behind in /dev/shm however the ranks end (Note [Shared-memory lifetime]).
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <set>
 #include <string>
@@ -42,6 +43,124 @@ TEST(ShmAllreduce, EveryDtypeOpAndSizeAcrossChunks) {
       }
     });
   }
+}
+
+// Bytes across several 256 KiB rounds, an odd tail, and less than one part per rank.
+const size_t kByteCounts[] = {0, 1, 7, 262144, 262147, 1000003};
+
+TEST(ShmCollectives, ChosenForEveryCollectiveThatHasThem) {
+  auto groups = testing::make_tcp_groups(3, testing::quick_options());
+  for (const auto& group : groups) {
+    EXPECT_EQ(group->num_nodes(), 1);
+    EXPECT_EQ(group->local_size(), 3);
+    for (CollectiveKind kind : {CollectiveKind::kAllreduce, CollectiveKind::kBroadcast,
+                                CollectiveKind::kAllgather, CollectiveKind::kReduceScatter,
+                                CollectiveKind::kBarrier}) {
+      for (size_t bytes : {size_t{4096}, size_t{64} << 20}) {
+        EXPECT_EQ(group->algorithm_for(kind, bytes), Algorithm::kShm) << collective_name(kind);
+      }
+    }
+  }
+}
+
+TEST(ShmCollectives, BroadcastFromEveryRoot) {
+  for (int world : {2, 3, 4}) {
+    auto groups = testing::make_tcp_groups(world, testing::quick_options());
+    testing::run_ranks(world, [&](int rank) {
+      Group& group = *groups[static_cast<size_t>(rank)];
+      for (size_t bytes : kByteCounts) {
+        for (int root = 0; root < world; ++root) {
+          std::vector<uint8_t> data(bytes);
+          for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<uint8_t>(rank * 31 + i % 251);
+          CollectiveOptions options;
+          options.root = root;
+          options.algorithm = Algorithm::kShm;
+          group.broadcast(Buffer{data.data(), bytes, DType::kUInt8}, options);
+          size_t wrong = 0;
+          for (size_t i = 0; i < bytes; ++i) {
+            wrong += data[i] != static_cast<uint8_t>(root * 31 + i % 251);
+          }
+          testing::fail_if(group, wrong ? std::to_string(wrong) + " bytes wrong" : "", "world ",
+                           world, " root ", root, " bytes ", bytes);
+        }
+      }
+    });
+  }
+}
+
+TEST(ShmCollectives, AllgatherOfEveryBlockSize) {
+  for (int world : {2, 3, 4}) {
+    auto groups = testing::make_tcp_groups(world, testing::quick_options());
+    testing::run_ranks(world, [&](int rank) {
+      Group& group = *groups[static_cast<size_t>(rank)];
+      for (size_t block : kByteCounts) {
+        std::vector<uint8_t> in(block);
+        for (size_t i = 0; i < block; ++i) in[i] = static_cast<uint8_t>(rank * 17 + i % 253);
+        std::vector<uint8_t> out(block * static_cast<size_t>(world) + 1, 0xee);
+        CollectiveOptions options;
+        options.algorithm = Algorithm::kShm;
+        group.allgather(ConstBuffer{in.data(), block, DType::kUInt8},
+                        Buffer{out.data(), block * static_cast<size_t>(world), DType::kUInt8},
+                        options);
+        size_t wrong = out.back() != 0xee;  // nothing written past the end
+        for (int r = 0; r < world; ++r) {
+          for (size_t i = 0; i < block; ++i) {
+            wrong += out[static_cast<size_t>(r) * block + i] != static_cast<uint8_t>(r * 17 + i % 253);
+          }
+        }
+        testing::fail_if(group, wrong ? std::to_string(wrong) + " bytes wrong" : "", "world ",
+                         world, " block ", block);
+      }
+    });
+  }
+}
+
+TEST(ShmCollectives, ReduceScatterEveryDtypeAndOp) {
+  for (int world : {2, 3, 4}) {
+    auto groups = testing::make_tcp_groups(world, testing::quick_options());
+    testing::run_ranks(world, [&](int rank) {
+      Group& group = *groups[static_cast<size_t>(rank)];
+      for (size_t block : {size_t{0}, size_t{1}, size_t{3}, size_t{65536}, size_t{100003}}) {
+        for (DType dtype : testing::all_dtypes()) {
+          for (ReduceOp op : testing::all_ops()) {
+            const size_t total = block * static_cast<size_t>(world);
+            std::vector<uint8_t> in(total * dtype_size(dtype) + 1);
+            testing::fill_sweep(in.data(), total, dtype, op, rank);
+            std::vector<uint8_t> out(block * dtype_size(dtype) + 1);
+            CollectiveOptions options;
+            options.op = op;
+            options.algorithm = Algorithm::kShm;
+            group.reduce_scatter(ConstBuffer{in.data(), total, dtype},
+                                 Buffer{out.data(), block, dtype}, options);
+            testing::fail_if(group,
+                             testing::check_sweep(out.data(), block, dtype, op, world,
+                                                  block * static_cast<size_t>(rank)),
+                             "world ", world, " block ", block, " ", dtype_name(dtype), " ",
+                             reduce_op_name(op));
+          }
+        }
+      }
+    });
+  }
+}
+
+TEST(ShmCollectives, BarrierWaitsForTheLastRank) {
+  auto groups = testing::make_tcp_groups(3, testing::quick_options());
+  std::atomic<int> arrived{0};
+  testing::run_ranks(3, [&](int rank) {
+    for (int round = 1; round <= 50; ++round) {
+      if (rank == round % 3) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      arrived.fetch_add(1);
+      CollectiveOptions options;
+      options.algorithm = Algorithm::kShm;
+      groups[static_cast<size_t>(rank)]->barrier(options);
+      const int seen = arrived.load();
+      testing::fail_if(*groups[static_cast<size_t>(rank)],
+                       seen < 3 * round ? "left before every rank arrived" : "", "round ", round,
+                       " saw ", seen);
+      groups[static_cast<size_t>(rank)]->barrier(options);  // nobody starts the next round early
+    }
+  });
 }
 
 std::set<std::string> cohort_segments() {

@@ -48,6 +48,11 @@ struct GroupOptions {
   // Group::create: ranks on one host exchange data through a shared memory segment instead of
   // TCP, and groups spanning hosts can run hierarchical allreduce (COHORT_SHM=0 turns it off).
   bool shared_memory = true;
+  // Group::create: names this rank's node (ranks with the same name form one node) instead of
+  // the detected host (COHORT_NODE_ID). For containers that hide their host, and for tests
+  // that simulate several hosts on one machine; shared memory is still only used between
+  // ranks that really share one.
+  std::string node_id;
 
   // Fills every field left at its default from the environment.
   GroupOptions resolved() const;
