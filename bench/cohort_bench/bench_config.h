@@ -42,6 +42,8 @@ struct BenchConfig {
   double timeout_s = 60;    // deadline of every collective, and the watchdog's base
   std::string json_path;    // empty: no JSON
   std::string command_line; // recorded in the JSON
+  bool calibrate = false;         // --calibrate: measure the cost model instead (calibrate.h)
+  std::string calibrate_path;     // where to write it; empty: CostModel::default_path()
 };
 
 const char* collective_name(Collective collective);

@@ -31,18 +31,19 @@ struct Arguments {
   std::string op = "sum";
   std::string min_bytes = "4K";
   std::string max_bytes = "64M";
+  std::string calibrate;
 };
 
 void add_options(CLI::App& app, Arguments& a, BenchConfig& c) {
   app.add_option("collective", a.collective,
                  "allreduce, broadcast, reduce, allgather, reduce_scatter, all_to_all "
-                 "(alltoall) or barrier")
-      ->required();
+                 "(alltoall) or barrier");
   app.add_option("-N,--ranks", c.ranks, "number of ranks (under a launcher: WORLD_SIZE)")
       ->capture_default_str();
   app.add_option("-t,--transport", a.transport, "tcp: one process per rank; inproc: threads")
       ->capture_default_str();
-  app.add_option("-a,--algo", a.algo, "auto, ring, tree, hd or direct")->capture_default_str();
+  app.add_option("-a,--algo", a.algo, "auto, ring, tree, hd, direct, shm or hierarchical")
+      ->capture_default_str();
   app.add_option("-d,--dtype", a.dtype,
                  "float32, float64, float16, bfloat16, int8, uint8, int32 or int64")
       ->capture_default_str();
@@ -60,6 +61,10 @@ void add_options(CLI::App& app, Arguments& a, BenchConfig& c) {
   app.add_option("--timeout", c.timeout_s,
                  "deadline of each collective, seconds (default: COHORT_TIMEOUT_S, else 60)");
   app.add_option("--json", c.json_path, "also write the rows and parameters as JSON here");
+  app.add_option("--calibrate", a.calibrate,
+                 "instead of a collective, measure the cost model's parameters and write them "
+                 "here (default: COHORT_COST_MODEL, else ~/.cache/cohort/cost_model.json)")
+      ->expected(0, 1);
   app.footer("Exit codes: 0 ok, 1 wrong results, 2 bad arguments, 3 a rank failed or hung.\n"
              "See docs/bench.md.");
 }
@@ -72,8 +77,18 @@ std::string join(int argc, char** argv) {
 
 // Turns the strings into the config; throws cohort::InvalidArgument / ConfigError.
 void resolve(const Arguments& a, const CLI::App& app, BenchConfig& c) {
-  c.collective = parse_collective(a.collective);
   c.transport = parse_transport(a.transport);
+  c.calibrate = app.count("--calibrate") > 0;
+  c.calibrate_path = a.calibrate;
+  if (c.calibrate && c.transport != TransportKind::kTcp) {
+    throw cohort::InvalidArgument("--calibrate measures processes over TCP and shared memory: "
+                                  "drop --transport inproc");
+  }
+  if (c.calibrate) return;
+  if (a.collective.empty()) {
+    throw cohort::InvalidArgument("name a collective (allreduce, broadcast, ...) or --calibrate");
+  }
+  c.collective = parse_collective(a.collective);
   c.algorithm = cohort::parse_algorithm(a.algo);
   c.dtype = cohort::parse_dtype(a.dtype);
   c.op = cohort::parse_reduce_op(a.op);

@@ -11,6 +11,7 @@
 #include "cohort/comm/tcp_store.h"
 #include "cohort/core/env.h"
 #include "cohort/core/error.h"
+#include "calibrate.h"
 #include "measure.h"
 #include "watchdog.h"
 
@@ -53,7 +54,11 @@ RankOutcome run_rank(int rank, const BenchConfig& config, Reporter* reporter,
   try {
     progress.enter("joining the group", 0);
     group = make_group();
-    outcome.wrong = run_benchmark(*group, config, reporter, progress);
+    if (config.calibrate) {
+      run_calibration(*group, config, reporter != nullptr, progress);
+    } else {
+      outcome.wrong = run_benchmark(*group, config, reporter, progress);
+    }
     progress.enter("finishing", 0);
     group->barrier();  // nobody tears down its end while another still talks to it
   } catch (const std::exception& e) {
