@@ -2,8 +2,9 @@
 # Every collective and algorithm of cohort-bench on a cluster of network namespaces
 # (scripts/netns-cluster): 2 hosts x 2 ranks, then 4 hosts x 2 ranks, over veth links limited
 # to 1 Gbit/s. cohort-bench checks every result and exits non-zero on a wrong one; this script
-# also checks that a named algorithm really ran (no "has no ... variant" fallback), that `run`
-# passes a rank's failure on, and that it leaves no namespace behind.
+# also checks that a named algorithm really ran (no "has no ... variant" fallback), that the
+# group sees 2 ranks per host and picks the hierarchical allreduce by itself, that `run` passes a
+# rank's failure on, and that it leaves no namespace behind.
 #
 #   tests/netns/run_collectives.sh BUILD/bin/cohort-bench
 #
@@ -41,7 +42,8 @@ fi
 
 # collective:algorithm, every variant cohort has (src/comm/algorithms), and auto.
 cases=(
-  allreduce:ring allreduce:tree allreduce:hd allreduce:direct allreduce:auto
+  allreduce:ring allreduce:tree allreduce:hd allreduce:direct allreduce:hierarchical
+  allreduce:auto
   broadcast:ring broadcast:tree broadcast:direct broadcast:auto
   reduce:tree reduce:direct reduce:auto
   allgather:ring allgather:hd allgather:direct allgather:auto
@@ -64,6 +66,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# The automatic choice on 2 ranks per host, read from cohort-bench's JSON rows.
+auto_is_hierarchical() {
+  "$tool" run --cluster "$1" --timeout 120 -- "$bench" allreduce --min-bytes 1M --max-bytes 1M \
+    --iters 1 --warmup 0 --json "$work/auto.json" >/dev/null 2>&1 &&
+    grep -q '"algo": *"hierarchical"' "$work/auto.json"
+}
 
 failures=()
 leftover() { ip netns list | awk '{print $1}' | grep "^$1-" || true; }
@@ -106,6 +115,8 @@ for hosts in $host_counts; do
       verdict="FAILED (no '#wrong total: 0 (OK)' line)"
     elif [[ $algo != auto ]] && grep -q 'has no .* variant' "$out"; then
       verdict="FAILED (fell back: $(grep -o '[a-z_]* has no .* variant' "$out"))"
+    elif [[ $c == allreduce:auto ]] && ! auto_is_hierarchical "$name"; then
+      verdict="FAILED (auto did not pick hierarchical at 1 MiB on 2 ranks per host)"
     fi
     printf '%d hosts x 2 ranks  %-15s --algo %-7s %3ds  %s\n' "$hosts" "$collective" "$algo" \
       $((SECONDS - start)) "$verdict"
