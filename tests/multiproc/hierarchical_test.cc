@@ -70,14 +70,7 @@ void sweep_allreduce(const std::vector<std::string>& node_of, Algorithm algorith
     for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{65537}, size_t{300001}}) {
       for (DType dtype : testing::all_dtypes()) {
         for (ReduceOp op : testing::all_ops()) {
-          std::vector<uint8_t> data(count * dtype_size(dtype) + 1);
-          testing::fill_sweep(data.data(), count, dtype, op, rank);
-          CollectiveOptions options;
-          options.op = op;
-          options.algorithm = algorithm;
-          group.allreduce(Buffer{data.data(), count, dtype}, options);
-          testing::fail_if(group, testing::check_sweep(data.data(), count, dtype, op, world),
-                           "count ", count, " ", dtype_name(dtype), " ", reduce_op_name(op));
+          testing::allreduce_sweep_case(group, count, dtype, op, algorithm);
         }
       }
     }

@@ -29,15 +29,7 @@ TEST(ShmAllreduce, EveryDtypeOpAndSizeAcrossChunks) {
            {size_t{0}, size_t{1}, size_t{5}, size_t{65536}, size_t{65537}, size_t{300001}}) {
         for (DType dtype : testing::all_dtypes()) {
           for (ReduceOp op : testing::all_ops()) {
-            std::vector<uint8_t> data(count * dtype_size(dtype) + 1);
-            testing::fill_sweep(data.data(), count, dtype, op, rank);
-            CollectiveOptions options;
-            options.op = op;
-            options.algorithm = Algorithm::kShm;
-            groups[rank]->allreduce(Buffer{data.data(), count, dtype}, options);
-            testing::fail_if(
-                *groups[rank], testing::check_sweep(data.data(), count, dtype, op, world), "world ",
-                world, " count ", count, " ", dtype_name(dtype), " ", reduce_op_name(op));
+            testing::allreduce_sweep_case(*groups[rank], count, dtype, op, Algorithm::kShm);
           }
         }
       }

@@ -221,4 +221,17 @@ std::string check_movement(const void* data, size_t count, DType dtype,
   return "";
 }
 
+void allreduce_sweep_case(Group& group, size_t count, DType dtype, ReduceOp op,
+                          Algorithm algorithm) {
+  std::vector<uint8_t> data(count * dtype_size(dtype) + 1);
+  fill_sweep(data.data(), count, dtype, op, group.rank());
+  CollectiveOptions options;
+  options.op = op;
+  options.algorithm = algorithm;
+  group.allreduce(Buffer{data.data(), count, dtype}, options);
+  fail_if(group, check_sweep(data.data(), count, dtype, op, group.size()), algorithm_name(algorithm),
+          " world ", group.size(), " count ", count, " ", dtype_name(dtype), " ",
+          reduce_op_name(op));
+}
+
 }  // namespace cohort::testing

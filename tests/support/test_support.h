@@ -90,6 +90,11 @@ void fill_sweep(void* data, size_t count, DType dtype, ReduceOp op, int rank, si
 std::string check_sweep(const void* data, size_t count, DType dtype, ReduceOp op, int world,
                         size_t offset = 0);
 
+// One allreduce of a sweep with `algorithm` on this rank: fills, reduces, checks, and fails (as
+// fail_if) naming the case when an element is wrong. Every rank calls it with the same case.
+void allreduce_sweep_case(Group& group, size_t count, DType dtype, ReduceOp op,
+                          Algorithm algorithm);
+
 // A value that tells apart (rank, index) and is exact in every dtype (0..127), for pure data
 // movement tests (broadcast, gather, all_to_all, ...).
 double movement_value(int rank, size_t index);
