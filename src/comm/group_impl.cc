@@ -137,16 +137,19 @@ void Group::Impl::run_blocking(Operation op) {
   }
   // Nothing ahead of us: run on this thread and save the hand-off to the worker (tens of
   // microseconds on a loaded machine, more than a small allreduce takes).
+  // No Work either: nobody else can wait on this operation, so its error comes straight back.
   op.sequence = next_sequence_++;
-  op.work = std::make_shared<Work>(op.describe());
   busy_ = true;
   lock.unlock();
-  execute(op);
+  const std::exception_ptr error = run(op);
   lock.lock();
   busy_ = false;
+  // Only the worker waits on queue_cv_, and only for queued work: waking it for nothing costs
+  // a futex call and a context switch per collective.
+  const bool queued = !queue_.empty();
   lock.unlock();
-  queue_cv_.notify_all();
-  op.work->wait();
+  if (queued) queue_cv_.notify_all();
+  if (error) std::rethrow_exception(error);
 }
 
 void Group::Impl::worker_loop() {
@@ -166,7 +169,9 @@ void Group::Impl::worker_loop() {
   }
 }
 
-void Group::Impl::execute(Operation& op) noexcept {
+void Group::Impl::execute(Operation& op) noexcept { op.work->mark_done(run(op)); }
+
+std::exception_ptr Group::Impl::run(Operation& op) noexcept {
   std::exception_ptr error;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -189,7 +194,7 @@ void Group::Impl::execute(Operation& op) noexcept {
       abort(error);
     }
   }
-  op.work->mark_done(error);
+  return error;
 }
 
 void Group::Impl::abort(std::exception_ptr error) noexcept {

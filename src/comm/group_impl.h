@@ -88,7 +88,8 @@ class Group::Impl {
  private:
   void enqueue_locked(Operation op);
   void worker_loop();
-  void execute(Operation& op) noexcept;
+  void execute(Operation& op) noexcept;  // run, then complete op.work
+  std::exception_ptr run(Operation& op) noexcept;
   std::exception_ptr explain_failure(const Operation& op, std::exception_ptr error);
   std::string ranks_behind(uint64_t sequence);
   void check_signatures(const Operation& op, Deadline deadline);
