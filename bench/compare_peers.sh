@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# 2-rank float32 sum allreduce over loopback TCP: cohort against gloo (C++ ring and torch.distributed)
-# and OpenMPI restricted to TCP, interleaved round by round so that all see the same machine.
-# Prints the median over rounds of each peer's median busbw (GB/s), and the 4 KiB latency (us).
+# 2-rank float32 sum allreduce on this host: cohort against gloo (C++ ring and torch.distributed,
+# always over TCP: what PyTorch uses on CPU) and OpenMPI, interleaved round by round so that all
+# see the same machine. Prints the median over rounds of each peer's median busbw (GB/s), and the
+# 4 KiB latency (us).
 #
-#   bench/compare_peers.sh [ROUNDS]        (default 3; needs build/bin/cohort-bench and the peer
-#                                           sources in ../shared/peers; installs the peers' packages)
+#   bench/compare_peers.sh [ROUNDS] [tcp|shm]   (default 3 tcp; needs build/bin/cohort-bench and
+#                                                the peer sources in ../shared/peers; installs the
+#                                                peers' packages)
+# tcp: cohort with COHORT_SHM=0 and OpenMPI restricted to TCP (btl self,tcp).
+# shm: cohort as it runs by default on one host (shared memory) and OpenMPI with its
+#      shared-memory transport (btl self,vader).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -22,6 +27,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 [ -x "$here/build/bin/cohort-bench" ] || { echo "build cohort-bench first: ./scripts/test or ./scripts/demo" >&2; exit 2; }
 rounds=${1:-3}
+mode=${2:-tcp}
+case $mode in
+  tcp) cohort_env=(COHORT_SHM=0); mpi_btl=self,tcp ;;
+  shm) cohort_env=(COHORT_SHM=1); mpi_btl=self,vader ;;
+  *) echo "compare_peers.sh: the transport is tcp or shm, not '$mode'" >&2; exit 2 ;;
+esac
 peers=${PEERS_DIR:-$here/../shared/peers}
 work=${PEERS_WORK:-/tmp/cohort-peers}
 out=$work/compare-$(date +%Y%m%d-%H%M%S)
@@ -33,8 +44,8 @@ bench=$here/build/bin/cohort-bench
 
 # cohort-bench with enough iterations per size for ~0.1-0.3 s per timed loop, 5 trials.
 run_cohort() {
-  for spec in 4K:2000 64K:1000 1M:200 16M:20 64M:8 256M:3; do
-    "$bench" allreduce --ranks 2 --min-bytes "${spec%%:*}" --max-bytes "${spec%%:*}" \
+  for spec in 4K:10000 64K:1000 1M:200 16M:20 64M:8 256M:3; do
+    env "${cohort_env[@]}" "$bench" allreduce --ranks 2 --min-bytes "${spec%%:*}" --max-bytes "${spec%%:*}" \
       --iters "${spec##*:}" --warmup 3 --trials 5 | grep -E '^ +[0-9]'
   done
 }
@@ -43,15 +54,15 @@ for r in $(seq "$rounds"); do
   echo "round $r/$rounds" >&2
   run_cohort > "$out/cohort.$r.txt"
   "$work/build/gloo_allreduce" ring 5 0.2 > "$out/gloo_cpp.$r.txt" 2>&1
-  mpirun --allow-run-as-root --oversubscribe -np 2 --mca btl self,tcp \
-    "$work/build/mpi_allreduce" 5 0.2 > "$out/mpi_tcp.$r.txt" 2>&1
+  mpirun --allow-run-as-root --oversubscribe -np 2 --mca btl "$mpi_btl" \
+    "$work/build/mpi_allreduce" 5 0.2 > "$out/mpi_$mode.$r.txt" 2>&1
   /usr/bin/python3 "$work/torch_gloo_allreduce.py" --trials 5 --min-seconds 0.2 \
     > "$out/torch_gloo.$r.txt" 2>&1
 done
 
-python3 - "$out" "$rounds" <<'PY'
+python3 - "$out" "$rounds" "$mode" <<'PY'
 import statistics, sys, glob, os
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def parse(path, cohort):
     rows = {}
     for line in open(path):
@@ -63,14 +74,16 @@ def parse(path, cohort):
         else:        # bytes iters time_med time_min time_max algbw busbw rng
             rows[int(f[0])] = (float(f[2]), float(f[6]))
     return rows
-peers = ["cohort", "gloo_cpp", "torch_gloo", "mpi_tcp"]
+mpi = f"mpi_{mode}"
+peers = ["cohort", "gloo_cpp", "torch_gloo", mpi]
 data = {p: [parse(f, p == "cohort") for f in sorted(glob.glob(f"{out}/{p}.*.txt"))] for p in peers}
 sizes = [4096, 65536, 1 << 20, 16 << 20, 64 << 20, 256 << 20]
 def med(p, size, i):
     vals = [r[size][i] for r in data[p] if size in r]
     return (statistics.median(vals), min(vals), max(vals)) if vals else None
-print(f"2 ranks, loopback TCP, float32 sum, median over {rounds} rounds (min-max); busbw GB/s, 4 KiB as time in us")
-print("| size | " + " | ".join(peers) + " | cohort/gloo_cpp | cohort/torch_gloo | cohort/mpi_tcp |")
+where = "loopback TCP" if mode == "tcp" else "cohort and OpenMPI through shared memory, gloo over TCP"
+print(f"2 ranks, {where}, float32 sum, median over {rounds} rounds (min-max); busbw GB/s, 4 KiB as time in us")
+print("| size | " + " | ".join(peers) + f" | cohort/gloo_cpp | cohort/torch_gloo | cohort/{mpi} |")
 print("|---" * (len(peers) + 4) + "|")
 for s in sizes:
     i = 0 if s == 4096 else 1
@@ -85,6 +98,6 @@ for s in sizes:
         r = meds[other] / meds["cohort"] if i == 0 else meds["cohort"] / meds[other]
         return f"{r:.2f}x"
     label = f"{s // 1024} KiB" if s < (1 << 20) else f"{s >> 20} MiB"
-    print(f"| {label} | " + " | ".join(cells) + f" | {ratio('gloo_cpp')} | {ratio('torch_gloo')} | {ratio('mpi_tcp')} |")
+    print(f"| {label} | " + " | ".join(cells) + f" | {ratio('gloo_cpp')} | {ratio('torch_gloo')} | {ratio(mpi)} |")
 print(f"raw outputs: {out}")
 PY

@@ -84,12 +84,12 @@ double positive(const nlohmann::json& json, const char* section, const char* fie
 }  // namespace
 
 CostModel CostModel::defaults() {
-  // Measured with `cohort-bench --calibrate --ranks 2` on the 2-core development VM
+  // Medians of three `cohort-bench --calibrate --ranks 2` runs on the 2-core development VM
   // (docs/algorithms.md, "Cost model").
   CostModel model;
-  model.tcp = {30e-6, 1.0 / 1.6e9};
-  model.shm = {0.8e-6, 1.0 / 12e9};
-  model.gamma_s_per_byte = 1.0 / 6e9;
+  model.tcp = {35e-6, 1.0 / 1.98e9};
+  model.shm = {0.30e-6, 1.0 / 23.5e9};
+  model.gamma_s_per_byte = 1.0 / 26.9e9;
   return model;
 }
 
