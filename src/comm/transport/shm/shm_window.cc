@@ -192,6 +192,9 @@ bool process_is_gone(pid_t pid) {
 
 // Note [Shared-memory waits].
 void ShmWindow::post_and_wait(uint64_t round, Deadline deadline, const char* what) {
+  // A rank that failed may have posted a round it never finished: after an abort nothing that
+  // is in the slots may be used, even when every counter says the round is complete.
+  rethrow_if_aborted();
   lines_[rank_].posted.store(round + 1, std::memory_order_release);
   constexpr int kSpins = 4000;
   constexpr int kPollsBetweenChecks = 256;
@@ -211,14 +214,17 @@ void ShmWindow::post_and_wait(uint64_t round, Deadline deadline, const char* wha
   }
 }
 
+void ShmWindow::rethrow_if_aborted() const {
+  if (header_->aborted.load(std::memory_order_acquire) != kAborted) return;
+  WireError wire;
+  wire.kind = static_cast<WireError::Kind>(header_->error_kind);
+  wire.failed_rank = header_->error_failed_rank;
+  wire.message = header_->error_message;
+  wire.rethrow(header_->error_reporter);
+}
+
 void ShmWindow::check_alive(Deadline deadline, const char* what) const {
-  if (header_->aborted.load(std::memory_order_acquire) == kAborted) {
-    WireError wire;
-    wire.kind = static_cast<WireError::Kind>(header_->error_kind);
-    wire.failed_rank = header_->error_failed_rank;
-    wire.message = header_->error_message;
-    wire.rethrow(header_->error_reporter);
-  }
+  rethrow_if_aborted();
   for (int r = 0; r < size_; ++r) {
     const pid_t pid = lines_[r].pid.load(std::memory_order_relaxed);
     if (r != rank_ && pid > 0 && pid != ::getpid() && process_is_gone(pid)) {

@@ -75,6 +75,7 @@ class ShmWindow {
   ShmWindow(ShmSegment segment, int rank, int size, std::vector<int> group_ranks,
             size_t slot_bytes);
   void check_alive(Deadline deadline, const char* what) const;
+  void rethrow_if_aborted() const;  // the error a rank stored with abort(), if any
 
   ShmSegment segment_;
   int rank_;
