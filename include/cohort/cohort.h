@@ -3,7 +3,9 @@
 
 #include "cohort/comm/buffer.h"
 #include "cohort/comm/group.h"
+#include "cohort/comm/init.h"
 #include "cohort/comm/inproc_transport.h"
+#include "cohort/comm/launch_env.h"
 #include "cohort/comm/memory_store.h"
 #include "cohort/comm/options.h"
 #include "cohort/comm/prefix_store.h"
