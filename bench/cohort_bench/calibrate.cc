@@ -11,6 +11,7 @@
 #include "cohort/core/error.h"
 #include "cost_model.h"
 #include "reduce_kernels.h"
+#include "transport/shm/shm_window.h"
 
 namespace cohort::bench {
 
@@ -75,7 +76,7 @@ CostModel measure(Group& group, Watchdog::Slot& progress) {
   model.shm.alpha_s = allreduce_seconds(group, Algorithm::kShm, 4, 2000, progress) / 2;
   // Shared memory: 2 rounds alpha + (2(n-1)/n + 1/n) bytes beta + (n-1)/n bytes gamma.
   const double shm = allreduce_seconds(group, Algorithm::kShm, kLargeBytes, 5, progress);
-  const double rounds = std::ceil(large / (256 * 1024));
+  const double rounds = std::ceil(large / static_cast<double>(ShmWindow::kSlotBytes));
   model.shm.beta_s_per_byte = std::max(
       1e-12, (shm - 2 * rounds * model.shm.alpha_s - (n - 1) / n * large * model.gamma_s_per_byte) /
                  ((2 * (n - 1) / n + 1 / n) * large));

@@ -9,13 +9,13 @@
 
 #include "cohort/core/env.h"
 #include "cohort/core/error.h"
+#include "transport/shm/shm_window.h"
 
 namespace cohort {
 
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
-constexpr double kSlotBytes = 256 * 1024;  // Group::Impl's shared memory slot: one round's data
 constexpr int kFormatVersion = 1;
 
 double log2_ceil(int n) { return std::ceil(std::log2(static_cast<double>(n))); }
@@ -44,7 +44,9 @@ double flat_allreduce(Algorithm algorithm, double bytes, double link_bytes, int 
   }
 }
 
-double shm_rounds(double bytes) { return std::max(1.0, std::ceil(bytes / kSlotBytes)); }
+double shm_rounds(double bytes) {
+  return std::max(1.0, std::ceil(bytes / static_cast<double>(ShmWindow::kSlotBytes)));
+}
 
 // Reduce-scatter then all-gather through one node's window of `local` ranks: each rank copies
 // the (local-1)/local it does not own in, its own piece out, and the others back; it reduces

@@ -98,19 +98,14 @@ Operation Group::allreduce_operation(ConstBuffer in, Buffer out,
   const Algorithm algorithm = algorithm_for(CollectiveKind::kAllreduce, out.bytes(), opts);
   const Algorithm across = algorithm == Algorithm::kHierarchical
                                ? impl_->algorithm_across_nodes(out.bytes())
-                               : Algorithm::kAuto;
+                               : Algorithm::kRing;
   return collective({CollectiveKind::kAllreduce, out.count, out.dtype, opts.op},
                     impl_->timeout_for(opts), [=](algo::Context& ctx) {
                       if (in.data != out.data && out.bytes() > 0) {
                         std::memcpy(out.data, in.data, out.bytes());
                       }
-                      if (algorithm == Algorithm::kHierarchical) {
-                        algo::allreduce_hierarchical(ctx, out.data, out.count, out.dtype, opts.op,
-                                                     across);
-                      } else {
-                        algo::allreduce_with(algorithm, ctx, out.data, out.count, out.dtype,
-                                             opts.op);
-                      }
+                      algo::allreduce_with(algorithm, ctx, out.data, out.count, out.dtype, opts.op,
+                                           across);
                     });
 }
 

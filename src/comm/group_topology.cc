@@ -10,8 +10,6 @@ namespace cohort {
 
 namespace {
 
-constexpr size_t kSlotBytes = 256 * 1024;  // one round of a shared-memory collective: in cache
-
 Milliseconds left(Deadline deadline) {
   return std::chrono::duration_cast<Milliseconds>(deadline.remaining());
 }
@@ -72,7 +70,7 @@ void Group::Impl::open_shared_memory(const std::vector<HostInfo>& hosts, Deadlin
   if (possible) {
     PrefixStore node_store("node" + std::to_string(topology_.node_rank()), store_);
     shm_ = ShmWindow::create(node_store, topology_.local_rank(), topology_.local_size(), mates,
-                             options_.job_token, kSlotBytes, deadline);
+                             options_.job_token, ShmWindow::kSlotBytes, deadline);
   }
   const bool ready = shm_ != nullptr || mates.size() == 1;
   store_->set("shm-ready/" + std::to_string(rank()), ready ? "1" : "0");

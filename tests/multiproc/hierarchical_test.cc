@@ -6,10 +6,13 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "cohort/comm/memory_store.h"
 #include "cohort/comm/tcp_store.h"
+#include "cohort/core/error.h"
 #include "support/process.h"
 #include "support/test_support.h"
 
@@ -109,6 +112,29 @@ TEST(HierarchicalAllreduce, SubgroupsKeepTheirMembersNodes) {
     sub->allreduce(make_buffer(data));
     EXPECT_EQ(data[999], static_cast<float>(rank % 2 == 0 ? 0 + 2 : 1 + 3));
   });
+}
+
+// Every rank chooses with rank 0's cost model; when rank 0 cannot read the file it was told to
+// use, every rank fails with a ConfigError instead of waiting for a model that never comes.
+TEST(Topology, ABrokenCostModelFailsEveryRank) {
+  const std::string path = ::testing::TempDir() + "cohort_broken_cost_model.json";
+  std::ofstream(path) << "{\"version\": 1}";
+  ::setenv("COHORT_COST_MODEL", path.c_str(), 1);
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<std::string> errors(2);
+  testing::run_ranks(2, [&](int rank) {
+    try {
+      Group::create(store, rank, 2, testing::quick_options());
+    } catch (const ConfigError& e) {
+      errors[static_cast<size_t>(rank)] = e.what();
+    }
+  });
+  ::unsetenv("COHORT_COST_MODEL");
+  std::remove(path.c_str());
+  EXPECT_NE(errors[0].find(path), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("rank 0 could not read its cost model"), std::string::npos)
+      << errors[1];
+  EXPECT_NE(errors[1].find(path), std::string::npos) << errors[1];
 }
 
 TEST(HierarchicalAllreduce, EveryRankNamesAKilledRank) {

@@ -26,9 +26,10 @@ void allreduce_shm(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
 // nodes with `across`, shared-memory all-gather.
 void allreduce_hierarchical(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op,
                             Algorithm across);
-// Runs one of the flat algorithms above (kAuto: direct).
+// Runs one of the algorithms above (kAuto: direct); `across` is hierarchical's algorithm
+// between nodes and is ignored by the others.
 void allreduce_with(Algorithm algorithm, Context& ctx, void* data, size_t count, DType dtype,
-                    ReduceOp op);
+                    ReduceOp op, Algorithm across = Algorithm::kRing);
 
 // ---- broadcast: `bytes` of data on `root` are copied to every rank.
 void broadcast_direct(Context& ctx, void* data, size_t bytes, int root);

@@ -1,19 +1,18 @@
-// Dispatch to one flat allreduce algorithm: the Group uses it, and so does the hierarchical
+// Dispatch to one allreduce algorithm: the Group uses it, and so does the hierarchical
 // allreduce for its phase across nodes.
 #include "algorithms/algorithms.h"
-#include "cohort/core/check.h"
 
 namespace cohort::algo {
 
 void allreduce_with(Algorithm algorithm, Context& ctx, void* data, size_t count, DType dtype,
-                    ReduceOp op) {
+                    ReduceOp op, Algorithm across) {
   switch (algorithm) {
     case Algorithm::kRing: allreduce_ring(ctx, data, count, dtype, op); break;
     case Algorithm::kTree: allreduce_tree(ctx, data, count, dtype, op); break;
     case Algorithm::kHalvingDoubling: allreduce_halving_doubling(ctx, data, count, dtype, op); break;
     case Algorithm::kShm: allreduce_shm(ctx, data, count, dtype, op); break;
     case Algorithm::kHierarchical:
-      COHORT_INTERNAL_ASSERT(false, "allreduce_with: hierarchical needs its algorithm across nodes");
+      allreduce_hierarchical(ctx, data, count, dtype, op, across);
       break;
     case Algorithm::kDirect:
     case Algorithm::kAuto: allreduce_direct(ctx, data, count, dtype, op); break;

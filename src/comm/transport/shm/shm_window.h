@@ -44,6 +44,8 @@ struct ShmRankLine;
 class ShmWindow {
  public:
   static constexpr int kMaxRanks = 64;
+  // What groups use: one round of a shared-memory collective, small enough to stay in cache.
+  static constexpr size_t kSlotBytes = 256 * 1024;
 
   // Collective over the ranks of one node: `rank` and `size` are local to the node, `store` is
   // the node's own view of the group's store, and `group_ranks[i]` is local rank i's rank in
