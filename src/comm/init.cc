@@ -1,6 +1,7 @@
 #include "cohort/comm/init.h"
 
 #include "cohort/comm/memory_store.h"
+#include "cohort/comm/prefix_store.h"
 #include "cohort/comm/tcp_store.h"
 
 namespace cohort {
@@ -18,8 +19,11 @@ std::shared_ptr<Group> init(const LaunchEnv& env, InitOptions options) {
   store.is_server = env.rank == 0 && !env.store_hosted;
   store.timeout = options.group.timeout;
   store.token = options.group.job_token;
-  return Group::create(std::make_shared<TcpStore>(store), env.rank, env.world_size,
-                       options.group);
+  std::shared_ptr<Store> job_store = std::make_shared<TcpStore>(store);
+  if (!env.store_prefix.empty()) {
+    job_store = std::make_shared<PrefixStore>(env.store_prefix, std::move(job_store));
+  }
+  return Group::create(std::move(job_store), env.rank, env.world_size, options.group);
 }
 
 }  // namespace cohort

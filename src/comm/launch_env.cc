@@ -188,6 +188,7 @@ LaunchEnv read_launch_env(const EnvLookup& lookup) {
     e = from_slurm(env);
   }
   e.store_hosted = env.text("COHORT_STORE_HOSTED").value_or("0") == "1";
+  e.store_prefix = env.text("COHORT_STORE_PREFIX").value_or("");
   return e;
 }
 

@@ -36,12 +36,14 @@ TEST(LaunchEnv, NoLauncherIsAWorldOfOne) {
   EXPECT_EQ(e.world_size, 1);
   EXPECT_EQ(e.rank, 0);
   EXPECT_FALSE(e.store_hosted);
+  EXPECT_EQ(e.store_prefix, "");
 }
 
 TEST(LaunchEnv, Torchrun) {
   const LaunchEnv e = read({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
                             {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.7"},
-                            {"MASTER_PORT", "29400"}, {"COHORT_STORE_HOSTED", "1"}});
+                            {"MASTER_PORT", "29400"}, {"COHORT_STORE_HOSTED", "1"},
+                            {"COHORT_STORE_PREFIX", "attempt2/"}});
   EXPECT_EQ(e.launcher, "torchrun");
   EXPECT_EQ(e.rank, 3);
   EXPECT_EQ(e.world_size, 4);
@@ -50,6 +52,7 @@ TEST(LaunchEnv, Torchrun) {
   EXPECT_EQ(e.master_addr, "10.0.0.7");
   EXPECT_EQ(e.master_port, 29400);
   EXPECT_TRUE(e.store_hosted);
+  EXPECT_EQ(e.store_prefix, "attempt2/");
 }
 
 TEST(LaunchEnv, UnderTorchrunsAgentCohortsStoreTakesTheNextPort) {

@@ -19,6 +19,9 @@ struct LaunchEnv {
   std::string master_addr = "127.0.0.1";  // where rank 0 (or the launcher) hosts the store
   uint16_t master_port = 0;
   bool store_hosted = false;  // COHORT_STORE_HOSTED=1: the launcher runs the store, not rank 0
+  // COHORT_STORE_PREFIX: the job's keys live under this prefix of the store. cohortrun gives
+  // each restart of a job its own, so a restarted group never reads the last one's keys.
+  std::string store_prefix;
 };
 
 // Looks a variable up; nullopt when unset or empty.

@@ -1,0 +1,198 @@
+// cohortrun end to end: it starts ranks (launch_test_rank) that form a group with
+// cohort::init(), and when one fails it stops the others, names the failed rank, exits
+// non-zero and leaves no process behind; it forwards SIGTERM, restarts, and joins nodes.
+#include <errno.h>
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "net/socket.h"
+#include "support/process.h"
+
+namespace cohort {
+namespace {
+
+using std::chrono::seconds;
+using testing::ChildProcess;
+
+constexpr seconds kDeadline{60};
+
+// cohortrun with its stderr folded into stdout, so the test sees the summary too.
+ChildProcess cohortrun(const std::vector<std::string>& args,
+                       const std::vector<std::string>& env = {}) {
+  std::string command = "exec " COHORTRUN;
+  for (const std::string& a : args) command += " '" + a + "'";
+  return ChildProcess({"/bin/sh", "-c", command + " 2>&1"}, env);
+}
+
+std::vector<int> printed_pids(const std::string& output) {
+  std::vector<int> pids;
+  const std::regex line(R"(\] pid (\d+))");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    pids.push_back(std::stoi((*it)[1]));
+  }
+  return pids;
+}
+
+void expect_all_gone(const std::vector<int>& pids) {
+  for (int pid : pids) {
+    EXPECT_TRUE(::kill(pid, 0) != 0 && errno == ESRCH) << "rank process " << pid << " still runs";
+  }
+}
+
+uint16_t free_port() { return net::Listener::bind("127.0.0.1", 0).port(); }
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(Cohortrun, AllRanksSucceed) {
+  auto run = cohortrun({"--nproc-per-node", "4", LAUNCH_TEST_RANK, "ok"});
+  ASSERT_EQ(run.wait(kDeadline), 0) << run.output();
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_TRUE(contains(run.output(), "[" + std::to_string(rank) + "] sum 10")) << run.output();
+  }
+}
+
+TEST(Cohortrun, ARankExitingNonZeroStopsTheJobAndIsNamed) {
+  const auto start = std::chrono::steady_clock::now();
+  auto run = cohortrun({"--nproc-per-node", "3", LAUNCH_TEST_RANK, "exit", "1", "3"});
+  ASSERT_EQ(run.wait(kDeadline), 3) << run.output();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(10));
+  EXPECT_TRUE(contains(run.output(), "cohortrun: rank 1 exited with code 3")) << run.output();
+  EXPECT_TRUE(contains(run.output(), "last lines of rank 1")) << run.output();
+  EXPECT_TRUE(contains(run.output(), "stopped rank(s) 0, 2")) << run.output();
+  ASSERT_EQ(printed_pids(run.output()).size(), 3u) << run.output();
+  expect_all_gone(printed_pids(run.output()));
+}
+
+TEST(Cohortrun, AKilledRankStopsTheJobWithinTenSeconds) {
+  const auto start = std::chrono::steady_clock::now();
+  auto run = cohortrun({"--nproc-per-node", "2", LAUNCH_TEST_RANK, "kill", "0"});
+  ASSERT_EQ(run.wait(kDeadline), 128 + SIGKILL) << run.output();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(10));
+  EXPECT_TRUE(contains(run.output(), "rank 0 was killed by signal 9")) << run.output();
+  ASSERT_EQ(printed_pids(run.output()).size(), 2u) << run.output();
+  expect_all_gone(printed_pids(run.output()));
+}
+
+TEST(Cohortrun, SigtermStopsEveryRank) {
+  auto run = cohortrun({"--nproc-per-node", "3", LAUNCH_TEST_RANK, "sleep"});
+  while (printed_pids(run.output()).size() < 3) {
+    ASSERT_FALSE(run.wait_for_line("[", kDeadline).empty()) << run.output();
+  }
+  run.kill(SIGTERM);
+  ASSERT_EQ(run.wait(seconds(10)), 128 + SIGTERM) << run.output();
+  EXPECT_TRUE(contains(run.output(), "interrupted by SIGTERM")) << run.output();
+  expect_all_gone(printed_pids(run.output()));
+}
+
+TEST(Cohortrun, RestartsEveryRankAfterAFailure) {
+  auto run = cohortrun(
+      {"--nproc-per-node", "2", "--max-restarts", "1", LAUNCH_TEST_RANK, "fail-once", "1"});
+  ASSERT_EQ(run.wait(kDeadline), 0) << run.output();
+  EXPECT_TRUE(contains(run.output(), "rank 1 exited with code 3")) << run.output();
+  EXPECT_TRUE(contains(run.output(), "restarting every rank (restart 1 of 1")) << run.output();
+  EXPECT_TRUE(contains(run.output(), "[0] restart 1")) << run.output();
+  EXPECT_TRUE(contains(run.output(), "[1] sum 3")) << run.output();
+}
+
+TEST(Cohortrun, GivesUpWhenRestartsRunOut) {
+  auto run = cohortrun({"--nproc-per-node", "2", "--max-restarts", "1", LAUNCH_TEST_RANK,
+                        "exit", "0", "4"});
+  ASSERT_EQ(run.wait(kDeadline), 4) << run.output();
+  EXPECT_TRUE(contains(run.output(), "job failed: rank 0 exited with code 4")) << run.output();
+  EXPECT_EQ(printed_pids(run.output()).size(), 4u) << run.output();  // two attempts
+  expect_all_gone(printed_pids(run.output()));
+}
+
+TEST(Cohortrun, AMissingProgramIsAClearError) {
+  auto run = cohortrun({"--nproc-per-node", "2", "no-such-program-xyz"});
+  ASSERT_EQ(run.wait(kDeadline), 2) << run.output();
+  EXPECT_TRUE(contains(run.output(), "cannot run 'no-such-program-xyz': no such program in PATH"))
+      << run.output();
+}
+
+TEST(Cohortrun, APortInUseIsAClearError) {
+  const auto taken = net::Listener::bind("", 0);
+  auto run = cohortrun({"--master-port", std::to_string(taken.port()), LAUNCH_TEST_RANK, "ok"});
+  ASSERT_EQ(run.wait(kDeadline), 2) << run.output();
+  EXPECT_TRUE(contains(run.output(), "already in use")) << run.output();
+}
+
+TEST(Cohortrun, BadOptionsAreRefused) {
+  auto run = cohortrun({"--nnodes", "2", "--node-rank", "2", LAUNCH_TEST_RANK});
+  ASSERT_EQ(run.wait(kDeadline), 2) << run.output();
+  EXPECT_TRUE(contains(run.output(), "--node-rank 2 must be below --nnodes 2")) << run.output();
+}
+
+// Two cohortrun invocations on this machine play two nodes of one job.
+std::vector<std::string> node_args(int node_rank, int nnodes, uint16_t port,
+                                   const std::vector<std::string>& rest) {
+  std::vector<std::string> args = {"--nnodes", std::to_string(nnodes), "--node-rank",
+                                   std::to_string(node_rank), "--master-port",
+                                   std::to_string(port), "--rdzv-timeout", "20"};
+  args.insert(args.end(), rest.begin(), rest.end());
+  return args;
+}
+
+const std::vector<std::string> kToken = {"COHORT_JOB_TOKEN=launch-test-secret"};
+
+TEST(Cohortrun, TwoNodesFormOneJob) {
+  const uint16_t port = free_port();
+  const std::vector<std::string> rest = {"--nproc-per-node", "2", LAUNCH_TEST_RANK, "ok"};
+  auto node0 = cohortrun(node_args(0, 2, port, rest), kToken);
+  auto node1 = cohortrun(node_args(1, 2, port, rest), kToken);
+  ASSERT_EQ(node1.wait(kDeadline), 0) << node1.output();
+  ASSERT_EQ(node0.wait(kDeadline), 0) << node0.output();
+  EXPECT_TRUE(contains(node0.output(), "[1] sum 10")) << node0.output();
+  EXPECT_TRUE(contains(node1.output(), "[3] sum 10")) << node1.output();
+}
+
+TEST(Cohortrun, AFailureOnOneNodeStopsTheOther) {
+  const uint16_t port = free_port();
+  const std::vector<std::string> rest = {"--nproc-per-node", "1", LAUNCH_TEST_RANK, "exit", "1",
+                                         "5"};
+  auto node0 = cohortrun(node_args(0, 2, port, rest), kToken);
+  auto node1 = cohortrun(node_args(1, 2, port, rest), kToken);
+  ASSERT_EQ(node1.wait(kDeadline), 5) << node1.output();
+  ASSERT_NE(node0.wait(kDeadline), 0) << node0.output();
+  EXPECT_TRUE(contains(node0.output(), "node 1: rank 1 exited with code 5")) << node0.output();
+  expect_all_gone(printed_pids(node0.output()));
+}
+
+TEST(Cohortrun, ANodeThatNeverArrivesIsNamed) {
+  const uint16_t port = free_port();
+  std::vector<std::string> args = node_args(0, 3, port, {LAUNCH_TEST_RANK, "ok"});
+  args[7] = "2";  // --rdzv-timeout
+  auto node0 = cohortrun(args, kToken);
+  args[3] = "1";  // --node-rank
+  auto node1 = cohortrun(args, kToken);
+  ASSERT_EQ(node0.wait(kDeadline), 1) << node0.output();
+  EXPECT_TRUE(contains(node0.output(), "node rank(s) 2 never arrived")) << node0.output();
+  EXPECT_NE(node1.wait(kDeadline), 0) << node1.output();
+}
+
+TEST(Cohortrun, SeveralNodesNeedAJobToken) {
+  auto run = cohortrun(node_args(0, 2, free_port(), {LAUNCH_TEST_RANK, "ok"}),
+                       {"COHORT_JOB_TOKEN="});
+  ASSERT_EQ(run.wait(kDeadline), 2) << run.output();
+  EXPECT_TRUE(contains(run.output(), "COHORT_JOB_TOKEN")) << run.output();
+}
+
+TEST(Cohortrun, AnUnreachableMasterIsAClearError) {
+  std::vector<std::string> args = node_args(1, 2, free_port(), {LAUNCH_TEST_RANK, "ok"});
+  args[7] = "1";  // --rdzv-timeout
+  auto run = cohortrun(args, kToken);
+  ASSERT_EQ(run.wait(kDeadline), 1) << run.output();
+  EXPECT_TRUE(contains(run.output(), "cannot reach node 0 within 1 s")) << run.output();
+}
+
+}  // namespace
+}  // namespace cohort

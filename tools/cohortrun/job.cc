@@ -1,0 +1,148 @@
+#include "job.h"
+
+#include <cstdio>
+#include <string>
+
+#include "cohort/core/env.h"
+#include "cohort/core/error.h"
+#include "local_attempt.h"
+#include "node_rendezvous.h"
+#include "rank_environment.h"
+#include "stop_signals.h"
+
+namespace cohort::run {
+
+namespace {
+
+using Outcome = AttemptResult::Outcome;
+
+void say(const std::string& line) { std::fprintf(stderr, "cohortrun: %s\n", line.c_str()); }
+
+// Every node of a job must present the same secret to the store and to each other's ranks, so
+// several nodes cannot each make one up: the user gives it.
+std::string job_token(const LaunchOptions& options) {
+  if (auto token = env_string("COHORT_JOB_TOKEN")) return *token;
+  if (!options.multi_node()) return random_job_token();
+  throw ConfigError("--nnodes " + std::to_string(options.nnodes) +
+                    " needs the same secret on every node: set COHORT_JOB_TOKEN on each, e.g. "
+                    "export COHORT_JOB_TOKEN=$(openssl rand -hex 16) where you start the job");
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+std::string headline(const RankFailure& f) {
+  return "rank " + std::to_string(f.rank) + " " + f.what;
+}
+
+void print_failure(const LaunchOptions& options, const RankFailure& f) {
+  say(headline(f) + " (local rank " + std::to_string(f.local_rank) + " on node " +
+      std::to_string(options.node_rank) + ", pid " + std::to_string(f.pid) + ")");
+  if (f.last_lines.empty()) return;
+  say("last lines of rank " + std::to_string(f.rank) + ":");
+  for (const std::string& line : f.last_lines) std::fprintf(stderr, "    %s\n", line.c_str());
+}
+
+// What went wrong, in a line for the other nodes and for the end of the summary.
+std::string cause_of(const AttemptResult& r) {
+  switch (r.outcome) {
+    case Outcome::kRanksFailed: return headline(r.failures.front());
+    case Outcome::kOtherNodeFailed: return r.cause;
+    case Outcome::kStoreLost: return "lost node 0's store: " + r.cause;
+    case Outcome::kInterrupted: return "cohortrun was interrupted by " + signal_name(r.stop_signal);
+    case Outcome::kSucceeded: break;
+  }
+  return "succeeded";
+}
+
+int exit_code_of(const AttemptResult& r) {
+  if (r.outcome == Outcome::kInterrupted) return 128 + r.stop_signal;
+  if (r.outcome == Outcome::kRanksFailed) return r.failures.front().exit_code;
+  return kExitLaunchFailed;
+}
+
+void print_summary(const LaunchOptions& options, const AttemptResult& r) {
+  for (const RankFailure& f : r.failures) print_failure(options, f);
+  if (r.outcome == Outcome::kOtherNodeFailed) say("another node failed: " + r.cause);
+  if (r.outcome == Outcome::kStoreLost) say(cause_of(r));
+  if (!r.stopped.empty()) say("stopped rank(s) " + rank_list(r.stopped));
+}
+
+class Job {
+ public:
+  explicit Job(const LaunchOptions& options)
+      : options_(options), token_(job_token(options)), rendezvous_(options, token_) {}
+
+  int run() {
+    for (int attempt = 0;; ++attempt) {
+      rendezvous_.join(attempt);
+      AttemptResult result = run_local_attempt(options_, placement(attempt), rendezvous_);
+      if (result.outcome == Outcome::kSucceeded) result = wait_for_other_nodes(attempt);
+      if (result.outcome == Outcome::kSucceeded) return kExitOk;
+      report(attempt, result);
+      if (!may_restart(attempt, result)) {
+        say("job failed: " + cause_of(result));
+        return exit_code_of(result);
+      }
+      say("restarting every rank (restart " + std::to_string(attempt + 1) + " of " +
+          std::to_string(options_.max_restarts) + ", COHORT_RESTART_COUNT=" +
+          std::to_string(attempt + 1) + ")");
+    }
+  }
+
+ private:
+  RankPlacement placement(int attempt) const {
+    RankPlacement p;
+    p.attempt = attempt;
+    p.store_port = rendezvous_.port();
+    p.token = token_;
+    return p;
+  }
+
+  // Node 0 hosts the store, and a node whose ranks are done may still be needed for a
+  // restart, so each waits until every node is done (or one failed) before exiting.
+  AttemptResult wait_for_other_nodes(int attempt) {
+    AttemptResult result;
+    if (!options_.multi_node()) return result;
+    rendezvous_.report_done(attempt);
+    const NodeRendezvous::Others others = rendezvous_.wait_for_others(attempt);
+    if (others.failure) {
+      result.outcome = Outcome::kOtherNodeFailed;
+      result.cause = *others.failure;
+    } else if (!others.all_done) {
+      say("warning: not every node reported its end within --rdzv-timeout; exiting anyway");
+    }
+    return result;
+  }
+
+  void report(int attempt, const AttemptResult& result) {
+    print_summary(options_, result);
+    if (!options_.multi_node() || result.outcome == Outcome::kOtherNodeFailed ||
+        result.outcome == Outcome::kStoreLost) {
+      return;
+    }
+    try {
+      rendezvous_.report_failure(attempt, cause_of(result));
+    } catch (const Error& e) {
+      say(std::string("could not tell the other nodes: ") + e.what());
+    }
+  }
+
+  bool may_restart(int attempt, const AttemptResult& result) const {
+    return attempt < options_.max_restarts && result.outcome != Outcome::kInterrupted &&
+           result.outcome != Outcome::kStoreLost;
+  }
+
+  const LaunchOptions& options_;
+  std::string token_;
+  NodeRendezvous rendezvous_;
+};
+
+}  // namespace
+
+int run_job(const LaunchOptions& options) { return Job(options).run(); }
+
+}  // namespace cohort::run

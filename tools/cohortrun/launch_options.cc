@@ -1,0 +1,84 @@
+#include "launch_options.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "cohort/core/error.h"
+
+namespace cohort::run {
+
+namespace {
+
+Milliseconds seconds_to_ms(double seconds) {
+  return Milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+bool is_executable_file(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
+
+// The program as execve() needs it: a path as given when it has a '/', else the first match in
+// PATH (what a shell would run).
+std::string resolve_program(const std::string& program) {
+  if (program.find('/') != std::string::npos) {
+    if (is_executable_file(program)) return program;
+    throw ConfigError("cannot run '" + program + "': no such executable file");
+  }
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (is_executable_file(candidate)) return candidate;
+  }
+  throw ConfigError("cannot run '" + program + "': no such program in PATH (give its path, " +
+                    "e.g. ./" + program + ")");
+}
+
+}  // namespace
+
+Milliseconds LaunchOptions::rdzv_timeout() const { return seconds_to_ms(rdzv_timeout_s); }
+Milliseconds LaunchOptions::stop_timeout() const { return seconds_to_ms(stop_timeout_s); }
+
+void add_launch_options(CLI::App& app, LaunchOptions& o) {
+  app.add_option("--nproc-per-node", o.nproc_per_node, "Ranks to start on this machine")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--nnodes", o.nnodes, "Machines in the job (each runs cohortrun)")
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--node-rank", o.node_rank, "This machine's index in [0, nnodes)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--master-addr", o.master_addr,
+                 "Address of node 0, which hosts the rendezvous store");
+  app.add_option("--master-port", o.master_port,
+                 "Port of the store (default: a free port on one node, 29500 on several)")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--max-restarts", o.max_restarts,
+                 "Restart every rank this many times after a failure (COHORT_RESTART_COUNT)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--rdzv-timeout", o.rdzv_timeout_s,
+                 "Seconds to wait for every node at the rendezvous (and at the end)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--stop-timeout", o.stop_timeout_s,
+                 "Seconds ranks get to exit after SIGTERM before SIGKILL")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("!--no-prefix", o.prefix_output, "Do not prefix output lines with '[rank] '");
+  app.add_option("--tail-lines", o.tail_lines,
+                 "Lines of a failed rank's output repeated in the summary")
+      ->check(CLI::NonNegativeNumber);
+  app.prefix_command();  // the first positional and everything after it: the program
+}
+
+void finish_launch_options(CLI::App& app, LaunchOptions& o) {
+  o.command = app.remaining();
+  if (!o.command.empty() && o.command.front() == "--") o.command.erase(o.command.begin());
+  if (o.command.empty()) {
+    throw ConfigError("no program given: cohortrun [options] program [args...]");
+  }
+  if (o.node_rank >= o.nnodes) {
+    throw ConfigError("--node-rank " + std::to_string(o.node_rank) + " must be below --nnodes " +
+                      std::to_string(o.nnodes));
+  }
+  if (o.multi_node() && o.master_port < 0) o.master_port = LaunchOptions::kDefaultMasterPort;
+  o.command.front() = resolve_program(o.command.front());
+}
+
+}  // namespace cohort::run

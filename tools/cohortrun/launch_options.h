@@ -1,0 +1,44 @@
+// What cohortrun was asked to do: its command line (docs/launch.md, "cohortrun").
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+#include "cohort/core/deadline.h"
+
+namespace cohort::run {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  // -1: one node picks a free port; several nodes meet at kDefaultMasterPort.
+  int master_port = -1;
+  int max_restarts = 0;
+  double rdzv_timeout_s = 300;
+  // Between the SIGTERM that asks ranks to stop and the SIGKILL that makes them.
+  double stop_timeout_s = 5;
+  bool prefix_output = true;
+  int tail_lines = 10;  // of each failed rank's output, in the failure summary
+  std::vector<std::string> command;  // the program and its arguments
+
+  static constexpr int kDefaultMasterPort = 29500;
+
+  int world_size() const { return nproc_per_node * nnodes; }
+  bool multi_node() const { return nnodes > 1; }
+  Milliseconds rdzv_timeout() const;
+  Milliseconds stop_timeout() const;
+};
+
+// Declares the options on `app`; the first positional argument and everything after it is
+// the command (so the program's own options are never read as cohortrun's).
+void add_launch_options(CLI::App& app, LaunchOptions& options);
+
+// Checks what CLI11 cannot: ranges that depend on each other, and that the program exists.
+// Resolves the program through PATH. Throws ConfigError saying what to change.
+void finish_launch_options(CLI::App& app, LaunchOptions& options);
+
+}  // namespace cohort::run

@@ -1,0 +1,163 @@
+#include "node_rendezvous.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "cohort/core/error.h"
+#include "stop_signals.h"
+
+namespace cohort::run {
+
+namespace {
+
+constexpr Milliseconds kPollInterval{100};
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
+}
+
+void throw_if_interrupted() {
+  if (const int signal = received_stop_signal()) throw Interrupted(signal);
+}
+
+}  // namespace
+
+Interrupted::Interrupted(int signal)
+    : Error("interrupted by " + signal_name(signal)), signal_(signal) {}
+
+NodeRendezvous::NodeRendezvous(const LaunchOptions& options, const std::string& token)
+    : options_(options) {
+  TcpStoreOptions store;
+  store.host = options.master_addr;
+  store.port = static_cast<uint16_t>(options.master_port < 0 ? 0 : options.master_port);
+  store.is_server = options.node_rank == 0;
+  // One node: nothing outside this machine needs the store.
+  store.bind_host = options.multi_node() ? "" : "127.0.0.1";
+  store.token = token;
+  store.timeout = options.rdzv_timeout();
+  try {
+    store_ = std::make_unique<TcpStore>(store);
+  } catch (const StoreError& e) {
+    throw StoreError("cannot reach node 0 within " +
+                     std::to_string(options.rdzv_timeout().count() / 1000) +
+                     " s (--rdzv-timeout): " + e.what() +
+                     " Check --master-addr and --master-port, that node 0 runs cohortrun, and " +
+                     "that every node has the same COHORT_JOB_TOKEN.");
+  }
+}
+
+std::string NodeRendezvous::key(int attempt, const std::string& name) const {
+  return "cohortrun/" + std::to_string(attempt) + "/" + name;
+}
+
+std::string NodeRendezvous::node_key(int attempt, int node) const {
+  return key(attempt, "node/" + std::to_string(node));
+}
+
+void NodeRendezvous::join(int attempt) {
+  claim_node_rank(attempt);
+  store_->set(node_key(attempt, options_.node_rank),
+              std::to_string(options_.nproc_per_node) + " " + host_name());
+  std::vector<std::string> keys;
+  for (int node = 0; node < options_.nnodes; ++node) keys.push_back(node_key(attempt, node));
+  const Deadline deadline = Deadline::after(options_.rdzv_timeout());
+  for (;;) {
+    try {
+      store_->wait(keys, std::min(deadline.remaining(), kPollInterval));
+      break;
+    } catch (const TimeoutError&) {
+      throw_if_interrupted();
+      if (!deadline.expired()) continue;
+      throw TimeoutError("rendezvous timed out after " +
+                         std::to_string(options_.rdzv_timeout().count() / 1000) +
+                         " s (--rdzv-timeout): node rank(s) " + missing_nodes(attempt) +
+                         " never arrived of the " + std::to_string(options_.nnodes) +
+                         " nodes expected at " + options_.master_addr + ":" +
+                         std::to_string(port()) + ". Start cohortrun on every node with the " +
+                         "same --nnodes, --master-addr and --master-port");
+    }
+  }
+  check_same_ranks_per_node(attempt);
+}
+
+void NodeRendezvous::claim_node_rank(int attempt) {
+  if (store_->add(key(attempt, "claim/" + std::to_string(options_.node_rank)), 1) > 1) {
+    throw ConfigError("another node already joined as --node-rank " +
+                      std::to_string(options_.node_rank) +
+                      ": every node needs its own --node-rank in [0, " +
+                      std::to_string(options_.nnodes) + ")");
+  }
+}
+
+std::string NodeRendezvous::missing_nodes(int attempt) {
+  std::string missing;
+  for (int node = 0; node < options_.nnodes; ++node) {
+    try {
+      store_->wait({node_key(attempt, node)}, Milliseconds(1));
+    } catch (const TimeoutError&) {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(node);
+    }
+  }
+  return missing;
+}
+
+void NodeRendezvous::check_same_ranks_per_node(int attempt) {
+  for (int node = 0; node < options_.nnodes; ++node) {
+    std::istringstream entry(store_->get_string(node_key(attempt, node), options_.rdzv_timeout()));
+    int ranks = 0;
+    std::string host;
+    entry >> ranks >> host;
+    if (ranks != options_.nproc_per_node) {
+      throw ConfigError("node " + std::to_string(node) + " (" + host + ") runs " +
+                        std::to_string(ranks) + " ranks, this node " +
+                        std::to_string(options_.nproc_per_node) +
+                        ": give every node the same --nproc-per-node");
+    }
+  }
+}
+
+std::optional<std::string> NodeRendezvous::failure(int attempt) {
+  if (store_->add(key(attempt, "failed"), 0) == 0) return std::nullopt;
+  return store_->get_string(key(attempt, "failure"), options_.rdzv_timeout());
+}
+
+void NodeRendezvous::report_failure(int attempt, const std::string& what) {
+  const std::string report = "node " + std::to_string(options_.node_rank) + ": " + what;
+  store_->compare_set(key(attempt, "failure"), {}, to_bytes(report));  // the first one stays
+  store_->add(key(attempt, "failed"), 1);
+}
+
+void NodeRendezvous::report_done(int attempt) { store_->add(key(attempt, "done"), 1); }
+
+NodeRendezvous::Others NodeRendezvous::wait_for_others(int attempt) {
+  Others others;
+  const Deadline deadline = Deadline::after(options_.rdzv_timeout());
+  while (!deadline.expired()) {
+    others.failure = failure(attempt);
+    others.all_done = store_->add(key(attempt, "done"), 0) >= options_.nnodes;
+    if (others.failure || others.all_done) break;
+    throw_if_interrupted();
+    std::this_thread::sleep_for(kPollInterval);
+  }
+  if (others.all_done) leave(attempt, deadline);
+  return others;
+}
+
+// Node 0's store must outlive every other node's last look at it: each node counts itself
+// out, and node 0 waits for all of them before it exits (and closes the store).
+void NodeRendezvous::leave(int attempt, Deadline deadline) {
+  store_->add(key(attempt, "left"), 1);
+  if (options_.node_rank != 0) return;
+  while (store_->add(key(attempt, "left"), 0) < options_.nnodes && !deadline.expired()) {
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+}  // namespace cohort::run

@@ -1,0 +1,70 @@
+// How the cohortrun processes of a job (one per node) find each other and agree on what
+// happens: node 0 hosts the job's store at --master-addr:--master-port, which the ranks use
+// too (COHORT_STORE_HOSTED); every node joins each attempt there, reports its ranks' failure
+// or success, and watches for the others' (docs/launch.md, "Several machines").
+//
+// Keys, under "cohortrun/<attempt>/": node/<r> ("<ranks per node> <host>"), claim/<r> (a
+// counter that catches two nodes with one --node-rank), failed (a counter) and failure (the
+// first report), done (a counter of nodes whose ranks all succeeded), left (a counter of nodes
+// that saw every node done).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cohort/comm/tcp_store.h"
+#include "cohort/core/error.h"
+#include "launch_options.h"
+
+namespace cohort::run {
+
+class NodeRendezvous {
+ public:
+  // Node 0 starts the store server (a port in use is a ConfigError); every node connects to
+  // it, waiting up to --rdzv-timeout for node 0 (then StoreError).
+  NodeRendezvous(const LaunchOptions& options, const std::string& token);
+
+  uint16_t port() const { return store_->port(); }
+
+  // Waits until every node has joined `attempt`. Throws TimeoutError naming the node ranks
+  // that never arrived, ConfigError when two nodes claim one node rank or the nodes disagree
+  // on --nproc-per-node, Interrupted when a stop signal arrives meanwhile.
+  void join(int attempt);
+
+  // Another node's report of a failure in `attempt`, if any. StoreError when the store is lost.
+  std::optional<std::string> failure(int attempt);
+  void report_failure(int attempt, const std::string& what);
+  void report_done(int attempt);
+  // After this node's ranks succeeded: waits until every node's have (all_done), or one
+  // reports a failure (failure), or --rdzv-timeout passes (neither).
+  struct Others {
+    bool all_done = false;
+    std::optional<std::string> failure;
+  };
+  Others wait_for_others(int attempt);
+
+ private:
+  std::string key(int attempt, const std::string& name) const;
+  std::string node_key(int attempt, int node) const;
+  void claim_node_rank(int attempt);
+  std::string missing_nodes(int attempt);
+  void check_same_ranks_per_node(int attempt);
+  void leave(int attempt, Deadline deadline);
+
+  const LaunchOptions& options_;
+  std::unique_ptr<TcpStore> store_;
+};
+
+// A stop signal (SIGINT, SIGTERM, SIGHUP) arrived while cohortrun waited.
+class Interrupted : public Error {
+ public:
+  explicit Interrupted(int signal);
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+
+}  // namespace cohort::run

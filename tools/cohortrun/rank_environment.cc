@@ -1,0 +1,71 @@
+#include "rank_environment.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+extern char** environ;
+
+namespace cohort::run {
+
+namespace {
+
+// Inherited variables that would contradict ours: torchrun's agent-store switch would move
+// the store port, and a stale prefix or restart count would mislead the program.
+const char* const kDropped[] = {"TORCHELASTIC_USE_AGENT_STORE"};
+
+std::string name_of(const std::string& entry) { return entry.substr(0, entry.find('=')); }
+
+std::vector<std::string> launcher_variables(const LaunchOptions& o, const RankPlacement& p) {
+  auto var = [](const char* name, const std::string& value) {
+    return std::string(name) + "=" + value;
+  };
+  std::vector<std::string> vars = {
+      var("RANK", std::to_string(global_rank(o, p.local_rank))),
+      var("WORLD_SIZE", std::to_string(o.world_size())),
+      var("LOCAL_RANK", std::to_string(p.local_rank)),
+      var("LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)),
+      var("GROUP_RANK", std::to_string(o.node_rank)),  // torchrun's name for the node rank
+      var("MASTER_ADDR", o.master_addr),
+      var("MASTER_PORT", std::to_string(p.store_port)),
+      var("COHORT_STORE_HOSTED", "1"),
+      // Each attempt's group keys apart from the last one's, in the same store.
+      var("COHORT_STORE_PREFIX", "attempt" + std::to_string(p.attempt) + "/"),
+      var("COHORT_RESTART_COUNT", std::to_string(p.attempt)),
+      var("COHORT_JOB_TOKEN", p.token),
+  };
+  return vars;
+}
+
+}  // namespace
+
+int global_rank(const LaunchOptions& options, int local_rank) {
+  return options.node_rank * options.nproc_per_node + local_rank;
+}
+
+std::vector<std::string> rank_environment(const LaunchOptions& options,
+                                          const RankPlacement& placement) {
+  std::vector<std::string> env = launcher_variables(options, placement);
+  std::vector<std::string> replaced;
+  for (const std::string& entry : env) replaced.push_back(name_of(entry));
+  replaced.insert(replaced.end(), std::begin(kDropped), std::end(kDropped));
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::find(replaced.begin(), replaced.end(), name_of(*e)) == replaced.end()) {
+      env.emplace_back(*e);
+    }
+  }
+  return env;
+}
+
+std::string random_job_token() {
+  std::random_device device;
+  std::string token;
+  for (int i = 0; i < 4; ++i) {
+    char part[9];
+    std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(device()));
+    token += part;
+  }
+  return token;
+}
+
+}  // namespace cohort::run

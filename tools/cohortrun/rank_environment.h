@@ -1,0 +1,29 @@
+// The environment a rank starts with: cohortrun's own, with the launcher variables that
+// cohort::init() reads (torchrun's names, so torchrun-style programs run too) set for this
+// rank and attempt (docs/launch.md, "What cohortrun sets").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "launch_options.h"
+
+namespace cohort::run {
+
+struct RankPlacement {
+  int local_rank = 0;
+  int attempt = 0;       // COHORT_RESTART_COUNT
+  uint16_t store_port = 0;
+  std::string token;     // COHORT_JOB_TOKEN
+};
+
+int global_rank(const LaunchOptions& options, int local_rank);
+
+std::vector<std::string> rank_environment(const LaunchOptions& options,
+                                          const RankPlacement& placement);
+
+// A fresh secret for a job (128 bits from the system's random source, in hex).
+std::string random_job_token();
+
+}  // namespace cohort::run
