@@ -16,6 +16,9 @@ namespace {
 
 using Outcome = AttemptResult::Outcome;
 
+// How long node 0 waits, beyond --stop-timeout, for the other nodes to see a final failure.
+constexpr Milliseconds kLeaveMargin{5000};
+
 void say(const std::string& line) { std::fprintf(stderr, "cohortrun: %s\n", line.c_str()); }
 
 // Every node of a job must present the same secret to the store and to each other's ranks, so
@@ -85,6 +88,7 @@ class Job {
       report(attempt, result);
       if (!may_restart(attempt, result)) {
         say("job failed: " + cause_of(result));
+        leave_failed(attempt);
         return exit_code_of(result);
       }
       say("restarting every rank (restart " + std::to_string(attempt + 1) + " of " +
@@ -128,6 +132,16 @@ class Job {
       rendezvous_.report_failure(attempt, cause_of(result));
     } catch (const Error& e) {
       say(std::string("could not tell the other nodes: ") + e.what());
+    }
+  }
+
+  // So that node 0's store stays up until every node has seen the failure.
+  void leave_failed(int attempt) {
+    if (!options_.multi_node()) return;
+    try {
+      rendezvous_.leave(attempt, Deadline::after(options_.stop_timeout() + kLeaveMargin));
+    } catch (const Error&) {
+      // Node 0 is gone already: nothing left to wait for.
     }
   }
 

@@ -150,8 +150,6 @@ NodeRendezvous::Others NodeRendezvous::wait_for_others(int attempt) {
   return others;
 }
 
-// Node 0's store must outlive every other node's last look at it: each node counts itself
-// out, and node 0 waits for all of them before it exits (and closes the store).
 void NodeRendezvous::leave(int attempt, Deadline deadline) {
   store_->add(key(attempt, "left"), 1);
   if (options_.node_rank != 0) return;

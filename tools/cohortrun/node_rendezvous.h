@@ -44,6 +44,9 @@ class NodeRendezvous {
     std::optional<std::string> failure;
   };
   Others wait_for_others(int attempt);
+  // Counts this node out of `attempt`; node 0 then waits (until `deadline`) for every node to
+  // have done so, since its store must outlive every other node's last look at it.
+  void leave(int attempt, Deadline deadline);
 
  private:
   std::string key(int attempt, const std::string& name) const;
@@ -51,7 +54,6 @@ class NodeRendezvous {
   void claim_node_rank(int attempt);
   std::string missing_nodes(int attempt);
   void check_same_ranks_per_node(int attempt);
-  void leave(int attempt, Deadline deadline);
 
   const LaunchOptions& options_;
   std::unique_ptr<TcpStore> store_;
