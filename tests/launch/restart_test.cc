@@ -1,0 +1,77 @@
+// Restart from a checkpoint, end to end: a DDP run under cohortrun --max-restarts 1 whose rank
+// is killed mid-epoch resumes from its last checkpoint and ends with exactly (byte for byte)
+// the parameters of a run that was never interrupted.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <unistd.h>
+
+#include "support/process.h"
+
+namespace cohort {
+namespace {
+
+using testing::ChildProcess;
+
+constexpr std::chrono::seconds kDeadline{240};
+
+struct Run {
+  int exit_code;
+  std::string output;
+};
+
+// cohortrun --nproc-per-node 2 [launcher_args] ddp_restart_rank ... [rank_args]
+Run train(const std::string& dir, const std::string& launcher_args,
+          const std::string& rank_args) {
+  const std::string command = "exec " COHORTRUN " --nproc-per-node 2 " + launcher_args +
+                              " " DDP_RESTART_RANK " --checkpoint " + dir + "/ck --out " + dir +
+                              "/params.bin " + rank_args;
+  ChildProcess run({"/bin/sh", "-c", command + " 2>&1"}, {"OMP_NUM_THREADS=1"});
+  const int code = run.wait(kDeadline);
+  return {code, run.output()};
+}
+
+std::string fresh_dir(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "cohort_restart_" + name + "_" +
+                    std::to_string(::getpid());
+  std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str());
+  return dir;
+}
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(Restart, AKilledRankResumesFromTheCheckpointWithTheSameParameters) {
+  const std::string plain = fresh_dir("plain"), killed = fresh_dir("killed");
+  const Run reference = train(plain, "", "");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const Run restarted = train(killed, "--max-restarts 1", "--kill-rank 1 --kill-step 13");
+  ASSERT_EQ(restarted.exit_code, 0) << restarted.output;
+  EXPECT_NE(restarted.output.find("rank 1 was killed by signal 9"), std::string::npos)
+      << restarted.output;
+  EXPECT_NE(restarted.output.find("[0] resumed at step 10 epoch 0"), std::string::npos)
+      << restarted.output;
+  const std::string expected = contents(plain + "/params.bin");
+  ASSERT_FALSE(expected.empty());
+  EXPECT_TRUE(contents(killed + "/params.bin") == expected)
+      << "the restarted run's parameters differ from the uninterrupted run's";
+}
+
+TEST(Restart, WithoutRestartsTheKilledRankFailsTheJob) {
+  const std::string dir = fresh_dir("no_restart");
+  const Run run = train(dir, "", "--kill-rank 0 --kill-step 3");
+  EXPECT_EQ(run.exit_code, 128 + SIGKILL) << run.output;
+  EXPECT_NE(run.output.find("job failed: rank 0 was killed by signal 9"), std::string::npos)
+      << run.output;
+}
+
+}  // namespace
+}  // namespace cohort
