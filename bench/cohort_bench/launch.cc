@@ -10,11 +10,11 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cohort/comm/launch_env.h"
 #include "cohort/comm/tcp_store.h"
 #include "cohort/core/error.h"
 #include "ranks.h"
@@ -34,19 +34,6 @@ struct Child {
   bool killed = false;  // by us, after the grace period
   int status = 0;       // from waitpid
 };
-
-// The secret of this job: the store and every rank-to-rank connection present it, so other
-// processes on the machine cannot join.
-std::string random_token() {
-  std::random_device device;
-  std::string token;
-  for (int i = 0; i < 4; ++i) {
-    char part[9];
-    std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(device()));
-    token += part;
-  }
-  return token;
-}
 
 std::string self_executable() {
   char path[PATH_MAX];
@@ -189,7 +176,7 @@ int summarize(const std::vector<Child>& children) {
 }  // namespace
 
 int launch_local_ranks(const BenchConfig& config, char** argv) {
-  const std::string token = random_token();
+  const std::string token = random_job_token();
   TcpStoreServerOptions server_options;
   server_options.bind_host = "127.0.0.1";
   server_options.port = 0;

@@ -1,7 +1,9 @@
 #include "cohort/comm/launch_env.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "cohort/core/env.h"
@@ -190,6 +192,17 @@ LaunchEnv read_launch_env(const EnvLookup& lookup) {
   e.store_hosted = env.text("COHORT_STORE_HOSTED").value_or("0") == "1";
   e.store_prefix = env.text("COHORT_STORE_PREFIX").value_or("");
   return e;
+}
+
+std::string random_job_token() {
+  std::random_device device;
+  std::string token;
+  for (int i = 0; i < 4; ++i) {
+    char part[9];
+    std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(device()));
+    token += part;
+  }
+  return token;
 }
 
 LaunchEnv read_launch_env() {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cohort/comm/launch_env.h"
 #include "cohort/core/env.h"
 #include "cohort/core/error.h"
 #include "local_attempt.h"

@@ -1,8 +1,6 @@
 #include "rank_environment.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <random>
 
 extern char** environ;
 
@@ -57,15 +55,5 @@ std::vector<std::string> rank_environment(const LaunchOptions& options,
   return env;
 }
 
-std::string random_job_token() {
-  std::random_device device;
-  std::string token;
-  for (int i = 0; i < 4; ++i) {
-    char part[9];
-    std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(device()));
-    token += part;
-  }
-  return token;
-}
 
 }  // namespace cohort::run

@@ -23,7 +23,4 @@ int global_rank(const LaunchOptions& options, int local_rank);
 std::vector<std::string> rank_environment(const LaunchOptions& options,
                                           const RankPlacement& placement);
 
-// A fresh secret for a job (128 bits from the system's random source, in hex).
-std::string random_job_token();
-
 }  // namespace cohort::run

@@ -41,6 +41,10 @@ LaunchEnv read_launch_env(const EnvLookup& lookup);
 // The same over this process's environment.
 LaunchEnv read_launch_env();
 
+// A fresh secret for a job (COHORT_JOB_TOKEN): 128 bits from the system's random source, in hex.
+// Launchers (cohortrun, cohort-bench) give one to the ranks they start.
+std::string random_job_token();
+
 // The first host of a Slurm host list: "node[01-04,07],gpu5" -> "node01".
 std::string first_slurm_host(const std::string& host_list);
 
