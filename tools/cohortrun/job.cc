@@ -1,6 +1,7 @@
 #include "job.h"
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "cohort/comm/launch_env.h"
@@ -78,12 +79,12 @@ void print_summary(const LaunchOptions& options, const AttemptResult& r) {
 class Job {
  public:
   explicit Job(const LaunchOptions& options)
-      : options_(options), token_(job_token(options)), rendezvous_(options, token_) {}
+      : options_(options), token_(job_token(options)), rendezvous_(connect(options, token_)) {}
 
   int run() {
     for (int attempt = 0;; ++attempt) {
-      rendezvous_.join(attempt);
-      AttemptResult result = run_local_attempt(options_, placement(attempt), rendezvous_);
+      rendezvous_->join(attempt);
+      AttemptResult result = run_local_attempt(options_, placement(attempt), *rendezvous_);
       if (result.outcome == Outcome::kSucceeded) result = wait_for_other_nodes(attempt);
       if (result.outcome == Outcome::kSucceeded) return kExitOk;
       report(attempt, result);
@@ -99,10 +100,19 @@ class Job {
   }
 
  private:
+  // Connecting to node 0 may take up to --rdzv-timeout and cannot watch for signals itself.
+  static std::unique_ptr<NodeRendezvous> connect(const LaunchOptions& options,
+                                                 const std::string& token) {
+    exit_on_stop_signal(true);
+    auto rendezvous = std::make_unique<NodeRendezvous>(options, token);
+    exit_on_stop_signal(false);
+    return rendezvous;
+  }
+
   RankPlacement placement(int attempt) const {
     RankPlacement p;
     p.attempt = attempt;
-    p.store_port = rendezvous_.port();
+    p.store_port = rendezvous_->port();
     p.token = token_;
     return p;
   }
@@ -112,8 +122,8 @@ class Job {
   AttemptResult wait_for_other_nodes(int attempt) {
     AttemptResult result;
     if (!options_.multi_node()) return result;
-    rendezvous_.report_done(attempt);
-    const NodeRendezvous::Others others = rendezvous_.wait_for_others(attempt);
+    rendezvous_->report_done(attempt);
+    const NodeRendezvous::Others others = rendezvous_->wait_for_others(attempt);
     if (others.failure) {
       result.outcome = Outcome::kOtherNodeFailed;
       result.cause = *others.failure;
@@ -130,7 +140,7 @@ class Job {
       return;
     }
     try {
-      rendezvous_.report_failure(attempt, cause_of(result));
+      rendezvous_->report_failure(attempt, cause_of(result));
     } catch (const Error& e) {
       say(std::string("could not tell the other nodes: ") + e.what());
     }
@@ -140,7 +150,7 @@ class Job {
   void leave_failed(int attempt) {
     if (!options_.multi_node()) return;
     try {
-      rendezvous_.leave(attempt, Deadline::after(options_.stop_timeout() + kLeaveMargin));
+      rendezvous_->leave(attempt, Deadline::after(options_.stop_timeout() + kLeaveMargin));
     } catch (const Error&) {
       // Node 0 is gone already: nothing left to wait for.
     }
@@ -153,7 +163,7 @@ class Job {
 
   const LaunchOptions& options_;
   std::string token_;
-  NodeRendezvous rendezvous_;
+  std::unique_ptr<NodeRendezvous> rendezvous_;
 };
 
 }  // namespace

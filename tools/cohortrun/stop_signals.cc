@@ -1,6 +1,7 @@
 #include "stop_signals.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <initializer_list>
@@ -10,8 +11,12 @@ namespace cohort::run {
 namespace {
 
 volatile sig_atomic_t g_stop_signal = 0;  // written only by the handler
+volatile sig_atomic_t g_exit_on_stop_signal = 0;
 
-void on_stop_signal(int signal) { g_stop_signal = signal; }
+void on_stop_signal(int signal) {
+  if (g_exit_on_stop_signal) ::_exit(128 + signal);
+  g_stop_signal = signal;
+}
 
 }  // namespace
 
@@ -22,6 +27,8 @@ void catch_stop_signals() {
   for (int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &action, nullptr);
   ::signal(SIGPIPE, SIG_IGN);  // a closed terminal must not kill us before we stop the ranks
 }
+
+void exit_on_stop_signal(bool on) { g_exit_on_stop_signal = on ? 1 : 0; }
 
 int received_stop_signal() { return g_stop_signal; }
 
