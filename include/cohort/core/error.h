@@ -56,4 +56,11 @@ class ProtocolError : public Error {
   using Error::Error;
 };
 
+// A training checkpoint could not be written, or could not be loaded: unreadable, corrupt or
+// truncated, or saved from a different model. The message names the file and what to do.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace cohort

@@ -56,6 +56,11 @@ class DistributedSampler : public torch::data::samplers::Sampler<std::vector<siz
   void set_epoch(uint64_t epoch);
   uint64_t epoch() const { return state_->epoch; }
 
+  // What the sampler was built for (the data set size follows reset(new_size)).
+  size_t dataset_size() const { return state_->dataset_size; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+
   // Samples this rank sees per epoch (the same on every rank).
   size_t num_samples() const { return state_->indices.size(); }
   // This rank's indices for the current epoch, in the order next() hands them out.

@@ -1,0 +1,83 @@
+// Training checkpoints: save everything a run needs to continue (model, optimizer, sampler
+// position, counters, random generator) to one file, atomically, and load it back.
+//
+//   cohort::TrainingState state;
+//   state.module = model.get();
+//   state.optimizer = &optimizer;
+//   state.sampler = &sampler;
+//   if (cohort::load_checkpoint(path, ddp.group(), state)) { /* resumed at state.step */ }
+//   for (...) {
+//     ...
+//     ++state.step;
+//     if (state.step % 1000 == 0) cohort::save_checkpoint(path, ddp.group(), state);
+//   }
+//
+// The file is written to `<path>.tmp.<pid>` in the same directory, synced, and renamed over
+// `path`, so `path` always holds either the previous checkpoint or the new one, whole. A
+// footer with a CRC-32 makes a file cut short or damaged anywhere fail to load
+// (CheckpointError naming the file) instead of loading garbage. docs/checkpoints.md.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "cohort/comm/group.h"
+#include "cohort/torch/distributed_sampler.h"
+
+namespace cohort {
+
+// What a checkpoint holds. The pointers are not owned; null ones (other than module) are not
+// saved, and not restored.
+struct TrainingState {
+  // Parameters and buffers (required). Load copies into the existing tensors, which must have
+  // the saved names, shapes and dtypes.
+  torch::nn::Module* module = nullptr;
+  // Optional: its per-parameter state (momentum buffers, ...) and param-group options (lr, ...).
+  torch::optim::Optimizer* optimizer = nullptr;
+  // Optional: the epoch and how far into it the ranks are.
+  DistributedSampler* sampler = nullptr;
+  // The caller's counters, saved and restored as they are.
+  int64_t step = 0;
+  int64_t epoch = 0;
+  // Save and restore torch's default CPU generator (dropout masks, torch::rand, ...).
+  bool rng = true;
+};
+
+// The file is a torch archive followed by this footer, written last:
+//   magic "COHORTCK" (8 bytes) | format version u32 | archive bytes u64 | CRC-32 of them u32
+// (integers little-endian).
+inline constexpr size_t kCheckpointFooterBytes = 24;
+
+// ---- One process.
+
+// Writes `state` to `path` atomically. Throws CheckpointError (naming `path`) when the file
+// cannot be written; the previous file at `path` is then left as it was.
+void save_checkpoint(const std::string& path, const TrainingState& state);
+
+// Restores `state` from `path`. Returns false, changing nothing, when there is no file at
+// `path` (a first run). Throws CheckpointError naming `path` when the file cannot be read, is
+// corrupt or truncated, or does not fit the module, optimizer or sampler. The module is
+// checked whole before any of it is changed; a later failure (the optimizer's state) may leave
+// the module restored and the rest not.
+bool load_checkpoint(const std::string& path, TrainingState& state);
+
+// ---- Data parallel: collective over `group` (every rank calls it, with the same path and the
+// same kinds of state; pass ddp.group()).
+
+// Rank 0 writes the file (only its file system needs `path`); every rank contributes its
+// random generator state. Every rank returns, or every rank throws rank 0's CheckpointError.
+void save_checkpoint(const std::string& path, Group& group, const TrainingState& state);
+
+// Rank 0 reads and verifies the file and sends it to the others, so no shared file system is
+// needed. Every rank returns false (no file), or every rank restores the same state, or every
+// rank throws CheckpointError. Works at any world size: the model and optimizer are the same
+// on every rank of a data-parallel run, so the saved copy is every rank's. At a different world
+// size the sampler resumes at (samples consumed by all ranks) / (new world size), rounded down,
+// so a few samples of the epoch may be seen again; rank r restores the generator state saved
+// by rank r mod (saved world size).
+bool load_checkpoint(const std::string& path, Group& group, TrainingState& state);
+
+}  // namespace cohort

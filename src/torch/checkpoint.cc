@@ -1,0 +1,154 @@
+// cohort::save_checkpoint / load_checkpoint (include/cohort/torch/checkpoint.h).
+//
+// Note [Checkpoint collectives]: in the group forms only rank 0 touches the file, and every
+// outcome is decided on one rank and sent to all, so that every rank returns or throws at the
+// same point and none is left waiting in a collective the others skipped.
+//  - save: allgather of the generator states (every rank's is saved); rank 0 writes; broadcast
+//    of {status, length} and, on failure, rank 0's message.
+//  - load: rank 0 reads and verifies the file; broadcast of {status, length} (ok, missing,
+//    failed) and then the payload (or rank 0's message); every rank deserializes from memory;
+//    an allgather of "restored" flags so that a rank whose state did not fit fails them all.
+// Every collective has the group's deadline, so a rank that never arrives is a TimeoutError.
+#include "cohort/torch/checkpoint.h"
+
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checkpoint_file.h"
+#include "checkpoint_state.h"
+#include "cohort/core/check.h"
+#include "cohort/core/error.h"
+#include "cohort/torch/tensor_buffer.h"
+
+namespace cohort {
+namespace {
+
+enum Status : int64_t { kOk = 0, kMissing = 1, kFailed = 2 };
+
+// Rank 0's status and bytes (payload or error message) land on every rank.
+void broadcast_outcome(Group& group, int64_t& status, std::string& bytes) {
+  std::vector<int64_t> header = {status, static_cast<int64_t>(bytes.size())};
+  group.broadcast(make_buffer(header));
+  status = header[0];
+  bytes.resize(static_cast<size_t>(header[1]));
+  if (!bytes.empty()) {
+    group.broadcast(make_buffer(reinterpret_cast<uint8_t*>(&bytes[0]), bytes.size()));
+  }
+}
+
+// Every rank's generator state, in rank order.
+std::vector<torch::Tensor> gather_generator_states(const std::string& path, Group& group) {
+  const torch::Tensor mine = detail::cpu_generator_state().contiguous();
+  int64_t my_size = mine.numel();
+  std::vector<int64_t> sizes(static_cast<size_t>(group.size()));
+  group.allgather(make_buffer(&my_size, 1), make_buffer(sizes));
+  // Every rank sees the same sizes, so either every rank throws here or none does.
+  for (int64_t size : sizes) {
+    if (size == sizes[0]) continue;
+    throw CheckpointError(detail::concat(
+        "cannot write checkpoint '", path, "': the ranks' random generator states differ in size (",
+        sizes[0], " and ", size, " bytes), so they run different libtorch builds; run every rank ",
+        "with the same build, or set TrainingState::rng = false"));
+  }
+  torch::Tensor all = torch::empty({group.size(), my_size}, torch::kUInt8);
+  group.allgather(tensor_buffer(mine), tensor_buffer(all));
+  std::vector<torch::Tensor> states;
+  // Cloned: an archive stores a view's whole storage, which would be every rank's state again.
+  for (int r = 0; r < group.size(); ++r) states.push_back(all[r].clone());
+  return states;
+}
+
+void save_file(const std::string& path, const TrainingState& state, int world_size,
+               const std::vector<torch::Tensor>& rng_states) {
+  detail::write_checkpoint_file(path,
+                                detail::encode_training_state(path, state, world_size, rng_states));
+}
+
+// Rank 0's side of a load: the verified payload, or why there is none.
+void read_on_root(const std::string& path, int64_t& status, std::string& bytes) {
+  try {
+    std::optional<std::string> payload = detail::read_checkpoint_file(path);
+    status = payload ? kOk : kMissing;
+    if (payload) bytes = std::move(*payload);
+  } catch (const std::exception& error) {
+    status = kFailed;
+    bytes = error.what();
+  }
+}
+
+// Restores on every rank; throws on every rank if it failed on any (Note [Checkpoint
+// collectives]).
+void restore_everywhere(const std::string& path, Group& group, const std::string& payload,
+                        TrainingState& state) {
+  std::string error;
+  try {
+    detail::decode_training_state(path, payload, group.rank(), state);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  int64_t failed = error.empty() ? 0 : 1;
+  std::vector<int64_t> all_failed(static_cast<size_t>(group.size()));
+  group.allgather(make_buffer(&failed, 1), make_buffer(all_failed));
+  if (!error.empty()) throw CheckpointError(error);
+  for (int r = 0; r < group.size(); ++r) {
+    if (all_failed[static_cast<size_t>(r)] != 0) {
+      throw CheckpointError(detail::concat(
+          "checkpoint '", path, "' could not be restored on rank ", r,
+          " (see its error), so no rank goes on with it; give every rank the same model, "
+          "optimizer and sampler"));
+    }
+  }
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const TrainingState& state) {
+  detail::check_training_state(state, "save_checkpoint");
+  std::vector<torch::Tensor> rng_states;
+  if (state.rng) rng_states.push_back(detail::cpu_generator_state());
+  save_file(path, state, /*world_size=*/1, rng_states);
+}
+
+bool load_checkpoint(const std::string& path, TrainingState& state) {
+  detail::check_training_state(state, "load_checkpoint");
+  std::optional<std::string> payload = detail::read_checkpoint_file(path);
+  if (!payload) return false;
+  detail::decode_training_state(path, *payload, /*rank=*/0, state);
+  return true;
+}
+
+void save_checkpoint(const std::string& path, Group& group, const TrainingState& state) {
+  detail::check_training_state(state, "save_checkpoint");
+  std::vector<torch::Tensor> rng_states;
+  if (state.rng) rng_states = gather_generator_states(path, group);
+  int64_t status = kOk;
+  std::string message;
+  if (group.rank() == 0) {
+    try {
+      save_file(path, state, group.size(), rng_states);
+    } catch (const std::exception& error) {
+      status = kFailed;
+      message = error.what();
+    }
+  }
+  broadcast_outcome(group, status, message);
+  if (status != kOk) throw CheckpointError(message);
+}
+
+bool load_checkpoint(const std::string& path, Group& group, TrainingState& state) {
+  detail::check_training_state(state, "load_checkpoint");
+  int64_t status = kOk;
+  std::string bytes;
+  if (group.rank() == 0) read_on_root(path, status, bytes);
+  broadcast_outcome(group, status, bytes);
+  if (status == kMissing) return false;
+  if (status == kFailed) throw CheckpointError(bytes);
+  restore_everywhere(path, group, bytes, state);
+  return true;
+}
+
+}  // namespace cohort

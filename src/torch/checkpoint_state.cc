@@ -1,0 +1,331 @@
+#include "checkpoint_state.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include "cohort/core/check.h"
+#include "cohort/core/error.h"
+
+namespace cohort::detail {
+namespace {
+
+using torch::serialize::InputArchive;
+using torch::serialize::OutputArchive;
+
+constexpr const char* kRefitAdvice =
+    "; load it into the model, optimizer and sampler of the run that saved it";
+constexpr const char* kCorruptAdvice =
+    "; the file passed its checksum, so it was written wrong or by something else: load an older "
+    "checkpoint, or start the run over";
+
+// torch throws c10::Error, whose what() carries a backtrace, and std::exceptions. The caller
+// gets a CheckpointError that names the file and keeps torch's one-line reason.
+std::string reason_of(const std::exception& error) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) {
+    return c10_error->what_without_backtrace();
+  }
+  return error.what();
+}
+
+template <typename Fn>
+void or_checkpoint_error(const std::string& context, const char* advice, Fn&& fn) {
+  try {
+    fn();
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& error) {
+    throw CheckpointError(concat(context, ": ", reason_of(error), advice));
+  }
+}
+
+[[noreturn]] void throw_mismatch(const std::string& path, const std::string& what) {
+  throw CheckpointError(concat("checkpoint '", path, "' does not fit: ", what, kRefitAdvice));
+}
+
+[[noreturn]] void throw_malformed(const std::string& path, const std::string& what) {
+  throw CheckpointError(concat("checkpoint '", path,
+                               "' is not a cohort training checkpoint: ", what, kCorruptAdvice));
+}
+
+std::string rng_key(int64_t rank) {
+  return "rng/" + std::to_string(rank);
+}
+
+std::string describe(const torch::Tensor& tensor) {
+  return concat(c10::toString(tensor.scalar_type()), " ", tensor.sizes());
+}
+
+// ---- writing
+
+void write_int(OutputArchive& archive, const std::string& key, int64_t value) {
+  archive.write(key, torch::tensor(value), /*is_buffer=*/true);
+}
+
+template <typename Save>
+void write_nested(OutputArchive& archive, const std::string& key, Save&& save) {
+  OutputArchive nested(archive.compilation_unit());
+  save(nested);
+  archive.write(key, nested);
+}
+
+void write_sampler(OutputArchive& archive, const DistributedSampler& sampler) {
+  write_nested(archive, "sampler", [&](OutputArchive& out) {
+    write_int(out, "dataset_size", static_cast<int64_t>(sampler.dataset_size()));
+    write_int(out, "epoch", static_cast<int64_t>(sampler.epoch()));
+    // Samples of the epoch consumed by all ranks together, so that a run with another number
+    // of ranks can find its place (read_sampler).
+    const size_t consumed = sampler.position() * static_cast<size_t>(sampler.world_size());
+    write_int(out, "consumed", static_cast<int64_t>(consumed));
+  });
+}
+
+std::string to_bytes(OutputArchive& archive) {
+  std::string bytes;
+  archive.save_to([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  return bytes;
+}
+
+// ---- reading: everything is read and checked before anything is changed
+
+int64_t read_int(const std::string& path, InputArchive& archive, const std::string& key) {
+  c10::IValue value;
+  const bool found = archive.try_read(key, value) && value.isTensor() &&
+                     value.toTensor().numel() == 1 &&
+                     value.toTensor().scalar_type() == torch::kInt64;
+  if (!found) throw_malformed(path, "it has no integer entry '" + key + "'");
+  return value.toTensor().item<int64_t>();
+}
+
+// A section that the caller asked to restore must be in the file.
+void read_section(const std::string& path, InputArchive& archive, const std::string& key,
+                  InputArchive& section) {
+  if (archive.try_read(key, section)) return;
+  throw CheckpointError(concat("checkpoint '", path, "' was saved without the ", key,
+                               " state; set TrainingState::", key,
+                               " = nullptr to load it without, or load a checkpoint that has it"));
+}
+
+struct TensorCopy {
+  torch::Tensor target;
+  torch::Tensor saved;
+};
+
+void collect_tensor(const std::string& path, InputArchive& archive, const std::string& key,
+                    const std::string& name, const torch::Tensor& target,
+                    std::vector<TensorCopy>& copies) {
+  c10::IValue value;
+  if (!archive.try_read(key, value) || !value.isTensor()) {
+    throw_mismatch(path, concat("the model has '", name, "' but the checkpoint does not"));
+  }
+  torch::Tensor saved = value.toTensor();
+  if (saved.scalar_type() != target.scalar_type() || saved.sizes() != target.sizes()) {
+    throw_mismatch(path, concat("'", name, "' is ", describe(saved), " in the checkpoint but ",
+                                describe(target), " in the model"));
+  }
+  copies.push_back({target, std::move(saved)});
+}
+
+// The archive of one module, as torch::nn::Module::save lays it out: its own parameters and
+// buffers, and a nested archive per serializable child. Nothing may be missing or left over.
+void collect_module(const std::string& path, InputArchive& archive, const torch::nn::Module& module,
+                    const std::string& prefix, std::vector<TensorCopy>& copies) {
+  std::set<std::string> expected;
+  for (const auto& item : module.named_parameters(/*recurse=*/false)) {
+    collect_tensor(path, archive, item.key(), prefix + item.key(), item.value(), copies);
+    expected.insert(item.key());
+  }
+  for (const auto& item : module.named_buffers(/*recurse=*/false)) {
+    collect_tensor(path, archive, item.key(), prefix + item.key(), item.value(), copies);
+    expected.insert(item.key());
+  }
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    InputArchive nested;
+    if (!archive.try_read(child.key(), nested)) {
+      throw_mismatch(path, concat("the model has a submodule '", prefix, child.key(),
+                                  "' but the checkpoint does not"));
+    }
+    collect_module(path, nested, *child.value(), prefix + child.key() + ".", copies);
+    expected.insert(child.key());
+  }
+  for (const std::string& key : archive.keys()) {
+    if (expected.count(key) == 0) {
+      throw_mismatch(path, concat("the checkpoint has '", prefix, key, "' but the model does not"));
+    }
+  }
+}
+
+std::vector<TensorCopy> read_model(const std::string& path, InputArchive& archive,
+                                   const torch::nn::Module& module) {
+  InputArchive model;
+  if (!archive.try_read("model", model)) throw_malformed(path, "it has no 'model' entry");
+  std::vector<TensorCopy> copies;
+  collect_module(path, model, module, "", copies);
+  return copies;
+}
+
+struct SamplerPlace {
+  uint64_t epoch = 0;
+  size_t position = 0;
+};
+
+// Note [Sampler position at another world size]: the file holds the samples of the epoch that
+// all ranks consumed together, C = position * W_saved. W ranks resume at position C / W,
+// rounded down: the first W * (C / W) samples of the epoch's order are skipped, the few left
+// over (fewer than W) are seen again. The position is capped at the epoch's end, which padding
+// can put earlier at the new world size.
+SamplerPlace read_sampler(const std::string& path, InputArchive& archive,
+                          const DistributedSampler& sampler) {
+  InputArchive saved;
+  read_section(path, archive, "sampler", saved);
+  const int64_t dataset_size = read_int(path, saved, "dataset_size");
+  const int64_t epoch = read_int(path, saved, "epoch");
+  const int64_t consumed = read_int(path, saved, "consumed");
+  if (dataset_size != static_cast<int64_t>(sampler.dataset_size())) {
+    throw_mismatch(path, concat("it was saved with a sampler over ", dataset_size,
+                                " samples, but this sampler has ", sampler.dataset_size()));
+  }
+  if (epoch < 0 || consumed < 0) throw_malformed(path, "its sampler entries are negative");
+  const size_t position = static_cast<size_t>(consumed) / static_cast<size_t>(sampler.world_size());
+  return {static_cast<uint64_t>(epoch), std::min(position, sampler.num_samples())};
+}
+
+torch::Tensor read_rng(const std::string& path, InputArchive& archive, int64_t source_rank) {
+  c10::IValue value;
+  if (!archive.try_read(rng_key(source_rank), value) || !value.isTensor()) {
+    throw CheckpointError(concat("checkpoint '", path,
+                                 "' was saved without the random "
+                                 "generator state of rank ",
+                                 source_rank,
+                                 "; set TrainingState::rng = false to load it without"));
+  }
+  torch::Tensor saved = value.toTensor();
+  const torch::Tensor current = cpu_generator_state();
+  if (saved.scalar_type() != torch::kUInt8 || saved.sizes() != current.sizes()) {
+    throw_mismatch(
+        path, concat("its random generator state is ", describe(saved), " but this libtorch's is ",
+                     describe(current), " (set TrainingState::rng = false to load it without)"));
+  }
+  return saved.contiguous();
+}
+
+// ---- applying
+
+void copy_into_module(const std::vector<TensorCopy>& copies) {
+  // In place, so that the optimizer, DDP and anything else holding the tensors sees the values.
+  torch::NoGradGuard no_grad;
+  for (const TensorCopy& copy : copies) copy.target.copy_(copy.saved);
+}
+
+// Note [Param-group options]: torch's Optimizer::load restores the per-parameter state
+// (momentum buffers, ...) but, in libtorch 1.13, not the param groups' options, so a learning
+// rate lowered by a schedule would come back as the constructor's. The options are in the
+// archive (param_groups/<i>/options, the layout of torch/optim/serialize.h), and each options
+// class reads itself. An optimizer with another layout is left as its load() made it.
+void load_param_group_options(InputArchive& saved, torch::optim::Optimizer& optimizer) {
+  InputArchive groups;
+  if (!saved.try_read("param_groups", groups)) return;
+  auto& param_groups = optimizer.param_groups();
+  for (size_t i = 0; i < param_groups.size(); ++i) {
+    InputArchive group;
+    InputArchive options;
+    groups.read("param_groups/" + std::to_string(i), group);
+    group.read("options", options);
+    param_groups[i].options().serialize(options);
+  }
+}
+
+void load_optimizer(const std::string& path, InputArchive& saved,
+                    torch::optim::Optimizer& optimizer) {
+  const std::string context = concat("checkpoint '", path, "' does not fit the optimizer");
+  or_checkpoint_error(context, kRefitAdvice, [&] {
+    optimizer.load(saved);
+    load_param_group_options(saved, optimizer);
+  });
+}
+
+void set_cpu_generator_state(const std::string& path, const torch::Tensor& state) {
+  const std::string context =
+      concat("checkpoint '", path, "': restoring the random generator failed");
+  or_checkpoint_error(context, " (set TrainingState::rng = false to load without it)", [&] {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state);
+  });
+}
+
+}  // namespace
+
+torch::Tensor cpu_generator_state() {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  // The generator is shared by every thread drawing numbers; torch's own users lock it too.
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void check_training_state(const TrainingState& state, const char* caller) {
+  COHORT_CHECK(state.module != nullptr, caller,
+               ": TrainingState::module is null; point it at the model (it is required)");
+}
+
+std::string encode_training_state(const std::string& path, const TrainingState& state,
+                                  int world_size, const std::vector<torch::Tensor>& rng_states) {
+  std::string bytes;
+  const std::string context =
+      concat("cannot write checkpoint '", path, "': serializing the training state failed");
+  or_checkpoint_error(context, "; the file was not changed", [&] {
+    OutputArchive archive;
+    write_int(archive, "step", state.step);
+    write_int(archive, "epoch", state.epoch);
+    write_int(archive, "world_size", world_size);
+    write_nested(archive, "model", [&](OutputArchive& out) { state.module->save(out); });
+    if (state.optimizer != nullptr) {
+      write_nested(archive, "optimizer", [&](OutputArchive& out) { state.optimizer->save(out); });
+    }
+    if (state.sampler != nullptr) write_sampler(archive, *state.sampler);
+    for (size_t r = 0; r < rng_states.size(); ++r) {
+      archive.write(rng_key(static_cast<int64_t>(r)), rng_states[r], /*is_buffer=*/true);
+    }
+    bytes = to_bytes(archive);
+  });
+  return bytes;
+}
+
+void decode_training_state(const std::string& path, const std::string& payload, int rank,
+                           TrainingState& state) {
+  InputArchive archive;
+  or_checkpoint_error(concat("checkpoint '", path, "' cannot be deserialized"), kCorruptAdvice,
+                      [&] { archive.load_from(payload.data(), payload.size()); });
+  const int64_t step = read_int(path, archive, "step");
+  const int64_t epoch = read_int(path, archive, "epoch");
+  const int64_t saved_world = read_int(path, archive, "world_size");
+  if (saved_world < 1) throw_malformed(path, concat("its world size is ", saved_world));
+  const std::vector<TensorCopy> model = read_model(path, archive, *state.module);
+  InputArchive optimizer;
+  if (state.optimizer != nullptr) read_section(path, archive, "optimizer", optimizer);
+  SamplerPlace place;
+  if (state.sampler != nullptr) place = read_sampler(path, archive, *state.sampler);
+  torch::Tensor rng;
+  if (state.rng) rng = read_rng(path, archive, rank % saved_world);
+
+  copy_into_module(model);
+  if (state.optimizer != nullptr) load_optimizer(path, optimizer, *state.optimizer);
+  if (state.sampler != nullptr) {
+    state.sampler->set_epoch(place.epoch);  // before set_position, which it would undo
+    state.sampler->set_position(place.position);
+  }
+  if (state.rng) set_cpu_generator_state(path, rng);
+  state.step = step;
+  state.epoch = epoch;
+}
+
+}  // namespace cohort::detail

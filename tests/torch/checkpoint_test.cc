@@ -1,0 +1,691 @@
+// Checkpoints: a save/load round trip restores model, optimizer, sampler, counters and random
+// generator bit for bit (so resumed training equals uninterrupted training); a file cut short
+// or with a changed byte never loads; writes are atomic and leave no temporary file; the group
+// forms load at any world size and every rank returns or throws together.
+#include "cohort/torch/checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "cohort/core/error.h"
+#include "cohort/torch/ddp.h"
+#include "ddp_harness.h"
+
+namespace cohort::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory per test, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "cohort_checkpoint_XXXXXX").string();
+    if (::mkdtemp(&pattern[0]) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::set<std::string> names() const {
+    std::set<std::string> out;
+    for (const auto& entry : fs::directory_iterator(path_)) {
+      out.insert(entry.path().filename().string());
+    }
+    return out;
+  }
+
+ private:
+  fs::path path_;
+};
+
+// Has buffers (BatchNorm) as well as parameters.
+struct Net : torch::nn::Module {
+  explicit Net(int64_t hidden = 32) {
+    fc1 = register_module("fc1", torch::nn::Linear(10, hidden));
+    bn = register_module("bn", torch::nn::BatchNorm1d(hidden));
+    fc2 = register_module("fc2", torch::nn::Linear(hidden, 4));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::relu(bn(fc1(x)))); }
+  torch::nn::Linear fc1{nullptr};
+  torch::nn::BatchNorm1d bn{nullptr};
+  torch::nn::Linear fc2{nullptr};
+};
+
+std::unique_ptr<torch::optim::SGD> make_sgd(Net& net, double lr = 0.05) {
+  return std::make_unique<torch::optim::SGD>(net.parameters(),
+                                             torch::optim::SGDOptions(lr).momentum(0.9));
+}
+
+void train_step(Net& net, torch::optim::Optimizer& optimizer, const torch::Tensor& inputs,
+                const torch::Tensor& targets) {
+  optimizer.zero_grad();
+  torch::nn::functional::cross_entropy(net.forward(inputs), targets).backward();
+  optimizer.step();
+}
+
+// Data drawn from torch's default generator, so that restoring it matters.
+void train_random_steps(Net& net, torch::optim::Optimizer& optimizer, int steps) {
+  for (int i = 0; i < steps; ++i) {
+    const torch::Tensor inputs = torch::randn({6, 10});
+    train_step(net, optimizer, inputs, torch::randint(4, {6}, torch::kLong));
+  }
+}
+
+// Parameters then buffers, copied.
+std::vector<torch::Tensor> snapshot(const torch::nn::Module& net) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : net.parameters()) out.push_back(p.detach().clone());
+  for (const auto& b : net.buffers()) out.push_back(b.detach().clone());
+  return out;
+}
+
+// The optimizer's state is keyed by the parameter's TensorImpl: a string in libtorch 1.13, a
+// pointer in some later releases.
+template <typename Key>
+Key state_key(const torch::Tensor& parameter) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream key;
+    key << parameter.unsafeGetTensorImpl();
+    return key.str();
+  } else {
+    return parameter.unsafeGetTensorImpl();
+  }
+}
+
+// Each parameter's momentum buffer (undefined where it has none), in parameter order.
+std::vector<torch::Tensor> momentum_buffers(torch::optim::SGD& optimizer) {
+  auto& state = optimizer.state();
+  using Key = typename std::decay_t<decltype(state)>::key_type;
+  std::vector<torch::Tensor> out;
+  for (const auto& p : optimizer.param_groups()[0].params()) {
+    auto it = state.find(state_key<Key>(p));
+    out.push_back(
+        it == state.end()
+            ? torch::Tensor()
+            : static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer().clone());
+  }
+  return out;
+}
+
+torch::Tensor generator_state() {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+double learning_rate(torch::optim::SGD& optimizer) {
+  return static_cast<torch::optim::SGDOptions&>(optimizer.param_groups()[0].options()).lr();
+}
+
+// "" when every tensor is bitwise equal, else which one differs.
+std::string bitwise_difference(const std::vector<torch::Tensor>& got,
+                               const std::vector<torch::Tensor>& want) {
+  if (got.size() != want.size()) {
+    return "got " + std::to_string(got.size()) + " tensors, want " + std::to_string(want.size());
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (got[i].defined() != want[i].defined()) return "tensor " + std::to_string(i) + " defined?";
+    if (want[i].defined() && !torch::equal(got[i], want[i])) {
+      return "tensor " + std::to_string(i) + " differs";
+    }
+  }
+  return "";
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Runs `load` and expects a CheckpointError whose message names `path`; returns the message.
+template <typename Fn>
+std::string expect_checkpoint_error(const std::string& path, Fn&& load) {
+  try {
+    load();
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(std::string(error.what()).find(path), std::string::npos) << error.what();
+    return error.what();
+  }
+  ADD_FAILURE() << "no CheckpointError for " << path;
+  return "";
+}
+
+// A data set whose sample i is row i of fixed random data, and whose index comes back too.
+class RowDataset : public torch::data::datasets::Dataset<RowDataset> {
+ public:
+  explicit RowDataset(size_t size) : size_(size) {}
+  torch::data::Example<> get(size_t index) override {
+    return {torch::tensor(static_cast<int64_t>(index)), torch::tensor(int64_t{0})};
+  }
+  torch::optional<size_t> size() const override { return size_; }
+
+ private:
+  size_t size_;
+};
+
+std::vector<int64_t> indices_of(const std::vector<torch::data::Example<>>& batch) {
+  std::vector<int64_t> out;
+  for (const auto& example : batch) out.push_back(example.data.item<int64_t>());
+  return out;
+}
+
+std::vector<size_t> rest_of_epoch(const DistributedSampler& sampler, size_t position) {
+  return {sampler.indices().begin() + static_cast<std::ptrdiff_t>(position),
+          sampler.indices().end()};
+}
+
+// The whole data of the data-parallel tests: 50 samples of 10 features, 4 classes.
+struct Data {
+  torch::Tensor inputs;
+  torch::Tensor targets;
+  void train_on(Net& net, torch::optim::Optimizer& optimizer,
+                const std::vector<int64_t>& indices) const {
+    const torch::Tensor rows = torch::tensor(indices, torch::kLong);
+    train_step(net, optimizer, inputs.index_select(0, rows), targets.index_select(0, rows));
+  }
+};
+
+Data make_data() {
+  torch::manual_seed(7);
+  return {torch::randn({50, 10}), torch::randint(4, {50}, torch::kLong)};
+}
+
+DistributedSamplerOptions sampler_options() {
+  DistributedSamplerOptions options;
+  options.seed = 3;
+  return options;
+}
+
+TEST(Checkpoint, RoundTripRestoresEverythingBitwise) {
+  torch::set_num_threads(1);
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  torch::manual_seed(1);
+  auto net = std::make_shared<Net>();
+  auto optimizer = make_sgd(*net);
+  train_random_steps(*net, *optimizer, 5);
+  static_cast<torch::optim::SGDOptions&>(optimizer->param_groups()[0].options()).lr(0.01);
+  const RowDataset dataset(37);
+  DistributedSampler sampler(37, 0, 1, sampler_options());
+  auto loader = torch::data::make_data_loader(dataset, sampler, 4);
+  sampler.set_epoch(2);
+  int batches = 0;
+  for (auto& batch : *loader) {
+    (void)batch;
+    if (++batches == 3) break;
+  }
+  const size_t position = sampler.position();
+  ASSERT_GT(position, 0u);
+  save_checkpoint(path, TrainingState{net.get(), optimizer.get(), &sampler, 17, 2});
+  const auto parameters = snapshot(*net);
+  const auto momenta = momentum_buffers(*optimizer);
+  const torch::Tensor expected_draw = torch::rand({8});
+
+  torch::manual_seed(99);
+  auto fresh = std::make_shared<Net>();
+  auto fresh_optimizer = make_sgd(*fresh, 0.5);
+  DistributedSampler fresh_sampler(37, 0, 1, sampler_options());
+  auto fresh_loader = torch::data::make_data_loader(dataset, fresh_sampler, 4);
+  TrainingState state{fresh.get(), fresh_optimizer.get(), &fresh_sampler};
+  ASSERT_TRUE(load_checkpoint(path, state));
+
+  EXPECT_EQ(bitwise_difference(snapshot(*fresh), parameters), "");
+  EXPECT_EQ(bitwise_difference(momentum_buffers(*fresh_optimizer), momenta), "");
+  EXPECT_EQ(learning_rate(*fresh_optimizer), 0.01);
+  EXPECT_EQ(state.step, 17);
+  EXPECT_EQ(state.epoch, 2);
+  EXPECT_EQ(fresh_sampler.epoch(), 2u);
+  EXPECT_EQ(fresh_sampler.position(), position);
+  EXPECT_TRUE(torch::equal(torch::rand({8}), expected_draw));
+  std::vector<size_t> seen;
+  for (auto& batch : *fresh_loader) {
+    for (int64_t i : indices_of(batch)) seen.push_back(static_cast<size_t>(i));
+  }
+  EXPECT_EQ(seen, rest_of_epoch(fresh_sampler, position)) << "the loader did not resume";
+}
+
+TEST(Checkpoint, ResumedTrainingMatchesUninterruptedTrainingBitwise) {
+  torch::set_num_threads(1);
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  torch::manual_seed(1);
+  auto net = std::make_shared<Net>();
+  auto optimizer = make_sgd(*net);
+  train_random_steps(*net, *optimizer, 4);
+  save_checkpoint(path, TrainingState{net.get(), optimizer.get(), nullptr, 4});
+  train_random_steps(*net, *optimizer, 6);
+
+  torch::manual_seed(2);
+  auto resumed = std::make_shared<Net>();
+  auto resumed_optimizer = make_sgd(*resumed);
+  TrainingState state{resumed.get(), resumed_optimizer.get()};
+  ASSERT_TRUE(load_checkpoint(path, state));
+  EXPECT_EQ(state.step, 4);
+  train_random_steps(*resumed, *resumed_optimizer, 6);
+  EXPECT_EQ(bitwise_difference(snapshot(*resumed), snapshot(*net)), "");
+}
+
+// One saved checkpoint of the small model, and objects to load it into.
+struct SavedCheckpoint {
+  TempDir dir;
+  std::string path = dir.file("run.ckpt");
+  std::shared_ptr<Net> net = std::make_shared<Net>();
+  std::unique_ptr<torch::optim::SGD> optimizer = make_sgd(*net);
+  std::string bytes;
+  SavedCheckpoint() {
+    train_random_steps(*net, *optimizer, 2);
+    save_checkpoint(path, TrainingState{net.get(), optimizer.get(), nullptr, 2});
+    bytes = read_bytes(path);
+  }
+  // Loads `file` into the saved objects; a failure must leave them as they were.
+  void expect_no_load(const std::string& file) {
+    const auto before = snapshot(*net);
+    TrainingState state{net.get(), optimizer.get()};
+    expect_checkpoint_error(file, [&] { load_checkpoint(file, state); });
+    EXPECT_EQ(bitwise_difference(snapshot(*net), before), "") << "a failed load changed it";
+  }
+};
+
+TEST(Checkpoint, TruncatedFileNeverLoads) {
+  SavedCheckpoint saved;
+  const size_t size = saved.bytes.size();
+  ASSERT_GT(size, 2 * kCheckpointFooterBytes);
+  std::vector<size_t> cuts = {0, 1, kCheckpointFooterBytes - 1, kCheckpointFooterBytes, size - 1};
+  std::mt19937_64 random(42);
+  for (int i = 0; i < 200; ++i) cuts.push_back(random() % size);
+  const std::string cut_path = saved.dir.file("cut.ckpt");
+  for (size_t cut : cuts) {
+    write_bytes(cut_path, saved.bytes.substr(0, cut));
+    SCOPED_TRACE("cut at " + std::to_string(cut) + " of " + std::to_string(size));
+    saved.expect_no_load(cut_path);
+  }
+}
+
+TEST(Checkpoint, FlippedByteNeverLoads) {
+  SavedCheckpoint saved;
+  const size_t size = saved.bytes.size();
+  std::mt19937_64 random(43);
+  std::vector<size_t> offsets;
+  for (int i = 0; i < 40; ++i) offsets.push_back(random() % (size - kCheckpointFooterBytes));
+  for (int i = 0; i < 12; ++i) {
+    offsets.push_back(size - kCheckpointFooterBytes + random() % kCheckpointFooterBytes);
+  }
+  const std::string flipped_path = saved.dir.file("flipped.ckpt");
+  for (size_t offset : offsets) {
+    std::string bytes = saved.bytes;
+    bytes[offset] = static_cast<char>(bytes[offset] ^ static_cast<char>(1 + random() % 255));
+    write_bytes(flipped_path, bytes);
+    SCOPED_TRACE("byte " + std::to_string(offset) + " of " + std::to_string(size));
+    saved.expect_no_load(flipped_path);
+  }
+  // The original still loads: the checks above are about the damage, not the file.
+  TrainingState state{saved.net.get(), saved.optimizer.get()};
+  EXPECT_TRUE(load_checkpoint(saved.path, state));
+}
+
+TEST(Checkpoint, MissingFileReturnsFalseAndChangesNothing) {
+  TempDir dir;
+  auto net = std::make_shared<Net>();
+  auto optimizer = make_sgd(*net);
+  DistributedSampler sampler(20, 0, 1);
+  sampler.set_epoch(3);
+  sampler.set_position(5);
+  const auto before = snapshot(*net);
+  const torch::Tensor generator = generator_state();
+  TrainingState state{net.get(), optimizer.get(), &sampler, 11, 3};
+  EXPECT_FALSE(load_checkpoint(dir.file("none.ckpt"), state));
+  EXPECT_FALSE(load_checkpoint(dir.file("no/such/dir/none.ckpt"), state));
+  EXPECT_EQ(bitwise_difference(snapshot(*net), before), "");
+  EXPECT_EQ(state.step, 11);
+  EXPECT_EQ(state.epoch, 3);
+  EXPECT_EQ(sampler.epoch(), 3u);
+  EXPECT_EQ(sampler.position(), 5u);
+  EXPECT_TRUE(torch::equal(generator_state(), generator));
+}
+
+TEST(Checkpoint, SavingLeavesNoTemporaryFileAndIgnoresStrayOnes) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  const std::string stray = path + ".tmp.999999999";
+  const std::string own = path + ".tmp." + std::to_string(::getpid());  // a crashed earlier save
+  write_bytes(stray, "half a checkpoint");
+  write_bytes(own, "half a checkpoint");
+  auto net = std::make_shared<Net>();
+  save_checkpoint(path, TrainingState{net.get()});
+  EXPECT_EQ(dir.names(), (std::set<std::string>{"run.ckpt", "run.ckpt.tmp.999999999"}));
+  EXPECT_EQ(read_bytes(stray), "half a checkpoint");
+  auto fresh = std::make_shared<Net>();
+  TrainingState state{fresh.get()};
+  EXPECT_TRUE(load_checkpoint(path, state));
+  EXPECT_EQ(bitwise_difference(snapshot(*fresh), snapshot(*net)), "");
+}
+
+TEST(Checkpoint, SavingOverACheckpointReplacesIt) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  auto net = std::make_shared<Net>();
+  auto optimizer = make_sgd(*net);
+  save_checkpoint(path, TrainingState{net.get(), optimizer.get(), nullptr, 1});
+  train_random_steps(*net, *optimizer, 2);
+  save_checkpoint(path, TrainingState{net.get(), optimizer.get(), nullptr, 3});
+  EXPECT_EQ(dir.names(), std::set<std::string>{"run.ckpt"});
+  auto fresh = std::make_shared<Net>();
+  auto fresh_optimizer = make_sgd(*fresh);
+  TrainingState state{fresh.get(), fresh_optimizer.get()};
+  ASSERT_TRUE(load_checkpoint(path, state));
+  EXPECT_EQ(state.step, 3);
+  EXPECT_EQ(bitwise_difference(snapshot(*fresh), snapshot(*net)), "");
+  EXPECT_EQ(bitwise_difference(momentum_buffers(*fresh_optimizer), momentum_buffers(*optimizer)),
+            "");
+}
+
+TEST(Checkpoint, ModelOfAnotherShapeIsACheckpointError) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  auto net = std::make_shared<Net>(32);
+  save_checkpoint(path, TrainingState{net.get()});
+
+  auto wider = std::make_shared<Net>(33);
+  const auto before = snapshot(*wider);
+  TrainingState state{wider.get()};
+  const std::string error = expect_checkpoint_error(path, [&] { load_checkpoint(path, state); });
+  EXPECT_NE(error.find("fc1.weight"), std::string::npos) << error;
+  EXPECT_EQ(bitwise_difference(snapshot(*wider), before), "") << "a failed load changed it";
+
+  torch::nn::Sequential other(torch::nn::Linear(10, 4));
+  TrainingState other_state{other.ptr().get()};
+  expect_checkpoint_error(path, [&] { load_checkpoint(path, other_state); });
+
+  // A model with a layer the checkpoint lacks, and one lacking a layer the checkpoint has.
+  auto deeper = std::make_shared<Net>(32);
+  deeper->register_module("extra", torch::nn::Linear(4, 4));
+  TrainingState deeper_state{deeper.get()};
+  EXPECT_NE(
+      expect_checkpoint_error(path, [&] { load_checkpoint(path, deeper_state); }).find("extra"),
+      std::string::npos);
+  save_checkpoint(path, TrainingState{deeper.get()});
+  TrainingState shallower_state{net.get()};
+  EXPECT_NE(
+      expect_checkpoint_error(path, [&] { load_checkpoint(path, shallower_state); }).find("extra"),
+      std::string::npos);
+}
+
+TEST(Checkpoint, StateMissingFromTheFileIsACheckpointError) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  auto net = std::make_shared<Net>();
+  TrainingState bare{net.get()};
+  bare.rng = false;
+  save_checkpoint(path, bare);
+  auto optimizer = make_sgd(*net);
+  DistributedSampler sampler(10, 0, 1);
+  TrainingState with_optimizer{net.get(), optimizer.get()};
+  with_optimizer.rng = false;
+  EXPECT_NE(expect_checkpoint_error(path, [&] { load_checkpoint(path, with_optimizer); })
+                .find("optimizer"),
+            std::string::npos);
+  TrainingState with_sampler{net.get(), nullptr, &sampler};
+  with_sampler.rng = false;
+  expect_checkpoint_error(path, [&] { load_checkpoint(path, with_sampler); });
+  TrainingState with_rng{net.get()};
+  expect_checkpoint_error(path, [&] { load_checkpoint(path, with_rng); });
+  EXPECT_TRUE(load_checkpoint(path, bare));
+
+  save_checkpoint(path, TrainingState{net.get(), nullptr, &sampler});
+  DistributedSampler other_data(11, 0, 1);
+  TrainingState other{net.get(), nullptr, &other_data};
+  EXPECT_NE(
+      expect_checkpoint_error(path, [&] { load_checkpoint(path, other); }).find("over 10 samples"),
+      std::string::npos);
+}
+
+TEST(Checkpoint, UnwritableDirectoryIsACheckpointError) {
+  TempDir dir;
+  const std::string path = dir.file("missing/run.ckpt");
+  auto net = std::make_shared<Net>();
+  expect_checkpoint_error(path, [&] { save_checkpoint(path, TrainingState{net.get()}); });
+  EXPECT_TRUE(dir.names().empty());
+}
+
+// ---- data parallel
+
+// Rank `rank` of the run that saved: its parameters, momentum and sampler position.
+struct SavedRun {
+  std::vector<torch::Tensor> parameters;
+  std::vector<torch::Tensor> momenta;
+  size_t position = 0;
+  size_t world = 0;
+};
+
+// `world` ranks train a DDP model `steps` steps through a sampler in epoch 1, then save.
+SavedRun train_and_save(const std::string& path, const Data& data, int world, int steps) {
+  std::vector<std::shared_ptr<Net>> nets;
+  for (int r = 0; r < world; ++r) nets.push_back(std::make_shared<Net>());
+  const RowDataset dataset(50);
+  SavedRun saved;
+  saved.world = static_cast<size_t>(world);
+  run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
+    DistributedDataParallel ddp(nets[rank], group);
+    auto optimizer = make_sgd(*nets[rank]);
+    DistributedSampler sampler(50, *group, sampler_options());
+    auto loader = torch::data::make_data_loader(dataset, sampler, 4);
+    sampler.set_epoch(1);
+    int step = 0;
+    for (auto& batch : *loader) {
+      data.train_on(*nets[rank], *optimizer, indices_of(batch));
+      if (++step == steps) break;
+    }
+    save_checkpoint(path, ddp.group(),
+                    TrainingState{nets[rank].get(), optimizer.get(), &sampler, steps, 1});
+    if (rank != 0) return;
+    saved.parameters = snapshot(*nets[0]);
+    saved.momenta = momentum_buffers(*optimizer);
+    saved.position = sampler.position();
+  });
+  return saved;
+}
+
+// What one rank of a resumed run found after load_checkpoint.
+struct Resumed {
+  bool loaded = false;
+  std::vector<torch::Tensor> parameters;
+  std::vector<torch::Tensor> momenta;
+  uint64_t epoch = 0;
+  size_t position = 0;
+  int64_t step = 0;
+  std::vector<size_t> rest;  // what the loader handed out after the load
+  std::vector<torch::Tensor> after_one_step;
+};
+
+std::vector<Resumed> load_at(const std::string& path, const Data& data, int world) {
+  std::vector<std::shared_ptr<Net>> nets;
+  for (int r = 0; r < world; ++r) nets.push_back(std::make_shared<Net>());
+  const RowDataset dataset(50);
+  std::vector<Resumed> out(static_cast<size_t>(world));
+  run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
+    Net& net = *nets[rank];
+    DistributedDataParallel ddp(nets[rank], group);
+    auto optimizer = make_sgd(net, 0.5);
+    DistributedSampler sampler(50, *group, sampler_options());
+    auto loader = torch::data::make_data_loader(dataset, sampler, 4);
+    TrainingState state{&net, optimizer.get(), &sampler};
+    const bool loaded = load_checkpoint(path, ddp.group(), state);
+    Resumed& mine = out[rank];
+    mine.loaded = loaded;
+    mine.parameters = snapshot(net);
+    mine.momenta = momentum_buffers(*optimizer);
+    mine.epoch = sampler.epoch();
+    mine.position = sampler.position();
+    mine.step = state.step;
+    for (auto& batch : *loader) {
+      const auto indices = indices_of(batch);
+      for (int64_t i : indices) mine.rest.push_back(static_cast<size_t>(i));
+      if (mine.after_one_step.empty()) {
+        data.train_on(net, *optimizer, indices);  // DDP still works on the loaded tensors
+        mine.after_one_step = snapshot(net);
+      }
+    }
+  });
+  return out;
+}
+
+TEST(CheckpointGroup, SavedAtTwoRanksLoadsAtOneTwoAndThree) {
+  torch::set_num_threads(1);
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  const Data data = make_data();
+  const SavedRun saved = train_and_save(path, data, 2, 3);
+  EXPECT_EQ(dir.names(), std::set<std::string>{"run.ckpt"});
+  for (int world : {1, 2, 3}) {
+    const auto resumed = load_at(path, data, world);
+    const size_t position = saved.position * saved.world / static_cast<size_t>(world);
+    for (int rank = 0; rank < world; ++rank) {
+      SCOPED_TRACE("world " + std::to_string(world) + " rank " + std::to_string(rank));
+      const Resumed& r = resumed[rank];
+      ASSERT_TRUE(r.loaded);
+      EXPECT_EQ(bitwise_difference(r.parameters, saved.parameters), "");
+      EXPECT_EQ(bitwise_difference(r.momenta, saved.momenta), "");
+      EXPECT_EQ(r.epoch, 1u);
+      EXPECT_EQ(r.step, 3);
+      EXPECT_EQ(r.position, position);
+      DistributedSampler expected(50, rank, world, sampler_options());
+      expected.set_epoch(1);
+      EXPECT_EQ(r.rest, rest_of_epoch(expected, position));
+      EXPECT_EQ(bitwise_difference(r.after_one_step, resumed[0].after_one_step), "");
+    }
+  }
+}
+
+TEST(CheckpointGroup, MissingFileReturnsFalseOnEveryRank) {
+  TempDir dir;
+  const std::string path = dir.file("none.ckpt");
+  run_with_groups(3, [&](int rank, std::shared_ptr<Group> group) {
+    auto net = std::make_shared<Net>();
+    TrainingState state{net.get()};
+    state.step = 5;
+    EXPECT_FALSE(load_checkpoint(path, *group, state)) << "rank " << rank;
+    EXPECT_EQ(state.step, 5);
+  });
+}
+
+// Runs `body` on every rank and returns what each threw: "" for nothing, the message of a
+// CheckpointError, "other: ..." for anything else.
+std::vector<std::string> checkpoint_errors(
+    int world, const std::function<void(int, std::shared_ptr<Group>)>& body) {
+  std::vector<std::string> errors(static_cast<size_t>(world));
+  run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
+    try {
+      body(rank, std::move(group));
+    } catch (const CheckpointError& e) {
+      errors[rank] = e.what();
+    } catch (const std::exception& e) {
+      errors[rank] = std::string("other: ") + e.what();
+    }
+  });
+  return errors;
+}
+
+void expect_every_rank_names(const std::vector<std::string>& errors, const std::string& path) {
+  for (size_t rank = 0; rank < errors.size(); ++rank) {
+    EXPECT_NE(errors[rank].find(path), std::string::npos)
+        << "rank " << rank << ": " << errors[rank];
+    EXPECT_NE(errors[rank].rfind("other: ", 0), 0u) << "rank " << rank << ": " << errors[rank];
+  }
+}
+
+TEST(CheckpointGroup, CorruptFileThrowsOnEveryRank) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  auto net = std::make_shared<Net>();
+  save_checkpoint(path, TrainingState{net.get()});
+  std::string bytes = read_bytes(path);
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x10);
+  write_bytes(path, bytes);
+  const auto errors = checkpoint_errors(3, [&](int, std::shared_ptr<Group> group) {
+    auto mine = std::make_shared<Net>();
+    TrainingState state{mine.get()};
+    load_checkpoint(path, *group, state);
+  });
+  expect_every_rank_names(errors, path);
+  EXPECT_NE(errors[2].find("CRC"), std::string::npos) << errors[2];
+}
+
+TEST(CheckpointGroup, ModelThatFitsOnlySomeRanksFailsEveryRank) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  auto net = std::make_shared<Net>(32);
+  save_checkpoint(path, TrainingState{net.get()});
+  const auto errors = checkpoint_errors(2, [&](int rank, std::shared_ptr<Group> group) {
+    auto mine = std::make_shared<Net>(rank == 1 ? 33 : 32);
+    TrainingState state{mine.get()};
+    load_checkpoint(path, *group, state);
+  });
+  expect_every_rank_names(errors, path);
+  EXPECT_NE(errors[1].find("fc1.weight"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[0].find("rank 1"), std::string::npos) << errors[0];
+}
+
+TEST(CheckpointGroup, UnwritableDirectoryThrowsOnEveryRank) {
+  TempDir dir;
+  const std::string path = dir.file("missing/run.ckpt");
+  const auto errors = checkpoint_errors(2, [&](int, std::shared_ptr<Group> group) {
+    auto net = std::make_shared<Net>();
+    save_checkpoint(path, *group, TrainingState{net.get()});
+  });
+  expect_every_rank_names(errors, path);
+}
+
+TEST(CheckpointGroup, LargeCheckpointRoundTrips) {
+  TempDir dir;
+  const std::string path = dir.file("large.ckpt");
+  // 2048 x 2560 floats: 21 MB of weights and as much momentum.
+  std::vector<torch::nn::Linear> layers;
+  for (int r = 0; r < 4; ++r) layers.emplace_back(2048, 2560);
+  std::vector<torch::Tensor> saved;
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    auto optimizer = std::make_unique<torch::optim::SGD>(
+        layers[rank]->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    layers[rank]->weight.mutable_grad() = torch::ones_like(layers[rank]->weight);
+    layers[rank]->bias.mutable_grad() = torch::ones_like(layers[rank]->bias);
+    optimizer->step();
+    save_checkpoint(path, *group, TrainingState{layers[rank].ptr().get(), optimizer.get()});
+    if (rank == 0) saved = snapshot(*layers[0]);
+  });
+  EXPECT_GT(fs::file_size(path), 40u << 20);
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    auto& layer = layers[2 + rank];
+    auto optimizer = std::make_unique<torch::optim::SGD>(
+        layer->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    TrainingState state{layer.ptr().get(), optimizer.get()};
+    ASSERT_TRUE(load_checkpoint(path, *group, state));
+    EXPECT_EQ(bitwise_difference(snapshot(*layer), saved), "") << "rank " << rank;
+    const auto momenta = momentum_buffers(*optimizer);
+    ASSERT_TRUE(momenta[0].defined());
+    EXPECT_TRUE(torch::equal(momenta[0], torch::ones_like(momenta[0]))) << "rank " << rank;
+  });
+}
+
+}  // namespace
+}  // namespace cohort::testing
