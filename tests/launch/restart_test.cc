@@ -21,13 +21,13 @@ using testing::ChildProcess;
 
 constexpr std::chrono::seconds kDeadline{240};
 
-struct Run {
+struct TrainingRun {
   int exit_code;
   std::string output;
 };
 
 // cohortrun --nproc-per-node 2 [launcher_args] ddp_restart_rank ... [rank_args]
-Run train(const std::string& dir, const std::string& launcher_args,
+TrainingRun train(const std::string& dir, const std::string& launcher_args,
           const std::string& rank_args) {
   const std::string command = "exec " COHORTRUN " --nproc-per-node 2 " + launcher_args +
                               " " DDP_RESTART_RANK " --checkpoint " + dir + "/ck --out " + dir +
@@ -51,9 +51,9 @@ std::string contents(const std::string& path) {
 
 TEST(Restart, AKilledRankResumesFromTheCheckpointWithTheSameParameters) {
   const std::string plain = fresh_dir("plain"), killed = fresh_dir("killed");
-  const Run reference = train(plain, "", "");
+  const TrainingRun reference = train(plain, "", "");
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const Run restarted = train(killed, "--max-restarts 1", "--kill-rank 1 --kill-step 13");
+  const TrainingRun restarted = train(killed, "--max-restarts 1", "--kill-rank 1 --kill-step 13");
   ASSERT_EQ(restarted.exit_code, 0) << restarted.output;
   EXPECT_NE(restarted.output.find("rank 1 was killed by signal 9"), std::string::npos)
       << restarted.output;
@@ -67,7 +67,7 @@ TEST(Restart, AKilledRankResumesFromTheCheckpointWithTheSameParameters) {
 
 TEST(Restart, WithoutRestartsTheKilledRankFailsTheJob) {
   const std::string dir = fresh_dir("no_restart");
-  const Run run = train(dir, "", "--kill-rank 0 --kill-step 3");
+  const TrainingRun run = train(dir, "", "--kill-rank 0 --kill-step 3");
   EXPECT_EQ(run.exit_code, 128 + SIGKILL) << run.output;
   EXPECT_NE(run.output.find("job failed: rank 0 was killed by signal 9"), std::string::npos)
       << run.output;
