@@ -78,6 +78,10 @@ void write_sampler(OutputArchive& archive, const DistributedSampler& sampler) {
   write_nested(archive, "sampler", [&](OutputArchive& out) {
     write_int(out, "dataset_size", static_cast<int64_t>(sampler.dataset_size()));
     write_int(out, "epoch", static_cast<int64_t>(sampler.epoch()));
+    // The order of the epoch's samples: a run resumed with another one would go on in a
+    // different order without anyone noticing.
+    write_int(out, "seed", static_cast<int64_t>(sampler.options().seed));
+    write_int(out, "shuffle", sampler.options().shuffle ? 1 : 0);
     // Samples of the epoch consumed by all ranks together, so that a run with another number
     // of ranks can find its place (read_sampler).
     const size_t consumed = sampler.position() * static_cast<size_t>(sampler.world_size());
@@ -193,6 +197,14 @@ SamplerPlace read_sampler(const std::string& path, InputArchive& archive,
   if (dataset_size != static_cast<int64_t>(sampler.dataset_size())) {
     throw_mismatch(path, concat("it was saved with a sampler over ", dataset_size,
                                 " samples, but this sampler has ", sampler.dataset_size()));
+  }
+  const auto seed = static_cast<uint64_t>(read_int(path, saved, "seed"));
+  const bool shuffle = read_int(path, saved, "shuffle") != 0;
+  if (seed != sampler.options().seed || shuffle != sampler.options().shuffle) {
+    throw_mismatch(path, concat("it was saved with a sampler with seed ", seed, " and shuffle ",
+                                shuffle, ", but this sampler has seed ", sampler.options().seed,
+                                " and shuffle ", sampler.options().shuffle,
+                                ": resume with the sampler options of the saved run"));
   }
   if (epoch < 0 || consumed < 0) throw_malformed(path, "its sampler entries are negative");
   const size_t position = static_cast<size_t>(consumed) / static_cast<size_t>(sampler.world_size());

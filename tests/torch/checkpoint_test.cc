@@ -459,6 +459,13 @@ TEST(Checkpoint, StateMissingFromTheFileIsACheckpointError) {
   EXPECT_NE(
       expect_checkpoint_error(path, [&] { load_checkpoint(path, other); }).find("over 10 samples"),
       std::string::npos);
+  DistributedSamplerOptions reseeded;
+  reseeded.seed = 5;
+  DistributedSampler other_seed(10, 0, 1, reseeded);
+  TrainingState other_order{net.get(), nullptr, &other_seed};
+  EXPECT_NE(expect_checkpoint_error(path, [&] { load_checkpoint(path, other_order); })
+                .find("seed 0 and shuffle 1, but this sampler has seed 5"),
+            std::string::npos);
 }
 
 TEST(Checkpoint, UnwritableDirectoryIsACheckpointError) {

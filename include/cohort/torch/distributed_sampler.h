@@ -60,6 +60,7 @@ class DistributedSampler : public torch::data::samplers::Sampler<std::vector<siz
   size_t dataset_size() const { return state_->dataset_size; }
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
+  const DistributedSamplerOptions& options() const { return options_; }
 
   // Samples this rank sees per epoch (the same on every rank).
   size_t num_samples() const { return state_->indices.size(); }
