@@ -33,12 +33,12 @@
 #include "cohort/comm/tcp_store.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp.h"
-#include "fmnist_models.h"
+#include "models.h"  // examples/fashion_mnist
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using cohort::bench::FmnistModel;
+using fashion_mnist::FmnistModel;
 
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;  // the run failed (this rank or a peer)
@@ -312,7 +312,7 @@ class Bench {
     if (!config_.ddp() && config_.tune_malloc) cohort::tune_malloc_for_training();
     data_ = make_dataset();
     torch::manual_seed(config_.seed);  // the same initial weights on every rank
-    model_ = cohort::bench::make_fmnist_model(config_.model);
+    model_ = fashion_mnist::make_fmnist_model(config_.model);
     if (config_.ddp()) start_ddp();
     optimizer_ = std::make_unique<torch::optim::SGD>(
         model_->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));

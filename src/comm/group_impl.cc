@@ -169,7 +169,10 @@ void Group::Impl::worker_loop() {
   }
 }
 
-void Group::Impl::execute(Operation& op) noexcept { op.work->mark_done(run(op)); }
+void Group::Impl::execute(Operation& op) noexcept {
+  op.work->mark_started();
+  op.work->mark_done(run(op));
+}
 
 std::exception_ptr Group::Impl::run(Operation& op) noexcept {
   std::exception_ptr error;

@@ -24,9 +24,26 @@ void Work::wait(Milliseconds timeout) const {
   if (error_) std::rethrow_exception(error_);
 }
 
+Clock::time_point Work::started_at() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return started_at_;
+}
+
+Clock::time_point Work::finished_at() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return finished_at_;
+}
+
+void Work::mark_started() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  started_at_ = Clock::now();
+}
+
 void Work::mark_done(std::exception_ptr error) {
+  const Clock::time_point now = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    finished_at_ = now;
     done_ = true;
     error_ = error;
   }

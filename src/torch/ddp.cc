@@ -144,6 +144,10 @@ void DistributedDataParallel::broadcast_buffers() {
   impl_->sync_buffers(0);
 }
 
+const IterationStats& DistributedDataParallel::last_iteration_stats() const {
+  return impl_->reducer_->last_iteration_stats();
+}
+
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {
   return impl_->reducer_->bucket_parameter_names();
 }

@@ -227,6 +227,7 @@ void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_to_launch_++];
     if (alone_with_default_hook_) continue;  // the average over one rank is the gradient
+    bucket.launched_at = Clock::now();
     bucket.reduction = hook_->start(*group_, bucket.grads);
   }
 }
@@ -234,12 +235,18 @@ void Reducer::launch_ready_buckets() {
 void Reducer::finish_iteration() {
   std::unique_lock<std::mutex> lock(mutex_);
   std::vector<std::string> unexpected_unused;
+  pending_stats_ = IterationStats();
+  TraceSpan wait_span(options_.timeline.get(), "wait for gradients", "comm", "main");
+  const Clock::time_point start = Clock::now();
   try {
     finish_iteration_locked(unexpected_unused);
   } catch (...) {
     reset_iteration();
     throw;
   }
+  pending_stats_.exposed_comm_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  stats_ = std::move(pending_stats_);
   reset_iteration();
   if (!unexpected_unused.empty()) {
     throw InvalidArgument(detail::concat(
@@ -275,6 +282,22 @@ void Reducer::finish_iteration_locked(std::vector<std::string>& unexpected_unuse
   if (!rebuilt_) rebuild_buckets_from_ready_order();
 }
 
+// Note [Bucket timings]: a bucket's latency runs from its launch (its gradients all ready) to
+// the end of its collective on the communication thread; the part of it that computation did
+// not hide shows up in the end-of-backward wait (IterationStats::exposed_comm_ms).
+void Reducer::account(size_t bucket, const Work& work) {
+  using Ms = std::chrono::duration<double, std::milli>;
+  BucketStats stats;
+  stats.bytes = static_cast<size_t>(buckets_[bucket].grads.buffer.nbytes());
+  stats.latency_ms = Ms(work.finished_at() - buckets_[bucket].launched_at).count();
+  stats.comm_ms = Ms(work.finished_at() - work.started_at()).count();
+  pending_stats_.buckets.push_back(stats);
+  if (options_.timeline) {
+    options_.timeline->record({"bucket " + std::to_string(bucket) + " allreduce", "comm", "comm",
+                               work.started_at(), work.finished_at()});
+  }
+}
+
 std::shared_ptr<Work> Reducer::start_used_map_allreduce() {
   if (!options_.find_unused_parameters || options_.static_graph) return nullptr;
   used_map_ = torch::empty({static_cast<int64_t>(used_since_sync_.size())}, torch::kInt32);
@@ -286,11 +309,13 @@ std::shared_ptr<Work> Reducer::start_used_map_allreduce() {
 
 void Reducer::wait_for_reductions() {
   torch::NoGradGuard no_grad;
-  for (auto& bucket : buckets_) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
     if (!bucket.reduction) continue;  // nothing was sent (a world of one)
     PendingReduction reduction = std::move(*bucket.reduction);
     bucket.reduction.reset();
     reduction.work->wait();
+    account(b, *reduction.work);
     if (reduction.finish) reduction.finish();
     if (options_.gradient_as_bucket_view) continue;
     for (size_t slot = 0; slot < bucket.members.size(); ++slot) {

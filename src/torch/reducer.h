@@ -55,6 +55,7 @@ class Reducer {
   int authority() const;
 
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
+  const IterationStats& last_iteration_stats() const { return stats_; }
 
  private:
   struct Bucket {
@@ -62,6 +63,7 @@ class Reducer {
     std::vector<size_t> members;  // parameter indices, in buffer order
     size_t pending = 0;           // members not yet ready this iteration
     std::optional<PendingReduction> reduction;
+    Clock::time_point launched_at;
   };
   struct Location {
     size_t bucket = 0;
@@ -84,6 +86,7 @@ class Reducer {
   void mark_locally_unused(size_t parameter);
   void launch_ready_buckets();
   void wait_for_reductions();
+  void account(size_t bucket, const Work& work);
   std::shared_ptr<Work> start_used_map_allreduce();
   void forget_globally_unused_gradients();
   void rebuild_buckets_from_ready_order();
@@ -121,6 +124,9 @@ class Reducer {
   std::vector<size_t> ready_order_;
   bool static_unused_known_ = false;
   std::vector<size_t> static_unused_;
+  // Of the last synchronized iteration, and of the one in progress.
+  IterationStats stats_;
+  IterationStats pending_stats_;
 };
 
 }  // namespace cohort

@@ -25,8 +25,13 @@ class Work {
   void wait(Milliseconds timeout) const;
   // What the collective was, for messages: "allreduce #12 (4096 x float32, sum)".
   const std::string& description() const { return description_; }
+  // When the group's communication thread began and finished running it (for timelines and
+  // per-bucket latencies); default-constructed until then.
+  Clock::time_point started_at() const;
+  Clock::time_point finished_at() const;
 
   // Called by the group.
+  void mark_started();
   void mark_done(std::exception_ptr error = nullptr);
 
  private:
@@ -35,6 +40,8 @@ class Work {
   mutable std::condition_variable done_cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  Clock::time_point started_at_{};
+  Clock::time_point finished_at_{};
 };
 
 }  // namespace cohort

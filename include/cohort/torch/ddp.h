@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cohort/comm/group.h"
+#include "cohort/comm/timeline.h"
 #include "cohort/torch/comm_hook.h"
 
 namespace cohort {
@@ -54,6 +55,27 @@ struct DdpOptions {
   bool rebuild_buckets = true;
   // How a bucket is reduced (comm_hook.h); null: allreduce_hook().
   std::shared_ptr<CommHook> comm_hook;
+  // Where to record each bucket's reduction (track "comm") and the end of backward's wait for
+  // them (track "main"); null: no timeline (docs/timeline.md).
+  std::shared_ptr<Timeline> timeline;
+};
+
+// What the last synchronized backward spent on communication
+// (DistributedDataParallel::last_iteration_stats()).
+struct BucketStats {
+  size_t bytes = 0;         // of gradients in the bucket
+  // From the moment the bucket's gradients were all ready (its reduction was started) to the
+  // end of its reduction: what overlap has to hide.
+  double latency_ms = 0;
+  // On the group's communication thread, from start to end.
+  double comm_ms = 0;
+};
+struct IterationStats {
+  // Time the end of backward waited for communication (the buckets' reductions, and the
+  // buffer broadcast and unused-parameter allreduce when those are on): the communication
+  // that computation did not hide. Step time minus it is the time computing.
+  double exposed_comm_ms = 0;
+  std::vector<BucketStats> buckets;  // in reduction order; empty in a world of one
 };
 
 class DistributedDataParallel {
@@ -105,6 +127,10 @@ class DistributedDataParallel {
   // Copies rank 0's buffers to every rank now (done after every synchronized backward when
   // broadcast_buffers is on). Collective.
   void broadcast_buffers();
+
+  // After a synchronized backward: its communication figures (above). Not thread-safe
+  // against a backward that is running.
+  const IterationStats& last_iteration_stats() const;
 
   // Names of the parameters in each bucket, in reduction order (for tests and tuning).
   std::vector<std::vector<std::string>> bucket_parameter_names() const;

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-namespace cohort::bench {
+namespace fashion_mnist {
 
 // Lets the training loop call forward() without knowing which model it has.
 struct FmnistModel : torch::nn::Module {
@@ -66,4 +66,4 @@ inline std::shared_ptr<FmnistModel> make_fmnist_model(const std::string& name) {
   return nullptr;
 }
 
-}  // namespace cohort::bench
+}  // namespace fashion_mnist

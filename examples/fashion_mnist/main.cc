@@ -1,0 +1,39 @@
+// Fashion-MNIST, data parallel: the example cohort's README starts with.
+//
+//   cohortrun --nproc-per-node 2 build/bin/fashion_mnist --epochs 1
+//   build/bin/fashion_mnist --model mlp --metrics steps.csv      (one process)
+//   COHORT_TIMELINE=trace.json cohortrun --nproc-per-node 2 build/bin/fashion_mnist --max-steps 50
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "cohort/comm/init.h"
+#include "cohort/core/error.h"
+#include "idx_file.h"
+#include "trainer.h"
+
+int main(int argc, char** argv) {
+  CLI::App app("Trains a Fashion-MNIST classifier with cohort's DistributedDataParallel");
+  fashion_mnist::TrainOptions options;
+  fashion_mnist::add_train_options(app, options);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    auto group = cohort::init();
+    const fashion_mnist::TrainResult result = fashion_mnist::train(options, group);
+    if (group->rank() == 0) {
+      std::printf("final: test accuracy %.2f%%, %.0f samples/s on %d rank(s), %lld steps\n",
+                  100 * result.test_accuracy, result.samples_per_s, group->size(),
+                  (long long)result.steps);
+    }
+    return 0;
+  } catch (const fashion_mnist::DataError& e) {
+    std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
+    return 2;
+  } catch (const cohort::InvalidArgument& e) {
+    std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,55 @@
+// The figures of each training step, what an epoch's summary makes of them, and the --metrics
+// file (JSON lines, or CSV when the name ends in .csv).
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace fashion_mnist {
+
+struct StepRecord {
+  int64_t epoch = 0;
+  int64_t step = 0;      // global step count, from 1
+  int64_t samples = 0;   // in the global batch
+  double loss = 0;       // this rank's
+  double lr = 0;
+  double data_ms = 0;
+  double forward_ms = 0;
+  double backward_ms = 0;  // including the end-of-backward wait for communication
+  double optimizer_ms = 0;
+  double step_ms = 0;      // all of the above
+  double exposed_comm_ms = 0;
+  std::vector<double> bucket_latency_ms;  // in reduction order
+  double compute_ms() const { return step_ms - exposed_comm_ms; }
+  double comm_fraction() const { return step_ms > 0 ? exposed_comm_ms / step_ms : 0; }
+};
+
+// Quantile q in [0, 1] of `values` (nearest rank); 0 when empty.
+double quantile(std::vector<double> values, double q);
+
+struct EpochSummary {
+  int64_t steps = 0;
+  double mean_loss = 0;
+  double samples_per_s = 0;
+  double step_ms_p50 = 0, step_ms_p95 = 0;
+  double compute_ms = 0;       // median
+  double exposed_comm_ms = 0;  // median
+  double comm_fraction = 0;    // total exposed communication / total step time
+  std::vector<double> bucket_p50_ms, bucket_p95_ms;
+};
+EpochSummary summarize(const std::vector<StepRecord>& steps);
+
+// Appends one line per step; the CSV form starts with a header.
+class MetricsFile {
+ public:
+  explicit MetricsFile(const std::string& path);  // throws std::runtime_error naming the file
+  void write(const StepRecord& record);
+
+ private:
+  std::ofstream out_;
+  bool csv_;
+};
+
+}  // namespace fashion_mnist

@@ -1,0 +1,44 @@
+#include "train_options.h"
+
+#include <algorithm>
+
+#include "dataset.h"
+
+namespace fashion_mnist {
+
+double TrainOptions::lr_at(int64_t step) const {
+  const double scaled = base_lr * double(batch_size) / 64.0;
+  if (warmup_steps <= 0 || step >= warmup_steps) return scaled;
+  return scaled * double(step + 1) / double(warmup_steps);
+}
+
+void add_train_options(CLI::App& app, TrainOptions& o) {
+  o.data_dir = kDefaultDataDir;
+  app.add_option("--data", o.data_dir, "Directory of the four Fashion-MNIST .gz files");
+  app.add_option("--model", o.model, "cnn (two conv layers) or mlp")
+      ->check(CLI::IsMember({"cnn", "mlp"}));
+  app.add_option("--epochs", o.epochs, "Passes over the training set")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", o.batch_size, "Global batch, split evenly over the ranks")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.base_lr, "Learning rate at batch 64 (scaled with the global batch)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--warmup-steps", o.warmup_steps, "Steps of linear learning-rate warm-up")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", o.seed, "Seed of the weights, the shuffle and dropout");
+  app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP gradient bucket size (MiB)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint", o.checkpoint, "Checkpoint written after each epoch ('' for none)");
+  app.add_flag("--resume", o.resume, "Continue from --checkpoint when it exists");
+  app.add_option("--metrics", o.metrics, "Write every step's figures here (.csv or JSON lines)");
+  app.add_option("--max-steps", o.max_steps, "Stop after this many steps in all")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--skip-eval", o.skip_eval, "Do not evaluate on the test set");
+  app.add_option("--threads", o.threads, "torch threads per rank (0: cores / local ranks)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("!--no-progress", o.progress, "No progress bar or lines");
+  app.add_option("--log-every", o.log_every, "Steps between progress lines (no terminal)")
+      ->check(CLI::PositiveNumber);
+}
+
+}  // namespace fashion_mnist

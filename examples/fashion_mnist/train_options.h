@@ -1,0 +1,36 @@
+// The command line of the Fashion-MNIST example (docs/fashion_mnist.md).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace fashion_mnist {
+
+struct TrainOptions {
+  std::string data_dir;  // default: kDefaultDataDir
+  std::string model = "cnn";
+  int64_t epochs = 1;
+  int64_t batch_size = 64;  // global: split evenly over the ranks
+  // Learning rate at batch 64; scaled linearly with the global batch (Goyal et al.'s rule).
+  double base_lr = 0.01;
+  double momentum = 0.9;
+  int64_t warmup_steps = 100;  // linear warm-up from lr / warmup_steps to lr
+  uint64_t seed = 42;
+  double bucket_cap_mb = 25.0;
+  std::string checkpoint = "fashion_mnist.ckpt";  // written after each epoch; "" for none
+  bool resume = false;
+  std::string metrics;      // per-step figures: .csv, else JSON lines
+  int64_t max_steps = -1;   // stop after this many steps in all (tests, sweeps); -1: no limit
+  bool skip_eval = false;
+  int threads = 0;          // torch threads per rank; 0: cores / ranks on this machine
+  bool progress = true;
+  int64_t log_every = 100;  // steps between progress lines when stdout is not a terminal
+
+  double lr_at(int64_t step) const;  // step from 0
+};
+
+void add_train_options(CLI::App& app, TrainOptions& options);
+
+}  // namespace fashion_mnist

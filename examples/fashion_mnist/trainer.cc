@@ -1,0 +1,256 @@
+#include "trainer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <thread>
+
+#include "cohort/comm/timeline.h"
+#include "cohort/core/error.h"
+#include "cohort/torch/checkpoint.h"
+#include "cohort/torch/ddp.h"
+#include "cohort/torch/distributed_sampler.h"
+#include "dataset.h"
+#include "models.h"
+#include "progress.h"
+#include "step_metrics.h"
+
+namespace fashion_mnist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using cohort::trace;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+struct Evaluation {
+  double accuracy = 0;
+  double loss = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group);
+  TrainResult run();
+
+ private:
+  using Loader = decltype(torch::data::make_data_loader(
+      std::declval<FashionMnist>(), std::declval<cohort::DistributedSampler>(),
+      std::declval<torch::data::DataLoaderOptions>()));
+
+  void resume_if_asked();
+  std::vector<StepRecord> train_epoch();
+  StepRecord train_step(torch::data::Example<>& batch, double data_ms);
+  Evaluation evaluate();
+  void report_epoch(const std::vector<StepRecord>& steps, const std::optional<Evaluation>& eval);
+  bool out_of_steps() const { return options_.max_steps > 0 && state_.step >= options_.max_steps; }
+  bool rank0() const { return group_->rank() == 0; }
+
+  TrainOptions options_;
+  std::shared_ptr<cohort::Group> group_;
+  std::shared_ptr<cohort::Timeline> timeline_ = cohort::Timeline::from_env();
+  Images test_;
+  std::shared_ptr<FmnistModel> model_;
+  std::unique_ptr<cohort::DistributedDataParallel> ddp_;
+  std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::unique_ptr<cohort::DistributedSampler> sampler_;
+  Loader loader_;
+  cohort::TrainingState state_;
+  std::unique_ptr<MetricsFile> metrics_;
+  Progress progress_;
+  int64_t samples_run_ = 0;
+  double ms_run_ = 0;
+};
+
+int64_t per_rank_batch(const TrainOptions& options, const cohort::Group& group) {
+  if (options.batch_size % group.size() != 0) {
+    throw cohort::InvalidArgument("--batch-size " + std::to_string(options.batch_size) +
+                                  " does not split evenly over " + std::to_string(group.size()) +
+                                  " ranks: give a multiple of the number of ranks");
+  }
+  return options.batch_size / group.size();
+}
+
+int threads_per_rank(const TrainOptions& options, const cohort::Group& group) {
+  if (options.threads > 0) return options.threads;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, group.local_size()));
+}
+
+cohort::DdpOptions ddp_options(const TrainOptions& options,
+                               std::shared_ptr<cohort::Timeline> timeline) {
+  cohort::DdpOptions o;
+  o.bucket_cap_mb = options.bucket_cap_mb;
+  o.timeline = std::move(timeline);
+  return o;
+}
+
+Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group)
+    : options_(options),
+      group_(std::move(group)),
+      test_(options.skip_eval ? Images{} : load_split(options.data_dir, Split::kTest)),
+      loader_(nullptr),
+      progress_(options.progress && group_->rank() == 0, options.log_every) {
+  torch::set_num_threads(threads_per_rank(options_, *group_));
+  FashionMnist train_set(load_split(options_.data_dir, Split::kTrain));
+  torch::manual_seed(options_.seed);  // the same initial weights everywhere (DDP checks)
+  model_ = make_fmnist_model(options_.model);
+  ddp_ = std::make_unique<cohort::DistributedDataParallel>(model_, group_,
+                                                           ddp_options(options_, timeline_));
+  torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
+  optimizer_ = std::make_unique<torch::optim::SGD>(
+      model_->parameters(),
+      torch::optim::SGDOptions(options_.lr_at(0)).momentum(options_.momentum));
+  cohort::DistributedSamplerOptions sampling;
+  sampling.seed = options_.seed;
+  sampling.drop_last = true;
+  sampler_ = std::make_unique<cohort::DistributedSampler>(static_cast<size_t>(train_set.data().size()),
+                                                          *group_, sampling);
+  loader_ = torch::data::make_data_loader(
+      std::move(train_set), *sampler_,
+      torch::data::DataLoaderOptions(per_rank_batch(options_, *group_)).drop_last(true));
+  state_.module = model_.get();
+  state_.optimizer = optimizer_.get();
+  state_.sampler = sampler_.get();
+  if (!options_.metrics.empty() && rank0()) metrics_ = std::make_unique<MetricsFile>(options_.metrics);
+}
+
+void Trainer::resume_if_asked() {
+  const char* restart = std::getenv("COHORT_RESTART_COUNT");
+  const bool restarted = restart != nullptr && std::atoi(restart) > 0;
+  if (options_.checkpoint.empty() || !(options_.resume || restarted)) return;
+  if (cohort::load_checkpoint(options_.checkpoint, *group_, state_) && rank0()) {
+    std::printf("resumed from %s at epoch %lld, step %lld\n", options_.checkpoint.c_str(),
+                (long long)state_.epoch + 1, (long long)state_.step);
+  }
+}
+
+TrainResult Trainer::run() {
+  resume_if_asked();
+  TrainResult result;
+  for (; state_.epoch < options_.epochs && !out_of_steps(); ++state_.epoch) {
+    if (sampler_->epoch() != static_cast<uint64_t>(state_.epoch)) sampler_->set_epoch(state_.epoch);
+    const std::vector<StepRecord> steps = train_epoch();
+    std::optional<Evaluation> eval;
+    if (!options_.skip_eval) eval = evaluate();
+    if (eval) result.test_accuracy = eval->accuracy;
+    report_epoch(steps, eval);
+    if (!options_.checkpoint.empty()) {
+      sampler_->set_epoch(state_.epoch + 1);  // a resumed run starts the next epoch afresh
+      ++state_.epoch;
+      cohort::save_checkpoint(options_.checkpoint, *group_, state_);
+      --state_.epoch;
+    }
+  }
+  if (timeline_) timeline_->write(*group_);
+  result.samples_per_s = ms_run_ > 0 ? double(samples_run_) / (ms_run_ / 1000.0) : 0;
+  result.steps = state_.step;
+  return result;
+}
+
+std::vector<StepRecord> Trainer::train_epoch() {
+  std::vector<StepRecord> records;
+  const int64_t steps = static_cast<int64_t>(sampler_->num_samples() - sampler_->position()) /
+                        per_rank_batch(options_, *group_);
+  progress_.start_epoch(state_.epoch + 1, options_.epochs, steps);
+  model_->train();
+  Clock::time_point fetch = Clock::now();
+  for (auto it = loader_->begin(); it != loader_->end() && !out_of_steps();) {
+    const double data_ms = ms_since(fetch);
+    records.push_back(train_step(*it, data_ms));
+    progress_.update(static_cast<int64_t>(records.size()), records.back().samples,
+                     records.back().loss);
+    fetch = Clock::now();
+    ++it;
+  }
+  progress_.finish_epoch();
+  return records;
+}
+
+StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
+  StepRecord r;
+  auto step_span = trace(timeline_.get(), "step " + std::to_string(state_.step + 1), "step", "steps");
+  const Clock::time_point start = Clock::now();
+  r.lr = options_.lr_at(state_.step);
+  static_cast<torch::optim::SGDOptions&>(optimizer_->param_groups()[0].options()).lr(r.lr);
+  optimizer_->zero_grad();
+  torch::Tensor loss;
+  {
+    auto span = trace(timeline_.get(), "forward");
+    loss = torch::nll_loss(model_->forward(batch.data), batch.target);
+  }
+  r.forward_ms = ms_since(start);
+  {
+    auto span = trace(timeline_.get(), "backward");
+    loss.backward();
+  }
+  r.backward_ms = ms_since(start) - r.forward_ms;
+  {
+    auto span = trace(timeline_.get(), "optimizer step");
+    optimizer_->step();
+  }
+  r.step_ms = ms_since(start) + data_ms;
+  r.optimizer_ms = r.step_ms - data_ms - r.forward_ms - r.backward_ms;
+  r.data_ms = data_ms;
+  r.epoch = state_.epoch + 1;
+  r.step = ++state_.step;
+  r.samples = options_.batch_size;
+  r.loss = loss.item<double>();
+  const cohort::IterationStats& comm = ddp_->last_iteration_stats();
+  r.exposed_comm_ms = comm.exposed_comm_ms;
+  for (const auto& b : comm.buckets) r.bucket_latency_ms.push_back(b.latency_ms);
+  if (metrics_) metrics_->write(r);
+  samples_run_ += r.samples;
+  ms_run_ += r.step_ms;
+  return r;
+}
+
+// Each rank evaluates its slice of the test set; the counts are summed over the group.
+Evaluation Trainer::evaluate() {
+  auto span = trace(timeline_.get(), "evaluate");
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  const int64_t n = test_.size(), w = group_->size(), r = group_->rank();
+  const int64_t begin = n * r / w, end = n * (r + 1) / w;
+  std::vector<double> sums = {0.0, 0.0};  // correct, loss
+  for (int64_t i = begin; i < end; i += 1000) {
+    const int64_t stop = std::min(end, i + 1000);
+    const torch::Tensor out = model_->forward(test_.images.slice(0, i, stop));
+    const torch::Tensor labels = test_.labels.slice(0, i, stop);
+    sums[0] += out.argmax(1).eq(labels).sum().item<double>();
+    sums[1] += torch::nll_loss(out, labels, {}, at::Reduction::Sum).item<double>();
+  }
+  group_->allreduce(cohort::make_buffer(sums));
+  model_->train();
+  return {sums[0] / double(n), sums[1] / double(n)};
+}
+
+void Trainer::report_epoch(const std::vector<StepRecord>& steps,
+                           const std::optional<Evaluation>& eval) {
+  if (!rank0()) return;
+  const EpochSummary s = summarize(steps);
+  std::printf("epoch %lld/%lld: %lld steps, train loss %.4f", (long long)state_.epoch + 1,
+              (long long)options_.epochs, (long long)s.steps, s.mean_loss);
+  if (eval) std::printf(", test loss %.4f, test accuracy %.2f%%", eval->loss, 100 * eval->accuracy);
+  std::printf("\n  %.0f samples/s on %d rank(s); step %.1f ms median, %.1f ms p95; compute %.1f ms, "
+              "exposed communication %.2f ms, s = %.3f\n",
+              s.samples_per_s, group_->size(), s.step_ms_p50, s.step_ms_p95, s.compute_ms,
+              s.exposed_comm_ms, s.comm_fraction);
+  for (size_t b = 0; b < s.bucket_p50_ms.size(); ++b) {
+    std::printf("  bucket %zu allreduce latency: %.2f ms p50, %.2f ms p95\n", b,
+                s.bucket_p50_ms[b], s.bucket_p95_ms[b]);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& options, std::shared_ptr<cohort::Group> group) {
+  return Trainer(options, std::move(group)).run();
+}
+
+}  // namespace fashion_mnist

@@ -1,0 +1,24 @@
+// Data-parallel training of a Fashion-MNIST classifier: DistributedDataParallel over the
+// job's group, a DistributedSampler, SGD with momentum, the linear scaling rule with warm-up,
+// evaluation on the test set after each epoch, a checkpoint after each epoch, and the figures
+// that show where a step's time goes (docs/fashion_mnist.md).
+#pragma once
+
+#include <memory>
+
+#include "cohort/comm/group.h"
+#include "train_options.h"
+
+namespace fashion_mnist {
+
+struct TrainResult {
+  double test_accuracy = 0;  // after the last epoch; 0 when skipped
+  double samples_per_s = 0;  // over every step run
+  int64_t steps = 0;
+};
+
+// Collective over `group`. Throws DataError for missing or malformed data, cohort::Error for
+// failures of the job.
+TrainResult train(const TrainOptions& options, std::shared_ptr<cohort::Group> group);
+
+}  // namespace fashion_mnist
