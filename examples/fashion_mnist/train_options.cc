@@ -1,15 +1,21 @@
 #include "train_options.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "dataset.h"
 
 namespace fashion_mnist {
 
+int64_t TrainOptions::warmup() const {
+  if (warmup_steps >= 0) return warmup_steps;
+  return batch_size > 64 ? kAutoWarmupSteps : 0;
+}
+
 double TrainOptions::lr_at(int64_t step) const {
   const double scaled = base_lr * double(batch_size) / 64.0;
-  if (warmup_steps <= 0 || step >= warmup_steps) return scaled;
-  return scaled * double(step + 1) / double(warmup_steps);
+  if (step >= warmup()) return scaled;
+  return scaled * double(step + 1) / double(warmup());
 }
 
 void add_train_options(CLI::App& app, TrainOptions& o) {
@@ -23,8 +29,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--lr", o.base_lr, "Learning rate at batch 64 (scaled with the global batch)")
       ->check(CLI::PositiveNumber);
   app.add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--warmup-steps", o.warmup_steps, "Steps of linear learning-rate warm-up")
-      ->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup-steps", o.warmup_steps,
+                 "Steps of linear learning-rate warm-up (-1: none at batch 64, 200 above)")
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
   app.add_option("--seed", o.seed, "Seed of the weights, the shuffle and dropout");
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP gradient bucket size (MiB)")
       ->check(CLI::PositiveNumber);

@@ -16,7 +16,10 @@ struct TrainOptions {
   // Learning rate at batch 64; scaled linearly with the global batch (Goyal et al.'s rule).
   double base_lr = 0.01;
   double momentum = 0.9;
-  int64_t warmup_steps = 100;  // linear warm-up from lr / warmup_steps to lr
+  // Linear warm-up from lr / warmup_steps to lr. -1 (auto): none at the reference batch of 64,
+  // kAutoWarmupSteps above it, where the scaled learning rate is too large to start with.
+  int64_t warmup_steps = -1;
+  static constexpr int64_t kAutoWarmupSteps = 200;
   uint64_t seed = 42;
   double bucket_cap_mb = 25.0;
   std::string checkpoint = "fashion_mnist.ckpt";  // written after each epoch; "" for none
@@ -29,6 +32,7 @@ struct TrainOptions {
   int64_t log_every = 100;  // steps between progress lines when stdout is not a terminal
 
   double lr_at(int64_t step) const;  // step from 0
+  int64_t warmup() const;
 };
 
 void add_train_options(CLI::App& app, TrainOptions& options);

@@ -6,42 +6,24 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
-#include <unistd.h>
 
 #include "support/process.h"
 
 namespace cohort {
 namespace {
 
-using testing::ChildProcess;
-
 constexpr std::chrono::seconds kDeadline{240};
 
-struct TrainingRun {
-  int exit_code;
-  std::string output;
-};
-
 // cohortrun --nproc-per-node 2 [launcher_args] ddp_restart_rank ... [rank_args]
-TrainingRun train(const std::string& dir, const std::string& launcher_args,
-          const std::string& rank_args) {
-  const std::string command = "exec " COHORTRUN " --nproc-per-node 2 " + launcher_args +
-                              " " DDP_RESTART_RANK " --checkpoint " + dir + "/ck --out " + dir +
-                              "/params.bin " + rank_args;
-  ChildProcess run({"/bin/sh", "-c", command + " 2>&1"}, {"OMP_NUM_THREADS=1"});
-  const int code = run.wait(kDeadline);
-  return {code, run.output()};
-}
-
-std::string fresh_dir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "cohort_restart_" + name + "_" +
-                    std::to_string(::getpid());
-  std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str());
-  return dir;
+testing::ShellResult train(const std::string& dir, const std::string& launcher_args,
+                           const std::string& rank_args) {
+  return testing::run_shell(COHORTRUN " --nproc-per-node 2 " + launcher_args +
+                                " " DDP_RESTART_RANK " --checkpoint " + dir + "/ck --out " + dir +
+                                "/params.bin " + rank_args,
+                            {"OMP_NUM_THREADS=1"}, kDeadline);
 }
 
 std::string contents(const std::string& path) {
@@ -50,10 +32,11 @@ std::string contents(const std::string& path) {
 }
 
 TEST(Restart, AKilledRankResumesFromTheCheckpointWithTheSameParameters) {
-  const std::string plain = fresh_dir("plain"), killed = fresh_dir("killed");
-  const TrainingRun reference = train(plain, "", "");
+  const std::string plain = testing::fresh_temp_dir("restart_plain"),
+                    killed = testing::fresh_temp_dir("restart_killed");
+  const testing::ShellResult reference = train(plain, "", "");
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const TrainingRun restarted = train(killed, "--max-restarts 1", "--kill-rank 1 --kill-step 13");
+  const testing::ShellResult restarted = train(killed, "--max-restarts 1", "--kill-rank 1 --kill-step 13");
   ASSERT_EQ(restarted.exit_code, 0) << restarted.output;
   EXPECT_NE(restarted.output.find("rank 1 was killed by signal 9"), std::string::npos)
       << restarted.output;
@@ -66,8 +49,8 @@ TEST(Restart, AKilledRankResumesFromTheCheckpointWithTheSameParameters) {
 }
 
 TEST(Restart, WithoutRestartsTheKilledRankFailsTheJob) {
-  const std::string dir = fresh_dir("no_restart");
-  const TrainingRun run = train(dir, "", "--kill-rank 0 --kill-step 3");
+  const std::string dir = testing::fresh_temp_dir("restart_no_restart");
+  const testing::ShellResult run = train(dir, "", "--kill-rank 0 --kill-step 3");
   EXPECT_EQ(run.exit_code, 128 + SIGKILL) << run.output;
   EXPECT_NE(run.output.find("job failed: rank 0 was killed by signal 9"), std::string::npos)
       << run.output;

@@ -6,6 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
@@ -109,6 +112,22 @@ int ChildProcess::wait(std::chrono::milliseconds timeout) {
 
 void ChildProcess::kill(int signal) {
   if (pid_ > 0 && status_ < 0) ::kill(pid_, signal);
+}
+
+ShellResult run_shell(const std::string& command, const std::vector<std::string>& extra_env,
+                      std::chrono::milliseconds deadline) {
+  ChildProcess child({"/bin/sh", "-c", "exec " + command + " 2>&1"}, extra_env);
+  ShellResult result;
+  result.exit_code = child.wait(deadline);
+  result.output = child.output();
+  return result;
+}
+
+std::string fresh_temp_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "cohort_" + name + "_" + std::to_string(::getpid());
+  const std::string command = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
+  if (std::system(command.c_str()) != 0) throw std::runtime_error("cannot create " + dir);
+  return dir;
 }
 
 }  // namespace cohort::testing

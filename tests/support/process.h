@@ -39,4 +39,17 @@ class ChildProcess {
   int status_ = -1;
 };
 
+// Runs `command` with /bin/sh, stderr folded into stdout, with the current environment plus
+// `extra_env`; returns its exit code (-1 when it ran past `deadline` and was killed) and output.
+struct ShellResult {
+  int exit_code = -1;
+  std::string output;
+};
+ShellResult run_shell(const std::string& command, const std::vector<std::string>& extra_env,
+                      std::chrono::milliseconds deadline);
+
+// A new empty directory under the test temporary directory, named after `name` and this
+// process.
+std::string fresh_temp_dir(const std::string& name);
+
 }  // namespace cohort::testing
