@@ -95,6 +95,49 @@ TEST(DdpBehaviour, NoSyncSendsNothing) {
   });
 }
 
+TEST(DdpBehaviour, IterationStatsAndTimelineDescribeEveryBucket) {
+  auto timeline = std::make_shared<Timeline>("unused.json");
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    auto net = layers({10, 64, 64, 4});
+    DdpOptions options;
+    options.bucket_cap_mb = 0;  // one bucket per parameter: 6
+    options.first_bucket_cap_mb = 0;
+    if (rank == 0) options.timeline = timeline;
+    DistributedDataParallel ddp(net, group, options);
+    net->forward(torch::randn({3, 10})).sum().backward();
+    const IterationStats& stats = ddp.last_iteration_stats();
+    ASSERT_EQ(stats.buckets.size(), ddp.bucket_parameter_names().size());
+    EXPECT_EQ(stats.buckets.size(), 6u);
+    EXPECT_GE(stats.exposed_comm_ms, 0.0);
+    size_t bytes = 0;
+    for (const BucketStats& b : stats.buckets) {
+      EXPECT_GE(b.comm_ms, 0.0);
+      EXPECT_GE(b.latency_ms + 1e-6, b.comm_ms) << "the latency includes the time on the wire";
+      bytes += b.bytes;
+    }
+    size_t expected = 0;
+    for (const auto& p : net->parameters()) expected += static_cast<size_t>(p.nbytes());
+    EXPECT_EQ(bytes, expected);
+  });
+  size_t buckets = 0, waits = 0;
+  for (const Timeline::Span& span : timeline->spans()) {
+    EXPECT_LE(span.start, span.end);
+    buckets += span.track == "comm" && span.name.rfind("bucket ", 0) == 0;
+    waits += span.track == "main" && span.name == "wait for gradients";
+  }
+  EXPECT_EQ(buckets, 6u);
+  EXPECT_EQ(waits, 1u);
+}
+
+TEST(DdpBehaviour, AWorldOfOneReportsNoBuckets) {
+  run_with_groups(1, [](int, std::shared_ptr<Group> group) {
+    auto net = layers({10, 4});
+    DistributedDataParallel ddp(net, group);
+    net->forward(torch::randn({3, 10})).sum().backward();
+    EXPECT_TRUE(ddp.last_iteration_stats().buckets.empty());
+  });
+}
+
 TEST(DdpBehaviour, BucketsFollowTheOrderGradientsBecameReady) {
   run_with_groups(2, [](int, std::shared_ptr<Group> group) {
     auto model = reordered()();
