@@ -59,9 +59,10 @@ value() { awk -v s="$1" -v r="$2" '$1 == s && $2 == r { print $3 }' "$raw" | med
 echo
 echo "$model, global batch 64, 1 thread per rank, median of $rounds rounds (samples/s)"
 printf "%-8s %-22s %-22s %s\n" ranks cohort "PyTorch DDP" cohort/PyTorch
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { print a / b }'; }
 for ranks in 1 2; do
   printf "%-8s %-22s %-22s %.2f\n" "$ranks" "$(stat cohort "$ranks")" "$(stat pytorch "$ranks")" \
-    "$(awk -v a="$(value cohort "$ranks")" -v b="$(value pytorch "$ranks")" 'BEGIN { print a / b }')"
+    "$(ratio "$(value cohort "$ranks")" "$(value pytorch "$ranks")")"
 done
 for system in cohort pytorch; do
   awk -v a="$(value "$system" 2)" -v b="$(value "$system" 1)" -v s="$system" \

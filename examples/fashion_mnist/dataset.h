@@ -10,8 +10,8 @@
 namespace fashion_mnist {
 
 inline const char* const kDefaultDataDir = "/usr/share/datasets/fashion-mnist";
-inline const char* const kClassNames[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress",
-                                            "Coat",        "Sandal",  "Shirt",    "Sneaker",
+inline const char* const kClassNames[10] = {"T-shirt/top", "Trouser",   "Pullover", "Dress",
+                                            "Coat",        "Sandal",    "Shirt",    "Sneaker",
                                             "Bag",         "Ankle boot"};
 
 enum class Split { kTrain, kTest };
@@ -28,7 +28,8 @@ Images load_split(const std::string& dir, Split split);
 
 // A torch::data batch dataset over Images: a batch is gathered with one index_select, not
 // one sample at a time.
-class FashionMnist : public torch::data::datasets::BatchDataset<FashionMnist, torch::data::Example<>> {
+class FashionMnist
+    : public torch::data::datasets::BatchDataset<FashionMnist, torch::data::Example<>> {
  public:
   explicit FashionMnist(Images data) : data_(std::move(data)) {}
   torch::data::Example<> get_batch(c10::ArrayRef<size_t> indices) override;

@@ -23,8 +23,7 @@ using GzFile = std::unique_ptr<std::remove_pointer_t<gzFile>, GzCloser>;
 }
 
 // Reads exactly `size` bytes (gzread also reads files that are not gzipped, as they are).
-void read_exactly(gzFile file, const std::string& path, void* out, size_t size,
-                  const char* what) {
+void read_exactly(gzFile file, const std::string& path, void* out, size_t size, const char* what) {
   auto* bytes = static_cast<uint8_t*>(out);
   while (size > 0) {
     const unsigned chunk = static_cast<unsigned>(std::min<size_t>(size, 1u << 30));
@@ -75,8 +74,7 @@ torch::Tensor read_idx_u8(const std::string& path, int64_t expected_dims) {
   }
   const std::vector<int64_t> dims = read_header(file.get(), path, expected_dims);
   torch::Tensor values = torch::empty(dims, torch::kUInt8);
-  read_exactly(file.get(), path, values.data_ptr(), static_cast<size_t>(values.numel()),
-               "values");
+  read_exactly(file.get(), path, values.data_ptr(), static_cast<size_t>(values.numel()), "values");
   uint8_t extra;
   if (gzread(file.get(), &extra, 1) != 0) {
     fail(path, "is longer than its header says: it is not a Fashion-MNIST file");

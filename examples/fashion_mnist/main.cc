@@ -4,7 +4,6 @@
 //   build/bin/fashion_mnist --model mlp --metrics steps.csv      (one process)
 //   COHORT_TIMELINE=trace.json cohortrun --nproc-per-node 2 build/bin/fashion_mnist --max-steps 50
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 
 #include "cohort/comm/init.h"
@@ -21,8 +20,9 @@ int main(int argc, char** argv) {
     auto group = cohort::init();
     const fashion_mnist::TrainResult result = fashion_mnist::train(options, group);
     if (group->rank() == 0) {
-      std::printf("final: test accuracy %.2f%%, %.0f samples/s on %d rank(s), %lld steps\n",
-                  100 * result.test_accuracy, result.samples_per_s, group->size(),
+      std::printf("final: ");
+      if (result.test_accuracy) std::printf("test accuracy %.2f%%, ", 100 * *result.test_accuracy);
+      std::printf("%.0f samples/s on %d rank(s), %lld steps\n", result.samples_per_s, group->size(),
                   (long long)result.steps);
     }
     return 0;

@@ -65,18 +65,19 @@ void Progress::finish_epoch() {
 void Progress::draw_bar(int64_t step, double rate, double loss, double eta_s) {
   const int filled = steps_ > 0 ? int(kBarWidth * step / steps_) : kBarWidth;
   std::string bar(static_cast<size_t>(filled), '=');
-  if (filled < kBarWidth) bar += '>' + std::string(static_cast<size_t>(kBarWidth - filled - 1), ' ');
+  if (filled < kBarWidth)
+    bar += '>' + std::string(static_cast<size_t>(kBarWidth - filled - 1), ' ');
   std::printf("\repoch %lld/%lld [%s] %3d%% %lld/%lld  %.0f samples/s  loss %.4f  ETA %s   ",
               (long long)epoch_, (long long)epochs_, bar.c_str(),
-              steps_ > 0 ? int(100 * step / steps_) : 100, (long long)step, (long long)steps_,
-              rate, loss, clock_time(eta_s).c_str());
+              steps_ > 0 ? int(100 * step / steps_) : 100, (long long)step, (long long)steps_, rate,
+              loss, clock_time(eta_s).c_str());
   std::fflush(stdout);
 }
 
 void Progress::print_line(int64_t step, double rate, double loss, double eta_s) {
   std::printf("epoch %lld/%lld step %lld/%lld  %.0f samples/s  loss %.4f  ETA %s\n",
-              (long long)epoch_, (long long)epochs_, (long long)step, (long long)steps_, rate,
-              loss, clock_time(eta_s).c_str());
+              (long long)epoch_, (long long)epochs_, (long long)step, (long long)steps_, rate, loss,
+              clock_time(eta_s).c_str());
   std::fflush(stdout);
 }
 

@@ -55,7 +55,8 @@ EpochSummary summarize(const std::vector<StepRecord>& steps) {
   summary.samples_per_s = sum(samples) / (sum(step_ms) / 1000.0);
   summary.step_ms_p50 = quantile(step_ms, 0.5);
   summary.step_ms_p95 = quantile(step_ms, 0.95);
-  summary.compute_ms = quantile(column(steps, [](const StepRecord& s) { return s.compute_ms(); }), 0.5);
+  summary.compute_ms =
+      quantile(column(steps, [](const StepRecord& s) { return s.compute_ms(); }), 0.5);
   summary.exposed_comm_ms = quantile(exposed, 0.5);
   summary.comm_fraction = sum(exposed) / sum(step_ms);
   summarize_buckets(steps, summary);
@@ -74,20 +75,27 @@ MetricsFile::MetricsFile(const std::string& path)
 void MetricsFile::write(const StepRecord& r) {
   if (csv_) {
     std::string buckets;
-    for (double ms : r.bucket_latency_ms) buckets += (buckets.empty() ? "" : ";") + std::to_string(ms);
+    for (double ms : r.bucket_latency_ms)
+      buckets += (buckets.empty() ? "" : ";") + std::to_string(ms);
     out_ << r.epoch << ',' << r.step << ',' << r.samples << ',' << r.loss << ',' << r.lr << ','
-         << r.data_ms << ',' << r.forward_ms << ',' << r.backward_ms << ',' << r.optimizer_ms
-         << ',' << r.step_ms << ',' << r.compute_ms() << ',' << r.exposed_comm_ms << ','
+         << r.data_ms << ',' << r.forward_ms << ',' << r.backward_ms << ',' << r.optimizer_ms << ','
+         << r.step_ms << ',' << r.compute_ms() << ',' << r.exposed_comm_ms << ','
          << r.comm_fraction() << ',' << buckets << '\n';
   } else {
-    const nlohmann::json line = {
-        {"epoch", r.epoch},         {"step", r.step},
-        {"samples", r.samples},     {"loss", r.loss},
-        {"lr", r.lr},               {"data_ms", r.data_ms},
-        {"forward_ms", r.forward_ms}, {"backward_ms", r.backward_ms},
-        {"optimizer_ms", r.optimizer_ms}, {"step_ms", r.step_ms},
-        {"compute_ms", r.compute_ms()}, {"exposed_comm_ms", r.exposed_comm_ms},
-        {"comm_fraction", r.comm_fraction()}, {"bucket_latency_ms", r.bucket_latency_ms}};
+    const nlohmann::json line = {{"epoch", r.epoch},
+                                 {"step", r.step},
+                                 {"samples", r.samples},
+                                 {"loss", r.loss},
+                                 {"lr", r.lr},
+                                 {"data_ms", r.data_ms},
+                                 {"forward_ms", r.forward_ms},
+                                 {"backward_ms", r.backward_ms},
+                                 {"optimizer_ms", r.optimizer_ms},
+                                 {"step_ms", r.step_ms},
+                                 {"compute_ms", r.compute_ms()},
+                                 {"exposed_comm_ms", r.exposed_comm_ms},
+                                 {"comm_fraction", r.comm_fraction()},
+                                 {"bucket_latency_ms", r.bucket_latency_ms}};
     out_ << line.dump() << '\n';
   }
   out_.flush();

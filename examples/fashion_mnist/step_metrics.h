@@ -11,15 +11,15 @@ namespace fashion_mnist {
 
 struct StepRecord {
   int64_t epoch = 0;
-  int64_t step = 0;      // global step count, from 1
-  int64_t samples = 0;   // in the global batch
-  double loss = 0;       // this rank's
+  int64_t step = 0;     // global step count, from 1
+  int64_t samples = 0;  // in the global batch
+  double loss = 0;      // this rank's
   double lr = 0;
   double data_ms = 0;
   double forward_ms = 0;
   double backward_ms = 0;  // including the end-of-backward wait for communication
   double optimizer_ms = 0;
-  double step_ms = 0;      // all of the above
+  double step_ms = 0;  // all of the above
   double exposed_comm_ms = 0;
   std::vector<double> bucket_latency_ms;  // in reduction order
   double compute_ms() const { return step_ms - exposed_comm_ms; }

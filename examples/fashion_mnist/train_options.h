@@ -2,7 +2,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <string>
 
@@ -24,10 +23,10 @@ struct TrainOptions {
   double bucket_cap_mb = 25.0;
   std::string checkpoint = "fashion_mnist.ckpt";  // written after each epoch; "" for none
   bool resume = false;
-  std::string metrics;      // per-step figures: .csv, else JSON lines
-  int64_t max_steps = -1;   // stop after this many steps in all (tests, sweeps); -1: no limit
+  std::string metrics;     // per-step figures: .csv, else JSON lines
+  int64_t max_steps = -1;  // stop after this many steps in all (tests, sweeps); -1: no limit
   bool skip_eval = false;
-  int threads = 0;          // torch threads per rank; 0: cores / ranks on this machine
+  int threads = 0;  // torch threads per rank; 0: cores / ranks on this machine
   bool progress = true;
   int64_t log_every = 100;  // steps between progress lines when stdout is not a terminal
 

@@ -43,6 +43,7 @@ class Trainer {
       std::declval<torch::data::DataLoaderOptions>()));
 
   void resume_if_asked();
+  void save_checkpoint();
   std::vector<StepRecord> train_epoch();
   StepRecord train_step(torch::data::Example<>& batch, double data_ms);
   Evaluation evaluate();
@@ -108,15 +109,16 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   cohort::DistributedSamplerOptions sampling;
   sampling.seed = options_.seed;
   sampling.drop_last = true;
-  sampler_ = std::make_unique<cohort::DistributedSampler>(static_cast<size_t>(train_set.data().size()),
-                                                          *group_, sampling);
+  sampler_ = std::make_unique<cohort::DistributedSampler>(
+      static_cast<size_t>(train_set.data().size()), *group_, sampling);
   loader_ = torch::data::make_data_loader(
       std::move(train_set), *sampler_,
       torch::data::DataLoaderOptions(per_rank_batch(options_, *group_)).drop_last(true));
   state_.module = model_.get();
   state_.optimizer = optimizer_.get();
   state_.sampler = sampler_.get();
-  if (!options_.metrics.empty() && rank0()) metrics_ = std::make_unique<MetricsFile>(options_.metrics);
+  if (!options_.metrics.empty() && rank0())
+    metrics_ = std::make_unique<MetricsFile>(options_.metrics);
 }
 
 void Trainer::resume_if_asked() {
@@ -139,17 +141,24 @@ TrainResult Trainer::run() {
     if (!options_.skip_eval) eval = evaluate();
     if (eval) result.test_accuracy = eval->accuracy;
     report_epoch(steps, eval);
-    if (!options_.checkpoint.empty()) {
-      sampler_->set_epoch(state_.epoch + 1);  // a resumed run starts the next epoch afresh
-      ++state_.epoch;
-      cohort::save_checkpoint(options_.checkpoint, *group_, state_);
-      --state_.epoch;
-    }
+    save_checkpoint();
   }
   if (timeline_) timeline_->write(*group_);
   result.samples_per_s = ms_run_ > 0 ? double(samples_run_) / (ms_run_ / 1000.0) : 0;
   result.steps = state_.step;
   return result;
+}
+
+// The checkpoint of a finished epoch resumes at the start of the next one; that of an epoch
+// cut short by --max-steps, where it stopped.
+void Trainer::save_checkpoint() {
+  if (options_.checkpoint.empty()) return;
+  cohort::TrainingState saved = state_;
+  if (!out_of_steps()) {
+    sampler_->set_epoch(state_.epoch + 1);
+    saved.epoch = state_.epoch + 1;
+  }
+  cohort::save_checkpoint(options_.checkpoint, *group_, saved);
 }
 
 std::vector<StepRecord> Trainer::train_epoch() {
@@ -173,7 +182,8 @@ std::vector<StepRecord> Trainer::train_epoch() {
 
 StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   StepRecord r;
-  auto step_span = trace(timeline_.get(), "step " + std::to_string(state_.step + 1), "step", "steps");
+  auto step_span =
+      trace(timeline_.get(), "step " + std::to_string(state_.step + 1), "step", "steps");
   const Clock::time_point start = Clock::now();
   r.lr = options_.lr_at(state_.step);
   static_cast<torch::optim::SGDOptions&>(optimizer_->param_groups()[0].options()).lr(r.lr);
@@ -236,13 +246,14 @@ void Trainer::report_epoch(const std::vector<StepRecord>& steps,
   std::printf("epoch %lld/%lld: %lld steps, train loss %.4f", (long long)state_.epoch + 1,
               (long long)options_.epochs, (long long)s.steps, s.mean_loss);
   if (eval) std::printf(", test loss %.4f, test accuracy %.2f%%", eval->loss, 100 * eval->accuracy);
-  std::printf("\n  %.0f samples/s on %d rank(s); step %.1f ms median, %.1f ms p95; compute %.1f ms, "
-              "exposed communication %.2f ms, s = %.3f\n",
-              s.samples_per_s, group_->size(), s.step_ms_p50, s.step_ms_p95, s.compute_ms,
-              s.exposed_comm_ms, s.comm_fraction);
+  std::printf(
+      "\n  %.0f samples/s on %d rank(s); step %.1f ms median, %.1f ms p95; compute %.1f ms, "
+      "exposed communication %.2f ms, s = %.3f\n",
+      s.samples_per_s, group_->size(), s.step_ms_p50, s.step_ms_p95, s.compute_ms,
+      s.exposed_comm_ms, s.comm_fraction);
   for (size_t b = 0; b < s.bucket_p50_ms.size(); ++b) {
-    std::printf("  bucket %zu allreduce latency: %.2f ms p50, %.2f ms p95\n", b,
-                s.bucket_p50_ms[b], s.bucket_p95_ms[b]);
+    std::printf("  bucket %zu allreduce latency: %.2f ms p50, %.2f ms p95\n", b, s.bucket_p50_ms[b],
+                s.bucket_p95_ms[b]);
   }
   std::fflush(stdout);
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "cohort/comm/group.h"
 #include "train_options.h"
@@ -12,8 +13,8 @@
 namespace fashion_mnist {
 
 struct TrainResult {
-  double test_accuracy = 0;  // after the last epoch; 0 when skipped
-  double samples_per_s = 0;  // over every step run
+  std::optional<double> test_accuracy;  // after the last epoch; none when not evaluated
+  double samples_per_s = 0;             // over every step run
   int64_t steps = 0;
 };
 

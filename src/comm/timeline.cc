@@ -21,7 +21,8 @@ int64_t nanoseconds(Clock::time_point t) {
 }
 
 Clock::time_point from_nanoseconds(int64_t ns) {
-  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
+  return Clock::time_point(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
 }
 
 // What a rank sends to rank 0: its spans as compact JSON.
@@ -93,17 +94,26 @@ std::string Timeline::chrome_trace(const std::vector<std::vector<Span>>& spans_o
   };
   json events = json::array();
   for (size_t rank = 0; rank < spans_of_rank.size(); ++rank) {
-    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank},
+    events.push_back({{"name", "process_name"},
+                      {"ph", "M"},
+                      {"pid", rank},
                       {"args", {{"name", "rank " + std::to_string(rank)}}}});
     std::map<std::string, int> track_ids;
     for (const auto& s : spans_of_rank[rank]) {
       const auto [it, added] = track_ids.emplace(s.track, static_cast<int>(track_ids.size()));
       if (added) {
-        events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank},
-                          {"tid", it->second}, {"args", {{"name", s.track}}}});
+        events.push_back({{"name", "thread_name"},
+                          {"ph", "M"},
+                          {"pid", rank},
+                          {"tid", it->second},
+                          {"args", {{"name", s.track}}}});
       }
-      events.push_back({{"name", s.name}, {"cat", s.category}, {"ph", "X"}, {"pid", rank},
-                        {"tid", it->second}, {"ts", micros(s.start)},
+      events.push_back({{"name", s.name},
+                        {"cat", s.category},
+                        {"ph", "X"},
+                        {"pid", rank},
+                        {"tid", it->second},
+                        {"ts", micros(s.start)},
                         {"dur", micros(s.end) - micros(s.start)}});
     }
   }
@@ -124,8 +134,7 @@ void Timeline::write(Group& group) const {
   }
 }
 
-TraceSpan::TraceSpan(Timeline* timeline, std::string name, std::string category,
-                     std::string track)
+TraceSpan::TraceSpan(Timeline* timeline, std::string name, std::string category, std::string track)
     : timeline_(timeline) {
   if (timeline_ == nullptr) return;
   span_.name = std::move(name);

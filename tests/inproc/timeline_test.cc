@@ -44,7 +44,8 @@ TEST(Timeline, ChromeTraceHasAProcessPerRankAndAThreadPerTrack) {
     }
   }
   EXPECT_EQ(complete, 3);
-  EXPECT_EQ(threads, (std::set<std::pair<int, std::string>>{{0, "main"}, {0, "comm"}, {1, "main"}}));
+  EXPECT_EQ(threads,
+            (std::set<std::pair<int, std::string>>{{0, "main"}, {0, "comm"}, {1, "main"}}));
 }
 
 TEST(Timeline, WriteGathersEveryRanksSpansOnRankZero) {

@@ -2,9 +2,8 @@
 // cohort::init(), and when one fails it stops the others, names the failed rank, exits
 // non-zero and leaves no process behind; it forwards SIGTERM, restarts, and joins nodes.
 #include <errno.h>
-#include <signal.h>
-
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <regex>
@@ -46,7 +45,9 @@ void expect_all_gone(const std::vector<int>& pids) {
   }
 }
 
-uint16_t free_port() { return net::Listener::bind("127.0.0.1", 0).port(); }
+uint16_t free_port() {
+  return net::Listener::bind("127.0.0.1", 0).port();
+}
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -104,8 +105,8 @@ TEST(Cohortrun, RestartsEveryRankAfterAFailure) {
 }
 
 TEST(Cohortrun, GivesUpWhenRestartsRunOut) {
-  auto run = cohortrun({"--nproc-per-node", "2", "--max-restarts", "1", LAUNCH_TEST_RANK,
-                        "exit", "0", "4"});
+  auto run = cohortrun(
+      {"--nproc-per-node", "2", "--max-restarts", "1", LAUNCH_TEST_RANK, "exit", "0", "4"});
   ASSERT_EQ(run.wait(kDeadline), 4) << run.output();
   EXPECT_TRUE(contains(run.output(), "job failed: rank 0 exited with code 4")) << run.output();
   EXPECT_EQ(printed_pids(run.output()).size(), 4u) << run.output();  // two attempts
@@ -135,9 +136,9 @@ TEST(Cohortrun, BadOptionsAreRefused) {
 // Two cohortrun invocations on this machine play two nodes of one job.
 std::vector<std::string> node_args(int node_rank, int nnodes, uint16_t port,
                                    const std::vector<std::string>& rest) {
-  std::vector<std::string> args = {"--nnodes", std::to_string(nnodes), "--node-rank",
-                                   std::to_string(node_rank), "--master-port",
-                                   std::to_string(port), "--rdzv-timeout", "20"};
+  std::vector<std::string> args = {
+      "--nnodes",      std::to_string(nnodes), "--node-rank",    std::to_string(node_rank),
+      "--master-port", std::to_string(port),   "--rdzv-timeout", "20"};
   args.insert(args.end(), rest.begin(), rest.end());
   return args;
 }
@@ -157,8 +158,8 @@ TEST(Cohortrun, TwoNodesFormOneJob) {
 
 TEST(Cohortrun, AFailureOnOneNodeStopsTheOther) {
   const uint16_t port = free_port();
-  const std::vector<std::string> rest = {"--nproc-per-node", "1", LAUNCH_TEST_RANK, "exit", "1",
-                                         "5"};
+  const std::vector<std::string> rest = {
+      "--nproc-per-node", "1", LAUNCH_TEST_RANK, "exit", "1", "5"};
   auto node0 = cohortrun(node_args(0, 2, port, rest), kToken);
   auto node1 = cohortrun(node_args(1, 2, port, rest), kToken);
   ASSERT_EQ(node1.wait(kDeadline), 5) << node1.output();
@@ -180,8 +181,8 @@ TEST(Cohortrun, ANodeThatNeverArrivesIsNamed) {
 }
 
 TEST(Cohortrun, SeveralNodesNeedAJobToken) {
-  auto run = cohortrun(node_args(0, 2, free_port(), {LAUNCH_TEST_RANK, "ok"}),
-                       {"COHORT_JOB_TOKEN="});
+  auto run =
+      cohortrun(node_args(0, 2, free_port(), {LAUNCH_TEST_RANK, "ok"}), {"COHORT_JOB_TOKEN="});
   ASSERT_EQ(run.wait(kDeadline), 2) << run.output();
   EXPECT_TRUE(contains(run.output(), "COHORT_JOB_TOKEN")) << run.output();
 }

@@ -32,8 +32,8 @@ ExampleRun run_example(int ranks, const std::string& extra = "") {
                               " " FASHION_MNIST " --max-steps " + std::to_string(kSteps) +
                               " --bucket-cap-mb 1 --log-every 4 --checkpoint " + dir +
                               "/ck --metrics " + dir + "/steps.jsonl " + extra;
-  return {testing::run_shell(command, {"COHORT_TIMELINE=" + dir + "/trace.json",
-                                       "OMP_NUM_THREADS=1"}, kDeadline),
+  return {testing::run_shell(
+              command, {"COHORT_TIMELINE=" + dir + "/trace.json", "OMP_NUM_THREADS=1"}, kDeadline),
           dir};
 }
 
@@ -133,7 +133,8 @@ TEST(FashionMnistExampleErrors, AMissingDataSetNamesTheFileAndTheFix) {
   EXPECT_NE(run.result.output.find("'/nonexistent/t10k-images-idx3-ubyte.gz' cannot be opened"),
             std::string::npos)
       << run.result.output;
-  EXPECT_NE(run.result.output.find("dataset-fashion-mnist"), std::string::npos) << run.result.output;
+  EXPECT_NE(run.result.output.find("dataset-fashion-mnist"), std::string::npos)
+      << run.result.output;
 }
 
 TEST(FashionMnistExampleErrors, AMalformedFileIsAClearError) {

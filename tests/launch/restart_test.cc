@@ -1,9 +1,8 @@
 // Restart from a checkpoint, end to end: a DDP run under cohortrun --max-restarts 1 whose rank
 // is killed mid-epoch resumes from its last checkpoint and ends with exactly (byte for byte)
 // the parameters of a run that was never interrupted.
-#include <signal.h>
-
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <fstream>
@@ -36,7 +35,8 @@ TEST(Restart, AKilledRankResumesFromTheCheckpointWithTheSameParameters) {
                     killed = testing::fresh_temp_dir("restart_killed");
   const testing::ShellResult reference = train(plain, "", "");
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const testing::ShellResult restarted = train(killed, "--max-restarts 1", "--kill-rank 1 --kill-step 13");
+  const testing::ShellResult restarted =
+      train(killed, "--max-restarts 1", "--kill-rank 1 --kill-step 13");
   ASSERT_EQ(restarted.exit_code, 0) << restarted.output;
   EXPECT_NE(restarted.output.find("rank 1 was killed by signal 9"), std::string::npos)
       << restarted.output;

@@ -21,7 +21,9 @@ using Outcome = AttemptResult::Outcome;
 // How long node 0 waits, beyond --stop-timeout, for the other nodes to see a final failure.
 constexpr Milliseconds kLeaveMargin{5000};
 
-void say(const std::string& line) { std::fprintf(stderr, "cohortrun: %s\n", line.c_str()); }
+void say(const std::string& line) {
+  std::fprintf(stderr, "cohortrun: %s\n", line.c_str());
+}
 
 // Every node of a job must present the same secret to the store and to each other's ranks, so
 // several nodes cannot each make one up: the user gives it.
@@ -94,8 +96,8 @@ class Job {
         return exit_code_of(result);
       }
       say("restarting every rank (restart " + std::to_string(attempt + 1) + " of " +
-          std::to_string(options_.max_restarts) + ", COHORT_RESTART_COUNT=" +
-          std::to_string(attempt + 1) + ")");
+          std::to_string(options_.max_restarts) +
+          ", COHORT_RESTART_COUNT=" + std::to_string(attempt + 1) + ")");
     }
   }
 
@@ -168,6 +170,8 @@ class Job {
 
 }  // namespace
 
-int run_job(const LaunchOptions& options) { return Job(options).run(); }
+int run_job(const LaunchOptions& options) {
+  return Job(options).run();
+}
 
 }  // namespace cohort::run

@@ -15,7 +15,9 @@ Milliseconds seconds_to_ms(double seconds) {
   return Milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
-bool is_executable_file(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
+bool is_executable_file(const std::string& path) {
+  return ::access(path.c_str(), X_OK) == 0;
+}
 
 // The program as execve() needs it: a path as given when it has a '/', else the first match in
 // PATH (what a shell would run).
@@ -36,8 +38,12 @@ std::string resolve_program(const std::string& program) {
 
 }  // namespace
 
-Milliseconds LaunchOptions::rdzv_timeout() const { return seconds_to_ms(rdzv_timeout_s); }
-Milliseconds LaunchOptions::stop_timeout() const { return seconds_to_ms(stop_timeout_s); }
+Milliseconds LaunchOptions::rdzv_timeout() const {
+  return seconds_to_ms(rdzv_timeout_s);
+}
+Milliseconds LaunchOptions::stop_timeout() const {
+  return seconds_to_ms(stop_timeout_s);
+}
 
 void add_launch_options(CLI::App& app, LaunchOptions& o) {
   app.add_option("--nproc-per-node", o.nproc_per_node, "Ranks to start on this machine")

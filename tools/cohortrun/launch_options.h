@@ -2,7 +2,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <string>
 #include <vector>
 
@@ -22,7 +21,7 @@ struct LaunchOptions {
   // Between the SIGTERM that asks ranks to stop and the SIGKILL that makes them.
   double stop_timeout_s = 5;
   bool prefix_output = true;
-  int tail_lines = 10;  // of each failed rank's output, in the failure summary
+  int tail_lines = 10;               // of each failed rank's output, in the failure summary
   std::vector<std::string> command;  // the program and its arguments
 
   static constexpr int kDefaultMasterPort = 29500;

@@ -125,8 +125,7 @@ class LocalAttempt {
   bool stopping() const { return kill_at_.has_value(); }
 
   bool was_stopped(int rank) const {
-    return std::find(result_.stopped.begin(), result_.stopped.end(), rank) !=
-           result_.stopped.end();
+    return std::find(result_.stopped.begin(), result_.stopped.end(), rank) != result_.stopped.end();
   }
 
   void signal_all(int signal) {

@@ -18,8 +18,8 @@ struct RankFailure {
   int rank = 0;
   int local_rank = 0;
   int pid = 0;
-  int exit_code = 0;       // what a shell would report: the code, or 128 + signal
-  std::string what;        // "exited with code 3", "was killed by signal 9 (Killed)"
+  int exit_code = 0;  // what a shell would report: the code, or 128 + signal
+  std::string what;   // "exited with code 3", "was killed by signal 9 (Killed)"
   std::vector<std::string> last_lines;
 };
 

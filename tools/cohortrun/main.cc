@@ -4,7 +4,6 @@
 //   cohortrun --nproc-per-node 4 ./train --epochs 3
 //   cohortrun --nnodes 2 --node-rank 0 --master-addr node1 --nproc-per-node 4 ./train
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 
 #include "cohort/core/error.h"

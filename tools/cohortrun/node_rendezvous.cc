@@ -75,13 +75,12 @@ void NodeRendezvous::join(int attempt) {
     } catch (const TimeoutError&) {
       throw_if_interrupted();
       if (!deadline.expired()) continue;
-      throw TimeoutError("rendezvous timed out after " +
-                         std::to_string(options_.rdzv_timeout().count() / 1000) +
-                         " s (--rdzv-timeout): node rank(s) " + missing_nodes(attempt) +
-                         " never arrived of the " + std::to_string(options_.nnodes) +
-                         " nodes expected at " + options_.master_addr + ":" +
-                         std::to_string(port()) + ". Start cohortrun on every node with the " +
-                         "same --nnodes, --master-addr and --master-port");
+      throw TimeoutError(
+          "rendezvous timed out after " + std::to_string(options_.rdzv_timeout().count() / 1000) +
+          " s (--rdzv-timeout): node rank(s) " + missing_nodes(attempt) + " never arrived of the " +
+          std::to_string(options_.nnodes) + " nodes expected at " + options_.master_addr + ":" +
+          std::to_string(port()) + ". Start cohortrun on every node with the " +
+          "same --nnodes, --master-addr and --master-port");
     }
   }
   check_same_ranks_per_node(attempt);
@@ -89,10 +88,9 @@ void NodeRendezvous::join(int attempt) {
 
 void NodeRendezvous::claim_node_rank(int attempt) {
   if (store_->add(key(attempt, "claim/" + std::to_string(options_.node_rank)), 1) > 1) {
-    throw ConfigError("another node already joined as --node-rank " +
-                      std::to_string(options_.node_rank) +
-                      ": every node needs its own --node-rank in [0, " +
-                      std::to_string(options_.nnodes) + ")");
+    throw ConfigError(
+        "another node already joined as --node-rank " + std::to_string(options_.node_rank) +
+        ": every node needs its own --node-rank in [0, " + std::to_string(options_.nnodes) + ")");
   }
 }
 
@@ -134,7 +132,9 @@ void NodeRendezvous::report_failure(int attempt, const std::string& what) {
   store_->add(key(attempt, "failed"), 1);
 }
 
-void NodeRendezvous::report_done(int attempt) { store_->add(key(attempt, "done"), 1); }
+void NodeRendezvous::report_done(int attempt) {
+  store_->add(key(attempt, "done"), 1);
+}
 
 NodeRendezvous::Others NodeRendezvous::wait_for_others(int attempt) {
   Others others;

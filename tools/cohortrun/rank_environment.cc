@@ -12,7 +12,9 @@ namespace {
 // the store port, and a stale prefix or restart count would mislead the program.
 const char* const kDropped[] = {"TORCHELASTIC_USE_AGENT_STORE"};
 
-std::string name_of(const std::string& entry) { return entry.substr(0, entry.find('=')); }
+std::string name_of(const std::string& entry) {
+  return entry.substr(0, entry.find('='));
+}
 
 std::vector<std::string> launcher_variables(const LaunchOptions& o, const RankPlacement& p) {
   auto var = [](const char* name, const std::string& value) {
@@ -54,6 +56,5 @@ std::vector<std::string> rank_environment(const LaunchOptions& options,
   }
   return env;
 }
-
 
 }  // namespace cohort::run

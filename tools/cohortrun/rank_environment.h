@@ -13,9 +13,9 @@ namespace cohort::run {
 
 struct RankPlacement {
   int local_rank = 0;
-  int attempt = 0;       // COHORT_RESTART_COUNT
+  int attempt = 0;  // COHORT_RESTART_COUNT
   uint16_t store_port = 0;
-  std::string token;     // COHORT_JOB_TOKEN
+  std::string token;  // COHORT_JOB_TOKEN
 };
 
 int global_rank(const LaunchOptions& options, int local_rank);

@@ -79,8 +79,8 @@ RankProcess::RankProcess(int rank, const std::vector<std::string>& argv,
   stderr_fd_ = err.read;
   if (pid_ < 0) {
     close_fd(exec_error.read);
-    throw Error("cannot start rank " + std::to_string(rank) + ": fork failed: " +
-                std::strerror(fork_errno));
+    throw Error("cannot start rank " + std::to_string(rank) +
+                ": fork failed: " + std::strerror(fork_errno));
   }
   running_ = true;
   ::setpgid(pid_, pid_);  // also here, so that signal() reaches the group before exec
@@ -119,9 +119,13 @@ bool RankProcess::reap() {
   return !running_;
 }
 
-bool RankProcess::failed() const { return !running_ && status_ != 0; }
+bool RankProcess::failed() const {
+  return !running_ && status_ != 0;
+}
 
-bool RankProcess::killed_by_signal() const { return !running_ && WIFSIGNALED(status_); }
+bool RankProcess::killed_by_signal() const {
+  return !running_ && WIFSIGNALED(status_);
+}
 
 int RankProcess::exit_code() const {
   if (WIFSIGNALED(status_)) return 128 + WTERMSIG(status_);

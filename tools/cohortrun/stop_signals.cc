@@ -28,9 +28,13 @@ void catch_stop_signals() {
   ::signal(SIGPIPE, SIG_IGN);  // a closed terminal must not kill us before we stop the ranks
 }
 
-void exit_on_stop_signal(bool on) { g_exit_on_stop_signal = on ? 1 : 0; }
+void exit_on_stop_signal(bool on) {
+  g_exit_on_stop_signal = on ? 1 : 0;
+}
 
-int received_stop_signal() { return g_stop_signal; }
+int received_stop_signal() {
+  return g_stop_signal;
+}
 
 std::string signal_name(int signal) {
   const char* abbreviation = sigabbrev_np(signal);

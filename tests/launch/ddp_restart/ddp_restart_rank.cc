@@ -8,7 +8,6 @@
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -82,8 +81,8 @@ int main(int argc, char** argv) {
   cohort::DistributedSamplerOptions sampler_options;
   sampler_options.seed = 7;
   cohort::DistributedSampler sampler(kSamples, *group, sampler_options);
-  auto loader = torch::data::make_data_loader(data.map(torch::data::transforms::Stack<>()),
-                                              sampler, kBatchPerRank);
+  auto loader = torch::data::make_data_loader(data.map(torch::data::transforms::Stack<>()), sampler,
+                                              kBatchPerRank);
 
   cohort::TrainingState state;
   state.module = net.get();

@@ -20,7 +20,9 @@
 
 namespace {
 
-void sleep_long() { std::this_thread::sleep_for(std::chrono::seconds(60)); }
+void sleep_long() {
+  std::this_thread::sleep_for(std::chrono::seconds(60));
+}
 
 int all_reduce_ranks(cohort::Group& group) {
   std::vector<int32_t> data(1000, group.rank() + 1);
