@@ -2,6 +2,8 @@
 // MemoryStore): the same collectives as the inproc sweeps, but through real sockets.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <chrono>
 #include <thread>
 
@@ -83,13 +85,17 @@ TEST(TcpGroup, DebugModeNamesCountMismatch) {
 TEST(TcpGroup, BrokenGroupRefusesFurtherWork) {
   const int world = 2;
   auto groups = make_tcp_groups(world, testing::quick_options(std::chrono::milliseconds(1000)));
+  std::atomic<bool> rank0_gave_up{false};
   run_ranks(world, [&](int rank) {
     std::vector<float> data(8, 1.0f);
     if (rank == 0) {
       EXPECT_THROW(groups[rank]->allreduce(make_buffer(data)), TimeoutError);
+      rank0_gave_up = true;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    // Both ranks: the group is broken now (rank 1 learnt it from rank 0's abort).
+    // Rank 1 comes only after rank 0 gave up, however long that took on a loaded machine: a
+    // fixed sleep let it arrive first under TSan and complete the round rank 0 had posted.
+    while (!rank0_gave_up) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // Both ranks: the group is broken now (rank 1 learns it from rank 0's abort).
     EXPECT_THROW(groups[rank]->allreduce(make_buffer(data)), TimeoutError);
     EXPECT_THROW(groups[rank]->barrier(), TimeoutError);
   });
