@@ -19,6 +19,7 @@ namespace {
 constexpr Milliseconds kPumpInterval{100};
 constexpr Milliseconds kRemoteCheckInterval{250};
 constexpr Milliseconds kDrainTimeout{2000};
+constexpr Milliseconds kSettle{300};  // Note [Who failed first]
 
 using Outcome = AttemptResult::Outcome;
 
@@ -63,21 +64,45 @@ class LocalAttempt {
     return std::any_of(ranks_.begin(), ranks_.end(), [](const auto& r) { return r->running(); });
   }
 
-  // Ranks that ended badly since the last look, those killed by a signal first: when one rank
-  // dies, the others soon fail too (PeerError), often within the same look, and the summary
-  // should lead with the cause.
+  // Note [Who failed first]: when one rank dies, the others soon fail too (they see a
+  // PeerError and exit, or abort when it is not caught), often before cohortrun looks, and the
+  // summary should lead with the cause. A rank's death can also show to its peers before its
+  // parent can reap it (the kernel holds the zombie until all its threads are gone). So after
+  // the first failure cohortrun keeps reaping for kSettle before it stops the others, and
+  // orders what it found: killed by a signal from outside (SIGKILL, SIGSEGV, ...) first, then
+  // aborted (SIGABRT: an uncaught exception), then non-zero exits.
   void collect_failures() {
+    std::vector<RankProcess*> failed = reap_failed();
+    if (failed.empty()) return;
+    if (!stopping()) {
+      const Deadline settle = Deadline::after(kSettle);
+      while (!settle.expired() && any_running()) {
+        relay_.pump(Milliseconds(10));
+        const std::vector<RankProcess*> more = reap_failed();
+        failed.insert(failed.end(), more.begin(), more.end());
+      }
+    }
+    std::stable_sort(failed.begin(), failed.end(), [](RankProcess* a, RankProcess* b) {
+      return likely_cause(*a) < likely_cause(*b);
+    });
+    for (RankProcess* rank : failed) result_.failures.push_back(failure_of(*rank));
+    stop(Outcome::kRanksFailed, SIGTERM);
+  }
+
+  std::vector<RankProcess*> reap_failed() {
     std::vector<RankProcess*> failed;
     for (auto& rank : ranks_) {
       if (rank->running() && rank->reap() && rank->failed() && !was_stopped(rank->rank())) {
         failed.push_back(rank.get());
       }
     }
-    std::stable_sort(failed.begin(), failed.end(), [](RankProcess* a, RankProcess* b) {
-      return a->killed_by_signal() && !b->killed_by_signal();
-    });
-    for (RankProcess* rank : failed) result_.failures.push_back(failure_of(*rank));
-    if (!failed.empty()) stop(Outcome::kRanksFailed, SIGTERM);
+    return failed;
+  }
+
+  // Smaller is more likely the cause (Note [Who failed first]).
+  static int likely_cause(const RankProcess& rank) {
+    if (!rank.killed_by_signal()) return 2;
+    return rank.exit_code() == 128 + SIGABRT ? 1 : 0;
   }
 
   RankFailure failure_of(const RankProcess& rank) const {
