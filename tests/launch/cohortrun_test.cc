@@ -180,6 +180,33 @@ TEST(Cohortrun, ANodeThatNeverArrivesIsNamed) {
   EXPECT_NE(node1.wait(kDeadline), 0) << node1.output();
 }
 
+TEST(Cohortrun, NodesMustRunAsManyRanksEach) {
+  const uint16_t port = free_port();
+  auto node0 = cohortrun(node_args(0, 2, port, {"--nproc-per-node", "2", LAUNCH_TEST_RANK, "ok"}),
+                         kToken);
+  auto node1 = cohortrun(node_args(1, 2, port, {"--nproc-per-node", "1", LAUNCH_TEST_RANK, "ok"}),
+                         kToken);
+  ASSERT_EQ(node0.wait(kDeadline), 2) << node0.output();
+  EXPECT_TRUE(contains(node0.output(), "give every node the same --nproc-per-node"))
+      << node0.output();
+  EXPECT_NE(node1.wait(kDeadline), 0) << node1.output();
+}
+
+TEST(Cohortrun, TwoNodesWithOneNodeRankAreRefused) {
+  const uint16_t port = free_port();
+  std::vector<std::string> args = node_args(0, 3, port, {LAUNCH_TEST_RANK, "ok"});
+  args[7] = "2";  // --rdzv-timeout: node 2 never comes
+  auto node0 = cohortrun(args, kToken);
+  args[3] = "1";  // --node-rank
+  auto first = cohortrun(args, kToken);
+  auto second = cohortrun(args, kToken);
+  const int codes[] = {first.wait(kDeadline), second.wait(kDeadline)};
+  const std::string both = first.output() + second.output();
+  EXPECT_TRUE(codes[0] == 2 || codes[1] == 2) << both;
+  EXPECT_TRUE(contains(both, "another node already joined as --node-rank 1")) << both;
+  EXPECT_NE(node0.wait(kDeadline), 0) << node0.output();
+}
+
 TEST(Cohortrun, SeveralNodesNeedAJobToken) {
   auto run =
       cohortrun(node_args(0, 2, free_port(), {LAUNCH_TEST_RANK, "ok"}), {"COHORT_JOB_TOKEN="});
