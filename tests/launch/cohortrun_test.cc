@@ -182,10 +182,10 @@ TEST(Cohortrun, ANodeThatNeverArrivesIsNamed) {
 
 TEST(Cohortrun, NodesMustRunAsManyRanksEach) {
   const uint16_t port = free_port();
-  auto node0 = cohortrun(node_args(0, 2, port, {"--nproc-per-node", "2", LAUNCH_TEST_RANK, "ok"}),
-                         kToken);
-  auto node1 = cohortrun(node_args(1, 2, port, {"--nproc-per-node", "1", LAUNCH_TEST_RANK, "ok"}),
-                         kToken);
+  auto node0 =
+      cohortrun(node_args(0, 2, port, {"--nproc-per-node", "2", LAUNCH_TEST_RANK, "ok"}), kToken);
+  auto node1 =
+      cohortrun(node_args(1, 2, port, {"--nproc-per-node", "1", LAUNCH_TEST_RANK, "ok"}), kToken);
   ASSERT_EQ(node0.wait(kDeadline), 2) << node0.output();
   EXPECT_TRUE(contains(node0.output(), "give every node the same --nproc-per-node"))
       << node0.output();
