@@ -15,6 +15,9 @@ bool has_shm_variant(CollectiveKind kind) {
 }
 
 bool has_variant(CollectiveKind kind, Algorithm algorithm, const GroupShape& shape) {
+  if (algorithm == Algorithm::kEngine) {
+    return shape.engine && kind != CollectiveKind::kSend && kind != CollectiveKind::kRecv;
+  }
   if (algorithm == Algorithm::kShm) {
     return has_shm_variant(kind) && one_node_with_shared_memory(shape);
   }

@@ -3,7 +3,7 @@
 // predicts for the message size and the group's shape, for the others shared memory inside
 // one node and rules by size beyond (docs/algorithms.md). A request for a variant a
 // collective does not have, or that cannot run on the group, falls back to the automatic
-// choice.
+// choice. kEngine (the backend engine's own collective) is only ever chosen on request.
 #pragma once
 
 #include <cstddef>

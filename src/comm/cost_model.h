@@ -44,6 +44,7 @@ struct GroupShape {
   int nodes = 1;
   int local_size = 1;          // ranks per node when every node has the same number, else 0
   bool shared_memory = false;  // every node with several ranks has a shared memory window
+  bool engine = false;         // the transport sits on an engine with its own collectives (MPI)
 };
 
 // Predicted seconds for an allreduce of `bytes` per rank with `algorithm` (kHierarchical: with

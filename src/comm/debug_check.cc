@@ -3,33 +3,54 @@
 // collective altogether) is named instead of showing up as a hang or a size error.
 #include <map>
 
+#include "backends/collective_engine.h"
 #include "cohort/core/error.h"
 #include "group_impl.h"
 
 namespace cohort {
 
 namespace {
+constexpr size_t kSignatureRecordBytes = 256;
+
 std::string signature_key(uint64_t sequence, int rank) {
   return "debug/" + std::to_string(sequence) + "/" + std::to_string(rank);
 }
 }  // namespace
 
-void Group::Impl::check_signatures(const Operation& op, Deadline deadline) {
+std::vector<std::string> Group::Impl::gather_signatures(const Operation& op, Deadline deadline) {
   const std::string mine = op.signature.describe();
+  std::vector<std::string> calls;
+  if (!store_) {
+    // Fixed-size records through the engine's all-gather (every description is far shorter).
+    std::string record = mine;
+    record.resize(kSignatureRecordBytes, '\0');
+    std::string all(kSignatureRecordBytes * static_cast<size_t>(size()), '\0');
+    transport_->engine()->allgather(record.data(), all.data(), kSignatureRecordBytes, deadline);
+    for (int r = 0; r < size(); ++r) {
+      calls.push_back(all.substr(r * kSignatureRecordBytes, kSignatureRecordBytes).c_str());
+    }
+    return calls;
+  }
   store_->set(signature_key(op.sequence, rank()), mine);
   std::vector<std::string> keys;
   for (int r = 0; r < size(); ++r) keys.push_back(signature_key(op.sequence, r));
   store_->wait(keys, deadline.remaining());
-
-  std::map<std::string, std::string> ranks_by_call;  // call -> "0, 2"
   for (int r = 0; r < size(); ++r) {
-    const std::string call = to_string(store_->get(keys[r], deadline.remaining()));
-    auto& ranks = ranks_by_call[call];
-    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    calls.push_back(to_string(store_->get(keys[r], deadline.remaining())));
   }
   // Every rank has read the keys of the previous collective before publishing this one's, so
   // our key from two collectives ago is no longer needed by anyone.
   if (op.sequence >= 2) store_->delete_key(signature_key(op.sequence - 2, rank()));
+  return calls;
+}
+
+void Group::Impl::check_signatures(const Operation& op, Deadline deadline) {
+  const std::vector<std::string> calls = gather_signatures(op, deadline);
+  std::map<std::string, std::string> ranks_by_call;  // call -> "0, 2"
+  for (int r = 0; r < size(); ++r) {
+    auto& ranks = ranks_by_call[calls[static_cast<size_t>(r)]];
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
   if (ranks_by_call.size() == 1) return;
 
   std::string detail;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "algorithms/algorithms.h"
+#include "backends/collective_engine.h"
 #include "cohort/comm/inproc_transport.h"
 #include "cohort/comm/prefix_store.h"
 #include "cohort/core/check.h"
@@ -30,6 +31,9 @@ void finish_average(void* data, size_t count, DType dtype, ReduceOp op, int size
   if (op == ReduceOp::kAvg) kernels::divide(data, count, dtype, size);
 }
 
+// Only reached when the group chose Algorithm::kEngine, which needs an engine.
+CollectiveEngine& engine_of(algo::Context& ctx) { return *ctx.transport().engine(); }
+
 }  // namespace
 
 // ---------------------------------------------------------------- construction
@@ -37,8 +41,12 @@ void finish_average(void* data, size_t count, DType dtype, ReduceOp op, int size
 Group::Group(std::unique_ptr<Transport> transport, std::shared_ptr<Store> store,
              GroupOptions options) {
   COHORT_CHECK(transport != nullptr, "Group needs a transport");
-  COHORT_CHECK(store != nullptr, "Group needs a store shared by all ranks");
+  COHORT_CHECK(store != nullptr || transport->engine() != nullptr,
+               "Group needs a store shared by all ranks (only a transport on an engine such as "
+               "MPI can do without one)");
+  const bool storeless = store == nullptr;
   impl_ = std::make_unique<Impl>(std::move(transport), std::move(store), options.resolved());
+  if (storeless) impl_->discover_topology_through_engine();
 }
 
 Group::~Group() = default;
@@ -95,18 +103,21 @@ Operation Group::allreduce_operation(ConstBuffer in, Buffer out,
   check_pointer(out.data, out.count, "allreduce");
   check_same_dtype(in, out, "allreduce");
   COHORT_CHECK_EQ(in.count, out.count, "allreduce: input and output counts differ");
-  const Algorithm algorithm = algorithm_for(CollectiveKind::kAllreduce, out.bytes(), opts);
+  const Signature call{CollectiveKind::kAllreduce, out.count, out.dtype, opts.op};
+  const Algorithm algorithm = impl_->algorithm_for(call, out.bytes(), opts);
   const Algorithm across = algorithm == Algorithm::kHierarchical
                                ? impl_->algorithm_across_nodes(out.bytes())
                                : Algorithm::kRing;
-  return collective({CollectiveKind::kAllreduce, out.count, out.dtype, opts.op},
-                    impl_->timeout_for(opts), [=](algo::Context& ctx) {
-                      if (in.data != out.data && out.bytes() > 0) {
-                        std::memcpy(out.data, in.data, out.bytes());
-                      }
-                      algo::allreduce_with(algorithm, ctx, out.data, out.count, out.dtype, opts.op,
-                                           across);
-                    });
+  return collective(call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
+    if (in.data != out.data && out.bytes() > 0) std::memcpy(out.data, in.data, out.bytes());
+    if (algorithm == Algorithm::kEngine) {
+      engine_of(ctx).allreduce(out.data, out.count, out.dtype, kernels::combine_op(opts.op),
+                               ctx.deadline());
+      finish_average(out.data, out.count, out.dtype, opts.op, ctx.size());
+      return;
+    }
+    algo::allreduce_with(algorithm, ctx, out.data, out.count, out.dtype, opts.op, across);
+  });
 }
 
 std::shared_ptr<Work> Group::allreduce_async(Buffer data, const CollectiveOptions& opts) {
@@ -127,12 +138,14 @@ std::shared_ptr<Work> Group::broadcast_async(Buffer data, const CollectiveOption
   check_pointer(data.data, data.count, "broadcast");
   COHORT_CHECK(opts.root >= 0 && opts.root < size(), "broadcast: root ", opts.root,
                " is not a rank of this group of size ", size());
-  const Algorithm algorithm =
-      impl_->algorithm_for(CollectiveKind::kBroadcast, data.bytes(), opts);
+  const Signature call{CollectiveKind::kBroadcast, data.count, data.dtype, opts.op, opts.root};
+  const Algorithm algorithm = impl_->algorithm_for(call, data.bytes(), opts);
   return impl_->submit(collective(
-      {CollectiveKind::kBroadcast, data.count, data.dtype, opts.op, opts.root},
-      impl_->timeout_for(opts), [=](algo::Context& ctx) {
+      call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
         switch (algorithm) {
+          case Algorithm::kEngine:
+            engine_of(ctx).broadcast(data.data, data.bytes(), opts.root, ctx.deadline());
+            break;
           case Algorithm::kTree: algo::broadcast_tree(ctx, data.data, data.bytes(), opts.root); break;
           case Algorithm::kRing: algo::broadcast_ring(ctx, data.data, data.bytes(), opts.root); break;
           case Algorithm::kShm: algo::broadcast_shm(ctx, data.data, data.bytes(), opts.root); break;
@@ -151,11 +164,14 @@ std::shared_ptr<Work> Group::reduce_async(Buffer data, const CollectiveOptions& 
   check_pointer(data.data, data.count, "reduce");
   COHORT_CHECK(opts.root >= 0 && opts.root < size(), "reduce: root ", opts.root,
                " is not a rank of this group of size ", size());
-  const Algorithm algorithm = impl_->algorithm_for(CollectiveKind::kReduce, data.bytes(), opts);
+  const Signature call{CollectiveKind::kReduce, data.count, data.dtype, opts.op, opts.root};
+  const Algorithm algorithm = impl_->algorithm_for(call, data.bytes(), opts);
   return impl_->submit(collective(
-      {CollectiveKind::kReduce, data.count, data.dtype, opts.op, opts.root},
-      impl_->timeout_for(opts), [=](algo::Context& ctx) {
-        if (algorithm != Algorithm::kTree) {
+      call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
+        if (algorithm == Algorithm::kEngine) {
+          engine_of(ctx).reduce(data.data, data.count, data.dtype, kernels::combine_op(opts.op),
+                                opts.root, ctx.deadline());
+        } else if (algorithm != Algorithm::kTree) {
           algo::reduce_direct(ctx, data.data, data.count, data.dtype, opts.op, opts.root);
         } else {
           // Inner tree nodes accumulate into their buffer: work on a copy there so that the
@@ -186,11 +202,15 @@ std::shared_ptr<Work> Group::allgather_async(ConstBuffer in, Buffer out,
   check_same_dtype(in, out, "allgather");
   COHORT_CHECK_EQ(out.count, in.count * static_cast<size_t>(size()),
                   "allgather: the output must hold size() blocks of the input's count");
-  const Algorithm algorithm = impl_->algorithm_for(CollectiveKind::kAllgather, out.bytes(), opts);
+  const Signature call{CollectiveKind::kAllgather, in.count, in.dtype};
+  const Algorithm algorithm = impl_->algorithm_for(call, out.bytes(), opts);
   return impl_->submit(collective(
-      {CollectiveKind::kAllgather, in.count, in.dtype}, impl_->timeout_for(opts),
+      call, impl_->timeout_for(opts),
       [=](algo::Context& ctx) {
         switch (algorithm) {
+          case Algorithm::kEngine:
+            engine_of(ctx).allgather(in.data, out.data, in.bytes(), ctx.deadline());
+            break;
           case Algorithm::kRing: algo::allgather_ring(ctx, in.data, out.data, in.bytes()); break;
           case Algorithm::kHalvingDoubling:
             algo::allgather_doubling(ctx, in.data, out.data, in.bytes());
@@ -214,12 +234,16 @@ std::shared_ptr<Work> Group::reduce_scatter_async(ConstBuffer in, Buffer out,
   check_same_dtype(in, out, "reduce_scatter");
   COHORT_CHECK_EQ(in.count, out.count * static_cast<size_t>(size()),
                   "reduce_scatter: the input must hold size() blocks of the output's count");
-  const Algorithm algorithm =
-      impl_->algorithm_for(CollectiveKind::kReduceScatter, in.bytes(), opts);
+  const Signature call{CollectiveKind::kReduceScatter, out.count, out.dtype, opts.op};
+  const Algorithm algorithm = impl_->algorithm_for(call, in.bytes(), opts);
   return impl_->submit(collective(
-      {CollectiveKind::kReduceScatter, out.count, out.dtype, opts.op}, impl_->timeout_for(opts),
+      call, impl_->timeout_for(opts),
       [=](algo::Context& ctx) {
         switch (algorithm) {
+          case Algorithm::kEngine:
+            engine_of(ctx).reduce_scatter(in.data, out.data, out.count, out.dtype,
+                                          kernels::combine_op(opts.op), ctx.deadline());
+            break;
           case Algorithm::kRing:
             algo::reduce_scatter_ring(ctx, in.data, out.data, out.count, out.dtype, opts.op);
             break;
@@ -253,9 +277,15 @@ std::shared_ptr<Work> Group::gather_async(ConstBuffer in, Buffer out,
     COHORT_CHECK_EQ(out.count, in.count * static_cast<size_t>(size()),
                     "gather: the root's output must hold size() blocks of the input's count");
   }
-  return impl_->submit(collective(
-      {CollectiveKind::kGather, in.count, in.dtype, opts.op, opts.root}, impl_->timeout_for(opts),
-      [=](algo::Context& ctx) { algo::gather_direct(ctx, in.data, out.data, in.bytes(), opts.root); }));
+  const Signature call{CollectiveKind::kGather, in.count, in.dtype, opts.op, opts.root};
+  const Algorithm algorithm = impl_->algorithm_for(call, in.bytes(), opts);
+  return impl_->submit(collective(call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
+    if (algorithm == Algorithm::kEngine) {
+      engine_of(ctx).gather(in.data, out.data, in.bytes(), opts.root, ctx.deadline());
+    } else {
+      algo::gather_direct(ctx, in.data, out.data, in.bytes(), opts.root);
+    }
+  }));
 }
 
 void Group::gather(ConstBuffer in, Buffer out, const CollectiveOptions& opts) {
@@ -272,10 +302,15 @@ std::shared_ptr<Work> Group::scatter_async(ConstBuffer in, Buffer out,
     COHORT_CHECK_EQ(in.count, out.count * static_cast<size_t>(size()),
                     "scatter: the root's input must hold size() blocks of the output's count");
   }
-  return impl_->submit(collective(
-      {CollectiveKind::kScatter, out.count, out.dtype, opts.op, opts.root},
-      impl_->timeout_for(opts),
-      [=](algo::Context& ctx) { algo::scatter_direct(ctx, in.data, out.data, out.bytes(), opts.root); }));
+  const Signature call{CollectiveKind::kScatter, out.count, out.dtype, opts.op, opts.root};
+  const Algorithm algorithm = impl_->algorithm_for(call, out.bytes(), opts);
+  return impl_->submit(collective(call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
+    if (algorithm == Algorithm::kEngine) {
+      engine_of(ctx).scatter(in.data, out.data, out.bytes(), opts.root, ctx.deadline());
+    } else {
+      algo::scatter_direct(ctx, in.data, out.data, out.bytes(), opts.root);
+    }
+  }));
 }
 
 void Group::scatter(ConstBuffer in, Buffer out, const CollectiveOptions& opts) {
@@ -296,9 +331,15 @@ std::shared_ptr<Work> Group::all_to_all_async(ConstBuffer in, Buffer out,
                    out_begin + out.bytes() <= in_begin,
                "all_to_all: input and output overlap; it cannot run in place");
   const size_t block_bytes = in.bytes() / static_cast<size_t>(size());
-  return impl_->submit(collective(
-      {CollectiveKind::kAllToAll, in.count, in.dtype}, impl_->timeout_for(opts),
-      [=](algo::Context& ctx) { algo::all_to_all_direct(ctx, in.data, out.data, block_bytes); }));
+  const Signature call{CollectiveKind::kAllToAll, in.count, in.dtype};
+  const Algorithm algorithm = impl_->algorithm_for(call, in.bytes(), opts);
+  return impl_->submit(collective(call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
+    if (algorithm == Algorithm::kEngine) {
+      engine_of(ctx).all_to_all(in.data, out.data, block_bytes, ctx.deadline());
+    } else {
+      algo::all_to_all_direct(ctx, in.data, out.data, block_bytes);
+    }
+  }));
 }
 
 void Group::all_to_all(ConstBuffer in, Buffer out, const CollectiveOptions& opts) {
@@ -308,10 +349,14 @@ void Group::all_to_all(ConstBuffer in, Buffer out, const CollectiveOptions& opts
 // ---------------------------------------------------------------- barrier
 
 Operation Group::barrier_operation(const CollectiveOptions& opts) const {
-  const bool shm = impl_->algorithm_for(CollectiveKind::kBarrier, 0, opts) == Algorithm::kShm;
+  const Algorithm algorithm = impl_->algorithm_for(CollectiveKind::kBarrier, 0, opts);
   return collective({CollectiveKind::kBarrier}, impl_->timeout_for(opts),
-                    [shm](algo::Context& ctx) {
-                      shm ? algo::barrier_shm(ctx) : algo::barrier_dissemination(ctx);
+                    [algorithm](algo::Context& ctx) {
+                      switch (algorithm) {
+                        case Algorithm::kEngine: engine_of(ctx).barrier(ctx.deadline()); break;
+                        case Algorithm::kShm: algo::barrier_shm(ctx); break;
+                        default: algo::barrier_dissemination(ctx); break;
+                      }
                     });
 }
 
@@ -364,6 +409,12 @@ std::shared_ptr<Group> Group::split(int color, int key, const CollectiveOptions&
   std::vector<int64_t> all(2 * static_cast<size_t>(n));
   const uint64_t split_id = sequence_number();
   allgather(make_buffer(mine), make_buffer(all), opts);
+  CollectiveEngine* engine = impl_->transport().engine();
+  // An engine's split (MPI_Comm_split) is collective over every rank, members or not.
+  std::unique_ptr<Transport> engine_transport =
+      engine != nullptr
+          ? engine->split_communicator(color, key, Deadline::after(impl_->timeout_for(opts)))
+          : nullptr;
   if (color < 0) return nullptr;
 
   std::vector<std::pair<int64_t, int>> members;  // (key, old rank)
@@ -378,9 +429,13 @@ std::shared_ptr<Group> Group::split(int color, int key, const CollectiveOptions&
   COHORT_INTERNAL_ASSERT(new_rank >= 0, "rank ", rank(), " missing from its own split color");
 
   const std::string subgroup = "split" + std::to_string(split_id) + "/c" + std::to_string(color);
-  auto store = std::make_shared<PrefixStore>(subgroup, impl_->store());
-  auto transport = impl_->transport().split(subgroup, new_rank,
-                                            static_cast<int>(members.size()), store);
+  // A group without a store (MPI) splits its engine's communicator instead.
+  std::shared_ptr<Store> store;
+  if (impl_->store()) store = std::make_shared<PrefixStore>(subgroup, impl_->store());
+  auto transport = engine_transport ? std::move(engine_transport)
+                                    : impl_->transport().split(subgroup, new_rank,
+                                                               static_cast<int>(members.size()),
+                                                               store);
   GroupOptions child = options();
   child.name = options().name + "/" + subgroup;
   auto group = std::make_shared<Group>(std::move(transport), store, child);

@@ -2,8 +2,10 @@
 
 #include <sstream>
 
+#include "backends/collective_engine.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
+#include "reduce_kernels.h"
 
 namespace cohort {
 
@@ -46,7 +48,8 @@ Group::Impl::Impl(std::unique_ptr<Transport> transport, std::shared_ptr<Store> s
       store_(std::move(store)),
       options_(std::move(options)),
       topology_(Topology::one_rank_per_node(transport_->rank(), transport_->size())) {
-  progress_thread_ = std::thread([this] { progress_loop(); });
+  // Without a store (the MPI backend) there is nowhere to publish progress.
+  if (store_) progress_thread_ = std::thread([this] { progress_loop(); });
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -76,12 +79,26 @@ Algorithm Group::Impl::algorithm_for(CollectiveKind kind, size_t bytes,
   return choose_algorithm(kind, requested, bytes, shape(), cost_model_);
 }
 
+Algorithm Group::Impl::algorithm_for(const Signature& call, size_t bytes,
+                                     const CollectiveOptions& opts) const {
+  const Algorithm chosen = algorithm_for(call.kind, bytes, opts);
+  if (chosen != Algorithm::kEngine ||
+      transport_->engine()->supports(call.kind, call.dtype, kernels::combine_op(call.op),
+                                     call.count)) {
+    return chosen;
+  }
+  // The engine lacks it (MPI has no float16): cohort's algorithms run it over the same
+  // transport. Every rank passes the same call, so every rank falls back alike.
+  return choose_algorithm(call.kind, Algorithm::kAuto, bytes, shape(), cost_model_);
+}
+
 GroupShape Group::Impl::shape() const {
   GroupShape shape;
   shape.world = size();
   shape.nodes = topology_.num_nodes();
   shape.local_size = topology_.uniform_local_size();
   shape.shared_memory = shared_memory_everywhere_;
+  shape.engine = transport_->engine() != nullptr;
   return shape;
 }
 
@@ -232,6 +249,7 @@ std::exception_ptr Group::Impl::explain_failure(const Operation& op, std::except
 }
 
 std::string Group::Impl::ranks_behind(uint64_t sequence) {
+  if (!store_) return "this group has no store to tell which ranks joined it (MPI backend)";
   std::this_thread::sleep_for(kProgressSettle);
   std::vector<std::string> missing;
   try {

@@ -68,6 +68,10 @@ class Group::Impl {
   Milliseconds timeout_for(const CollectiveOptions& opts) const;
   // The algorithm a collective of `bytes` runs with (algorithm_choice.h).
   Algorithm algorithm_for(CollectiveKind kind, size_t bytes, const CollectiveOptions& opts) const;
+  // The same for a call: kEngine only where the engine has the call's dtype, op and count,
+  // else cohort's own choice over the same transport.
+  Algorithm algorithm_for(const Signature& call, size_t bytes,
+                          const CollectiveOptions& opts) const;
   // Hierarchical allreduce of `bytes`: the flat algorithm of its phase across nodes.
   Algorithm algorithm_across_nodes(size_t bytes) const {
     return cheapest_across_nodes(bytes, shape(), cost_model_);
@@ -82,6 +86,9 @@ class Group::Impl {
   void discover_topology();
   // Collective (Group::create_inproc): every rank a thread of this process, rank 0's cost model.
   void share_one_process();
+  // Collective, for a group without a store (the MPI backend): the engine says which ranks
+  // share a host, and rank 0's cost model is broadcast through it.
+  void discover_topology_through_engine();
   // A subgroup's view: its members' part of the parent's topology, the parent's cost model.
   void inherit(Topology topology, CostModel model);
 
@@ -93,6 +100,11 @@ class Group::Impl {
   std::exception_ptr explain_failure(const Operation& op, std::exception_ptr error);
   std::string ranks_behind(uint64_t sequence);
   void check_signatures(const Operation& op, Deadline deadline);
+  // Every rank's signature of `op`, in rank order, through the store or else the engine.
+  std::vector<std::string> gather_signatures(const Operation& op, Deadline deadline);
+  // Rank 0's `text` on every rank, through the store (under `key`) or else the engine.
+  std::string share_from_rank0(const std::string& text, const std::string& key,
+                               Deadline deadline);
   void progress_loop();
   void agree_on_cost_model(Deadline deadline);
   void open_shared_memory(const std::vector<HostInfo>& hosts, Deadline deadline);

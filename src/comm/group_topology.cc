@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "cohort/comm/prefix_store.h"
+#include "backends/collective_engine.h"
 #include "cohort/core/error.h"
 #include "group_impl.h"
 
@@ -26,6 +27,12 @@ void Group::Impl::discover_topology() {
   open_shared_memory(hosts, deadline);
 }
 
+void Group::Impl::discover_topology_through_engine() {
+  const Deadline deadline = Deadline::after(options_.timeout);
+  topology_ = Topology::from_node_keys(transport_->engine()->node_keys(deadline), rank());
+  agree_on_cost_model(deadline);
+}
+
 void Group::Impl::share_one_process() {
   topology_ = Topology::single_node(rank(), size());
   agree_on_cost_model(Deadline::after(options_.timeout));
@@ -39,21 +46,39 @@ void Group::Impl::inherit(Topology topology, CostModel model) {
 // Every rank must choose the same algorithm for the same call, so all take rank 0's model
 // (a calibration file on one machine of a cluster is enough).
 void Group::Impl::agree_on_cost_model(Deadline deadline) {
+  std::string text;
   if (rank() == 0) {
     try {
       cost_model_ = CostModel::load_default();
-      store_->set("cost_model", cost_model_.to_json());
+      text = cost_model_.to_json();
     } catch (const ConfigError& e) {
-      store_->set("cost_model", std::string("error: ") + e.what());
-      throw;
+      text = std::string("error: ") + e.what();
     }
-    return;
   }
-  const std::string text = store_->get_string("cost_model", left(deadline));
+  text = share_from_rank0(text, "cost_model", deadline);
   if (text.rfind("error: ", 0) == 0) {
-    throw ConfigError("rank 0 could not read its cost model: " + text.substr(7));
+    throw ConfigError(rank() == 0 ? text.substr(7)
+                                  : "rank 0 could not read its cost model: " + text.substr(7));
   }
-  cost_model_ = CostModel::from_json(text, "rank 0's cost model");
+  if (rank() != 0) cost_model_ = CostModel::from_json(text, "rank 0's cost model");
+}
+
+std::string Group::Impl::share_from_rank0(const std::string& text, const std::string& key,
+                                          Deadline deadline) {
+  if (store_) {
+    if (rank() == 0) {
+      store_->set(key, text);
+      return text;
+    }
+    return store_->get_string(key, left(deadline));
+  }
+  CollectiveEngine& engine = *transport_->engine();
+  uint64_t length = text.size();
+  engine.broadcast(&length, sizeof length, 0, deadline);
+  std::string shared = text;
+  shared.resize(length);
+  engine.broadcast(shared.data(), length, 0, deadline);
+  return shared;
 }
 
 // Note [Shared-memory lifetime] in shm_window.h. The ranks of a node share a window when they

@@ -3,12 +3,38 @@
 #include "cohort/comm/memory_store.h"
 #include "cohort/comm/prefix_store.h"
 #include "cohort/comm/tcp_store.h"
+#include "cohort/core/env.h"
+#include "cohort/core/error.h"
 
 namespace cohort {
 
 std::shared_ptr<Group> init(InitOptions options) { return init(read_launch_env(), options); }
 
+Backend parse_backend(const std::string& text) {
+  if (text == "auto") return Backend::kAuto;
+  if (text == "native") return Backend::kNative;
+  if (text == "mpi") return Backend::kMpi;
+  throw ConfigError("COHORT_BACKEND='" + text +
+                    "': use auto, native (cohort's shared memory and TCP) or mpi");
+}
+
+namespace {
+
+Backend resolve_backend(Backend requested, const LaunchEnv& env) {
+  if (requested == Backend::kAuto) {
+    requested = parse_backend(env_string("COHORT_BACKEND").value_or("auto"));
+  }
+  if (requested != Backend::kAuto) return requested;
+  const bool mpi_launcher = env.launcher == "openmpi" || env.launcher == "mpich";
+  return mpi_launcher && mpi_backend_built() ? Backend::kMpi : Backend::kNative;
+}
+
+}  // namespace
+
 std::shared_ptr<Group> init(const LaunchEnv& env, InitOptions options) {
+  if (resolve_backend(options.backend, env) == Backend::kMpi) {
+    return create_mpi_group(options.group, options.mpi);
+  }
   options.group = options.group.resolved();
   if (env.world_size == 1) {
     return Group::create(std::make_shared<MemoryStore>(), 0, 1, options.group);

@@ -112,6 +112,19 @@ LaunchEnv from_openmpi(const Reader& env) {
   return e;
 }
 
+// MPICH's and Intel MPI's Hydra launcher (mpiexec).
+LaunchEnv from_hydra(const Reader& env) {
+  LaunchEnv e;
+  e.launcher = "mpich";
+  e.world_size = env.integer("PMI_SIZE", 1, kMaxInt, std::nullopt);
+  e.rank = env.integer("PMI_RANK", 0, kMaxInt, std::nullopt);
+  e.local_world_size = env.integer("MPI_LOCALNRANKS", 1, kMaxInt, e.world_size);
+  e.local_rank = env.integer("MPI_LOCALRANKID", 0, kMaxInt, e.rank);
+  check_consistent(e, "PMI_RANK", "MPI_LOCALRANKID");
+  read_master(env, e, kDefaultPort);
+  return e;
+}
+
 // SLURM_TASKS_PER_NODE lists tasks per node in node order, runs compressed: "2(x3),1".
 int slurm_tasks_on_node(const std::string& list, int node) {
   size_t at = 0;
@@ -186,6 +199,8 @@ LaunchEnv read_launch_env(const EnvLookup& lookup) {
     e = from_torchrun(env);
   } else if (env.has("OMPI_COMM_WORLD_RANK")) {
     e = from_openmpi(env);
+  } else if (env.has("PMI_RANK") && env.has("PMI_SIZE")) {
+    e = from_hydra(env);
   } else if (env.has("SLURM_PROCID") && env.has("SLURM_NTASKS")) {
     e = from_slurm(env);
   }

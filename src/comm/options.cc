@@ -30,6 +30,7 @@ const char* algorithm_name(Algorithm algorithm) {
     case Algorithm::kDirect: return "direct";
     case Algorithm::kShm: return "shm";
     case Algorithm::kHierarchical: return "hierarchical";
+    case Algorithm::kEngine: return "engine";
   }
   return "unknown-algorithm";
 }
@@ -44,9 +45,10 @@ Algorithm parse_algorithm(const std::string& name) {
   if (name == "direct") return Algorithm::kDirect;
   if (name == "shm") return Algorithm::kShm;
   if (name == "hierarchical" || name == "hier") return Algorithm::kHierarchical;
+  if (name == "engine") return Algorithm::kEngine;
   throw InvalidArgument("unknown algorithm '" + name +
-                        "': use auto, ring, tree, halving_doubling (hd), direct, shm or "
-                        "hierarchical (hier)");
+                        "': use auto, ring, tree, halving_doubling (hd), direct, shm, "
+                        "hierarchical (hier) or engine");
 }
 
 }  // namespace cohort

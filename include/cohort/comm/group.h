@@ -66,7 +66,9 @@ class Group : public std::enable_shared_from_this<Group> {
   // A group whose ranks are threads of this process sharing `fabric`.
   static std::shared_ptr<Group> create_inproc(std::shared_ptr<InprocFabric> fabric, int rank,
                                               GroupOptions options = {});
-  // A group over any transport. `store` must be shared by all ranks.
+  // A group over any transport. `store` must be shared by all ranks. A transport on an engine
+  // (the MPI backend, mpi.h) may come without a store: the constructor is then collective and
+  // asks the engine which ranks share a host.
   Group(std::unique_ptr<Transport> transport, std::shared_ptr<Store> store, GroupOptions options);
   ~Group();
   Group(const Group&) = delete;

@@ -10,14 +10,27 @@
 
 #include "cohort/comm/group.h"
 #include "cohort/comm/launch_env.h"
+#include "cohort/comm/mpi.h"
 
 namespace cohort {
 
+// What carries a job's data (docs/backends.md).
+enum class Backend : uint8_t {
+  kAuto,    // COHORT_BACKEND=auto|native|mpi; auto: kMpi when an MPI launcher started this
+            // process (mpirun, mpiexec) and cohort was built with MPI, else kNative
+  kNative,  // cohort's transports: shared memory within a host, TCP between hosts, a store
+  kMpi,     // MPI_COMM_WORLD (mpi.h): no store, no MASTER_ADDR
+};
+// "auto", "native" or "mpi"; throws ConfigError otherwise.
+Backend parse_backend(const std::string& text);
+
 struct InitOptions {
   GroupOptions group;  // timeout, algorithm, shared memory, ... (each with its env override)
+  Backend backend = Backend::kAuto;
+  MpiOptions mpi;  // the MPI backend's collectives (COHORT_MPI_COLLECTIVES)
 };
 
-// Collective over the job: rank 0 hosts the store at MASTER_ADDR:MASTER_PORT (unless the
+// Collective over the job. Under the MPI backend, create_mpi_group(). Otherwise rank 0 hosts the store at MASTER_ADDR:MASTER_PORT (unless the
 // launcher hosts it: COHORT_STORE_HOSTED=1), every rank joins it and the group is made with
 // Group::create (TCP between hosts, shared memory inside one). With no launcher variables, a
 // group of one rank. Throws ConfigError for a bad environment, StoreError or TimeoutError when

@@ -11,7 +11,7 @@
 namespace cohort {
 
 struct LaunchEnv {
-  std::string launcher = "none";  // "torchrun", "openmpi", "slurm" or "none"
+  std::string launcher = "none";  // "torchrun", "openmpi", "mpich", "slurm" or "none"
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;        // index among the ranks on this machine
@@ -30,6 +30,8 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 // Reads the launcher's variables, first match wins:
 //   torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 //   openmpi   OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (+ MASTER_ADDR/_PORT)
+//   mpich     PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS (Hydra's mpiexec; the
+//             local ones default to every rank on this machine) (+ MASTER_ADDR/_PORT)
 //   slurm     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID, SLURM_TASKS_PER_NODE,
 //             the first host of SLURM_JOB_NODELIST (+ MASTER_ADDR/_PORT override)
 // MASTER_ADDR may be left out when every rank runs on this machine (127.0.0.1); MASTER_PORT

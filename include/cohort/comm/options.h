@@ -18,10 +18,13 @@ enum class Algorithm : uint8_t {
   kShm,              // through shared memory, when every rank runs on one host
   kHierarchical,     // allreduce: shared memory inside each host, a ring or halving-doubling
                      // between hosts (same number of ranks on every host)
+  kEngine,           // the backend engine's own collective (MPI_Allreduce, ...): groups of the
+                     // MPI backend only (docs/backends.md)
 };
 
 const char* algorithm_name(Algorithm algorithm);
-// "auto", "ring", "tree", "hd"/"halving_doubling", "direct", "shm", "hierarchical"/"hier";
+// "auto", "ring", "tree", "hd"/"halving_doubling", "direct", "shm", "hierarchical"/"hier",
+// "engine";
 // throws InvalidArgument otherwise.
 Algorithm parse_algorithm(const std::string& name);
 

@@ -23,6 +23,7 @@
 namespace cohort {
 
 class Store;
+class CollectiveEngine;
 
 // Collective messages use (sequence number, step); point-to-point ones use a separate space
 // so that ranks not taking part in a send/recv keep their collective sequence numbers aligned.
@@ -70,6 +71,11 @@ class Transport {
   // `store` is the subgroup's own view of the store (for address exchange).
   virtual std::unique_ptr<Transport> split(const std::string& key, int new_rank, int new_size,
                                            std::shared_ptr<Store> store) = 0;
+
+  // The engine this transport sits on, whose own collectives the group may run
+  // (Algorithm::kEngine); null for cohort's native transports. A transport with an engine may
+  // be used by a group without a store (the MPI backend) and then splits with a null store.
+  virtual CollectiveEngine* engine() { return nullptr; }
 };
 
 // A request that is already complete (sends that finished inside isend).
@@ -90,6 +96,11 @@ struct WireError {
   std::string message;
 
   static WireError from(std::exception_ptr error);
+  // A byte string for abort messages (kind, rank, message cut to kMaxEncodedBytes in all);
+  // decode throws ProtocolError for one that is malformed.
+  static constexpr size_t kMaxEncodedBytes = 64 * 1024;
+  std::string encode() const;
+  static WireError decode(const std::string& payload);
   // Whether an error message already came from another rank ("rank N aborted the group: ...").
   static bool is_relayed(const std::string& message);
   // Throws the error this describes, saying which rank reported it.

@@ -1,6 +1,7 @@
 // Dispatch to one allreduce algorithm: the Group uses it, and so does the hierarchical
 // allreduce for its phase across nodes.
 #include "algorithms/algorithms.h"
+#include "cohort/core/check.h"
 
 namespace cohort::algo {
 
@@ -16,6 +17,8 @@ void allreduce_with(Algorithm algorithm, Context& ctx, void* data, size_t count,
       break;
     case Algorithm::kDirect:
     case Algorithm::kAuto: allreduce_direct(ctx, data, count, dtype, op); break;
+    case Algorithm::kEngine:
+      COHORT_INTERNAL_ASSERT(false, "the engine's own allreduce is run by the Group, not here");
   }
 }
 

@@ -28,6 +28,28 @@ WireError WireError::from(std::exception_ptr error) {
   return out;
 }
 
+std::string WireError::encode() const {
+  std::string out(5, '\0');
+  out[0] = static_cast<char>(kind);
+  const uint32_t rank = static_cast<uint32_t>(failed_rank);
+  for (int i = 0; i < 4; ++i) out[1 + i] = static_cast<char>((rank >> (8 * i)) & 0xff);
+  out += message.substr(0, kMaxEncodedBytes - out.size());
+  return out;
+}
+
+WireError WireError::decode(const std::string& payload) {
+  if (payload.size() < 5 || static_cast<uint8_t>(payload[0]) > kLastKind) {
+    throw ProtocolError("malformed abort frame (" + std::to_string(payload.size()) + " bytes)");
+  }
+  WireError out;
+  out.kind = static_cast<Kind>(payload[0]);
+  uint32_t rank = 0;
+  for (int i = 0; i < 4; ++i) rank |= static_cast<uint32_t>(static_cast<uint8_t>(payload[1 + i])) << (8 * i);
+  out.failed_rank = static_cast<int32_t>(rank);
+  out.message = payload.substr(5);
+  return out;
+}
+
 void WireError::rethrow(int reporting_rank) const {
   std::rethrow_exception(as_exception(reporting_rank));
 }

@@ -408,7 +408,7 @@ void Connection::read_frame() {
       if (header.bytes > kMaxAbortBytes) throw ProtocolError("oversized abort frame");
       std::string payload(header.bytes, '\0');
       socket_.read_all(payload.data(), payload.size(), Deadline::after(Milliseconds(10'000)));
-      const WireError wire = decode_abort(payload);
+      const WireError wire = WireError::decode(payload);
       sink_.on_connection_failed(peer_, wire.as_exception(peer_));
       return;
     }

@@ -20,7 +20,7 @@ inline constexpr uint16_t kProtocolVersion = 1;
 inline constexpr size_t kSecretBytes = 16;
 // Largest message a frame may announce (1 TiB): larger is corruption, not data.
 inline constexpr uint64_t kMaxMessageBytes = 1ULL << 40;
-inline constexpr uint64_t kMaxAbortBytes = 64 * 1024;
+inline constexpr uint64_t kMaxAbortBytes = WireError::kMaxEncodedBytes;
 
 using Secret = std::array<uint8_t, kSecretBytes>;
 
@@ -47,8 +47,6 @@ struct FrameHeader {
 #pragma pack(pop)
 
 // Abort payload: kind (1 byte), failed rank (4), message (rest), little-endian.
-std::string encode_abort(const WireError& error);
-WireError decode_abort(const std::string& payload);
 
 Secret random_secret();
 bool secrets_equal(const uint8_t* a, const uint8_t* b);  // constant time

@@ -75,7 +75,7 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
       first = failure_;
     }
     try {
-      const std::string payload = tcp::encode_abort(WireError::from(first));
+      const std::string payload = WireError::from(first).encode();
       for (auto& c : connections_) {
         if (c) c->send_control(tcp::kAbort, payload, Deadline::after(Milliseconds(1000)));
       }

@@ -1,0 +1,144 @@
+// MPI's own collectives for the Group (CollectiveEngine): the nonblocking forms
+// (MPI_Iallreduce, ...), polled like every other wait of the MPI transport so that they keep
+// the collective's deadline and fail at once when any rank aborts the group.
+#include <climits>
+#include <vector>
+
+#include "backends/mpi/mpi_call.h"
+#include "backends/mpi/mpi_transport.h"
+
+namespace cohort {
+
+namespace {
+
+bool fits_int(size_t n) {
+  return n <= static_cast<size_t>(INT_MAX);
+}
+
+// MPI forbids overlapping send and receive buffers except through MPI_IN_PLACE, whose
+// meaning differs per collective: an overlapping input is read from a copy instead.
+const void* unaliased(const void* in, size_t in_bytes, const void* out, size_t out_bytes,
+                      std::vector<char>& copy) {
+  const auto* a = static_cast<const char*>(in);
+  const auto* b = static_cast<const char*>(out);
+  if (in_bytes == 0 || out_bytes == 0 || a + in_bytes <= b || b + out_bytes <= a) return in;
+  copy.assign(a, a + in_bytes);
+  return copy.data();
+}
+
+bool is_reduction(CollectiveKind kind) {
+  return kind == CollectiveKind::kAllreduce || kind == CollectiveKind::kReduce ||
+         kind == CollectiveKind::kReduceScatter;
+}
+
+}  // namespace
+
+bool MpiTransport::supports(CollectiveKind kind, DType dtype, ReduceOp op, size_t count) const {
+  if (kind == CollectiveKind::kSend || kind == CollectiveKind::kRecv) return false;
+  if (is_reduction(kind)) {
+    // MPI has no float16 or bfloat16 (before MPI 4.1's optional types) and counts are int.
+    return mpi::datatype(dtype) != MPI_DATATYPE_NULL && mpi::reduction(op) != MPI_OP_NULL &&
+           fits_int(count);
+  }
+  // The rest move bytes: one rank's block must be an int count of MPI_BYTE.
+  const size_t bytes = count * dtype_size(dtype);
+  return fits_int(kind == CollectiveKind::kAllToAll ? bytes / static_cast<size_t>(size_) : bytes);
+}
+
+void MpiTransport::allreduce(void* data, size_t count, DType dtype, ReduceOp op,
+                             Deadline deadline) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi::check(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi::datatype(dtype),
+                            mpi::reduction(op), collectives_, &request),
+             "MPI_Iallreduce");
+  wait(request, deadline, "MPI_Iallreduce");
+}
+
+void MpiTransport::broadcast(void* data, size_t bytes, int root, Deadline deadline) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi::check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, collectives_, &request),
+             "MPI_Ibcast");
+  wait(request, deadline, "MPI_Ibcast");
+}
+
+void MpiTransport::reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
+                          Deadline deadline) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  // The root reduces in place; the others only send theirs.
+  const void* send = rank_ == root ? MPI_IN_PLACE : data;
+  mpi::check(MPI_Ireduce(send, rank_ == root ? data : nullptr, static_cast<int>(count),
+                         mpi::datatype(dtype), mpi::reduction(op), root, collectives_, &request),
+             "MPI_Ireduce");
+  wait(request, deadline, "MPI_Ireduce");
+}
+
+void MpiTransport::allgather(const void* in, void* out, size_t bytes, Deadline deadline) {
+  std::vector<char> copy;
+  in = unaliased(in, bytes, out, bytes * static_cast<size_t>(size_), copy);
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi::check(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
+                            MPI_BYTE, collectives_, &request),
+             "MPI_Iallgather");
+  wait(request, deadline, "MPI_Iallgather");
+}
+
+void MpiTransport::reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                                  Deadline deadline) {
+  std::vector<char> copy;
+  const size_t block = count * dtype_size(dtype);
+  in = unaliased(in, block * static_cast<size_t>(size_), out, block, copy);
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi::check(MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), mpi::datatype(dtype),
+                                       mpi::reduction(op), collectives_, &request),
+             "MPI_Ireduce_scatter_block");
+  wait(request, deadline, "MPI_Ireduce_scatter_block");
+}
+
+void MpiTransport::gather(const void* in, void* out, size_t bytes, int root, Deadline deadline) {
+  std::vector<char> copy;
+  if (rank_ == root) in = unaliased(in, bytes, out, bytes * static_cast<size_t>(size_), copy);
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi::check(MPI_Igather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
+                         MPI_BYTE, root, collectives_, &request),
+             "MPI_Igather");
+  wait(request, deadline, "MPI_Igather");
+}
+
+void MpiTransport::scatter(const void* in, void* out, size_t bytes, int root, Deadline deadline) {
+  std::vector<char> copy;
+  if (rank_ == root) in = unaliased(in, bytes * static_cast<size_t>(size_), out, bytes, copy);
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi::check(MPI_Iscatter(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
+                          MPI_BYTE, root, collectives_, &request),
+             "MPI_Iscatter");
+  wait(request, deadline, "MPI_Iscatter");
+}
+
+void MpiTransport::all_to_all(const void* in, void* out, size_t block_bytes, Deadline deadline) {
+  // The Group refuses overlapping all_to_all buffers before this is reached.
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi::check(MPI_Ialltoall(in, static_cast<int>(block_bytes), MPI_BYTE, out,
+                           static_cast<int>(block_bytes), MPI_BYTE, collectives_, &request),
+             "MPI_Ialltoall");
+  wait(request, deadline, "MPI_Ialltoall");
+}
+
+void MpiTransport::barrier(Deadline deadline) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi::check(MPI_Ibarrier(collectives_, &request), "MPI_Ibarrier");
+  wait(request, deadline, "MPI_Ibarrier");
+}
+
+// Ranks on one host report the same processor name (the host name in OpenMPI and MPICH).
+std::vector<std::string> MpiTransport::node_keys(Deadline deadline) {
+  std::vector<char> mine(MPI_MAX_PROCESSOR_NAME, '\0');
+  int length = 0;
+  mpi::check(MPI_Get_processor_name(mine.data(), &length), "MPI_Get_processor_name");
+  std::vector<char> all(mine.size() * static_cast<size_t>(size_), '\0');
+  allgather(mine.data(), all.data(), mine.size(), deadline);
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.emplace_back(all.data() + r * mine.size());
+  return keys;
+}
+
+}  // namespace cohort

@@ -1,0 +1,93 @@
+// The MPI backend's transport: cohort's algorithms run over MPI point-to-point
+// (MPI_Isend/MPI_Irecv), and, as a CollectiveEngine, MPI's own nonblocking collectives
+// (MPI_Iallreduce, ...) run on the same communicator (mpi_engine.cc).
+//
+// Every wait polls (MPI_Testall) until done, its deadline, or an abort notice from any rank,
+// so nothing blocks forever inside MPI. Note [MPI tags] (mpi_tags.h) says how tags map.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/collective_engine.h"
+#include "backends/mpi/mpi_tags.h"
+#include "cohort/comm/transport.h"
+
+namespace cohort {
+
+class MpiTransport final : public Transport, public CollectiveEngine {
+ public:
+  // Collective over `comm`: duplicates it three times (cohort's collectives, send/recv, abort
+  // notices) so that cohort's messages never match the program's own.
+  static std::unique_ptr<MpiTransport> create(MPI_Comm comm, Deadline deadline);
+  ~MpiTransport() override;
+  MpiTransport(const MpiTransport&) = delete;
+  MpiTransport& operator=(const MpiTransport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* name() const override { return "mpi"; }
+
+  std::unique_ptr<Request> isend(int peer, Tag tag, const void* data, size_t bytes,
+                                 Deadline deadline) override;
+  std::unique_ptr<Request> irecv(int peer, Tag tag, void* data, size_t bytes,
+                                 Deadline deadline) override;
+  void abort(std::exception_ptr error) noexcept override;
+  // Not used: a group on MPI splits through split_communicator, which every rank calls.
+  std::unique_ptr<Transport> split(const std::string& key, int new_rank, int new_size,
+                                   std::shared_ptr<Store> store) override;
+  CollectiveEngine* engine() override { return this; }
+
+  // ---- CollectiveEngine (mpi_engine.cc)
+  const char* engine_name() const override { return "MPI"; }
+  bool supports(CollectiveKind kind, DType dtype, ReduceOp op, size_t count) const override;
+  void allreduce(void* data, size_t count, DType dtype, ReduceOp op, Deadline deadline) override;
+  void broadcast(void* data, size_t bytes, int root, Deadline deadline) override;
+  void reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
+              Deadline deadline) override;
+  void allgather(const void* in, void* out, size_t bytes, Deadline deadline) override;
+  void reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                      Deadline deadline) override;
+  void gather(const void* in, void* out, size_t bytes, int root, Deadline deadline) override;
+  void scatter(const void* in, void* out, size_t bytes, int root, Deadline deadline) override;
+  void all_to_all(const void* in, void* out, size_t block_bytes, Deadline deadline) override;
+  void barrier(Deadline deadline) override;
+  std::vector<std::string> node_keys(Deadline deadline) override;
+  std::unique_ptr<Transport> split_communicator(int color, int key, Deadline deadline) override;
+
+  // Waits for every request (statuses may be null), polling for abort notices; throws
+  // TimeoutError naming `what` at the deadline and the first failure of the group at once.
+  void wait(std::vector<MPI_Request>& requests, MPI_Status* statuses, Deadline deadline,
+            const std::string& what);
+  void wait(MPI_Request& request, Deadline deadline, const std::string& what);
+
+ private:
+  explicit MpiTransport(MPI_Comm collectives, MPI_Comm p2p, MPI_Comm control);
+  void post_abort_receive();
+  void poll_abort_notice();
+  void throw_if_failed();
+  void fail(std::exception_ptr error);
+  MPI_Comm communicator_for(Tag tag) const;
+  int mpi_tag(Tag tag) const;
+
+  MPI_Comm collectives_;  // cohort's algorithms and MPI's own collectives
+  MPI_Comm p2p_;          // Group::send/recv
+  MPI_Comm control_;      // abort notices
+  int rank_ = 0;
+  int size_ = 1;
+  mpi::TagPacker tags_;
+
+  std::atomic<bool> failed_{false};
+  std::mutex failure_mutex_;  // guards failure_ and the abort channel
+  std::exception_ptr failure_;
+  MPI_Request abort_receive_ = MPI_REQUEST_NULL;
+  std::vector<char> abort_inbox_;
+  std::string abort_outbox_;  // what this rank sent, alive until the end
+  std::vector<MPI_Request> abort_sends_;
+};
+
+}  // namespace cohort
