@@ -225,20 +225,52 @@ void run_with_groups(int world, const std::function<void(int, std::shared_ptr<Gr
   run_ranks(world, [&](int rank) { fn(rank, groups[rank]); });
 }
 
+namespace {
+
+// Rank r starts from seed 100 + r: DDP must make everyone start from rank 0's weights, which
+// the reference (seed 100) shares.
+std::shared_ptr<TestModel> model_of_rank(const ParityCase& c, int rank) {
+  torch::manual_seed(100 + rank);
+  return c.make_model();
+}
+
+struct Reference {
+  std::vector<std::string> names;
+  std::vector<std::vector<torch::Tensor>> states;
+};
+
+Reference reference_run(const ParityCase& c, const std::vector<std::vector<Batch>>& data) {
+  torch::manual_seed(100);
+  auto model = c.make_model();
+  return {state_names(*model), train_reference(c, *model, data)};
+}
+
+void expect_rank_matches(const ParityCase& c, int rank,
+                         const std::vector<std::vector<torch::Tensor>>& states,
+                         const Reference& reference) {
+  const int steps = steps_of(c, rank);
+  ASSERT_EQ(states.size(), static_cast<size_t>(steps + (c.steps_of_rank ? 1 : 0)))
+      << "rank " << rank;
+  for (int step = 0; step < steps; ++step) {
+    const auto error =
+        compare(states[step], reference.states[step], reference.names, c.rtol, c.atol);
+    ASSERT_EQ(error, "") << "world " << c.world << " rank " << rank << " step " << step;
+  }
+  if (c.steps_of_rank) {
+    const auto error =
+        compare(states.back(), reference.states.back(), reference.names, c.rtol, c.atol);
+    ASSERT_EQ(error, "") << "world " << c.world << " rank " << rank << " after join";
+  }
+}
+
+}  // namespace
+
 void expect_parity(const ParityCase& c) {
   torch::set_num_threads(1);
   const auto data = make_data(c);
-  // Rank r starts from seed 100 + r: DDP must make everyone start from rank 0's weights,
-  // which the reference (seed 100) shares.
   std::vector<std::shared_ptr<TestModel>> models;
-  for (int rank = 0; rank < c.world; ++rank) {
-    torch::manual_seed(100 + rank);
-    models.push_back(c.make_model());
-  }
-  torch::manual_seed(100);
-  auto reference_model = c.make_model();
-  const auto names = state_names(*reference_model);
-  const auto reference = train_reference(c, *reference_model, data);
+  for (int rank = 0; rank < c.world; ++rank) models.push_back(model_of_rank(c, rank));
+  const Reference reference = reference_run(c, data);
 
   std::vector<std::vector<std::vector<torch::Tensor>>> states(c.world);
   run_with_groups(
@@ -247,20 +279,20 @@ void expect_parity(const ParityCase& c) {
         states[rank] = train_rank(c, rank, std::move(group), models[rank], data);
       },
       c.over_tcp, c.shared_memory);
-
   for (int rank = 0; rank < c.world; ++rank) {
-    const int steps = steps_of(c, rank);
-    ASSERT_EQ(states[rank].size(), static_cast<size_t>(steps + (c.steps_of_rank ? 1 : 0)))
-        << "rank " << rank;
-    for (int step = 0; step < steps; ++step) {
-      const auto error = compare(states[rank][step], reference[step], names, c.rtol, c.atol);
-      ASSERT_EQ(error, "") << "world " << c.world << " rank " << rank << " step " << step;
-    }
-    if (c.steps_of_rank) {
-      const auto error = compare(states[rank].back(), reference.back(), names, c.rtol, c.atol);
-      ASSERT_EQ(error, "") << "world " << c.world << " rank " << rank << " after join";
-    }
+    expect_rank_matches(c, rank, states[rank], reference);
   }
+}
+
+void expect_parity_as_rank(const ParityCase& c, std::shared_ptr<Group> group) {
+  ASSERT_EQ(group->size(), c.world) << "the case is for a world of " << c.world;
+  torch::set_num_threads(1);
+  const int rank = group->rank();
+  const auto data = make_data(c);
+  auto model = model_of_rank(c, rank);
+  const Reference reference = reference_run(c, data);
+  const auto states = train_rank(c, rank, std::move(group), model, data);
+  expect_rank_matches(c, rank, states, reference);
 }
 
 }  // namespace cohort::testing

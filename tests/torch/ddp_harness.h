@@ -56,6 +56,9 @@ struct ParityCase {
 
 // Runs the case; failures are reported through gtest (naming rank, step and tensor).
 void expect_parity(const ParityCase& c);
+// This process's rank of the case on `group` (a job of c.world processes, e.g. under mpirun):
+// trains its slice with DDP, trains the reference itself, and compares after every step.
+void expect_parity_as_rank(const ParityCase& c, std::shared_ptr<Group> group);
 
 // Builds W groups and runs fn(rank, group) on W threads with a hard deadline.
 void run_with_groups(int world, const std::function<void(int, std::shared_ptr<Group>)>& fn,

@@ -42,13 +42,12 @@ void require_thread_multiple(int provided, const char* who) {
 std::mutex runtime_mutex;
 bool initialized_by_cohort = false;
 int open_groups = 0;
-bool any_group_broke = false;
 
 void finalize_at_exit() {
   std::lock_guard<std::mutex> lock(runtime_mutex);
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalized || open_groups > 0 || any_group_broke) return;
+  if (finalized || open_groups > 0) return;
   MPI_Finalize();
 }
 
@@ -116,10 +115,9 @@ void group_opened() {
   ++open_groups;
 }
 
-void group_closed(bool broken) {
+void group_closed() {
   std::lock_guard<std::mutex> lock(runtime_mutex);
   --open_groups;
-  any_group_broke = any_group_broke || broken;
 }
 
 }  // namespace cohort::mpi

@@ -24,10 +24,9 @@ MPI_Op reduction(ReduceOp op);
 // give that level or was already finalized.
 void ensure_initialized();
 
-// Bookkeeping for MPI_Finalize at exit: it runs only when cohort initialized MPI, no MPI group
-// is still open, and none broke (a broken group may leave requests that never complete, and
-// MPI_Finalize would wait for them and for peers that may be gone).
+// Bookkeeping for MPI_Finalize at exit: it runs only when cohort initialized MPI and no MPI
+// group is still open (its worker thread may still be calling MPI).
 void group_opened();
-void group_closed(bool broken);
+void group_closed();
 
 }  // namespace cohort::mpi

@@ -176,7 +176,7 @@ MpiTransport::~MpiTransport() {
     MPI_Comm_free(&p2p_);
     MPI_Comm_free(&control_);
   }
-  mpi::group_closed(broken);
+  mpi::group_closed();
 }
 
 void MpiTransport::post_abort_receive() {
@@ -242,6 +242,9 @@ void MpiTransport::wait(std::vector<MPI_Request>& requests, MPI_Status* statuses
     own.resize(requests.size());
     statuses = own.data();
   }
+  // A notice that arrived while this rank was elsewhere fails it before it waits, even when
+  // the late collective could still complete with what the failed rank left posted.
+  poll_abort_notice();
   throw_if_failed();
   poll(requests, statuses, deadline, what, [this] {
     poll_abort_notice();

@@ -1,0 +1,161 @@
+// The Group API over MPI beyond the collectives' results: async handles, point-to-point,
+// subgroups (MPI_Comm_split), COHORT_DEBUG's mismatch check without a store, and failures that
+// must reach every rank (a timeout on one rank, Group::abort) instead of hanging.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "cohort/comm/mpi.h"
+#include "cohort/core/error.h"
+#include "mpi_world.h"
+
+namespace cohort {
+namespace {
+
+using testing::mpi_world;
+
+// A second group on MPI_COMM_WORLD, so a test may break it without breaking the world's.
+std::shared_ptr<Group> spare_group(Milliseconds timeout, bool debug_checks = false) {
+  GroupOptions options;
+  options.timeout = timeout;
+  options.debug_checks = debug_checks;
+  return create_mpi_group(options);
+}
+
+TEST(MpiGroup, RanksMatchTheLauncher) {
+  Group& group = mpi_world();
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  ASSERT_NE(size, nullptr) << "run under OpenMPI's mpirun";
+  EXPECT_EQ(group.size(), std::atoi(size));
+  EXPECT_EQ(group.rank(), std::atoi(rank));
+  // Every rank of this test runs on one machine: one node, local ranks in rank order.
+  EXPECT_EQ(group.num_nodes(), 1);
+  EXPECT_EQ(group.local_size(), group.size());
+  EXPECT_EQ(group.local_rank(), group.rank());
+}
+
+TEST(MpiGroup, ManyAsyncAllreducesCompleteInOrder) {
+  Group& group = mpi_world();
+  std::vector<std::vector<float>> buffers(16, std::vector<float>(1000));
+  std::vector<std::shared_ptr<Work>> works;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    std::fill(buffers[i].begin(), buffers[i].end(), static_cast<float>(group.rank() + i));
+    works.push_back(group.allreduce_async(make_buffer(buffers[i])));
+  }
+  const int n = group.size();
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    works[i]->wait();
+    const float want = static_cast<float>(n * (n - 1) / 2 + n * static_cast<int>(i));
+    EXPECT_EQ(buffers[i].front(), want) << "buffer " << i;
+    EXPECT_EQ(buffers[i].back(), want) << "buffer " << i;
+  }
+}
+
+TEST(MpiGroup, SendRecvAroundTheRingWithTags) {
+  Group& group = mpi_world();
+  if (group.size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int next = (group.rank() + 1) % group.size();
+  const int prev = (group.rank() + group.size() - 1) % group.size();
+  for (uint32_t tag : {0u, 7u, 123456u}) {
+    std::vector<int64_t> out(300, group.rank() * 1000 + tag), in(300, -1);
+    CollectiveOptions opts;
+    opts.tag = tag;
+    auto send = group.send_async(make_buffer(out), next, opts);
+    group.recv(make_buffer(in), prev, opts);
+    send->wait();
+    EXPECT_EQ(in.front(), prev * 1000 + tag);
+    EXPECT_EQ(in.back(), prev * 1000 + tag);
+  }
+}
+
+TEST(MpiGroup, SplitMakesSubgroupsOnMpiCommSplit) {
+  Group& group = mpi_world();
+  // Even ranks form one subgroup in reverse order, odd ranks another; the last rank of a
+  // world of three or more sits out (color -1).
+  const bool sits_out = group.size() >= 3 && group.rank() == group.size() - 1;
+  const int color = sits_out ? -1 : group.rank() % 2;
+  auto sub = group.split(color, -group.rank());
+  if (sits_out) {
+    EXPECT_EQ(sub, nullptr);
+    return;
+  }
+  ASSERT_NE(sub, nullptr);
+  std::vector<int> members;
+  for (int r = 0; r < group.size(); ++r) {
+    const bool out = group.size() >= 3 && r == group.size() - 1;
+    if (!out && r % 2 == color) members.push_back(r);
+  }
+  EXPECT_EQ(sub->size(), static_cast<int>(members.size()));
+  EXPECT_EQ(sub->rank(), static_cast<int>(members.size()) - 1 -
+                             static_cast<int>(std::find(members.begin(), members.end(),
+                                                        group.rank()) - members.begin()));
+  std::vector<int32_t> value{group.rank()};
+  sub->allreduce(make_buffer(value));
+  EXPECT_EQ(value[0], std::accumulate(members.begin(), members.end(), 0));
+}
+
+TEST(MpiGroup, DebugChecksNameTheRanksThatDisagree) {
+  Group& world = mpi_world();
+  auto group = spare_group(std::chrono::seconds(20), /*debug_checks=*/true);
+  std::vector<float> data(world.rank() == 0 ? 4 : 5, 1.0f);
+  try {
+    group->allreduce(make_buffer(data));
+    ADD_FAILURE() << "ranks called allreduce with different counts and nothing was said";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks 0 called allreduce(count=4"), std::string::npos)
+        << e.what();
+  }
+  world.barrier();
+}
+
+TEST(MpiGroup, ATimeoutOnOneRankFailsTheOthersPromptly) {
+  Group& world = mpi_world();
+  auto group = spare_group(Milliseconds(1500));
+  std::vector<float> data(16, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  if (world.rank() == 0) {
+    // Rank 0 alone calls the collective and times out...
+    EXPECT_THROW(group->allreduce(make_buffer(data)), TimeoutError);
+  } else {
+    // ...the others arrive after its deadline and must fail at once with its error, told by
+    // its abort notice, instead of waiting for their own deadline.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    const auto arrived = std::chrono::steady_clock::now();
+    try {
+      group->allreduce(make_buffer(data));
+      ADD_FAILURE() << "the allreduce passed on a group broken by rank 0";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - arrived, std::chrono::seconds(5));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  world.barrier();
+}
+
+TEST(MpiGroup, AbortOnOneRankBreaksPendingCollectivesEverywhere) {
+  Group& world = mpi_world();
+  auto group = spare_group(std::chrono::seconds(20));
+  std::vector<float> data(8, 1.0f);
+  if (world.rank() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    group->abort("stopping on purpose");
+  } else {
+    try {
+      group->allreduce(make_buffer(data));
+      ADD_FAILURE() << "the allreduce completed although rank 0 never joined";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("stopping on purpose"), std::string::npos)
+          << e.what();
+    }
+  }
+  world.barrier();
+}
+
+}  // namespace
+}  // namespace cohort
