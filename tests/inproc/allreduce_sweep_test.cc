@@ -2,6 +2,7 @@
 // closed-form results (tests/support: sweep_value, sweep_expected).
 #include <gtest/gtest.h>
 
+#include "support/collective_checks.h"
 #include "support/test_support.h"
 
 namespace cohort {
@@ -23,29 +24,6 @@ std::vector<size_t> small_counts(int world) {
   return testing::sweep_counts(world, 70001);
 }
 
-// Runs one allreduce on every rank and returns a description of the first wrong element, or "".
-std::string check_allreduce(Group& group, size_t count, DType dtype, ReduceOp op,
-                            Algorithm algorithm) {
-  const size_t esize = dtype_size(dtype);
-  std::vector<uint8_t> data(count * esize + 1);
-  for (size_t i = 0; i < count; ++i) {
-    testing::write_element(data.data(), i, dtype, testing::sweep_value(op, group.rank(), i));
-  }
-  CollectiveOptions opts;
-  opts.op = op;
-  opts.algorithm = algorithm;
-  group.allreduce(Buffer{data.data(), count, dtype}, opts);
-  for (size_t i = 0; i < count; ++i) {
-    const double got = testing::read_element(data.data(), i, dtype);
-    const double want = testing::sweep_expected(op, group.size(), i);
-    if (!testing::matches(got, want, dtype, op)) {
-      return "rank " + std::to_string(group.rank()) + " element " + std::to_string(i) + ": got " +
-             std::to_string(got) + ", want " + std::to_string(want);
-    }
-  }
-  return "";
-}
-
 class AllreduceSweep : public ::testing::TestWithParam<int> {};
 
 TEST_P(AllreduceSweep, EveryDTypeOpAlgorithmAndCount) {
@@ -56,7 +34,8 @@ TEST_P(AllreduceSweep, EveryDTypeOpAlgorithmAndCount) {
       for (DType dtype : kDTypes) {
         for (ReduceOp op : kOps) {
           for (size_t count : small_counts(world)) {
-            const std::string error = check_allreduce(*groups[rank], count, dtype, op, algorithm);
+            const std::string error =
+                testing::check_allreduce(*groups[rank], count, dtype, op, algorithm);
             testing::fail_if(*groups[rank], error, algorithm_name(algorithm), " ",
                              dtype_name(dtype), " ", reduce_op_name(op), " count ", count,
                              " world ", world);
@@ -73,8 +52,8 @@ TEST_P(AllreduceSweep, LargeFloat32Sum) {
   auto groups = make_inproc_groups(world, testing::quick_options());
   run_ranks(world, [&](int rank) {
     for (Algorithm algorithm : kAlgorithms) {
-      const std::string error = check_allreduce(*groups[rank], (1u << 20) + 3, DType::kFloat32,
-                                                ReduceOp::kSum, algorithm);
+      const std::string error = testing::check_allreduce(
+          *groups[rank], (1u << 20) + 3, DType::kFloat32, ReduceOp::kSum, algorithm);
       testing::fail_if(*groups[rank], error, algorithm_name(algorithm), " world ", world);
     }
   });

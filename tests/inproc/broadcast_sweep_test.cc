@@ -2,6 +2,7 @@
 // (direct, binomial tree, pipelined chain, auto); every rank must end with the root's data.
 #include <gtest/gtest.h>
 
+#include "support/collective_checks.h"
 #include "support/inproc_sweep.h"
 
 namespace cohort {
@@ -9,19 +10,6 @@ namespace {
 
 const Algorithm kAlgorithms[] = {Algorithm::kDirect, Algorithm::kTree, Algorithm::kRing,
                                  Algorithm::kAuto};
-
-// Every rank starts with its own values; returns "" when all hold the root's afterwards.
-std::string check_broadcast(Group& group, size_t count, DType dtype, int root,
-                            Algorithm algorithm) {
-  std::vector<uint8_t> data(count * dtype_size(dtype) + 1);
-  testing::fill_movement(data.data(), count, dtype, group.rank());
-  CollectiveOptions opts;
-  opts.root = root;
-  opts.algorithm = algorithm;
-  group.broadcast(Buffer{data.data(), count, dtype}, opts);
-  return testing::check_movement(
-      data.data(), count, dtype, [&](size_t) { return root; }, [](size_t i) { return i; });
-}
 
 class BroadcastSweep : public ::testing::TestWithParam<int> {};
 
@@ -32,7 +20,7 @@ TEST_P(BroadcastSweep, EveryRootDTypeAlgorithmAndCount) {
       for (DType dtype : testing::all_dtypes()) {
         for (size_t count : testing::sweep_counts(world, 20011)) {
           for (int root = 0; root < world; ++root) {
-            testing::fail_if(group, check_broadcast(group, count, dtype, root, algorithm),
+            testing::fail_if(group, testing::check_broadcast(group, count, dtype, root, algorithm),
                              "broadcast ", algorithm_name(algorithm), " ", dtype_name(dtype),
                              " count ", count, " root ", root, " world ", world);
           }
@@ -49,8 +37,8 @@ TEST_P(BroadcastSweep, LargeFloat32) {
   const int root = world / 2;
   testing::sweep_algorithms(world, "broadcast", {Algorithm::kTree, Algorithm::kRing},
                             [root](Group& group, Algorithm algorithm) {
-                              return check_broadcast(group, (1u << 20) + 3, DType::kFloat32, root,
-                                                     algorithm);
+                              return testing::check_broadcast(group, (1u << 20) + 3,
+                                                              DType::kFloat32, root, algorithm);
                             });
 }
 

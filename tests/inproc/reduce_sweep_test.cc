@@ -3,6 +3,7 @@
 // buffer must be left as it was.
 #include <gtest/gtest.h>
 
+#include "support/collective_checks.h"
 #include "support/test_support.h"
 
 namespace cohort {
@@ -12,22 +13,6 @@ using testing::make_inproc_groups;
 using testing::run_ranks;
 
 const Algorithm kAlgorithms[] = {Algorithm::kDirect, Algorithm::kTree, Algorithm::kAuto};
-
-std::string check_reduce(Group& group, size_t count, DType dtype, ReduceOp op, int root,
-                         Algorithm algorithm) {
-  std::vector<uint8_t> data(count * dtype_size(dtype) + 1);
-  testing::fill_sweep(data.data(), count, dtype, op, group.rank());
-  const std::vector<uint8_t> before = data;
-  CollectiveOptions opts;
-  opts.op = op;
-  opts.root = root;
-  opts.algorithm = algorithm;
-  group.reduce(Buffer{data.data(), count, dtype}, opts);
-  if (group.rank() != root) {
-    return data == before ? "" : "a non-root rank's buffer changed";
-  }
-  return testing::check_sweep(data.data(), count, dtype, op, group.size());
-}
 
 class ReduceSweep : public ::testing::TestWithParam<int> {};
 
@@ -42,10 +27,10 @@ TEST_P(ReduceSweep, EveryRootDTypeOpAlgorithmAndCount) {
         for (ReduceOp op : testing::all_ops()) {
           for (size_t count : counts) {
             for (int root = 0; root < world; ++root) {
-              testing::fail_if(group, check_reduce(group, count, dtype, op, root, algorithm),
-                               "reduce ", algorithm_name(algorithm), " ", dtype_name(dtype), " ",
-                               reduce_op_name(op), " count ", count, " root ", root, " world ",
-                               world);
+              testing::fail_if(
+                  group, testing::check_reduce(group, count, dtype, op, root, algorithm), "reduce ",
+                  algorithm_name(algorithm), " ", dtype_name(dtype), " ", reduce_op_name(op),
+                  " count ", count, " root ", root, " world ", world);
             }
           }
         }
@@ -67,8 +52,8 @@ TEST_P(ReduceSweep, LargeCountRotatingRoot) {
       for (DType dtype : testing::all_dtypes()) {
         for (ReduceOp op : testing::all_ops()) {
           const int root = turn++ % world;
-          testing::fail_if(group, check_reduce(group, 30011, dtype, op, root, algorithm), "reduce ",
-                           algorithm_name(algorithm), " ", dtype_name(dtype), " ",
+          testing::fail_if(group, testing::check_reduce(group, 30011, dtype, op, root, algorithm),
+                           "reduce ", algorithm_name(algorithm), " ", dtype_name(dtype), " ",
                            reduce_op_name(op), " root ", root, " world ", world);
         }
       }
@@ -85,8 +70,8 @@ TEST_P(ReduceSweep, LargeFloat32Sum) {
     for (Algorithm algorithm : {Algorithm::kTree}) {
       const int root = world - 1;
       testing::fail_if(*groups[rank],
-                       check_reduce(*groups[rank], (1u << 20) + 3, DType::kFloat32, ReduceOp::kSum,
-                                    root, algorithm),
+                       testing::check_reduce(*groups[rank], (1u << 20) + 3, DType::kFloat32,
+                                             ReduceOp::kSum, root, algorithm),
                        "reduce ", algorithm_name(algorithm), " world ", world);
     }
   });

@@ -1,7 +1,5 @@
 #include "support/test_support.h"
 
-#include "cohort/comm/memory_store.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +10,9 @@
 #include <cstdlib>
 #include <mutex>
 #include <thread>
+
+#include "cohort/comm/memory_store.h"
+#include "support/collective_checks.h"
 
 namespace cohort::testing {
 
@@ -100,7 +101,9 @@ void write_element(void* data, size_t i, DType dtype, double v) {
   switch (dtype) {
     case DType::kFloat32: static_cast<float*>(data)[i] = static_cast<float>(v); return;
     case DType::kFloat64: static_cast<double*>(data)[i] = v; return;
-    case DType::kFloat16: static_cast<Half*>(data)[i] = float_to_half(static_cast<float>(v)); return;
+    case DType::kFloat16:
+      static_cast<Half*>(data)[i] = float_to_half(static_cast<float>(v));
+      return;
     case DType::kBFloat16:
       static_cast<BFloat16*>(data)[i] = float_to_bfloat16(static_cast<float>(v));
       return;
@@ -134,8 +137,10 @@ double sweep_expected(ReduceOp op, int world, size_t index) {
 bool matches(double got, double expected, DType dtype, ReduceOp op) {
   if (op != ReduceOp::kAvg) return got == expected;
   if (!is_floating(dtype)) return got == std::trunc(expected);
-  const double rel = dtype == DType::kBFloat16 ? 1.0 / 128 : dtype == DType::kFloat16 ? 1.0 / 1024
-                     : dtype == DType::kFloat32 ? 1e-6 : 1e-14;
+  const double rel = dtype == DType::kBFloat16  ? 1.0 / 128
+                     : dtype == DType::kFloat16 ? 1.0 / 1024
+                     : dtype == DType::kFloat32 ? 1e-6
+                                                : 1e-14;
   return std::abs(got - expected) <= rel * std::abs(expected);
 }
 
@@ -223,13 +228,7 @@ std::string check_movement(const void* data, size_t count, DType dtype,
 
 void allreduce_sweep_case(Group& group, size_t count, DType dtype, ReduceOp op,
                           Algorithm algorithm) {
-  std::vector<uint8_t> data(count * dtype_size(dtype) + 1);
-  fill_sweep(data.data(), count, dtype, op, group.rank());
-  CollectiveOptions options;
-  options.op = op;
-  options.algorithm = algorithm;
-  group.allreduce(Buffer{data.data(), count, dtype}, options);
-  fail_if(group, check_sweep(data.data(), count, dtype, op, group.size()), algorithm_name(algorithm),
+  fail_if(group, check_allreduce(group, count, dtype, op, algorithm), algorithm_name(algorithm),
           " world ", group.size(), " count ", count, " ", dtype_name(dtype), " ",
           reduce_op_name(op));
 }

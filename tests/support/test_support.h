@@ -90,8 +90,9 @@ void fill_sweep(void* data, size_t count, DType dtype, ReduceOp op, int rank, si
 std::string check_sweep(const void* data, size_t count, DType dtype, ReduceOp op, int world,
                         size_t offset = 0);
 
-// One allreduce of a sweep with `algorithm` on this rank: fills, reduces, checks, and fails (as
-// fail_if) naming the case when an element is wrong. Every rank calls it with the same case.
+// One allreduce of a sweep with `algorithm` on this rank: check_allreduce (collective_checks.h),
+// failing (as fail_if) naming the case when an element is wrong. Every rank calls it with the
+// same case.
 void allreduce_sweep_case(Group& group, size_t count, DType dtype, ReduceOp op,
                           Algorithm algorithm);
 

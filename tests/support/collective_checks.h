@@ -1,0 +1,32 @@
+// The per-case checks of the collective sweeps, shared by every suite that runs them on a Group
+// of its own (the inproc sweeps, the MPI suite). Each one fills the inputs with closed-form
+// values (sweep_value for reductions, movement_value for data movement; test_support.h), runs
+// one collective on this rank and checks the result, including sentinels past the end of
+// separate outputs and inputs left as they were where the collective must not touch them.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "cohort/comm/group.h"
+
+namespace cohort::testing {
+
+// One case of a collective sweep on this rank: fills the inputs with the sweep's closed-form
+// values, runs the collective with `algorithm`, and returns "" or what was wrong. Every rank
+// of the group calls it with the same arguments.
+std::string check_allreduce(Group& group, size_t count, DType dtype, ReduceOp op,
+                            Algorithm algorithm);  // in place
+std::string check_broadcast(Group& group, size_t count, DType dtype, int root, Algorithm algorithm);
+std::string check_reduce(Group& group, size_t count, DType dtype, ReduceOp op, int root,
+                         Algorithm algorithm);
+std::string check_allgather(Group& group, size_t count, DType dtype, Algorithm algorithm,
+                            bool in_place);
+std::string check_reduce_scatter(Group& group, size_t count, DType dtype, ReduceOp op,
+                                 Algorithm algorithm);
+std::string check_gather(Group& group, size_t count, DType dtype, int root, Algorithm algorithm);
+std::string check_scatter(Group& group, size_t count, DType dtype, int root, Algorithm algorithm);
+std::string check_all_to_all(Group& group, size_t count, DType dtype,
+                             Algorithm algorithm);  // count = elements per block
+
+}  // namespace cohort::testing
