@@ -27,7 +27,9 @@ std::vector<Algorithm> algorithms_of_this_mode(std::vector<Algorithm> cohort_alg
   return algorithms;
 }
 
-std::vector<size_t> counts() { return testing::sweep_counts(mpi_world().size(), 10007); }
+std::vector<size_t> counts() {
+  return testing::sweep_counts(mpi_world().size(), 10007);
+}
 
 TEST(MpiCollectives, TheModeSetsTheDefaultAlgorithm) {
   const Algorithm chosen = mpi_world().algorithm_for(CollectiveKind::kAllreduce, 4096);
@@ -40,15 +42,14 @@ TEST(MpiCollectives, TheModeSetsTheDefaultAlgorithm) {
 
 TEST(MpiCollectives, Allreduce) {
   Group& group = mpi_world();
-  for (Algorithm algorithm : algorithms_of_this_mode({Algorithm::kRing, Algorithm::kTree,
-                                                      Algorithm::kHalvingDoubling,
-                                                      Algorithm::kDirect})) {
+  for (Algorithm algorithm : algorithms_of_this_mode(
+           {Algorithm::kRing, Algorithm::kTree, Algorithm::kHalvingDoubling, Algorithm::kDirect})) {
     for (DType dtype : testing::all_dtypes()) {
       for (ReduceOp op : testing::all_ops()) {
         for (size_t count : counts()) {
-          fail_if(group, testing::check_allreduce(group, count, dtype, op, algorithm),
-                  "allreduce ", algorithm_name(algorithm), " ", dtype_name(dtype), " ",
-                  reduce_op_name(op), " count ", count);
+          fail_if(group, testing::check_allreduce(group, count, dtype, op, algorithm), "allreduce ",
+                  algorithm_name(algorithm), " ", dtype_name(dtype), " ", reduce_op_name(op),
+                  " count ", count);
         }
       }
     }
@@ -58,10 +59,10 @@ TEST(MpiCollectives, Allreduce) {
 TEST(MpiCollectives, AllreduceLarge) {
   Group& group = mpi_world();
   for (Algorithm algorithm : algorithms_of_this_mode({Algorithm::kRing})) {
-    fail_if(group,
-            testing::check_allreduce(group, (1u << 20) + 3, DType::kFloat32, ReduceOp::kSum,
-                                     algorithm),
-            "large allreduce ", algorithm_name(algorithm));
+    fail_if(
+        group,
+        testing::check_allreduce(group, (1u << 20) + 3, DType::kFloat32, ReduceOp::kSum, algorithm),
+        "large allreduce ", algorithm_name(algorithm));
   }
 }
 
@@ -81,8 +82,8 @@ TEST(MpiCollectives, BroadcastReduceGatherScatterToEveryRoot) {
         for (Algorithm a : reduce_algorithms) {
           for (ReduceOp op : testing::all_ops()) {
             fail_if(group, testing::check_reduce(group, count, dtype, op, root, a), "reduce ",
-                    algorithm_name(a), " ", dtype_name(dtype), " ", reduce_op_name(op),
-                    " count ", count, " root ", root);
+                    algorithm_name(a), " ", dtype_name(dtype), " ", reduce_op_name(op), " count ",
+                    count, " root ", root);
           }
         }
         for (Algorithm a : linear) {
@@ -98,14 +99,14 @@ TEST(MpiCollectives, BroadcastReduceGatherScatterToEveryRoot) {
 
 TEST(MpiCollectives, AllgatherReduceScatterAllToAll) {
   Group& group = mpi_world();
-  const auto blockwise = algorithms_of_this_mode(
-      {Algorithm::kDirect, Algorithm::kRing, Algorithm::kHalvingDoubling});
+  const auto blockwise =
+      algorithms_of_this_mode({Algorithm::kDirect, Algorithm::kRing, Algorithm::kHalvingDoubling});
   for (DType dtype : testing::all_dtypes()) {
     for (size_t count : counts()) {
       for (Algorithm a : blockwise) {
         for (bool in_place : {false, true}) {
-          fail_if(group, testing::check_allgather(group, count, dtype, a, in_place),
-                  "allgather ", algorithm_name(a), " ", dtype_name(dtype), " count ", count,
+          fail_if(group, testing::check_allgather(group, count, dtype, a, in_place), "allgather ",
+                  algorithm_name(a), " ", dtype_name(dtype), " count ", count,
                   in_place ? " in place" : "");
         }
         for (ReduceOp op : testing::all_ops()) {

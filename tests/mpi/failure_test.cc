@@ -27,8 +27,7 @@ TEST(MpiFailure, AKilledRankEndsTheJobWithAClearErrorNotAHang) {
 }
 
 TEST(MpiFailure, AThreadLevelBelowMultipleIsAConfigErrorSayingWhy) {
-  const auto result =
-      testing::run_shell(mpirun(1, "thread-level"), {}, std::chrono::seconds(60));
+  const auto result = testing::run_shell(mpirun(1, "thread-level"), {}, std::chrono::seconds(60));
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("MPI_THREAD_SERIALIZED"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("needs MPI_THREAD_MULTIPLE"), std::string::npos) << result.output;

@@ -90,9 +90,10 @@ TEST(MpiGroup, SplitMakesSubgroupsOnMpiCommSplit) {
     if (!out && r % 2 == color) members.push_back(r);
   }
   EXPECT_EQ(sub->size(), static_cast<int>(members.size()));
-  EXPECT_EQ(sub->rank(), static_cast<int>(members.size()) - 1 -
-                             static_cast<int>(std::find(members.begin(), members.end(),
-                                                        group.rank()) - members.begin()));
+  EXPECT_EQ(sub->rank(),
+            static_cast<int>(members.size()) - 1 -
+                static_cast<int>(std::find(members.begin(), members.end(), group.rank()) -
+                                 members.begin()));
   std::vector<int32_t> value{group.rank()};
   sub->allreduce(make_buffer(value));
   EXPECT_EQ(value[0], std::accumulate(members.begin(), members.end(), 0));
@@ -150,8 +151,7 @@ TEST(MpiGroup, AbortOnOneRankBreaksPendingCollectivesEverywhere) {
       group->allreduce(make_buffer(data));
       ADD_FAILURE() << "the allreduce completed although rank 0 never joined";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("stopping on purpose"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find("stopping on purpose"), std::string::npos) << e.what();
     }
   }
   world.barrier();

@@ -26,9 +26,13 @@ std::shared_ptr<Group> mpi_world_ptr() {
   return world_slot();
 }
 
-Group& mpi_world() { return *mpi_world_ptr(); }
+Group& mpi_world() {
+  return *mpi_world_ptr();
+}
 
-void release_mpi_world() { world_slot().reset(); }
+void release_mpi_world() {
+  world_slot().reset();
+}
 
 bool mpi_mode_uses_mpi_collectives() {
   const char* mode = std::getenv("COHORT_MPI_COLLECTIVES");

@@ -47,6 +47,7 @@ bool MpiTransport::supports(CollectiveKind kind, DType dtype, ReduceOp op, size_
 
 void MpiTransport::allreduce(void* data, size_t count, DType dtype, ReduceOp op,
                              Deadline deadline) {
+  check_before_posting();
   MPI_Request request = MPI_REQUEST_NULL;
   mpi::check(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi::datatype(dtype),
                             mpi::reduction(op), collectives_, &request),
@@ -55,6 +56,7 @@ void MpiTransport::allreduce(void* data, size_t count, DType dtype, ReduceOp op,
 }
 
 void MpiTransport::broadcast(void* data, size_t bytes, int root, Deadline deadline) {
+  check_before_posting();
   MPI_Request request = MPI_REQUEST_NULL;
   mpi::check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, collectives_, &request),
              "MPI_Ibcast");
@@ -63,6 +65,7 @@ void MpiTransport::broadcast(void* data, size_t bytes, int root, Deadline deadli
 
 void MpiTransport::reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
                           Deadline deadline) {
+  check_before_posting();
   MPI_Request request = MPI_REQUEST_NULL;
   // The root reduces in place; the others only send theirs.
   const void* send = rank_ == root ? MPI_IN_PLACE : data;
@@ -75,6 +78,7 @@ void MpiTransport::reduce(void* data, size_t count, DType dtype, ReduceOp op, in
 void MpiTransport::allgather(const void* in, void* out, size_t bytes, Deadline deadline) {
   std::vector<char> copy;
   in = unaliased(in, bytes, out, bytes * static_cast<size_t>(size_), copy);
+  check_before_posting();
   MPI_Request request = MPI_REQUEST_NULL;
   mpi::check(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
                             MPI_BYTE, collectives_, &request),
@@ -87,6 +91,7 @@ void MpiTransport::reduce_scatter(const void* in, void* out, size_t count, DType
   std::vector<char> copy;
   const size_t block = count * dtype_size(dtype);
   in = unaliased(in, block * static_cast<size_t>(size_), out, block, copy);
+  check_before_posting();
   MPI_Request request = MPI_REQUEST_NULL;
   mpi::check(MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), mpi::datatype(dtype),
                                        mpi::reduction(op), collectives_, &request),
@@ -97,6 +102,7 @@ void MpiTransport::reduce_scatter(const void* in, void* out, size_t count, DType
 void MpiTransport::gather(const void* in, void* out, size_t bytes, int root, Deadline deadline) {
   std::vector<char> copy;
   if (rank_ == root) in = unaliased(in, bytes, out, bytes * static_cast<size_t>(size_), copy);
+  check_before_posting();
   MPI_Request request = MPI_REQUEST_NULL;
   mpi::check(MPI_Igather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
                          MPI_BYTE, root, collectives_, &request),
@@ -107,6 +113,7 @@ void MpiTransport::gather(const void* in, void* out, size_t bytes, int root, Dea
 void MpiTransport::scatter(const void* in, void* out, size_t bytes, int root, Deadline deadline) {
   std::vector<char> copy;
   if (rank_ == root) in = unaliased(in, bytes * static_cast<size_t>(size_), out, bytes, copy);
+  check_before_posting();
   MPI_Request request = MPI_REQUEST_NULL;
   mpi::check(MPI_Iscatter(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
                           MPI_BYTE, root, collectives_, &request),
@@ -116,6 +123,7 @@ void MpiTransport::scatter(const void* in, void* out, size_t bytes, int root, De
 
 void MpiTransport::all_to_all(const void* in, void* out, size_t block_bytes, Deadline deadline) {
   // The Group refuses overlapping all_to_all buffers before this is reached.
+  check_before_posting();
   MPI_Request request = MPI_REQUEST_NULL;
   mpi::check(MPI_Ialltoall(in, static_cast<int>(block_bytes), MPI_BYTE, out,
                            static_cast<int>(block_bytes), MPI_BYTE, collectives_, &request),
@@ -124,6 +132,7 @@ void MpiTransport::all_to_all(const void* in, void* out, size_t block_bytes, Dea
 }
 
 void MpiTransport::barrier(Deadline deadline) {
+  check_before_posting();
   MPI_Request request = MPI_REQUEST_NULL;
   mpi::check(MPI_Ibarrier(collectives_, &request), "MPI_Ibarrier");
   wait(request, deadline, "MPI_Ibarrier");

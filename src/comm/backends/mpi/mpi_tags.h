@@ -24,18 +24,17 @@ namespace cohort::mpi {
 
 class TagPacker {
  public:
-  // `tag_ub`: the communicator's MPI_TAG_UB (at least 32767 by the standard; 2^31 - 1 in
-  // OpenMPI).
-  explicit TagPacker(int64_t tag_ub) : bits_(bit_width(tag_ub)) {
+  // `tag_ub`: MPI_TAG_UB (at least 32767 by the standard; 2^31 - 1 in OpenMPI). Too small a
+  // one only fails the calls that need the tags.
+  explicit TagPacker(int64_t tag_ub) : tag_ub_(tag_ub), bits_(bit_width(tag_ub)) {}
+
+  int collective_tag(uint64_t step) const {
     if (bits_ < kPhaseBits + kMiddleBits + kMinSegmentBits) {
-      throw ConfigError("this MPI's MPI_TAG_UB (" + std::to_string(tag_ub) +
+      throw ConfigError("this MPI's MPI_TAG_UB (" + std::to_string(tag_ub_) +
                         ") leaves too few tag bits for cohort's algorithms over MPI "
                         "point-to-point; use MPI's own collectives "
                         "(COHORT_MPI_COLLECTIVES=mpi)");
     }
-  }
-
-  int collective_tag(uint64_t step) const {
     const uint64_t phase = step >> 56;
     const uint64_t middle = (step >> 28) & ((uint64_t{1} << 28) - 1);
     const uint64_t segment = step & ((uint64_t{1} << 28) - 1);
@@ -66,6 +65,7 @@ class TagPacker {
     return bits;
   }
 
+  int64_t tag_ub_;
   int bits_;
 };
 

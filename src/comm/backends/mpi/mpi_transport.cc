@@ -58,10 +58,13 @@ void poll(std::vector<MPI_Request>& requests, MPI_Status* statuses, Deadline dea
   }
 }
 
-int tag_upper_bound(MPI_Comm comm) {
+// MPI caches MPI_TAG_UB on MPI_COMM_WORLD only (duplicates copy it, splits do not), and it
+// holds for every communicator.
+int tag_upper_bound() {
   void* value = nullptr;
   int found = 0;
-  mpi::check(MPI_Comm_get_attr(comm, MPI_TAG_UB, &value, &found), "MPI_Comm_get_attr(MPI_TAG_UB)");
+  mpi::check(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &found),
+             "MPI_Comm_get_attr(MPI_TAG_UB)");
   return found ? *static_cast<int*>(value) : 32767;
 }
 
@@ -106,11 +109,14 @@ class MpiRequest final : public Request {
   std::vector<MPI_Request>& parts() { return parts_; }
   std::vector<size_t>& part_bytes() { return part_bytes_; }
 
+  // Waiting again returns at once: algorithms may wait for a request, then for all of them.
   void wait() override {
+    if (done_) return;
     std::vector<MPI_Status> statuses(parts_.size());
     const std::string what =
         peer_text(receive_ ? "MPI_Irecv" : "MPI_Isend", receive_ ? "from" : "to", peer_);
     transport_.wait(parts_, statuses.data(), deadline_, what);
+    done_ = true;
     if (!receive_) return;
     for (size_t i = 0; i < statuses.size(); ++i) {
       int received = 0;
@@ -132,17 +138,20 @@ class MpiRequest final : public Request {
   Deadline deadline_;
   std::vector<MPI_Request> parts_;
   std::vector<size_t> part_bytes_;
+  bool done_ = false;
 };
 
 std::unique_ptr<MpiTransport> MpiTransport::create(MPI_Comm comm, Deadline deadline) {
+  // First a barrier under the deadline, so that a rank that never makes its group is a
+  // TimeoutError; then blocking duplicates, which no longer wait for anyone. (MPI_Comm_idup
+  // would do both, but crashes OpenMPI 4.1 inside MPI_Testall.)
+  std::vector<MPI_Request> arrived(1, MPI_REQUEST_NULL);
+  mpi::check(MPI_Ibarrier(comm, &arrived[0]), "MPI_Ibarrier");
+  std::vector<MPI_Status> statuses(1);
+  poll(arrived, statuses.data(), deadline,
+       "MPI_Ibarrier (making the group: every rank of the communicator must make it)", [] {});
   std::vector<MPI_Comm> copies(3, MPI_COMM_NULL);
-  std::vector<MPI_Request> requests(3, MPI_REQUEST_NULL);
-  for (size_t i = 0; i < copies.size(); ++i) {
-    mpi::check(MPI_Comm_idup(comm, &copies[i], &requests[i]), "MPI_Comm_idup");
-  }
-  std::vector<MPI_Status> statuses(requests.size());
-  poll(requests, statuses.data(), deadline,
-       "MPI_Comm_idup (making the group: every rank of the communicator must make it)", [] {});
+  for (MPI_Comm& copy : copies) mpi::check(MPI_Comm_dup(comm, &copy), "MPI_Comm_dup");
   for (MPI_Comm copy : copies) {
     mpi::check(MPI_Comm_set_errhandler(copy, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   }
@@ -155,7 +164,7 @@ MpiTransport::MpiTransport(MPI_Comm collectives, MPI_Comm p2p, MPI_Comm control)
       control_(control),
       rank_(rank_of(collectives)),
       size_(size_of(collectives)),
-      tags_(tag_upper_bound(collectives)),
+      tags_(tag_upper_bound()),
       abort_inbox_(WireError::kMaxEncodedBytes) {
   post_abort_receive();
   mpi::group_opened();
@@ -202,7 +211,7 @@ int MpiTransport::mpi_tag(Tag tag) const {
 
 std::unique_ptr<Request> MpiTransport::isend(int peer, Tag tag, const void* data, size_t bytes,
                                              Deadline deadline) {
-  throw_if_failed();
+  check_before_posting();
   auto request = std::make_unique<MpiRequest>(*this, false, peer, bytes, deadline);
   const auto* begin = static_cast<const char*>(data);
   size_t offset = 0;
@@ -219,7 +228,7 @@ std::unique_ptr<Request> MpiTransport::isend(int peer, Tag tag, const void* data
 
 std::unique_ptr<Request> MpiTransport::irecv(int peer, Tag tag, void* data, size_t bytes,
                                              Deadline deadline) {
-  throw_if_failed();
+  check_before_posting();
   auto request = std::make_unique<MpiRequest>(*this, true, peer, bytes, deadline);
   auto* begin = static_cast<char*>(data);
   size_t offset = 0;
@@ -242,10 +251,7 @@ void MpiTransport::wait(std::vector<MPI_Request>& requests, MPI_Status* statuses
     own.resize(requests.size());
     statuses = own.data();
   }
-  // A notice that arrived while this rank was elsewhere fails it before it waits, even when
-  // the late collective could still complete with what the failed rank left posted.
-  poll_abort_notice();
-  throw_if_failed();
+  check_before_posting();
   poll(requests, statuses, deadline, what, [this] {
     poll_abort_notice();
     throw_if_failed();
@@ -256,6 +262,11 @@ void MpiTransport::wait(MPI_Request& request, Deadline deadline, const std::stri
   std::vector<MPI_Request> one{request};
   wait(one, nullptr, deadline, what);
   request = one[0];
+}
+
+void MpiTransport::check_before_posting() {
+  poll_abort_notice();
+  throw_if_failed();
 }
 
 void MpiTransport::throw_if_failed() {

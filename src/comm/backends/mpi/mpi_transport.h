@@ -69,6 +69,9 @@ class MpiTransport final : public Transport, public CollectiveEngine {
   explicit MpiTransport(MPI_Comm collectives, MPI_Comm p2p, MPI_Comm control);
   void post_abort_receive();
   void poll_abort_notice();
+  // Before posting anything: fails on a notice that has arrived, so that a rank arriving late
+  // at a collective another rank abandoned does not complete it into freed memory there.
+  void check_before_posting();
   void throw_if_failed();
   void fail(std::exception_ptr error);
   MPI_Comm communicator_for(Tag tag) const;
