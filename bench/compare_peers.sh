@@ -60,44 +60,7 @@ for r in $(seq "$rounds"); do
     > "$out/torch_gloo.$r.txt" 2>&1
 done
 
-python3 - "$out" "$rounds" "$mode" <<'PY'
-import statistics, sys, glob, os
-out, rounds, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-def parse(path, cohort):
-    rows = {}
-    for line in open(path):
-        f = line.split()
-        if not f or not f[0].isdigit():
-            continue
-        if cohort:   # size count type redop time algbw busbw wrong
-            rows[int(f[0])] = (float(f[4]), float(f[6]))
-        else:        # bytes iters time_med time_min time_max algbw busbw rng
-            rows[int(f[0])] = (float(f[2]), float(f[6]))
-    return rows
-mpi = f"mpi_{mode}"
-peers = ["cohort", "gloo_cpp", "torch_gloo", mpi]
-data = {p: [parse(f, p == "cohort") for f in sorted(glob.glob(f"{out}/{p}.*.txt"))] for p in peers}
-sizes = [4096, 65536, 1 << 20, 16 << 20, 64 << 20, 256 << 20]
-def med(p, size, i):
-    vals = [r[size][i] for r in data[p] if size in r]
-    return (statistics.median(vals), min(vals), max(vals)) if vals else None
-where = "loopback TCP" if mode == "tcp" else "cohort and OpenMPI through shared memory, gloo over TCP"
-print(f"2 ranks, {where}, float32 sum, median over {rounds} rounds (min-max); busbw GB/s, 4 KiB as time in us")
-print("| size | " + " | ".join(peers) + f" | cohort/gloo_cpp | cohort/torch_gloo | cohort/{mpi} |")
-print("|---" * (len(peers) + 4) + "|")
-for s in sizes:
-    i = 0 if s == 4096 else 1
-    cells, meds = [], {}
-    for p in peers:
-        m = med(p, s, i)
-        meds[p] = m[0] if m else None
-        cells.append(f"{m[0]:.3g} ({m[1]:.3g}-{m[2]:.3g})" if m else "-")
-    def ratio(other):
-        if not meds["cohort"] or not meds[other]:
-            return "-"
-        r = meds[other] / meds["cohort"] if i == 0 else meds["cohort"] / meds[other]
-        return f"{r:.2f}x"
-    label = f"{s // 1024} KiB" if s < (1 << 20) else f"{s >> 20} MiB"
-    print(f"| {label} | " + " | ".join(cells) + f" | {ratio('gloo_cpp')} | {ratio('torch_gloo')} | {ratio(mpi)} |")
-print(f"raw outputs: {out}")
-PY
+where="loopback TCP"
+[ "$mode" = shm ] && where="cohort and OpenMPI through shared memory, gloo over TCP"
+"$here/bench/summarize_allreduce.py" "$out" "$rounds" "2 ranks, $where, float32 sum" cohort \
+  cohort gloo_cpp:peer torch_gloo:peer "mpi_$mode:peer"

@@ -61,14 +61,20 @@ Collective parse_collective(const std::string& name) {
 }
 
 const char* transport_name(TransportKind transport) {
-  return transport == TransportKind::kTcp ? "tcp" : "inproc";
+  switch (transport) {
+    case TransportKind::kTcp: return "tcp";
+    case TransportKind::kInproc: return "inproc";
+    case TransportKind::kMpi: return "mpi";
+  }
+  return "unknown";
 }
 
 TransportKind parse_transport(const std::string& name) {
   const std::string n = lower(name);
   if (n == "tcp") return TransportKind::kTcp;
   if (n == "inproc") return TransportKind::kInproc;
-  throw InvalidArgument("unknown transport '" + name + "': use tcp or inproc");
+  if (n == "mpi") return TransportKind::kMpi;
+  throw InvalidArgument("unknown transport '" + name + "': use tcp, inproc or mpi");
 }
 
 size_t parse_size(const std::string& text) {

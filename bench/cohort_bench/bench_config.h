@@ -18,7 +18,7 @@ enum class Collective : uint8_t {
   kAllreduce, kBroadcast, kReduce, kAllgather, kReduceScatter, kAllToAll, kBarrier
 };
 
-enum class TransportKind : uint8_t { kTcp, kInproc };
+enum class TransportKind : uint8_t { kTcp, kInproc, kMpi };
 
 // Exit codes of the tool (docs/bench.md). A run that has several failures reports the most
 // serious: kFailure over kUsage over kWrong.

@@ -5,7 +5,8 @@
 //
 // Three ways to run: by default it starts --ranks processes of itself over TCP (launch.h);
 // --transport inproc runs the ranks as threads of this process; and when RANK is set it is
-// one rank of a job that a launcher started (ranks.h).
+// one rank of a job that a launcher started (ranks.h); --transport mpi is one rank of an mpirun
+// job on the MPI backend.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <optional>
@@ -40,7 +41,8 @@ void add_options(CLI::App& app, Arguments& a, BenchConfig& c) {
                  "(alltoall) or barrier");
   app.add_option("-N,--ranks", c.ranks, "number of ranks (under a launcher: WORLD_SIZE)")
       ->capture_default_str();
-  app.add_option("-t,--transport", a.transport, "tcp: one process per rank; inproc: threads")
+  app.add_option("-t,--transport", a.transport,
+                 "tcp: one process per rank; inproc: threads; mpi: a rank under mpirun")
       ->capture_default_str();
   app.add_option("-a,--algo", a.algo, "auto, ring, tree, hd, direct, shm or hierarchical")
       ->capture_default_str();
@@ -82,7 +84,7 @@ void resolve(const Arguments& a, const CLI::App& app, BenchConfig& c) {
   c.calibrate_path = a.calibrate;
   if (c.calibrate && c.transport != TransportKind::kTcp) {
     throw cohort::InvalidArgument("--calibrate measures processes over TCP and shared memory: "
-                                  "drop --transport inproc");
+                                  "use --transport tcp");
   }
   if (c.calibrate) return;
   if (a.collective.empty()) {
@@ -114,6 +116,7 @@ void adopt_launch(const LaunchEnv& env, const CLI::App& app, BenchConfig& c) {
 int run(const BenchConfig& config, const std::optional<LaunchEnv>& env, char** argv) {
   if (env) return run_launched_rank(config, *env);
   if (config.transport == TransportKind::kInproc) return run_inproc(config);
+  if (config.transport == TransportKind::kMpi) return run_mpi_rank(config);
   return launch_local_ranks(config, argv);
 }
 

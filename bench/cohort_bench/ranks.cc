@@ -8,6 +8,7 @@
 
 #include "cohort/comm/group.h"
 #include "cohort/comm/inproc_transport.h"
+#include "cohort/comm/mpi.h"
 #include "cohort/comm/tcp_store.h"
 #include "cohort/core/env.h"
 #include "cohort/core/error.h"
@@ -172,6 +173,20 @@ int run_launched_rank(const BenchConfig& config, const LaunchEnv& env) {
     }
   }
   if (!outcome.error.empty()) print_error(env.rank, outcome.error);
+  int code = exit_code(outcome);
+  if (reporter && !reporter->write_json(outcome.error)) code = kExitFailure;
+  return code;
+}
+
+int run_mpi_rank(BenchConfig config) {
+  std::shared_ptr<Group> group = create_mpi_group(group_options(config));
+  config.ranks = group->size();
+  Watchdog watchdog(1, group->rank(), watchdog_window(config));
+  std::unique_ptr<Reporter> reporter;
+  if (group->rank() == 0) reporter = std::make_unique<Reporter>(config, stdout);
+  const RankOutcome outcome =
+      run_rank(group->rank(), config, reporter.get(), watchdog.slot(0), [&] { return group; });
+  if (!outcome.error.empty()) print_error(group->rank(), outcome.error);
   int code = exit_code(outcome);
   if (reporter && !reporter->write_json(outcome.error)) code = kExitFailure;
   return code;

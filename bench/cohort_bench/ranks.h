@@ -36,6 +36,9 @@ std::optional<LaunchEnv> launch_env();
 int run_inproc(const BenchConfig& config);
 // This process as rank env.rank of env.world_size over TCP.
 int run_launched_rank(const BenchConfig& config, const LaunchEnv& env);
+// This process as one rank of an mpirun job on the MPI backend (the job decides the size;
+// COHORT_MPI_COLLECTIVES, or --algo engine, picks MPI's own collectives).
+int run_mpi_rank(BenchConfig config);
 
 // How long no rank may make progress before the watchdog ends the run: a collective's
 // deadline plus time for its error to be reported.

@@ -20,16 +20,18 @@ constexpr int kAbortTag = 0;
 // How long abort() lets its notices leave before giving up on them.
 constexpr Milliseconds kAbortSendGrace{1000};
 
-// Note [MPI polling]: a wait spins on MPI_Testall for the first microseconds (a small message
-// is back within them), then yields the core, then sleeps briefly, so that ranks sharing
-// cores with their peers (mpirun --oversubscribe) do not starve the rank they wait for.
+// Note [MPI polling]: MPI moves a nonblocking collective on only inside MPI calls, so a wait
+// must keep calling MPI_Testall as MPI_Wait would. It spins for the first microseconds (a
+// small message is back within them), then yields the core between polls, so that ranks
+// sharing cores (mpirun --oversubscribe, DDP's compute threads) still run; only a wait that
+// has lasted 100 ms (a straggling peer, not a transfer) sleeps between polls.
 void pause_after(Clock::time_point start) {
   const auto waited = Clock::now() - start;
-  if (waited < std::chrono::microseconds(50)) return;
-  if (waited < std::chrono::milliseconds(5)) {
+  if (waited < std::chrono::microseconds(20)) return;
+  if (waited < std::chrono::milliseconds(100)) {
     std::this_thread::yield();
   } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
 }
 
