@@ -107,6 +107,21 @@ TEST(LaunchEnv, OpenMpi) {
                "OMPI_COMM_WORLD_LOCAL_SIZE is not set");
 }
 
+TEST(LaunchEnv, MpichHydra) {
+  const LaunchEnv e = read({{"PMI_RANK", "2"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "0"},
+                            {"MPI_LOCALNRANKS", "2"}, {"MASTER_ADDR", "node1"}});
+  EXPECT_EQ(e.launcher, "mpich");
+  EXPECT_EQ(e.rank, 2);
+  EXPECT_EQ(e.world_size, 4);
+  EXPECT_EQ(e.local_rank, 0);
+  EXPECT_EQ(e.local_world_size, 2);
+  // Without the local variables: every rank on this machine.
+  const LaunchEnv alone = read({{"PMI_RANK", "1"}, {"PMI_SIZE", "3"}});
+  EXPECT_EQ(alone.local_rank, 1);
+  EXPECT_EQ(alone.local_world_size, 3);
+  expect_error({{"PMI_RANK", "3"}, {"PMI_SIZE", "3"}}, "PMI_RANK=3 must be below");
+}
+
 TEST(LaunchEnv, Slurm) {
   const LaunchEnv e = read({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "1"},
                             {"SLURM_NODEID", "2"}, {"SLURM_TASKS_PER_NODE", "2(x3),1"},
