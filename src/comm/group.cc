@@ -433,6 +433,7 @@ std::shared_ptr<Work> Group::send_async(ConstBuffer data, int peer, const Collec
                " must be another rank of this group of size ", size());
   CollectiveEngine* engine = impl_->transport().engine();
   if (engine != nullptr && engine->engine_only()) {
+    check_device(data.device, Algorithm::kEngine, engine, "send");
     return impl_->submit_p2p(
         CollectiveKind::kSend, data.count, data.dtype, peer, opts,
         [=](algo::Context& ctx, uint64_t) {
@@ -452,6 +453,7 @@ std::shared_ptr<Work> Group::recv_async(Buffer data, int peer, const CollectiveO
                " must be another rank of this group of size ", size());
   CollectiveEngine* engine = impl_->transport().engine();
   if (engine != nullptr && engine->engine_only()) {
+    check_device(data.device, Algorithm::kEngine, engine, "recv");
     return impl_->submit_p2p(
         CollectiveKind::kRecv, data.count, data.dtype, peer, opts,
         [=](algo::Context& ctx, uint64_t) {
