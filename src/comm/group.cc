@@ -34,6 +34,42 @@ void finish_average(void* data, size_t count, DType dtype, ReduceOp op, int size
 // Only reached when the group chose Algorithm::kEngine, which needs an engine.
 CollectiveEngine& engine_of(algo::Context& ctx) { return *ctx.transport().engine(); }
 
+std::string place_name(int device) {
+  return device == kHostMemory ? "host memory" : "CUDA device " + std::to_string(device);
+}
+
+void check_same_device(int in, int out, const char* what) {
+  COHORT_CHECK(in == out, what, ": input is in ", place_name(in), " but output is in ",
+               place_name(out));
+}
+
+// Note [Device buffers]: only an engine that handles device memory (NCCL) takes buffers on a
+// CUDA device. cohort's own algorithms read and write buffers with the CPU (memcpy, reduce
+// kernels), which would fault on device pointers, so they refuse them up front.
+void check_device(int device, Algorithm algorithm, CollectiveEngine* engine, const char* what) {
+  if (device == kHostMemory) return;
+  COHORT_CHECK(device >= 0, what, ": buffer device ", device,
+               " is neither kHostMemory (-1) nor a CUDA device index");
+  const bool engine_takes_it =
+      algorithm == Algorithm::kEngine && engine != nullptr && engine->handles_device_memory();
+  COHORT_CHECK(engine_takes_it, what, ": the buffer is on CUDA device ", device,
+               ", but this group moves host memory only (",
+               engine != nullptr ? engine->engine_name() : "cohort's own algorithms",
+               "): run it on an NCCL group (cohort::create_nccl_group, cohort/comm/nccl.h) or "
+               "copy the data to the host first");
+  engine->check_device(device, what);
+}
+
+// kAvg reaches the engine for device memory (NCCL averages natively); for host memory the
+// Group sums and divides (MPI has no average).
+ReduceOp engine_op(ReduceOp op, int device) {
+  return device == kHostMemory ? kernels::combine_op(op) : op;
+}
+
+void finish_host_average(void* data, size_t count, DType dtype, ReduceOp op, int size, int device) {
+  if (device == kHostMemory) finish_average(data, count, dtype, op, size);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- construction
@@ -103,19 +139,22 @@ Operation Group::allreduce_operation(ConstBuffer in, Buffer out,
   check_pointer(out.data, out.count, "allreduce");
   check_same_dtype(in, out, "allreduce");
   COHORT_CHECK_EQ(in.count, out.count, "allreduce: input and output counts differ");
+  check_same_device(in.device, out.device, "allreduce");
   const Signature call{CollectiveKind::kAllreduce, out.count, out.dtype, opts.op};
   const Algorithm algorithm = impl_->algorithm_for(call, out.bytes(), opts);
+  check_device(out.device, algorithm, impl_->transport().engine(), "allreduce");
   const Algorithm across = algorithm == Algorithm::kHierarchical
                                ? impl_->algorithm_across_nodes(out.bytes())
                                : Algorithm::kRing;
   return collective(call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
-    if (in.data != out.data && out.bytes() > 0) std::memcpy(out.data, in.data, out.bytes());
     if (algorithm == Algorithm::kEngine) {
-      engine_of(ctx).allreduce(out.data, out.count, out.dtype, kernels::combine_op(opts.op),
-                               ctx.deadline());
-      finish_average(out.data, out.count, out.dtype, opts.op, ctx.size());
+      engine_of(ctx).allreduce(in.data, out.data, out.count, out.dtype,
+                               engine_op(opts.op, out.device),
+                               {ctx.deadline(), out.device, opts.stream});
+      finish_host_average(out.data, out.count, out.dtype, opts.op, ctx.size(), out.device);
       return;
     }
+    if (in.data != out.data && out.bytes() > 0) std::memcpy(out.data, in.data, out.bytes());
     algo::allreduce_with(algorithm, ctx, out.data, out.count, out.dtype, opts.op, across);
   });
 }
@@ -140,11 +179,13 @@ std::shared_ptr<Work> Group::broadcast_async(Buffer data, const CollectiveOption
                " is not a rank of this group of size ", size());
   const Signature call{CollectiveKind::kBroadcast, data.count, data.dtype, opts.op, opts.root};
   const Algorithm algorithm = impl_->algorithm_for(call, data.bytes(), opts);
+  check_device(data.device, algorithm, impl_->transport().engine(), "broadcast");
   return impl_->submit(collective(
       call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
         switch (algorithm) {
           case Algorithm::kEngine:
-            engine_of(ctx).broadcast(data.data, data.bytes(), opts.root, ctx.deadline());
+            engine_of(ctx).broadcast(data.data, data.bytes(), opts.root,
+                                     {ctx.deadline(), data.device, opts.stream});
             break;
           case Algorithm::kTree: algo::broadcast_tree(ctx, data.data, data.bytes(), opts.root); break;
           case Algorithm::kRing: algo::broadcast_ring(ctx, data.data, data.bytes(), opts.root); break;
@@ -166,11 +207,12 @@ std::shared_ptr<Work> Group::reduce_async(Buffer data, const CollectiveOptions& 
                " is not a rank of this group of size ", size());
   const Signature call{CollectiveKind::kReduce, data.count, data.dtype, opts.op, opts.root};
   const Algorithm algorithm = impl_->algorithm_for(call, data.bytes(), opts);
+  check_device(data.device, algorithm, impl_->transport().engine(), "reduce");
   return impl_->submit(collective(
       call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
         if (algorithm == Algorithm::kEngine) {
-          engine_of(ctx).reduce(data.data, data.count, data.dtype, kernels::combine_op(opts.op),
-                                opts.root, ctx.deadline());
+          engine_of(ctx).reduce(data.data, data.count, data.dtype, engine_op(opts.op, data.device),
+                                opts.root, {ctx.deadline(), data.device, opts.stream});
         } else if (algorithm != Algorithm::kTree) {
           algo::reduce_direct(ctx, data.data, data.count, data.dtype, opts.op, opts.root);
         } else {
@@ -186,7 +228,7 @@ std::shared_ptr<Work> Group::reduce_async(Buffer data, const CollectiveOptions& 
           algo::reduce_tree(ctx, target, data.count, data.dtype, opts.op, opts.root);
         }
         if (ctx.rank() == opts.root) {
-          finish_average(data.data, data.count, data.dtype, opts.op, ctx.size());
+          finish_host_average(data.data, data.count, data.dtype, opts.op, ctx.size(), data.device);
         }
       }));
 }
@@ -202,14 +244,17 @@ std::shared_ptr<Work> Group::allgather_async(ConstBuffer in, Buffer out,
   check_same_dtype(in, out, "allgather");
   COHORT_CHECK_EQ(out.count, in.count * static_cast<size_t>(size()),
                   "allgather: the output must hold size() blocks of the input's count");
+  check_same_device(in.device, out.device, "allgather");
   const Signature call{CollectiveKind::kAllgather, in.count, in.dtype};
   const Algorithm algorithm = impl_->algorithm_for(call, out.bytes(), opts);
+  check_device(out.device, algorithm, impl_->transport().engine(), "allgather");
   return impl_->submit(collective(
       call, impl_->timeout_for(opts),
       [=](algo::Context& ctx) {
         switch (algorithm) {
           case Algorithm::kEngine:
-            engine_of(ctx).allgather(in.data, out.data, in.bytes(), ctx.deadline());
+            engine_of(ctx).allgather(in.data, out.data, in.bytes(),
+                                     {ctx.deadline(), out.device, opts.stream});
             break;
           case Algorithm::kRing: algo::allgather_ring(ctx, in.data, out.data, in.bytes()); break;
           case Algorithm::kHalvingDoubling:
@@ -234,15 +279,18 @@ std::shared_ptr<Work> Group::reduce_scatter_async(ConstBuffer in, Buffer out,
   check_same_dtype(in, out, "reduce_scatter");
   COHORT_CHECK_EQ(in.count, out.count * static_cast<size_t>(size()),
                   "reduce_scatter: the input must hold size() blocks of the output's count");
+  check_same_device(in.device, out.device, "reduce_scatter");
   const Signature call{CollectiveKind::kReduceScatter, out.count, out.dtype, opts.op};
   const Algorithm algorithm = impl_->algorithm_for(call, in.bytes(), opts);
+  check_device(out.device, algorithm, impl_->transport().engine(), "reduce_scatter");
   return impl_->submit(collective(
       call, impl_->timeout_for(opts),
       [=](algo::Context& ctx) {
         switch (algorithm) {
           case Algorithm::kEngine:
             engine_of(ctx).reduce_scatter(in.data, out.data, out.count, out.dtype,
-                                          kernels::combine_op(opts.op), ctx.deadline());
+                                          engine_op(opts.op, out.device),
+                                          {ctx.deadline(), out.device, opts.stream});
             break;
           case Algorithm::kRing:
             algo::reduce_scatter_ring(ctx, in.data, out.data, out.count, out.dtype, opts.op);
@@ -257,7 +305,7 @@ std::shared_ptr<Work> Group::reduce_scatter_async(ConstBuffer in, Buffer out,
             algo::reduce_scatter_direct(ctx, in.data, out.data, out.count, out.dtype, opts.op);
             break;
         }
-        finish_average(out.data, out.count, out.dtype, opts.op, ctx.size());
+        finish_host_average(out.data, out.count, out.dtype, opts.op, ctx.size(), out.device);
       }));
 }
 
@@ -274,14 +322,17 @@ std::shared_ptr<Work> Group::gather_async(ConstBuffer in, Buffer out,
                " is not a rank of this group of size ", size());
   if (rank() == opts.root) {
     check_same_dtype(in, out, "gather");
+    check_same_device(in.device, out.device, "gather");
     COHORT_CHECK_EQ(out.count, in.count * static_cast<size_t>(size()),
                     "gather: the root's output must hold size() blocks of the input's count");
   }
   const Signature call{CollectiveKind::kGather, in.count, in.dtype, opts.op, opts.root};
   const Algorithm algorithm = impl_->algorithm_for(call, in.bytes(), opts);
+  check_device(in.device, algorithm, impl_->transport().engine(), "gather");
   return impl_->submit(collective(call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
     if (algorithm == Algorithm::kEngine) {
-      engine_of(ctx).gather(in.data, out.data, in.bytes(), opts.root, ctx.deadline());
+      engine_of(ctx).gather(in.data, out.data, in.bytes(), opts.root,
+                            {ctx.deadline(), in.device, opts.stream});
     } else {
       algo::gather_direct(ctx, in.data, out.data, in.bytes(), opts.root);
     }
@@ -299,14 +350,17 @@ std::shared_ptr<Work> Group::scatter_async(ConstBuffer in, Buffer out,
                " is not a rank of this group of size ", size());
   if (rank() == opts.root) {
     check_same_dtype(in, out, "scatter");
+    check_same_device(in.device, out.device, "scatter");
     COHORT_CHECK_EQ(in.count, out.count * static_cast<size_t>(size()),
                     "scatter: the root's input must hold size() blocks of the output's count");
   }
   const Signature call{CollectiveKind::kScatter, out.count, out.dtype, opts.op, opts.root};
   const Algorithm algorithm = impl_->algorithm_for(call, out.bytes(), opts);
+  check_device(out.device, algorithm, impl_->transport().engine(), "scatter");
   return impl_->submit(collective(call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
     if (algorithm == Algorithm::kEngine) {
-      engine_of(ctx).scatter(in.data, out.data, out.bytes(), opts.root, ctx.deadline());
+      engine_of(ctx).scatter(in.data, out.data, out.bytes(), opts.root,
+                             {ctx.deadline(), out.device, opts.stream});
     } else {
       algo::scatter_direct(ctx, in.data, out.data, out.bytes(), opts.root);
     }
@@ -323,6 +377,7 @@ std::shared_ptr<Work> Group::all_to_all_async(ConstBuffer in, Buffer out,
   check_pointer(out.data, out.count, "all_to_all");
   check_same_dtype(in, out, "all_to_all");
   COHORT_CHECK_EQ(in.count, out.count, "all_to_all: input and output counts differ");
+  check_same_device(in.device, out.device, "all_to_all");
   COHORT_CHECK(in.count % static_cast<size_t>(size()) == 0, "all_to_all: count ", in.count,
                " is not divisible by the group size ", size());
   const auto* in_begin = static_cast<const uint8_t*>(in.data);
@@ -333,9 +388,11 @@ std::shared_ptr<Work> Group::all_to_all_async(ConstBuffer in, Buffer out,
   const size_t block_bytes = in.bytes() / static_cast<size_t>(size());
   const Signature call{CollectiveKind::kAllToAll, in.count, in.dtype};
   const Algorithm algorithm = impl_->algorithm_for(call, in.bytes(), opts);
+  check_device(in.device, algorithm, impl_->transport().engine(), "all_to_all");
   return impl_->submit(collective(call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
     if (algorithm == Algorithm::kEngine) {
-      engine_of(ctx).all_to_all(in.data, out.data, block_bytes, ctx.deadline());
+      engine_of(ctx).all_to_all(in.data, out.data, block_bytes,
+                                {ctx.deadline(), in.device, opts.stream});
     } else {
       algo::all_to_all_direct(ctx, in.data, out.data, block_bytes);
     }
@@ -351,9 +408,11 @@ void Group::all_to_all(ConstBuffer in, Buffer out, const CollectiveOptions& opts
 Operation Group::barrier_operation(const CollectiveOptions& opts) const {
   const Algorithm algorithm = impl_->algorithm_for(CollectiveKind::kBarrier, 0, opts);
   return collective({CollectiveKind::kBarrier}, impl_->timeout_for(opts),
-                    [algorithm](algo::Context& ctx) {
+                    [algorithm, stream = opts.stream](algo::Context& ctx) {
                       switch (algorithm) {
-                        case Algorithm::kEngine: engine_of(ctx).barrier(ctx.deadline()); break;
+                        case Algorithm::kEngine:
+                          engine_of(ctx).barrier({ctx.deadline(), kHostMemory, stream});
+                          break;
                         case Algorithm::kShm: algo::barrier_shm(ctx); break;
                         default: algo::barrier_dissemination(ctx); break;
                       }
@@ -372,6 +431,16 @@ std::shared_ptr<Work> Group::send_async(ConstBuffer data, int peer, const Collec
   check_pointer(data.data, data.count, "send");
   COHORT_CHECK(peer >= 0 && peer < size() && peer != rank(), "send: peer ", peer,
                " must be another rank of this group of size ", size());
+  CollectiveEngine* engine = impl_->transport().engine();
+  if (engine != nullptr && engine->engine_only()) {
+    check_device(data.device, Algorithm::kEngine, engine, "send");
+    return impl_->submit_p2p(
+        CollectiveKind::kSend, data.count, data.dtype, peer, opts,
+        [=](algo::Context& ctx, uint64_t) {
+          engine->send(data.data, data.bytes(), peer, {ctx.deadline(), data.device, opts.stream});
+        });
+  }
+  check_device(data.device, Algorithm::kDirect, engine, "send");
   return impl_->submit_p2p(CollectiveKind::kSend, data.count, data.dtype, peer, opts,
                            [=](algo::Context& ctx, uint64_t index) {
                              ctx.send(peer, index, data.data, data.bytes());
@@ -382,6 +451,16 @@ std::shared_ptr<Work> Group::recv_async(Buffer data, int peer, const CollectiveO
   check_pointer(data.data, data.count, "recv");
   COHORT_CHECK(peer >= 0 && peer < size() && peer != rank(), "recv: peer ", peer,
                " must be another rank of this group of size ", size());
+  CollectiveEngine* engine = impl_->transport().engine();
+  if (engine != nullptr && engine->engine_only()) {
+    check_device(data.device, Algorithm::kEngine, engine, "recv");
+    return impl_->submit_p2p(
+        CollectiveKind::kRecv, data.count, data.dtype, peer, opts,
+        [=](algo::Context& ctx, uint64_t) {
+          engine->recv(data.data, data.bytes(), peer, {ctx.deadline(), data.device, opts.stream});
+        });
+  }
+  check_device(data.device, Algorithm::kDirect, engine, "recv");
   return impl_->submit_p2p(CollectiveKind::kRecv, data.count, data.dtype, peer, opts,
                            [=](algo::Context& ctx, uint64_t index) {
                              ctx.recv(peer, index, data.data, data.bytes());

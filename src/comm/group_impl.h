@@ -78,6 +78,8 @@ class Group::Impl {
   }
   void abort(std::exception_ptr error) noexcept;
   uint64_t sequence_number() const;
+  // Whether every call runs on the transport's engine (NCCL).
+  bool engine_only() const;
 
   const Topology& topology() const { return topology_; }
   const CostModel& cost_model() const { return cost_model_; }

@@ -17,6 +17,7 @@ void broadcast_coalesced(Group& group, const std::vector<torch::Tensor>& tensors
     auto flat = torch::cat(flat_members);
     CollectiveOptions options;
     options.root = root;
+    options.stream = current_stream(flat);
     group.broadcast(tensor_buffer(flat), options);
     if (group.rank() == root) continue;
     int64_t offset = 0;

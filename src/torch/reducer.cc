@@ -43,10 +43,17 @@ Reducer::Reducer(std::shared_ptr<Group> group, std::vector<Parameter> parameters
       join_flag_(torch::zeros({1}, torch::kInt32)),
       used_since_sync_(parameters_.size(), 0),
       rebuilt_(!options.rebuild_buckets) {
+  // Buckets live on the parameters' device (Note [Device buckets]); one device per model.
   for (const auto& parameter : parameters_) {
-    COHORT_CHECK(parameter.tensor.device().is_cpu(), "DistributedDataParallel: parameter '",
-                 parameter.name, "' is on ", parameter.tensor.device(),
-                 "; this build reduces CPU tensors (move the model with ->to(torch::kCPU))");
+    const auto device = parameter.tensor.device();
+    COHORT_CHECK(device.is_cpu() || device.is_cuda(), "DistributedDataParallel: parameter '",
+                 parameter.name, "' is on ", device,
+                 "; DDP reduces CPU tensors, and CUDA tensors on an NCCL group");
+    COHORT_CHECK(device == parameters_.front().tensor.device(),
+                 "DistributedDataParallel: parameter '", parameter.name, "' is on ", device,
+                 " but parameter '", parameters_.front().name, "' is on ",
+                 parameters_.front().tensor.device(),
+                 "; DDP needs the whole model on one device (one GPU per rank)");
     to_dtype(parameter.tensor.scalar_type());  // throws for types cohort cannot reduce
   }
   build_buckets(reverse_registration_order());

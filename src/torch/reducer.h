@@ -12,6 +12,14 @@
 //   (first iteration, rebuild_buckets) the measured gradient order, from the authority rank
 // The authority is rank 0, or in join mode the lowest rank still training. A rank that has
 // finished in join() issues the same list with zero gradients (shadow_iteration).
+//
+// Note [Device buckets]
+// Buckets are made with their parameters' tensor options, so the buckets of a CUDA model live on
+// its GPU and are reduced as device buffers (Buffer::device): only an NCCL group takes those,
+// any other group refuses them with InvalidArgument. The join flag, the used-map and the bucket
+// order stay in host memory; an NCCL group moves them through its host-memory group. A bucket's
+// reduction is ordered after torch's current stream at launch (current_stream()), and the copies
+// back into .grad at the end of backward run on the current stream then, which waited for it.
 #pragma once
 
 #include <torch/torch.h>

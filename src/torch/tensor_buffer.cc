@@ -2,6 +2,10 @@
 
 #include "cohort/core/check.h"
 
+#ifdef COHORT_TORCH_HAS_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace cohort {
 
 DType to_dtype(torch::ScalarType type) {
@@ -23,12 +27,26 @@ DType to_dtype(torch::ScalarType type) {
 
 Buffer tensor_buffer(const torch::Tensor& tensor) {
   COHORT_CHECK(tensor.defined(), "tensor_buffer: the tensor is undefined");
-  COHORT_CHECK(tensor.device().is_cpu(), "tensor_buffer: the tensor is on ", tensor.device(),
-               "; the comm layer reduces CPU memory (copy it with .cpu())");
+  COHORT_CHECK(tensor.device().is_cpu() || tensor.device().is_cuda(),
+               "tensor_buffer: the tensor is on ", tensor.device(),
+               "; the comm layer moves CPU memory, and CUDA memory on NCCL groups (copy it "
+               "with .cpu())");
   COHORT_CHECK(tensor.is_contiguous(),
                "tensor_buffer: the tensor is not contiguous (call .contiguous() first)");
-  return Buffer{tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
-                to_dtype(tensor.scalar_type())};
+  return Buffer{
+      tensor.data_ptr(), static_cast<size_t>(tensor.numel()), to_dtype(tensor.scalar_type()),
+      tensor.device().is_cuda() ? static_cast<int>(tensor.device().index()) : kHostMemory};
+}
+
+void* current_stream(const torch::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.device().is_cuda()) return nullptr;
+#ifdef COHORT_TORCH_HAS_CUDA
+  return c10::cuda::getCurrentCUDAStream(tensor.device().index()).stream();
+#else
+  // This libtorch has no c10_cuda (it cannot make CUDA tensors either): the legacy default
+  // stream, which is also torch's current stream unless a program changes it.
+  return nullptr;
+#endif
 }
 
 }  // namespace cohort

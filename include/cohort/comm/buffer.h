@@ -1,4 +1,5 @@
-// Typed views of memory that collectives read and write: pointer + element count + dtype.
+// Typed views of memory that collectives read and write: pointer + element count + dtype, and
+// where the memory is (host, or a CUDA device for the NCCL backend: cohort/comm/nccl.h).
 #pragma once
 
 #include <cstddef>
@@ -8,21 +9,32 @@
 
 namespace cohort {
 
+inline constexpr int kHostMemory = -1;
+
 struct Buffer {
   void* data = nullptr;
   size_t count = 0;
   DType dtype = DType::kFloat32;
+  // kHostMemory, or the index of the CUDA device the memory is on. Last, so that Buffer{p, n,
+  // dtype} still means host memory. Only groups on an engine that handles device memory
+  // (NCCL) accept device buffers; cohort's own algorithms refuse them (InvalidArgument).
+  int device = kHostMemory;
   size_t bytes() const { return count * dtype_size(dtype); }
+  bool on_device() const { return device != kHostMemory; }
 };
 
 struct ConstBuffer {
   const void* data = nullptr;
   size_t count = 0;
   DType dtype = DType::kFloat32;
+  int device = kHostMemory;  // as Buffer::device
   ConstBuffer() = default;
-  ConstBuffer(const void* d, size_t n, DType t) : data(d), count(n), dtype(t) {}
-  ConstBuffer(const Buffer& b) : data(b.data), count(b.count), dtype(b.dtype) {}  // NOLINT
+  ConstBuffer(const void* d, size_t n, DType t, int dev = kHostMemory)
+      : data(d), count(n), dtype(t), device(dev) {}
+  ConstBuffer(const Buffer& b)  // NOLINT: a Buffer is readable wherever a ConstBuffer is asked
+      : data(b.data), count(b.count), dtype(b.dtype), device(b.device) {}
   size_t bytes() const { return count * dtype_size(dtype); }
+  bool on_device() const { return device != kHostMemory; }
 };
 
 template <typename T>

@@ -18,8 +18,8 @@ enum class Algorithm : uint8_t {
   kShm,              // through shared memory, when every rank runs on one host
   kHierarchical,     // allreduce: shared memory inside each host, a ring or halving-doubling
                      // between hosts (same number of ranks on every host)
-  kEngine,           // the backend engine's own collective (MPI_Allreduce, ...): groups of the
-                     // MPI backend only (docs/backends.md)
+  kEngine,           // the backend engine's own collective (MPI_Allreduce, ncclAllReduce, ...):
+                     // groups of the MPI and NCCL backends only (docs/backends.md)
 };
 
 const char* algorithm_name(Algorithm algorithm);
@@ -40,6 +40,11 @@ struct CollectiveOptions {
   Algorithm algorithm = Algorithm::kAuto;   // overrides COHORT_ALGO and the group's default
   Milliseconds timeout{0};                  // 0: the group's timeout (COHORT_TIMEOUT_S)
   uint32_t tag = 0;                         // send/recv: tells apart messages between two ranks
+  // Device buffers (NCCL groups): the cudaStream_t the buffers are produced and consumed on.
+  // The collective starts after the work queued on it so far and the stream's later work
+  // waits for the collective; the host does not wait (docs/backends_nccl.md). Null: the
+  // legacy default stream. Ignored for host buffers.
+  void* stream = nullptr;
 };
 
 }  // namespace cohort

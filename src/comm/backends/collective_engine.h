@@ -4,8 +4,10 @@
 // (COHORT_ALGO=engine, or COHORT_MPI_COLLECTIVES=mpi) and the engine has that collective for
 // the dtype and op, else it runs cohort's own algorithms over the same transport.
 //
-// Every call blocks until done or until `deadline` (TimeoutError), and fails promptly when the
+// Every call blocks until done or until its deadline (TimeoutError), and fails promptly when the
 // group is aborted on any rank. Reductions take the element count; the rest take bytes.
+// Device memory (EngineCall::device >= 0, NCCL only) is the exception: a call returns once the
+// collective is queued on the device, ordered on EngineCall::stream (docs/backends_nccl.md).
 #pragma once
 
 #include <cstddef>
@@ -13,12 +15,23 @@
 #include <string>
 #include <vector>
 
+#include "cohort/comm/buffer.h"
 #include "cohort/comm/options.h"
 #include "cohort/comm/transport.h"
 #include "cohort/core/deadline.h"
 #include "cohort/core/dtype.h"
 
 namespace cohort {
+
+// What every engine call gets besides its buffers. Converts from a Deadline, for the group's
+// own bookkeeping in host memory (topology, cost model, debug checks).
+struct EngineCall {
+  Deadline deadline;
+  int device = kHostMemory;                // where the call's buffers are (buffer.h)
+  void* stream = nullptr;                  // device buffers: CollectiveOptions::stream
+  EngineCall(Deadline d) : deadline(d) {}  // NOLINT: see above
+  EngineCall(Deadline d, int dev, void* s) : deadline(d), device(dev), stream(s) {}
+};
 
 class CollectiveEngine {
  public:
@@ -30,21 +43,39 @@ class CollectiveEngine {
   // float16, no average, and counts are int).
   virtual bool supports(CollectiveKind kind, DType dtype, ReduceOp op, size_t count) const = 0;
 
-  // kAvg is never passed: the Group sums and divides.
-  virtual void allreduce(void* data, size_t count, DType dtype, ReduceOp op, Deadline deadline) = 0;
-  virtual void broadcast(void* data, size_t bytes, int root, Deadline deadline) = 0;
+  // Whether the group must run every collective, send and recv on the engine: cohort's own
+  // algorithms cannot run over its transport (NCCL has no tagged host messages).
+  virtual bool engine_only() const { return false; }
+  // Whether the engine takes device buffers (EngineCall::device >= 0).
+  virtual bool handles_device_memory() const { return false; }
+  // Throws InvalidArgument for a device buffer the engine cannot take (NCCL: one on another
+  // GPU than its communicator's). The Group asks on the caller's thread, before queueing.
+  virtual void check_device(int device, const char* what) const {}
+
+  // kAvg is passed for device memory only; for host memory the Group sums and divides.
+  // Out of place when in != data.
+  virtual void allreduce(const void* in, void* data, size_t count, DType dtype, ReduceOp op,
+                         const EngineCall& call) = 0;
+  virtual void broadcast(void* data, size_t bytes, int root, const EngineCall& call) = 0;
   // In place on the root; other ranks' data is only read.
   virtual void reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
-                      Deadline deadline) = 0;
+                      const EngineCall& call) = 0;
   // out holds size() blocks of `bytes`.
-  virtual void allgather(const void* in, void* out, size_t bytes, Deadline deadline) = 0;
+  virtual void allgather(const void* in, void* out, size_t bytes, const EngineCall& call) = 0;
   // in holds size() blocks of `count` elements; out gets this rank's reduced block.
   virtual void reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
-                              Deadline deadline) = 0;
-  virtual void gather(const void* in, void* out, size_t bytes, int root, Deadline deadline) = 0;
-  virtual void scatter(const void* in, void* out, size_t bytes, int root, Deadline deadline) = 0;
-  virtual void all_to_all(const void* in, void* out, size_t block_bytes, Deadline deadline) = 0;
-  virtual void barrier(Deadline deadline) = 0;
+                              const EngineCall& call) = 0;
+  virtual void gather(const void* in, void* out, size_t bytes, int root,
+                      const EngineCall& call) = 0;
+  virtual void scatter(const void* in, void* out, size_t bytes, int root,
+                       const EngineCall& call) = 0;
+  virtual void all_to_all(const void* in, void* out, size_t block_bytes,
+                          const EngineCall& call) = 0;
+  virtual void barrier(const EngineCall& call) = 0;
+  // Group::send/recv, for engine_only() engines: matched in issue order per pair of ranks
+  // (the engine has no tags).
+  virtual void send(const void* data, size_t bytes, int peer, const EngineCall& call);
+  virtual void recv(void* data, size_t bytes, int peer, const EngineCall& call);
 
   // For groups built without a store: a key per rank, equal for ranks that share a host, in
   // rank order (the group's topology).

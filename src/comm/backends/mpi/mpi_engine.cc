@@ -2,6 +2,7 @@
 // (MPI_Iallreduce, ...), polled like every other wait of the MPI transport so that they keep
 // the collective's deadline and fail at once when any rank aborts the group.
 #include <climits>
+#include <cstring>
 #include <vector>
 
 #include "backends/mpi/mpi_call.h"
@@ -45,26 +46,27 @@ bool MpiTransport::supports(CollectiveKind kind, DType dtype, ReduceOp op, size_
   return fits_int(kind == CollectiveKind::kAllToAll ? bytes / static_cast<size_t>(size_) : bytes);
 }
 
-void MpiTransport::allreduce(void* data, size_t count, DType dtype, ReduceOp op,
-                             Deadline deadline) {
+void MpiTransport::allreduce(const void* in, void* data, size_t count, DType dtype, ReduceOp op,
+                             const EngineCall& call) {
+  if (in != data && count > 0) std::memcpy(data, in, count * dtype_size(dtype));
   check_before_posting();
   MPI_Request request = MPI_REQUEST_NULL;
   mpi::check(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi::datatype(dtype),
                             mpi::reduction(op), collectives_, &request),
              "MPI_Iallreduce");
-  wait(request, deadline, "MPI_Iallreduce");
+  wait(request, call.deadline, "MPI_Iallreduce");
 }
 
-void MpiTransport::broadcast(void* data, size_t bytes, int root, Deadline deadline) {
+void MpiTransport::broadcast(void* data, size_t bytes, int root, const EngineCall& call) {
   check_before_posting();
   MPI_Request request = MPI_REQUEST_NULL;
   mpi::check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, collectives_, &request),
              "MPI_Ibcast");
-  wait(request, deadline, "MPI_Ibcast");
+  wait(request, call.deadline, "MPI_Ibcast");
 }
 
 void MpiTransport::reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
-                          Deadline deadline) {
+                          const EngineCall& call) {
   check_before_posting();
   MPI_Request request = MPI_REQUEST_NULL;
   // The root reduces in place; the others only send theirs.
@@ -72,10 +74,10 @@ void MpiTransport::reduce(void* data, size_t count, DType dtype, ReduceOp op, in
   mpi::check(MPI_Ireduce(send, rank_ == root ? data : nullptr, static_cast<int>(count),
                          mpi::datatype(dtype), mpi::reduction(op), root, collectives_, &request),
              "MPI_Ireduce");
-  wait(request, deadline, "MPI_Ireduce");
+  wait(request, call.deadline, "MPI_Ireduce");
 }
 
-void MpiTransport::allgather(const void* in, void* out, size_t bytes, Deadline deadline) {
+void MpiTransport::allgather(const void* in, void* out, size_t bytes, const EngineCall& call) {
   std::vector<char> copy;
   in = unaliased(in, bytes, out, bytes * static_cast<size_t>(size_), copy);
   check_before_posting();
@@ -83,11 +85,11 @@ void MpiTransport::allgather(const void* in, void* out, size_t bytes, Deadline d
   mpi::check(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
                             MPI_BYTE, collectives_, &request),
              "MPI_Iallgather");
-  wait(request, deadline, "MPI_Iallgather");
+  wait(request, call.deadline, "MPI_Iallgather");
 }
 
 void MpiTransport::reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
-                                  Deadline deadline) {
+                                  const EngineCall& call) {
   std::vector<char> copy;
   const size_t block = count * dtype_size(dtype);
   in = unaliased(in, block * static_cast<size_t>(size_), out, block, copy);
@@ -96,10 +98,11 @@ void MpiTransport::reduce_scatter(const void* in, void* out, size_t count, DType
   mpi::check(MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), mpi::datatype(dtype),
                                        mpi::reduction(op), collectives_, &request),
              "MPI_Ireduce_scatter_block");
-  wait(request, deadline, "MPI_Ireduce_scatter_block");
+  wait(request, call.deadline, "MPI_Ireduce_scatter_block");
 }
 
-void MpiTransport::gather(const void* in, void* out, size_t bytes, int root, Deadline deadline) {
+void MpiTransport::gather(const void* in, void* out, size_t bytes, int root,
+                          const EngineCall& call) {
   std::vector<char> copy;
   if (rank_ == root) in = unaliased(in, bytes, out, bytes * static_cast<size_t>(size_), copy);
   check_before_posting();
@@ -107,10 +110,11 @@ void MpiTransport::gather(const void* in, void* out, size_t bytes, int root, Dea
   mpi::check(MPI_Igather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
                          MPI_BYTE, root, collectives_, &request),
              "MPI_Igather");
-  wait(request, deadline, "MPI_Igather");
+  wait(request, call.deadline, "MPI_Igather");
 }
 
-void MpiTransport::scatter(const void* in, void* out, size_t bytes, int root, Deadline deadline) {
+void MpiTransport::scatter(const void* in, void* out, size_t bytes, int root,
+                           const EngineCall& call) {
   std::vector<char> copy;
   if (rank_ == root) in = unaliased(in, bytes * static_cast<size_t>(size_), out, bytes, copy);
   check_before_posting();
@@ -118,24 +122,25 @@ void MpiTransport::scatter(const void* in, void* out, size_t bytes, int root, De
   mpi::check(MPI_Iscatter(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
                           MPI_BYTE, root, collectives_, &request),
              "MPI_Iscatter");
-  wait(request, deadline, "MPI_Iscatter");
+  wait(request, call.deadline, "MPI_Iscatter");
 }
 
-void MpiTransport::all_to_all(const void* in, void* out, size_t block_bytes, Deadline deadline) {
+void MpiTransport::all_to_all(const void* in, void* out, size_t block_bytes,
+                              const EngineCall& call) {
   // The Group refuses overlapping all_to_all buffers before this is reached.
   check_before_posting();
   MPI_Request request = MPI_REQUEST_NULL;
   mpi::check(MPI_Ialltoall(in, static_cast<int>(block_bytes), MPI_BYTE, out,
                            static_cast<int>(block_bytes), MPI_BYTE, collectives_, &request),
              "MPI_Ialltoall");
-  wait(request, deadline, "MPI_Ialltoall");
+  wait(request, call.deadline, "MPI_Ialltoall");
 }
 
-void MpiTransport::barrier(Deadline deadline) {
+void MpiTransport::barrier(const EngineCall& call) {
   check_before_posting();
   MPI_Request request = MPI_REQUEST_NULL;
   mpi::check(MPI_Ibarrier(collectives_, &request), "MPI_Ibarrier");
-  wait(request, deadline, "MPI_Ibarrier");
+  wait(request, call.deadline, "MPI_Ibarrier");
 }
 
 // Ranks on one host report the same processor name (the host name in OpenMPI and MPICH).

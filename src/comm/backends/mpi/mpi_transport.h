@@ -45,17 +45,18 @@ class MpiTransport final : public Transport, public CollectiveEngine {
   // ---- CollectiveEngine (mpi_engine.cc)
   const char* engine_name() const override { return "MPI"; }
   bool supports(CollectiveKind kind, DType dtype, ReduceOp op, size_t count) const override;
-  void allreduce(void* data, size_t count, DType dtype, ReduceOp op, Deadline deadline) override;
-  void broadcast(void* data, size_t bytes, int root, Deadline deadline) override;
+  void allreduce(const void* in, void* data, size_t count, DType dtype, ReduceOp op,
+                 const EngineCall& call) override;
+  void broadcast(void* data, size_t bytes, int root, const EngineCall& call) override;
   void reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
-              Deadline deadline) override;
-  void allgather(const void* in, void* out, size_t bytes, Deadline deadline) override;
+              const EngineCall& call) override;
+  void allgather(const void* in, void* out, size_t bytes, const EngineCall& call) override;
   void reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
-                      Deadline deadline) override;
-  void gather(const void* in, void* out, size_t bytes, int root, Deadline deadline) override;
-  void scatter(const void* in, void* out, size_t bytes, int root, Deadline deadline) override;
-  void all_to_all(const void* in, void* out, size_t block_bytes, Deadline deadline) override;
-  void barrier(Deadline deadline) override;
+                      const EngineCall& call) override;
+  void gather(const void* in, void* out, size_t bytes, int root, const EngineCall& call) override;
+  void scatter(const void* in, void* out, size_t bytes, int root, const EngineCall& call) override;
+  void all_to_all(const void* in, void* out, size_t block_bytes, const EngineCall& call) override;
+  void barrier(const EngineCall& call) override;
   std::vector<std::string> node_keys(Deadline deadline) override;
   std::unique_ptr<Transport> split_communicator(int color, int key, Deadline deadline) override;
 

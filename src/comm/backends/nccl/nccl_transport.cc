@@ -1,0 +1,289 @@
+#include "backends/nccl/nccl_transport.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "backends/nccl/nccl_call.h"
+#include "cohort/core/check.h"
+#include "cohort/core/error.h"
+
+namespace cohort {
+
+namespace {
+
+// How long a destructor lets ncclCommFinalize flush the communicator's work before it aborts
+// it instead (a peer that is gone would keep it in progress forever).
+constexpr Milliseconds kFinalizeGrace{10000};
+
+Milliseconds remaining_ms(Deadline deadline) {
+  const auto left = std::chrono::duration_cast<Milliseconds>(deadline.remaining());
+  return std::max(left, Milliseconds(1));
+}
+
+// A poll of a nonblocking communicator spins briefly, then yields, then sleeps (the answer is
+// usually back within microseconds; connection set-up can take seconds).
+void pause_after(Clock::time_point start) {
+  const auto waited = Clock::now() - start;
+  if (waited < std::chrono::microseconds(50)) return;
+  if (waited < std::chrono::milliseconds(5)) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+ncclResult_t state_of(ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  nccl::check(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", comm);
+  return state;
+}
+
+// For a communicator nobody else can see yet (init, split): polls until it is ready; aborts it
+// and throws on an error or at the deadline.
+void wait_until_ready(ncclComm_t comm, const char* what, Deadline deadline) {
+  const auto start = Clock::now();
+  try {
+    for (;;) {
+      const ncclResult_t state = state_of(comm);
+      if (state == ncclSuccess) return;
+      nccl::check(state, what, comm);
+      if (deadline.expired()) {
+        throw TimeoutError(std::string(what) +
+                           " did not complete by its deadline: a rank did not join, or NCCL "
+                           "could not connect the ranks (NCCL_DEBUG=INFO says why)");
+      }
+      pause_after(start);
+    }
+  } catch (...) {
+    ncclCommAbort(comm);
+    throw;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<NcclTransport> NcclTransport::create(std::shared_ptr<Group> host_group, int device,
+                                                     Deadline deadline) {
+  // Rank 0's unique id, with a status byte so that its failure fails every rank at once
+  // instead of leaving the others waiting for NCCL until the deadline.
+  struct Offer {
+    uint8_t ok = 0;
+    ncclUniqueId id{};
+  } offer;
+  if (host_group->rank() == 0) {
+    offer.ok = ncclGetUniqueId(&offer.id) == ncclSuccess ? 1 : 0;
+  }
+  CollectiveOptions opts;
+  opts.timeout = remaining_ms(deadline);
+  host_group->broadcast(Buffer{&offer, sizeof offer, DType::kUInt8}, opts);
+  if (!offer.ok) {
+    throw ConfigError(
+        "rank 0 could not make NCCL's unique id (ncclGetUniqueId failed; "
+        "NCCL_DEBUG=INFO on rank 0 says why)");
+  }
+  nccl::DeviceGuard guard(device);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // Note [NCCL deadlines]
+  ncclComm_t comm = nullptr;
+  nccl::check(
+      ncclCommInitRankConfig(&comm, host_group->size(), offer.id, host_group->rank(), &config),
+      "ncclCommInitRankConfig");
+  wait_until_ready(comm, "ncclCommInitRankConfig", deadline);
+  try {
+    return std::unique_ptr<NcclTransport>(new NcclTransport(comm, std::move(host_group), device));
+  } catch (...) {
+    ncclCommAbort(comm);
+    throw;
+  }
+}
+
+NcclTransport::NcclTransport(ncclComm_t comm, std::shared_ptr<Group> host_group, int device)
+    : comm_(comm),
+      host_group_(std::move(host_group)),
+      device_(device),
+      rank_(host_group_->rank()),
+      size_(host_group_->size()) {
+  nccl::DeviceGuard guard(device_);
+  try {
+    // Non-blocking: the legacy default stream must not serialize with communication.
+    nccl::check_cuda(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking),
+                     "cudaStreamCreateWithFlags");
+    nccl::check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
+    nccl::check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
+    nccl::check_cuda(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc (barrier scratch)");
+    nccl::check_cuda(cudaMemset(scratch_, 0, sizeof(float)), "cudaMemset (barrier scratch)");
+  } catch (...) {
+    release_device_resources();
+    throw;
+  }
+}
+
+NcclTransport::~NcclTransport() {
+  try {
+    nccl::DeviceGuard guard(device_);
+    std::lock_guard<std::mutex> lock(comm_mutex_);
+    if (!failed_.load(std::memory_order_acquire) && comm_ != nullptr) {
+      // Flush what was queued, bounded by kFinalizeGrace; abort when it does not finish.
+      ncclResult_t state = ncclCommFinalize(comm_);
+      const Deadline grace = Deadline::after(kFinalizeGrace);
+      const auto start = Clock::now();
+      while (state == ncclInProgress && !grace.expired() &&
+             ncclCommGetAsyncError(comm_, &state) == ncclSuccess) {
+        pause_after(start);
+      }
+      if (state == ncclSuccess) {
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    }
+    comm_ = nullptr;
+  } catch (...) {
+    // noexcept: a device that cannot be selected any more leaves nothing to flush.
+  }
+  release_device_resources();
+}
+
+void NcclTransport::release_device_resources() noexcept {
+  // cudaFree waits for the device; the events and the stream are released once their work
+  // is done.
+  if (scratch_ != nullptr) cudaFree(scratch_);
+  if (ready_ != nullptr) cudaEventDestroy(ready_);
+  if (done_ != nullptr) cudaEventDestroy(done_);
+  if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
+  scratch_ = nullptr;
+  ready_ = done_ = nullptr;
+  comm_stream_ = nullptr;
+}
+
+std::unique_ptr<Request> NcclTransport::isend(int, Tag, const void*, size_t, Deadline) {
+  throw InvalidArgument(
+      "an NCCL group runs NCCL's collectives only (Algorithm::kEngine); cohort's own "
+      "algorithms need a group of another backend");
+}
+
+std::unique_ptr<Request> NcclTransport::irecv(int peer, Tag tag, void*, size_t bytes,
+                                              Deadline deadline) {
+  return isend(peer, tag, nullptr, bytes, deadline);
+}
+
+std::unique_ptr<Transport> NcclTransport::split(const std::string&, int, int,
+                                                std::shared_ptr<Store>) {
+  COHORT_INTERNAL_ASSERT(false, "an NCCL group splits through split_communicator");
+  return nullptr;
+}
+
+void NcclTransport::abort(std::exception_ptr error) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(comm_mutex_);
+    if (failed_.load(std::memory_order_acquire)) return;
+    failure_ = error;
+    failed_.store(true, std::memory_order_release);
+    // Stops this rank's kernels and frees the communicator; nothing touches comm_ after this.
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+  // The peers learn of it through the host group (their next host-memory call or barrier
+  // fails), or from NCCL itself as a remote error: ncclCommAbort tells nobody.
+  std::string reason = "the NCCL group was aborted";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    reason = e.what();
+  } catch (...) {
+  }
+  host_group_->abort(reason);
+}
+
+void NcclTransport::throw_if_failed() {
+  if (failed_.load(std::memory_order_acquire)) std::rethrow_exception(failure_);
+}
+
+void NcclTransport::settle(const char* what, Deadline deadline) {
+  const auto start = Clock::now();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(comm_mutex_);
+      throw_if_failed();
+      const ncclResult_t state = state_of(comm_);
+      if (state == ncclSuccess) return;
+      nccl::check(state, what, comm_);
+    }
+    if (deadline.expired()) {
+      throw TimeoutError(std::string(what) +
+                         " was still in progress in NCCL at its deadline (a rank did not join "
+                         "it, or NCCL could not connect to it)");
+    }
+    pause_after(start);
+  }
+}
+
+void NcclTransport::wait_for_done(const char* what, Deadline deadline) {
+  const auto start = Clock::now();
+  for (;;) {
+    const cudaError_t rc = cudaEventQuery(done_);
+    if (rc == cudaSuccess) return;
+    if (rc != cudaErrorNotReady) nccl::check_cuda(rc, what);
+    settle(what, deadline);  // throws on an asynchronous NCCL error or an abort
+    if (deadline.expired()) {
+      throw TimeoutError(std::string(what) +
+                         " did not finish on the device by its deadline (a rank did not join it)");
+    }
+    pause_after(start);
+  }
+}
+
+void NcclTransport::check_device(int device, const char* what) const {
+  COHORT_CHECK(device == kHostMemory || device == device_, what, ": the buffer is on CUDA device ",
+               device, " but this NCCL group is on device ", device_);
+}
+
+CollectiveOptions NcclTransport::host_options(const EngineCall& call, int root) const {
+  CollectiveOptions opts;
+  opts.timeout = remaining_ms(call.deadline);
+  opts.root = root;
+  return opts;
+}
+
+// The host group inherits the bootstrap group's nodes.
+std::vector<std::string> NcclTransport::node_keys(Deadline deadline) {
+  int32_t mine = host_group_->node_rank();
+  std::vector<int32_t> all(static_cast<size_t>(size_));
+  CollectiveOptions opts;
+  opts.timeout = remaining_ms(deadline);
+  host_group_->allgather(ConstBuffer{&mine, 1, DType::kInt32},
+                         Buffer{all.data(), all.size(), DType::kInt32}, opts);
+  std::vector<std::string> keys;
+  for (int32_t node : all) keys.push_back("node" + std::to_string(node));
+  return keys;
+}
+
+std::unique_ptr<Transport> NcclTransport::split_communicator(int color, int key,
+                                                             Deadline deadline) {
+  throw_if_failed();
+  CollectiveOptions opts;
+  opts.timeout = remaining_ms(deadline);
+  std::shared_ptr<Group> host_part = host_group_->split(color, key, opts);
+  nccl::DeviceGuard guard(device_);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t part = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(comm_mutex_);
+    throw_if_failed();
+    nccl::check(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &part, &config),
+                "ncclCommSplit", comm_);
+  }
+  settle("ncclCommSplit", deadline);
+  if (part == nullptr) return nullptr;
+  wait_until_ready(part, "ncclCommSplit", deadline);
+  try {
+    return std::unique_ptr<Transport>(new NcclTransport(part, std::move(host_part), device_));
+  } catch (...) {
+    ncclCommAbort(part);
+    throw;
+  }
+}
+
+}  // namespace cohort
