@@ -1,5 +1,6 @@
-// The NCCL backend (docs/backends_nccl.md): a Group whose collectives run on CUDA device memory
-// through NCCL, made from a bootstrap group of any backend that carries NCCL's unique id.
+// The NCCL backend (docs/backends.md, "The NCCL backend"): a Group whose collectives run on CUDA
+// device memory through NCCL, made from a bootstrap group of any backend that carries NCCL's unique
+// id.
 //
 //   auto world = cohort::init();                                   // TCP, MPI, ...
 //   auto gpus = cohort::create_nccl_group(world, {/*device=*/world->local_rank()});

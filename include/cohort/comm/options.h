@@ -42,8 +42,8 @@ struct CollectiveOptions {
   uint32_t tag = 0;                         // send/recv: tells apart messages between two ranks
   // Device buffers (NCCL groups): the cudaStream_t the buffers are produced and consumed on.
   // The collective starts after the work queued on it so far and the stream's later work
-  // waits for the collective; the host does not wait (docs/backends_nccl.md). Null: the
-  // legacy default stream. Ignored for host buffers.
+  // waits for the collective; the host does not wait (docs/backends.md, "The NCCL backend").
+  // Null: the legacy default stream. Ignored for host buffers.
   void* stream = nullptr;
 };
 

@@ -7,7 +7,8 @@
 // Every call blocks until done or until its deadline (TimeoutError), and fails promptly when the
 // group is aborted on any rank. Reductions take the element count; the rest take bytes.
 // Device memory (EngineCall::device >= 0, NCCL only) is the exception: a call returns once the
-// collective is queued on the device, ordered on EngineCall::stream (docs/backends_nccl.md).
+// collective is queued on the device, ordered on EngineCall::stream (docs/backends.md, "The NCCL
+// backend").
 #pragma once
 
 #include <cstddef>

@@ -9,7 +9,7 @@
 #include "cohort/core/dtype.h"
 
 // Nonblocking communicators (NCCL 2.14) bound every wait with a deadline, and
-// ncclCommSplit (2.18) splits a group (docs/backends_nccl.md).
+// ncclCommSplit (2.18) splits a group (docs/backends.md, "The NCCL backend").
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
 #error "cohort's NCCL backend needs NCCL >= 2.18"
 #endif
