@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "backends/mpi/mpi_call.h"
+#include "backends/polling.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 
@@ -19,21 +20,6 @@ constexpr size_t kMaxPartBytes = size_t{1} << 30;
 constexpr int kAbortTag = 0;
 // How long abort() lets its notices leave before giving up on them.
 constexpr Milliseconds kAbortSendGrace{1000};
-
-// Note [MPI polling]: MPI moves a nonblocking collective on only inside MPI calls, so a wait
-// must keep calling MPI_Testall as MPI_Wait would. It spins for the first microseconds (a
-// small message is back within them), then yields the core between polls, so that ranks
-// sharing cores (mpirun --oversubscribe, DDP's compute threads) still run; only a wait that
-// has lasted 100 ms (a straggling peer, not a transfer) sleeps between polls.
-void pause_after(Clock::time_point start) {
-  const auto waited = Clock::now() - start;
-  if (waited < std::chrono::microseconds(20)) return;
-  if (waited < std::chrono::milliseconds(100)) {
-    std::this_thread::yield();
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-}
 
 // Polls until every request is done. `between` runs between polls and may throw (abort
 // notices, the group's failure).
@@ -56,7 +42,7 @@ void poll(std::vector<MPI_Request>& requests, MPI_Status* statuses, Deadline dea
     if (deadline.expired()) {
       throw TimeoutError(what + " did not complete by its deadline");
     }
-    pause_after(start);
+    pause_between_polls(start);
   }
 }
 

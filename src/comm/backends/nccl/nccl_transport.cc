@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "backends/nccl/nccl_call.h"
+#include "backends/polling.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 
@@ -19,18 +20,6 @@ constexpr Milliseconds kFinalizeGrace{10000};
 Milliseconds remaining_ms(Deadline deadline) {
   const auto left = std::chrono::duration_cast<Milliseconds>(deadline.remaining());
   return std::max(left, Milliseconds(1));
-}
-
-// A poll of a nonblocking communicator spins briefly, then yields, then sleeps (the answer is
-// usually back within microseconds; connection set-up can take seconds).
-void pause_after(Clock::time_point start) {
-  const auto waited = Clock::now() - start;
-  if (waited < std::chrono::microseconds(50)) return;
-  if (waited < std::chrono::milliseconds(5)) {
-    std::this_thread::yield();
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
 }
 
 ncclResult_t state_of(ncclComm_t comm) {
@@ -53,7 +42,7 @@ void wait_until_ready(ncclComm_t comm, const char* what, Deadline deadline) {
                            " did not complete by its deadline: a rank did not join, or NCCL "
                            "could not connect the ranks (NCCL_DEBUG=INFO says why)");
       }
-      pause_after(start);
+      pause_between_polls(start);
     }
   } catch (...) {
     ncclCommAbort(comm);
@@ -130,7 +119,7 @@ NcclTransport::~NcclTransport() {
       const auto start = Clock::now();
       while (state == ncclInProgress && !grace.expired() &&
              ncclCommGetAsyncError(comm_, &state) == ncclSuccess) {
-        pause_after(start);
+        pause_between_polls(start);
       }
       if (state == ncclSuccess) {
         ncclCommDestroy(comm_);
@@ -215,7 +204,7 @@ void NcclTransport::settle(const char* what, Deadline deadline) {
                          " was still in progress in NCCL at its deadline (a rank did not join "
                          "it, or NCCL could not connect to it)");
     }
-    pause_after(start);
+    pause_between_polls(start);
   }
 }
 
@@ -230,7 +219,7 @@ void NcclTransport::wait_for_done(const char* what, Deadline deadline) {
       throw TimeoutError(std::string(what) +
                          " did not finish on the device by its deadline (a rank did not join it)");
     }
-    pause_after(start);
+    pause_between_polls(start);
   }
 }
 
