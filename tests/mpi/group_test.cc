@@ -139,6 +139,35 @@ TEST(MpiGroup, ATimeoutOnOneRankFailsTheOthersPromptly) {
   world.barrier();
 }
 
+// Rank 0 sends `sent` floats, rank 1 expects 5: the receive fails with a ProtocolError that
+// says `expected`, and every rank's next call on the group fails too (rank 1's notice).
+void expect_size_mismatch(size_t sent, const std::string& expected) {
+  Group& world = mpi_world();
+  auto group = spare_group(std::chrono::seconds(20));
+  if (world.rank() == 0) {
+    std::vector<float> out(sent, 1.0f);
+    group->send(make_buffer(out), 1);
+  } else if (world.rank() == 1) {
+    std::vector<float> in(5);
+    try {
+      group->recv(make_buffer(in), 0);
+      ADD_FAILURE() << "a message of " << sent << " floats was taken for 5";
+    } catch (const ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(group->barrier(), Error);
+  world.barrier();
+}
+
+TEST(MpiGroup, AShortMessageIsAProtocolErrorSayingTheRanksDisagree) {
+  expect_size_mismatch(4, "rank 0 sent 16 bytes where 20 were expected");
+}
+
+TEST(MpiGroup, ALongMessageIsAProtocolErrorNamingTheMpiCall) {
+  expect_size_mismatch(6, "MPI_Irecv from rank 0 failed: MPI_ERR_TRUNCATE");
+}
+
 TEST(MpiGroup, AbortOnOneRankBreaksPendingCollectivesEverywhere) {
   Group& world = mpi_world();
   auto group = spare_group(std::chrono::seconds(20));

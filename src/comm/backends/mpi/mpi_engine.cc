@@ -49,43 +49,35 @@ bool MpiTransport::supports(CollectiveKind kind, DType dtype, ReduceOp op, size_
 void MpiTransport::allreduce(const void* in, void* data, size_t count, DType dtype, ReduceOp op,
                              const EngineCall& call) {
   if (in != data && count > 0) std::memcpy(data, in, count * dtype_size(dtype));
-  check_before_posting();
-  MPI_Request request = MPI_REQUEST_NULL;
-  mpi::check(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi::datatype(dtype),
-                            mpi::reduction(op), collectives_, &request),
-             "MPI_Iallreduce");
-  wait(request, call.deadline, "MPI_Iallreduce");
+  post_and_wait("MPI_Iallreduce", call.deadline, [&](MPI_Request* request) {
+    return MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi::datatype(dtype),
+                          mpi::reduction(op), collectives_, request);
+  });
 }
 
 void MpiTransport::broadcast(void* data, size_t bytes, int root, const EngineCall& call) {
-  check_before_posting();
-  MPI_Request request = MPI_REQUEST_NULL;
-  mpi::check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, collectives_, &request),
-             "MPI_Ibcast");
-  wait(request, call.deadline, "MPI_Ibcast");
+  post_and_wait("MPI_Ibcast", call.deadline, [&](MPI_Request* request) {
+    return MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, collectives_, request);
+  });
 }
 
 void MpiTransport::reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
                           const EngineCall& call) {
-  check_before_posting();
-  MPI_Request request = MPI_REQUEST_NULL;
   // The root reduces in place; the others only send theirs.
   const void* send = rank_ == root ? MPI_IN_PLACE : data;
-  mpi::check(MPI_Ireduce(send, rank_ == root ? data : nullptr, static_cast<int>(count),
-                         mpi::datatype(dtype), mpi::reduction(op), root, collectives_, &request),
-             "MPI_Ireduce");
-  wait(request, call.deadline, "MPI_Ireduce");
+  post_and_wait("MPI_Ireduce", call.deadline, [&](MPI_Request* request) {
+    return MPI_Ireduce(send, rank_ == root ? data : nullptr, static_cast<int>(count),
+                       mpi::datatype(dtype), mpi::reduction(op), root, collectives_, request);
+  });
 }
 
 void MpiTransport::allgather(const void* in, void* out, size_t bytes, const EngineCall& call) {
   std::vector<char> copy;
   in = unaliased(in, bytes, out, bytes * static_cast<size_t>(size_), copy);
-  check_before_posting();
-  MPI_Request request = MPI_REQUEST_NULL;
-  mpi::check(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
-                            MPI_BYTE, collectives_, &request),
-             "MPI_Iallgather");
-  wait(request, call.deadline, "MPI_Iallgather");
+  post_and_wait("MPI_Iallgather", call.deadline, [&](MPI_Request* request) {
+    return MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
+                          MPI_BYTE, collectives_, request);
+  });
 }
 
 void MpiTransport::reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
@@ -93,54 +85,44 @@ void MpiTransport::reduce_scatter(const void* in, void* out, size_t count, DType
   std::vector<char> copy;
   const size_t block = count * dtype_size(dtype);
   in = unaliased(in, block * static_cast<size_t>(size_), out, block, copy);
-  check_before_posting();
-  MPI_Request request = MPI_REQUEST_NULL;
-  mpi::check(MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), mpi::datatype(dtype),
-                                       mpi::reduction(op), collectives_, &request),
-             "MPI_Ireduce_scatter_block");
-  wait(request, call.deadline, "MPI_Ireduce_scatter_block");
+  post_and_wait("MPI_Ireduce_scatter_block", call.deadline, [&](MPI_Request* request) {
+    return MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), mpi::datatype(dtype),
+                                     mpi::reduction(op), collectives_, request);
+  });
 }
 
 void MpiTransport::gather(const void* in, void* out, size_t bytes, int root,
                           const EngineCall& call) {
   std::vector<char> copy;
   if (rank_ == root) in = unaliased(in, bytes, out, bytes * static_cast<size_t>(size_), copy);
-  check_before_posting();
-  MPI_Request request = MPI_REQUEST_NULL;
-  mpi::check(MPI_Igather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
-                         MPI_BYTE, root, collectives_, &request),
-             "MPI_Igather");
-  wait(request, call.deadline, "MPI_Igather");
+  post_and_wait("MPI_Igather", call.deadline, [&](MPI_Request* request) {
+    return MPI_Igather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
+                       MPI_BYTE, root, collectives_, request);
+  });
 }
 
 void MpiTransport::scatter(const void* in, void* out, size_t bytes, int root,
                            const EngineCall& call) {
   std::vector<char> copy;
   if (rank_ == root) in = unaliased(in, bytes * static_cast<size_t>(size_), out, bytes, copy);
-  check_before_posting();
-  MPI_Request request = MPI_REQUEST_NULL;
-  mpi::check(MPI_Iscatter(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
-                          MPI_BYTE, root, collectives_, &request),
-             "MPI_Iscatter");
-  wait(request, call.deadline, "MPI_Iscatter");
+  post_and_wait("MPI_Iscatter", call.deadline, [&](MPI_Request* request) {
+    return MPI_Iscatter(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
+                        MPI_BYTE, root, collectives_, request);
+  });
 }
 
 void MpiTransport::all_to_all(const void* in, void* out, size_t block_bytes,
                               const EngineCall& call) {
   // The Group refuses overlapping all_to_all buffers before this is reached.
-  check_before_posting();
-  MPI_Request request = MPI_REQUEST_NULL;
-  mpi::check(MPI_Ialltoall(in, static_cast<int>(block_bytes), MPI_BYTE, out,
-                           static_cast<int>(block_bytes), MPI_BYTE, collectives_, &request),
-             "MPI_Ialltoall");
-  wait(request, call.deadline, "MPI_Ialltoall");
+  post_and_wait("MPI_Ialltoall", call.deadline, [&](MPI_Request* request) {
+    return MPI_Ialltoall(in, static_cast<int>(block_bytes), MPI_BYTE, out,
+                         static_cast<int>(block_bytes), MPI_BYTE, collectives_, request);
+  });
 }
 
 void MpiTransport::barrier(const EngineCall& call) {
-  check_before_posting();
-  MPI_Request request = MPI_REQUEST_NULL;
-  mpi::check(MPI_Ibarrier(collectives_, &request), "MPI_Ibarrier");
-  wait(request, call.deadline, "MPI_Ibarrier");
+  post_and_wait("MPI_Ibarrier", call.deadline,
+                [&](MPI_Request* request) { return MPI_Ibarrier(collectives_, request); });
 }
 
 // Ranks on one host report the same processor name (the host name in OpenMPI and MPICH).

@@ -199,7 +199,7 @@ int MpiTransport::mpi_tag(Tag tag) const {
 
 std::unique_ptr<Request> MpiTransport::isend(int peer, Tag tag, const void* data, size_t bytes,
                                              Deadline deadline) {
-  check_before_posting();
+  check_notices();
   auto request = std::make_unique<MpiRequest>(*this, false, peer, bytes, deadline);
   const auto* begin = static_cast<const char*>(data);
   size_t offset = 0;
@@ -216,7 +216,7 @@ std::unique_ptr<Request> MpiTransport::isend(int peer, Tag tag, const void* data
 
 std::unique_ptr<Request> MpiTransport::irecv(int peer, Tag tag, void* data, size_t bytes,
                                              Deadline deadline) {
-  check_before_posting();
+  check_notices();
   auto request = std::make_unique<MpiRequest>(*this, true, peer, bytes, deadline);
   auto* begin = static_cast<char*>(data);
   size_t offset = 0;
@@ -239,7 +239,7 @@ void MpiTransport::wait(std::vector<MPI_Request>& requests, MPI_Status* statuses
     own.resize(requests.size());
     statuses = own.data();
   }
-  check_before_posting();
+  check_notices();
   poll(requests, statuses, deadline, what, [this] {
     poll_abort_notice();
     throw_if_failed();
@@ -252,7 +252,7 @@ void MpiTransport::wait(MPI_Request& request, Deadline deadline, const std::stri
   request = one[0];
 }
 
-void MpiTransport::check_before_posting() {
+void MpiTransport::check_notices() {
   poll_abort_notice();
   throw_if_failed();
 }

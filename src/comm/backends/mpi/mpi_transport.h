@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/collective_engine.h"
+#include "backends/mpi/mpi_call.h"
 #include "backends/mpi/mpi_tags.h"
 #include "cohort/comm/transport.h"
 
@@ -65,14 +66,23 @@ class MpiTransport final : public Transport, public CollectiveEngine {
   void wait(std::vector<MPI_Request>& requests, MPI_Status* statuses, Deadline deadline,
             const std::string& what);
   void wait(MPI_Request& request, Deadline deadline, const std::string& what);
+  // One nonblocking MPI call of the engine: checks for abort notices, posts it (`post` returns
+  // the call's MPI return code), then waits under the deadline. `call` names it in errors.
+  template <typename Post>
+  void post_and_wait(const char* call, Deadline deadline, Post post) {
+    check_notices();
+    MPI_Request request = MPI_REQUEST_NULL;
+    mpi::check(post(&request), call);
+    wait(request, deadline, call);
+  }
 
  private:
   explicit MpiTransport(MPI_Comm collectives, MPI_Comm p2p, MPI_Comm control);
   void post_abort_receive();
   void poll_abort_notice();
-  // Before posting anything: fails on a notice that has arrived, so that a rank arriving late
-  // at a collective another rank abandoned does not complete it into freed memory there.
-  void check_before_posting();
+  // Before posting or waiting: fails on a notice that has arrived, so that a rank arriving
+  // late at a collective another rank abandoned does not complete it into freed memory there.
+  void check_notices();
   void throw_if_failed();
   void fail(std::exception_ptr error);
   MPI_Comm communicator_for(Tag tag) const;
