@@ -119,10 +119,11 @@ void Group::abort(const std::string& reason) noexcept {
 
 namespace {
 
-Operation collective(Signature signature, Milliseconds timeout,
+Operation collective(Signature signature, CallSite site, Milliseconds timeout,
                      std::function<void(algo::Context&)> body) {
   Operation op;
   op.signature = signature;
+  op.signature.site = site;
   op.timeout = timeout;
   op.body = std::move(body);
   return op;
@@ -146,7 +147,7 @@ Operation Group::allreduce_operation(ConstBuffer in, Buffer out,
   const Algorithm across = algorithm == Algorithm::kHierarchical
                                ? impl_->algorithm_across_nodes(out.bytes())
                                : Algorithm::kRing;
-  return collective(call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
+  return collective(call, opts.site, impl_->timeout_for(opts), [=](algo::Context& ctx) {
     if (algorithm == Algorithm::kEngine) {
       engine_of(ctx).allreduce(in.data, out.data, out.count, out.dtype,
                                engine_op(opts.op, out.device),
@@ -181,7 +182,7 @@ std::shared_ptr<Work> Group::broadcast_async(Buffer data, const CollectiveOption
   const Algorithm algorithm = impl_->algorithm_for(call, data.bytes(), opts);
   check_device(data.device, algorithm, impl_->transport().engine(), "broadcast");
   return impl_->submit(collective(
-      call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
+      call, opts.site, impl_->timeout_for(opts), [=](algo::Context& ctx) {
         switch (algorithm) {
           case Algorithm::kEngine:
             engine_of(ctx).broadcast(data.data, data.bytes(), opts.root,
@@ -209,7 +210,7 @@ std::shared_ptr<Work> Group::reduce_async(Buffer data, const CollectiveOptions& 
   const Algorithm algorithm = impl_->algorithm_for(call, data.bytes(), opts);
   check_device(data.device, algorithm, impl_->transport().engine(), "reduce");
   return impl_->submit(collective(
-      call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
+      call, opts.site, impl_->timeout_for(opts), [=](algo::Context& ctx) {
         if (algorithm == Algorithm::kEngine) {
           engine_of(ctx).reduce(data.data, data.count, data.dtype, engine_op(opts.op, data.device),
                                 opts.root, {ctx.deadline(), data.device, opts.stream});
@@ -249,7 +250,7 @@ std::shared_ptr<Work> Group::allgather_async(ConstBuffer in, Buffer out,
   const Algorithm algorithm = impl_->algorithm_for(call, out.bytes(), opts);
   check_device(out.device, algorithm, impl_->transport().engine(), "allgather");
   return impl_->submit(collective(
-      call, impl_->timeout_for(opts),
+      call, opts.site, impl_->timeout_for(opts),
       [=](algo::Context& ctx) {
         switch (algorithm) {
           case Algorithm::kEngine:
@@ -284,7 +285,7 @@ std::shared_ptr<Work> Group::reduce_scatter_async(ConstBuffer in, Buffer out,
   const Algorithm algorithm = impl_->algorithm_for(call, in.bytes(), opts);
   check_device(out.device, algorithm, impl_->transport().engine(), "reduce_scatter");
   return impl_->submit(collective(
-      call, impl_->timeout_for(opts),
+      call, opts.site, impl_->timeout_for(opts),
       [=](algo::Context& ctx) {
         switch (algorithm) {
           case Algorithm::kEngine:
@@ -329,7 +330,7 @@ std::shared_ptr<Work> Group::gather_async(ConstBuffer in, Buffer out,
   const Signature call{CollectiveKind::kGather, in.count, in.dtype, opts.op, opts.root};
   const Algorithm algorithm = impl_->algorithm_for(call, in.bytes(), opts);
   check_device(in.device, algorithm, impl_->transport().engine(), "gather");
-  return impl_->submit(collective(call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
+  return impl_->submit(collective(call, opts.site, impl_->timeout_for(opts), [=](algo::Context& ctx) {
     if (algorithm == Algorithm::kEngine) {
       engine_of(ctx).gather(in.data, out.data, in.bytes(), opts.root,
                             {ctx.deadline(), in.device, opts.stream});
@@ -357,7 +358,7 @@ std::shared_ptr<Work> Group::scatter_async(ConstBuffer in, Buffer out,
   const Signature call{CollectiveKind::kScatter, out.count, out.dtype, opts.op, opts.root};
   const Algorithm algorithm = impl_->algorithm_for(call, out.bytes(), opts);
   check_device(out.device, algorithm, impl_->transport().engine(), "scatter");
-  return impl_->submit(collective(call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
+  return impl_->submit(collective(call, opts.site, impl_->timeout_for(opts), [=](algo::Context& ctx) {
     if (algorithm == Algorithm::kEngine) {
       engine_of(ctx).scatter(in.data, out.data, out.bytes(), opts.root,
                              {ctx.deadline(), out.device, opts.stream});
@@ -389,7 +390,7 @@ std::shared_ptr<Work> Group::all_to_all_async(ConstBuffer in, Buffer out,
   const Signature call{CollectiveKind::kAllToAll, in.count, in.dtype};
   const Algorithm algorithm = impl_->algorithm_for(call, in.bytes(), opts);
   check_device(in.device, algorithm, impl_->transport().engine(), "all_to_all");
-  return impl_->submit(collective(call, impl_->timeout_for(opts), [=](algo::Context& ctx) {
+  return impl_->submit(collective(call, opts.site, impl_->timeout_for(opts), [=](algo::Context& ctx) {
     if (algorithm == Algorithm::kEngine) {
       engine_of(ctx).all_to_all(in.data, out.data, block_bytes,
                                 {ctx.deadline(), in.device, opts.stream});
@@ -407,7 +408,7 @@ void Group::all_to_all(ConstBuffer in, Buffer out, const CollectiveOptions& opts
 
 Operation Group::barrier_operation(const CollectiveOptions& opts) const {
   const Algorithm algorithm = impl_->algorithm_for(CollectiveKind::kBarrier, 0, opts);
-  return collective({CollectiveKind::kBarrier}, impl_->timeout_for(opts),
+  return collective({CollectiveKind::kBarrier}, opts.site, impl_->timeout_for(opts),
                     [algorithm, stream = opts.stream](algo::Context& ctx) {
                       switch (algorithm) {
                         case Algorithm::kEngine:

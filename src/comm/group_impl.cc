@@ -1,8 +1,7 @@
 #include "group_impl.h"
 
-#include <sstream>
-
 #include "backends/collective_engine.h"
+#include "call_stamp.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
@@ -22,20 +21,12 @@ std::string progress_key(int rank) {
 }  // namespace
 
 std::string Signature::describe() const {
-  std::ostringstream out;
-  out << collective_name(kind) << "(count=" << count << ", dtype=" << dtype_name(dtype);
-  if (kind == CollectiveKind::kAllreduce || kind == CollectiveKind::kReduce ||
-      kind == CollectiveKind::kReduceScatter) {
-    out << ", op=" << reduce_op_name(op);
-  }
-  if (kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kReduce ||
-      kind == CollectiveKind::kGather || kind == CollectiveKind::kScatter) {
-    out << ", root=" << root;
-  }
-  if (peer >= 0) out << ", peer=" << peer;
-  out << ")";
-  return out.str();
+  std::string text = describe_call(stamp());
+  if (peer >= 0) text.insert(text.size() - 1, ", peer=" + std::to_string(peer));
+  return text;
 }
+
+CallStamp Signature::stamp() const { return make_stamp(kind, count, dtype, op, root, site); }
 
 std::string Operation::describe() const {
   if (!collective) return signature.describe();
@@ -216,7 +207,12 @@ std::exception_ptr Group::Impl::run(Operation& op) noexcept {
       if (op.collective) {
         started_.store(static_cast<int64_t>(op.sequence), std::memory_order_relaxed);
         if (options_.debug_checks) check_signatures(op, deadline);
-        algo::Context ctx(*transport_, op.sequence, deadline, scratch_, shm_.get(), &topology_);
+        const CallStamp stamp = options_.check_calls ? op.signature.stamp() : CallStamp{};
+        if (stamp.stamped() && checks_calls_through_engine()) {
+          check_call_through_engine(op.sequence, stamp, deadline);
+        }
+        algo::Context ctx(*transport_, op.sequence, deadline, scratch_, shm_.get(), &topology_,
+                          stamp);
         op.body(ctx);
       } else {
         algo::Context ctx(*transport_, op.channel, deadline, scratch_);

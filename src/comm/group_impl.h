@@ -29,8 +29,11 @@ struct Signature {
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
   int peer = -1;  // send/recv only
+  CallSite site = CallSite::kUser;
 
   std::string describe() const;
+  // What this rank's messages of the call carry (call_stamp.h).
+  CallStamp stamp() const;
 };
 
 struct Operation {
@@ -102,6 +105,13 @@ class Group::Impl {
   std::exception_ptr explain_failure(const Operation& op, std::exception_ptr error);
   std::string ranks_behind(uint64_t sequence);
   void check_signatures(const Operation& op, Deadline deadline);
+  // Note [Call stamps]: an engine (MPI) matches messages itself, so the group compares the
+  // ranks' calls through it before each collective. Not for engine_only() engines (NCCL: its
+  // collectives run on the device stream, which a host check would have to wait for).
+  bool checks_calls_through_engine() const {
+    return transport_->engine() != nullptr && !engine_only();
+  }
+  void check_call_through_engine(uint64_t sequence, const CallStamp& stamp, Deadline deadline);
   // Every rank's signature of `op`, in rank order, through the store or else the engine.
   std::vector<std::string> gather_signatures(const Operation& op, Deadline deadline);
   // Rank 0's `text` on every rank, through the store (under `key`) or else the engine.

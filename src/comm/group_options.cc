@@ -8,6 +8,7 @@ namespace cohort {
 //   COHORT_TIMEOUT_S   default deadline of every collective, seconds (default 300)
 //   COHORT_ALGO        algorithm for every collective that has it (auto, ring, tree, hd, direct)
 //   COHORT_DEBUG       "detail": check that all ranks call matching collectives
+//   COHORT_CHECK_CALLS 0: no call stamps on collective messages (GroupOptions::check_calls)
 //   COHORT_HOST        address peers use to reach this rank over TCP
 //   COHORT_JOB_TOKEN   secret every TCP connection of the job presents
 //   COHORT_SHM         0: never use shared memory between ranks on one host
@@ -39,6 +40,7 @@ GroupOptions GroupOptions::resolved() const {
     }
     out.debug_checks = debug && *debug == "detail";
   }
+  if (out.check_calls) out.check_calls = env_int("COHORT_CHECK_CALLS").value_or(1) != 0;
   if (out.host.empty()) out.host = env_string("COHORT_HOST").value_or("");
   if (out.job_token.empty()) out.job_token = env_string("COHORT_JOB_TOKEN").value_or("");
   if (out.shared_memory) out.shared_memory = env_int("COHORT_SHM").value_or(1) != 0;

@@ -21,6 +21,22 @@ const char* collective_name(CollectiveKind kind) {
   return "unknown-collective";
 }
 
+const char* call_site_name(CallSite site) {
+  switch (site) {
+    case CallSite::kUser: return "";
+    case CallSite::kDdpConstructor: return "DistributedDataParallel's constructor";
+    case CallSite::kDdpGradients: return "DistributedDataParallel's gradient allreduce";
+    case CallSite::kDdpUnusedParameters:
+      return "DistributedDataParallel's unused-parameter search";
+    case CallSite::kDdpJoin: return "DistributedDataParallel::join";
+    case CallSite::kDdpBuffers: return "DistributedDataParallel's buffer broadcast";
+    case CallSite::kCheckpointSave: return "save_checkpoint";
+    case CallSite::kCheckpointLoad: return "load_checkpoint";
+    case CallSite::kGroupSetup: return "group creation";
+  }
+  return "";
+}
+
 const char* algorithm_name(Algorithm algorithm) {
   switch (algorithm) {
     case Algorithm::kAuto: return "auto";

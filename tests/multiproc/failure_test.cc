@@ -209,14 +209,14 @@ std::string fake_peer_sends(const tcp::FrameHeader& frame) {
 }
 
 TEST(Failure, MalformedFrameFromAPeerIsAClearError) {
-  tcp::FrameHeader bad_magic{0xdeadbeef, tcp::kData, {0, 0, 0}, 0, 0, 16};
+  tcp::FrameHeader bad_magic{0xdeadbeef, tcp::kData, {0, 0, 0}, 0, 0, 16, {}};
   EXPECT_NE(fake_peer_sends(bad_magic).find("broke the protocol"), std::string::npos);
-  tcp::FrameHeader bad_type{tcp::kFrameMagic, 77, {0, 0, 0}, 0, 0, 16};
+  tcp::FrameHeader bad_type{tcp::kFrameMagic, 77, {0, 0, 0}, 0, 0, 16, {}};
   EXPECT_NE(fake_peer_sends(bad_type).find("unknown frame type"), std::string::npos);
 }
 
 TEST(Failure, OversizedFrameFromAPeerIsRejectedWithoutAllocating) {
-  tcp::FrameHeader huge{tcp::kFrameMagic, tcp::kData, {0, 0, 0}, 0, 0, 1ULL << 50};
+  tcp::FrameHeader huge{tcp::kFrameMagic, tcp::kData, {0, 0, 0}, 0, 0, 1ULL << 50, {}};
   EXPECT_NE(fake_peer_sends(huge).find("more than the limit"), std::string::npos);
 }
 

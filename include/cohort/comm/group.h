@@ -37,6 +37,11 @@ struct GroupOptions {
   // Check before each collective that all ranks call the same one with the same count, dtype,
   // op and root. Off by default; COHORT_DEBUG=detail turns it on.
   bool debug_checks = false;
+  // Every collective's messages carry its call (collective, count, dtype, op, root), and a rank
+  // that receives another call than its own throws MismatchError on every rank (docs/errors.md,
+  // "Collectives out of step"). Costs nothing measurable on shared memory and TCP, one small
+  // allreduce per collective under MPI. false, or COHORT_CHECK_CALLS=0, turns it off.
+  bool check_calls = true;
   // Keys of this group live under this prefix of the store, so several groups can share one.
   std::string name = "world";
 

@@ -25,11 +25,31 @@ namespace cohort {
 class Store;
 class CollectiveEngine;
 
+// What a collective's messages say about the call that sent them, so that a receiver can tell
+// that the ranks are out of step before it touches the payload (Note [Call stamps] in
+// call_stamp.h). Not part of message matching. kind == 0: unstamped (point-to-point messages,
+// a group's set-up), never checked.
+struct CallStamp {
+  uint64_t count = 0;
+  int32_t root = 0;
+  uint8_t kind = 0;   // CollectiveKind + 1
+  uint8_t dtype = 0;  // DType
+  uint8_t op = 0;     // ReduceOp
+  uint8_t site = 0;   // CallSite: named in errors, not compared
+  bool stamped() const { return kind != 0; }
+  // Whether two ranks made the same call (the site does not count).
+  bool same_call(const CallStamp& o) const {
+    return count == o.count && root == o.root && kind == o.kind && dtype == o.dtype && op == o.op;
+  }
+};
+static_assert(sizeof(CallStamp) == 16, "CallStamp travels in frame headers and shm lines");
+
 // Collective messages use (sequence number, step); point-to-point ones use a separate space
 // so that ranks not taking part in a send/recv keep their collective sequence numbers aligned.
 struct Tag {
   uint64_t channel = 0;  // collective sequence number, or kP2PChannelBit | user tag
   uint64_t step = 0;     // message index within the collective or the p2p stream
+  CallStamp stamp{};     // the collective's call; not compared by == or <
   bool operator==(const Tag& o) const { return channel == o.channel && step == o.step; }
   bool operator<(const Tag& o) const {
     return channel != o.channel ? channel < o.channel : step < o.step;
@@ -88,9 +108,10 @@ class CompletedRequest final : public Request {
 // timeout on one rank is a TimeoutError on every rank.
 struct WireError {
   enum Kind : uint8_t {
-    kGeneric = 0, kTimeout = 1, kPeer = 2, kProtocol = 3, kInvalid = 4, kStore = 5, kConfig = 6
+    kGeneric = 0, kTimeout = 1, kPeer = 2, kProtocol = 3, kInvalid = 4, kStore = 5, kConfig = 6,
+    kMismatch = 7
   };
-  static constexpr uint8_t kLastKind = kConfig;
+  static constexpr uint8_t kLastKind = kMismatch;
   Kind kind = kGeneric;
   int32_t failed_rank = -1;
   std::string message;

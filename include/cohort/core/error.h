@@ -21,6 +21,13 @@ class InvalidArgument : public Error {
   using Error::Error;
 };
 
+// Ranks called different collectives at the same point (another collective, count, dtype, op
+// or root): "collectives out of step". Every rank throws it, naming both calls and both ranks.
+class MismatchError : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
 // A deadline passed. The message names the operation and, for collectives, the missing ranks.
 class TimeoutError : public Error {
  public:

@@ -33,7 +33,7 @@ void allreduce_shm_one_round(Context& ctx, uint8_t* data, size_t count, DType dt
   const size_t bytes = count * dtype_size(dtype);
   const uint64_t round = window.next_round();
   std::memcpy(window.slot(window.rank(), round), data, bytes);
-  window.post_and_wait(round, ctx.deadline(), "allreduce over shared memory");
+  ctx.post_shm_round(round, "allreduce over shared memory");
   uint8_t* sum = ctx.scratch(bytes);
   std::memcpy(sum, window.slot(0, round), bytes);
   for (int r = 1; r < window.size(); ++r) {

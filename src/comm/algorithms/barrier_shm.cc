@@ -8,7 +8,7 @@ namespace cohort::algo {
 // All ranks post an empty round: when the wait returns, every rank has arrived.
 void barrier_shm(Context& ctx) {
   ShmWindow& window = *ctx.shm();
-  window.post_and_wait(window.next_round(), ctx.deadline(), "barrier over shared memory");
+  ctx.post_shm_round(window.next_round(), "barrier over shared memory");
 }
 
 }  // namespace cohort::algo

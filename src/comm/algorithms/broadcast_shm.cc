@@ -16,7 +16,7 @@ void broadcast_shm(Context& ctx, void* data, size_t bytes, int root) {
     const size_t length = std::min(window.slot_bytes(), bytes - offset);
     const uint64_t round = window.next_round();
     if (window.rank() == root) std::memcpy(window.slot(root, round), base + offset, length);
-    window.post_and_wait(round, ctx.deadline(), "broadcast over shared memory");
+    ctx.post_shm_round(round, "broadcast over shared memory");
     if (window.rank() != root) std::memcpy(base + offset, window.slot(root, round), length);
   }
 }

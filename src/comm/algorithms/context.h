@@ -20,9 +20,10 @@ class Context {
  public:
   Context(Transport& transport, uint64_t sequence, Deadline deadline,
           std::vector<uint8_t>& scratch, ShmWindow* shm = nullptr,
-          const Topology* topology = nullptr)
+          const Topology* topology = nullptr, CallStamp stamp = {})
       : transport_(transport),
         sequence_(sequence),
+        stamp_(stamp),
         deadline_(deadline),
         scratch_(scratch),
         shm_(shm),
@@ -41,20 +42,26 @@ class Context {
   // The same collective (sequence number, deadline, scratch) over another transport, for a
   // phase that runs among some of the ranks (transport/rank_subset_transport.h).
   Context over(Transport& transport) const {
-    return Context(transport, sequence_, deadline_, scratch_);
+    return Context(transport, sequence_, deadline_, scratch_, nullptr, nullptr, stamp_);
   }
+
+  // The call every message of this collective is stamped with (Note [Call stamps]).
+  const CallStamp& stamp() const { return stamp_; }
+  // Posts this rank's part of shared-memory round `round` and waits for the others'; throws
+  // MismatchError when a local rank is in another call (Note [Call stamps]).
+  void post_shm_round(uint64_t round, const char* what);
 
   // `step` tells apart the messages of one collective between the same two ranks.
   std::unique_ptr<Request> isend(int peer, uint64_t step, const void* data, size_t bytes) {
-    return transport_.isend(peer, Tag{sequence_, step}, data, bytes, deadline_);
+    return transport_.isend(peer, Tag{sequence_, step, stamp_}, data, bytes, deadline_);
   }
   std::unique_ptr<Request> irecv(int peer, uint64_t step, void* data, size_t bytes) {
-    return transport_.irecv(peer, Tag{sequence_, step}, data, bytes, deadline_);
+    return transport_.irecv(peer, Tag{sequence_, step, stamp_}, data, bytes, deadline_);
   }
   // Receives count elements and combines them into `accumulate` (Transport::irecv_reduce).
   std::unique_ptr<Request> irecv_reduce(int peer, uint64_t step, void* accumulate, size_t count,
                                         DType dtype, ReduceOp op) {
-    return transport_.irecv_reduce(peer, Tag{sequence_, step}, accumulate, count, dtype, op,
+    return transport_.irecv_reduce(peer, Tag{sequence_, step, stamp_}, accumulate, count, dtype, op,
                                    deadline_);
   }
   void send(int peer, uint64_t step, const void* data, size_t bytes) {
@@ -73,6 +80,7 @@ class Context {
  private:
   Transport& transport_;
   uint64_t sequence_;
+  CallStamp stamp_;
   Deadline deadline_;
   std::vector<uint8_t>& scratch_;
   ShmWindow* shm_;

@@ -37,7 +37,7 @@ void ShmRounds::reduce_scatter(size_t j, const uint8_t* in, uint8_t* own_out, DT
     std::memcpy(staging + static_cast<size_t>(p) * part_elems_ * esize_, in + r.begin * esize_,
                 r.count * esize_);
   }
-  window.post_and_wait(round, ctx_.deadline(), what_);
+  ctx_.post_shm_round(round, what_);
   const Range own = part(me, j);
   uint8_t* target = own_out + (own.begin - pieces_[static_cast<size_t>(me)].begin) * esize_;
   if (target != in + own.begin * esize_) {
@@ -63,7 +63,7 @@ void ShmRounds::all_gather(size_t j, const uint8_t* own_in, uint8_t* out) {
   if (out + own.begin * esize_ != source) {
     std::memcpy(out + own.begin * esize_, source, own.count * esize_);
   }
-  window.post_and_wait(round, ctx_.deadline(), what_);
+  ctx_.post_shm_round(round, what_);
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     const Range r = part(p, j);

@@ -14,6 +14,8 @@ WireError WireError::from(std::exception_ptr error) {
     out = {kTimeout, -1, e.what()};
   } catch (const ProtocolError& e) {
     out = {kProtocol, -1, e.what()};
+  } catch (const MismatchError& e) {
+    out = {kMismatch, -1, e.what()};
   } catch (const InvalidArgument& e) {
     out = {kInvalid, -1, e.what()};
   } catch (const StoreError& e) {
@@ -71,6 +73,7 @@ std::exception_ptr WireError::as_exception(int reporting_rank) const {
     case kTimeout: return std::make_exception_ptr(TimeoutError(text));
     case kProtocol: return std::make_exception_ptr(ProtocolError(text));
     case kInvalid: return std::make_exception_ptr(InvalidArgument(text));
+    case kMismatch: return std::make_exception_ptr(MismatchError(text));
     case kStore: return std::make_exception_ptr(StoreError(text));
     case kConfig: return std::make_exception_ptr(ConfigError(text));
     case kGeneric: break;

@@ -37,6 +37,27 @@ void allreduce_loop(cohort::Group& group, long iterations) {
   }
 }
 
+// The out-of-step mistakes users make (docs/errors.md, "Collectives out of step"), with rank 1
+// the odd one out. "count": allreduce of another count; "kind": allgather where the others
+// allreduce, the same number of bytes; "root": broadcast from another root.
+void out_of_step(cohort::Group& group, const std::string& how) {
+  const bool odd = group.rank() == 1;
+  const size_t count = 1024 * static_cast<size_t>(group.size());
+  std::vector<float> data(odd && how == "count" ? 2 * count : count, 1.0f);
+  if (how == "count" || (how == "kind" && !odd)) {
+    group.allreduce(cohort::make_buffer(data));
+  } else if (how == "kind") {
+    std::vector<float> mine(count / static_cast<size_t>(group.size()), 1.0f);
+    group.allgather(cohort::make_buffer(mine), cohort::make_buffer(data));
+  } else if (how == "root") {
+    cohort::CollectiveOptions options;
+    options.root = odd ? 1 : 0;
+    group.broadcast(cohort::make_buffer(data), options);
+  } else {
+    throw cohort::InvalidArgument("unknown out_of_step case " + how);
+  }
+}
+
 void run_scenario(cohort::Group& group, const std::string& scenario, const std::string& param) {
   std::vector<float> small(64, 1.0f);
   if (scenario == "allreduce_loop") {
@@ -49,6 +70,13 @@ void run_scenario(cohort::Group& group, const std::string& scenario, const std::
   } else if (scenario == "count_mismatch") {  // rank <param> passes one element more
     std::vector<float> data(group.rank() == std::atoi(param.c_str()) ? 101 : 100, 1.0f);
     group.allreduce(cohort::make_buffer(data));
+  } else if (scenario == "out_of_step") {  // rank 1 makes another call than the others
+    out_of_step(group, param);
+    // A rank whose part of the bad call was correct, or only sent, may leave it before a peer
+    // sees the mismatch; the group fails at the latest in the next collective that needs the
+    // peer that saw it, which is one of these (docs/errors.md, "Collectives out of step").
+    group.barrier();
+    group.barrier();
   } else if (scenario == "exit_early") {  // rank <param> exits without closing its group
     if (group.rank() == std::atoi(param.c_str())) std::_Exit(3);
     allreduce_loop(group, 1000000);
@@ -87,6 +115,8 @@ int main(int argc, char** argv) {
     report("PeerError", e.failed_rank(), since, e.what());
   } catch (const cohort::TimeoutError& e) {
     report("TimeoutError", -1, since, e.what());
+  } catch (const cohort::MismatchError& e) {
+    report("MismatchError", -1, since, e.what());
   } catch (const cohort::InvalidArgument& e) {
     report("InvalidArgument", -1, since, e.what());
   } catch (const std::exception& e) {

@@ -15,6 +15,7 @@
 #include <random>
 #include <sstream>
 
+#include "call_stamp.h"
 #include "cohort/comm/store.h"
 #include "cohort/comm/transport.h"
 #include "cohort/core/check.h"
@@ -47,7 +48,11 @@ constexpr int32_t kAborted = 2;
 struct alignas(kLine) ShmRankLine {
   std::atomic<uint64_t> posted;
   std::atomic<int32_t> pid;
+  // The call of round g is in calls[g % 2], written before `posted` says g is done (as the
+  // slots are, and reused on the same terms: Note [Slot reuse]).
+  ShmRoundCall calls[2];
 };
+static_assert(sizeof(ShmRankLine) == kLine, "a rank's control line is one cache line");
 
 namespace {
 
@@ -190,11 +195,17 @@ bool process_is_gone(pid_t pid) {
 
 }  // namespace
 
-// Note [Shared-memory waits].
 void ShmWindow::post_and_wait(uint64_t round, Deadline deadline, const char* what) {
+  post_and_wait(round, ShmRoundCall{}, deadline, what);
+}
+
+// Note [Shared-memory waits].
+void ShmWindow::post_and_wait(uint64_t round, const ShmRoundCall& call, Deadline deadline,
+                              const char* what) {
   // A rank that failed may have posted a round it never finished: after an abort nothing that
   // is in the slots may be used, even when every counter says the round is complete.
   rethrow_if_aborted();
+  lines_[rank_].calls[round & 1] = call;
   lines_[rank_].posted.store(round + 1, std::memory_order_release);
   constexpr int kSpins = 4000;
   constexpr int kPollsBetweenChecks = 256;
@@ -211,6 +222,19 @@ void ShmWindow::post_and_wait(uint64_t round, Deadline deadline, const char* wha
       ::sched_yield();
       if (polls % kPollsBetweenChecks == 0) check_alive(deadline, what);
     }
+  }
+  if (call.stamp.stamped()) check_same_call(round, call);
+}
+
+// Note [Call stamps]: every local rank compares every other's call of the round, so each one
+// throws (naming the lowest rank that differs) without waiting for an abort to reach it.
+void ShmWindow::check_same_call(uint64_t round, const ShmRoundCall& mine) const {
+  for (int r = 0; r < size_; ++r) {
+    const ShmRoundCall& theirs = lines_[r].calls[round & 1];
+    if (r == rank_ || !theirs.stamp.stamped()) continue;
+    if (theirs.sequence == mine.sequence && theirs.stamp.same_call(mine.stamp)) continue;
+    throw call_mismatch(mine.sequence, group_ranks_[static_cast<size_t>(rank_)], mine.stamp,
+                        theirs.sequence, group_ranks_[static_cast<size_t>(r)], theirs.stamp);
   }
 }
 

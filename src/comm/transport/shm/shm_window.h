@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "cohort/comm/transport.h"
 #include "cohort/core/deadline.h"
 #include "transport/shm/shm_segment.h"
 
@@ -39,6 +40,13 @@ namespace cohort {
 
 class Store;
 struct ShmHeader;
+
+// The call a rank makes in one round (Note [Call stamps] in call_stamp.h).
+struct ShmRoundCall {
+  uint64_t sequence = 0;  // the group's collective sequence number
+  CallStamp stamp{};      // unstamped: not checked (attaching, COHORT_CHECK_CALLS=0)
+};
+
 struct ShmRankLine;
 
 class ShmWindow {
@@ -67,7 +75,11 @@ class ShmWindow {
   uint64_t next_round() { return round_++; }
   // Publishes that this rank finished writing its slot of `round`, and waits until every rank
   // has. Note [Slot reuse] in algorithms/shm_rounds.h says why one wait per round suffices.
-  void post_and_wait(uint64_t round, Deadline deadline, const char* what);
+  // Every rank that posts a stamped `call` checks that the others posted the same one, and
+  // throws MismatchError when not.
+  void post_and_wait(uint64_t round, const ShmRoundCall& call, Deadline deadline,
+                     const char* what);
+  void post_and_wait(uint64_t round, Deadline deadline, const char* what);  // unstamped
 
   // Makes every rank's pending and later waits throw `error` (as the TCP transport relays an
   // abort: same type, "rank R aborted the group: ..."). The first abort wins. Never throws.
@@ -78,6 +90,7 @@ class ShmWindow {
             size_t slot_bytes);
   void check_alive(Deadline deadline, const char* what) const;
   void rethrow_if_aborted() const;  // the error a rank stored with abort(), if any
+  void check_same_call(uint64_t round, const ShmRoundCall& mine) const;
 
   ShmSegment segment_;
   int rank_;

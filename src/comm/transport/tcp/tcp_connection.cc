@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 
+#include "call_stamp.h"
 #include "cohort/core/logging.h"
 #include "reduce_kernels.h"
 
@@ -162,9 +163,11 @@ std::unique_ptr<Request> Connection::send(Tag tag, const void* data, size_t byte
   {
     std::lock_guard<std::mutex> state(mutex_);
     if (error_) std::rethrow_exception(error_);
+    note_local_call(tag);
   }
   auto frame = std::make_shared<Outgoing>();
-  frame->header = FrameHeader{kFrameMagic, kData, {0, 0, 0}, tag.channel, tag.step, bytes};
+  frame->header =
+      FrameHeader{kFrameMagic, kData, {0, 0, 0}, tag.channel, tag.step, bytes, tag.stamp};
   frame->parts[1] = {const_cast<void*>(data), bytes};
   frame->deadline = deadline;
   return enqueue(std::move(frame), /*control=*/false);
@@ -174,7 +177,7 @@ void Connection::send_control(FrameType type, const std::string& payload,
                               Deadline deadline) noexcept {
   try {
     auto frame = std::make_shared<Outgoing>();
-    frame->header = FrameHeader{kFrameMagic, type, {0, 0, 0}, 0, 0, payload.size()};
+    frame->header = FrameHeader{kFrameMagic, type, {0, 0, 0}, 0, 0, payload.size(), {}};
     frame->payload = payload;
     frame->parts[1] = {frame->payload.data(), frame->payload.size()};
     frame->deadline = deadline;
@@ -293,6 +296,7 @@ std::unique_ptr<Request> Connection::post_recv_reduce(Tag tag, void* accumulate,
 std::unique_ptr<Request> Connection::post(Tag tag, std::shared_ptr<Pending> pending,
                                           Deadline deadline) {
   std::lock_guard<std::mutex> lock(mutex_);
+  note_local_call(tag);
   auto it = unexpected_.find(tag);
   if (it != unexpected_.end()) {
     Unexpected message = std::move(it->second.front());
@@ -362,6 +366,37 @@ void Connection::fail(std::exception_ptr error) {
   changed_.notify_all();
 }
 
+// Note [Call stamps]: a message must come from the same call as this rank's own messages and
+// receives of that collective (channel), whichever steps they are for: algorithms chosen for
+// different calls number their messages differently, and a rank may only send in a collective
+// (a broadcast root), so matching (channel, step) pairs alone would miss most mismatches. A
+// rank that only sends can leave the collective before the peer's message shows the mismatch:
+// its next call on the group then throws.
+void Connection::note_local_call(const Tag& tag) {
+  if (!tag.stamp.stamped()) return;
+  for (auto it = unexpected_.lower_bound(Tag{tag.channel, 0});
+       it != unexpected_.end() && it->first.channel == tag.channel; ++it) {
+    for (const auto& message : it->second) check_same_call(tag.channel, tag.stamp, message.stamp);
+  }
+  for (const auto& call : recent_calls_) {
+    if (call.channel == tag.channel) return;  // one call per collective
+  }
+  recent_calls_[next_recent_call_++ % recent_calls_.size()] = {tag.channel, tag.stamp};
+}
+
+void Connection::check_against_local_calls(const Tag& message) const {
+  if (!message.stamp.stamped()) return;
+  for (const auto& call : recent_calls_) {
+    if (call.channel == message.channel) check_same_call(message.channel, call.stamp, message.stamp);
+  }
+}
+
+void Connection::check_same_call(uint64_t channel, const CallStamp& mine,
+                                 const CallStamp& theirs) const {
+  if (!mine.stamped() || !theirs.stamped() || mine.same_call(theirs)) return;
+  throw call_mismatch(channel, rank_, mine, channel, peer_, theirs);
+}
+
 std::exception_ptr Connection::size_mismatch(const Tag& tag, size_t sent, size_t expected) const {
   return std::make_exception_ptr(ProtocolError(
       "rank " + std::to_string(peer_) + " sent " + std::to_string(sent) + " bytes where rank " +
@@ -375,6 +410,12 @@ void Connection::reader_loop() noexcept {
     for (;;) read_frame();
   } catch (const net::NetError& e) {
     on_disconnect(e.what());
+  } catch (const MismatchError& e) {
+    // The peer is in another collective (Note [Call stamps]): the stream is out of step and
+    // the transport fails with the error as it is, to be relayed to every rank.
+    auto error = std::make_exception_ptr(e);
+    fail(error);
+    sink_.on_connection_failed(peer_, error);
   } catch (const ProtocolError& e) {
     auto error = std::make_exception_ptr(
         PeerError(peer_, "rank " + std::to_string(peer_) + " (" + peer_address_ +
@@ -456,11 +497,12 @@ void Connection::finish(const std::shared_ptr<Pending>& pending, std::exception_
 }
 
 void Connection::receive_data(const FrameHeader& header) {
-  const Tag tag{header.channel, header.step};
+  const Tag tag{header.channel, header.step, header.stamp};
   const size_t bytes = static_cast<size_t>(header.bytes);
   std::shared_ptr<Pending> pending;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    check_against_local_calls(tag);
     pending = claim_posted(tag);
   }
   if (pending) {
@@ -484,6 +526,7 @@ void Connection::receive_data(const FrameHeader& header) {
   // address space only until the bytes actually arrive.
   Unexpected message;
   message.bytes = bytes;
+  message.stamp = tag.stamp;
   message.data.reset(new (std::nothrow) uint8_t[bytes > 0 ? bytes : 1]);
   if (!message.data) {
     throw ProtocolError("cannot buffer a " + std::to_string(bytes) + "-byte message");

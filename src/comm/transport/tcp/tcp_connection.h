@@ -4,6 +4,7 @@
 // (Note [Claimed receives]).
 #pragma once
 
+#include <array>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -64,6 +65,7 @@ class Connection {
   struct Unexpected {
     std::unique_ptr<uint8_t[]> data;
     size_t bytes = 0;
+    CallStamp stamp{};  // the sending call
   };
   // A frame waiting in the outbox, or being written by the sender thread.
   struct Outgoing {
@@ -96,6 +98,12 @@ class Connection {
   void finish(const std::shared_ptr<Pending>& pending, std::exception_ptr error);
   void deliver_buffered(const Tag& tag, Unexpected message);
   void on_disconnect(const std::string& reason);
+  // Note [Call stamps], under mutex_: a send or receive of this rank records its call and
+  // checks the messages already buffered for its collective; an arriving message is checked
+  // against this rank's calls. Both throw MismatchError.
+  void note_local_call(const Tag& tag);
+  void check_against_local_calls(const Tag& message) const;
+  void check_same_call(uint64_t channel, const CallStamp& mine, const CallStamp& theirs) const;
   std::exception_ptr size_mismatch(const Tag& tag, size_t sent, size_t expected) const;
   void remove_posted(const Tag& tag, const std::shared_ptr<Pending>& pending);
 
@@ -116,6 +124,14 @@ class Connection {
   std::condition_variable changed_;
   std::map<Tag, std::deque<std::shared_ptr<Pending>>> posted_;
   std::map<Tag, std::deque<Unexpected>> unexpected_;
+  // This rank's last collectives on this connection: a peer's message may arrive after this
+  // rank has finished its part of the collective (a root that only sends).
+  struct LocalCall {
+    uint64_t channel = ~0ULL;
+    CallStamp stamp{};
+  };
+  std::array<LocalCall, 4> recent_calls_{};
+  size_t next_recent_call_ = 0;
   std::exception_ptr error_;  // set once the connection or the transport failed
   bool peer_left_ = false;    // the peer said goodbye (closing its group normally)
   bool stopping_ = false;     // our destructor is running

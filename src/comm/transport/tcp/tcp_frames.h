@@ -3,7 +3,7 @@
 // Handshake (connector -> acceptor, once per connection): Hello{magic, version, world size,
 // connector rank, 16-byte group secret}; the acceptor answers one byte (1 = accepted) or closes.
 // Then frames in both directions: FrameHeader + payload. kData carries a message for (channel,
-// step); kAbort carries an encoded WireError; kGoodbye says the sender closed its group.
+// step) and the call that sent it; kAbort carries an encoded WireError; kGoodbye says the sender closed its group.
 #pragma once
 
 #include <array>
@@ -16,7 +16,7 @@ namespace cohort::tcp {
 
 inline constexpr uint32_t kHelloMagic = 0x43485448;  // "CHTH"
 inline constexpr uint32_t kFrameMagic = 0x43484652;  // "CHFR"
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;  // 2: frames carry a CallStamp
 inline constexpr size_t kSecretBytes = 16;
 // Largest message a frame may announce (1 TiB): larger is corruption, not data.
 inline constexpr uint64_t kMaxMessageBytes = 1ULL << 40;
@@ -43,6 +43,7 @@ struct FrameHeader {
   uint64_t channel;
   uint64_t step;
   uint64_t bytes;
+  CallStamp stamp;  // kData: the sender's call (Note [Call stamps] in call_stamp.h)
 };
 #pragma pack(pop)
 
