@@ -8,7 +8,9 @@
 
 namespace cohort {
 
-std::shared_ptr<Group> init(InitOptions options) { return init(read_launch_env(), options); }
+std::shared_ptr<Group> init(InitOptions options) {
+  return init(read_launch_env(), options);
+}
 
 Backend parse_backend(const std::string& text) {
   if (text == "auto") return Backend::kAuto;
@@ -29,6 +31,10 @@ Backend resolve_backend(Backend requested, const LaunchEnv& env) {
   return mpi_launcher && mpi_backend_built() ? Backend::kMpi : Backend::kNative;
 }
 
+bool is_loopback_name(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 }  // namespace
 
 std::shared_ptr<Group> init(const LaunchEnv& env, InitOptions options) {
@@ -38,6 +44,12 @@ std::shared_ptr<Group> init(const LaunchEnv& env, InitOptions options) {
   options.group = options.group.resolved();
   if (env.world_size == 1) {
     return Group::create(std::make_shared<MemoryStore>(), 0, 1, options.group);
+  }
+  // Every rank on this machine (the launcher says so, or the store is only reachable from
+  // here): peers reach each other over loopback, and rank listeners listen there only.
+  if (options.group.host.empty() &&
+      (env.local_world_size == env.world_size || is_loopback_name(env.master_addr))) {
+    options.group.host = "127.0.0.1";
   }
   TcpStoreOptions store;
   store.host = env.master_addr;

@@ -4,10 +4,12 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -45,9 +47,9 @@ TEST(ShmCollectives, ChosenForEveryCollectiveThatHasThem) {
   for (const auto& group : groups) {
     EXPECT_EQ(group->num_nodes(), 1);
     EXPECT_EQ(group->local_size(), 3);
-    for (CollectiveKind kind : {CollectiveKind::kAllreduce, CollectiveKind::kBroadcast,
-                                CollectiveKind::kAllgather, CollectiveKind::kReduceScatter,
-                                CollectiveKind::kBarrier}) {
+    for (CollectiveKind kind :
+         {CollectiveKind::kAllreduce, CollectiveKind::kBroadcast, CollectiveKind::kAllgather,
+          CollectiveKind::kReduceScatter, CollectiveKind::kBarrier}) {
       for (size_t bytes : {size_t{4096}, size_t{64} << 20}) {
         EXPECT_EQ(group->algorithm_for(kind, bytes), Algorithm::kShm) << collective_name(kind);
       }
@@ -97,7 +99,8 @@ TEST(ShmCollectives, AllgatherOfEveryBlockSize) {
         size_t wrong = out.back() != 0xee;  // nothing written past the end
         for (int r = 0; r < world; ++r) {
           for (size_t i = 0; i < block; ++i) {
-            wrong += out[static_cast<size_t>(r) * block + i] != static_cast<uint8_t>(r * 17 + i % 253);
+            wrong +=
+                out[static_cast<size_t>(r) * block + i] != static_cast<uint8_t>(r * 17 + i % 253);
           }
         }
         testing::fail_if(group, wrong ? std::to_string(wrong) + " bytes wrong" : "", "world ",
@@ -175,14 +178,26 @@ std::shared_ptr<TcpStore> store_server() {
 }
 
 std::vector<testing::ChildProcess> start_ranks(const TcpStore& store, int size,
-                                               const std::string& scenario) {
+                                               const std::string& scenario,
+                                               const std::vector<std::string>& env = {}) {
   std::vector<testing::ChildProcess> ranks;
   for (int r = 0; r < size; ++r) {
     ranks.emplace_back(std::vector<std::string>{COHORT_TEST_WORKER, std::to_string(store.port()),
                                                 std::to_string(r), std::to_string(size), scenario},
-                       std::vector<std::string>{});
+                       env);
   }
   return ranks;
+}
+
+// The segments rank 0 (the creator, pid `creator`) named: "cohort-<token>-<pid>-<nonce>", hex.
+std::set<std::string> segments_of(pid_t creator) {
+  std::ostringstream pid;
+  pid << "-" << std::hex << creator << "-";
+  std::set<std::string> names;
+  for (const std::string& name : cohort_segments()) {
+    if (name.find(pid.str()) != std::string::npos) names.insert(name);
+  }
+  return names;
 }
 
 TEST(ShmSegments, NothingIsLeftAfterANormalExit) {
@@ -206,6 +221,54 @@ TEST(ShmSegments, NothingIsLeftWhenARankIsKilled) {
     ranks[r].wait(10s);
   }
   EXPECT_EQ(cohort_segments(), before);
+}
+
+// Note [Shared-memory lifetime]: a rank ended at any step of the window's creation, by SIGKILL
+// or SIGTERM, alone or with every other rank (an interrupted launcher), leaves no name behind.
+// The worker ends itself exactly at the step (ShmWindow::set_creation_hook), so every case is
+// the same on every run.
+struct CreationKill {
+  const char* step;
+  int rank;
+  int signal;
+  const char* who;  // "self": that rank only; "all": every rank at that moment
+};
+
+std::string describe(const CreationKill& k) {
+  return std::string(k.who) + " signal " + std::to_string(k.signal) + " when rank " +
+         std::to_string(k.rank) + " reaches " + k.step;
+}
+
+TEST(ShmSegments, NothingIsLeftWhenRanksAreEndedDuringCreation) {
+  std::vector<CreationKill> cases;
+  for (int signal : {SIGKILL, SIGTERM}) {
+    for (const char* who : {"self", "all"}) {
+      if (signal == SIGKILL && std::string(who) == "all") continue;  // the launcher's part
+      for (const char* step : {"named", "created", "published"})
+        cases.push_back({step, 0, signal, who});
+      for (const char* step : {"opened", "attached"}) {
+        for (int rank : {0, 2}) cases.push_back({step, rank, signal, who});
+      }
+    }
+  }
+  for (const CreationKill& k : cases) {
+    SCOPED_TRACE(describe(k));
+    auto store = store_server();
+    const std::string plan = std::string("COHORT_TEST_SHM_KILL=") + k.step + ":" +
+                             std::to_string(k.rank) + ":" + std::to_string(k.signal) + ":" + k.who;
+    auto ranks = start_ranks(*store, 3, "allreduce_once", {plan, "COHORT_TIMEOUT_S=30"});
+    std::vector<int> status;
+    for (auto& r : ranks) status.push_back(r.wait(60s));
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      ASSERT_NE(status[r], -1) << "rank " << r << " did not end: " << ranks[r].output();
+    }
+    // The step was reached and the signal ended the rank there: the case did happen.
+    EXPECT_EQ(status[static_cast<size_t>(k.rank)], 128 + k.signal) << ranks[k.rank].output();
+    EXPECT_EQ(segments_of(ranks[0].pid()), std::set<std::string>{});
+    for (const std::string& name : segments_of(ranks[0].pid())) {
+      ::shm_unlink(("/" + name).c_str());  // one failing case must not fail the next ones
+    }
+  }
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "cohort/comm/memory_store.h"
@@ -24,15 +24,17 @@ TEST(TcpGroup, AllreduceEveryAlgorithmAndSize) {
       for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kDirect, Algorithm::kAuto}) {
         for (size_t count : {size_t{0}, size_t{1}, size_t{1000}, size_t{(1 << 20) + 3}}) {
           std::vector<float> data(count);
-          for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>(testing::sweep_value(ReduceOp::kSum, rank, i));
+          for (size_t i = 0; i < count; ++i)
+            data[i] = static_cast<float>(testing::sweep_value(ReduceOp::kSum, rank, i));
           CollectiveOptions opts;
           opts.algorithm = algorithm;
           groups[rank]->allreduce(make_buffer(data), opts);
           for (size_t i = 0; i < count; ++i) {
             const double want = testing::sweep_expected(ReduceOp::kSum, world, i);
             if (data[i] != want) {
-              testing::fail_if(*groups[rank], "element " + std::to_string(i) + " is " +
-                               std::to_string(data[i]) + ", want " + std::to_string(want),
+              testing::fail_if(*groups[rank],
+                               "element " + std::to_string(i) + " is " + std::to_string(data[i]) +
+                                   ", want " + std::to_string(want),
                                algorithm_name(algorithm), " count ", count, " world ", world);
             }
           }
@@ -77,8 +79,10 @@ TEST(TcpGroup, DebugModeNamesCountMismatch) {
     }
   });
   for (int rank : {0, 1}) {
-    EXPECT_NE(errors[rank].find("ranks 0 called allreduce(count=100"), std::string::npos) << errors[rank];
-    EXPECT_NE(errors[rank].find("ranks 1 called allreduce(count=99"), std::string::npos) << errors[rank];
+    EXPECT_NE(errors[rank].find("ranks 0 called allreduce(count=100"), std::string::npos)
+        << errors[rank];
+    EXPECT_NE(errors[rank].find("ranks 1 called allreduce(count=99"), std::string::npos)
+        << errors[rank];
   }
 }
 
@@ -150,6 +154,53 @@ TEST(TcpGroup, ManyAsyncCollectivesInFlight) {
     for (auto& b : buffers) {
       testing::fail_if(*groups[rank], b.back() == 3.0f ? "" : "wrong async result", "async");
     }
+  });
+}
+
+// ---------------------------------------------------------------- Note [Concurrent handshakes]
+
+// A store that, before it publishes a rank's listener address (tcp/addr/<rank>), opens
+// `silent` connections to that listener which never send a byte: they are first in its
+// accept queue, ahead of every real rank.
+class SilentConnectionsStore : public MemoryStore {
+ public:
+  using Store::set;
+  explicit SilentConnectionsStore(int silent) : silent_(silent) {}
+
+  void set(const std::string& key, const Bytes& value) override {
+    if (key.find("tcp/addr/") != std::string::npos) {
+      const auto endpoint = net::Endpoint::parse(to_string(value));
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (int i = 0; i < silent_; ++i) {
+        sockets_.push_back(net::Socket::connect(endpoint.host, endpoint.port,
+                                                Deadline::after(std::chrono::seconds(5))));
+      }
+    }
+    MemoryStore::set(key, value);
+  }
+
+ private:
+  const int silent_;
+  std::mutex mutex_;
+  std::vector<net::Socket> sockets_;
+};
+
+// Three silent connections per listener, each allowed 5 s one after another, used to hold a
+// group's creation for 15 s per rank. The group's deadline here is 12 s, so only handshakes
+// served side by side let it finish (the silent connections stay open on our side throughout).
+TEST(TcpGroup, SilentConnectionsToTheListenersDoNotHoldUpTheGroup) {
+  const int world = 4;
+  auto store = std::make_shared<SilentConnectionsStore>(3);
+  GroupOptions options = testing::quick_options(std::chrono::seconds(12));
+  options.host = "127.0.0.1";
+  options.shared_memory = false;
+  std::vector<std::shared_ptr<Group>> groups(world);
+  run_ranks(world, [&](int rank) { groups[rank] = Group::create(store, rank, world, options); });
+  run_ranks(world, [&](int rank) {
+    std::vector<float> data(16, 1.0f);
+    groups[rank]->allreduce(make_buffer(data));
+    testing::fail_if(*groups[rank], data[0] == world ? "" : "wrong allreduce result", "rank ",
+                     rank);
   });
 }
 

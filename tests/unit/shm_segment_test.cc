@@ -32,6 +32,7 @@ TEST(ShmWindow, ASegmentOfAnotherJobIsRefused) {
   const std::string name = unique_name("foreign");
   ShmSegment foreign = ShmSegment::create(name, 8 << 20);  // zero-filled: no magic, no nonce
   MemoryStore store;
+  store.set("shm/pid", std::to_string(::getpid()));
   store.set("shm/name", name);
   store.set("shm/nonce", std::string("12345"));
   try {

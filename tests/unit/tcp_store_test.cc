@@ -3,6 +3,9 @@
 // from raw sockets, shutdown while clients are blocked, and concurrency through one client.
 // Servers bind 127.0.0.1 on a free port and every timeout is short, so each test takes well
 // under a few seconds; a hang fails at a deadline instead of blocking.
+#include "cohort/comm/tcp_store.h"
+
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -15,10 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "cohort/comm/prefix_store.h"
-#include "cohort/comm/tcp_store.h"
 #include "cohort/core/error.h"
 #include "net/socket.h"
 #include "rendezvous/tcp_store_protocol.h"
@@ -460,6 +460,41 @@ TEST_F(TcpStoreTest, ConnectionsBeyondTheLimitAreRefused) {
   }
 }
 
+// Note [Abandoned waits]: a client that asks for a long WAIT and closes its socket must not keep
+// its thread and connection slot. With a limit of one connection, a second client is served
+// only once the server has let the abandoned wait go (it asked for an hour).
+TEST_F(TcpStoreTest, AWaitWhoseClientHungUpFreesItsConnection) {
+  TcpStoreServerOptions so = server_options();
+  so.max_connections = 1;
+  TcpStoreServer server(so);
+  {
+    net::Socket abandoning = raw_connect(server.port());
+    const Bytes hello = hello_frame(kToken);
+    abandoning.write_all(hello.data(), hello.size(), Deadline::after(2000ms));
+    uint8_t ok[store_wire::kHeaderBytes];
+    abandoning.read_all(ok, sizeof ok, Deadline::after(2000ms));
+    ASSERT_EQ(store_wire::decode_header(ok, 0).op, Op::kOk);
+    store_wire::Request wait;
+    wait.op = Op::kWait;
+    wait.keys = {"never-set"};
+    wait.timeout_ms = 3600 * 1000;
+    const Bytes request = request_frame(wait);
+    abandoning.write_all(request.data(), request.size(), Deadline::after(2000ms));
+  }  // closed: the server reads the WAIT (it precedes the end of stream) and blocks on it
+  const Deadline deadline = Deadline::after(5000ms);
+  for (;;) {
+    try {
+      TcpStore next(client_options(server.port()));
+      next.set("slot", "free");
+      break;
+    } catch (const StoreError& e) {
+      ASSERT_FALSE(deadline.expired())
+          << "the abandoned wait still holds the only slot: " << e.what();
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+}
+
 // ---------------------------------------------------------------- the job token
 
 TEST_F(TcpStoreTest, WrongTokenIsRefusedAndTheServerKeepsServing) {
@@ -508,7 +543,8 @@ TEST_F(TcpStoreTest, FuzzRandomBytesNeverCrashOrHangTheServer) {
     Bytes junk(rng() % 64);
     for (auto& b : junk) b = static_cast<uint8_t>(rng());
     // Some rounds start like a real frame so that the parser gets past the magic.
-    if (round % 3 == 1 && junk.size() >= 6) std::copy(valid.begin(), valid.begin() + 6, junk.begin());
+    if (round % 3 == 1 && junk.size() >= 6)
+      std::copy(valid.begin(), valid.begin() + 6, junk.begin());
     if (round % 3 == 2) junk.insert(junk.begin(), valid.begin(), valid.begin() + 5);
     net::Socket s = raw_connect(server.port());
     send_and_drain(s, junk);
@@ -576,7 +612,8 @@ TEST_F(TcpStoreTest, FuzzGarbageAfterAValidHello) {
     } else {
       // A valid SET with a few bytes flipped.
       Bytes f = set_frame("k" + std::to_string(round), "some value");
-      for (int flips = 0; flips < 3; ++flips) f[rng() % f.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+      for (int flips = 0; flips < 3; ++flips)
+        f[rng() % f.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
       data.insert(data.end(), f.begin(), f.end());
     }
     net::Socket s = raw_connect(server.port());

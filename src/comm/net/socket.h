@@ -92,6 +92,7 @@ class Listener {
 
   uint16_t port() const { return port_; }
   bool valid() const { return socket_.valid(); }
+  int fd() const { return socket_.fd(); }  // to poll() it beside other sockets
   // Waits for a connection until `deadline`; returns an invalid Socket on timeout.
   Socket accept(Deadline deadline);
   void shutdown() noexcept { socket_.shutdown(); }

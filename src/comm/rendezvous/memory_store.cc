@@ -39,8 +39,12 @@ void MemoryStore::set(const std::string& key, const Bytes& value) {
 }
 
 Bytes MemoryStore::get(const std::string& key, Milliseconds timeout) {
+  return get(key, timeout, WaitCheck{Milliseconds(0), nullptr});
+}
+
+Bytes MemoryStore::get(const std::string& key, Milliseconds timeout, const WaitCheck& check) {
   std::unique_lock<std::mutex> lock(mutex_);
-  const auto missing = wait_locked(lock, {key}, Deadline::after(timeout));
+  const auto missing = wait_locked(lock, {key}, Deadline::after(timeout), &check);
   if (!missing.empty()) {
     throw TimeoutError("store get('" + key + "') timed out after " +
                        std::to_string(timeout.count()) + " ms: the key was never set");
@@ -81,8 +85,13 @@ Bytes MemoryStore::compare_set(const std::string& key, const Bytes& expected,
 }
 
 void MemoryStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
+  wait(keys, timeout, WaitCheck{Milliseconds(0), nullptr});
+}
+
+void MemoryStore::wait(const std::vector<std::string>& keys, Milliseconds timeout,
+                       const WaitCheck& check) {
   std::unique_lock<std::mutex> lock(mutex_);
-  const auto missing = wait_locked(lock, keys, Deadline::after(timeout));
+  const auto missing = wait_locked(lock, keys, Deadline::after(timeout), &check);
   if (!missing.empty()) {
     throw TimeoutError("store wait timed out after " + std::to_string(timeout.count()) +
                        " ms; keys never set: " + join_keys(missing));
@@ -91,7 +100,10 @@ void MemoryStore::wait(const std::vector<std::string>& keys, Milliseconds timeou
 
 std::vector<std::string> MemoryStore::wait_locked(std::unique_lock<std::mutex>& lock,
                                                   const std::vector<std::string>& keys,
-                                                  Deadline deadline) {
+                                                  Deadline deadline, const WaitCheck* check) {
+  const bool checked = check != nullptr && check->run && check->interval.count() > 0;
+  // Its own clock: sets of other keys wake this wait often, and must not postpone the check.
+  Deadline next_check = checked ? Deadline::after(check->interval) : Deadline::never();
   std::vector<std::string> missing;
   for (;;) {
     check_open();
@@ -100,7 +112,13 @@ std::vector<std::string> MemoryStore::wait_locked(std::unique_lock<std::mutex>& 
       if (!table_.count(k)) missing.push_back(k);
     }
     if (missing.empty() || deadline.expired()) return missing;
-    changed_.wait_until(lock, deadline.at());
+    changed_.wait_until(lock, deadline.min(next_check).at());
+    if (checked && next_check.expired()) {
+      lock.unlock();  // the check may make a system call; nobody else must wait on it
+      check->run();
+      lock.lock();
+      next_check = Deadline::after(check->interval);
+    }
   }
 }
 

@@ -18,6 +18,15 @@
 //  - The destructor shuts the listener and every socket down, wakes blocked get/wait calls
 //    (MemoryStore::shutdown) and joins every thread; idle connection threads also poll the
 //    stop flag, so none can outlive the server.
+//
+// Note [Abandoned waits]
+// A GET or WAIT may block for as long as its client asks (up to 30 days). While it blocks, its
+// thread checks every kHangupPollInterval whether the client has closed its end; if so the wait
+// ends at once, which frees the thread and the connection slot. A client that vanishes without
+// closing (its host lost power) is noticed by TCP keepalive the same way. The protocol has no
+// use for a half-closed connection: a client that shuts down its sending side has gone too.
+#include <poll.h>
+
 #include <algorithm>
 #include <atomic>
 #include <list>
@@ -42,6 +51,16 @@ namespace {
 constexpr Milliseconds kStopPollInterval{250};
 // Writing a refusal to a peer we are about to drop must not stall the accept loop.
 constexpr Milliseconds kRefusalWriteTimeout{100};
+// How soon a blocked GET/WAIT notices that its client has gone (Note [Abandoned waits]).
+constexpr Milliseconds kHangupPollInterval{100};
+
+// Note [Abandoned waits]: throws once the client has closed its end (or the connection broke).
+void throw_if_hung_up(const net::Socket& socket, const std::string& peer) {
+  pollfd entry{socket.fd(), POLLRDHUP, 0};
+  if (::poll(&entry, 1, 0) > 0 && (entry.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+    throw net::NetError(peer + " closed its connection while its request was waiting", 0);
+  }
+}
 }  // namespace
 
 class TcpStoreServer::Impl {
@@ -70,7 +89,7 @@ class TcpStoreServer::Impl {
   void serve_requests(Connection& c);
   // Waits until a frame starts arriving; false at the deadline or when the server stops.
   bool wait_for_frame(net::Socket& socket, Deadline deadline) const;
-  Bytes execute(const Request& r);
+  Bytes execute(Connection& c, const Request& r);
   void send(Connection& c, Op op, const Bytes& payload);
   std::string where() const { return "store server on port " + std::to_string(port_); }
 
@@ -95,7 +114,8 @@ TcpStoreServer::Impl::Impl(TcpStoreServerOptions options) : options_(std::move(o
   listener_ = net::Listener::bind(options_.bind_host, options_.port);
   port_ = listener_.port();
   if (options_.token.empty()) {
-    COHORT_LOG(kInfo, where(), ": no job token set (COHORT_JOB_TOKEN), so every client that "
+    COHORT_LOG(kInfo, where(),
+               ": no job token set (COHORT_JOB_TOKEN), so every client that "
                "can reach the port is served");
   }
   acceptor_ = std::thread([this] { accept_loop(); });
@@ -165,8 +185,7 @@ void TcpStoreServer::Impl::admit(net::Socket socket) {
   }
 }
 
-void TcpStoreServer::Impl::refuse(net::Socket& socket, ErrorCode code,
-                                  const std::string& message) {
+void TcpStoreServer::Impl::refuse(net::Socket& socket, ErrorCode code, const std::string& message) {
   try {
     write_frame(socket, Op::kError, encode_error(code, message),
                 Deadline::after(kRefusalWriteTimeout));
@@ -256,14 +275,13 @@ void TcpStoreServer::Impl::serve_requests(Connection& c) {
     Frame frame = read_frame(c.socket, kMaxPayloadBytes, Deadline::after(options_.frame_timeout),
                              options_.frame_timeout);
     if (!is_request(frame.op) || frame.op == Op::kHello) {
-      throw ProtocolError(std::string("expected a request, got a ") + op_name(frame.op) +
-                          " frame");
+      throw ProtocolError(std::string("expected a request, got a ") + op_name(frame.op) + " frame");
     }
     const Request request = decode_request(frame.op, frame.payload);
     frame.payload = Bytes();  // a 64 MiB value should not be held twice
     Bytes reply;
     try {
-      reply = execute(request);
+      reply = execute(c, request);
     } catch (const TimeoutError& e) {
       send(c, Op::kError, encode_error(ErrorCode::kTimeout, e.what()));
       continue;
@@ -278,17 +296,19 @@ void TcpStoreServer::Impl::serve_requests(Connection& c) {
   }
 }
 
-Bytes TcpStoreServer::Impl::execute(const Request& r) {
+Bytes TcpStoreServer::Impl::execute(Connection& c, const Request& r) {
   const Milliseconds timeout(r.timeout_ms < static_cast<uint64_t>(kMaxTimeout.count())
                                  ? static_cast<int64_t>(r.timeout_ms)
                                  : kMaxTimeout.count());
+  const MemoryStore::WaitCheck client_still_there{kHangupPollInterval,
+                                                  [&c] { throw_if_hung_up(c.socket, c.peer); }};
   Writer w;
   switch (r.op) {
     case Op::kSet: table_.set(r.key, r.value); break;
-    case Op::kGet: w.bytes(table_.get(r.key, timeout)); break;
+    case Op::kGet: w.bytes(table_.get(r.key, timeout, client_still_there)); break;
     case Op::kAdd: w.i64(table_.add(r.key, r.delta)); break;
     case Op::kCompareSet: w.bytes(table_.compare_set(r.key, r.expected, r.value)); break;
-    case Op::kWait: table_.wait(r.keys, timeout); break;
+    case Op::kWait: table_.wait(r.keys, timeout, client_still_there); break;
     case Op::kDeleteKey: w.u8(table_.delete_key(r.key) ? 1 : 0); break;
     case Op::kNumKeys: w.i64(table_.num_keys()); break;
     default: throw ProtocolError(std::string("unexpected ") + op_name(r.op) + " request");
@@ -312,6 +332,8 @@ TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options)
 
 TcpStoreServer::~TcpStoreServer() = default;
 
-uint16_t TcpStoreServer::port() const { return impl_->port(); }
+uint16_t TcpStoreServer::port() const {
+  return impl_->port();
+}
 
 }  // namespace cohort

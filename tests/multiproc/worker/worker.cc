@@ -4,6 +4,13 @@
 // group works, runs the scenario, and prints one line
 //   RESULT <ok|ErrorType> failed_rank=<r> seconds=<time from READY to result> | <message>
 // so that the test process can check what every rank saw, and how fast.
+//
+// COHORT_TEST_SHM_KILL=<step>:<rank>:<signal>:<self|all> ends rank <rank> (or every rank, each
+// of which publishes its pid in the store first) with <signal> when that rank reaches <step>
+// of the shared-memory window's creation (ShmWindow::set_creation_hook).
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +21,7 @@
 #include "cohort/comm/group.h"
 #include "cohort/comm/tcp_store.h"
 #include "cohort/core/error.h"
+#include "transport/shm/shm_window.h"
 
 namespace {
 
@@ -23,7 +31,8 @@ void report(const char* kind, int failed_rank, Clock::time_point since, const st
   const double seconds = std::chrono::duration<double>(Clock::now() - since).count();
   std::string one_line = text;  // the test reads one line per result
   for (auto& c : one_line) c = c == '\n' ? ' ' : c;
-  std::printf("RESULT %s failed_rank=%d seconds=%.3f | %s\n", kind, failed_rank, seconds, one_line.c_str());
+  std::printf("RESULT %s failed_rank=%d seconds=%.3f | %s\n", kind, failed_rank, seconds,
+              one_line.c_str());
   std::fflush(stdout);
 }
 
@@ -65,8 +74,10 @@ void run_scenario(cohort::Group& group, const std::string& scenario, const std::
   } else if (scenario == "allreduce_once") {
     allreduce_loop(group, 3);
   } else if (scenario == "skip_rank") {  // every rank but <param> calls an allreduce
-    if (group.rank() != std::atoi(param.c_str())) group.allreduce(cohort::make_buffer(small));
-    else std::this_thread::sleep_for(std::chrono::seconds(6));
+    if (group.rank() != std::atoi(param.c_str()))
+      group.allreduce(cohort::make_buffer(small));
+    else
+      std::this_thread::sleep_for(std::chrono::seconds(6));
   } else if (scenario == "count_mismatch") {  // rank <param> passes one element more
     std::vector<float> data(group.rank() == std::atoi(param.c_str()) ? 101 : 100, 1.0f);
     group.allreduce(cohort::make_buffer(data));
@@ -83,6 +94,46 @@ void run_scenario(cohort::Group& group, const std::string& scenario, const std::
   } else {
     throw cohort::InvalidArgument("unknown scenario " + scenario);
   }
+}
+
+// The COHORT_TEST_SHM_KILL plan, and the pids of every rank for "all".
+struct KillPlan {
+  std::string step;
+  int rank = -1;
+  int signal = 0;
+  std::vector<pid_t> everyone;  // empty: this rank only
+};
+KillPlan g_plan;
+
+void kill_at_step(const char* step, int rank) {
+  if (g_plan.step != step || g_plan.rank != rank) return;
+  for (pid_t pid : g_plan.everyone) {
+    if (pid != ::getpid()) ::kill(pid, g_plan.signal);
+  }
+  ::raise(g_plan.signal);
+}
+
+void plan_kill(cohort::Store& store, int rank, int size) {
+  const char* text = std::getenv("COHORT_TEST_SHM_KILL");
+  if (text == nullptr) return;
+  char step[32] = {};
+  int target = -1;
+  int signal = 0;
+  char who[8] = {};
+  if (std::sscanf(text, "%31[^:]:%d:%d:%7s", step, &target, &signal, who) != 4) {
+    throw cohort::InvalidArgument(std::string("bad COHORT_TEST_SHM_KILL: ") + text);
+  }
+  g_plan.step = step;
+  g_plan.rank = target;
+  g_plan.signal = signal;
+  if (std::string(who) == "all") {
+    store.set("test-pid/" + std::to_string(rank), std::to_string(::getpid()));
+    for (int r = 0; r < size; ++r) {
+      const auto key = "test-pid/" + std::to_string(r);
+      g_plan.everyone.push_back(std::atoi(store.get_string(key, std::chrono::seconds(30)).c_str()));
+    }
+  }
+  cohort::ShmWindow::set_creation_hook(kill_at_step);
 }
 
 }  // namespace
@@ -102,6 +153,7 @@ int main(int argc, char** argv) {
     store_options.port = static_cast<uint16_t>(std::atoi(argv[1]));
     store_options.timeout = std::chrono::seconds(30);
     auto store = std::make_shared<cohort::TcpStore>(store_options);
+    plan_kill(*store, rank, size);
     cohort::GroupOptions options;
     options.host = "127.0.0.1";
     auto group = cohort::Group::create(store, rank, size, options);

@@ -46,7 +46,12 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
         "cannot size shared memory segment ", name, " to ", bytes, " bytes: ", std::strerror(error),
         " (/dev/shm too small? in a container raise --shm-size, or set COHORT_SHM=0)"));
   }
-  return ShmSegment(name, map(fd, bytes, name), bytes);
+  try {
+    return ShmSegment(name, map(fd, bytes, name), bytes);
+  } catch (...) {
+    ::shm_unlink(name.c_str());  // nobody can use a segment its creator could not map
+    throw;
+  }
 }
 
 ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {

@@ -21,6 +21,7 @@
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
+#include "transport/shm/shm_name_guard.h"
 
 namespace cohort {
 
@@ -77,39 +78,87 @@ Milliseconds left(Deadline deadline) {
   return std::chrono::duration_cast<Milliseconds>(deadline.remaining());
 }
 
-// Rank 0: a fresh segment under a name nobody else uses, published with its nonce. When it
-// cannot be made, publishes an empty name so that every rank stays on TCP.
-std::optional<ShmSegment> create_and_publish(Store& store, const std::string& job_token, int size,
-                                             size_t slot_bytes, size_t bytes) {
-  const uint64_t nonce = fresh_nonce();
+bool process_is_gone(pid_t pid);  // below, with the waits
+
+std::atomic<ShmWindow::CreationHook> g_creation_hook{nullptr};
+
+void reached(const char* step, int rank) {
+  if (const ShmWindow::CreationHook hook = g_creation_hook.load()) hook(step, rank);
+}
+
+// Rank 0's segment name: from the job token, this process and a fresh nonce, so that neither
+// another job nor an earlier group of this one can hold it.
+std::string fresh_name(const std::string& job_token, uint64_t nonce) {
   std::ostringstream name;
   name << "/cohort-" << std::hex << (std::hash<std::string>{}(job_token)&0xffffffffu) << "-"
-       << ::getpid() << "-" << nonce;
+       << ::getpid() << "-" << nonce;  // all hex: launchers find a reaped rank's names by pid
+  return name.str();
+}
+
+// Rank 0, after publishing `name` (so that any rank can remove it): the segment, initialized
+// with this rank's pid (peers watch it from now on), then the nonce that says it is ready.
+// When it cannot be made, publishes an empty nonce so that every rank stays on TCP.
+std::optional<ShmSegment> create_and_publish(Store& store, const std::string& name, uint64_t nonce,
+                                             int size, size_t slot_bytes, size_t bytes) {
+  std::optional<ShmSegment> created;
   try {
-    ShmSegment created = ShmSegment::create(name.str(), bytes);
-    auto* header = new (created.data()) ShmHeader{};
-    header->magic = kMagic;
-    header->nonce = nonce;
-    header->size = size;
-    header->slot_bytes = slot_bytes;
-    store.set("shm/nonce", std::to_string(nonce));
-    store.set("shm/name", name.str());
-    return created;
+    created = ShmSegment::create(name, bytes);
   } catch (const ConfigError& e) {
     COHORT_LOG(kWarn, "shared memory unavailable, ranks on this host use TCP: ", e.what());
-    store.set("shm/name", std::string());
+    store.set("shm/nonce", std::string());
     return std::nullopt;
+  }
+  reached("created", 0);
+  auto* header = new (created->data()) ShmHeader{};
+  header->magic = kMagic;
+  header->nonce = nonce;
+  header->size = size;
+  header->slot_bytes = slot_bytes;
+  auto* lines =
+      reinterpret_cast<ShmRankLine*>(static_cast<uint8_t*>(created->data()) + kHeaderBytes);
+  lines[0].pid.store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
+  store.set("shm/nonce", std::to_string(nonce));
+  reached("published", 0);
+  return created;
+}
+
+// Other ranks: the nonce rank 0 publishes once its segment is ready ("" when it has none).
+// Rank 0 may die before: its pid is watched meanwhile, so that this is a PeerError at once.
+std::string wait_for_nonce(Store& store, pid_t creator, int creator_rank, Deadline deadline) {
+  constexpr Milliseconds kPoll{20};
+  for (;;) {
+    try {
+      return store.get_string("shm/nonce", std::min(kPoll, left(deadline)));
+    } catch (const TimeoutError&) {
+      if (deadline.expired()) {
+        throw TimeoutError(detail::concat("creating shared memory: rank ", creator_rank, " (pid ",
+                                          creator, ") did not publish its segment in time"));
+      }
+    }
+    if (process_is_gone(creator)) {
+      throw PeerError(creator_rank,
+                      detail::concat("creating shared memory: rank ", creator_rank, " (pid ",
+                                     creator, ") died before its segment was ready"));
+    }
   }
 }
 
-// Other ranks: the segment rank 0 published, checked to be this job's; nullopt if none.
-std::optional<ShmSegment> open_published(Store& store, size_t bytes, Deadline deadline) {
+// Other ranks: the segment rank 0 published, checked to be this job's; nullopt if none. The
+// guard watches its name from the moment it is known.
+std::optional<ShmSegment> open_published(Store& store, size_t bytes, int creator_rank,
+                                         ShmNameGuard& guard, Deadline deadline) {
+  const pid_t creator = static_cast<pid_t>(std::stol(store.get_string("shm/pid", left(deadline))));
   const std::string name = store.get_string("shm/name", left(deadline));
-  if (name.empty()) return std::nullopt;
-  const std::string nonce = store.get_string("shm/nonce", left(deadline));
+  guard.watch(name);
+  const std::string nonce = wait_for_nonce(store, creator, creator_rank, deadline);
+  if (nonce.empty()) {
+    guard.release();  // rank 0 made nothing under this name
+    return std::nullopt;
+  }
   ShmSegment opened = ShmSegment::open(name, bytes);
   const auto* header = static_cast<const ShmHeader*>(opened.data());
   if (header->magic != kMagic || std::to_string(header->nonce) != nonce) {
+    guard.release();  // not ours to remove
     throw ConfigError("shared memory segment " + name + " belongs to another job");
   }
   return opened;
@@ -132,6 +181,11 @@ ShmWindow::ShmWindow(ShmSegment segment, int rank, int size, std::vector<int> gr
 
 ShmWindow::~ShmWindow() = default;
 
+void ShmWindow::set_creation_hook(CreationHook hook) {
+  g_creation_hook.store(hook);
+}
+
+// Note [Shared-memory lifetime].
 std::unique_ptr<ShmWindow> ShmWindow::create(Store& store, int rank, int size,
                                              std::vector<int> group_ranks,
                                              const std::string& job_token, size_t slot_bytes,
@@ -142,30 +196,39 @@ std::unique_ptr<ShmWindow> ShmWindow::create(Store& store, int rank, int size,
                          "a shared memory window needs the group rank of each of its ranks");
   slot_bytes = round_up(slot_bytes);
   const size_t bytes = segment_bytes(size, slot_bytes);
-  std::optional<ShmSegment> segment =
-      rank == 0 ? create_and_publish(store, job_token, size, slot_bytes, bytes)
-                : open_published(store, bytes, deadline);
-  if (!segment) return nullptr;
+  ShmNameGuard guard;  // removes the name when this function ends, however it ends
+  std::optional<ShmSegment> segment;
+  if (rank == 0) {
+    const uint64_t nonce = fresh_nonce();
+    const std::string name = fresh_name(job_token, nonce);
+    guard.watch(name);
+    store.set("shm/pid", std::to_string(::getpid()));
+    store.set("shm/name", name);
+    reached("named", 0);
+    segment = create_and_publish(store, name, nonce, size, slot_bytes, bytes);
+  } else {
+    segment = open_published(store, bytes, group_ranks[0], guard, deadline);
+  }
+  if (!segment) {
+    guard.release();  // no segment was made under this name: it may not be ours
+    return nullptr;
+  }
   std::unique_ptr<ShmWindow> window(
       new ShmWindow(std::move(*segment), rank, size, std::move(group_ranks), slot_bytes));
   window->lines_[rank].pid.store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
-  // Note [Shared-memory lifetime]: the last rank to attach removes the name.
-  if (window->header_->attached.fetch_add(1, std::memory_order_acq_rel) + 1 == size) {
-    window->segment_.unlink();
-  }
-  try {
-    window->post_and_wait(window->next_round(), deadline, "attaching shared memory");
-  } catch (...) {
-    window->segment_.unlink();  // a rank never came: leave nothing behind
-    throw;
-  }
+  reached("opened", rank);
+  // The last rank to attach removes the name; then every rank does (in the guard), and a rank
+  // that fails removes it at once, so that no other can be left holding it.
+  const bool last = window->header_->attached.fetch_add(1, std::memory_order_acq_rel) + 1 == size;
+  reached("attached", rank);
+  if (last) window->segment_.unlink();
+  window->post_and_wait(window->next_round(), deadline, "attaching shared memory");
   return window;
 }
 
 uint8_t* ShmWindow::slot(int rank, uint64_t round) const {
   return slots_ + (2 * static_cast<size_t>(rank) + (round & 1)) * slot_bytes_;
 }
-
 
 void ShmWindow::abort(std::exception_ptr error) noexcept {
   int32_t expected = kRunning;

@@ -8,14 +8,23 @@
 //   per rank two staging slots of slot_bytes (double buffering: round g uses slot g % 2).
 //
 // Note [Shared-memory lifetime]
-// Rank 0 creates the segment under a name derived from the job token and a fresh nonce
-// (O_EXCL, mode 0600) and publishes the name in the group's store; the others map it. The
-// last rank to attach removes the name at once, so from then on nothing is left in /dev/shm
-// however the processes end (exit, exception, SIGKILL): the kernel frees the memory with the
-// last mapping. Only a rank killed between creation and the last attach can leave a name
-// behind; rank 0 removes it when attaching times out. Another job never finds the segment:
-// it has another name, and the nonce in the header must match the one in the store.
-//
+// Rank 0 names the segment after the job token, its pid and a fresh nonce (all hex), publishes
+// its pid and the name in the group's store, and only then creates it (O_EXCL, mode 0600),
+// writes its pid into its rank line and publishes the nonce, which says the segment is ready.
+// The others map it, checking the nonce against the header (another job never finds the
+// segment: it has another name). The name is removed as early as it can be:
+//  - by the last rank to attach, at once; from then on nothing is left in /dev/shm however the
+//    processes end (the kernel frees the memory with the last mapping);
+//  - by every rank that knows the name when its part of the creation ends, succeeding or
+//    failing (exception, timeout, a peer seen dead): a failure on any rank removes it, and a
+//    rank killed in the middle is noticed by the others (its pid is in its rank line, rank 0's
+//    also in the store) within milliseconds, and they remove it;
+//  - by a rank ended meanwhile by SIGTERM, SIGINT or SIGHUP: while it knows the name, a
+//    handler removes it before the signal ends the process (ShmNameGuard; only where the
+//    program left those signals at their default action).
+// What is left: a name whose every rank is killed by SIGKILL (or ends by a signal the program
+// handles itself) between creation and the last attach. Launchers remove those: the name holds
+// the creator's pid.
 // Note [Shared-memory waits]
 // A wait spins briefly (a peer usually answers within a microsecond), then yields the CPU
 // between polls so that oversubscribed ranks make progress. Every few milliseconds it checks
@@ -80,6 +89,12 @@ class ShmWindow {
   void post_and_wait(uint64_t round, const ShmRoundCall& call, Deadline deadline,
                      const char* what);
   void post_and_wait(uint64_t round, Deadline deadline, const char* what);  // unstamped
+
+  // Tests only: called with the step's name ("named", "created", "published" on rank 0;
+  // "opened", "attached" on every rank) and the local rank as create() passes each step, so
+  // that a test can end a rank exactly there. Null: none (the default).
+  using CreationHook = void (*)(const char* step, int rank);
+  static void set_creation_hook(CreationHook hook);
 
   // Makes every rank's pending and later waits throw `error` (as the TCP transport relays an
   // abort: same type, "rank R aborted the group: ..."). The first abort wins. Never throws.

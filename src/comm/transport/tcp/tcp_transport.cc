@@ -5,10 +5,24 @@
 // below it and accepts one connection from every rank above it; each connection opens with a
 // Hello carrying rank, world size and the secret, and anything else is refused and logged.
 // Then the listener closes: nothing can connect to a running group.
+//
+// Note [Concurrent handshakes]
+// The listener is open to anyone who can reach it (port scanners, health checks, a stale rank
+// of another job), so a connection that sends nothing must not hold up the ranks behind it.
+// accept_from_higher polls the listener and every connection whose Hello is incomplete at
+// once, reads what each has sent without blocking, and drops a connection that has not sent
+// its whole Hello within kHandshakeTimeout of being accepted (or when more than
+// kMaxPendingHandshakes are pending: the oldest goes). A silent connection costs a descriptor
+// for at most kHandshakeTimeout, never the group's time.
 #include "cohort/comm/tcp_transport.h"
 
 #include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 
+#include <cerrno>
+#include <cstring>
+#include <deque>
 #include <mutex>
 
 #include "cohort/core/check.h"
@@ -126,7 +140,9 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
 
 namespace {
 
-std::string address_key(int rank) { return "tcp/addr/" + std::to_string(rank); }
+std::string address_key(int rank) {
+  return "tcp/addr/" + std::to_string(rank);
+}
 
 tcp::Secret agree_on_secret(Store& store, int rank, Deadline deadline) {
   tcp::Secret secret{};
@@ -157,7 +173,8 @@ std::string default_advertised_host() {
 
 void connect_to_lower(TcpTransport& transport, Store& store, int rank, int size, int peer,
                       const tcp::Secret& secret, Deadline deadline) {
-  const auto endpoint = net::Endpoint::parse(store.get_string(address_key(peer), deadline.remaining()));
+  const auto endpoint =
+      net::Endpoint::parse(store.get_string(address_key(peer), deadline.remaining()));
   net::Socket socket = net::Socket::connect(endpoint.host, endpoint.port, deadline);
   tcp::Hello hello{tcp::kHelloMagic, tcp::kProtocolVersion, 0, size, rank, {}};
   std::copy(secret.begin(), secret.end(), hello.secret);
@@ -176,63 +193,150 @@ void connect_to_lower(TcpTransport& transport, Store& store, int rank, int size,
   transport.adopt(peer, std::move(socket));
 }
 
-// Reads and checks a Hello; returns the connecting rank, or -1 (logged) if it is not one of ours.
-int check_hello(net::Socket& socket, int rank, int size, const tcp::Secret& secret,
-                const std::vector<bool>& connected, Deadline deadline) {
+// Note [Concurrent handshakes].
+constexpr Milliseconds kHandshakeTimeout{2000};
+constexpr size_t kMaxPendingHandshakes = 64;
+
+// An accepted connection whose Hello has not fully arrived.
+struct PendingHello {
+  net::Socket socket;
+  std::string who;
+  Deadline deadline = Deadline::never();
   tcp::Hello hello{};
-  const std::string who = socket.peer_name();
-  try {
-    socket.read_all(&hello, sizeof hello, deadline.min(Deadline::after(Milliseconds(5000))));
-  } catch (const std::exception& e) {
-    COHORT_LOG(kWarn, "rank ", rank, ": dropped a connection from ", who, " that sent no hello (",
-               e.what(), ")");
-    return -1;
-  }
-  std::string problem;
+  size_t received = 0;
+};
+
+// What is wrong with a complete Hello, or "" when it is one of ours.
+std::string hello_problem(const tcp::Hello& hello, int rank, int size, const tcp::Secret& secret,
+                          const std::vector<bool>& connected) {
   if (hello.magic != tcp::kHelloMagic || hello.version != tcp::kProtocolVersion) {
-    problem = "it does not speak cohort's protocol";
-  } else if (!tcp::secrets_equal(hello.secret, secret.data())) {
-    problem = "it presented the wrong group secret";
-  } else if (hello.world_size != size) {
-    problem = "it believes the world size is " + std::to_string(hello.world_size);
-  } else if (hello.rank <= rank || hello.rank >= size || connected[hello.rank]) {
-    problem = "it claims rank " + std::to_string(hello.rank) + ", which is not expected here";
+    return "it does not speak cohort's protocol";
   }
-  if (!problem.empty()) {
-    COHORT_LOG(kWarn, "rank ", rank, ": refused a connection from ", who, ": ", problem);
-    return -1;
+  if (!tcp::secrets_equal(hello.secret, secret.data()))
+    return "it presented the wrong group secret";
+  if (hello.world_size != size) {
+    return "it believes the world size is " + std::to_string(hello.world_size);
   }
-  return hello.rank;
+  if (hello.rank <= rank || hello.rank >= size || connected[hello.rank]) {
+    return "it claims rank " + std::to_string(hello.rank) + ", which is not expected here";
+  }
+  return "";
+}
+
+// Reads what `p` has sent without blocking. True when it is finished with: Hello complete, or
+// the connection closed or failed (logged).
+bool read_hello(PendingHello& p, int rank) {
+  auto* bytes = reinterpret_cast<uint8_t*>(&p.hello);
+  while (p.received < sizeof p.hello) {
+    const ssize_t n = ::recv(p.socket.fd(), bytes + p.received, sizeof p.hello - p.received, 0);
+    if (n > 0) {
+      p.received += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return false;
+    } else {
+      COHORT_LOG(kWarn, "rank ", rank, ": dropped a connection from ", p.who,
+                 " that closed before sending a whole hello");
+      p.socket.close();
+      return true;
+    }
+  }
+  return true;
+}
+
+std::string missing_ranks(const std::vector<bool>& connected, int rank, int size) {
+  std::string missing;
+  for (int r = rank + 1; r < size; ++r) {
+    if (!connected[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return missing;
+}
+
+// Waits until the listener or a pending connection has something, or the earliest deadline.
+void poll_handshakes(net::Listener& listener, const std::deque<PendingHello>& pending,
+                     Deadline deadline) {
+  std::vector<pollfd> fds{{listener.fd(), POLLIN, 0}};
+  for (const PendingHello& p : pending) {
+    fds.push_back({p.socket.fd(), POLLIN, 0});
+    deadline = deadline.min(p.deadline);
+  }
+  const auto wait = deadline.remaining() + Milliseconds(1);  // rounded up: no busy loop
+  if (::poll(fds.data(), fds.size(), static_cast<int>(wait.count())) < 0 && errno != EINTR) {
+    throw net::NetError(std::string("poll failed: ") + std::strerror(errno), errno);
+  }
+}
+
+// Note [Concurrent handshakes]: serves every Hello that has arrived; returns how many ranks
+// it connected.
+int serve_hellos(TcpTransport& transport, std::deque<PendingHello>& pending, int rank, int size,
+                 const tcp::Secret& secret, std::vector<bool>& connected) {
+  int joined = 0;
+  for (auto it = pending.begin(); it != pending.end();) {
+    PendingHello& p = *it;
+    if (!read_hello(p, rank)) {
+      if (!p.deadline.expired()) {
+        ++it;
+        continue;
+      }
+      COHORT_LOG(kWarn, "rank ", rank, ": dropped a connection from ", p.who,
+                 " that sent no hello within ", kHandshakeTimeout.count(), " ms");
+    } else if (p.socket.valid()) {
+      const std::string problem = hello_problem(p.hello, rank, size, secret, connected);
+      if (!problem.empty()) {
+        COHORT_LOG(kWarn, "rank ", rank, ": refused a connection from ", p.who, ": ", problem);
+      } else {
+        const uint8_t accepted = 1;
+        p.socket.write_all(&accepted, 1, Deadline::after(kHandshakeTimeout));
+        connected[p.hello.rank] = true;
+        ++joined;
+        transport.adopt(p.hello.rank, std::move(p.socket));
+      }
+    }
+    it = pending.erase(it);
+  }
+  return joined;
+}
+
+// Takes every connection waiting on the listener into `pending`, the oldest dropped past the cap.
+void accept_waiting(net::Listener& listener, std::deque<PendingHello>& pending, int rank) {
+  for (;;) {
+    net::Socket socket = listener.accept(Deadline::after(Milliseconds(0)));
+    if (!socket.valid()) return;
+    if (pending.size() >= kMaxPendingHandshakes) {
+      COHORT_LOG(kWarn, "rank ", rank, ": dropped a connection from ", pending.front().who,
+                 ": more than ", kMaxPendingHandshakes, " connections sent no hello yet");
+      pending.pop_front();
+    }
+    PendingHello p;
+    p.who = socket.peer_name();
+    p.socket = std::move(socket);
+    p.deadline = Deadline::after(kHandshakeTimeout);
+    pending.push_back(std::move(p));
+  }
 }
 
 void accept_from_higher(TcpTransport& transport, net::Listener& listener, int rank, int size,
                         const tcp::Secret& secret, Deadline deadline) {
   std::vector<bool> connected(size, false);
+  std::deque<PendingHello> pending;
   int remaining = size - 1 - rank;
   while (remaining > 0) {
-    net::Socket socket = listener.accept(deadline);
-    if (!socket.valid()) {
-      std::string missing;
-      for (int r = rank + 1; r < size; ++r) {
-        if (!connected[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      }
-      throw TimeoutError("rank " + std::to_string(rank) + " waited in vain for ranks " + missing +
+    poll_handshakes(listener, pending, deadline);
+    accept_waiting(listener, pending, rank);
+    remaining -= serve_hellos(transport, pending, rank, size, secret, connected);
+    if (remaining > 0 && deadline.expired()) {
+      throw TimeoutError("rank " + std::to_string(rank) + " waited in vain for ranks " +
+                         missing_ranks(connected, rank, size) +
                          " to connect: they never started, or cannot reach this host");
     }
-    const int peer = check_hello(socket, rank, size, secret, connected, deadline);
-    if (peer < 0) continue;
-    const uint8_t accepted = 1;
-    socket.write_all(&accepted, 1, deadline);
-    connected[peer] = true;
-    --remaining;
-    transport.adopt(peer, std::move(socket));
   }
 }
 
 }  // namespace
 
-std::unique_ptr<Transport> connect_tcp_transport(std::shared_ptr<Store> store, int rank,
-                                                    int size, TcpTransportOptions options) {
+std::unique_ptr<Transport> connect_tcp_transport(std::shared_ptr<Store> store, int rank, int size,
+                                                 TcpTransportOptions options) {
   COHORT_CHECK(store != nullptr, "a TCP transport needs a store");
   COHORT_CHECK(size >= 1, "world size must be at least 1, got ", size);
   COHORT_CHECK(rank >= 0 && rank < size, "rank ", rank, " is outside [0, ", size, ")");
