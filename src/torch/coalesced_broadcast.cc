@@ -6,7 +6,8 @@
 
 namespace cohort {
 
-void broadcast_coalesced(Group& group, const std::vector<torch::Tensor>& tensors, int root) {
+void broadcast_coalesced(Group& group, const std::vector<torch::Tensor>& tensors, int root,
+                         CallSite site) {
   if (group.size() == 1 || tensors.empty()) return;
   torch::NoGradGuard no_grad;
   std::map<torch::ScalarType, std::vector<torch::Tensor>> by_type;
@@ -17,6 +18,7 @@ void broadcast_coalesced(Group& group, const std::vector<torch::Tensor>& tensors
     auto flat = torch::cat(flat_members);
     CollectiveOptions options;
     options.root = root;
+    options.site = site;
     options.stream = current_stream(flat);
     group.broadcast(tensor_buffer(flat), options);
     if (group.rank() == root) continue;

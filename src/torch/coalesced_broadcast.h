@@ -12,6 +12,7 @@ namespace cohort {
 
 // Collective: every rank passes tensors of the same shapes and dtypes, in the same order.
 // Works on parameters too (writes without recording autograd history).
-void broadcast_coalesced(Group& group, const std::vector<torch::Tensor>& tensors, int root);
+void broadcast_coalesced(Group& group, const std::vector<torch::Tensor>& tensors, int root,
+                         CallSite site);
 
 }  // namespace cohort

@@ -10,6 +10,7 @@ class AllreduceHook final : public CommHook {
   PendingReduction start(Group& group, GradBucket& bucket) override {
     CollectiveOptions options;
     options.op = ReduceOp::kAvg;
+    options.site = CallSite::kDdpGradients;
     options.stream = current_stream(bucket.buffer);
     return {group.allreduce_async(tensor_buffer(bucket.buffer), options), nullptr};
   }
@@ -26,6 +27,7 @@ class CompressHook final : public CommHook {
     auto compressed = (bucket.buffer / group.size()).to(wire_type_);
     CollectiveOptions options;
     options.op = ReduceOp::kSum;
+    options.site = CallSite::kDdpGradients;
     options.stream = current_stream(compressed);
     auto work = group.allreduce_async(tensor_buffer(compressed), options);
     auto target = bucket.buffer;

@@ -56,8 +56,8 @@ class DistributedDataParallel::Impl {
     parameters_ = unique_tensors(module_->named_parameters(/*recurse=*/true), true);
     buffers_ = unique_tensors(module_->named_buffers(/*recurse=*/true), false);
     check_same_model();
-    broadcast_coalesced(*group_, tensors_of(parameters_), 0);
-    broadcast_coalesced(*group_, tensors_of(buffers_), 0);
+    broadcast_coalesced(*group_, tensors_of(parameters_), 0, CallSite::kDdpConstructor);
+    broadcast_coalesced(*group_, tensors_of(buffers_), 0, CallSite::kDdpConstructor);
     std::vector<Reducer::Parameter> reduced;
     for (const auto& p : parameters_) reduced.push_back({p.name, p.tensor});
     reducer_ = std::make_unique<Reducer>(group_, std::move(reduced), options_,
@@ -68,10 +68,12 @@ class DistributedDataParallel::Impl {
     std::vector<std::string> entries;
     for (const auto& p : parameters_) entries.push_back(describe("parameter", p));
     for (const auto& b : buffers_) entries.push_back(describe("buffer", b));
-    check_same_on_all_ranks(*group_, entries, "parameter/buffer");
+    check_same_on_all_ranks(*group_, entries, "parameter/buffer", CallSite::kDdpConstructor);
   }
 
-  void sync_buffers(int root) { broadcast_coalesced(*group_, tensors_of(buffers_), root); }
+  void sync_buffers(int root) {
+    broadcast_coalesced(*group_, tensors_of(buffers_), root, CallSite::kDdpBuffers);
+  }
 
   void join(const std::function<void()>& train) {
     reducer_->set_join_mode(true);
@@ -90,7 +92,7 @@ class DistributedDataParallel::Impl {
     }
     // Finished ranks skipped optimizer steps: everyone takes the last trainer's state.
     const int root = reducer_->authority();
-    broadcast_coalesced(*group_, tensors_of(parameters_), root);
+    broadcast_coalesced(*group_, tensors_of(parameters_), root, CallSite::kDdpJoin);
     sync_buffers(root);
   }
 

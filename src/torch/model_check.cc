@@ -29,16 +29,17 @@ int64_t fnv1a(const std::string& text) {
 }
 
 // Every rank's joined entries. Only called once a mismatch is known: costs two allgathers.
-std::vector<std::string> gather_all(Group& group, const std::string& mine) {
+std::vector<std::string> gather_all(Group& group, const std::string& mine,
+                                    const CollectiveOptions& options) {
   const int world = group.size();
   std::vector<int64_t> lengths(world);
   int64_t my_length = static_cast<int64_t>(mine.size());
-  group.allgather(ConstBuffer(&my_length, 1, DType::kInt64), make_buffer(lengths));
+  group.allgather(ConstBuffer(&my_length, 1, DType::kInt64), make_buffer(lengths), options);
   const size_t longest = static_cast<size_t>(*std::max_element(lengths.begin(), lengths.end()));
   std::vector<uint8_t> padded(longest, 0), all(longest * world);
   std::copy(mine.begin(), mine.end(), padded.begin());
   group.allgather(ConstBuffer(padded.data(), longest, DType::kUInt8),
-                  Buffer{all.data(), all.size(), DType::kUInt8});
+                  Buffer{all.data(), all.size(), DType::kUInt8}, options);
   std::vector<std::string> texts;
   for (int r = 0; r < world; ++r) {
     const auto* begin = reinterpret_cast<const char*>(all.data() + r * longest);
@@ -64,17 +65,19 @@ std::string describe_difference(const std::vector<std::string>& reference, int o
 }  // namespace
 
 void check_same_on_all_ranks(Group& group, const std::vector<std::string>& entries,
-                             const std::string& what) {
+                             const std::string& what, CallSite site) {
+  CollectiveOptions options;
+  options.site = site;
   const std::string mine = join_lines(entries);
   const int64_t summary[2] = {static_cast<int64_t>(entries.size()), fnv1a(mine)};
   std::vector<int64_t> summaries(2 * group.size());
-  group.allgather(ConstBuffer(summary, 2, DType::kInt64), make_buffer(summaries));
+  group.allgather(ConstBuffer(summary, 2, DType::kInt64), make_buffer(summaries), options);
   int differing = -1;
   for (int r = 1; r < group.size() && differing < 0; ++r) {
     if (summaries[2 * r] != summaries[0] || summaries[2 * r + 1] != summaries[1]) differing = r;
   }
   if (differing < 0) return;
-  const auto texts = gather_all(group, mine);
+  const auto texts = gather_all(group, mine, options);
   throw InvalidArgument(detail::concat(
       "DistributedDataParallel: the ranks wrap different models: ",
       describe_difference(split_lines(texts[0]), differing, split_lines(texts[differing]), what),

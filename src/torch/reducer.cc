@@ -190,6 +190,7 @@ void Reducer::start_iteration() {
     join_flag_.fill_(group_->rank());
     CollectiveOptions min;
     min.op = ReduceOp::kMin;
+    min.site = CallSite::kDdpJoin;
     join_work_ = group_->allreduce_async(tensor_buffer(join_flag_), min);
   }
   if (static_unused_known_) {
@@ -311,6 +312,7 @@ std::shared_ptr<Work> Reducer::start_used_map_allreduce() {
   std::copy(used_since_sync_.begin(), used_since_sync_.end(), used_map_.data_ptr<int32_t>());
   CollectiveOptions max;
   max.op = ReduceOp::kMax;
+  max.site = CallSite::kDdpUnusedParameters;
   return group_->allreduce_async(tensor_buffer(used_map_), max);
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -111,6 +112,61 @@ TEST(MpiGroup, DebugChecksNameTheRanksThatDisagree) {
         << e.what();
   }
   world.barrier();
+}
+
+// Collectives out of step without COHORT_DEBUG (Note [Call stamps]): rank 1 makes another call
+// than the others; every rank throws MismatchError naming both calls, and nothing reaches MPI
+// (no truncation, no abort on MPI_COMM_WORLD).
+void expect_out_of_step(const std::function<void(Group&, bool odd)>& call,
+                        const std::string& odd_call, const std::string& others_call) {
+  Group& world = mpi_world();
+  if (world.size() < 2) GTEST_SKIP() << "needs two ranks";
+  auto group = spare_group(std::chrono::seconds(20));
+  group->barrier();
+  try {
+    call(*group, world.rank() == 1);
+    ADD_FAILURE() << "ranks out of step and nothing was said";
+  } catch (const MismatchError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 called " + odd_call), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 0 called " + others_call), std::string::npos)
+        << e.what();
+  }
+  world.barrier();
+}
+
+TEST(MpiGroup, AllreduceWithAnotherCountIsAMismatchOnEveryRank) {
+  expect_out_of_step(
+      [](Group& group, bool odd) {
+        std::vector<float> data(odd ? 8 : 4, 1.0f);
+        group.allreduce(make_buffer(data));
+      },
+      "allreduce(count=8,", "allreduce(count=4,");
+}
+
+TEST(MpiGroup, AllgatherBesideAnAllreduceOfEqualBytesIsAMismatch) {
+  expect_out_of_step(
+      [](Group& group, bool odd) {
+        std::vector<float> data(4 * static_cast<size_t>(group.size()), 1.0f);
+        if (odd) {
+          std::vector<float> mine(4, 1.0f);
+          group.allgather(make_buffer(mine), make_buffer(data));
+        } else {
+          group.allreduce(make_buffer(data));
+        }
+      },
+      "allgather(count=4,", "allreduce(count=");
+}
+
+TEST(MpiGroup, BroadcastFromAnotherRootIsAMismatch) {
+  expect_out_of_step(
+      [](Group& group, bool odd) {
+        std::vector<float> data(16, 1.0f);
+        CollectiveOptions options;
+        options.root = odd ? 1 : 0;
+        group.broadcast(make_buffer(data), options);
+      },
+      "broadcast(count=16, dtype=float32, root=1)", "broadcast(count=16, dtype=float32, root=0)");
 }
 
 TEST(MpiGroup, ATimeoutOnOneRankFailsTheOthersPromptly) {

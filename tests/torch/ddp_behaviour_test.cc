@@ -21,16 +21,49 @@ torch::nn::Sequential layers(const std::vector<int64_t>& widths) {
 
 // Runs `body` on every rank and returns what each rank threw ("" if nothing).
 std::vector<std::string> errors_of(int world,
-                                   const std::function<void(int, std::shared_ptr<Group>)>& body) {
+                                   const std::function<void(int, std::shared_ptr<Group>)>& body,
+                                   bool over_tcp = false, bool shared_memory = false) {
   std::vector<std::string> errors(world);
   run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
     try {
       body(rank, std::move(group));
+    } catch (const MismatchError& e) {
+      errors[rank] = std::string("MismatchError: ") + e.what();
     } catch (const std::exception& e) {
       errors[rank] = e.what();
     }
-  });
+  }, over_tcp, shared_memory);
   return errors;
+}
+
+// The user's most common out-of-step bug (Note [Call stamps]): the constructor is collective,
+// but only rank 0 calls it, and rank 1 goes on to its own allreduce. Every rank is told, in
+// terms of the API, instead of rank 0 ending in bad_alloc or a truncation.
+TEST(DdpBehaviour, ConstructedOnOneRankOnlyIsNamedOnEveryRank) {
+  for (bool shared_memory : {false, true}) {
+    SCOPED_TRACE(shared_memory ? "shared memory" : "tcp");
+    const auto errors = errors_of(
+        2,
+        [](int rank, std::shared_ptr<Group> group) {
+          if (rank == 0) {
+            DistributedDataParallel ddp(layers({10, 32, 4}), group);
+          } else {
+            std::vector<float> loss(1, 1.0f);
+            group->allreduce(make_buffer(loss));
+          }
+        },
+        /*over_tcp=*/true, shared_memory);
+    for (const auto& error : errors) {
+      EXPECT_EQ(error.rfind("MismatchError: ", 0), 0u) << error;
+      EXPECT_NE(error.find("rank 0 called allgather(count=2, dtype=int64) in "
+                           "DistributedDataParallel's constructor"),
+                std::string::npos)
+          << error;
+      EXPECT_NE(error.find("rank 1 called allreduce(count=1, dtype=float32, op=sum)"),
+                std::string::npos)
+          << error;
+    }
+  }
 }
 
 TEST(DdpBehaviour, MismatchedShapeNamesTheParameterAndTheRanks) {
