@@ -46,8 +46,8 @@ measure_round() {  # check = 1|0
         --model "$model" --steps 20 --windows 3 |
         awk -v label="ddp-$model" '/^STEP/ { for (i = 1; i <= NF; ++i) if ($i ~ /^ms_per_step_med=/) {
           split($i, kv, "="); print label, kv[2], "-" } }'
-    fi
-  done
+    done
+  fi
 }
 
 for ((r = 1; r <= rounds; ++r)); do
