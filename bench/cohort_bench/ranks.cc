@@ -6,13 +6,14 @@
 #include <thread>
 #include <vector>
 
+#include "calibrate.h"
 #include "cohort/comm/group.h"
 #include "cohort/comm/inproc_transport.h"
 #include "cohort/comm/mpi.h"
+#include "cohort/comm/prefix_store.h"
 #include "cohort/comm/tcp_store.h"
 #include "cohort/core/env.h"
 #include "cohort/core/error.h"
-#include "calibrate.h"
 #include "measure.h"
 #include "watchdog.h"
 
@@ -113,8 +114,8 @@ std::optional<LaunchEnv> launch_env() {
                       " is not set (unset RANK to let cohort-bench start its own ranks)");
   }
   if (*world < 1 || *rank < 0 || *rank >= *world) {
-    throw ConfigError("RANK=" + std::to_string(*rank) + " is outside [0, WORLD_SIZE=" +
-                      std::to_string(*world) + ")");
+    throw ConfigError("RANK=" + std::to_string(*rank) +
+                      " is outside [0, WORLD_SIZE=" + std::to_string(*world) + ")");
   }
   if (*port < 1 || *port > 65535) {
     throw ConfigError("MASTER_PORT=" + std::to_string(*port) + " is not a TCP port");
@@ -125,6 +126,7 @@ std::optional<LaunchEnv> launch_env() {
   env.master_port = static_cast<uint16_t>(*port);
   env.master_addr = env_string(kEnvMasterAddr).value_or("127.0.0.1");
   env.store_hosted = env_string(kEnvStoreHosted).value_or("") == "1";
+  env.store_prefix = env_string(kEnvStorePrefix).value_or("");
   return env;
 }
 
@@ -162,7 +164,11 @@ int run_launched_rank(const BenchConfig& config, const LaunchEnv& env) {
     watchdog.slot(0).enter("connecting to the store", 0);
     store = connect_store(config, env);
     watchdog.slot(0).enter("connecting to the other ranks", 0);
-    return Group::create(store, env.rank, env.world_size, group_options(config));
+    std::shared_ptr<Store> group_store = store;
+    if (!env.store_prefix.empty()) {
+      group_store = std::make_shared<PrefixStore>(env.store_prefix, store);
+    }
+    return Group::create(group_store, env.rank, env.world_size, group_options(config));
   });
   if (outcome.error.empty()) {
     try {

@@ -16,9 +16,12 @@ inline constexpr const char* kEnvRank = "RANK";
 inline constexpr const char* kEnvWorldSize = "WORLD_SIZE";
 inline constexpr const char* kEnvMasterAddr = "MASTER_ADDR";
 inline constexpr const char* kEnvMasterPort = "MASTER_PORT";
-// Set by cohort-bench for its own children: the store already runs at MASTER_ADDR:MASTER_PORT
-// (hosted by the parent), so rank 0 must not start one.
-inline constexpr const char* kEnvStoreHosted = "COHORT_BENCH_STORE_HOSTED";
+// The launcher already runs the store at MASTER_ADDR:MASTER_PORT, so rank 0 must not start
+// one: set by cohortrun, and by cohort-bench for its own children (the name cohort::init()
+// reads, so one launcher serves both).
+inline constexpr const char* kEnvStoreHosted = "COHORT_STORE_HOSTED";
+// The job's keys live under this prefix of the store (cohortrun: one per attempt).
+inline constexpr const char* kEnvStorePrefix = "COHORT_STORE_PREFIX";
 
 struct LaunchEnv {
   int rank = 0;
@@ -26,6 +29,7 @@ struct LaunchEnv {
   std::string master_addr = "127.0.0.1";
   uint16_t master_port = 0;
   bool store_hosted = false;  // else rank 0 hosts the store at master_port
+  std::string store_prefix;   // the group's keys go under it
 };
 
 // The launcher environment, or nullopt when RANK is unset (not started by a launcher).

@@ -36,7 +36,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP gradient bucket size (MiB)")
       ->check(CLI::PositiveNumber);
   app.add_option("--checkpoint", o.checkpoint, "Checkpoint written after each epoch ('' for none)");
-  app.add_flag("--resume", o.resume, "Continue from --checkpoint when it exists");
+  app.add_flag("--resume", o.resume,
+               "Continue from --checkpoint when it exists, even when an earlier job wrote it (a "
+               "restart by cohortrun resumes its own job's checkpoint without it)");
   app.add_option("--metrics", o.metrics, "Write every step's figures here (.csv or JSON lines)");
   app.add_option("--max-steps", o.max_steps, "Stop after this many steps in all")
       ->check(CLI::PositiveNumber);

@@ -42,7 +42,7 @@ class Trainer {
       std::declval<FashionMnist>(), std::declval<cohort::DistributedSampler>(),
       std::declval<torch::data::DataLoaderOptions>()));
 
-  void resume_if_asked();
+  void resume();
   void save_checkpoint();
   std::vector<StepRecord> train_epoch();
   StepRecord train_step(torch::data::Example<>& batch, double data_ms);
@@ -121,18 +121,20 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
     metrics_ = std::make_unique<MetricsFile>(options_.metrics);
 }
 
-void Trainer::resume_if_asked() {
-  const char* restart = std::getenv("COHORT_RESTART_COUNT");
-  const bool restarted = restart != nullptr && std::atoi(restart) > 0;
-  if (options_.checkpoint.empty() || !(options_.resume || restarted)) return;
-  if (cohort::load_checkpoint(options_.checkpoint, *group_, state_) && rank0()) {
+// The one resume idiom (docs/checkpoints.md): always load. A restart by cohortrun resumes this
+// job's own checkpoint; an earlier job's only with --resume.
+void Trainer::resume() {
+  if (options_.checkpoint.empty()) return;
+  cohort::LoadOptions load;
+  load.any_job = options_.resume;
+  if (cohort::load_checkpoint(options_.checkpoint, *group_, state_, load) && rank0()) {
     std::printf("resumed from %s at epoch %lld, step %lld\n", options_.checkpoint.c_str(),
                 (long long)state_.epoch + 1, (long long)state_.step);
   }
 }
 
 TrainResult Trainer::run() {
-  resume_if_asked();
+  resume();
   TrainResult result;
   for (; state_.epoch < options_.epochs && !out_of_steps(); ++state_.epoch) {
     if (sampler_->epoch() != static_cast<uint64_t>(state_.epoch)) sampler_->set_epoch(state_.epoch);

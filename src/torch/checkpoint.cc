@@ -8,7 +8,18 @@
 //  - load: rank 0 reads and verifies the file; broadcast of {status, length} (ok, missing,
 //    failed) and then the payload (or rank 0's message); every rank deserializes from memory;
 //    an allgather of "restored" flags so that a rank whose state did not fit fails them all.
+//    Between the two broadcasts, rank 0's JobCheck (Note [Job identity]), so that every rank
+//    decides the same from the same bytes.
 // Every collective has the group's deadline, so a rank that never arrives is a TimeoutError.
+//
+// Note [Job identity]: a job restarted by its launcher (cohortrun --max-restarts) runs the
+// program again, which loads its checkpoint; but a checkpoint at the same path may also be an
+// earlier job's, finished even, and resuming it trains nothing. So a save records the job's
+// identity (COHORT_JOB_ID: cohortrun gives every job a fresh one, the same in each restart)
+// and a load resumes only a checkpoint of the loading job, unless LoadOptions::any_job says
+// any will do. A process without a job id cannot tell its checkpoints from others', so it
+// resumes only when asked. Passing one over is not an error (the job starts afresh and its
+// first save replaces the file) but it is logged, since a user may have expected a resume.
 #include "cohort/torch/checkpoint.h"
 
 #include <cstdint>
@@ -22,6 +33,7 @@
 #include "checkpoint_state.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
+#include "cohort/core/logging.h"
 #include "cohort/torch/tensor_buffer.h"
 
 namespace cohort {
@@ -64,8 +76,25 @@ std::vector<torch::Tensor> gather_generator_states(const std::string& path, Grou
 
 void save_file(const std::string& path, const TrainingState& state, int world_size,
                const std::vector<torch::Tensor>& rng_states) {
-  detail::write_checkpoint_file(path,
-                                detail::encode_training_state(path, state, world_size, rng_states));
+  detail::write_checkpoint_file(
+      path,
+      detail::encode_training_state(path, state, world_size, rng_states, detail::current_job_id()));
+}
+
+detail::JobCheck job_check(const LoadOptions& options) {
+  return {detail::current_job_id(), options.any_job};
+}
+
+// Rank 0's JobCheck on every rank: one flag byte, then the job id.
+detail::JobCheck broadcast_job_check(Group& group, const detail::JobCheck& mine) {
+  int64_t any_job = mine.any_job ? 1 : 0;
+  std::string job_id = mine.job_id;
+  broadcast_outcome(group, any_job, job_id);
+  return {job_id, any_job != 0};
+}
+
+void warn_passed_over(const std::string& why) {
+  COHORT_LOG(kWarn, why);
 }
 
 // Rank 0's side of a load: the verified payload, or why there is none.
@@ -80,13 +109,14 @@ void read_on_root(const std::string& path, int64_t& status, std::string& bytes) 
   }
 }
 
-// Restores on every rank; throws on every rank if it failed on any (Note [Checkpoint
-// collectives]).
-void restore_everywhere(const std::string& path, Group& group, const std::string& payload,
-                        TrainingState& state) {
-  std::string error;
+// Restores on every rank, or passes the checkpoint over on every rank (returns false); throws
+// on every rank if it failed on any (Note [Checkpoint collectives]).
+bool restore_everywhere(const std::string& path, Group& group, const std::string& payload,
+                        const detail::JobCheck& job, TrainingState& state) {
+  std::string error, passed_over;
+  bool restored = false;
   try {
-    detail::decode_training_state(path, payload, group.rank(), state);
+    restored = detail::decode_training_state(path, payload, group.rank(), job, state, passed_over);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -102,6 +132,8 @@ void restore_everywhere(const std::string& path, Group& group, const std::string
           "optimizer and sampler"));
     }
   }
+  if (!restored && group.rank() == 0) warn_passed_over(passed_over);
+  return restored;
 }
 
 }  // namespace
@@ -113,12 +145,17 @@ void save_checkpoint(const std::string& path, const TrainingState& state) {
   save_file(path, state, /*world_size=*/1, rng_states);
 }
 
-bool load_checkpoint(const std::string& path, TrainingState& state) {
+bool load_checkpoint(const std::string& path, TrainingState& state, const LoadOptions& options) {
   detail::check_training_state(state, "load_checkpoint");
   std::optional<std::string> payload = detail::read_checkpoint_file(path);
   if (!payload) return false;
-  detail::decode_training_state(path, *payload, /*rank=*/0, state);
-  return true;
+  std::string passed_over;
+  if (detail::decode_training_state(path, *payload, /*rank=*/0, job_check(options), state,
+                                    passed_over)) {
+    return true;
+  }
+  warn_passed_over(passed_over);
+  return false;
 }
 
 void save_checkpoint(const std::string& path, Group& group, const TrainingState& state) {
@@ -139,7 +176,8 @@ void save_checkpoint(const std::string& path, Group& group, const TrainingState&
   if (status != kOk) throw CheckpointError(message);
 }
 
-bool load_checkpoint(const std::string& path, Group& group, TrainingState& state) {
+bool load_checkpoint(const std::string& path, Group& group, TrainingState& state,
+                     const LoadOptions& options) {
   detail::check_training_state(state, "load_checkpoint");
   int64_t status = kOk;
   std::string bytes;
@@ -147,8 +185,8 @@ bool load_checkpoint(const std::string& path, Group& group, TrainingState& state
   broadcast_outcome(group, status, bytes);
   if (status == kMissing) return false;
   if (status == kFailed) throw CheckpointError(bytes);
-  restore_everywhere(path, group, bytes, state);
-  return true;
+  const detail::JobCheck job = broadcast_job_check(group, job_check(options));
+  return restore_everywhere(path, group, bytes, job, state);
 }
 
 }  // namespace cohort

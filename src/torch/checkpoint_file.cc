@@ -146,17 +146,40 @@ void sync_directory(const std::string& path) {
   }
 }
 
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
+[[noreturn]] void throw_not_regular(const std::string& path, const std::string& verb, mode_t mode) {
+  throw CheckpointError(concat("cannot ", verb, " checkpoint '", path, "': it is ", file_kind(mode),
+                               ", not a regular file; give the path of a file (or of none yet)"));
+}
+
+// Note [Special files]: opening a FIFO for reading blocks until a writer comes, and a device
+// may block or never end, so a path that names anything but a regular file is refused before
+// it is opened (stat follows symbolic links, so a link to a checkpoint is fine). O_NONBLOCK and
+// the fstat after open close the race of a file replaced between the two.
 std::optional<std::string> read_whole_file(const std::string& path) {
-  FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (file.get() < 0 && errno == ENOENT) return std::nullopt;
   const std::string cannot = "cannot read checkpoint '" + path + "': ";
   const char* advice = "; check the path and its permissions";
-  if (file.get() < 0) throw CheckpointError(concat(cannot, std::strerror(errno), advice));
   struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    if (errno == ENOENT) return std::nullopt;
+    throw CheckpointError(concat(cannot, std::strerror(errno), advice));
+  }
+  if (!S_ISREG(info.st_mode)) throw_not_regular(path, "read", info.st_mode);
+  FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (file.get() < 0 && errno == ENOENT) return std::nullopt;
+  if (file.get() < 0) throw CheckpointError(concat(cannot, std::strerror(errno), advice));
   if (::fstat(file.get(), &info) != 0) {
     throw CheckpointError(concat(cannot, std::strerror(errno), advice));
   }
-  if (!S_ISREG(info.st_mode)) throw CheckpointError(concat(cannot, "not a regular file", advice));
+  if (!S_ISREG(info.st_mode)) throw_not_regular(path, "read", info.st_mode);
   std::string bytes(static_cast<size_t>(info.st_size), '\0');
   size_t done = 0;
   while (done < bytes.size()) {
@@ -203,9 +226,19 @@ void verify_and_strip_footer(const std::string& path, std::string& bytes) {
   bytes.resize(payload_size);
 }
 
+// A save would rename over a special file (or fail on a directory): refused first, as loads
+// are (Note [Special files]).
+void check_replaceable(const std::string& path) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0) return;  // absent, or the rename reports it
+  if (S_ISLNK(info.st_mode) && ::stat(path.c_str(), &info) != 0) return;
+  if (!S_ISREG(info.st_mode)) throw_not_regular(path, "write", info.st_mode);
+}
+
 }  // namespace
 
 void write_checkpoint_file(const std::string& path, const std::string& payload) {
+  check_replaceable(path);
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
   const std::string footer = footer_of(payload);
   try {

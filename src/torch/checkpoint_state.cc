@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "cohort/core/check.h"
+#include "cohort/core/env.h"
 #include "cohort/core/error.h"
 
 namespace cohort::detail {
@@ -98,7 +99,38 @@ std::string to_bytes(OutputArchive& archive) {
   return bytes;
 }
 
+void write_text(OutputArchive& archive, const std::string& key, const std::string& text) {
+  torch::Tensor bytes = torch::empty({static_cast<int64_t>(text.size())}, torch::kUInt8);
+  std::copy(text.begin(), text.end(), bytes.data_ptr<uint8_t>());
+  archive.write(key, bytes, /*is_buffer=*/true);
+}
+
 // ---- reading: everything is read and checked before anything is changed
+
+// A text entry; "" when the file has none (files of earlier cohort versions).
+std::string read_text(InputArchive& archive, const std::string& key) {
+  c10::IValue value;
+  if (!archive.try_read(key, value) || !value.isTensor()) return "";
+  const torch::Tensor bytes = value.toTensor().contiguous();
+  if (bytes.scalar_type() != torch::kUInt8 || bytes.dim() != 1) return "";
+  const auto* data = bytes.data_ptr<uint8_t>();
+  return std::string(data, data + bytes.numel());
+}
+
+std::string quoted_job(const std::string& job_id) {
+  return job_id.empty() ? std::string("no job id") : "job id '" + job_id + "'";
+}
+
+// Why the loading job may not resume a checkpoint of `saved_job`, or "" when it may.
+std::string passed_over_because(const std::string& path, const std::string& saved_job,
+                                const JobCheck& job) {
+  if (job.any_job || (!job.job_id.empty() && saved_job == job.job_id)) return "";
+  return concat("checkpoint '", path, "' is not resumed: it was written by another job (",
+                quoted_job(saved_job), "; this process has ", quoted_job(job.job_id),
+                ", COHORT_JOB_ID). A job resumes only the checkpoints it wrote itself, after a "
+                "restart; to go on from another job's, load it with LoadOptions::any_job = true "
+                "(docs/checkpoints.md). The next save replaces it");
+}
 
 int64_t read_int(const std::string& path, InputArchive& archive, const std::string& key) {
   c10::IValue value;
@@ -284,13 +316,18 @@ torch::Tensor cpu_generator_state() {
   return generator.get_state();
 }
 
+std::string current_job_id() {
+  return env_string("COHORT_JOB_ID").value_or("");
+}
+
 void check_training_state(const TrainingState& state, const char* caller) {
   COHORT_CHECK(state.module != nullptr, caller,
                ": TrainingState::module is null; point it at the model (it is required)");
 }
 
 std::string encode_training_state(const std::string& path, const TrainingState& state,
-                                  int world_size, const std::vector<torch::Tensor>& rng_states) {
+                                  int world_size, const std::vector<torch::Tensor>& rng_states,
+                                  const std::string& job_id) {
   std::string bytes;
   const std::string context =
       concat("cannot write checkpoint '", path, "': serializing the training state failed");
@@ -299,6 +336,7 @@ std::string encode_training_state(const std::string& path, const TrainingState& 
     write_int(archive, "step", state.step);
     write_int(archive, "epoch", state.epoch);
     write_int(archive, "world_size", world_size);
+    if (!job_id.empty()) write_text(archive, "job_id", job_id);
     write_nested(archive, "model", [&](OutputArchive& out) { state.module->save(out); });
     if (state.optimizer != nullptr) {
       write_nested(archive, "optimizer", [&](OutputArchive& out) { state.optimizer->save(out); });
@@ -312,11 +350,13 @@ std::string encode_training_state(const std::string& path, const TrainingState& 
   return bytes;
 }
 
-void decode_training_state(const std::string& path, const std::string& payload, int rank,
-                           TrainingState& state) {
+bool decode_training_state(const std::string& path, const std::string& payload, int rank,
+                           const JobCheck& job, TrainingState& state, std::string& passed_over) {
   InputArchive archive;
   or_checkpoint_error(concat("checkpoint '", path, "' cannot be deserialized"), kCorruptAdvice,
                       [&] { archive.load_from(payload.data(), payload.size()); });
+  passed_over = passed_over_because(path, read_text(archive, "job_id"), job);
+  if (!passed_over.empty()) return false;
   const int64_t step = read_int(path, archive, "step");
   const int64_t epoch = read_int(path, archive, "epoch");
   const int64_t saved_world = read_int(path, archive, "world_size");
@@ -338,6 +378,7 @@ void decode_training_state(const std::string& path, const std::string& payload, 
   if (state.rng) set_cpu_generator_state(path, rng);
   state.step = step;
   state.epoch = epoch;
+  return true;
 }
 
 }  // namespace cohort::detail

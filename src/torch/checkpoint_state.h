@@ -2,6 +2,7 @@
 //
 // Entries of the archive:
 //   step, epoch, world_size      int64 scalars (world_size: ranks of the run that saved it)
+//   job_id                       uint8: the COHORT_JOB_ID of the job that saved it (when set)
 //   model                        nested: torch::nn::Module::save
 //   optimizer                    nested: torch::optim::Optimizer::save (when one was given)
 //   sampler                      nested: dataset_size, epoch, consumed (when one was given)
@@ -23,16 +24,28 @@ torch::Tensor cpu_generator_state();
 // Throws InvalidArgument when `state` has no module; `caller` names the function.
 void check_training_state(const TrainingState& state, const char* caller);
 
-// The archive of `state` saved by a run of `world_size` ranks; rng_states[r] is rank r's
-// generator state (empty unless state.rng). Throws CheckpointError naming `path` when torch
-// cannot serialize it.
+// The identity of the job this process belongs to: COHORT_JOB_ID, "" when unset.
+std::string current_job_id();
+
+// The archive of `state` saved by a run of `world_size` ranks of job `job_id` ("" for none);
+// rng_states[r] is rank r's generator state (empty unless state.rng). Throws CheckpointError
+// naming `path` when torch cannot serialize it.
 std::string encode_training_state(const std::string& path, const TrainingState& state,
-                                  int world_size, const std::vector<torch::Tensor>& rng_states);
+                                  int world_size, const std::vector<torch::Tensor>& rng_states,
+                                  const std::string& job_id);
+
+// Which checkpoints a load resumes (Note [Job identity] in checkpoint.cc).
+struct JobCheck {
+  std::string job_id;    // the loading job's identity ("" for none)
+  bool any_job = false;  // LoadOptions::any_job
+};
 
 // Restores `state` from `payload` as rank `rank` (which picks the generator state: rng/<rank
-// mod saved world size>). Everything is read and checked before the module is changed; the
-// optimizer is loaded after it. Throws CheckpointError naming `path`.
-void decode_training_state(const std::string& path, const std::string& payload, int rank,
-                           TrainingState& state);
+// mod saved world size>) and returns true; or, when `job` does not let this job resume the
+// checkpoint, returns false having changed nothing and sets `passed_over` to why. Everything is
+// read and checked before the module is changed; the optimizer is loaded after it. Throws
+// CheckpointError naming `path`.
+bool decode_training_state(const std::string& path, const std::string& payload, int rank,
+                           const JobCheck& job, TrainingState& state, std::string& passed_over);
 
 }  // namespace cohort::detail

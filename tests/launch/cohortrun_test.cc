@@ -2,16 +2,22 @@
 // cohort::init(), and when one fails it stops the others, names the failed rank, exits
 // non-zero and leaves no process behind; it forwards SIGTERM, restarts, and joins nodes.
 #include <errno.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "net/socket.h"
 #include "support/process.h"
+#include "transport/shm/shm_names.h"
 
 namespace cohort {
 namespace {
@@ -83,6 +89,70 @@ TEST(Cohortrun, AKilledRankStopsTheJobWithinTenSeconds) {
   expect_all_gone(printed_pids(run.output()));
 }
 
+// The others time out waiting for rank 0 and abort (exit 134) while it cannot even exit: the
+// summary leads with the stopped rank, not with the first rank to abort.
+TEST(Cohortrun, AStoppedRankIsNamedAsTheCause) {
+  auto run =
+      cohortrun({"--nproc-per-node", "4", "--stop-timeout", "2", LAUNCH_TEST_RANK, "stop", "0"},
+                {"COHORT_TIMEOUT_S=2"});
+  ASSERT_EQ(run.wait(kDeadline), 128 + SIGSTOP) << run.output();
+  EXPECT_TRUE(contains(run.output(), "job failed: rank 0 was stopped by signal 19"))
+      << run.output();
+  EXPECT_FALSE(contains(run.output(), "stopped rank(s) 0")) << run.output();
+  ASSERT_EQ(printed_pids(run.output()).size(), 4u) << run.output();
+  expect_all_gone(printed_pids(run.output()));
+}
+
+// Rank 2 runs on but never joins the barrier; the others' TimeoutErrors name it.
+TEST(Cohortrun, TheRankTheOthersErrorsNameIsTheCause) {
+  auto run =
+      cohortrun({"--nproc-per-node", "3", LAUNCH_TEST_RANK, "hang", "2"}, {"COHORT_TIMEOUT_S=2"});
+  ASSERT_EQ(run.wait(kDeadline), 128 + SIGABRT) << run.output();
+  EXPECT_TRUE(contains(run.output(),
+                       "job failed: rank 2 did not take part: the errors of the "
+                       "other ranks name it"))
+      << run.output();
+  ASSERT_EQ(printed_pids(run.output()).size(), 3u) << run.output();
+  expect_all_gone(printed_pids(run.output()));
+}
+
+// The /dev/shm entries (names) whose name starts with `prefix` (without its '/').
+std::vector<std::string> shm_entries(const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = "/" + entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Every rank leaves a segment under the job's name; rank 1 is killed, the others stopped.
+// cohortrun removes them all, but not a segment of the job whose creator still runs.
+TEST(Cohortrun, RemovesTheSharedMemoryTheRanksLeft) {
+  const std::string token = "shm-leftover-test-" + std::to_string(::getpid());
+  const std::string mine = shm_segment_name(token, ::getpid(), 7);
+  const int fd = ::shm_open(mine.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0) << mine;
+  ::close(fd);
+  auto run = cohortrun({"--nproc-per-node", "3", LAUNCH_TEST_RANK, "leave-shm", "1"},
+                       {"COHORT_JOB_TOKEN=" + token});
+  ASSERT_EQ(run.wait(kDeadline), 128 + SIGKILL) << run.output();
+  EXPECT_TRUE(contains(run.output(), "rank 1 was killed by signal 9")) << run.output();
+  const std::regex created(R"(\] segment (\S+))");
+  std::vector<std::string> left;
+  for (auto it = std::sregex_iterator(run.output().begin(), run.output().end(), created);
+       it != std::sregex_iterator(); ++it) {
+    left.push_back((*it)[1]);
+  }
+  EXPECT_EQ(left.size(), 3u) << run.output();
+  for (const std::string& name : left) {
+    EXPECT_TRUE(contains(run.output(), "removed /dev/shm" + name)) << run.output();
+  }
+  EXPECT_EQ(shm_entries(shm_job_prefix(token)), std::vector<std::string>{mine});
+  ::shm_unlink(mine.c_str());
+}
+
 TEST(Cohortrun, SigtermStopsEveryRank) {
   auto run = cohortrun({"--nproc-per-node", "3", LAUNCH_TEST_RANK, "sleep"});
   while (printed_pids(run.output()).size() < 3) {
@@ -132,6 +202,17 @@ TEST(Cohortrun, BadOptionsAreRefused) {
   ASSERT_EQ(run.wait(kDeadline), 2) << run.output();
   EXPECT_TRUE(contains(run.output(), "--node-rank 2 must be below --nnodes 2")) << run.output();
 }
+
+#ifdef COHORT_BENCH
+// cohortrun hosts the store (COHORT_STORE_HOSTED) and keys each attempt apart
+// (COHORT_STORE_PREFIX): cohort-bench's ranks must use both, not start a store of their own.
+TEST(Cohortrun, RunsCohortBench) {
+  auto run = cohortrun({"--nproc-per-node", "2", COHORT_BENCH, "allreduce", "--max-bytes", "64K",
+                        "--iters", "2", "--warmup", "1", "--timeout", "30"});
+  ASSERT_EQ(run.wait(kDeadline), 0) << run.output();
+  EXPECT_TRUE(contains(run.output(), "[0] # #wrong total: 0 (OK)")) << run.output();
+}
+#endif
 
 // Two cohortrun invocations on this machine play two nodes of one job.
 std::vector<std::string> node_args(int node_rank, int nnodes, uint16_t port,

@@ -3,6 +3,7 @@
 // rank present, every bucket's allreduce inside a step of its rank), and bad data must be a
 // clear error.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -126,6 +127,70 @@ TEST_P(FashionMnistExample, MetricsAndTimelineAreWellFormedAndConsistent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, FashionMnistExample, ::testing::Values(1, 2));
+
+// The example under cohortrun, for the restart tests: 2 ranks, the MLP, a progress line every
+// 4 steps, the checkpoint at `checkpoint`.
+testing::ShellResult finished_job(const std::string& checkpoint, int steps,
+                                  const std::string& extra = "") {
+  return testing::run_shell(COHORTRUN " --nproc-per-node 2 " FASHION_MNIST
+                                      " --model mlp --skip-eval --log-every 4 --max-steps " +
+                                std::to_string(steps) + " --checkpoint " + checkpoint + " " + extra,
+                            {"OMP_NUM_THREADS=1"}, kDeadline);
+}
+
+// The pids of the processes `parent` started (its rank processes, for cohortrun).
+std::vector<int> children_of(int parent) {
+  const std::string tid = std::to_string(parent);
+  std::ifstream in("/proc/" + tid + "/task/" + tid + "/children");
+  std::vector<int> pids;
+  for (int pid; in >> pid;) pids.push_back(pid);
+  return pids;
+}
+
+// A checkpoint left at the path by an earlier, finished job must not be resumed by a restart
+// of a new job that started without it: the restart would find the old job's run done and
+// train nothing ("final: 0 samples/s ... 12 steps").
+TEST(FashionMnistExampleRestart, ARestartDoesNotResumeAnEarlierJobsCheckpoint) {
+  const std::string dir = testing::fresh_temp_dir("fmnist_restart");
+  const std::string checkpoint = dir + "/ck";
+  const testing::ShellResult earlier = finished_job(checkpoint, 12);
+  ASSERT_EQ(earlier.exit_code, 0) << earlier.output;
+  testing::ChildProcess job(
+      {"/bin/sh", "-c",
+       "exec " COHORTRUN " --nproc-per-node 2 --max-restarts 1 " FASHION_MNIST
+       " --model mlp --skip-eval --log-every 4 --max-steps 400 --checkpoint " +
+           checkpoint + " 2>&1"},
+      {"OMP_NUM_THREADS=1"});
+  // Killed on its way, before it saved anything: the restart finds only the earlier job's file.
+  ASSERT_FALSE(job.wait_for_line("[0] epoch 1/1 step 8/", kDeadline).empty()) << job.output();
+  const std::vector<int> ranks = children_of(job.pid());
+  ASSERT_EQ(ranks.size(), 2u) << job.output();
+  ::kill(ranks[1], SIGKILL);
+  ASSERT_EQ(job.wait(kDeadline), 0) << job.output();
+  const std::string& out = job.output();
+  EXPECT_NE(out.find("restarting every rank (restart 1 of 1"), std::string::npos) << out;
+  EXPECT_EQ(out.find("resumed from"), std::string::npos) << out;
+  EXPECT_NE(out.find("is not resumed: it was written by another job"), std::string::npos) << out;
+  EXPECT_NE(out.find("on 2 rank(s), 400 steps"), std::string::npos) << out;
+  EXPECT_EQ(out.find("final: 0 samples/s"), std::string::npos) << out;
+}
+
+// --resume goes on from an earlier job's checkpoint.
+TEST(FashionMnistExampleRestart, ResumeContinuesAnEarlierJob) {
+  const std::string checkpoint = testing::fresh_temp_dir("fmnist_resume") + "/ck";
+  const testing::ShellResult earlier = finished_job(checkpoint, 8);
+  ASSERT_EQ(earlier.exit_code, 0) << earlier.output;
+  const testing::ShellResult again = finished_job(checkpoint, 12);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(again.output.find("resumed from"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("on 2 rank(s), 12 steps"), std::string::npos) << again.output;
+  const testing::ShellResult resumed = finished_job(checkpoint, 16, "--resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("[0] resumed from " + checkpoint + " at epoch 1, step 12"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("on 2 rank(s), 16 steps"), std::string::npos) << resumed.output;
+}
 
 TEST(FashionMnistExampleErrors, AMissingDataSetNamesTheFileAndTheFix) {
   const ExampleRun run = run_example(1, "--data /nonexistent");

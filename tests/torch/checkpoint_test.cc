@@ -5,13 +5,16 @@
 #include "cohort/torch/checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <mutex>
 #include <random>
@@ -29,6 +32,26 @@ namespace cohort::testing {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Every test here runs as one job, as a program does under cohortrun (Note [Job identity] in
+// src/torch/checkpoint.cc), except where a test says otherwise (JobIdentity).
+constexpr const char* kTestJob = "checkpoint-test-job";
+const bool job_id_set = ::setenv("COHORT_JOB_ID", kTestJob, 1) == 0;
+
+// Runs as job `job_id` ("" for none) until destroyed. Only between tests' threads.
+class AsJob {
+ public:
+  explicit AsJob(const std::string& job_id) {
+    if (job_id.empty()) {
+      ::unsetenv("COHORT_JOB_ID");
+    } else {
+      ::setenv("COHORT_JOB_ID", job_id.c_str(), 1);
+    }
+  }
+  ~AsJob() { ::setenv("COHORT_JOB_ID", kTestJob, 1); }
+  AsJob(const AsJob&) = delete;
+  AsJob& operator=(const AsJob&) = delete;
+};
 
 // A fresh directory per test, removed afterwards.
 class TempDir {
@@ -479,6 +502,105 @@ TEST(Checkpoint, UnwritableDirectoryIsACheckpointError) {
   EXPECT_TRUE(dir.names().empty());
 }
 
+// Loads `path` on another thread and expects a CheckpointError within a deadline. A load that
+// blocks in open() on a FIFO is released by opening the FIFO's other end, so that a failing
+// test ends instead of hanging.
+std::string expect_prompt_checkpoint_error(const std::string& path, TrainingState& state) {
+  auto load = std::async(std::launch::async, [&] {
+    return expect_checkpoint_error(path, [&] { load_checkpoint(path, state); });
+  });
+  if (load.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "load_checkpoint of '" << path << "' blocked";
+    const int writer = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+    if (writer >= 0) ::close(writer);
+  }
+  return load.get();
+}
+
+TEST(Checkpoint, SpecialFilesAreRefusedBeforeTheyAreOpened) {
+  TempDir dir;
+  auto net = std::make_shared<Net>();
+  const auto before = snapshot(*net);
+  TrainingState state{net.get()};
+  const std::string fifo = dir.file("fifo.ckpt");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(expect_prompt_checkpoint_error(fifo, state)
+                .find("is a FIFO (named pipe), not a "
+                      "regular file"),
+            std::string::npos);
+  const std::string directory = dir.file("subdir");
+  fs::create_directory(directory);
+  EXPECT_NE(expect_prompt_checkpoint_error(directory, state).find("is a directory"),
+            std::string::npos);
+  EXPECT_NE(expect_prompt_checkpoint_error("/dev/null", state).find("is a character device"),
+            std::string::npos);
+  EXPECT_EQ(bitwise_difference(snapshot(*net), before), "");
+  // A save does not replace one either.
+  EXPECT_NE(expect_checkpoint_error(fifo, [&] { save_checkpoint(fifo, state); })
+                .find("cannot write checkpoint"),
+            std::string::npos);
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  EXPECT_EQ(dir.names(), (std::set<std::string>{"fifo.ckpt", "subdir"}));
+}
+
+// ---- job identity (Note [Job identity])
+
+TEST(JobIdentity, OnlyTheJobThatWroteACheckpointResumesItUnlessAskedForAny) {
+  ASSERT_TRUE(job_id_set);
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  auto [saved_net, saved_optimizer] = trained_net(3);
+  {
+    AsJob earlier("job-a");
+    save_checkpoint(path, TrainingState{saved_net.get(), saved_optimizer.get(), nullptr, 30, 2});
+  }
+  auto net = std::make_shared<Net>();
+  auto optimizer = make_sgd(*net);
+  const auto before = snapshot(*net);
+  TrainingState state{net.get(), optimizer.get()};
+  {
+    AsJob other("job-b");
+    EXPECT_FALSE(load_checkpoint(path, state));
+  }
+  {
+    AsJob none("");
+    EXPECT_FALSE(load_checkpoint(path, state));
+  }
+  EXPECT_EQ(bitwise_difference(snapshot(*net), before), "");
+  EXPECT_EQ(state.step, 0);
+  {
+    AsJob same("job-a");  // a restart of the job that wrote it
+    EXPECT_TRUE(load_checkpoint(path, state));
+    EXPECT_EQ(state.step, 30);
+  }
+  TrainingState any{net.get(), optimizer.get()};
+  LoadOptions any_job;
+  any_job.any_job = true;
+  AsJob other("job-b");
+  EXPECT_TRUE(load_checkpoint(path, any, any_job));
+  EXPECT_EQ(any.epoch, 2);
+  EXPECT_EQ(bitwise_difference(snapshot(*net), snapshot(*saved_net)), "");
+}
+
+// A checkpoint written without a job id (no launcher set one) is nobody's: only any_job loads it.
+TEST(JobIdentity, ACheckpointWithoutAJobIdResumesOnlyWhenAskedForAny) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  auto net = std::make_shared<Net>();
+  {
+    AsJob none("");
+    save_checkpoint(path, TrainingState{net.get(), nullptr, nullptr, 7});
+    TrainingState state{net.get()};
+    EXPECT_FALSE(load_checkpoint(path, state));
+  }
+  TrainingState state{net.get()};
+  EXPECT_FALSE(load_checkpoint(path, state));
+  LoadOptions any_job;
+  any_job.any_job = true;
+  EXPECT_TRUE(load_checkpoint(path, state, any_job));
+  EXPECT_EQ(state.step, 7);
+}
+
 // ---- data parallel
 
 // Rank `rank` of the run that saved: its parameters, momentum and sampler position.
@@ -588,6 +710,27 @@ TEST(CheckpointGroup, SavedAtTwoRanksLoadsAtOneTwoAndThree) {
   }
 }
 
+// Rank 0's job decides for every rank, so the ranks never disagree.
+TEST(CheckpointGroup, AnotherJobsCheckpointIsPassedOverOnEveryRank) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  {
+    AsJob earlier("job-a");
+    auto net = std::make_shared<Net>();
+    save_checkpoint(path, TrainingState{net.get(), nullptr, nullptr, 9});
+  }
+  for (const bool any_job : {false, true}) {
+    run_with_groups(3, [&](int rank, std::shared_ptr<Group> group) {
+      auto net = std::make_shared<Net>();
+      TrainingState state{net.get()};
+      LoadOptions options;
+      options.any_job = any_job;
+      EXPECT_EQ(load_checkpoint(path, *group, state, options), any_job) << "rank " << rank;
+      EXPECT_EQ(state.step, any_job ? 9 : 0) << "rank " << rank;
+    });
+  }
+}
+
 TEST(CheckpointGroup, MissingFileReturnsFalseOnEveryRank) {
   TempDir dir;
   const std::string path = dir.file("none.ckpt");
@@ -640,6 +783,27 @@ TEST(CheckpointGroup, CorruptFileThrowsOnEveryRank) {
   });
   expect_every_rank_names(errors, path);
   EXPECT_NE(errors[2].find("CRC"), std::string::npos) << errors[2];
+}
+
+TEST(CheckpointGroup, AFifoThrowsOnEveryRank) {
+  TempDir dir;
+  const std::string path = dir.file("fifo.ckpt");
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  auto errors = std::async(std::launch::async, [&] {
+    return checkpoint_errors(3, [&](int, std::shared_ptr<Group> group) {
+      auto net = std::make_shared<Net>();
+      TrainingState state{net.get()};
+      load_checkpoint(path, *group, state);
+    });
+  });
+  if (errors.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "rank 0 blocked opening the FIFO";
+    const int writer = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+    if (writer >= 0) ::close(writer);
+  }
+  const auto got = errors.get();
+  expect_every_rank_names(got, path);
+  EXPECT_NE(got[2].find("FIFO"), std::string::npos) << got[2];
 }
 
 TEST(CheckpointGroup, ModelThatFitsOnlySomeRanksFailsEveryRank) {

@@ -67,7 +67,11 @@ std::string cause_of(const AttemptResult& r) {
 
 int exit_code_of(const AttemptResult& r) {
   if (r.outcome == Outcome::kInterrupted) return 128 + r.stop_signal;
-  if (r.outcome == Outcome::kRanksFailed) return r.failures.front().exit_code;
+  if (r.outcome != Outcome::kRanksFailed) return kExitLaunchFailed;
+  // A culprit that still ran when it was found has no exit code of its own (local_attempt.h).
+  for (const RankFailure& f : r.failures) {
+    if (f.exit_code != 0) return f.exit_code;
+  }
   return kExitLaunchFailed;
 }
 
@@ -78,10 +82,20 @@ void print_summary(const LaunchOptions& options, const AttemptResult& r) {
   if (!r.stopped.empty()) say("stopped rank(s) " + rank_list(r.stopped));
 }
 
+// The job's identity, kept through restarts (docs/checkpoints.md, "Restarts"): the user's
+// COHORT_JOB_ID (a scheduler's job id, so that a requeued job resumes its checkpoints), else
+// a fresh one. Node 0's is every node's.
+std::string job_id(NodeRendezvous& rendezvous) {
+  return rendezvous.agree_on_job_id(env_string("COHORT_JOB_ID").value_or(random_job_token()));
+}
+
 class Job {
  public:
   explicit Job(const LaunchOptions& options)
-      : options_(options), token_(job_token(options)), rendezvous_(connect(options, token_)) {}
+      : options_(options),
+        token_(job_token(options)),
+        rendezvous_(connect(options, token_)),
+        job_id_(job_id(*rendezvous_)) {}
 
   int run() {
     for (int attempt = 0;; ++attempt) {
@@ -116,6 +130,7 @@ class Job {
     p.attempt = attempt;
     p.store_port = rendezvous_->port();
     p.token = token_;
+    p.job_id = job_id_;
     return p;
   }
 
@@ -166,6 +181,7 @@ class Job {
   const LaunchOptions& options_;
   std::string token_;
   std::unique_ptr<NodeRendezvous> rendezvous_;
+  std::string job_id_;
 };
 
 }  // namespace

@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 
+#include "blame.h"
 #include "cohort/core/error.h"
 #include "output_relay.h"
 #include "rank_process.h"
+#include "shm_leftovers.h"
 #include "stop_signals.h"
 
 namespace cohort::run {
@@ -20,6 +23,7 @@ constexpr Milliseconds kPumpInterval{100};
 constexpr Milliseconds kRemoteCheckInterval{250};
 constexpr Milliseconds kDrainTimeout{2000};
 constexpr Milliseconds kSettle{300};  // Note [Who failed first]
+constexpr size_t kBlameLines = 20;    // of a failed rank's output, read for the ranks it blames
 
 using Outcome = AttemptResult::Outcome;
 
@@ -29,7 +33,8 @@ class LocalAttempt {
       : options_(options),
         placement_(std::move(placement)),
         rendezvous_(rendezvous),
-        relay_(options.prefix_output, static_cast<size_t>(options.tail_lines)) {}
+        relay_(options.prefix_output,
+               std::max(static_cast<size_t>(options.tail_lines), kBlameLines)) {}
 
   AttemptResult run() {
     start_ranks();
@@ -41,7 +46,9 @@ class LocalAttempt {
       if (kill_at_ && kill_at_->expired()) signal_all(SIGKILL);
     }
     relay_.drain(Deadline::after(kDrainTimeout));
-    for (RankFailure& f : result_.failures) f.last_lines = relay_.tail(f.rank);
+    for (RankFailure& f : result_.failures) {
+      f.last_lines = relay_.tail(f.rank, static_cast<size_t>(options_.tail_lines));
+    }
     return std::move(result_);
   }
 
@@ -69,8 +76,14 @@ class LocalAttempt {
   // summary should lead with the cause. A rank's death can also show to its peers before its
   // parent can reap it (the kernel holds the zombie until all its threads are gone). So after
   // the first failure cohortrun keeps reaping for kSettle before it stops the others, and
-  // orders what it found: killed by a signal from outside (SIGKILL, SIGSEGV, ...) first, then
-  // aborted (SIGABRT: an uncaught exception), then non-zero exits.
+  // orders what it found, likely cause first:
+  //  1. a rank stopped by a signal (SIGSTOP, SIGTSTP): it still runs, so it never fails by
+  //     itself, but the others time out waiting for it;
+  //  2. a rank killed by a signal from outside (SIGKILL, SIGSEGV, ...);
+  //  3. a rank that the failed ranks' errors name (blame.h): the one a PeerError says died, the
+  //     ones a TimeoutError says never joined; also when it still runs (hung elsewhere);
+  //  4. a rank that aborted (SIGABRT: an uncaught exception);
+  //  5. ranks that exited non-zero.
   void collect_failures() {
     std::vector<RankProcess*> failed = reap_failed();
     if (failed.empty()) return;
@@ -81,38 +94,86 @@ class LocalAttempt {
         const std::vector<RankProcess*> more = reap_failed();
         failed.insert(failed.end(), more.begin(), more.end());
       }
+      add_culprits_still_running(failed);
     }
-    std::stable_sort(failed.begin(), failed.end(), [](RankProcess* a, RankProcess* b) {
-      return likely_cause(*a) < likely_cause(*b);
+    const std::vector<int> blamed = blamed_by(failed);
+    std::stable_sort(failed.begin(), failed.end(), [&](RankProcess* a, RankProcess* b) {
+      return likely_cause(*a, blamed) < likely_cause(*b, blamed);
     });
-    for (RankProcess* rank : failed) result_.failures.push_back(failure_of(*rank));
+    for (RankProcess* rank : failed) result_.failures.push_back(failure_of(*rank, blamed));
     stop(Outcome::kRanksFailed, SIGTERM);
   }
 
   std::vector<RankProcess*> reap_failed() {
     std::vector<RankProcess*> failed;
     for (auto& rank : ranks_) {
-      if (rank->running() && rank->reap() && rank->failed() && !was_stopped(rank->rank())) {
+      if (rank->running() && rank->reap() && rank->failed() && !was_stopped(rank->rank()) &&
+          !was_reported(rank->rank())) {
         failed.push_back(rank.get());
       }
     }
     return failed;
   }
 
-  // Smaller is more likely the cause (Note [Who failed first]).
-  static int likely_cause(const RankProcess& rank) {
-    if (!rank.killed_by_signal()) return 2;
-    return rank.exit_code() == 128 + SIGABRT ? 1 : 0;
+  // Ranks that still run but caused the failure (1 and 3 of Note [Who failed first]): they
+  // are reported with the failed ones rather than as merely stopped.
+  void add_culprits_still_running(std::vector<RankProcess*>& failed) {
+    const std::vector<int> blamed = blamed_by(failed);
+    for (auto& rank : ranks_) {
+      if (!rank->running()) continue;
+      const bool named = std::find(blamed.begin(), blamed.end(), rank->rank()) != blamed.end();
+      if (rank->stop_signal() != 0 || named) failed.push_back(rank.get());
+    }
   }
 
-  RankFailure failure_of(const RankProcess& rank) const {
+  // The ranks that the errors of the failed ones name, from their last lines of output.
+  std::vector<int> blamed_by(const std::vector<RankProcess*>& failed) {
+    std::vector<int> blamed;
+    const Deadline drained = Deadline::after(kDrainTimeout);
+    for (RankProcess* rank : failed) {
+      if (rank->running()) continue;
+      relay_.finish(rank->rank(), drained);  // its last words
+      const std::vector<std::string> lines = relay_.tail(rank->rank(), kBlameLines);
+      for (int r : ranks_blamed_by(lines, rank->rank(), options_.world_size())) {
+        if (std::find(blamed.begin(), blamed.end(), r) == blamed.end()) blamed.push_back(r);
+      }
+    }
+    return blamed;
+  }
+
+  // Smaller is more likely the cause (Note [Who failed first]).
+  static int likely_cause(const RankProcess& rank, const std::vector<int>& blamed) {
+    if (rank.stop_signal() != 0) return 0;
+    if (!rank.running() && rank.killed_by_signal() && rank.exit_code() != 128 + SIGABRT) return 1;
+    if (std::find(blamed.begin(), blamed.end(), rank.rank()) != blamed.end()) return 2;
+    if (!rank.running() && rank.killed_by_signal()) return 3;
+    return 4;
+  }
+
+  RankFailure failure_of(const RankProcess& rank, const std::vector<int>& blamed) {
+    reported_.push_back(rank.rank());
     RankFailure f;
     f.rank = rank.rank();
     f.local_rank = rank.rank() - global_rank(options_, 0);
     f.pid = rank.pid();
-    f.exit_code = rank.exit_code();
-    f.what = rank.describe();
+    const bool named = std::find(blamed.begin(), blamed.end(), rank.rank()) != blamed.end();
+    if (rank.stop_signal() != 0) {
+      f.exit_code = 128 + rank.stop_signal();
+      f.what = "was stopped by signal " + std::to_string(rank.stop_signal()) + " (" +
+               strsignal(rank.stop_signal()) + ") while the others waited for it";
+    } else if (rank.running()) {
+      f.exit_code = 0;  // none of its own: cohortrun exits with the next failure's code
+      f.what = "did not take part: the errors of the other ranks name it (it was still running)";
+    } else {
+      f.exit_code = rank.exit_code();
+      f.what = rank.describe();
+      if (named) f.what += " (the errors of the other ranks name it)";
+    }
     return f;
+  }
+
+  bool was_reported(int rank) const {
+    return std::find(reported_.begin(), reported_.end(), rank) != reported_.end();
   }
 
   void watch_stop_signal() {
@@ -141,7 +202,9 @@ class LocalAttempt {
     if (outcome == Outcome::kInterrupted || !stopping()) result_.outcome = outcome;
     if (stopping() && outcome != Outcome::kInterrupted) return;
     for (auto& rank : ranks_) {
-      if (rank->running() && !was_stopped(rank->rank())) result_.stopped.push_back(rank->rank());
+      if (rank->running() && !was_stopped(rank->rank()) && !was_reported(rank->rank())) {
+        result_.stopped.push_back(rank->rank());
+      }
     }
     signal_all(signal);
     if (!kill_at_) kill_at_ = Deadline::after(options_.stop_timeout());
@@ -163,6 +226,7 @@ class LocalAttempt {
   OutputRelay relay_;
   std::vector<std::unique_ptr<RankProcess>> ranks_;
   AttemptResult result_;
+  std::vector<int> reported_;  // ranks in result_.failures
   std::optional<Deadline> kill_at_;
   Deadline remote_check_ = Deadline::after(Milliseconds(0));
 };
@@ -171,6 +235,17 @@ class LocalAttempt {
 
 AttemptResult run_local_attempt(const LaunchOptions& options, const RankPlacement& placement,
                                 NodeRendezvous& rendezvous) {
+  // Runs after the attempt's ranks are reaped, however it ended (also when a rank could not be
+  // started and the others were killed).
+  struct Cleanup {
+    const std::string& token;
+    ~Cleanup() {
+      for (const std::string& name : remove_shm_leftovers(token)) {
+        std::fprintf(stderr, "cohortrun: removed /dev/shm%s, left by a rank that was stopped\n",
+                     name.c_str());
+      }
+    }
+  } cleanup{placement.token};
   return LocalAttempt(options, placement, rendezvous).run();
 }
 

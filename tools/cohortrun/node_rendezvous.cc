@@ -53,6 +53,15 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& options, const std::string& 
   }
 }
 
+std::string NodeRendezvous::agree_on_job_id(const std::string& proposal) {
+  const std::string key = "cohortrun/job_id";
+  if (options_.node_rank == 0) {
+    store_->set(key, proposal);
+    return proposal;
+  }
+  return store_->get_string(key, options_.rdzv_timeout());
+}
+
 std::string NodeRendezvous::key(int attempt, const std::string& name) const {
   return "cohortrun/" + std::to_string(attempt) + "/" + name;
 }

@@ -28,6 +28,10 @@ class NodeRendezvous {
 
   uint16_t port() const { return store_->port(); }
 
+  // The job's identity (COHORT_JOB_ID) on every node: node 0's `proposal`, which the others
+  // wait for (up to --rdzv-timeout).
+  std::string agree_on_job_id(const std::string& proposal);
+
   // Waits until every node has joined `attempt`. Throws TimeoutError naming the node ranks
   // that never arrived, ConfigError when two nodes claim one node rank or the nodes disagree
   // on --nproc-per-node, Interrupted when a stop signal arrives meanwhile.

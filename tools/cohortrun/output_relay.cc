@@ -45,10 +45,20 @@ void OutputRelay::drain(Deadline deadline) {
   for (Stream& s : streams_) close(s);
 }
 
-std::vector<std::string> OutputRelay::tail(int rank) const {
+void OutputRelay::finish(int rank, Deadline deadline) {
+  auto open = [&] {
+    return std::any_of(streams_.begin(), streams_.end(),
+                       [&](const Stream& s) { return s.rank == rank && s.fd >= 0; });
+  };
+  // pump() serves every stream, so the other ranks' output keeps flowing meanwhile.
+  while (open() && !deadline.expired()) pump(std::min(deadline.remaining(), Milliseconds(10)));
+}
+
+std::vector<std::string> OutputRelay::tail(int rank, size_t lines) const {
   const auto it = tails_.find(rank);
   if (it == tails_.end()) return {};
-  return {it->second.begin(), it->second.end()};
+  const auto& kept = it->second;
+  return {kept.end() - static_cast<std::ptrdiff_t>(std::min(lines, kept.size())), kept.end()};
 }
 
 void OutputRelay::read_from(Stream& stream) {

@@ -15,6 +15,7 @@ namespace cohort::run {
 
 class OutputRelay {
  public:
+  // Keeps the last `tail_lines` lines of each rank for tail().
   OutputRelay(bool prefix, size_t tail_lines);
   ~OutputRelay();
   OutputRelay(const OutputRelay&) = delete;
@@ -28,8 +29,11 @@ class OutputRelay {
   // Relays until every stream has ended or the deadline passes (a rank's own children may
   // keep its pipes open), then flushes partial lines.
   void drain(Deadline deadline);
-  // The last lines of `rank`'s output, both streams, oldest first.
-  std::vector<std::string> tail(int rank) const;
+  // Relays `rank`'s streams until they end (it has exited) or the deadline passes, so that
+  // its last lines are in tail().
+  void finish(int rank, Deadline deadline);
+  // The last (at most `lines`) lines of `rank`'s output, both streams, oldest first.
+  std::vector<std::string> tail(int rank, size_t lines) const;
 
  private:
   struct Stream {

@@ -33,6 +33,8 @@ std::vector<std::string> launcher_variables(const LaunchOptions& o, const RankPl
       var("COHORT_STORE_PREFIX", "attempt" + std::to_string(p.attempt) + "/"),
       var("COHORT_RESTART_COUNT", std::to_string(p.attempt)),
       var("COHORT_JOB_TOKEN", p.token),
+      // Not secret: checkpoints record it, so that a restart resumes only its own job's.
+      var("COHORT_JOB_ID", p.job_id),
   };
   return vars;
 }

@@ -15,7 +15,8 @@ struct RankPlacement {
   int local_rank = 0;
   int attempt = 0;  // COHORT_RESTART_COUNT
   uint16_t store_port = 0;
-  std::string token;  // COHORT_JOB_TOKEN
+  std::string token;   // COHORT_JOB_TOKEN
+  std::string job_id;  // COHORT_JOB_ID: the same in every attempt (a restart is the same job)
 };
 
 int global_rank(const LaunchOptions& options, int local_rank);

@@ -111,11 +111,24 @@ int RankProcess::take(int& fd) {
 }
 
 void RankProcess::signal(int signal) {
-  if (running_) ::kill(-pid_, signal);
+  if (!running_) return;
+  ::kill(-pid_, signal);
+  // A stopped process acts on no signal but SIGKILL until it is continued.
+  if (stop_signal_ != 0 && signal != SIGKILL) ::kill(-pid_, SIGCONT);
 }
 
 bool RankProcess::reap() {
-  if (running_ && ::waitpid(pid_, &status_, WNOHANG) == pid_) running_ = false;
+  int status = 0;
+  while (running_ && ::waitpid(pid_, &status, WNOHANG | WUNTRACED | WCONTINUED) == pid_) {
+    if (WIFSTOPPED(status)) {
+      stop_signal_ = WSTOPSIG(status);
+    } else if (WIFCONTINUED(status)) {
+      stop_signal_ = 0;
+    } else {
+      status_ = status;
+      running_ = false;
+    }
+  }
   return !running_;
 }
 

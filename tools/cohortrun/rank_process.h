@@ -28,9 +28,12 @@ class RankProcess {
 
   // Sends `signal` to the rank's process group.
   void signal(int signal);
-  // Collects the exit status if the rank has exited; true once it has.
+  // Collects the exit status if the rank has exited; true once it has. Also notes whether a
+  // running rank is stopped (SIGSTOP, SIGTSTP, ...) or was continued.
   bool reap();
   bool running() const { return running_; }
+  // The signal that stopped the running rank, or 0 when it is not stopped.
+  int stop_signal() const { return running_ ? stop_signal_ : 0; }
 
   // After reap(): whether it ended badly (non-zero exit or a signal), the code a shell would
   // report (the exit code, or 128 + signal), and "exited with code 3" / "was killed by
@@ -49,6 +52,7 @@ class RankProcess {
   int stderr_fd_ = -1;
   bool running_ = false;
   int status_ = 0;
+  int stop_signal_ = 0;
 };
 
 }  // namespace cohort::run

@@ -5,12 +5,19 @@
 //   state.module = model.get();
 //   state.optimizer = &optimizer;
 //   state.sampler = &sampler;
-//   if (cohort::load_checkpoint(path, ddp.group(), state)) { /* resumed at state.step */ }
+//   cohort::LoadOptions load;
+//   load.any_job = resume;  // e.g. a --resume flag: go on from an earlier job's checkpoint too
+//   if (cohort::load_checkpoint(path, ddp.group(), state, load)) { /* resumed at state.step */ }
 //   for (...) {
 //     ...
 //     ++state.step;
 //     if (state.step % 1000 == 0) cohort::save_checkpoint(path, ddp.group(), state);
 //   }
+//
+// A checkpoint records the job that wrote it (COHORT_JOB_ID, which cohortrun sets and keeps
+// through restarts), and a load resumes only the loading job's own checkpoints unless asked
+// for any (LoadOptions::any_job): so a job restarted by its launcher goes on where it was, and
+// a new job does not silently continue, or find finished, an earlier job's run.
 //
 // The file is written to `<path>.tmp.<pid>` in the same directory, synced, and renamed over
 // `path`, so `path` always holds either the previous checkpoint or the new one, whole. A
@@ -46,6 +53,14 @@ struct TrainingState {
   bool rng = true;
 };
 
+// Which checkpoint a load resumes.
+struct LoadOptions {
+  // false: only one this job wrote (the same non-empty COHORT_JOB_ID): a load of another job's
+  // checkpoint, or in a process without a job id, returns false and changes nothing, with a
+  // warning that says why. true: whichever checkpoint is at the path.
+  bool any_job = false;
+};
+
 // The file is a torch archive followed by this footer, written last:
 //   magic "COHORTCK" (8 bytes) | format version u32 | archive bytes u64 | CRC-32 of them u32
 // (integers little-endian).
@@ -58,11 +73,12 @@ inline constexpr size_t kCheckpointFooterBytes = 24;
 void save_checkpoint(const std::string& path, const TrainingState& state);
 
 // Restores `state` from `path`. Returns false, changing nothing, when there is no file at
-// `path` (a first run). Throws CheckpointError naming `path` when the file cannot be read, is
-// corrupt or truncated, or does not fit the module, optimizer or sampler. The module is
-// checked whole before any of it is changed; a later failure (the optimizer's state) may leave
-// the module restored and the rest not.
-bool load_checkpoint(const std::string& path, TrainingState& state);
+// `path` (a first run) or the file is another job's (LoadOptions). Throws CheckpointError naming
+// `path` when the file cannot be read, is corrupt or truncated, or does not fit the module,
+// optimizer or sampler. The module is checked whole before any of it is changed; a later failure
+// (the optimizer's state) may leave the module restored and the rest not.
+bool load_checkpoint(const std::string& path, TrainingState& state,
+                     const LoadOptions& options = {});
 
 // ---- Data parallel: collective over `group` (every rank calls it, with the same path and the
 // same kinds of state; pass ddp.group()).
@@ -72,12 +88,14 @@ bool load_checkpoint(const std::string& path, TrainingState& state);
 void save_checkpoint(const std::string& path, Group& group, const TrainingState& state);
 
 // Rank 0 reads and verifies the file and sends it to the others, so no shared file system is
-// needed. Every rank returns false (no file), or every rank restores the same state, or every
+// needed; rank 0's job id and `options` decide whether it is resumed. Every rank returns false
+// (no file, or another job's), or every rank restores the same state, or every
 // rank throws CheckpointError. Works at any world size: the model and optimizer are the same
 // on every rank of a data-parallel run, so the saved copy is every rank's. At a different world
 // size the sampler resumes at (samples consumed by all ranks) / (new world size), rounded down,
 // so a few samples of the epoch may be seen again; rank r restores the generator state saved
 // by rank r mod (saved world size).
-bool load_checkpoint(const std::string& path, Group& group, TrainingState& state);
+bool load_checkpoint(const std::string& path, Group& group, TrainingState& state,
+                     const LoadOptions& options = {});
 
 }  // namespace cohort

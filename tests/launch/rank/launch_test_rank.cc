@@ -6,7 +6,15 @@
 //   launch_test_rank kill R              rank R kills itself (SIGKILL), the others sleep
 //   launch_test_rank sleep               every rank sleeps (to be stopped by a signal)
 //   launch_test_rank fail-once R         rank R exits 3 unless COHORT_RESTART_COUNT > 0
+//   launch_test_rank stop R              rank R stops itself (SIGSTOP), the others wait for it
+//                                        in a barrier until COHORT_TIMEOUT_S and abort
+//   launch_test_rank hang R              rank R sleeps instead of joining the others' barrier
+//   launch_test_rank leave-shm R         every rank creates a shared-memory segment under the
+//                                        job's name and prints "segment <name>", then rank R
+//                                        kills itself (SIGKILL), the others sleep
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,6 +25,7 @@
 #include <vector>
 
 #include "cohort/comm/init.h"
+#include "transport/shm/shm_names.h"
 
 namespace {
 
@@ -51,6 +60,22 @@ int main(int argc, char** argv) {
     if (me) ::raise(SIGKILL);
     sleep_long();
   } else if (mode == "sleep") {
+    sleep_long();
+  } else if (mode == "stop" || mode == "hang") {
+    if (me) {
+      if (mode == "stop") ::raise(SIGSTOP);
+      sleep_long();
+    }
+    group->barrier();  // times out: the uncaught error names the missing rank
+  } else if (mode == "leave-shm") {
+    // What a rank killed while its group's segment still has a name leaves behind.
+    const std::string name =
+        cohort::shm_segment_name(std::getenv("COHORT_JOB_TOKEN"), ::getpid(), 1);
+    if (::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600) < 0) return 5;
+    std::printf("segment %s\n", name.c_str());
+    std::fflush(stdout);
+    group->barrier();  // every segment exists before rank R dies
+    if (me) ::raise(SIGKILL);
     sleep_long();
   } else if (mode == "fail-once") {
     if (me && std::atoi(std::getenv("COHORT_RESTART_COUNT")) == 0) return 3;
