@@ -21,6 +21,7 @@
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
+#include "transport/shm/shm_names.h"
 #include "transport/shm/shm_name_guard.h"
 
 namespace cohort {
@@ -87,12 +88,10 @@ void reached(const char* step, int rank) {
 }
 
 // Rank 0's segment name: from the job token, this process and a fresh nonce, so that neither
-// another job nor an earlier group of this one can hold it.
+// another job nor an earlier group of this one can hold it (shm_names.h: launchers find a
+// reaped rank's names by pid).
 std::string fresh_name(const std::string& job_token, uint64_t nonce) {
-  std::ostringstream name;
-  name << "/cohort-" << std::hex << (std::hash<std::string>{}(job_token)&0xffffffffu) << "-"
-       << ::getpid() << "-" << nonce;  // all hex: launchers find a reaped rank's names by pid
-  return name.str();
+  return shm_segment_name(job_token, ::getpid(), nonce);
 }
 
 // Rank 0, after publishing `name` (so that any rank can remove it): the segment, initialized
