@@ -136,5 +136,21 @@ TEST(DdpParity, UnevenInputsWithJoin) {
   expect_parity(c);
 }
 
+// join() stands in for the trainers' gradient allreduces from another call site: the call
+// check (Note [Call stamps]) must see the same calls there over TCP and shared memory.
+TEST(DdpParity, UnevenInputsWithJoinOverTcpAndSharedMemory) {
+  const int fewer[] = {0, 2, 5};
+  for (bool shared_memory : {false, true}) {
+    SCOPED_TRACE(shared_memory ? "shared memory" : "tcp");
+    ParityCase c;
+    c.world = 3;
+    c.steps = 8;
+    c.steps_of_rank = [&](int rank) { return 8 - fewer[rank]; };
+    c.over_tcp = true;
+    c.shared_memory = shared_memory;
+    expect_parity(c);
+  }
+}
+
 }  // namespace
 }  // namespace cohort::testing
