@@ -73,7 +73,8 @@ std::string size_text(size_t bytes) {
 std::string algorithms_text(const GroupReport& r) {
   std::ostringstream out;
   out << "allreduce algorithm";
-  if (r.algorithm != Algorithm::kAuto) out << " (" << algorithm_name(r.algorithm) << " asked)";
+  if (r.algorithm != Algorithm::kAuto)
+    out << " (group default " << algorithm_name(r.algorithm) << ")";
   out << " by size:";
   const char* separator = " ";
   for (size_t bytes : {size_t{4} << 10, size_t{256} << 10, size_t{16} << 20, size_t{256} << 20}) {

@@ -16,6 +16,7 @@ bool log_enabled(LogLevel level);
 void log_message(LogLevel level, const std::string& message);
 
 // Receives every line that is logged instead of stderr (tests capture cohort's lines with it).
+// Called under a lock, one line at a time: it must not log itself.
 using LogSink = std::function<void(LogLevel, const std::string&)>;
 // Installs `sink` (empty: stderr again) and returns the one it replaces. Lines of other threads
 // may still reach the old sink while this runs, never after it returns.
