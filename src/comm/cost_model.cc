@@ -112,6 +112,7 @@ CostModel CostModel::from_json(const std::string& text, const std::string& origi
   model.shm.alpha_s = positive(json, "shm", "alpha_us", origin) * 1e-6;
   model.shm.beta_s_per_byte = 1.0 / (positive(json, "shm", "gbytes_per_s", origin) * 1e9);
   model.gamma_s_per_byte = 1.0 / (positive(json, "reduce", "gbytes_per_s", origin) * 1e9);
+  model.source = origin;
   return model;
 }
 
@@ -120,7 +121,9 @@ CostModel CostModel::from_file(const std::string& path) {
   if (!in) throw ConfigError("cannot read the cost model " + path);
   std::stringstream text;
   text << in.rdbuf();
-  return from_json(text.str(), path);
+  CostModel model = from_json(text.str(), path);
+  model.source = "calibration " + path;
+  return model;
 }
 
 std::string CostModel::to_json() const {

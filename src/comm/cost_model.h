@@ -23,6 +23,8 @@ struct CostModel {
   LinkCost tcp;  // between ranks over TCP (loopback or the network between hosts)
   LinkCost shm;  // one round through a node's shared memory window; beta per byte copied
   double gamma_s_per_byte = 0;  // reducing one byte into another (float32 sum)
+  // Where the numbers came from, for the group's log line (group_report.h): one line of text.
+  std::string source = "built-in defaults";
 
   static CostModel defaults();
   // Reads the file `cohort-bench --calibrate` writes; throws ConfigError naming the file and

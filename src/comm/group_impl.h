@@ -119,6 +119,7 @@ class Group::Impl {
                                Deadline deadline);
   void progress_loop();
   void agree_on_cost_model(Deadline deadline);
+  void report_creation();  // at COHORT_LOG_LEVEL=info (group_report.h)
   void open_shared_memory(const std::vector<HostInfo>& hosts, Deadline deadline);
   GroupShape shape() const;
 

@@ -1,11 +1,13 @@
 // How a group learns its shape when it is made: which ranks share a host, the cost model every
 // rank chooses algorithms with, and the shared memory window of each node.
+#include <algorithm>
 #include <chrono>
 
 #include "cohort/comm/prefix_store.h"
 #include "backends/collective_engine.h"
 #include "cohort/core/error.h"
 #include "group_impl.h"
+#include "group_report.h"
 
 namespace cohort {
 
@@ -25,32 +27,39 @@ void Group::Impl::discover_topology() {
   topology_ = Topology::from_node_keys(node_keys, rank());
   agree_on_cost_model(deadline);
   open_shared_memory(hosts, deadline);
+  report_creation();
 }
 
 void Group::Impl::discover_topology_through_engine() {
   const Deadline deadline = Deadline::after(options_.timeout);
   topology_ = Topology::from_node_keys(transport_->engine()->node_keys(deadline), rank());
   agree_on_cost_model(deadline);
+  report_creation();
 }
 
 void Group::Impl::share_one_process() {
   topology_ = Topology::single_node(rank(), size());
   agree_on_cost_model(Deadline::after(options_.timeout));
+  report_creation();
 }
 
 void Group::Impl::inherit(Topology topology, CostModel model) {
   topology_ = std::move(topology);
   cost_model_ = model;
+  // A group without a store (MPI) already said it in discover_topology_through_engine.
+  if (store_) report_creation();
 }
 
 // Every rank must choose the same algorithm for the same call, so all take rank 0's model
-// (a calibration file on one machine of a cluster is enough).
+// (a calibration file on one machine of a cluster is enough). Its source travels on the first
+// line, so that a subgroup's rank 0 reports it too.
 void Group::Impl::agree_on_cost_model(Deadline deadline) {
   std::string text;
   if (rank() == 0) {
     try {
       cost_model_ = CostModel::load_default();
-      text = cost_model_.to_json();
+      std::replace(cost_model_.source.begin(), cost_model_.source.end(), '\n', ' ');
+      text = cost_model_.source + "\n" + cost_model_.to_json();
     } catch (const ConfigError& e) {
       text = std::string("error: ") + e.what();
     }
@@ -60,7 +69,29 @@ void Group::Impl::agree_on_cost_model(Deadline deadline) {
     throw ConfigError(rank() == 0 ? text.substr(7)
                                   : "rank 0 could not read its cost model: " + text.substr(7));
   }
-  if (rank() != 0) cost_model_ = CostModel::from_json(text, "rank 0's cost model");
+  if (rank() != 0) {
+    const size_t end_of_source = text.find('\n');
+    cost_model_ = CostModel::from_json(text.substr(end_of_source + 1), "rank 0's cost model");
+    cost_model_.source = text.substr(0, end_of_source);
+  }
+}
+
+void Group::Impl::report_creation() {
+  GroupReport report;
+  report.name = options_.name;
+  report.transport = transport_->name();
+  if (CollectiveEngine* engine = transport_->engine()) {
+    report.engine = engine->engine_name();
+    report.engine_only = engine->engine_only();
+  }
+  report.shared_memory_asked = options_.shared_memory;
+  report.debug_checks = options_.debug_checks;
+  report.algorithm = options_.algorithm;
+  report.timeout = options_.timeout;
+  report.topology = topology_;
+  report.shape = shape();
+  report.cost_model = cost_model_;
+  log_group_created(report);
 }
 
 std::string Group::Impl::share_from_rank0(const std::string& text, const std::string& key,

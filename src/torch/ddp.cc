@@ -129,8 +129,21 @@ DistributedDataParallel::NoSync::NoSync(DistributedDataParallel* ddp) : ddp_(ddp
 DistributedDataParallel::NoSync::NoSync(NoSync&& other) noexcept : ddp_(other.ddp_) {
   other.ddp_ = nullptr;
 }
+DistributedDataParallel::NoSync& DistributedDataParallel::NoSync::operator=(
+    NoSync&& other) noexcept {
+  if (this != &other) {
+    release();  // the guard this one held ends here
+    ddp_ = other.ddp_;
+    other.ddp_ = nullptr;
+  }
+  return *this;
+}
 DistributedDataParallel::NoSync::~NoSync() {
+  release();
+}
+void DistributedDataParallel::NoSync::release() noexcept {
   if (ddp_ != nullptr) ddp_->impl_->reducer_->set_no_sync(false);
+  ddp_ = nullptr;
 }
 DistributedDataParallel::NoSync DistributedDataParallel::no_sync() {
   COHORT_CHECK(!impl_->reducer_->no_sync(),

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "bucket_plan.h"
 #include "cohort/core/check.h"
+#include "cohort/core/logging.h"
 #include "cohort/torch/tensor_buffer.h"
 
 namespace cohort {
@@ -26,6 +28,19 @@ std::string join_names(const std::vector<std::string>& names) {
   std::string joined;
   for (const auto& name : names) joined += (joined.empty() ? "" : ", ") + name;
   return joined;
+}
+
+std::string bytes_text(double bytes) {
+  std::ostringstream out;
+  out.precision(3);
+  if (bytes >= kMiB) {
+    out << bytes / kMiB << " MiB";
+  } else if (bytes >= 1024) {
+    out << bytes / 1024 << " KiB";
+  } else {
+    out << bytes << " B";
+  }
+  return out.str();
 }
 
 }  // namespace
@@ -57,6 +72,7 @@ Reducer::Reducer(std::shared_ptr<Group> group, std::vector<Parameter> parameters
     to_dtype(parameter.tensor.scalar_type());  // throws for types cohort cannot reduce
   }
   build_buckets(reverse_registration_order());
+  log_buckets("built");
   install_hooks();
 }
 
@@ -372,6 +388,38 @@ void Reducer::rebuild_buckets_from_ready_order() {
   from_authority.root = authority_;
   group_->broadcast(make_buffer(order), from_authority);
   build_buckets(std::vector<size_t>(order.begin(), order.end()));
+  log_buckets("rebuilt in the order gradients became ready in the first backward");
+}
+
+// COHORT_LOG_LEVEL=info: the group's rank 0 says how gradients are bucketed (every rank has
+// the same buckets). Long lists are cut: the line is for a glance.
+void Reducer::log_buckets(const char* what) const {
+  if (group_->rank() != 0 || !log_enabled(LogLevel::kInfo)) return;
+  constexpr size_t kBucketsShown = 16, kNamesShown = 4;
+  double total = 0;
+  for (const auto& bucket : buckets_) total += static_cast<double>(bucket.grads.buffer.nbytes());
+  std::ostringstream out;
+  out << "DistributedDataParallel on group '" << group_->options().name << "' (" << group_->size()
+      << " ranks): " << buckets_.size() << (buckets_.size() == 1 ? " bucket " : " buckets ") << what
+      << ", " << parameters_.size() << " parameters, " << bytes_text(total)
+      << " of gradients (caps: first " << options_.first_bucket_cap_mb << " MiB, then "
+      << options_.bucket_cap_mb << " MiB; hook: " << (options_.comm_hook ? "custom" : "allreduce")
+      << ")";
+  for (size_t b = 0; b < buckets_.size() && b < kBucketsShown; ++b) {
+    const Bucket& bucket = buckets_[b];
+    out << "; bucket " << b << ": " << bytes_text(static_cast<double>(bucket.grads.buffer.nbytes()))
+        << ", " << bucket.members.size()
+        << (bucket.members.size() == 1 ? " parameter (" : " parameters (");
+    for (size_t i = 0; i < bucket.members.size() && i < kNamesShown; ++i) {
+      out << (i ? ", " : "") << parameters_[bucket.members[i]].name;
+    }
+    if (bucket.members.size() > kNamesShown)
+      out << ", ... " << bucket.members.size() - kNamesShown << " more";
+    out << ")";
+  }
+  if (buckets_.size() > kBucketsShown)
+    out << "; ... " << buckets_.size() - kBucketsShown << " more buckets";
+  log_message(LogLevel::kInfo, out.str());
 }
 
 void Reducer::reset_iteration() {

@@ -80,6 +80,7 @@ class Reducer {
 
   void install_hooks();
   void build_buckets(const std::vector<size_t>& order);
+  void log_buckets(const char* what) const;  // at COHORT_LOG_LEVEL=info, on rank 0
   std::vector<size_t> reverse_registration_order() const;
 
   // Hook and end-of-backward callback (autograd thread).

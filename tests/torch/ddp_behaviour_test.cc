@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <type_traits>
 
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp.h"
 #include "ddp_harness.h"
+#include "support/log_capture.h"
 
 namespace cohort::testing {
 namespace {
@@ -126,6 +128,52 @@ TEST(DdpBehaviour, NoSyncSendsNothing) {
     net->forward(torch::randn({3, 10})).sum().backward();
     EXPECT_GT(group->sequence_number(), before);
   });
+}
+
+// A guard variable that outlives several guards: default-constructed, assigned a guard, and
+// assigned an empty one, which ends the guard it held (and a self-move keeps it).
+TEST(DdpBehaviour, NoSyncIsMoveAssignable) {
+  static_assert(std::is_nothrow_move_assignable<DistributedDataParallel::NoSync>::value, "");
+  run_with_groups(2, [](int, std::shared_ptr<Group> group) {
+    auto net = layers({10, 16, 4});
+    DistributedDataParallel ddp(net, group);
+    const auto before = group->sequence_number();
+    DistributedDataParallel::NoSync guard;
+    guard = ddp.no_sync();
+    auto& same = guard;
+    guard = std::move(same);
+    EXPECT_THROW(ddp.no_sync(), InvalidArgument);  // still inside it
+    net->forward(torch::randn({3, 10})).sum().backward();
+    EXPECT_EQ(group->sequence_number(), before);
+    guard = DistributedDataParallel::NoSync();  // ends it
+    net->forward(torch::randn({3, 10})).sum().backward();
+    EXPECT_GT(group->sequence_number(), before);
+    guard = ddp.no_sync();  // a new one, ended by the destructor
+  });
+}
+
+// COHORT_LOG_LEVEL=info: rank 0 says how DDP bucketed the gradients, once when built and once
+// when the buckets are rebuilt after the first backward.
+TEST(DdpBehaviour, LogsItsBucketsAtInfo) {
+  LogCapture capture;
+  run_with_groups(2, [](int, std::shared_ptr<Group> group) {
+    auto net = layers({10, 64, 4});  // 0.weight 0.bias 1.weight 1.bias
+    DdpOptions options;
+    options.bucket_cap_mb = 0;  // one bucket per parameter
+    options.first_bucket_cap_mb = 0;
+    DistributedDataParallel ddp(net, group, options);
+    net->forward(torch::randn({3, 10})).sum().backward();
+  });
+  const auto lines = capture.info_lines("DistributedDataParallel on group");
+  ASSERT_EQ(lines.size(), 2u);
+  for (const std::string& line : lines) {
+    EXPECT_NE(line.find("(2 ranks): 4 buckets"), std::string::npos) << line;
+    EXPECT_NE(line.find("4 parameters, 3.77 KiB of gradients"), std::string::npos) << line;
+    EXPECT_NE(line.find(": 1 KiB, 1 parameter (1.weight)"), std::string::npos) << line;
+  }
+  EXPECT_NE(lines[0].find("buckets built"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("bucket 0: 16 B, 1 parameter (1.bias)"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("buckets rebuilt"), std::string::npos) << lines[1];
 }
 
 TEST(DdpBehaviour, IterationStatsAndTimelineDescribeEveryBucket) {

@@ -11,6 +11,10 @@
 // Device buffers are only queued on the device: the call returns before the data is reduced,
 // and work queued on opts.stream afterwards sees the result. Host buffers given to an NCCL
 // group go through a private copy of the bootstrap group (same ranks, host memory).
+//
+// Linking: in a build with NCCL, create_nccl_group is in the library cohort::nccl (CMake:
+// find_package(cohort COMPONENTS nccl), target_link_libraries(app PRIVATE cohort::nccl)), so
+// that programs on cohort::comm alone need no CUDA.
 #pragma once
 
 #include <memory>
@@ -26,7 +30,8 @@ struct NcclOptions {
   Milliseconds timeout{0};
 };
 
-// Whether this build of cohort has the NCCL backend (CMake option COHORT_WITH_NCCL).
+// Whether this build of cohort has the NCCL backend (CMake option COHORT_WITH_NCCL). In
+// cohort::comm: a program may ask without linking cohort::nccl.
 bool nccl_backend_built();
 
 // Collective over `bootstrap`: every rank calls it. Rank r of the result is rank r of the

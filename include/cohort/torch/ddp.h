@@ -63,7 +63,7 @@ struct DdpOptions {
 // What the last synchronized backward spent on communication
 // (DistributedDataParallel::last_iteration_stats()).
 struct BucketStats {
-  size_t bytes = 0;         // of gradients in the bucket
+  size_t bytes = 0;  // of gradients in the bucket
   // From the moment the bucket's gradients were all ready (its reduction was started) to the
   // end of its reduction: what overlap has to hide.
   double latency_ms = 0;
@@ -103,16 +103,22 @@ class DistributedDataParallel {
   // The next backward outside it reduces the accumulated sum.
   //   { auto guard = ddp.no_sync(); for (k micro-batches) forward + backward; }
   //   forward + backward;   // reduces all k + 1 micro-batches' gradients
+  // A default-constructed guard holds nothing; assigning to a guard ends the one it held:
+  //   DistributedDataParallel::NoSync guard;     // holds nothing
+  //   if (accumulating) guard = ddp.no_sync();  // from here backward() only accumulates
+  //   guard = {};                               // ended: the next backward() reduces
   class NoSync {
    public:
+    NoSync() = default;
     NoSync(NoSync&& other) noexcept;
-    NoSync& operator=(NoSync&&) = delete;
+    NoSync& operator=(NoSync&& other) noexcept;
     ~NoSync();
 
    private:
     friend class DistributedDataParallel;
     explicit NoSync(DistributedDataParallel* ddp);
-    DistributedDataParallel* ddp_;
+    void release() noexcept;
+    DistributedDataParallel* ddp_ = nullptr;
   };
   NoSync no_sync();
 

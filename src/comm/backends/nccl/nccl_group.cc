@@ -53,10 +53,6 @@ void agree_on_devices(Group& group, const std::string& problem, Deadline deadlin
 
 }  // namespace
 
-bool nccl_backend_built() {
-  return true;
-}
-
 std::shared_ptr<Group> create_nccl_group(std::shared_ptr<Group> bootstrap, NcclOptions options) {
   COHORT_CHECK(bootstrap != nullptr, "create_nccl_group needs a bootstrap group");
   GroupOptions group_options = bootstrap->options();
