@@ -51,6 +51,7 @@ extern int steps;
 extern int rank;
 extern int world_size;
 extern int accumulation_steps;
+extern bool resume;  // the program's own --resume flag (docs/checkpoints.md)
 extern std::vector<torch::Tensor> micro;  // micro-batches
 torch::Tensor loss_fn(const torch::Tensor& output);
 template <typename Batch>
