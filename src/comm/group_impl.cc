@@ -26,7 +26,9 @@ std::string Signature::describe() const {
   return text;
 }
 
-CallStamp Signature::stamp() const { return make_stamp(kind, count, dtype, op, root, site); }
+CallStamp Signature::stamp() const {
+  return make_stamp(kind, count, dtype, op, root, site);
+}
 
 std::string Operation::describe() const {
   if (!collective) return signature.describe();

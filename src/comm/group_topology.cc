@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "cohort/comm/prefix_store.h"
 #include "backends/collective_engine.h"
+#include "cohort/comm/prefix_store.h"
 #include "cohort/core/error.h"
 #include "group_impl.h"
 #include "group_report.h"

@@ -26,8 +26,7 @@ const char* call_site_name(CallSite site) {
     case CallSite::kUser: return "";
     case CallSite::kDdpConstructor: return "DistributedDataParallel's constructor";
     case CallSite::kDdpGradients: return "DistributedDataParallel's gradient allreduce";
-    case CallSite::kDdpUnusedParameters:
-      return "DistributedDataParallel's unused-parameter search";
+    case CallSite::kDdpUnusedParameters: return "DistributedDataParallel's unused-parameter search";
     case CallSite::kDdpJoin: return "DistributedDataParallel::join";
     case CallSite::kDdpBuffers: return "DistributedDataParallel's buffer broadcast";
     case CallSite::kCheckpointSave: return "save_checkpoint";

@@ -32,8 +32,9 @@ struct Net : torch::nn::Module {
   Net();
   torch::Tensor forward(torch::Tensor x);
 };
-using SnippetDataset = torch::data::datasets::MapDataset<
-    torch::data::datasets::MNIST, torch::data::transforms::Stack<torch::data::Example<>>>;
+using SnippetDataset =
+    torch::data::datasets::MapDataset<torch::data::datasets::MNIST,
+                                      torch::data::transforms::Stack<torch::data::Example<>>>;
 using SnippetLoader =
     std::unique_ptr<torch::data::StatelessDataLoader<SnippetDataset, cohort::DistributedSampler>>;
 
@@ -51,7 +52,7 @@ extern int steps;
 extern int rank;
 extern int world_size;
 extern int accumulation_steps;
-extern bool resume;  // the program's own --resume flag (docs/checkpoints.md)
+extern bool resume;                       // the program's own --resume flag (docs/checkpoints.md)
 extern std::vector<torch::Tensor> micro;  // micro-batches
 torch::Tensor loss_fn(const torch::Tensor& output);
 template <typename Batch>

@@ -26,15 +26,18 @@ std::vector<std::string> errors_of(int world,
                                    const std::function<void(int, std::shared_ptr<Group>)>& body,
                                    bool over_tcp = false, bool shared_memory = false) {
   std::vector<std::string> errors(world);
-  run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
-    try {
-      body(rank, std::move(group));
-    } catch (const MismatchError& e) {
-      errors[rank] = std::string("MismatchError: ") + e.what();
-    } catch (const std::exception& e) {
-      errors[rank] = e.what();
-    }
-  }, over_tcp, shared_memory);
+  run_with_groups(
+      world,
+      [&](int rank, std::shared_ptr<Group> group) {
+        try {
+          body(rank, std::move(group));
+        } catch (const MismatchError& e) {
+          errors[rank] = std::string("MismatchError: ") + e.what();
+        } catch (const std::exception& e) {
+          errors[rank] = e.what();
+        }
+      },
+      over_tcp, shared_memory);
   return errors;
 }
 

@@ -108,7 +108,13 @@ class CompletedRequest final : public Request {
 // timeout on one rank is a TimeoutError on every rank.
 struct WireError {
   enum Kind : uint8_t {
-    kGeneric = 0, kTimeout = 1, kPeer = 2, kProtocol = 3, kInvalid = 4, kStore = 5, kConfig = 6,
+    kGeneric = 0,
+    kTimeout = 1,
+    kPeer = 2,
+    kProtocol = 3,
+    kInvalid = 4,
+    kStore = 5,
+    kConfig = 6,
     kMismatch = 7
   };
   static constexpr uint8_t kLastKind = kMismatch;

@@ -18,9 +18,8 @@ namespace cohort::algo {
 
 class Context {
  public:
-  Context(Transport& transport, uint64_t sequence, Deadline deadline,
-          std::vector<uint8_t>& scratch, ShmWindow* shm = nullptr,
-          const Topology* topology = nullptr, CallStamp stamp = {})
+  Context(Transport& transport, uint64_t sequence, Deadline deadline, std::vector<uint8_t>& scratch,
+          ShmWindow* shm = nullptr, const Topology* topology = nullptr, CallStamp stamp = {})
       : transport_(transport),
         sequence_(sequence),
         stamp_(stamp),

@@ -21,8 +21,8 @@
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
-#include "transport/shm/shm_names.h"
 #include "transport/shm/shm_name_guard.h"
+#include "transport/shm/shm_names.h"
 
 namespace cohort {
 

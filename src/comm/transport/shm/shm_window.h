@@ -86,8 +86,7 @@ class ShmWindow {
   // has. Note [Slot reuse] in algorithms/shm_rounds.h says why one wait per round suffices.
   // Every rank that posts a stamped `call` checks that the others posted the same one, and
   // throws MismatchError when not.
-  void post_and_wait(uint64_t round, const ShmRoundCall& call, Deadline deadline,
-                     const char* what);
+  void post_and_wait(uint64_t round, const ShmRoundCall& call, Deadline deadline, const char* what);
   void post_and_wait(uint64_t round, Deadline deadline, const char* what);  // unstamped
 
   // Tests only: called with the step's name ("named", "created", "published" on rank 0;

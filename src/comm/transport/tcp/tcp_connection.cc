@@ -387,7 +387,8 @@ void Connection::note_local_call(const Tag& tag) {
 void Connection::check_against_local_calls(const Tag& message) const {
   if (!message.stamp.stamped()) return;
   for (const auto& call : recent_calls_) {
-    if (call.channel == message.channel) check_same_call(message.channel, call.stamp, message.stamp);
+    if (call.channel == message.channel)
+      check_same_call(message.channel, call.stamp, message.stamp);
   }
 }
 

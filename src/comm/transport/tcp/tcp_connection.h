@@ -4,6 +4,8 @@
 // (Note [Claimed receives]).
 #pragma once
 
+#include <sys/uio.h>
+
 #include <array>
 #include <condition_variable>
 #include <deque>
@@ -12,8 +14,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <sys/uio.h>
 
 #include "cohort/comm/transport.h"
 #include "net/socket.h"

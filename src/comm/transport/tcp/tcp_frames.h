@@ -3,7 +3,8 @@
 // Handshake (connector -> acceptor, once per connection): Hello{magic, version, world size,
 // connector rank, 16-byte group secret}; the acceptor answers one byte (1 = accepted) or closes.
 // Then frames in both directions: FrameHeader + payload. kData carries a message for (channel,
-// step) and the call that sent it; kAbort carries an encoded WireError; kGoodbye says the sender closed its group.
+// step) and the call that sent it; kAbort carries an encoded WireError; kGoodbye says the sender
+// closed its group.
 #pragma once
 
 #include <array>
@@ -16,7 +17,7 @@ namespace cohort::tcp {
 
 inline constexpr uint32_t kHelloMagic = 0x43485448;  // "CHTH"
 inline constexpr uint32_t kFrameMagic = 0x43484652;  // "CHFR"
-inline constexpr uint16_t kProtocolVersion = 2;  // 2: frames carry a CallStamp
+inline constexpr uint16_t kProtocolVersion = 2;      // 2: frames carry a CallStamp
 inline constexpr size_t kSecretBytes = 16;
 // Largest message a frame may announce (1 TiB): larger is corruption, not data.
 inline constexpr uint64_t kMaxMessageBytes = 1ULL << 40;
