@@ -540,7 +540,10 @@ void Connection::deliver_buffered(const Tag& tag, Unexpected message) {
   std::shared_ptr<Pending> pending;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    pending = claim_posted(tag);  // a receive may have been posted while we read
+    // A send or receive of this collective may have been posted while we read, after the
+    // header was checked: check again before the message meets it (Note [Call stamps]).
+    check_against_local_calls(tag);
+    pending = claim_posted(tag);
     if (!pending) {
       unexpected_[tag].push_back(std::move(message));
       return;
