@@ -32,6 +32,9 @@ const char* call_site_name(CallSite site) {
     case CallSite::kCheckpointSave: return "save_checkpoint";
     case CallSite::kCheckpointLoad: return "load_checkpoint";
     case CallSite::kGroupSetup: return "group creation";
+    case CallSite::kZeroGradients: return "ZeRO's gradient reduce-scatter";
+    case CallSite::kZeroParameters: return "ZeRO's parameter all-gather";
+    case CallSite::kGradNorm: return "clip_grad_norm";
   }
   return "";
 }

@@ -72,4 +72,12 @@ inline torch::Tensor alias_into(const torch::Tensor& flat, int64_t offset,
       .set_(flat.storage(), flat.storage_offset() + offset, like.sizes(), like.strides());
 }
 
+// Elements [offset, offset + length) of a contiguous tensor as a 1-D tensor over its storage,
+// likewise not an autograd view (and not tied to `tensor`'s autograd history).
+inline torch::Tensor alias_range(const torch::Tensor& tensor, int64_t offset, int64_t length) {
+  torch::NoGradGuard no_grad;
+  return torch::empty({0}, tensor.options().requires_grad(false))
+      .set_(tensor.storage(), tensor.storage_offset() + offset, {length}, {1});
+}
+
 }  // namespace cohort::autograd_compat

@@ -48,25 +48,30 @@ std::vector<torch::Tensor> tensors_of(const std::vector<NamedTensor>& named) {
 
 class DistributedDataParallel::Impl {
  public:
-  Impl(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Group> group, DdpOptions options)
+  Impl(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Group> group, DdpOptions options,
+       const ReducerSharding& sharding = {})
       : module_(std::move(module)), group_(std::move(group)), options_(std::move(options)) {
     COHORT_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null");
     COHORT_CHECK(group_ != nullptr, "DistributedDataParallel: the group is null");
     tune_malloc_for_training();
     parameters_ = unique_tensors(module_->named_parameters(/*recurse=*/true), true);
+    // Frozen parameters are not trained but must start equal too (as PyTorch's DDP does).
+    const auto every_parameter = unique_tensors(module_->named_parameters(/*recurse=*/true), false);
     buffers_ = unique_tensors(module_->named_buffers(/*recurse=*/true), false);
-    check_same_model();
-    broadcast_coalesced(*group_, tensors_of(parameters_), 0, CallSite::kDdpConstructor);
+    check_same_model(every_parameter);
+    broadcast_coalesced(*group_, tensors_of(every_parameter), 0, CallSite::kDdpConstructor);
     broadcast_coalesced(*group_, tensors_of(buffers_), 0, CallSite::kDdpConstructor);
     std::vector<Reducer::Parameter> reduced;
     for (const auto& p : parameters_) reduced.push_back({p.name, p.tensor});
-    reducer_ = std::make_unique<Reducer>(group_, std::move(reduced), options_,
-                                         [this](int root) { sync_buffers(root); });
+    reducer_ = std::make_unique<Reducer>(
+        group_, std::move(reduced), options_, [this](int root) { sync_buffers(root); }, sharding);
   }
 
-  void check_same_model() {
+  void check_same_model(const std::vector<NamedTensor>& every_parameter) {
     std::vector<std::string> entries;
-    for (const auto& p : parameters_) entries.push_back(describe("parameter", p));
+    for (const auto& p : every_parameter) {
+      entries.push_back(describe(p.tensor.requires_grad() ? "parameter" : "frozen parameter", p));
+    }
     for (const auto& b : buffers_) entries.push_back(describe("buffer", b));
     check_same_on_all_ranks(*group_, entries, "parameter/buffer", CallSite::kDdpConstructor);
   }
@@ -107,6 +112,20 @@ class DistributedDataParallel::Impl {
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
                                                  std::shared_ptr<Group> group, DdpOptions options)
     : impl_(std::make_unique<Impl>(std::move(module), std::move(group), std::move(options))) {}
+
+DistributedDataParallel::DistributedDataParallel(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+DistributedDataParallel make_sharded_ddp(std::shared_ptr<torch::nn::Module> module,
+                                         std::shared_ptr<Group> group, DdpOptions options,
+                                         const ReducerSharding& sharding) {
+  return DistributedDataParallel(std::make_unique<DistributedDataParallel::Impl>(
+      std::move(module), std::move(group), std::move(options), sharding));
+}
+
+Reducer& reducer_of(const DistributedDataParallel& ddp) {
+  return *ddp.impl_->reducer_;
+}
 
 DistributedDataParallel::~DistributedDataParallel() = default;
 DistributedDataParallel::DistributedDataParallel(DistributedDataParallel&&) noexcept = default;

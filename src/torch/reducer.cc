@@ -46,13 +46,15 @@ std::string bytes_text(double bytes) {
 }  // namespace
 
 Reducer::Reducer(std::shared_ptr<Group> group, std::vector<Parameter> parameters,
-                 const DdpOptions& options, std::function<void(int)> sync_buffers)
+                 const DdpOptions& options, std::function<void(int)> sync_buffers,
+                 ReducerSharding sharding)
     : group_(std::move(group)),
       parameters_(std::move(parameters)),
       options_(options),
       hook_(options.comm_hook ? options.comm_hook : allreduce_hook()),
       alone_with_default_hook_(group_->size() == 1 && !options.comm_hook),
       sync_buffers_(std::move(sync_buffers)),
+      sharding_(std::move(sharding)),
       ready_(parameters_.size(), 0),
       filled_with_zeros_(parameters_.size(), 0),
       join_flag_(torch::zeros({1}, torch::kInt32)),
@@ -110,22 +112,16 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   std::vector<Location> locations(parameters_.size());
   for (auto& members : plan_buckets(plan)) {
     Bucket bucket;
-    int64_t total = 0;
-    for (size_t p : members) total += parameters_[p].tensor.numel();
+    for (size_t p : members) bucket.numel += parameters_[p].tensor.numel();
+    bucket.numel = (bucket.numel + sharding_.pad_to - 1) / sharding_.pad_to * sharding_.pad_to;
     bucket.grads.index = buckets.size();
-    bucket.grads.buffer =
-        torch::zeros({total}, parameters_[members.front()].tensor.options().requires_grad(false));
-    int64_t offset = 0;
     for (size_t slot = 0; slot < members.size(); ++slot) {
-      const auto& tensor = parameters_[members[slot]].tensor;
-      bucket.grads.gradients.push_back(
-          autograd_compat::alias_into(bucket.grads.buffer, offset, tensor));
-      bucket.grads.parameters.push_back(tensor);
+      bucket.grads.parameters.push_back(parameters_[members[slot]].tensor);
       locations[members[slot]] = Location{buckets.size(), slot};
-      offset += tensor.numel();
     }
     bucket.members = std::move(members);
     bucket.pending = bucket.members.size();
+    if (!sharding_.transient_buckets) allocate(bucket);
     buckets.push_back(std::move(bucket));
   }
   torch::NoGradGuard no_grad;
@@ -140,9 +136,85 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   locations_ = std::move(locations);
 }
 
-const torch::Tensor& Reducer::alias_of(size_t parameter) const {
+// Gives a bucket its (zeroed) memory and the parameter-shaped views into it.
+void Reducer::allocate(Bucket& bucket) const {
+  const auto& first = parameters_[bucket.members.front()].tensor;
+  bucket.grads.buffer = torch::zeros({bucket.numel}, first.options().requires_grad(false));
+  bucket.grads.gradients.clear();
+  int64_t offset = 0;
+  for (size_t p : bucket.members) {
+    const auto& tensor = parameters_[p].tensor;
+    bucket.grads.gradients.push_back(
+        autograd_compat::alias_into(bucket.grads.buffer, offset, tensor));
+    offset += tensor.numel();
+  }
+}
+
+void Reducer::free_memory(Bucket& bucket) {
+  bucket.grads.buffer = torch::Tensor();
+  bucket.grads.gradients.clear();
+}
+
+const torch::Tensor& Reducer::alias_of(size_t parameter) {
   const Location& at = locations_[parameter];
-  return buckets_[at.bucket].grads.gradients[at.slot];
+  Bucket& bucket = buckets_[at.bucket];
+  if (!bucket.grads.buffer.defined()) {
+    release_reduced_buckets();
+    allocate(bucket);
+    peak_bucket_bytes_ = std::max(peak_bucket_bytes_, held_bucket_bytes());
+  }
+  return bucket.grads.gradients[at.slot];
+}
+
+std::vector<BucketLayout> Reducer::layout() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<BucketLayout> layout;
+  for (const auto& bucket : buckets_) {
+    BucketLayout entry{bucket.members, {}, bucket.numel};
+    int64_t offset = 0;
+    for (size_t p : bucket.members) {
+      entry.offsets.push_back(offset);
+      offset += parameters_[p].tensor.numel();
+    }
+    layout.push_back(std::move(entry));
+  }
+  return layout;
+}
+
+size_t Reducer::bucket_nbytes(const Bucket& bucket) const {
+  const auto& first = parameters_[bucket.members.front()].tensor;
+  return static_cast<size_t>(bucket.numel) * first.element_size();
+}
+
+size_t Reducer::bucket_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return held_bucket_bytes();
+}
+
+size_t Reducer::held_bucket_bytes() const {
+  size_t bytes = 0;
+  for (const auto& bucket : buckets_) {
+    if (bucket.grads.buffer.defined()) bytes += bucket.grads.buffer.nbytes();
+  }
+  return bytes;
+}
+
+size_t Reducer::peak_bucket_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::max(peak_bucket_bytes_, held_bucket_bytes());
+}
+
+// Note [ZeRO gradients]: after ZeRO took the reduced blocks, a bucket holds nothing anyone
+// needs; the next backward starts it from zero.
+void Reducer::release_or_zero_buckets() {
+  torch::NoGradGuard no_grad;
+  for (auto& bucket : buckets_) {
+    if (sharding_.transient_buckets)
+      free_memory(bucket);
+    else {
+      bucket.grads.buffer.zero_();
+    }
+  }
 }
 
 void Reducer::set_no_sync(bool no_sync) {
@@ -229,7 +301,11 @@ void Reducer::bind_gradient(size_t parameter) {
   } else {
     alias.zero_();
   }
-  if (options_.gradient_as_bucket_view) grad = alias;
+  if (sharding_.transient_buckets) {
+    grad = torch::Tensor();  // ZeRO-2: the bucket's copy is the only one
+  } else if (options_.gradient_as_bucket_view) {
+    grad = alias;
+  }
 }
 
 void Reducer::mark_ready(size_t parameter) {
@@ -247,7 +323,21 @@ void Reducer::mark_locally_unused(size_t parameter) {
   mark_ready(parameter);
 }
 
+// ZeRO-2: a transient bucket whose reduction is over gives its memory back at once, so that
+// only the buckets still in flight hold gradients.
+void Reducer::release_reduced_buckets() {
+  if (!sharding_.transient_buckets) return;
+  for (size_t b = 0; b < next_to_launch_; ++b) {
+    Bucket& bucket = buckets_[b];
+    if (bucket.grads.buffer.defined() && bucket.reduction &&
+        bucket.reduction->work->is_completed()) {
+      free_memory(bucket);
+    }
+  }
+}
+
 void Reducer::launch_ready_buckets() {
+  release_reduced_buckets();
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_to_launch_++];
     if (alone_with_default_hook_) continue;  // the average over one rank is the gradient
@@ -302,8 +392,28 @@ void Reducer::finish_iteration_locked(std::vector<std::string>& unexpected_unuse
   if (options_.broadcast_buffers) sync_buffers_(authority_);
   wait_for_reductions();
   if (used_map_work) used_map_work->wait();
-  forget_globally_unused_gradients();
+  if (sharding_.on_reduced) {
+    sharding_.on_reduced(used_somewhere());
+    release_or_zero_buckets();
+  } else {
+    forget_globally_unused_gradients();
+  }
   if (!rebuilt_) rebuild_buckets_from_ready_order();
+}
+
+// Which parameters some rank gave a gradient since the last synchronization: the used-map
+// where there is one, else every parameter static_graph did not find unused (without either
+// option, an unused parameter is an error).
+std::vector<char> Reducer::used_somewhere() const {
+  std::vector<char> used(parameters_.size(), 1);
+  if (used_map_.defined()) {
+    const int32_t* used_anywhere = used_map_.data_ptr<int32_t>();
+    for (size_t p = 0; p < used.size(); ++p) used[p] = used_anywhere[p] != 0;
+  }
+  if (options_.static_graph) {
+    for (size_t p : static_unused_) used[p] = 0;
+  }
+  return used;
 }
 
 // Note [Bucket timings]: a bucket's latency runs from its launch (its gradients all ready) to
@@ -312,7 +422,7 @@ void Reducer::finish_iteration_locked(std::vector<std::string>& unexpected_unuse
 void Reducer::account(size_t bucket, const Work& work) {
   using Ms = std::chrono::duration<double, std::milli>;
   BucketStats stats;
-  stats.bytes = static_cast<size_t>(buckets_[bucket].grads.buffer.nbytes());
+  stats.bytes = bucket_nbytes(buckets_[bucket]);
   stats.latency_ms = Ms(work.finished_at() - buckets_[bucket].launched_at).count();
   stats.comm_ms = Ms(work.finished_at() - work.started_at()).count();
   pending_stats_.buckets.push_back(stats);
@@ -342,7 +452,8 @@ void Reducer::wait_for_reductions() {
     reduction.work->wait();
     account(b, *reduction.work);
     if (reduction.finish) reduction.finish();
-    if (options_.gradient_as_bucket_view) continue;
+    if (sharding_.transient_buckets) free_memory(bucket);
+    if (options_.gradient_as_bucket_view || sharding_.transient_buckets) continue;
     for (size_t slot = 0; slot < bucket.members.size(); ++slot) {
       auto& grad = parameters_[bucket.members[slot]].tensor.mutable_grad();
       if (grad.defined()) grad.copy_(bucket.grads.gradients[slot]);
@@ -397,7 +508,7 @@ void Reducer::log_buckets(const char* what) const {
   if (group_->rank() != 0 || !log_enabled(LogLevel::kInfo)) return;
   constexpr size_t kBucketsShown = 16, kNamesShown = 4;
   double total = 0;
-  for (const auto& bucket : buckets_) total += static_cast<double>(bucket.grads.buffer.nbytes());
+  for (const auto& bucket : buckets_) total += static_cast<double>(bucket_nbytes(bucket));
   std::ostringstream out;
   out << "DistributedDataParallel on group '" << group_->options().name << "' (" << group_->size()
       << " ranks): " << buckets_.size() << (buckets_.size() == 1 ? " bucket " : " buckets ") << what
@@ -407,7 +518,7 @@ void Reducer::log_buckets(const char* what) const {
       << ")";
   for (size_t b = 0; b < buckets_.size() && b < kBucketsShown; ++b) {
     const Bucket& bucket = buckets_[b];
-    out << "; bucket " << b << ": " << bytes_text(static_cast<double>(bucket.grads.buffer.nbytes()))
+    out << "; bucket " << b << ": " << bytes_text(static_cast<double>(bucket_nbytes(bucket)))
         << ", " << bucket.members.size()
         << (bucket.members.size() == 1 ? " parameter (" : " parameters (");
     for (size_t i = 0; i < bucket.members.size() && i < kNamesShown; ++i) {
@@ -449,7 +560,11 @@ bool Reducer::shadow_iteration() {
   authority_ = lowest_training;
   std::fill(used_since_sync_.begin(), used_since_sync_.end(), 0);
   for (auto& bucket : buckets_) {
-    bucket.grads.buffer.zero_();
+    if (bucket.grads.buffer.defined()) {
+      bucket.grads.buffer.zero_();
+    } else {
+      allocate(bucket);
+    }
     bucket.reduction = hook_->start(*group_, bucket.grads);
   }
   auto used_map_work = start_used_map_allreduce();

@@ -38,6 +38,29 @@
 
 namespace cohort {
 
+// What ZeRO (src/torch/shard/zero.cc, Note [ZeRO gradients]) changes in the reducer. The
+// default is plain DDP.
+struct ReducerSharding {
+  // Bucket lengths are padded (with zeros) to a multiple of this: the world size, so that a
+  // bucket splits into equal blocks for a reduce-scatter.
+  int64_t pad_to = 1;
+  // ZeRO-2: a bucket's memory exists only from its first gradient of an iteration to the end
+  // of its reduction; .grad of the parameters is copied into it and released.
+  bool transient_buckets = false;
+  // Called at the end of every synchronized backward, after the reductions, with used[p] = 1
+  // where some rank gave parameter p a gradient since the last synchronization. Then the
+  // buckets are zeroed (persistent) or freed (transient): they hold each rank's own gradients
+  // since the last synchronization, which this call has consumed.
+  std::function<void(const std::vector<char>& used)> on_reduced;
+};
+
+// One bucket's place in the parameters, for ZeRO's shards (Reducer::layout()).
+struct BucketLayout {
+  std::vector<size_t> members;   // parameter indices, in buffer order
+  std::vector<int64_t> offsets;  // of each member in the buffer, in elements
+  int64_t numel = 0;             // with the padding
+};
+
 class Reducer {
  public:
   struct Parameter {
@@ -46,7 +69,8 @@ class Reducer {
   };
   // sync_buffers(root): the buffer broadcast of Note [Collective order].
   Reducer(std::shared_ptr<Group> group, std::vector<Parameter> parameters,
-          const DdpOptions& options, std::function<void(int root)> sync_buffers);
+          const DdpOptions& options, std::function<void(int root)> sync_buffers,
+          ReducerSharding sharding = {});
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
@@ -64,10 +88,16 @@ class Reducer {
 
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
   const IterationStats& last_iteration_stats() const { return stats_; }
+  std::vector<BucketLayout> layout() const;
+  const std::vector<Parameter>& parameters() const { return parameters_; }
+  // Bytes of gradients the buckets hold now, and at most since construction.
+  size_t bucket_bytes() const;
+  size_t peak_bucket_bytes() const;
 
  private:
   struct Bucket {
-    GradBucket grads;
+    GradBucket grads;             // buffer undefined while a transient bucket has no memory
+    int64_t numel = 0;            // of buffer, with the padding
     std::vector<size_t> members;  // parameter indices, in buffer order
     size_t pending = 0;           // members not yet ready this iteration
     std::optional<PendingReduction> reduction;
@@ -89,15 +119,22 @@ class Reducer {
   void finish_iteration();
   void finish_iteration_locked(std::vector<std::string>& unexpected_unused);
 
-  const torch::Tensor& alias_of(size_t parameter) const;
+  void allocate(Bucket& bucket) const;
+  static void free_memory(Bucket& bucket);
+  void release_or_zero_buckets();
+  const torch::Tensor& alias_of(size_t parameter);
   void bind_gradient(size_t parameter);
   void mark_ready(size_t parameter);
   void mark_locally_unused(size_t parameter);
   void launch_ready_buckets();
+  void release_reduced_buckets();
   void wait_for_reductions();
   void account(size_t bucket, const Work& work);
   std::shared_ptr<Work> start_used_map_allreduce();
   void forget_globally_unused_gradients();
+  std::vector<char> used_somewhere() const;
+  size_t bucket_nbytes(const Bucket& bucket) const;
+  size_t held_bucket_bytes() const;
   void rebuild_buckets_from_ready_order();
   void reset_iteration();
 
@@ -108,6 +145,8 @@ class Reducer {
   // A world of one with the averaging allreduce: buckets need no communication at all.
   bool alone_with_default_hook_;
   std::function<void(int)> sync_buffers_;
+  ReducerSharding sharding_;
+  size_t peak_bucket_bytes_ = 0;
 
   std::vector<Bucket> buckets_;
   std::vector<Location> locations_;
@@ -137,5 +176,11 @@ class Reducer {
   IterationStats stats_;
   IterationStats pending_stats_;
 };
+
+// DistributedDataParallel with its reducer changed for ZeRO, and its reducer (ddp.cc).
+DistributedDataParallel make_sharded_ddp(std::shared_ptr<torch::nn::Module> module,
+                                         std::shared_ptr<Group> group, DdpOptions options,
+                                         const ReducerSharding& sharding);
+Reducer& reducer_of(const DistributedDataParallel& ddp);
 
 }  // namespace cohort

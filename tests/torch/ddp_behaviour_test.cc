@@ -13,34 +13,6 @@
 namespace cohort::testing {
 namespace {
 
-torch::nn::Sequential layers(const std::vector<int64_t>& widths) {
-  torch::nn::Sequential net;
-  for (size_t i = 0; i + 1 < widths.size(); ++i) {
-    net->push_back(torch::nn::Linear(widths[i], widths[i + 1]));
-  }
-  return net;
-}
-
-// Runs `body` on every rank and returns what each rank threw ("" if nothing).
-std::vector<std::string> errors_of(int world,
-                                   const std::function<void(int, std::shared_ptr<Group>)>& body,
-                                   bool over_tcp = false, bool shared_memory = false) {
-  std::vector<std::string> errors(world);
-  run_with_groups(
-      world,
-      [&](int rank, std::shared_ptr<Group> group) {
-        try {
-          body(rank, std::move(group));
-        } catch (const MismatchError& e) {
-          errors[rank] = std::string("MismatchError: ") + e.what();
-        } catch (const std::exception& e) {
-          errors[rank] = e.what();
-        }
-      },
-      over_tcp, shared_memory);
-  return errors;
-}
-
 // The user's most common out-of-step bug (Note [Call stamps]): the constructor is collective,
 // but only rank 0 calls it, and rank 1 goes on to its own allreduce. Every rank is told, in
 // terms of the API, instead of rank 0 ending in bad_alloc or a truncation.

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cohort/comm/memory_store.h"
+#include "cohort/core/error.h"
 #include "support/test_support.h"
 
 namespace cohort::testing {
@@ -90,9 +91,87 @@ torch::Tensor loss_of(TestModel& model, const Batch& batch, int step, int rank) 
                                               batch.targets);
 }
 
-std::unique_ptr<torch::optim::SGD> make_optimizer(TestModel& model) {
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const ParityCase& c,
+                                                        std::vector<torch::Tensor> parameters) {
+  if (c.optimizer == OptimizerKind::kAdamW) {
+    return std::make_unique<torch::optim::AdamW>(
+        std::move(parameters), torch::optim::AdamWOptions(0.01).weight_decay(0.01));
+  }
   return std::make_unique<torch::optim::SGD>(
-      model.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
+      std::move(parameters), torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
+}
+
+// What one process trains: the parameters that require grad.
+std::vector<torch::Tensor> trainable(TestModel& model) {
+  std::vector<torch::Tensor> parameters;
+  for (const auto& p : model.parameters()) {
+    if (p.requires_grad()) parameters.push_back(p);
+  }
+  return parameters;
+}
+
+// A rank's model wrapped as the case says, with its optimizer.
+class RankTrainer {
+ public:
+  virtual ~RankTrainer() = default;
+  virtual DistributedDataParallel::NoSync no_sync() = 0;
+  virtual void clip_and_step(double clip_norm) = 0;
+  virtual void join(const std::function<void()>& loop) = 0;
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+
+ protected:
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+};
+
+class DdpTrainer final : public RankTrainer {
+ public:
+  DdpTrainer(const ParityCase& c, std::shared_ptr<TestModel> model, std::shared_ptr<Group> group)
+      : model_(model), ddp_(model, std::move(group), c.options) {
+    optimizer_ = make_optimizer(c, trainable(*model));
+  }
+  DistributedDataParallel::NoSync no_sync() override { return ddp_.no_sync(); }
+  void clip_and_step(double clip_norm) override {
+    if (clip_norm > 0) torch::nn::utils::clip_grad_norm_(trainable(*model_), clip_norm);
+    optimizer_->step();
+  }
+  void join(const std::function<void()>& loop) override { ddp_.join(loop); }
+
+ private:
+  std::shared_ptr<TestModel> model_;
+  DistributedDataParallel ddp_;
+};
+
+class ZeroTrainer final : public RankTrainer {
+ public:
+  ZeroTrainer(const ParityCase& c, std::shared_ptr<TestModel> model, std::shared_ptr<Group> group)
+      : zero_(std::move(model), std::move(group), zero_options(c)) {
+    optimizer_ = make_optimizer(c, zero_.parameters());
+  }
+  DistributedDataParallel::NoSync no_sync() override { return zero_.no_sync(); }
+  void clip_and_step(double clip_norm) override {
+    if (clip_norm > 0) clip_grad_norm(zero_, clip_norm);
+    zero_.step(*optimizer_);
+  }
+  void join(const std::function<void()>&) override {
+    ADD_FAILURE() << "uneven inputs are not a ZeRO case";
+  }
+
+ private:
+  static ZeroOptions zero_options(const ParityCase& c) {
+    ZeroOptions options;
+    options.stage = c.strategy == Strategy::kZero1 ? 1 : 2;
+    options.ddp = c.options;
+    return options;
+  }
+  ZeroDataParallel zero_;
+};
+
+std::unique_ptr<RankTrainer> make_trainer(const ParityCase& c, std::shared_ptr<TestModel> model,
+                                          std::shared_ptr<Group> group) {
+  if (c.strategy == Strategy::kDdp) {
+    return std::make_unique<DdpTrainer>(c, std::move(model), std::move(group));
+  }
+  return std::make_unique<ZeroTrainer>(c, std::move(model), std::move(group));
 }
 
 // Parameters then buffers, copied.
@@ -118,7 +197,7 @@ int steps_of(const ParityCase& c, int rank) {
 // the state after every step.
 std::vector<std::vector<torch::Tensor>> train_reference(
     const ParityCase& c, TestModel& model, const std::vector<std::vector<Batch>>& data) {
-  auto optimizer = make_optimizer(model);
+  auto optimizer = make_optimizer(c, trainable(model));
   std::vector<std::vector<torch::Tensor>> states;
   for (int step = 0; step < c.steps; ++step) {
     optimizer->zero_grad();
@@ -145,6 +224,7 @@ std::vector<std::vector<torch::Tensor>> train_reference(
       auto buffers = model.buffers();
       for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(authority_buffers[i]);
     }
+    if (c.clip_norm > 0) torch::nn::utils::clip_grad_norm_(trainable(model), c.clip_norm);
     optimizer->step();
     states.push_back(snapshot(model));
   }
@@ -156,27 +236,26 @@ std::vector<std::vector<torch::Tensor>> train_rank(const ParityCase& c, int rank
                                                    std::shared_ptr<Group> group,
                                                    std::shared_ptr<TestModel> model,
                                                    const std::vector<std::vector<Batch>>& data) {
-  DistributedDataParallel ddp(model, group, c.options);
-  auto optimizer = make_optimizer(*model);
+  auto trainer = make_trainer(c, model, std::move(group));
   std::vector<std::vector<torch::Tensor>> states;
   auto loop = [&] {
     for (int step = 0; step < steps_of(c, rank); ++step) {
-      optimizer->zero_grad();
+      trainer->optimizer().zero_grad();
       for (int m = 0; m < c.micro_batches; ++m) {
         const Batch mine = data[step][m].slice(rank, c.samples_per_rank);
-        if (m + 1 < c.micro_batches) {
-          auto guard = ddp.no_sync();
+        if (m + 1 < c.micro_batches && !c.sync_every_micro_batch) {
+          auto guard = trainer->no_sync();
           loss_of(*model, mine, step, rank).backward();
         } else {
           loss_of(*model, mine, step, rank).backward();
         }
       }
-      optimizer->step();
+      trainer->clip_and_step(c.clip_norm);
       states.push_back(snapshot(*model));
     }
   };
   if (c.steps_of_rank) {
-    ddp.join(loop);
+    trainer->join(loop);
     states.push_back(snapshot(*model));  // after join: the last trainer's state
   } else {
     loop();
@@ -206,6 +285,15 @@ std::vector<std::shared_ptr<Group>> make_groups(int world, bool over_tcp, bool s
 
 }  // namespace
 
+const char* strategy_name(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kDdp: return "ddp";
+    case Strategy::kZero1: return "zero1";
+    case Strategy::kZero2: return "zero2";
+  }
+  return "?";
+}
+
 ModelFactory mlp() {
   return [] { return std::make_shared<Mlp>(); };
 }
@@ -219,6 +307,33 @@ ModelFactory reordered() {
   return [] { return std::make_shared<Reordered>(); };
 }
 
+torch::nn::Sequential layers(const std::vector<int64_t>& widths) {
+  torch::nn::Sequential net;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    net->push_back(torch::nn::Linear(widths[i], widths[i + 1]));
+  }
+  return net;
+}
+
+std::vector<std::string> errors_of(int world,
+                                   const std::function<void(int, std::shared_ptr<Group>)>& body,
+                                   bool over_tcp, bool shared_memory) {
+  std::vector<std::string> errors(world);
+  run_with_groups(
+      world,
+      [&](int rank, std::shared_ptr<Group> group) {
+        try {
+          body(rank, std::move(group));
+        } catch (const MismatchError& e) {
+          errors[rank] = std::string("MismatchError: ") + e.what();
+        } catch (const std::exception& e) {
+          errors[rank] = e.what();
+        }
+      },
+      over_tcp, shared_memory);
+  return errors;
+}
+
 void run_with_groups(int world, const std::function<void(int, std::shared_ptr<Group>)>& fn,
                      bool over_tcp, bool shared_memory) {
   auto groups = make_groups(world, over_tcp, shared_memory);
@@ -229,9 +344,22 @@ namespace {
 
 // Rank r starts from seed 100 + r: DDP must make everyone start from rank 0's weights, which
 // the reference (seed 100) shares.
+std::shared_ptr<TestModel> make_model(const ParityCase& c) {
+  auto model = c.make_model();
+  for (const auto& name : c.frozen) {
+    auto* parameter = model->named_parameters().find(name);
+    if (parameter == nullptr) {
+      ADD_FAILURE() << "no parameter '" << name << "' to freeze";
+      continue;
+    }
+    parameter->set_requires_grad(false);
+  }
+  return model;
+}
+
 std::shared_ptr<TestModel> model_of_rank(const ParityCase& c, int rank) {
   torch::manual_seed(100 + rank);
-  return c.make_model();
+  return make_model(c);
 }
 
 struct Reference {
@@ -241,7 +369,7 @@ struct Reference {
 
 Reference reference_run(const ParityCase& c, const std::vector<std::vector<Batch>>& data) {
   torch::manual_seed(100);
-  auto model = c.make_model();
+  auto model = make_model(c);
   return {state_names(*model), train_reference(c, *model, data)};
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cohort/torch/ddp.h"
+#include "cohort/torch/zero.h"
 
 namespace cohort::testing {
 
@@ -31,6 +32,11 @@ ModelFactory branchy(std::function<bool(int step, int rank)> use_branch);
 // the opposite of reverse registration order.
 ModelFactory reordered();
 
+// How each rank wraps its model (the reference is always plain one-process training).
+enum class Strategy { kDdp, kZero1, kZero2 };
+const char* strategy_name(Strategy strategy);
+enum class OptimizerKind { kSgdMomentum, kAdamW };
+
 struct ParityCase {
   int world = 2;
   int steps = 20;
@@ -40,6 +46,8 @@ struct ParityCase {
   DdpOptions options;
   // Backward passes per step; all but the last run under no_sync().
   int micro_batches = 1;
+  // Every micro-batch's backward is synchronized (gradients accumulate in the reduced .grad).
+  bool sync_every_micro_batch = false;
   // The reference computes each rank's slice separately (needed when the forward depends on
   // the rank, or for BatchNorm's per-rank statistics); else one forward on the whole batch.
   bool reference_per_slice = false;
@@ -52,6 +60,14 @@ struct ParityCase {
   // shared_memory, allreduce goes through the shared memory window as for ranks on one host.
   bool over_tcp = false;
   bool shared_memory = false;
+  Strategy strategy = Strategy::kDdp;
+  // SGD: lr 0.05, momentum 0.9, weight decay 1e-3; AdamW: lr 0.01, weight decay 0.01.
+  OptimizerKind optimizer = OptimizerKind::kSgdMomentum;
+  // > 0: the gradients' 2-norm is clipped to this before each step (torch's clip_grad_norm_
+  // in the reference, cohort::clip_grad_norm under ZeRO).
+  double clip_norm = 0;
+  // Parameters whose requires_grad is turned off (by name) before training, in every copy.
+  std::vector<std::string> frozen;
 };
 
 // Runs the case; failures are reported through gtest (naming rank, step and tensor).
@@ -63,5 +79,14 @@ void expect_parity_as_rank(const ParityCase& c, std::shared_ptr<Group> group);
 // Builds W groups and runs fn(rank, group) on W threads with a hard deadline.
 void run_with_groups(int world, const std::function<void(int, std::shared_ptr<Group>)>& fn,
                      bool over_tcp = false, bool shared_memory = false);
+
+// Linear layers of these widths in a Sequential.
+torch::nn::Sequential layers(const std::vector<int64_t>& widths);
+
+// Runs `body` on every rank and returns what each rank threw ("" if nothing; a MismatchError's
+// message is prefixed with "MismatchError: ").
+std::vector<std::string> errors_of(int world,
+                                   const std::function<void(int, std::shared_ptr<Group>)>& body,
+                                   bool over_tcp = false, bool shared_memory = false);
 
 }  // namespace cohort::testing

@@ -32,6 +32,9 @@
 
 namespace cohort {
 
+class Reducer;           // src/torch/reducer.h
+struct ReducerSharding;  // what ZeroDataParallel (zero.h) changes in it
+
 struct DdpOptions {
   // Bucket size in MiB. Bigger buckets: fewer, larger allreduces; smaller: more overlap.
   double bucket_cap_mb = 25.0;
@@ -144,6 +147,13 @@ class DistributedDataParallel {
   class Impl;
 
  private:
+  // ZeroDataParallel's: DDP with its reducer changed, and access to that reducer.
+  explicit DistributedDataParallel(std::unique_ptr<Impl> impl);
+  friend DistributedDataParallel make_sharded_ddp(std::shared_ptr<torch::nn::Module> module,
+                                                  std::shared_ptr<Group> group, DdpOptions options,
+                                                  const ReducerSharding& sharding);
+  friend Reducer& reducer_of(const DistributedDataParallel& ddp);
+
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,0 +1,47 @@
+#include "shard/grad_norm.h"
+
+#include <cmath>
+#include <limits>
+
+#include "cohort/core/check.h"
+#include "cohort/torch/tensor_buffer.h"
+
+namespace cohort {
+
+double sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group,
+                         double norm_type) {
+  COHORT_CHECK(norm_type >= 1 || std::isinf(norm_type),
+               "clip_grad_norm: norm_type must be >= 1 or infinity, got ", norm_type);
+  const bool infinity = std::isinf(norm_type);
+  // Each rank's part: the largest magnitude, or the sum of |g|^p. In float64, so that summing
+  // over ranks loses nothing that one process's float32 norm keeps.
+  double local = 0;
+  for (const auto& tensor : tensors) {
+    const auto& grad = tensor.grad();
+    if (!grad.defined() || grad.numel() == 0) continue;
+    const double norm = grad.norm(norm_type).item<double>();
+    local = infinity ? std::max(local, norm) : local + std::pow(norm, norm_type);
+  }
+  auto total = torch::tensor({local}, torch::kFloat64);
+  CollectiveOptions options;
+  options.op = infinity ? ReduceOp::kMax : ReduceOp::kSum;
+  options.site = CallSite::kGradNorm;
+  group.allreduce(tensor_buffer(total), options);
+  const double combined = total.item<double>();
+  return infinity ? combined : std::pow(combined, 1.0 / norm_type);
+}
+
+double clip_sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group,
+                              double max_norm, double norm_type) {
+  const double norm = sharded_grad_norm(tensors, group, norm_type);
+  const double coefficient = max_norm / (norm + 1e-6);
+  if (coefficient < 1) {
+    torch::NoGradGuard no_grad;
+    for (const auto& tensor : tensors) {
+      if (tensor.grad().defined()) tensor.grad().mul_(coefficient);
+    }
+  }
+  return norm;
+}
+
+}  // namespace cohort

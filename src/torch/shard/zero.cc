@@ -1,0 +1,320 @@
+// ZeroDataParallel (cohort/torch/zero.h): ZeRO stages 1 and 2 on top of the DDP reducer.
+//
+// Note [ZeRO gradients]
+// The reducer's buckets hold each rank's own gradients since the last synchronization (the
+// parameters' .grad are views into them under stage 1; copied in and released under stage 2).
+// At each bucket's turn the hook reduce-scatters it (average) into a block-sized tensor; at the
+// end of backward every shard's .grad gets its part of that block: as a view of it when the
+// shard had no .grad, added to it otherwise. So a shard's .grad accumulates over synchronized
+// backward calls until the optimizer zeroes it, exactly as .grad does in one process, and a
+// parameter no rank used keeps an undefined .grad (the optimizer skips it, as in one
+// process). The reducer then zeroes (stage 1) or frees (stage 2) the buckets: what they held
+// has been consumed.
+//
+// Note [ZeRO step]
+// The optimizer is run once per bucket, on that bucket's shards only (its param groups are
+// narrowed for the call: the optimizers ZeRO takes update each element from its own state, so
+// stepping in pieces is the same as stepping at once). As soon as a bucket's shards are
+// updated, this rank's block is packed and all-gathered, on the communication thread, while
+// the next bucket steps; the gathered buckets are then copied into the parameters.
+#include "cohort/torch/zero.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd_compat.h"
+#include "cohort/core/check.h"
+#include "cohort/torch/tensor_buffer.h"
+#include "reducer.h"
+#include "shard/grad_norm.h"
+#include "shard/shard_layout.h"
+
+namespace cohort {
+namespace {
+
+struct Shard {
+  size_t parameter = 0;  // index in the reducer's parameters
+  size_t bucket = 0;
+  ShardRange range;
+  torch::Tensor tensor;  // a 1-D view of the parameter's memory, what the optimizer holds
+};
+
+// Reduce-scatters a bucket into a block-sized tensor that the owner picks up at the end of
+// backward (Note [ZeRO gradients]).
+class ReduceScatterHook final : public CommHook {
+ public:
+  explicit ReduceScatterHook(std::vector<torch::Tensor>* blocks) : blocks_(blocks) {}
+
+  PendingReduction start(Group& group, GradBucket& bucket) override {
+    auto block = torch::empty({bucket.buffer.numel() / group.size()}, bucket.buffer.options());
+    (*blocks_)[bucket.index] = block;
+    CollectiveOptions options;
+    options.op = ReduceOp::kAvg;
+    options.site = CallSite::kZeroGradients;
+    options.stream = current_stream(bucket.buffer);
+    return {group.reduce_scatter_async(tensor_buffer(bucket.buffer), tensor_buffer(block), options),
+            nullptr};
+  }
+  std::string name() const override { return "zero_reduce_scatter"; }
+
+ private:
+  std::vector<torch::Tensor>* blocks_;
+};
+
+void check_options(const ZeroOptions& options) {
+  COHORT_CHECK(options.stage == 1 || options.stage == 2, "ZeroDataParallel: stage ", options.stage,
+               " is not one this class runs: it runs ZeRO stages 1 (optimizer state sharded) "
+               "and 2 (gradients too)");
+  COHORT_CHECK(options.ddp.comm_hook == nullptr,
+               "ZeroDataParallel: ZeroOptions::ddp.comm_hook must be null; ZeRO reduces each "
+               "bucket with its own reduce-scatter");
+}
+
+std::string shape_text(const torch::Tensor& tensor) {
+  std::ostringstream out;
+  out << tensor.sizes();
+  return out.str();
+}
+
+}  // namespace
+
+class ZeroDataParallel::Impl {
+ public:
+  Impl(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Group> group, ZeroOptions options)
+      : group_(group), stage_(options.stage) {
+    check_options(options);
+    DdpOptions ddp = options.ddp;
+    ddp.comm_hook = std::make_shared<ReduceScatterHook>(&blocks_);
+    ddp.rebuild_buckets = false;
+    ddp.gradient_as_bucket_view = true;
+    ReducerSharding sharding;
+    sharding.pad_to = group->size();
+    sharding.transient_buckets = stage_ == 2;
+    sharding.on_reduced = [this](const std::vector<char>& used) { take_reduced_blocks(used); };
+    ddp_ = std::make_unique<DistributedDataParallel>(
+        make_sharded_ddp(std::move(module), std::move(group), std::move(ddp), sharding));
+    layout_ = reducer_of(*ddp_).layout();
+    blocks_.resize(layout_.size());
+    cut_shards();
+  }
+
+  // Note [Shard layout].
+  void cut_shards() {
+    const auto& parameters = reducer_of(*ddp_).parameters();
+    shards_.resize(parameters.size());
+    for (size_t b = 0; b < layout_.size(); ++b) {
+      const BucketLayout& bucket = layout_[b];
+      for (size_t i = 0; i < bucket.members.size(); ++i) {
+        const size_t p = bucket.members[i];
+        const auto& parameter = parameters[p];
+        COHORT_CHECK(parameter.tensor.is_contiguous(), "ZeroDataParallel: parameter '",
+                     parameter.name,
+                     "' is not contiguous; ZeRO's shards are views of the parameters' memory "
+                     "(make it contiguous before wrapping the model)");
+        Shard& shard = shards_[p];
+        shard.parameter = p;
+        shard.bucket = b;
+        shard.range = shard_of(bucket.offsets[i], parameter.tensor.numel(), bucket.numel,
+                               group_->size(), group_->rank());
+        shard.tensor = autograd_compat::alias_range(parameter.tensor, shard.range.parameter_offset,
+                                                    shard.range.length);
+        shard_index_[shard.tensor.unsafeGetTensorImpl()] = p;
+      }
+    }
+  }
+
+  // Note [ZeRO gradients]; the reducer's on_reduced, at the end of a synchronized backward.
+  void take_reduced_blocks(const std::vector<char>& used) {
+    torch::NoGradGuard no_grad;
+    for (Shard& shard : shards_) {
+      if (!used[shard.parameter] || shard.range.length == 0) continue;
+      auto part = autograd_compat::alias_range(blocks_[shard.bucket], shard.range.block_offset,
+                                               shard.range.length);
+      auto& grad = shard.tensor.mutable_grad();
+      if (grad.defined()) {
+        grad.add_(part);
+      } else {
+        grad = part;
+      }
+    }
+    for (auto& block : blocks_) block = torch::Tensor();
+  }
+
+  std::vector<torch::Tensor> shard_tensors() const {
+    std::vector<torch::Tensor> tensors;
+    for (const Shard& shard : shards_) tensors.push_back(shard.tensor);
+    return tensors;
+  }
+
+  // Note [ZeRO step].
+  void step(torch::optim::Optimizer& optimizer) {
+    check_optimizer(optimizer);
+    torch::NoGradGuard no_grad;
+    if (group_->size() == 1) {  // the shards are the whole parameters
+      optimizer.step();
+      return;
+    }
+    std::vector<torch::Tensor> gathered(layout_.size());
+    std::vector<std::shared_ptr<Work>> works(layout_.size());
+    for (size_t b = 0; b < layout_.size(); ++b) {
+      step_bucket(optimizer, b);
+      auto block = pack_block(b);
+      gathered[b] = torch::empty({layout_[b].numel}, block.options());
+      CollectiveOptions options;
+      options.site = CallSite::kZeroParameters;
+      options.stream = current_stream(block);
+      works[b] = group_->allgather_async(tensor_buffer(block), tensor_buffer(gathered[b]), options);
+      packed_.push_back(std::move(block));  // alive until its all-gather is done
+    }
+    for (size_t b = 0; b < layout_.size(); ++b) {
+      works[b]->wait();
+      unpack_bucket(b, gathered[b]);
+    }
+    packed_.clear();
+  }
+
+  // Runs the optimizer with its param groups narrowed to bucket b's shards.
+  void step_bucket(torch::optim::Optimizer& optimizer, size_t b) {
+    std::vector<std::vector<torch::Tensor>> all;
+    for (auto& group : optimizer.param_groups()) {
+      all.push_back(group.params());
+      std::vector<torch::Tensor> mine;
+      for (const auto& tensor : group.params()) {
+        if (shards_[shard_index_.at(tensor.unsafeGetTensorImpl())].bucket == b) {
+          mine.push_back(tensor);
+        }
+      }
+      group.params() = std::move(mine);
+    }
+    auto restore = [&] {
+      for (size_t g = 0; g < all.size(); ++g) optimizer.param_groups()[g].params() = all[g];
+    };
+    try {
+      optimizer.step();
+    } catch (...) {
+      restore();
+      throw;
+    }
+    restore();
+  }
+
+  torch::Tensor pack_block(size_t b) const {
+    const BucketLayout& bucket = layout_[b];
+    const auto& parameters = reducer_of(*ddp_).parameters();
+    auto block =
+        torch::zeros({bucket.numel / group_->size()},
+                     parameters[bucket.members.front()].tensor.options().requires_grad(false));
+    for (size_t p : bucket.members) {
+      const Shard& shard = shards_[p];
+      if (shard.range.length == 0) continue;
+      block.narrow(0, shard.range.block_offset, shard.range.length).copy_(shard.tensor);
+    }
+    return block;
+  }
+
+  void unpack_bucket(size_t b, const torch::Tensor& gathered) const {
+    const BucketLayout& bucket = layout_[b];
+    const auto& parameters = reducer_of(*ddp_).parameters();
+    for (size_t i = 0; i < bucket.members.size(); ++i) {
+      const auto& tensor = parameters[bucket.members[i]].tensor;
+      tensor.detach().view({-1}).copy_(gathered.narrow(0, bucket.offsets[i], tensor.numel()));
+    }
+  }
+
+  // The optimizer must update elementwise and hold only this object's shards.
+  void check_optimizer(const torch::optim::Optimizer& optimizer) const {
+    COHORT_CHECK(dynamic_cast<const torch::optim::LBFGS*>(&optimizer) == nullptr,
+                 "ZeroDataParallel::step: LBFGS needs whole tensors (its line search and "
+                 "history span the full parameter vector) and ZeRO gives each rank only a "
+                 "block of it. Use an elementwise optimizer (SGD, Adam, AdamW, Adagrad, "
+                 "RMSprop) or plain DistributedDataParallel.");
+    const auto& groups = optimizer.param_groups();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const auto& params = groups[g].params();
+      for (size_t i = 0; i < params.size(); ++i) {
+        COHORT_CHECK(shard_index_.count(params[i].unsafeGetTensorImpl()) != 0,
+                     "ZeroDataParallel::step: the optimizer's param group ", g, " holds, at ", i,
+                     ", a tensor of shape ", shape_text(params[i]),
+                     " that is not one of this rank's shards. Build the optimizer over "
+                     "zero.parameters() (or zero.named_parameters()), not over the model's "
+                     "parameters.");
+      }
+    }
+  }
+
+  MemoryReport memory(const torch::optim::Optimizer* optimizer) const {
+    MemoryReport report;
+    for (const auto& parameter : reducer_of(*ddp_).parameters()) {
+      report.parameters += parameter.tensor.nbytes();
+    }
+    size_t shard_grads = 0;
+    for (const Shard& shard : shards_) {
+      if (shard.tensor.grad().defined()) shard_grads += shard.tensor.grad().nbytes();
+    }
+    const Reducer& reducer = reducer_of(*ddp_);
+    report.gradients = reducer.bucket_bytes() + shard_grads;
+    report.peak_gradients = std::max(report.gradients, reducer.peak_bucket_bytes() + shard_grads);
+    if (optimizer != nullptr) report.optimizer_state = optimizer_state_bytes(*optimizer);
+    return report;
+  }
+
+  std::shared_ptr<Group> group_;
+  int stage_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  std::vector<BucketLayout> layout_;
+  std::vector<Shard> shards_;  // by parameter index
+  std::unordered_map<const void*, size_t> shard_index_;
+  std::vector<torch::Tensor> blocks_;  // per bucket, between its reduce-scatter and its pickup
+  std::vector<torch::Tensor> packed_;
+};
+
+ZeroDataParallel::ZeroDataParallel(std::shared_ptr<torch::nn::Module> module,
+                                   std::shared_ptr<Group> group, ZeroOptions options)
+    : impl_(std::make_unique<Impl>(std::move(module), std::move(group), std::move(options))) {}
+ZeroDataParallel::~ZeroDataParallel() = default;
+ZeroDataParallel::ZeroDataParallel(ZeroDataParallel&&) noexcept = default;
+ZeroDataParallel& ZeroDataParallel::operator=(ZeroDataParallel&&) noexcept = default;
+
+std::vector<torch::Tensor> ZeroDataParallel::parameters() const {
+  return impl_->shard_tensors();
+}
+
+torch::OrderedDict<std::string, torch::Tensor> ZeroDataParallel::named_parameters() const {
+  torch::OrderedDict<std::string, torch::Tensor> named;
+  const auto& parameters = reducer_of(*impl_->ddp_).parameters();
+  for (size_t p = 0; p < parameters.size(); ++p) {
+    named.insert(parameters[p].name, impl_->shards_[p].tensor);
+  }
+  return named;
+}
+
+void ZeroDataParallel::step(torch::optim::Optimizer& optimizer) {
+  impl_->step(optimizer);
+}
+
+DistributedDataParallel::NoSync ZeroDataParallel::no_sync() {
+  return impl_->ddp_->no_sync();
+}
+
+MemoryReport ZeroDataParallel::memory(const torch::optim::Optimizer* optimizer) const {
+  return impl_->memory(optimizer);
+}
+
+torch::nn::Module& ZeroDataParallel::module() const {
+  return impl_->ddp_->module();
+}
+Group& ZeroDataParallel::group() const {
+  return *impl_->group_;
+}
+int ZeroDataParallel::stage() const {
+  return impl_->stage_;
+}
+const IterationStats& ZeroDataParallel::last_iteration_stats() const {
+  return impl_->ddp_->last_iteration_stats();
+}
+
+double clip_grad_norm(ZeroDataParallel& zero, double max_norm, double norm_type) {
+  return clip_sharded_grad_norm(zero.parameters(), zero.group(), max_norm, norm_type);
+}
+
+}  // namespace cohort
