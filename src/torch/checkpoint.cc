@@ -140,6 +140,7 @@ bool restore_everywhere(const std::string& path, Group& group, const std::string
 
 void save_checkpoint(const std::string& path, const TrainingState& state) {
   detail::check_training_state(state, "save_checkpoint");
+  detail::check_optimizer_holds_module_parameters(state, "save_checkpoint");
   std::vector<torch::Tensor> rng_states;
   if (state.rng) rng_states.push_back(detail::cpu_generator_state());
   save_file(path, state, /*world_size=*/1, rng_states);
@@ -160,6 +161,7 @@ bool load_checkpoint(const std::string& path, TrainingState& state, const LoadOp
 
 void save_checkpoint(const std::string& path, Group& group, const TrainingState& state) {
   detail::check_training_state(state, "save_checkpoint");
+  detail::check_optimizer_holds_module_parameters(state, "save_checkpoint");
   std::vector<torch::Tensor> rng_states;
   if (state.rng) rng_states = gather_generator_states(path, group);
   int64_t status = kOk;
@@ -179,6 +181,7 @@ void save_checkpoint(const std::string& path, Group& group, const TrainingState&
 bool load_checkpoint(const std::string& path, Group& group, TrainingState& state,
                      const LoadOptions& options) {
   detail::check_training_state(state, "load_checkpoint");
+  detail::check_optimizer_holds_module_parameters(state, "load_checkpoint");
   int64_t status = kOk;
   std::string bytes;
   if (group.rank() == 0) read_on_root(path, status, bytes);

@@ -7,6 +7,8 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <sstream>
+#include <unordered_set>
 #include <utility>
 
 #include "cohort/core/check.h"
@@ -323,6 +325,29 @@ std::string current_job_id() {
 void check_training_state(const TrainingState& state, const char* caller) {
   COHORT_CHECK(state.module != nullptr, caller,
                ": TrainingState::module is null; point it at the model (it is required)");
+}
+
+// A data-parallel checkpoint holds rank 0's optimizer for every rank: right only when each
+// rank's optimizer steps the same whole parameters. ZeroDataParallel's optimizer holds this
+// rank's shards instead, and saving it would silently give every rank rank 0's shard state.
+void check_optimizer_holds_module_parameters(const TrainingState& state, const char* caller) {
+  if (state.optimizer == nullptr) return;
+  std::unordered_set<const void*> parameters;
+  for (const auto& p : state.module->parameters()) parameters.insert(p.unsafeGetTensorImpl());
+  for (const auto& group : state.optimizer->param_groups()) {
+    for (const auto& tensor : group.params()) {
+      std::ostringstream shape;
+      shape << tensor.sizes();
+      COHORT_CHECK(parameters.count(tensor.unsafeGetTensorImpl()) != 0, caller,
+                   ": the optimizer holds a tensor of shape ", shape.str(),
+                   " that is not a parameter of TrainingState::module. A data-parallel "
+                   "checkpoint keeps rank 0's optimizer for every rank, which is right only "
+                   "when every rank's optimizer holds the model's whole parameters; the "
+                   "optimizer of a ZeroDataParallel holds this rank's shards, and checkpoints "
+                   "of ZeRO optimizer state are not supported yet (docs/sharding.md). Save "
+                   "the model without the optimizer (TrainingState::optimizer = nullptr).");
+    }
+  }
 }
 
 std::string encode_training_state(const std::string& path, const TrainingState& state,

@@ -23,6 +23,8 @@ torch::Tensor cpu_generator_state();
 
 // Throws InvalidArgument when `state` has no module; `caller` names the function.
 void check_training_state(const TrainingState& state, const char* caller);
+// The group versions: the optimizer must hold the module's own parameters (not ZeRO shards).
+void check_optimizer_holds_module_parameters(const TrainingState& state, const char* caller);
 
 // The identity of the job this process belongs to: COHORT_JOB_ID, "" when unset.
 std::string current_job_id();

@@ -2,8 +2,10 @@
 // holds (MemoryReport against the formulas of docs/sharding.md), and mistakes that must be
 // clear errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "cohort/core/error.h"
+#include "cohort/torch/checkpoint.h"
 #include "cohort/torch/zero.h"
 #include "ddp_harness.h"
 #include "shard/shard_layout.h"
@@ -161,6 +163,25 @@ TEST(ZeroErrors, StageAndHookOptionsAreChecked) {
     EXPECT_THROW(ZeroDataParallel(layers({4, 3}), group, hooked), InvalidArgument);
   });
   EXPECT_EQ(errors[0], "");
+}
+
+// A data-parallel checkpoint keeps rank 0's optimizer for all: with ZeRO's shard optimizer
+// that would hand every rank rank 0's shard state, so it is refused, before any file is made.
+TEST(ZeroErrors, ACheckpointOfTheShardOptimizerIsRefused) {
+  const std::string path = "/tmp/cohort-zero-ckpt-" + std::to_string(::getpid());
+  const auto errors = errors_of(2, [&](int, std::shared_ptr<Group> group) {
+    auto net = layers({4, 3});
+    ZeroDataParallel zero(net, group);
+    torch::optim::Adam optimizer(zero.parameters());
+    TrainingState state;
+    state.module = net.ptr().get();
+    state.optimizer = &optimizer;
+    save_checkpoint(path, *group, state);
+  });
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("not a parameter of TrainingState::module"), std::string::npos) << e;
+  }
+  EXPECT_NE(::access(path.c_str(), F_OK), 0) << "a file was written";
 }
 
 TEST(ZeroErrors, DifferentModelsOnTheRanksAreNamed) {
