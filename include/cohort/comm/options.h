@@ -39,18 +39,8 @@ const char* collective_name(CollectiveKind kind);
 // layers set it; user code leaves kUser. It is not compared across ranks: DDP's join() stands
 // in for the gradient allreduces of ranks still training, from another call site.
 enum class CallSite : uint8_t {
-  kUser,
-  kDdpConstructor,
-  kDdpGradients,
-  kDdpUnusedParameters,
-  kDdpJoin,
-  kDdpBuffers,
-  kCheckpointSave,
-  kCheckpointLoad,
-  kGroupSetup,
-  kZeroGradients,
-  kZeroParameters,
-  kGradNorm
+  kUser, kDdpConstructor, kDdpGradients, kDdpUnusedParameters, kDdpJoin, kDdpBuffers,
+  kCheckpointSave, kCheckpointLoad, kGroupSetup, kZeroGradients, kZeroParameters, kGradNorm
 };
 inline constexpr int kNumCallSites = 12;
 // "DistributedDataParallel's constructor", ...; "" for kUser.
