@@ -19,7 +19,9 @@ class DdpStrategy : public Strategy {
         group_(std::move(group)),
         ddp_(model_, group_, ddp_options(options)) {}
 
-  std::vector<torch::Tensor> optimizer_parameters() const override { return model_->parameters(); }
+  torch::OrderedDict<std::string, torch::Tensor> optimizer_parameters() const override {
+    return model_->named_parameters();
+  }
 
   // The gradients are already the same on every rank, so torch's own clipping is the
   // whole model's.

@@ -38,8 +38,9 @@ struct StepCommunication {
 class Strategy {
  public:
   virtual ~Strategy() = default;
-  // The tensors to build the optimizer over.
-  virtual std::vector<torch::Tensor> optimizer_parameters() const = 0;
+  // The tensors to build the optimizer over, under the names of the model's parameters they
+  // stand for (DDP: the parameters themselves; ZeRO: this rank's 1-D shards of them).
+  virtual torch::OrderedDict<std::string, torch::Tensor> optimizer_parameters() const = 0;
   // After backward: scales the gradients so that the 2-norm of the whole model's gradient is
   // at most `max_norm` (the same on every rank); returns the norm before clipping.
   virtual double clip_gradients(double max_norm) = 0;
