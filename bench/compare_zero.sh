@@ -6,17 +6,20 @@
 #    per run for a stable median on 2 cores;
 #  - "large" (12 layers, width 768: 85.5 M parameters, the issue's 50-150 M), for model-state
 #    memory and peak RSS at 2 ranks (all five systems) and 4 ranks (cohort's three), and its
-#    throughput at 2 ranks from fewer, slower steps (several seconds each on 2 cores).
+#    throughput at 2 ranks from fewer, slower steps (about 2 s each on 2 cores);
+#  - "short" (the large model on sequences of 32 tokens, one per rank), for throughput when
+#    communication and the optimizer weigh as much as the forward and backward: the large
+#    model's steps are 90% compute on 2 cores, and there every system's ratio tends to 1.
 # Prints the medians over rounds with min-max, and the ratios the issue sets targets for.
 # docs/bench.md, "ZeRO stages 1 and 2", explains every row.
 #
-#   bench/compare_zero.sh [ROUNDS]      (default 3; about 12 minutes a round on 2 cores)
+#   bench/compare_zero.sh [ROUNDS]      (default 3; about 8 minutes a round on 2 cores)
 #
 # Env: COHORT_ZERO_BENCH (default build/bin/cohort-zero-bench), PEERS_DIR (../shared/peers, for
 # malloc_env.sh), PEERS_WORK (raw outputs go to $PEERS_WORK/compare-zero-<date>; default
 # /tmp/cohort-peers), SMALL_MODEL, SMALL_BATCH, SMALL_TIMING, LARGE_MODEL, LARGE_BATCH,
-# LARGE_TIMING, LARGE4_TIMING (the options of each kind of run; defaults below), SKIP_LARGE=1
-# (the small model only).
+# LARGE_TIMING, LARGE4_TIMING, SHORT_MODEL, SHORT_BATCH, SHORT_TIMING (the options of each kind
+# of run; defaults below), SKIP_LARGE=1 (the small model only).
 #
 # Malloc and BLAS, as bench/compare_ddp.sh:
 #  - the PyTorch peer runs with ../shared/peers/malloc_env.sh sourced, as the peers' baselines
@@ -40,6 +43,9 @@ large_model=${LARGE_MODEL:---layers 12 --width 768 --heads 12 --context 128}
 large_batch=${LARGE_BATCH:-4}
 large_timing=${LARGE_TIMING:---warmup 1 --steps 2 --windows 3}
 large4_timing=${LARGE4_TIMING:---warmup 1 --steps 1 --windows 1}  # 4 ranks: memory only
+short_model=${SHORT_MODEL:---layers 12 --width 768 --heads 12 --context 32}
+short_batch=${SHORT_BATCH:-2}
+short_timing=${SHORT_TIMING:---warmup 2 --steps 3 --windows 3}
 
 die() { echo "compare_zero.sh: $*" >&2; exit 2; }
 [ -x "$bench" ] || die "no $bench: build it (cmake --build build --target cohort-zero-bench) \
@@ -108,6 +114,8 @@ for r in $(seq "$rounds"); do
   [ "${SKIP_LARGE:-0}" = 1 ] && continue
   echo "[$(date +%H:%M:%S)] round $r/$rounds: large model, 2 ranks" >&2
   five large "$r" "$large_batch" "$large_model" "$large_timing"
+  echo "[$(date +%H:%M:%S)] round $r/$rounds: large model, short sequences, 2 ranks" >&2
+  five short "$r" "$short_batch" "$short_model" "$short_timing"
   echo "[$(date +%H:%M:%S)] round $r/$rounds: large model, 4 ranks (memory)" >&2
   for s in ddp zero1 zero2; do
     # shellcheck disable=SC2086

@@ -93,7 +93,32 @@ def memory_table(out, model, ranks):
         print(f"| {label} | {get('parameters') / MB:.0f} | {get('gradients') / MB:.0f} | "
               f"{get('peak_gradients') / MB:.0f} | {get('optimizer_state') / MB:.0f} | "
               f"{state / MB:.0f} | {state / params:.2f} | {peak / MB:.0f} | {rss:.0f} |")
+    rss_phase_table(out, model, ranks)
     return result
+
+
+def rss_phase_table(out, model, ranks):
+    """Where the peak RSS beyond the model state comes from: the largest rank's peak RSS before
+    the first step and what each phase of the steps added to it (median over rounds); rows only
+    for the runs that report it."""
+    rows = []
+    for name, label in SYSTEMS:
+        runs = [m for _, m in load(out, model, name, ranks) if m and "rss_growth_mb" in m[0]]
+        if not runs:
+            continue
+        def growth(mems, phase):
+            return max(float(dict(x.split(":") for x in m["rss_growth_mb"].split(","))[phase])
+                       for m in mems)
+        cells = [med([largest_rank(m, "rss_before_steps_mb") for m in runs])]
+        cells += [med([growth(m, ph) for m in runs]) for ph in ("forward", "backward", "optimizer")]
+        cells.append(med([largest_rank(m, "peak_rss_mb") for m in runs]))
+        rows.append(f"| {label} | " + " | ".join(f"{c:.0f}" for c in cells) + " |")
+    if rows:
+        print(f"\n{model} model, {ranks} ranks: peak RSS by phase (MiB, largest rank, all steps)")
+        print("| system | before the first step | + forward | + backward | + optimizer step | "
+              "peak RSS |")
+        print("|---|---|---|---|---|---|")
+        print("\n".join(rows))
 
 
 def ratio_row(label, a, b, target=None):
@@ -139,11 +164,12 @@ def memory_ratios(model, by_ranks):
 
 def main():
     out = sys.argv[1]
-    models = sorted({os.path.basename(p).split(".")[0] for p in glob.glob(f"{out}/*.txt")},
-                    reverse=True)  # small, then large
+    found = {os.path.basename(p).split(".")[0] for p in glob.glob(f"{out}/*.txt")}
+    models = [m for m in ("small", "large", "short") if m in found] + sorted(
+        found - {"small", "large", "short"})
     for model in models:
         throughput_ratios(model, throughput_table(out, model))
-    for model in models:
+    for model in (m for m in models if m != "short"):  # the large model's memory once
         by_ranks = {}
         for ranks in (2, 4):
             if glob.glob(f"{out}/{model}.*.{ranks}.*.txt"):

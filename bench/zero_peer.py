@@ -171,6 +171,14 @@ class Loop:
         self.a, self.model, self.opt, self.batches = a, model, opt, batches
         self.i = 0
         self.phases = {"forward": [], "backward": [], "optimizer": []}
+        # Peak RSS before the first step, and how much each phase of all the steps raised it.
+        self.rss_before = self.last_rss = peak_rss_kib()
+        self.rss_growth = [0, 0, 0]
+
+    def account_rss(self, phase):
+        now = peak_rss_kib()
+        self.rss_growth[phase] += now - self.last_rss
+        self.last_rss = now
 
     def step(self, record):
         tokens = self.batches[self.i % len(self.batches)]
@@ -179,10 +187,13 @@ class Loop:
         self.opt.zero_grad(set_to_none=True)
         logits = self.model(tokens[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tokens[:, 1:].reshape(-1))
+        self.account_rss(0)
         t1 = time.perf_counter()
         loss.backward()
+        self.account_rss(1)
         t2 = time.perf_counter()
         self.opt.step()
+        self.account_rss(2)
         t3 = time.perf_counter()
         if record:
             for name, seconds in zip(self.phases, (t1 - t0, t2 - t1, t3 - t2)):
@@ -219,10 +230,12 @@ def report(a, params, per_step, phases, mems):
           f"windows={a.windows}x{a.steps} forward_ms={ms('forward'):.2f} "
           f"backward_ms={ms('backward'):.2f} optimizer_ms={ms('optimizer'):.2f}", flush=True)
     for rank, m in enumerate(mems):
-        p, g, pg, o, rss = m
+        p, g, pg, o, rss, before, fwd, bwd, opt = m
         print(f"MEM impl=torch strategy={a.strategy} world={a.world} rank={rank} parameters={p} "
               f"gradients={g} peak_gradients={pg} optimizer_state={o} model_state={p + g + o} "
-              f"peak_rss_mb={rss / 1024:.1f}", flush=True)
+              f"peak_rss_mb={rss / 1024:.1f} rss_before_steps_mb={before / 1024:.1f} "
+              f"rss_growth_mb=forward:{fwd / 1024:.1f},backward:{bwd / 1024:.1f},"
+              f"optimizer:{opt / 1024:.1f}", flush=True)
 
 
 def run(rank, a, port):
@@ -242,7 +255,7 @@ def run(rank, a, port):
     per_step = loop.windows()
     m = memory(model, opt)
     mems = gather([m["parameters"], m["gradients"], m["peak_gradients"], m["optimizer_state"],
-                   peak_rss_kib()], a.world)
+                   peak_rss_kib(), loop.rss_before] + loop.rss_growth, a.world)
     if rank == 0:
         report(a, params, per_step, loop.phases, mems)
     dist.barrier()

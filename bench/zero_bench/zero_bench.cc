@@ -145,7 +145,12 @@ struct Figures {
   int64_t peak_gradients = 0;
   int64_t optimizer_state = 0;
   int64_t peak_rss_kib = 0;
-  static constexpr size_t kFields = 5;
+  // Peak RSS before the first step, and how much each phase of all the steps raised it: where
+  // the memory beyond the model state is needed (the optimizer phase of the first step also
+  // creates the optimizer state).
+  int64_t rss_before_steps_kib = 0;
+  int64_t rss_growth_kib[3] = {0, 0, 0};  // forward, backward, optimizer
+  static constexpr size_t kFields = 9;
   int64_t model_state() const { return parameters + gradients + optimizer_state; }
 };
 
@@ -166,6 +171,7 @@ class Bench {
     torch::manual_seed(config_.seed);  // the same initial weights on every rank
     model_ = char_lm::Gpt(config_.gpt);
     wrap_model();
+    rss_before_steps_kib_ = last_rss_kib_ = bench_ranks::peak_rss_kib();
     for (int i = 0; i < config_.warmup; ++i) step(false);
     std::vector<double> per_step;
     for (int w = 0; w < config_.windows; ++w) {
@@ -180,13 +186,21 @@ class Bench {
   // Every rank's figures, by rank (collective).
   std::vector<Figures> figures_of_ranks() {
     const Figures mine = figures();
-    std::vector<int64_t> flat{mine.parameters, mine.gradients, mine.peak_gradients,
-                              mine.optimizer_state, mine.peak_rss_kib};
+    std::vector<int64_t> flat{
+        mine.parameters,        mine.gradients,         mine.peak_gradients,
+        mine.optimizer_state,   mine.peak_rss_kib,      mine.rss_before_steps_kib,
+        mine.rss_growth_kib[0], mine.rss_growth_kib[1], mine.rss_growth_kib[2]};
     std::vector<int64_t> all(flat.size() * static_cast<size_t>(config_.world));
     group_->allgather(cohort::make_buffer(flat), cohort::make_buffer(all));
     std::vector<Figures> by_rank;
     for (size_t i = 0; i < all.size(); i += Figures::kFields) {
-      by_rank.push_back({all[i], all[i + 1], all[i + 2], all[i + 3], all[i + 4]});
+      by_rank.push_back({all[i],
+                         all[i + 1],
+                         all[i + 2],
+                         all[i + 3],
+                         all[i + 4],
+                         all[i + 5],
+                         {all[i + 6], all[i + 7], all[i + 8]}});
     }
     return by_rank;
   }
@@ -276,11 +290,13 @@ class Bench {
           logits.reshape({-1, config_.gpt.vocab}),
           tokens.narrow(1, 1, config_.gpt.context).reshape({-1}));
     }
+    account_rss(0);
     const auto t1 = Clock::now();
     {
       cohort::TraceSpan span(timeline, "backward");
       loss.backward();
     }
+    account_rss(1);
     const auto t2 = Clock::now();
     {
       cohort::TraceSpan span(timeline, "optimizer");
@@ -290,7 +306,15 @@ class Bench {
         optimizer_->step();
       }
     }
+    account_rss(2);
     if (timed) record_phases(t0, t1, t2, Clock::now());
+  }
+
+  // Adds what the phase that just ended raised the peak RSS by to its total.
+  void account_rss(int phase) {
+    const int64_t now = bench_ranks::peak_rss_kib();
+    rss_growth_kib_[phase] += now - last_rss_kib_;
+    last_rss_kib_ = now;
   }
 
   void record_phases(Clock::time_point t0, Clock::time_point t1, Clock::time_point t2,
@@ -309,6 +333,8 @@ class Bench {
   Figures figures() const {
     Figures f;
     f.peak_rss_kib = bench_ranks::peak_rss_kib();
+    f.rss_before_steps_kib = rss_before_steps_kib_;
+    for (int i = 0; i < 3; ++i) f.rss_growth_kib[i] = rss_growth_kib_[i];
     f.optimizer_state = static_cast<int64_t>(cohort::optimizer_state_bytes(*optimizer_));
     if (zero_) {
       const auto report = zero_->memory(optimizer_.get());
@@ -329,6 +355,9 @@ class Bench {
   std::vector<torch::Tensor> batches_;
   size_t step_ = 0;
   Phases phases_;
+  int64_t rss_before_steps_kib_ = 0;
+  int64_t last_rss_kib_ = 0;
+  int64_t rss_growth_kib_[3] = {0, 0, 0};
   char_lm::Gpt model_{nullptr};
   // Declared so that they are destroyed in this order: wrappers, group, store.
   std::shared_ptr<cohort::TcpStore> store_;
@@ -367,11 +396,13 @@ void report_memory(const Config& c, const std::vector<Figures>& ranks) {
     const Figures& f = ranks[r];
     std::printf(
         "MEM impl=cohort strategy=%s world=%d rank=%zu parameters=%lld gradients=%lld "
-        "peak_gradients=%lld optimizer_state=%lld model_state=%lld peak_rss_mb=%.1f\n",
+        "peak_gradients=%lld optimizer_state=%lld model_state=%lld peak_rss_mb=%.1f "
+        "rss_before_steps_mb=%.1f rss_growth_mb=forward:%.1f,backward:%.1f,optimizer:%.1f\n",
         c.strategy.c_str(), c.world, r, static_cast<long long>(f.parameters),
         static_cast<long long>(f.gradients), static_cast<long long>(f.peak_gradients),
         static_cast<long long>(f.optimizer_state), static_cast<long long>(f.model_state()),
-        f.peak_rss_kib / 1024.0);
+        f.peak_rss_kib / 1024.0, f.rss_before_steps_kib / 1024.0, f.rss_growth_kib[0] / 1024.0,
+        f.rss_growth_kib[1] / 1024.0, f.rss_growth_kib[2] / 1024.0);
   }
   std::fflush(stdout);
 }
