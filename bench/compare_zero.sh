@@ -13,7 +13,7 @@
 # Prints the medians over rounds with min-max, and the ratios the issue sets targets for.
 # docs/bench.md, "ZeRO stages 1 and 2", explains every row.
 #
-#   bench/compare_zero.sh [ROUNDS]      (default 3; about 8 minutes a round on 2 cores)
+#   bench/compare_zero.sh [ROUNDS]      (default 3; about 7 minutes a round on 2 cores)
 #
 # Env: COHORT_ZERO_BENCH (default build/bin/cohort-zero-bench), PEERS_DIR (../shared/peers, for
 # malloc_env.sh), PEERS_WORK (raw outputs go to $PEERS_WORK/compare-zero-<date>; default

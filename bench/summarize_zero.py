@@ -76,7 +76,7 @@ def memory_table(out, model, ranks):
     """Prints the table; returns {system: (model_state, peak model state, params)} in bytes."""
     print(f"\n## {model} model, {ranks} ranks: model state of the largest rank (MB = 1e6 B)")
     print("| system | parameters | gradients | peak gradients | optimizer state | model state "
-          "| bytes/param | peak model state | peak RSS MB (median, max rank) |")
+          "| bytes/param | peak model state | peak RSS MiB (median, max rank) |")
     print("|---|---|---|---|---|---|---|---|---|")
     result = {}
     for name, label in SYSTEMS:
