@@ -10,8 +10,6 @@
 //
 // One process per rank, started by the caller (run_ranks.sh starts them on a free port). Rank
 // 0 hosts the rendezvous store on 127.0.0.1:--port and prints the result.
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <CLI/CLI.hpp>
@@ -21,14 +19,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "bench_ranks.h"  // rendezvous, median, peak RSS
 #include "cohort/comm/group.h"
 #include "cohort/comm/tcp_store.h"
 #include "cohort/core/error.h"
@@ -37,7 +34,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench_ranks::Clock;
 using fashion_mnist::FmnistModel;
 
 constexpr int kExitOk = 0;
@@ -197,85 +194,17 @@ class GlobalBatches {
   int64_t step_ = 0;
 };
 
-// ---- rendezvous
+// ---- rendezvous and measuring: bench_ranks.h
 
-void write_port_file(const std::string& path, uint16_t port) {
-  // Written aside and renamed, so a rank polling the file never reads half a number.
-  const std::string aside = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(aside);
-    out << port << "\n";
-    if (!out.flush()) throw cohort::ConfigError("cannot write the port file " + aside);
-  }
-  if (std::rename(aside.c_str(), path.c_str()) != 0) {
-    throw cohort::ConfigError("cannot rename " + aside + " to " + path);
-  }
-}
-
-uint16_t read_port_file(const std::string& path, cohort::Milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (true) {
-    std::ifstream in(path);
-    int port = 0;
-    if (in >> port && port > 0 && port <= 65535) return static_cast<uint16_t>(port);
-    if (Clock::now() > deadline) {
-      throw cohort::TimeoutError("no port in " + path + " after " +
-                                 std::to_string(timeout.count() / 1000) +
-                                 " s: did rank 0 start, with the same --port-file?");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
+using bench_ranks::median;
+using bench_ranks::peak_rss_kib;
 
 std::shared_ptr<cohort::TcpStore> connect_store(const Config& c) {
-  cohort::TcpStoreOptions options;
-  options.host = "127.0.0.1";
-  options.bind_host = "127.0.0.1";  // a benchmark has no business listening beyond loopback
-  options.timeout = c.timeout();
-  options.is_server = c.rank == 0;
-  if (c.rank == 0 || c.port != 0) {
-    options.port = static_cast<uint16_t>(c.port);
-  } else {
-    options.port = read_port_file(c.port_file, c.timeout());
-  }
-  auto store = std::make_shared<cohort::TcpStore>(options);
-  if (c.rank == 0 && !c.port_file.empty()) write_port_file(c.port_file, store->port());
-  return store;
+  return bench_ranks::connect_store(c.rank, c.port, c.port_file, c.timeout());
 }
 
-// Rank 0 hosts the store: it must outlive every other rank's last use of it, so each rank
-// checks out and rank 0 waits for all of them.
 void leave_store(cohort::Store& store, const Config& c) {
-  const std::string prefix = "cohort-ddp-bench/left/";
-  if (c.rank != 0) {
-    try {
-      store.set(prefix + std::to_string(c.rank), std::string("1"));
-    } catch (const cohort::StoreError&) {
-      // Rank 0 may see the key and close the store before the reply reaches us (seen once in
-      // a few dozen runs). This rank's part is done either way: had rank 0 closed the store
-      // for another reason, it failed and reports that itself.
-    }
-    return;
-  }
-  store.set(prefix + "0", std::string("1"));
-  std::vector<std::string> keys;
-  for (int r = 0; r < c.world; ++r) keys.push_back(prefix + std::to_string(r));
-  store.wait(keys, c.timeout());
-}
-
-// ---- measuring
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-// Peak resident set of this process so far, KiB (Linux reports ru_maxrss in KiB).
-int64_t peak_rss_kib() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_maxrss;
+  bench_ranks::leave_store(store, c.rank, c.world, "cohort-ddp-bench/left/", c.timeout());
 }
 
 // Which malloc settings this process runs with, for the report: cohort's tuning, the user's

@@ -4,16 +4,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
-#include <thread>
 
+#include "checkpointing.h"
 #include "cohort/comm/timeline.h"
-#include "cohort/core/error.h"
 #include "cohort/torch/checkpoint.h"
 #include "cohort/torch/ddp.h"
 #include "cohort/torch/distributed_sampler.h"
 #include "dataset.h"
 #include "models.h"
 #include "progress.h"
+#include "ranks.h"
 #include "step_metrics.h"
 
 namespace fashion_mnist {
@@ -22,6 +22,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using cohort::trace;
+using cohort_examples::EpochSummary;
+using cohort_examples::MetricsFile;
+using cohort_examples::Progress;
+using cohort_examples::StepRecord;
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -68,18 +72,7 @@ class Trainer {
 };
 
 int64_t per_rank_batch(const TrainOptions& options, const cohort::Group& group) {
-  if (options.batch_size % group.size() != 0) {
-    throw cohort::InvalidArgument("--batch-size " + std::to_string(options.batch_size) +
-                                  " does not split evenly over " + std::to_string(group.size()) +
-                                  " ranks: give a multiple of the number of ranks");
-  }
-  return options.batch_size / group.size();
-}
-
-int threads_per_rank(const TrainOptions& options, const cohort::Group& group) {
-  if (options.threads > 0) return options.threads;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / std::max(1, group.local_size()));
+  return cohort_examples::per_rank_batch(options.batch_size, group);
 }
 
 cohort::DdpOptions ddp_options(const TrainOptions& options,
@@ -96,7 +89,7 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
       test_(options.skip_eval ? Images{} : load_split(options.data_dir, Split::kTest)),
       loader_(nullptr),
       progress_(options.progress && group_->rank() == 0, options.log_every) {
-  torch::set_num_threads(threads_per_rank(options_, *group_));
+  torch::set_num_threads(cohort_examples::threads_per_rank(options_.threads, *group_));
   FashionMnist train_set(load_split(options_.data_dir, Split::kTrain));
   torch::manual_seed(options_.seed);  // the same initial weights everywhere (DDP checks)
   model_ = make_fmnist_model(options_.model);
@@ -121,16 +114,8 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
     metrics_ = std::make_unique<MetricsFile>(options_.metrics);
 }
 
-// The one resume idiom (docs/checkpoints.md): always load. A restart by cohortrun resumes this
-// job's own checkpoint; an earlier job's only with --resume.
 void Trainer::resume() {
-  if (options_.checkpoint.empty()) return;
-  cohort::LoadOptions load;
-  load.any_job = options_.resume;
-  if (cohort::load_checkpoint(options_.checkpoint, *group_, state_, load) && rank0()) {
-    std::printf("resumed from %s at epoch %lld, step %lld\n", options_.checkpoint.c_str(),
-                (long long)state_.epoch + 1, (long long)state_.step);
-  }
+  cohort_examples::resume_from_checkpoint(options_.checkpoint, options_.resume, *group_, state_);
 }
 
 TrainResult Trainer::run() {
@@ -151,16 +136,9 @@ TrainResult Trainer::run() {
   return result;
 }
 
-// The checkpoint of a finished epoch resumes at the start of the next one; that of an epoch
-// cut short by --max-steps, where it stopped.
 void Trainer::save_checkpoint() {
-  if (options_.checkpoint.empty()) return;
-  cohort::TrainingState saved = state_;
-  if (!out_of_steps()) {
-    sampler_->set_epoch(state_.epoch + 1);
-    saved.epoch = state_.epoch + 1;
-  }
-  cohort::save_checkpoint(options_.checkpoint, *group_, saved);
+  cohort_examples::save_epoch_checkpoint(options_.checkpoint, *group_, state_, *sampler_,
+                                         !out_of_steps());
 }
 
 std::vector<StepRecord> Trainer::train_epoch() {
@@ -244,19 +222,12 @@ Evaluation Trainer::evaluate() {
 void Trainer::report_epoch(const std::vector<StepRecord>& steps,
                            const std::optional<Evaluation>& eval) {
   if (!rank0()) return;
-  const EpochSummary s = summarize(steps);
+  const EpochSummary s = cohort_examples::summarize(steps);
   std::printf("epoch %lld/%lld: %lld steps, train loss %.4f", (long long)state_.epoch + 1,
               (long long)options_.epochs, (long long)s.steps, s.mean_loss);
   if (eval) std::printf(", test loss %.4f, test accuracy %.2f%%", eval->loss, 100 * eval->accuracy);
-  std::printf(
-      "\n  %.0f samples/s on %d rank(s); step %.1f ms median, %.1f ms p95; compute %.1f ms, "
-      "exposed communication %.2f ms, s = %.3f\n",
-      s.samples_per_s, group_->size(), s.step_ms_p50, s.step_ms_p95, s.compute_ms,
-      s.exposed_comm_ms, s.comm_fraction);
-  for (size_t b = 0; b < s.bucket_p50_ms.size(); ++b) {
-    std::printf("  bucket %zu allreduce latency: %.2f ms p50, %.2f ms p95\n", b, s.bucket_p50_ms[b],
-                s.bucket_p95_ms[b]);
-  }
+  std::printf("\n");
+  cohort_examples::print_epoch_timing(s, group_->size());
   std::fflush(stdout);
 }
 

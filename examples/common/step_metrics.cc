@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <stdexcept>
 
-namespace fashion_mnist {
+namespace cohort_examples {
 
 double quantile(std::vector<double> values, double q) {
   if (values.empty()) return 0;
@@ -63,6 +64,18 @@ EpochSummary summarize(const std::vector<StepRecord>& steps) {
   return summary;
 }
 
+void print_epoch_timing(const EpochSummary& s, int ranks) {
+  std::printf(
+      "  %.0f samples/s on %d rank(s); step %.1f ms median, %.1f ms p95; compute %.1f ms, "
+      "exposed communication %.2f ms, s = %.3f\n",
+      s.samples_per_s, ranks, s.step_ms_p50, s.step_ms_p95, s.compute_ms, s.exposed_comm_ms,
+      s.comm_fraction);
+  for (size_t b = 0; b < s.bucket_p50_ms.size(); ++b) {
+    std::printf("  bucket %zu allreduce latency: %.2f ms p50, %.2f ms p95\n", b, s.bucket_p50_ms[b],
+                s.bucket_p95_ms[b]);
+  }
+}
+
 MetricsFile::MetricsFile(const std::string& path)
     : out_(path), csv_(path.size() >= 4 && path.compare(path.size() - 4, 4, ".csv") == 0) {
   if (!out_) throw std::runtime_error("cannot write the metrics file '" + path + "'");
@@ -101,4 +114,4 @@ void MetricsFile::write(const StepRecord& r) {
   out_.flush();
 }
 
-}  // namespace fashion_mnist
+}  // namespace cohort_examples

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
-namespace fashion_mnist {
+namespace cohort_examples {
 
 namespace {
 
@@ -81,4 +81,4 @@ void Progress::print_line(int64_t step, double rate, double loss, double eta_s) 
   std::fflush(stdout);
 }
 
-}  // namespace fashion_mnist
+}  // namespace cohort_examples

@@ -1,5 +1,5 @@
 // The figures of each training step, what an epoch's summary makes of them, and the --metrics
-// file (JSON lines, or CSV when the name ends in .csv).
+// file (JSON lines, or CSV when the name ends in .csv). Shared by the examples.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace fashion_mnist {
+namespace cohort_examples {
 
 struct StepRecord {
   int64_t epoch = 0;
@@ -41,6 +41,10 @@ struct EpochSummary {
 };
 EpochSummary summarize(const std::vector<StepRecord>& steps);
 
+// The lines of an epoch's summary that say where the time went: samples/s, step time, compute
+// and exposed communication, then each bucket's allreduce latency (docs/fashion_mnist.md).
+void print_epoch_timing(const EpochSummary& summary, int ranks);
+
 // Appends one line per step; the CSV form starts with a header.
 class MetricsFile {
  public:
@@ -52,4 +56,4 @@ class MetricsFile {
   bool csv_;
 };
 
-}  // namespace fashion_mnist
+}  // namespace cohort_examples

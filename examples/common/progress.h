@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-namespace fashion_mnist {
+namespace cohort_examples {
 
 class Progress {
  public:
@@ -32,4 +32,4 @@ class Progress {
   std::chrono::steady_clock::time_point last_draw_;
 };
 
-}  // namespace fashion_mnist
+}  // namespace cohort_examples

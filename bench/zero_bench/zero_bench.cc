@@ -1,0 +1,452 @@
+// cohort-zero-bench: training throughput and model-state memory of a GPT language model
+// (examples/char_lm/gpt.h) under cohort's DistributedDataParallel and ZeroDataParallel stages 1
+// and 2, with AdamW. Its twin bench/zero_peer.py runs the same model and loop under PyTorch's
+// DDP and ZeroRedundancyOptimizer; bench/compare_zero.sh runs them side by side
+// (docs/bench.md, "ZeRO stages 1 and 2").
+//
+//   bench/ddp_bench/run_ranks.sh 2 build/bin/cohort-zero-bench --strategy zero2
+//   for r in 0 1; do cohort-zero-bench --world 2 --rank $r --port 29500 & done; wait
+//
+// One process per rank, started by the caller. Rank 0 hosts the rendezvous store and prints a
+// STEP line (samples/s, the median of the timed windows) and one MEM line per rank.
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_ranks.h"  // bench/ddp_bench
+#include "cohort/comm/group.h"
+#include "cohort/comm/timeline.h"
+#include "cohort/core/error.h"
+#include "cohort/torch/ddp.h"
+#include "cohort/torch/zero.h"
+#include "gpt.h"  // examples/char_lm
+
+namespace {
+
+using bench_ranks::Clock;
+using bench_ranks::median;
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;  // the run failed (this rank or a peer)
+constexpr int kExitUsage = 2;    // bad arguments
+
+struct Config {
+  std::string strategy = "ddp";
+  int world = 1;
+  int rank = 0;
+  int port = 29500;
+  std::string port_file;
+  int threads = 1;
+  int batch = 8;  // global, in sequences: each rank trains on batch / world per step
+  char_lm::GptConfig gpt{256, 128, 4, 4, 256, 0.1};
+  double lr = 3e-4;
+  double weight_decay = 0.01;
+  double bucket_mb = 25.0;
+  int warmup = 3;
+  int steps = 5;
+  int windows = 3;
+  int64_t seed = 0;
+  std::string timeline;
+  double timeout_s = 300;
+
+  int stage() const { return strategy == "zero1" ? 1 : strategy == "zero2" ? 2 : 0; }
+  cohort::Milliseconds timeout() const {
+    return cohort::Milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+  }
+};
+
+void add_model_options(CLI::App& app, Config& c) {
+  app.add_option("--layers", c.gpt.layers, "transformer blocks")->capture_default_str();
+  app.add_option("--width", c.gpt.width, "model width (embedding size)")->capture_default_str();
+  app.add_option("--heads", c.gpt.heads, "attention heads; must divide --width")
+      ->capture_default_str();
+  app.add_option("--context", c.gpt.context, "tokens per sequence")->capture_default_str();
+  app.add_option("--vocab", c.gpt.vocab, "tokens in the vocabulary")->capture_default_str();
+  app.add_option("--dropout", c.gpt.dropout, "GptConfig::dropout")->capture_default_str();
+}
+
+void add_run_options(CLI::App& app, Config& c) {
+  app.add_option("--world", c.world, "number of ranks (processes) of the run")
+      ->capture_default_str();
+  app.add_option("--rank", c.rank, "this process's rank, 0..world-1")->capture_default_str();
+  app.add_option("--port", c.port,
+                 "rank 0 hosts the store on 127.0.0.1:PORT; 0: a free port, handed to the "
+                 "other ranks through --port-file")
+      ->capture_default_str();
+  app.add_option("--port-file", c.port_file, "with --port 0: where rank 0 writes its port");
+  app.add_option("--threads", c.threads, "torch::set_num_threads for each rank")
+      ->capture_default_str();
+  app.add_option("--timeout", c.timeout_s,
+                 "seconds to wait for the store, the other ranks and each collective")
+      ->capture_default_str();
+  app.add_option("--timeline", c.timeline,
+                 "write a Chrome trace of the timed steps (forward, backward, optimizer, each "
+                 "bucket's reduction) to this file (docs/timeline.md)");
+}
+
+void add_options(CLI::App& app, Config& c) {
+  app.add_option("--strategy", c.strategy,
+                 "ddp: cohort::DistributedDataParallel; zero1, zero2: ZeroDataParallel stage 1 "
+                 "or 2")
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2"}))
+      ->capture_default_str();
+  app.add_option("--batch", c.batch, "GLOBAL batch in sequences; each rank takes batch/world")
+      ->capture_default_str();
+  app.add_option("--lr", c.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay")->capture_default_str();
+  app.add_option("--bucket-mb", c.bucket_mb, "DdpOptions::bucket_cap_mb")->capture_default_str();
+  app.add_option("--warmup", c.warmup, "untimed steps first")->capture_default_str();
+  app.add_option("--steps", c.steps, "steps per timed window")->capture_default_str();
+  app.add_option("--windows", c.windows, "timed windows; the median is reported")
+      ->capture_default_str();
+  app.add_option("--seed", c.seed, "initial weights, dropout and tokens")->capture_default_str();
+  add_model_options(app, c);
+  add_run_options(app, c);
+  app.footer(
+      "Rank 0 prints a STEP line and one MEM line per rank (bench/zero_peer.py's format).\n"
+      "Exit codes: 0 ok, 1 the run failed, 2 bad arguments. See docs/bench.md.");
+}
+
+// Refuses what cannot run, before any rank waits for another.
+void validate(const Config& c) {
+  auto require = [](bool ok, const std::string& message) {
+    if (!ok) throw cohort::InvalidArgument(message);
+  };
+  require(c.world >= 1 && c.rank >= 0 && c.rank < c.world, "--rank " + std::to_string(c.rank) +
+                                                               " must be in [0, --world " +
+                                                               std::to_string(c.world) + ")");
+  require(c.batch >= c.world && c.batch % c.world == 0,
+          "--batch " + std::to_string(c.batch) +
+              " is the global batch and must be a multiple "
+              "of --world " +
+              std::to_string(c.world));
+  require(c.gpt.layers > 0 && c.gpt.width > 0 && c.gpt.heads > 0 && c.gpt.context > 0 &&
+              c.gpt.vocab > 0 && c.gpt.width % c.gpt.heads == 0,
+          "--layers, --width, --heads, --context, --vocab must be positive and --heads must "
+          "divide --width");
+  require(c.port >= 0 && c.port <= 65535, "--port " + std::to_string(c.port) + " is no port");
+  require(c.port != 0 || c.rank == 0 || !c.port_file.empty(),
+          "--port 0 on a rank other than 0 needs --port-file to learn rank 0's port");
+  require(c.threads >= 1 && c.bucket_mb > 0, "--threads and --bucket-mb must be positive");
+  require(c.warmup >= 0 && c.steps >= 1 && c.windows >= 1,
+          "--warmup must be >= 0, --steps and --windows >= 1");
+  require(c.timeout_s > 0 && c.timeout_s <= 86400, "--timeout must be in (0, 86400] seconds");
+}
+
+// What one rank holds, gathered to rank 0 for the MEM lines. Bytes; RSS in KiB.
+struct Figures {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t peak_gradients = 0;
+  int64_t optimizer_state = 0;
+  int64_t peak_rss_kib = 0;
+  // Peak RSS before the first step, and how much each phase of all the steps raised it: where
+  // the memory beyond the model state is needed (the optimizer phase of the first step also
+  // creates the optimizer state).
+  int64_t rss_before_steps_kib = 0;
+  int64_t rss_growth_kib[3] = {0, 0, 0};  // forward, backward, optimizer
+  static constexpr size_t kFields = 9;
+  int64_t model_state() const { return parameters + gradients + optimizer_state; }
+};
+
+// Seconds of each timed step's phases, on this rank.
+struct Phases {
+  std::vector<double> forward, backward, optimizer, exposed_comm;
+};
+
+class Bench {
+ public:
+  explicit Bench(const Config& c) : config_(c) {}
+
+  // Returns the per-step seconds of each timed window (every rank times its own).
+  std::vector<double> run() {
+    torch::set_num_threads(config_.threads);
+    make_batches();
+    start_group();
+    torch::manual_seed(config_.seed);  // the same initial weights on every rank
+    model_ = char_lm::Gpt(config_.gpt);
+    wrap_model();
+    rss_before_steps_kib_ = last_rss_kib_ = bench_ranks::peak_rss_kib();
+    for (int i = 0; i < config_.warmup; ++i) step(false);
+    std::vector<double> per_step;
+    for (int w = 0; w < config_.windows; ++w) {
+      const auto start = Clock::now();
+      for (int i = 0; i < config_.steps; ++i) step(true);
+      per_step.push_back(std::chrono::duration<double>(Clock::now() - start).count() /
+                         config_.steps);
+    }
+    return per_step;
+  }
+
+  // Every rank's figures, by rank (collective).
+  std::vector<Figures> figures_of_ranks() {
+    const Figures mine = figures();
+    std::vector<int64_t> flat{
+        mine.parameters,        mine.gradients,         mine.peak_gradients,
+        mine.optimizer_state,   mine.peak_rss_kib,      mine.rss_before_steps_kib,
+        mine.rss_growth_kib[0], mine.rss_growth_kib[1], mine.rss_growth_kib[2]};
+    std::vector<int64_t> all(flat.size() * static_cast<size_t>(config_.world));
+    group_->allgather(cohort::make_buffer(flat), cohort::make_buffer(all));
+    std::vector<Figures> by_rank;
+    for (size_t i = 0; i < all.size(); i += Figures::kFields) {
+      by_rank.push_back({all[i],
+                         all[i + 1],
+                         all[i + 2],
+                         all[i + 3],
+                         all[i + 4],
+                         all[i + 5],
+                         {all[i + 6], all[i + 7], all[i + 8]}});
+    }
+    return by_rank;
+  }
+
+  int64_t parameter_count() const { return char_lm::count_parameters(*model_); }
+  const Phases& phases() const { return phases_; }
+
+  // A failing rank breaks the group so that its peers stop now instead of at their deadline.
+  void abort(const std::string& reason) noexcept {
+    if (group_) group_->abort(reason);
+  }
+
+  // Collective: writes the timeline, tears down the wrappers and the group, then the store
+  // once every rank left it.
+  void finish() {
+    if (timeline_) timeline_->write(*group_);
+    zero_.reset();
+    ddp_.reset();
+    group_->barrier();  // nobody closes its connections while a peer still talks
+    group_.reset();
+    bench_ranks::leave_store(*store_, config_.rank, config_.world, "cohort-zero-bench/left/",
+                             config_.timeout());
+    store_.reset();
+  }
+
+ private:
+  void start_group() {
+    store_ = bench_ranks::connect_store(config_.rank, config_.port, config_.port_file,
+                                        config_.timeout());
+    cohort::GroupOptions options;
+    options.host = "127.0.0.1";
+    options.timeout = config_.timeout();
+    group_ = cohort::Group::create(store_, config_.rank, config_.world, options);
+    if (!config_.timeline.empty()) timeline_ = std::make_shared<cohort::Timeline>(config_.timeline);
+  }
+
+  // DDP, or ZeRO at the asked stage, and AdamW over what each of them says to step.
+  void wrap_model() {
+    cohort::DdpOptions ddp;
+    ddp.bucket_cap_mb = config_.bucket_mb;
+    ddp.timeline = timeline_;
+    const auto options = torch::optim::AdamWOptions(config_.lr).weight_decay(config_.weight_decay);
+    if (config_.stage() == 0) {
+      ddp_ = std::make_unique<cohort::DistributedDataParallel>(model_, group_, ddp);
+      optimizer_ = std::make_unique<torch::optim::AdamW>(model_->parameters(), options);
+      return;
+    }
+    cohort::ZeroOptions zero;
+    zero.stage = config_.stage();
+    zero.ddp = ddp;
+    zero_ = std::make_unique<cohort::ZeroDataParallel>(model_, group_, zero);
+    optimizer_ = std::make_unique<torch::optim::AdamW>(zero_->parameters(), options);
+  }
+
+  // A few fixed batches of this rank's sequences, cycled: making tokens is not what is timed.
+  // Uniform tokens: a step runs the same kernels on the same shapes whatever they are.
+  void make_batches() {
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(
+        static_cast<uint64_t>(config_.seed * 1000 + config_.rank + 1));
+    const int64_t local = config_.batch / config_.world;
+    for (int i = 0; i < 4; ++i) {
+      batches_.push_back(
+          torch::randint(config_.gpt.vocab, {local, config_.gpt.context + 1}, generator));
+    }
+  }
+
+  // .grad set to none, as torch's zero_grad(set_to_none=True) (libtorch 1.13's zero_grad()
+  // zeroes in place). Under ZeRO the optimizer holds the shards, whose .grad are views of the
+  // reduced blocks: dropping them frees the blocks.
+  void clear_gradients() {
+    for (auto& group : optimizer_->param_groups()) {
+      for (auto& p : group.params()) p.mutable_grad() = torch::Tensor();
+    }
+  }
+
+  // Forward, next-token cross-entropy, backward (which reduces the gradients), AdamW step.
+  void step(bool timed) {
+    const auto& tokens = batches_[step_++ % batches_.size()];
+    auto* timeline = timed ? timeline_.get() : nullptr;
+    const auto t0 = Clock::now();
+    torch::Tensor loss;
+    {
+      cohort::TraceSpan span(timeline, "forward");
+      clear_gradients();
+      const auto logits = model_->forward(tokens.narrow(1, 0, config_.gpt.context));
+      loss = torch::nn::functional::cross_entropy(
+          logits.reshape({-1, config_.gpt.vocab}),
+          tokens.narrow(1, 1, config_.gpt.context).reshape({-1}));
+    }
+    account_rss(0);
+    const auto t1 = Clock::now();
+    {
+      cohort::TraceSpan span(timeline, "backward");
+      loss.backward();
+    }
+    account_rss(1);
+    const auto t2 = Clock::now();
+    {
+      cohort::TraceSpan span(timeline, "optimizer");
+      if (zero_) {
+        zero_->step(*optimizer_);
+      } else {
+        optimizer_->step();
+      }
+    }
+    account_rss(2);
+    if (timed) record_phases(t0, t1, t2, Clock::now());
+  }
+
+  // Adds what the phase that just ended raised the peak RSS by to its total.
+  void account_rss(int phase) {
+    const int64_t now = bench_ranks::peak_rss_kib();
+    rss_growth_kib_[phase] += now - last_rss_kib_;
+    last_rss_kib_ = now;
+  }
+
+  void record_phases(Clock::time_point t0, Clock::time_point t1, Clock::time_point t2,
+                     Clock::time_point t3) {
+    auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    phases_.forward.push_back(seconds(t1 - t0));
+    phases_.backward.push_back(seconds(t2 - t1));
+    phases_.optimizer.push_back(seconds(t3 - t2));
+    const auto& stats = zero_ ? zero_->last_iteration_stats() : ddp_->last_iteration_stats();
+    phases_.exposed_comm.push_back(stats.exposed_comm_ms / 1e3);
+  }
+
+  // This rank's model state: ZeroDataParallel's own report; for DDP the same figures counted
+  // from the tensors (.grad are views of DDP's persistent buckets, so what is held after the
+  // step is also the most held at once).
+  Figures figures() const {
+    Figures f;
+    f.peak_rss_kib = bench_ranks::peak_rss_kib();
+    f.rss_before_steps_kib = rss_before_steps_kib_;
+    for (int i = 0; i < 3; ++i) f.rss_growth_kib[i] = rss_growth_kib_[i];
+    f.optimizer_state = static_cast<int64_t>(cohort::optimizer_state_bytes(*optimizer_));
+    if (zero_) {
+      const auto report = zero_->memory(optimizer_.get());
+      f.parameters = static_cast<int64_t>(report.parameters);
+      f.gradients = static_cast<int64_t>(report.gradients);
+      f.peak_gradients = static_cast<int64_t>(report.peak_gradients);
+      return f;
+    }
+    for (const auto& p : model_->parameters()) {
+      f.parameters += static_cast<int64_t>(p.nbytes());
+      if (p.grad().defined()) f.gradients += static_cast<int64_t>(p.grad().nbytes());
+    }
+    f.peak_gradients = f.gradients;
+    return f;
+  }
+
+  Config config_;
+  std::vector<torch::Tensor> batches_;
+  size_t step_ = 0;
+  Phases phases_;
+  int64_t rss_before_steps_kib_ = 0;
+  int64_t last_rss_kib_ = 0;
+  int64_t rss_growth_kib_[3] = {0, 0, 0};
+  char_lm::Gpt model_{nullptr};
+  // Declared so that they are destroyed in this order: wrappers, group, store.
+  std::shared_ptr<cohort::TcpStore> store_;
+  std::shared_ptr<cohort::Group> group_;
+  std::shared_ptr<cohort::Timeline> timeline_;
+  std::unique_ptr<cohort::DistributedDataParallel> ddp_;
+  std::unique_ptr<cohort::ZeroDataParallel> zero_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+};
+
+std::string model_tag(const Config& c) {
+  return "strategy=" + c.strategy + " world=" + std::to_string(c.world) +
+         " threads/rank=" + std::to_string(c.threads) + " global_batch=" + std::to_string(c.batch) +
+         " context=" + std::to_string(c.gpt.context) + " layers=" + std::to_string(c.gpt.layers) +
+         " width=" + std::to_string(c.gpt.width) + " heads=" + std::to_string(c.gpt.heads) +
+         " vocab=" + std::to_string(c.gpt.vocab);
+}
+
+void report_step(const Config& c, const Bench& bench, const std::vector<double>& per_step) {
+  const double med = median(per_step);
+  const auto ms = [](const std::vector<double>& v) { return median(v) * 1e3; };
+  const Phases& p = bench.phases();
+  std::printf(
+      "STEP impl=cohort %s params=%lld ms_per_step_med=%.2f ms_min=%.2f ms_max=%.2f "
+      "samples_per_s=%.2f tokens_per_s=%.1f windows=%dx%d forward_ms=%.2f backward_ms=%.2f "
+      "optimizer_ms=%.2f exposed_comm_ms=%.2f\n",
+      model_tag(c).c_str(), static_cast<long long>(bench.parameter_count()), med * 1e3,
+      *std::min_element(per_step.begin(), per_step.end()) * 1e3,
+      *std::max_element(per_step.begin(), per_step.end()) * 1e3, c.batch / med,
+      c.batch * c.gpt.context / med, c.windows, c.steps, ms(p.forward), ms(p.backward),
+      ms(p.optimizer), ms(p.exposed_comm));
+}
+
+void report_memory(const Config& c, const std::vector<Figures>& ranks) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const Figures& f = ranks[r];
+    std::printf(
+        "MEM impl=cohort strategy=%s world=%d rank=%zu parameters=%lld gradients=%lld "
+        "peak_gradients=%lld optimizer_state=%lld model_state=%lld peak_rss_mb=%.1f "
+        "rss_before_steps_mb=%.1f rss_growth_mb=forward:%.1f,backward:%.1f,optimizer:%.1f\n",
+        c.strategy.c_str(), c.world, r, static_cast<long long>(f.parameters),
+        static_cast<long long>(f.gradients), static_cast<long long>(f.peak_gradients),
+        static_cast<long long>(f.optimizer_state), static_cast<long long>(f.model_state()),
+        f.peak_rss_kib / 1024.0, f.rss_before_steps_kib / 1024.0, f.rss_growth_kib[0] / 1024.0,
+        f.rss_growth_kib[1] / 1024.0, f.rss_growth_kib[2] / 1024.0);
+  }
+  std::fflush(stdout);
+}
+
+int run(const Config& c) {
+  Bench bench(c);
+  try {
+    const auto per_step = bench.run();
+    const auto ranks = bench.figures_of_ranks();
+    if (c.rank == 0) {
+      report_step(c, bench, per_step);
+      report_memory(c, ranks);
+    }
+    bench.finish();
+  } catch (const std::exception& e) {
+    bench.abort("cohort-zero-bench rank " + std::to_string(c.rank) + " failed: " + e.what());
+    throw;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config config;
+  CLI::App app{"cohort-zero-bench: DDP and ZeRO stages 1 and 2 on a GPT language model",
+               "cohort-zero-bench"};
+  add_options(app, config);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  try {
+    validate(config);
+  } catch (const cohort::Error& e) {
+    std::fprintf(stderr, "cohort-zero-bench: error: %s\nRun with --help for more information.\n",
+                 e.what());
+    return kExitUsage;
+  }
+  try {
+    return run(config);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cohort-zero-bench: rank %d: error: %s\n", config.rank, e.what());
+    return kExitFailure;
+  }
+}

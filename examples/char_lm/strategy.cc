@@ -1,0 +1,87 @@
+#include "strategy.h"
+
+#include <algorithm>
+
+#include "checkpointing.h"
+#include "cohort/core/error.h"
+#include "cohort/torch/ddp.h"
+
+namespace char_lm {
+
+namespace {
+
+// Every rank holds the whole model, its gradients (in DDP's buckets, which the .grad tensors
+// are views of) and the optimizer state; backward averages the gradients over the ranks.
+class DdpStrategy : public Strategy {
+ public:
+  DdpStrategy(Gpt model, std::shared_ptr<cohort::Group> group, const StrategyOptions& options)
+      : model_(std::move(model)),
+        group_(std::move(group)),
+        ddp_(model_, group_, ddp_options(options)) {}
+
+  torch::OrderedDict<std::string, torch::Tensor> optimizer_parameters() const override {
+    return model_->named_parameters();
+  }
+
+  // The gradients are already the same on every rank, so torch's own clipping is the
+  // whole model's.
+  double clip_gradients(double max_norm) override {
+    return torch::nn::utils::clip_grad_norm_(model_->parameters(), max_norm);
+  }
+
+  void step(torch::optim::Optimizer& optimizer) override { optimizer.step(); }
+
+  StepCommunication last_step_communication() const override {
+    const cohort::IterationStats& stats = ddp_.last_iteration_stats();
+    StepCommunication out;
+    out.exposed_ms = stats.exposed_comm_ms;
+    for (const cohort::BucketStats& b : stats.buckets)
+      out.bucket_latency_ms.push_back(b.latency_ms);
+    return out;
+  }
+
+  ModelStateBytes model_state_bytes(const torch::optim::Optimizer& optimizer) const override {
+    const std::vector<torch::Tensor> parameters = model_->parameters();
+    return {tensor_bytes(parameters), gradient_bytes(parameters), adamw_state_bytes(optimizer)};
+  }
+
+  bool resume(const std::string& path, bool any_job, cohort::TrainingState& state) override {
+    return cohort_examples::resume_from_checkpoint(path, any_job, *group_, state);
+  }
+
+  void save(const std::string& path, const cohort::TrainingState& state,
+            cohort::DistributedSampler& sampler, bool epoch_finished) override {
+    cohort_examples::save_epoch_checkpoint(path, *group_, state, sampler, epoch_finished);
+  }
+
+ private:
+  static cohort::DdpOptions ddp_options(const StrategyOptions& options) {
+    cohort::DdpOptions o;
+    o.bucket_cap_mb = options.bucket_cap_mb;
+    o.timeline = options.timeline;
+    return o;
+  }
+
+  Gpt model_;
+  std::shared_ptr<cohort::Group> group_;
+  cohort::DistributedDataParallel ddp_;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_strategy(const std::string& name, Gpt model,
+                                        std::shared_ptr<cohort::Group> group,
+                                        const StrategyOptions& options) {
+  if (name == "ddp")
+    return std::make_unique<DdpStrategy>(std::move(model), std::move(group), options);
+  if (std::find(kStrategyNames.begin(), kStrategyNames.end(), name) != kStrategyNames.end()) {
+    throw cohort::InvalidArgument("--strategy " + name +
+                                  " is not available yet: cohort's sharded data parallelism "
+                                  "(ZeRO, FSDP) is still being built; use --strategy ddp");
+  }
+  throw cohort::InvalidArgument("--strategy " + name +
+                                " is unknown: give one of ddp, zero1, "
+                                "zero2, full_shard, shard_grad_op, hybrid_shard");
+}
+
+}  // namespace char_lm

@@ -1,0 +1,92 @@
+#include "train_options.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "fortune_files.h"
+#include "strategy.h"
+
+namespace char_lm {
+
+GptConfig TrainOptions::model_config(int64_t vocab) const {
+  GptConfig c;
+  c.vocab = vocab;
+  c.context = context;
+  c.layers = layers;
+  c.heads = heads;
+  c.width = width;
+  c.dropout = dropout;
+  return c;
+}
+
+double TrainOptions::lr_at(int64_t step, int64_t total_steps) const {
+  if (step < warmup_steps) return lr * double(step + 1) / double(warmup_steps);
+  const int64_t decay_steps = std::max<int64_t>(1, total_steps - warmup_steps);
+  const double done = std::min(1.0, double(step - warmup_steps) / double(decay_steps));
+  const double cosine = 0.5 * (1.0 + std::cos(M_PI * done));
+  return lr * (min_lr_ratio + (1.0 - min_lr_ratio) * cosine);
+}
+
+namespace {
+
+void add_model_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--context", o.context, "Characters the model sees (window length)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--layers", o.layers, "Transformer blocks")->check(CLI::PositiveNumber);
+  app.add_option("--heads", o.heads, "Attention heads (must divide --width)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--width", o.width, "Embedding width")->check(CLI::PositiveNumber);
+  app.add_option("--dropout", o.dropout, "Dropout probability")->check(CLI::Range(0.0, 0.99));
+}
+
+void add_optimizer_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--epochs", o.epochs, "Passes over the training text")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", o.batch_size, "Windows in the global batch, split over the ranks")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "AdamW's peak learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--min-lr-ratio", o.min_lr_ratio, "Where the cosine decay ends, as a part of --lr")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--warmup-steps", o.warmup_steps, "Steps of linear learning-rate warm-up")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", o.weight_decay,
+                 "AdamW's weight decay (of matrices and embeddings)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--clip", o.clip, "Gradient 2-norm limit (0: no clipping)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", o.seed, "Seed of the weights, the shuffle, dropout and the sample");
+}
+
+void add_run_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP gradient bucket size (MiB)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint", o.checkpoint, "Checkpoint written after each epoch ('' for none)");
+  app.add_flag("--resume", o.resume,
+               "Continue from --checkpoint when it exists, even when an earlier job wrote it (a "
+               "restart by cohortrun resumes its own job's checkpoint without it)");
+  app.add_option("--metrics", o.metrics, "Write every step's figures here (.csv or JSON lines)");
+  app.add_option("--max-steps", o.max_steps, "Stop after this many steps in all")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--skip-eval", o.skip_eval, "Do not compute the validation loss");
+  app.add_option("--sample", o.sample, "Characters of text to generate at the end (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", o.threads, "torch threads per rank (0: cores / local ranks)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("!--no-progress", o.progress, "No progress bar or lines");
+  app.add_option("--log-every", o.log_every, "Steps between progress lines (no terminal)")
+      ->check(CLI::PositiveNumber);
+}
+
+}  // namespace
+
+void add_train_options(CLI::App& app, TrainOptions& o) {
+  o.data_dir = kDefaultFortuneDir;
+  app.add_option("--data", o.data_dir, "Directory of fortune files")->capture_default_str();
+  app.add_option("--strategy", o.strategy, "Data parallelism: ddp (others not available yet)")
+      ->check(CLI::IsMember(kStrategyNames))
+      ->capture_default_str();
+  add_model_options(app, o);
+  add_optimizer_options(app, o);
+  add_run_options(app, o);
+}
+
+}  // namespace char_lm

@@ -1,0 +1,49 @@
+// The command line of the char_lm example (docs/char_lm.md).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "gpt.h"
+
+namespace char_lm {
+
+struct TrainOptions {
+  std::string data_dir;  // default: kDefaultFortuneDir
+  std::string strategy = "ddp";
+  // The model (the vocabulary size comes from the text).
+  int64_t context = 64;
+  int64_t layers = 4;
+  int64_t heads = 4;
+  int64_t width = 128;
+  double dropout = 0.1;
+  // Training.
+  int64_t epochs = 1;
+  int64_t batch_size = 64;    // windows in the global batch, split evenly over the ranks
+  double lr = 1e-3;           // AdamW's peak learning rate
+  double min_lr_ratio = 0.1;  // the cosine decay ends at lr * this
+  int64_t warmup_steps = 100;
+  double weight_decay = 0.1;  // on weight matrices and embeddings, not on biases or norms
+  double clip = 1.0;          // gradient 2-norm limit; 0: no clipping
+  uint64_t seed = 42;
+  double bucket_cap_mb = 25.0;
+  std::string checkpoint = "char_lm.ckpt";  // written after each epoch; "" for none
+  bool resume = false;
+  std::string metrics;     // per-step figures: .csv, else JSON lines
+  int64_t max_steps = -1;  // stop after this many steps in all; -1: no limit
+  bool skip_eval = false;
+  int64_t sample = 300;  // characters generated at the end; 0: none
+  int threads = 0;       // torch threads per rank; 0: cores / ranks on this machine
+  bool progress = true;
+  int64_t log_every = 100;
+
+  GptConfig model_config(int64_t vocab) const;
+  // Linear warm-up over warmup_steps, then a cosine decay to lr * min_lr_ratio at
+  // `total_steps` (step from 0).
+  double lr_at(int64_t step, int64_t total_steps) const;
+};
+
+void add_train_options(CLI::App& app, TrainOptions& options);
+
+}  // namespace char_lm

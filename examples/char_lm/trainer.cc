@@ -1,0 +1,341 @@
+#include "trainer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "cohort/comm/timeline.h"
+#include "cohort/torch/distributed_sampler.h"
+#include "dataset.h"
+#include "gpt.h"
+#include "progress.h"
+#include "ranks.h"
+#include "sample.h"
+#include "step_metrics.h"
+#include "strategy.h"
+
+namespace char_lm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using cohort::trace;
+using cohort_examples::MetricsFile;
+using cohort_examples::StepRecord;
+
+// Windows per evaluation forward.
+constexpr int64_t kEvalBatch = 64;
+// The sample starts a new fortune: "%\n" ends the one before it in the text.
+const char* const kSamplePrompt = "%\n";
+constexpr double kSampleTemperature = 0.8;
+
+using LossReduction = torch::nn::functional::CrossEntropyFuncOptions::reduction_t;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+double mib(double bytes) {
+  return bytes / (1024.0 * 1024.0);
+}
+
+class Trainer {
+ public:
+  Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group);
+  TrainResult run();
+
+ private:
+  using Loader = decltype(torch::data::make_data_loader(
+      std::declval<TextWindows>(), std::declval<cohort::DistributedSampler>(),
+      std::declval<torch::data::DataLoaderOptions>()));
+
+  void build_optimizer();
+  torch::optim::AdamWOptions adamw_options(double weight_decay) const;
+  void build_loader();
+  void describe() const;
+  std::vector<StepRecord> train_epoch();
+  StepRecord train_step(torch::data::Example<>& batch, double data_ms);
+  torch::Tensor loss_of(const torch::data::Example<>& batch, LossReduction reduction);
+  void set_lr(double lr);
+  double evaluate();
+  void report_epoch(const std::vector<StepRecord>& steps, const std::optional<double>& validation);
+  void report_memory();
+  int64_t steps_per_epoch() const;
+  int64_t planned_steps() const;
+  bool out_of_steps() const { return options_.max_steps > 0 && state_.step >= options_.max_steps; }
+  bool rank0() const { return group_->rank() == 0; }
+
+  TrainOptions options_;
+  std::shared_ptr<cohort::Group> group_;
+  std::shared_ptr<cohort::Timeline> timeline_ = cohort::Timeline::from_env();
+  CharData data_;
+  TextWindows validation_;
+  int64_t per_rank_batch_;
+  Gpt model_{nullptr};
+  std::unique_ptr<Strategy> strategy_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<cohort::DistributedSampler> sampler_;
+  Loader loader_;
+  cohort::TrainingState state_;
+  std::unique_ptr<MetricsFile> metrics_;
+  cohort_examples::Progress progress_;
+  int64_t samples_run_ = 0;
+  double ms_run_ = 0;
+};
+
+StrategyOptions strategy_options(const TrainOptions& options,
+                                 std::shared_ptr<cohort::Timeline> timeline) {
+  StrategyOptions o;
+  o.bucket_cap_mb = options.bucket_cap_mb;
+  o.timeline = std::move(timeline);
+  return o;
+}
+
+Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group)
+    : options_(options),
+      group_(std::move(group)),
+      data_(load_char_data(options_.data_dir, options_.context)),
+      validation_(data_.validation, options_.context),
+      per_rank_batch_(cohort_examples::per_rank_batch(options_.batch_size, *group_)),
+      loader_(nullptr),
+      progress_(options_.progress && group_->rank() == 0, options_.log_every) {
+  torch::set_num_threads(cohort_examples::threads_per_rank(options_.threads, *group_));
+  torch::manual_seed(options_.seed);  // the same initial weights everywhere (DDP checks)
+  model_ = Gpt(options_.model_config(data_.vocabulary.size()));
+  strategy_ =
+      make_strategy(options_.strategy, model_, group_, strategy_options(options_, timeline_));
+  torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
+  build_optimizer();
+  build_loader();
+  state_.module = model_.ptr().get();
+  state_.optimizer = optimizer_.get();
+  state_.sampler = sampler_.get();
+  if (!options_.metrics.empty() && rank0())
+    metrics_ = std::make_unique<MetricsFile>(options_.metrics);
+}
+
+// Weight decay on the matrices and embeddings only: decaying biases and LayerNorm gains towards
+// zero only fights the normalization. Decided by the shape of the model's parameter, since a
+// strategy may hand out flat shards of it.
+void Trainer::build_optimizer() {
+  const auto model_parameters = model_->named_parameters();
+  std::vector<torch::Tensor> decayed, not_decayed;
+  for (const auto& item : strategy_->optimizer_parameters()) {
+    const bool matrix = model_parameters[item.key()].dim() >= 2;
+    (matrix ? decayed : not_decayed).push_back(item.value());
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(
+      decayed, std::make_unique<torch::optim::AdamWOptions>(adamw_options(options_.weight_decay)));
+  groups.emplace_back(not_decayed,
+                      std::make_unique<torch::optim::AdamWOptions>(adamw_options(0.0)));
+  optimizer_ = std::make_unique<torch::optim::AdamW>(std::move(groups), adamw_options(0.0));
+}
+
+// beta2 = 0.95 rather than torch's 0.999: the second moment follows the gradients' scale
+// faster, which keeps the early steps of transformer training stable (GPT-3's setting).
+torch::optim::AdamWOptions Trainer::adamw_options(double weight_decay) const {
+  return torch::optim::AdamWOptions(options_.lr).betas({0.9, 0.95}).weight_decay(weight_decay);
+}
+
+// Each rank gets a disjoint, shuffled shard of the training windows every epoch; the tail that
+// does not fill a batch on every rank is dropped, so all ranks run the same steps.
+void Trainer::build_loader() {
+  TextWindows train_set(data_.train, options_.context);
+  cohort::DistributedSamplerOptions sampling;
+  sampling.seed = options_.seed;
+  sampling.drop_last = true;
+  sampler_ =
+      std::make_unique<cohort::DistributedSampler>(train_set.size().value(), *group_, sampling);
+  loader_ = torch::data::make_data_loader(
+      std::move(train_set), *sampler_,
+      torch::data::DataLoaderOptions(static_cast<size_t>(per_rank_batch_)).drop_last(true));
+}
+
+void Trainer::describe() const {
+  if (!rank0()) return;
+  const GptConfig& c = model_->config();
+  std::printf(
+      "char_lm: %lld training and %lld validation characters, %lld distinct; unigram baseline "
+      "%.4f nats/char\n  model: %lld layers, width %lld, %lld heads, context %lld: %lld "
+      "parameters; strategy %s on %d rank(s), global batch %lld windows\n",
+      (long long)data_.train.numel(), (long long)data_.validation.numel(),
+      (long long)data_.vocabulary.size(), data_.unigram_entropy, (long long)c.layers,
+      (long long)c.width, (long long)c.heads, (long long)c.context,
+      (long long)count_parameters(*model_), options_.strategy.c_str(), group_->size(),
+      (long long)options_.batch_size);
+  std::fflush(stdout);
+}
+
+int64_t Trainer::steps_per_epoch() const {
+  return static_cast<int64_t>(sampler_->num_samples()) / per_rank_batch_;
+}
+
+// What the learning-rate schedule decays over: the whole run, or up to --max-steps.
+int64_t Trainer::planned_steps() const {
+  const int64_t all = options_.epochs * steps_per_epoch();
+  return options_.max_steps > 0 ? std::min(all, options_.max_steps) : all;
+}
+
+TrainResult Trainer::run() {
+  describe();
+  strategy_->resume(options_.checkpoint, options_.resume, state_);
+  TrainResult result;
+  result.unigram_entropy = data_.unigram_entropy;
+  for (; state_.epoch < options_.epochs && !out_of_steps(); ++state_.epoch) {
+    if (sampler_->epoch() != static_cast<uint64_t>(state_.epoch)) sampler_->set_epoch(state_.epoch);
+    const std::vector<StepRecord> steps = train_epoch();
+    std::optional<double> validation;
+    if (!options_.skip_eval) validation = evaluate();
+    if (validation) result.validation_loss = validation;
+    report_epoch(steps, validation);
+    strategy_->save(options_.checkpoint, state_, *sampler_, !out_of_steps());
+  }
+  if (timeline_) timeline_->write(*group_);
+  // Every rank writes it: under a sharded strategy each forward is collective.
+  if (options_.sample > 0) {
+    result.sample = generate_text(model_, data_.vocabulary, kSamplePrompt, options_.sample,
+                                  kSampleTemperature, options_.seed);
+  }
+  result.samples_per_s = ms_run_ > 0 ? double(samples_run_) / (ms_run_ / 1000.0) : 0;
+  result.steps = state_.step;
+  return result;
+}
+
+std::vector<StepRecord> Trainer::train_epoch() {
+  std::vector<StepRecord> records;
+  const int64_t steps =
+      static_cast<int64_t>(sampler_->num_samples() - sampler_->position()) / per_rank_batch_;
+  progress_.start_epoch(state_.epoch + 1, options_.epochs, steps);
+  model_->train();
+  Clock::time_point fetch = Clock::now();
+  for (auto it = loader_->begin(); it != loader_->end() && !out_of_steps();) {
+    const double data_ms = ms_since(fetch);
+    records.push_back(train_step(*it, data_ms));
+    progress_.update(static_cast<int64_t>(records.size()), records.back().samples,
+                     records.back().loss);
+    fetch = Clock::now();
+    ++it;
+  }
+  progress_.finish_epoch();
+  return records;
+}
+
+void Trainer::set_lr(double lr) {
+  for (auto& group : optimizer_->param_groups())
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+}
+
+// Cross-entropy of the next character at every position of every window.
+torch::Tensor Trainer::loss_of(const torch::data::Example<>& batch, LossReduction reduction) {
+  const torch::Tensor logits = model_->forward(batch.data);
+  return torch::nn::functional::cross_entropy(
+      logits.reshape({-1, logits.size(-1)}), batch.target.reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(reduction));
+}
+
+StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
+  StepRecord r;
+  auto step_span =
+      trace(timeline_.get(), "step " + std::to_string(state_.step + 1), "step", "steps");
+  const Clock::time_point start = Clock::now();
+  r.lr = options_.lr_at(state_.step, planned_steps());
+  set_lr(r.lr);
+  optimizer_->zero_grad();
+  torch::Tensor loss;
+  {
+    auto span = trace(timeline_.get(), "forward");
+    loss = loss_of(batch, torch::kMean);
+  }
+  r.forward_ms = ms_since(start);
+  {
+    auto span = trace(timeline_.get(), "backward");
+    loss.backward();
+  }
+  r.backward_ms = ms_since(start) - r.forward_ms;
+  {
+    auto span = trace(timeline_.get(), "optimizer step");
+    if (options_.clip > 0) strategy_->clip_gradients(options_.clip);
+    strategy_->step(*optimizer_);
+  }
+  r.step_ms = ms_since(start) + data_ms;
+  r.optimizer_ms = r.step_ms - data_ms - r.forward_ms - r.backward_ms;
+  r.data_ms = data_ms;
+  r.epoch = state_.epoch + 1;
+  r.step = ++state_.step;
+  r.samples = options_.batch_size;
+  r.loss = loss.item<double>();
+  const StepCommunication comm = strategy_->last_step_communication();
+  r.exposed_comm_ms = comm.exposed_ms;
+  r.bucket_latency_ms = comm.bucket_latency_ms;
+  if (metrics_) metrics_->write(r);
+  samples_run_ += r.samples;
+  ms_run_ += r.step_ms;
+  return r;
+}
+
+// Each rank evaluates an equal, contiguous slice of the validation windows (the tail of fewer
+// than one window per rank is left out, so every rank runs the same forwards: under a sharded
+// strategy a forward is collective); the loss sums are added over the group.
+double Trainer::evaluate() {
+  auto span = trace(timeline_.get(), "evaluate");
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  const int64_t share = static_cast<int64_t>(validation_.size().value()) / group_->size();
+  const int64_t begin = share * group_->rank();
+  std::vector<double> sums = {0.0, 0.0};  // loss over every character, characters
+  for (int64_t i = begin; i < begin + share; i += kEvalBatch) {
+    const torch::data::Example<> batch =
+        validation_.range(i, std::min(begin + share, i + kEvalBatch));
+    sums[0] += loss_of(batch, torch::kSum).item<double>();
+    sums[1] += static_cast<double>(batch.target.numel());
+  }
+  group_->allreduce(cohort::make_buffer(sums));
+  model_->train();
+  return sums[0] / std::max(1.0, sums[1]);
+}
+
+void Trainer::report_epoch(const std::vector<StepRecord>& steps,
+                           const std::optional<double>& validation) {
+  const cohort_examples::EpochSummary s = cohort_examples::summarize(steps);
+  if (rank0()) {
+    std::printf("epoch %lld/%lld: %lld steps, train loss %.4f", (long long)state_.epoch + 1,
+                (long long)options_.epochs, (long long)s.steps, s.mean_loss);
+    if (validation) std::printf(", validation loss %.4f", *validation);
+    std::printf(" nats/char (unigram baseline %.4f)\n", data_.unigram_entropy);
+    cohort_examples::print_epoch_timing(s, group_->size());
+    std::printf("  %.0f characters/s\n", s.samples_per_s * double(options_.context));
+  }
+  report_memory();
+  std::fflush(stdout);
+}
+
+// One line per rank, printed by rank 0: the ranks' figures are gathered with one allreduce
+// (each rank fills its own slots of a zeroed vector).
+void Trainer::report_memory() {
+  constexpr size_t kFigures = 4;
+  const ModelStateBytes state = strategy_->model_state_bytes(*optimizer_);
+  std::vector<double> figures(kFigures * static_cast<size_t>(group_->size()), 0.0);
+  double* mine = figures.data() + kFigures * static_cast<size_t>(group_->rank());
+  mine[0] = double(state.parameters);
+  mine[1] = double(state.gradients);
+  mine[2] = double(state.optimizer_state);
+  mine[3] = double(peak_rss_bytes());
+  group_->allreduce(cohort::make_buffer(figures));
+  if (!rank0()) return;
+  for (int r = 0; r < group_->size(); ++r) {
+    const double* f = figures.data() + kFigures * static_cast<size_t>(r);
+    std::printf(
+        "  memory of rank %d: model state %.2f MiB (parameters %.2f + gradients %.2f + optimizer "
+        "state %.2f), peak RSS %.1f MiB\n",
+        r, mib(f[0] + f[1] + f[2]), mib(f[0]), mib(f[1]), mib(f[2]), mib(f[3]));
+  }
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& options, std::shared_ptr<cohort::Group> group) {
+  return Trainer(options, std::move(group)).run();
+}
+
+}  // namespace char_lm

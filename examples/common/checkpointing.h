@@ -1,0 +1,27 @@
+// The examples' checkpoint idiom (docs/checkpoints.md): load at every start, save after every
+// epoch and where --max-steps stopped a run.
+#pragma once
+
+#include <string>
+
+#include "cohort/comm/group.h"
+#include "cohort/torch/checkpoint.h"
+#include "cohort/torch/distributed_sampler.h"
+
+namespace cohort_examples {
+
+// Always loads: a restart by cohortrun resumes this job's own checkpoint; an earlier job's only
+// with `any_job` (--resume). Rank 0 says where it resumed. Nothing happens for an empty path.
+// Collective over `group`; returns whether a checkpoint was loaded.
+bool resume_from_checkpoint(const std::string& path, bool any_job, cohort::Group& group,
+                            cohort::TrainingState& state);
+
+// Saves `state` (whose epoch is the one that just ran, counted from 0). The checkpoint of a
+// finished epoch resumes at the start of the next one (the sampler is moved on to it); that of
+// an epoch cut short (`epoch_finished` false), where it stopped. Nothing happens for an empty
+// path. Collective over `group`.
+void save_epoch_checkpoint(const std::string& path, cohort::Group& group,
+                           const cohort::TrainingState& state, cohort::DistributedSampler& sampler,
+                           bool epoch_finished);
+
+}  // namespace cohort_examples

@@ -1,0 +1,101 @@
+// The character language model example (examples/char_lm) at 2 ranks under cohortrun on a tiny
+// model for a few steps: it must finish, report a finite validation loss and memory for every
+// rank, and learn (the training loss falls); missing data and a strategy not available yet
+// must be clear errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support/process.h"
+
+namespace cohort {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::chrono::seconds kDeadline{120};
+constexpr int kSteps = 24;
+
+// 1 block of width 32 at context 32 (about 21,000 parameters): a few seconds on 2 cores. A short
+// warm-up and a larger learning rate than the default so that a few steps show learning.
+const std::string kTinyModel =
+    " --layers 1 --width 32 --heads 2 --context 32 --dropout 0 --warmup-steps 4 --lr 3e-3 ";
+
+struct ExampleRun {
+  testing::ShellResult result;
+  std::string dir;  // holds steps.jsonl and the checkpoint
+};
+
+ExampleRun run_example(int ranks, const std::string& extra = "") {
+  const std::string dir = testing::fresh_temp_dir("char_lm_" + std::to_string(ranks));
+  const std::string command = COHORTRUN " --nproc-per-node " + std::to_string(ranks) + " " CHAR_LM +
+                              kTinyModel + "--max-steps " + std::to_string(kSteps) +
+                              " --log-every 8 --sample 40 --checkpoint " + dir + "/ck --metrics " +
+                              dir + "/steps.jsonl " + extra;
+  return {testing::run_shell(command, {"OMP_NUM_THREADS=1"}, kDeadline), dir};
+}
+
+std::vector<json> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  return lines;
+}
+
+// The number after `label` in rank 0's final line; NaN when it is not there.
+double figure_after(const std::string& output, const std::string& label) {
+  const size_t final_line = output.find("[0] final: ");
+  if (final_line == std::string::npos) return std::nan("");
+  const size_t at = output.find(label, final_line);
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(output.c_str() + at + label.size(), nullptr);
+}
+
+TEST(CharLmExample, LearnsAtTwoRanksAndReportsValidationLossAndMemory) {
+  const ExampleRun run = run_example(2);
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const std::string& out = run.result.output;
+  const double validation = figure_after(out, "validation loss ");
+  const double baseline = figure_after(out, "unigram baseline ");
+  EXPECT_TRUE(std::isfinite(validation) && validation > 0) << out;
+  EXPECT_TRUE(std::isfinite(baseline) && baseline > 0) << out;
+  EXPECT_NE(out.find("on 2 rank(s), " + std::to_string(kSteps) + " steps"), std::string::npos)
+      << out;
+  for (const char* rank : {"memory of rank 0: model state", "memory of rank 1: model state"})
+    EXPECT_NE(out.find(rank), std::string::npos) << out;
+  EXPECT_NE(out.find("[0] sample:"), std::string::npos) << out;
+
+  const std::vector<json> steps = read_lines(run.dir + "/steps.jsonl");
+  ASSERT_EQ(steps.size(), size_t(kSteps));
+  EXPECT_EQ(steps.back()["step"].get<int>(), kSteps);
+  EXPECT_FALSE(steps.back()["bucket_latency_ms"].empty()) << "2 ranks reduce gradients";
+  // The mean of the last 4 steps' losses, against the first step's: one step is noisy.
+  double last = 0;
+  for (int i = kSteps - 4; i < kSteps; ++i) last += steps[size_t(i)]["loss"].get<double>() / 4;
+  const double first = steps.front()["loss"];
+  EXPECT_LT(last, first - 0.3) << "the training loss must fall: " << first << " -> " << last;
+}
+
+TEST(CharLmExampleErrors, AMissingDataDirectoryNamesThePathAndTheFix) {
+  const ExampleRun run = run_example(1, "--data /nonexistent/fortunes");
+  EXPECT_EQ(run.result.exit_code, 2) << run.result.output;
+  EXPECT_NE(run.result.output.find("fortune directory '/nonexistent/fortunes' cannot be read"),
+            std::string::npos)
+      << run.result.output;
+  EXPECT_NE(run.result.output.find("run ./scripts/setup"), std::string::npos) << run.result.output;
+}
+
+TEST(CharLmExampleErrors, AStrategyNotAvailableYetIsAClearError) {
+  const ExampleRun run = run_example(1, "--strategy full_shard");
+  EXPECT_EQ(run.result.exit_code, 2) << run.result.output;
+  EXPECT_NE(run.result.output.find("--strategy full_shard is not available yet"), std::string::npos)
+      << run.result.output;
+}
+
+}  // namespace
+}  // namespace cohort
