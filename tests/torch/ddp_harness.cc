@@ -337,6 +337,20 @@ std::vector<std::shared_ptr<Group>> make_groups(int world, bool over_tcp, bool s
   return over_tcp ? make_tcp_groups(world, options) : make_inproc_groups(world, options);
 }
 
+// Ranks as threads over TCP, rank r on node node_of[r].
+std::vector<std::shared_ptr<Group>> make_groups_on_nodes(const std::vector<std::string>& node_of) {
+  const int world = static_cast<int>(node_of.size());
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<std::shared_ptr<Group>> groups(world);
+  run_ranks(world, [&](int rank) {
+    GroupOptions options = quick_options(std::chrono::seconds(60));
+    options.host = "127.0.0.1";
+    options.node_id = node_of[rank];
+    groups[rank] = Group::create(store, rank, world, options);
+  });
+  return groups;
+}
+
 }  // namespace
 
 const char* strategy_name(Strategy strategy) {
@@ -459,12 +473,11 @@ void expect_parity(const ParityCase& c) {
   const Reference reference = reference_run(c, data);
 
   std::vector<std::vector<std::vector<torch::Tensor>>> states(c.world);
-  run_with_groups(
-      c.world,
-      [&](int rank, std::shared_ptr<Group> group) {
-        states[rank] = train_rank(c, rank, std::move(group), models[rank], data);
-      },
-      c.over_tcp, c.shared_memory);
+  const auto groups = c.node_of.empty() ? make_groups(c.world, c.over_tcp, c.shared_memory)
+                                        : make_groups_on_nodes(c.node_of);
+  run_ranks(c.world, [&](int rank) {
+    states[rank] = train_rank(c, rank, groups[rank], models[rank], data);
+  });
   for (int rank = 0; rank < c.world; ++rank) {
     expect_rank_matches(c, rank, states[rank], reference);
   }

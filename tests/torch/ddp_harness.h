@@ -61,6 +61,8 @@ struct ParityCase {
   // shared_memory, allreduce goes through the shared memory window as for ranks on one host.
   bool over_tcp = false;
   bool shared_memory = false;
+  // When set: the node of each rank (GroupOptions::node_id), over TCP.
+  std::vector<std::string> node_of;
   Strategy strategy = Strategy::kDdp;
   // SGD: lr 0.05, momentum 0.9, weight decay 1e-3; AdamW: lr 0.01, weight decay 0.01.
   OptimizerKind optimizer = OptimizerKind::kSgdMomentum;

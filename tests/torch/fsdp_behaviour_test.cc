@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "cohort/comm/memory_store.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/fsdp.h"
 #include "ddp_harness.h"
@@ -247,6 +248,30 @@ TEST(FsdpErrors, CpuOffloadOfACpuModelAndLbfgs) {
     ADD_FAILURE() << "no error";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("LBFGS needs whole tensors"), std::string::npos);
+  }
+}
+
+TEST(FsdpErrors, HybridShardOnUnevenNodes) {
+  auto store = std::make_shared<MemoryStore>();
+  const std::vector<std::string> node_of = {"a", "b", "a"};
+  std::vector<std::string> errors(3);
+  run_ranks(3, [&](int rank) {
+    GroupOptions options = quick_options(std::chrono::seconds(60));
+    options.host = "127.0.0.1";
+    options.node_id = node_of[rank];
+    auto group = Group::create(store, rank, 3, options);
+    FsdpOptions hybrid;
+    hybrid.strategy = ShardingStrategy::kHybridShard;
+    try {
+      FullyShardedDataParallel fsdp(layers({8, 16, 4}), group, hybrid);
+    } catch (const InvalidArgument& e) {
+      errors[rank] = e.what();
+    }
+  });
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("HYBRID_SHARD needs the same number of ranks on every node"),
+              std::string::npos)
+        << e;
   }
 }
 

@@ -163,5 +163,25 @@ INSTANTIATE_TEST_SUITE_P(Strategies, FsdpParity,
                            return std::string(strategy_name(param_info.param));
                          });
 
+// Sharded over the two ranks of each node, replicated across the two nodes.
+TEST(FsdpHybridParity, TwoNodesOfTwoRanks) {
+  for (OptimizerKind optimizer : {OptimizerKind::kSgdMomentum, OptimizerKind::kAdamW}) {
+    auto c = fsdp_case(Strategy::kHybridShard, 4, optimizer);
+    c.node_of = {"a", "a", "b", "b"};
+    c.clip_norm = 0.5;
+    c.inspect_fsdp = [](int rank, int, FullyShardedDataParallel& fsdp) {
+      ASSERT_EQ(fsdp.shard_group().size(), 2) << "rank " << rank;
+    };
+    expect_parity(c);
+  }
+}
+
+TEST(FsdpHybridParity, NoSyncAccumulationWithNodesNumberedOutOfOrder) {
+  auto c = fsdp_case(Strategy::kHybridShard, 4, OptimizerKind::kAdamW);
+  c.node_of = {"b", "a", "b", "a"};
+  c.micro_batches = 2;
+  expect_parity(c);
+}
+
 }  // namespace
 }  // namespace cohort::testing

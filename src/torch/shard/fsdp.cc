@@ -118,6 +118,12 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   void make_groups() {
     shard_group_ = group_;
     if (options_.strategy == ShardingStrategy::kHybridShard) {
+      COHORT_CHECK(group_->size() == group_->num_nodes() * group_->local_size(),
+                   "FullyShardedDataParallel: HYBRID_SHARD needs the same number of ranks on "
+                   "every node (each node holds one whole replica, cut into as many shards as "
+                   "it has ranks); this group has ",
+                   group_->size(), " ranks on ", group_->num_nodes(),
+                   " nodes. Start as many ranks per node, or use FULL_SHARD");
       shard_group_ = group_->split(group_->node_rank(), group_->rank());
       replica_group_ = group_->split(group_->local_rank(), group_->rank());
     }
