@@ -241,6 +241,9 @@ TEST(FsdpErrors, CpuOffloadOfACpuModelAndLbfgs) {
   FsdpOptions offload;
   offload.cpu_offload = true;
   EXPECT_THROW(FullyShardedDataParallel(net, group, offload), InvalidArgument);
+  FsdpOptions half;
+  half.mixed_precision.param_dtype = torch::kBFloat16;
+  EXPECT_THROW(FullyShardedDataParallel(net, group, half), InvalidArgument);
   FullyShardedDataParallel fsdp(net, group);
   torch::optim::LBFGS lbfgs(fsdp.parameters());
   try {

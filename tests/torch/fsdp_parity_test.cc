@@ -163,6 +163,22 @@ INSTANTIATE_TEST_SUITE_P(Strategies, FsdpParity,
                            return std::string(strategy_name(param_info.param));
                          });
 
+// Gradients reduced in another dtype than the parameters': float64 changes nothing at this
+// tolerance; bfloat16 (8 bits of mantissa) stays within a few percent over a few steps.
+TEST(FsdpMixedPrecision, ReduceDtype) {
+  for (auto dtype : {torch::kFloat64, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    auto c = fsdp_case(Strategy::kFullShard, 3, OptimizerKind::kSgdMomentum);
+    c.fsdp.mixed_precision.reduce_dtype = dtype;
+    if (dtype == torch::kBFloat16) {
+      c.steps = 5;
+      c.rtol = 3e-2;
+      c.atol = 3e-3;
+    }
+    expect_parity(c);
+  }
+}
+
 // Sharded over the two ranks of each node, replicated across the two nodes.
 TEST(FsdpHybridParity, TwoNodesOfTwoRanks) {
   for (OptimizerKind optimizer : {OptimizerKind::kSgdMomentum, OptimizerKind::kAdamW}) {

@@ -77,8 +77,11 @@ struct AutoWrapPolicy {
 struct MixedPrecisionPolicy {
   // dtype of the gathered parameters the forward and backward compute with; undefined: the
   // parameters' own. The shards stay in the parameters' dtype (the master weights).
+  // Not available yet: setting it is an error.
   c10::optional<torch::Dtype> param_dtype;
-  // dtype of the gradient reduce-scatter; undefined: param_dtype (or the parameters' own).
+  // dtype the gradients are reduce-scattered in (e.g. torch::kBFloat16: half the bytes on the
+  // wire); the averaged blocks are cast back to the shards' dtype. Undefined: param_dtype, or
+  // the parameters' own.
   c10::optional<torch::Dtype> reduce_dtype;
 };
 

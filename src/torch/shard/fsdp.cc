@@ -69,6 +69,9 @@ void check_options(const FsdpOptions& options, const torch::nn::Module& module) 
                "FullyShardedDataParallel: cpu_offload was asked for a model on the CPU; its "
                "shards and optimizer state are in host memory already. Leave cpu_offload off "
                "(it is for models on a CUDA device)");
+  COHORT_CHECK(!options.mixed_precision.param_dtype,
+               "FullyShardedDataParallel: MixedPrecisionPolicy::param_dtype (computing with "
+               "16-bit gathered parameters) is not available yet; reduce_dtype is");
   COHORT_CHECK(!options.cpu_offload,
                "FullyShardedDataParallel: cpu_offload for models on a CUDA device is not "
                "available in this build of cohort yet");
