@@ -55,6 +55,51 @@ struct ListModel : TestModel {
   torch::Tensor scale;
 };
 
+// A small GPT: token embedding (its weight tied to the output), a position parameter, causal
+// self-attention blocks with LayerNorm in a ModuleList, a final LayerNorm. Inputs become
+// tokens; the default units are the blocks, the rest is the root unit.
+struct Block : torch::nn::Module {
+  Block() {
+    norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({16})));
+    // No bias: the keys' bias has a gradient of exactly zero (softmax ignores a shift), whose
+    // rounding noise AdamW would turn into steps of the learning rate's size.
+    qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(16, 48).bias(false)));
+    proj = register_module("proj", torch::nn::Linear(16, 16));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    auto parts = qkv(norm(x)).chunk(3, -1);
+    auto scores = torch::matmul(parts[0], parts[1].transpose(1, 2)) / 4.0;
+    const int64_t t = x.size(1);
+    auto mask = torch::ones({t, t}, torch::kBool).triu(1);
+    auto attention = torch::softmax(scores.masked_fill(mask, -1e9), -1);
+    return x + proj(torch::matmul(attention, parts[2]));
+  }
+  torch::nn::LayerNorm norm{nullptr};
+  torch::nn::Linear qkv{nullptr}, proj{nullptr};
+};
+
+struct TinyGpt : TestModel {
+  TinyGpt() {
+    tokens = register_module("tokens", torch::nn::Embedding(8, 16));
+    position = register_parameter("position", torch::randn({10, 16}) * 0.1);
+    blocks = register_module("blocks", torch::nn::ModuleList());
+    for (int i = 0; i < 2; ++i) blocks->push_back(std::make_shared<Block>());
+    final_norm =
+        register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({16})));
+  }
+  torch::Tensor forward(torch::Tensor x, int, int) override {
+    auto ids = (x * 2 + 4).floor().clamp(0, 7).to(torch::kLong);
+    auto h = tokens(ids) + position;
+    for (const auto& block : *blocks) h = block->as<Block>()->forward(h);
+    auto logits = torch::matmul(final_norm(h).mean(1), tokens->weight.t());  // tied
+    return logits.narrow(1, 0, 4);
+  }
+  torch::nn::Embedding tokens{nullptr};
+  torch::Tensor position;
+  torch::nn::ModuleList blocks{nullptr};
+  torch::nn::LayerNorm final_norm{nullptr};
+};
+
 class FsdpParity : public ::testing::TestWithParam<Strategy> {};
 
 TEST_P(FsdpParity, EveryWorldSizeWithSgdMomentumAndAdamW) {
@@ -81,6 +126,20 @@ TEST_P(FsdpParity, ModuleListWithRootParameter) {
   c.make_model = [] { return std::make_shared<ListModel>(); };
   c.fsdp.auto_wrap.predicate = [](const std::string&, const torch::nn::Module&) { return false; };
   expect_parity(c);
+}
+
+TEST_P(FsdpParity, TransformerWithTiedEmbedding) {
+  for (int world : {2, 3}) {
+    auto c = fsdp_case(GetParam(), world, OptimizerKind::kAdamW);
+    c.make_model = [] { return std::make_shared<TinyGpt>(); };
+    c.fsdp.auto_wrap.predicate = [](const std::string&, const torch::nn::Module&) { return false; };
+    c.clip_norm = 1.0;
+    c.inspect_fsdp = [](int, int, FullyShardedDataParallel& fsdp) {
+      if (fsdp.strategy() == ShardingStrategy::kNoShard) return;
+      ASSERT_EQ(fsdp.unit_names(), (std::vector<std::string>{"", "blocks.0", "blocks.1"}));
+    };
+    expect_parity(c);
+  }
 }
 
 TEST_P(FsdpParity, ClippedGradientNorm) {
