@@ -120,6 +120,31 @@ TEST(Fsdp, MemoryReportMatchesTheFormula) {
   }
 }
 
+// Every unit's gradients are reduced once per synchronized backward, and the timeline shows
+// each unit's all-gathers and reduce-scatter.
+TEST(Fsdp, IterationStatsAndTimeline) {
+  run_with_groups(2, [](int, std::shared_ptr<Group> group) {
+    torch::manual_seed(3);
+    auto net = interleaved_blocks();
+    FsdpOptions options;
+    options.timeline = std::make_shared<Timeline>("unused.json");
+    FullyShardedDataParallel fsdp(net, group, options);
+    torch::optim::SGD optimizer(fsdp.parameters(), torch::optim::SGDOptions(0.1));
+    net->forward(torch::randn({4, 32})).pow(2).mean().backward();
+    fsdp.step(optimizer);
+    const IterationStats& stats = fsdp.last_iteration_stats();
+    ASSERT_EQ(stats.buckets.size(), 8u);
+    for (const auto& b : stats.buckets) EXPECT_EQ(b.bytes, block_bytes());
+    int gathers = 0, reductions = 0;
+    for (const auto& span : options.timeline->spans()) {
+      if (span.name == "unit 6 all-gather") ++gathers;
+      if (span.name == "unit 6 reduce-scatter") ++reductions;
+    }
+    EXPECT_EQ(gathers, 2);  // forward, and again for backward
+    EXPECT_EQ(reductions, 1);
+  });
+}
+
 TEST(Fsdp, EvaluationFreesAsItGoesAndReshardFreesTheRest) {
   run_with_groups(2, [](int, std::shared_ptr<Group> group) {
     torch::manual_seed(3);

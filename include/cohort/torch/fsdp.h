@@ -103,7 +103,8 @@ struct FsdpOptions {
   // Keep shards and optimizer state in host memory for a model on a CUDA device. A model on
   // the CPU has nothing to offload: asking for it is an error.
   bool cpu_offload = false;
-  // Where the all-gathers and reduce-scatters are recorded; may be null.
+  // Where the all-gathers ("unit NAME all-gather") and reduce-scatters ("unit NAME
+  // reduce-scatter") are recorded, on the "comm" track; may be null.
   std::shared_ptr<Timeline> timeline;
   // kNoShard only: DistributedDataParallel's options.
   DdpOptions ddp;
@@ -192,6 +193,13 @@ class FullyShardedDataParallel {
     bool writeback_;
   };
   FullParameters full_parameters(bool writeback = false);
+
+  // The last synchronized iteration (from its forward to the end of its backward):
+  // exposed_comm_ms is the time this rank waited for all-gathers and at the end of backward
+  // for the reduce-scatters; buckets: one per unit reduced, in reduction order, bytes of its
+  // flat gradient and latency from its gradient node to the end of its reduce-scatter.
+  // kNoShard: DistributedDataParallel's.
+  const IterationStats& last_iteration_stats() const;
 
   // What this rank holds now; optimizer: the one step() runs, for its state.
   FsdpMemoryReport memory(const torch::optim::Optimizer* optimizer = nullptr) const;

@@ -45,6 +45,8 @@ class FlatUnit {
   const std::vector<size_t>& trainable() const { return trainable_; }
   const c10::StorageImpl* storage() const { return flat_.storage().unsafeGetStorageImpl(); }
   State state() const { return state_; }
+  // The all-gather in flight (kGathering), else null.
+  const std::shared_ptr<Work>& gather_work() const { return gather_; }
   int64_t padded_numel() const { return padded_; }
   int64_t shard_numel() const { return shard_.numel(); }
   size_t gathered_bytes() const { return padded_ * flat_.element_size(); }

@@ -87,6 +87,7 @@ struct ReduceScatter {
   torch::Tensor input;   // the unit's flat gradient, alive until the collective ends
   torch::Tensor output;  // this rank's block
   std::shared_ptr<Work> work;
+  Clock::time_point ready_at;  // when the unit's gradients were all there
 };
 
 }  // namespace
@@ -267,12 +268,27 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     for (int u : units) {
       try {
         if (units_[u]->state() == FlatUnit::State::kFreed) start_gather(u);
-        units_[u]->wait_gathered();
+        if (units_[u]->state() == FlatUnit::State::kGathering) wait_for_gather(u);
       } catch (...) {
         keep_error(std::current_exception());
         units_[u]->fill_with_zeros();
       }
     }
+  }
+
+  void wait_for_gather(int u) {
+    const auto start = Clock::now();
+    std::shared_ptr<Work> work = units_[u]->gather_work();
+    units_[u]->wait_gathered();
+    iteration_.waited += Clock::now() - start;
+    record(u, "all-gather", *work);
+  }
+
+  void record(int u, const char* what, const Work& work) const {
+    if (!options_.timeline) return;
+    const std::string& name = units_[u]->name();
+    options_.timeline->record({"unit " + (name.empty() ? std::string("(root)") : name) + " " + what,
+                               "comm", "comm", work.started_at(), work.finished_at()});
   }
 
   void start_gather(int u) {
@@ -353,6 +369,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       local = flat;
     } else {
       iteration_.ready[u] = flat;
+      iteration_.ready_at[u] = Clock::now();
       issue_ready_reductions();
     }
     iteration_.backward_done[u] = 1;
@@ -380,6 +397,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       options.site = CallSite::kFsdpGradients;
       rs.work = reduce_group_->reduce_scatter_async(tensor_buffer(rs.input),
                                                     tensor_buffer(rs.output), options);
+      rs.ready_at = iteration_.ready_at[u];
       iteration_.reductions[u] = std::move(rs);
       ++iteration_.next_reduction;
     }
@@ -400,6 +418,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   void finish_reductions() {
     for (size_t u : reduce_order_) {
       if (iteration_.reductions[u].work || iteration_.ready[u].defined()) continue;
+      iteration_.ready_at[u] = Clock::now();
       // No backward reached this unit here (or only under no_sync): its part is zeros.
       torch::Tensor& local = accumulated_[u];
       iteration_.ready[u] =
@@ -410,23 +429,38 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       local = torch::Tensor();
     }
     issue_ready_reductions();
+    const auto start = Clock::now();
     const std::vector<char> used = used_anywhere();
-    size_t flat_index = 0;
-    for (size_t u = 0; u < units_.size(); ++u) {
+    std::vector<size_t> first_part(units_.size(), 0);
+    for (size_t u = 1; u < units_.size(); ++u) {
+      first_part[u] = first_part[u - 1] + units_[u - 1]->shard_parts().size();
+    }
+    IterationStats stats;
+    for (size_t u : reduce_order_) {
       ReduceScatter& rs = iteration_.reductions[u];
-      const size_t parts = units_[u]->shard_parts().size();
-      if (rs.work) {
-        rs.work->wait();
-        if (replica_group_ && replica_group_->size() > 1) average_over_replicas(rs.output);
-        land_in_shards(u, rs.output, used, flat_index);
-      }
-      flat_index += parts;
+      rs.work->wait();
+      stats.buckets.push_back(reduction_stats(u, rs));
+      if (replica_group_ && replica_group_->size() > 1) average_over_replicas(rs.output);
+      land_in_shards(u, rs.output, used, first_part[u]);
       note_gradients();
       rs = ReduceScatter();
     }
     if (options_.broadcast_buffers && !buffers_.empty()) {
       broadcast_coalesced(*group_, buffers_, 0, CallSite::kFsdpEndOfBackward);
     }
+    iteration_.waited += Clock::now() - start;
+    stats.exposed_comm_ms = std::chrono::duration<double, std::milli>(iteration_.waited).count();
+    last_stats_ = std::move(stats);
+  }
+
+  BucketStats reduction_stats(size_t u, const ReduceScatter& rs) const {
+    using Ms = std::chrono::duration<double, std::milli>;
+    record(static_cast<int>(u), "reduce-scatter", *rs.work);
+    BucketStats stats;
+    stats.bytes = rs.input.nbytes();
+    stats.latency_ms = Ms(rs.work->finished_at() - rs.ready_at).count();
+    stats.comm_ms = Ms(rs.work->finished_at() - rs.work->started_at()).count();
+    return stats;
   }
 
   void average_over_replicas(torch::Tensor& block) {
@@ -642,6 +676,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
           backward_done(n, 0),
           used(n),
           ready(n),
+          ready_at(n),
           reductions(n) {}
     std::vector<int> forward_order, forward_position;
     std::vector<int> backward_order, backward_position;
@@ -653,6 +688,8 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     std::vector<char> backward_done;
     std::vector<std::vector<uint8_t>> used;  // per unit, per trainable parameter
     std::vector<torch::Tensor> ready;        // flat gradients waiting for their turn
+    std::vector<Clock::time_point> ready_at;
+    Clock::duration waited{};  // blocked on all-gathers and at the end of backward
     std::vector<ReduceScatter> reductions;
     size_t next_reduction = 0;
     bool end_queued = false;
@@ -677,6 +714,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   std::exception_ptr pending_error_;
   size_t peak_gathered_ = 0;
   size_t peak_gradients_ = 0;
+  IterationStats last_stats_;
 };
 
 const char* sharding_strategy_name(ShardingStrategy strategy) {
@@ -811,6 +849,10 @@ torch::nn::Module& FullyShardedDataParallel::module() const {
 Group& FullyShardedDataParallel::group() const {
   return *impl_->group_;
 }
+const IterationStats& FullyShardedDataParallel::last_iteration_stats() const {
+  return impl_->ddp_ ? impl_->ddp_->last_iteration_stats() : impl_->last_stats_;
+}
+
 Group& FullyShardedDataParallel::shard_group() const {
   return impl_->shard_group_ ? *impl_->shard_group_ : *impl_->group_;
 }
