@@ -19,7 +19,10 @@
 # malloc_env.sh), PEERS_WORK (raw outputs go to $PEERS_WORK/compare-zero-<date>; default
 # /tmp/cohort-peers), SMALL_MODEL, SMALL_BATCH, SMALL_TIMING, LARGE_MODEL, LARGE_BATCH,
 # LARGE_TIMING, LARGE4_TIMING, SHORT_MODEL, SHORT_BATCH, SHORT_TIMING (the options of each kind
-# of run; defaults below), SKIP_LARGE=1 (the small model only).
+# of run; defaults below), SKIP_LARGE=1 (the small model only), SKIP_TORCH=1 (cohort's runs
+# only), BASELINE_ZERO_BENCH (another build's cohort-zero-bench, e.g. of the commit before a
+# change: its DDP, ZeRO-1 and ZeRO-2 run in every round too, as "base_*", so that before and
+# after are measured on the same machine state).
 #
 # Malloc and BLAS, as bench/compare_ddp.sh:
 #  - the PyTorch peer runs with ../shared/peers/malloc_env.sh sourced, as the peers' baselines
@@ -33,6 +36,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-3}
 bench=${COHORT_ZERO_BENCH:-$here/build/bin/cohort-zero-bench}
+baseline=${BASELINE_ZERO_BENCH:-}
 peers=${PEERS_DIR:-$here/../shared/peers}
 work=${PEERS_WORK:-/tmp/cohort-peers}
 py=/usr/bin/python3  # Debian's python3-torch 1.13.1, the same libtorch as cohort's
@@ -50,8 +54,10 @@ short_timing=${SHORT_TIMING:---warmup 2 --steps 3 --windows 3}
 die() { echo "compare_zero.sh: $*" >&2; exit 2; }
 [ -x "$bench" ] || die "no $bench: build it (cmake --build build --target cohort-zero-bench) \
 or set COHORT_ZERO_BENCH"
+[ -z "$baseline" ] || [ -x "$baseline" ] || die "BASELINE_ZERO_BENCH=$baseline is not executable"
 [ -f "$peers/malloc_env.sh" ] || die "no $peers/malloc_env.sh (set PEERS_DIR)"
-"$py" -c 'from torch.distributed.optim import ZeroRedundancyOptimizer' 2>/dev/null ||
+[ "${SKIP_TORCH:-0}" = 1 ] ||
+  "$py" -c 'from torch.distributed.optim import ZeroRedundancyOptimizer' 2>/dev/null ||
   die "$py cannot import torch's ZeroRedundancyOptimizer: apt-get install python3-torch"
 
 # ---- BLAS: which libblas.so.3 the alternatives system selects, and that libtorch loads it.
@@ -93,14 +99,21 @@ run() {
   fi
 }
 
-# five MODEL ROUND BATCH "MODEL OPTIONS" "TIMING": the five systems at 2 ranks.
+# five MODEL ROUND BATCH "MODEL OPTIONS" "TIMING": the five systems at 2 ranks (and the
+# baseline's three, interleaved with cohort's).
 five() {
   local m=$1 r=$2 batch=$3 opts=$4 timing=$5 s
   for s in ddp zero1 zero2; do
     # shellcheck disable=SC2086  # the options are words
     run "$m.cohort_${s}.2" "$r" "${cohort[@]}" 2 "$bench" --strategy "$s" --batch "$batch" \
       $opts $timing
+    if [ -n "$baseline" ]; then
+      # shellcheck disable=SC2086
+      run "$m.base_${s}.2" "$r" "${cohort[@]}" 2 "$baseline" --strategy "$s" --batch "$batch" \
+        $opts $timing
+    fi
   done
+  [ "${SKIP_TORCH:-0}" = 1 ] && return
   for s in ddp zero1; do
     # shellcheck disable=SC2086
     run "$m.torch_${s}.2" "$r" "${torch[@]}" --strategy "$s" --world 2 --batch "$batch" \
@@ -121,6 +134,11 @@ for r in $(seq "$rounds"); do
     # shellcheck disable=SC2086
     run "large.cohort_${s}.4" "$r" "${cohort[@]}" 4 "$bench" --strategy "$s" \
       --batch "$large_batch" $large_model $large4_timing
+    if [ -n "$baseline" ]; then
+      # shellcheck disable=SC2086
+      run "large.base_${s}.4" "$r" "${cohort[@]}" 4 "$baseline" --strategy "$s" \
+        --batch "$large_batch" $large_model $large4_timing
+    fi
   done
 done
 

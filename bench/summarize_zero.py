@@ -20,6 +20,10 @@ SYSTEMS = [  # name, label
     ("cohort_zero2", "cohort ZeRO-2"),
     ("torch_ddp", "PyTorch DDP"),
     ("torch_zero1", "PyTorch ZeroRedundancyOptimizer"),
+    # compare_zero.sh with BASELINE_ZERO_BENCH: another build's cohort, in the same rounds.
+    ("base_ddp", "baseline cohort DDP"),
+    ("base_zero1", "baseline cohort ZeRO-1"),
+    ("base_zero2", "baseline cohort ZeRO-2"),
 ]
 MB = 1e6
 
@@ -58,7 +62,8 @@ def throughput_table(out, model, ranks=2):
     for name, label in SYSTEMS:
         runs = load(out, model, name, ranks)
         if not runs:
-            print(f"| {label} | - | - | | | | | | |")
+            if not name.startswith("base_"):
+                print(f"| {label} | - | - | | | | | | |")
             continue
         sps = [float(s["samples_per_s"]) for s, _ in runs]
         phase = lambda k: med([float(s[k]) for s, _ in runs if k in s])
@@ -141,6 +146,11 @@ def throughput_ratios(model, t):
               g("torch_zero1"), 1.5)
     ratio_row("cohort DDP / PyTorch DDP", g("cohort_ddp"), g("torch_ddp"))
     ratio_row("PyTorch ZeroRedundancyOptimizer / PyTorch DDP", g("torch_zero1"), g("torch_ddp"))
+    if g("base_ddp") is not None:
+        ratio_row("baseline ZeRO-1 / baseline DDP", g("base_zero1"), g("base_ddp"), 0.95)
+        ratio_row("baseline ZeRO-2 / baseline DDP", g("base_zero2"), g("base_ddp"), 0.95)
+        for s in ("ddp", "zero1", "zero2"):
+            ratio_row(f"cohort {s} / baseline {s}", g(f"cohort_{s}"), g(f"base_{s}"))
 
 
 def memory_ratios(model, by_ranks):
@@ -149,8 +159,11 @@ def memory_ratios(model, by_ranks):
     print("|---|---|---|---|")
     paper = {"cohort_zero1": lambda w: (8 + 8 / w) / 16, "cohort_zero2": lambda w: (4 + 12 / w) / 16,
              "torch_zero1": lambda w: (8 + 8 / w) / 16}
-    for name, label in SYSTEMS[1:3] + SYSTEMS[4:]:
-        base = "torch_ddp" if name.startswith("torch") else "cohort_ddp"
+    paper["base_zero1"], paper["base_zero2"] = paper["cohort_zero1"], paper["cohort_zero2"]
+    for name, label in SYSTEMS[1:3] + SYSTEMS[4:5] + SYSTEMS[6:]:
+        if not any(name in m for m in by_ranks.values()):
+            continue
+        base = {"torch": "torch_ddp", "base_": "base_ddp"}.get(name[:5], "cohort_ddp")
         for kind, index in (("now", 0), ("peak", 1)):
             cells = []
             for ranks in (2, 4):
