@@ -427,8 +427,8 @@ void Reducer::account(size_t bucket, const Work& work) {
   stats.comm_ms = Ms(work.finished_at() - work.started_at()).count();
   pending_stats_.buckets.push_back(stats);
   if (options_.timeline) {
-    options_.timeline->record({"bucket " + std::to_string(bucket) + " allreduce", "comm", "comm",
-                               work.started_at(), work.finished_at()});
+    options_.timeline->record({"bucket " + std::to_string(bucket) + " " + sharding_.collective,
+                               "comm", "comm", work.started_at(), work.finished_at()});
   }
 }
 

@@ -52,6 +52,8 @@ struct ReducerSharding {
   // buckets are zeroed (persistent) or freed (transient): they hold each rank's own gradients
   // since the last synchronization, which this call has consumed.
   std::function<void(const std::vector<char>& used)> on_reduced;
+  // The name of a bucket's collective on the timeline: "bucket k <collective>".
+  std::string collective = "allreduce";
 };
 
 // One bucket's place in the parameters, for ZeRO's shards (Reducer::layout()).

@@ -4,6 +4,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <set>
+
+#include "bucket_plan.h"
+#include "cohort/comm/timeline.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/checkpoint.h"
 #include "cohort/torch/zero.h"
@@ -54,13 +59,40 @@ int64_t numel_of(const std::vector<torch::Tensor>& tensors) {
   return total;
 }
 
+// The elements of each bucket the reducer makes for `net` (bucket_plan.h: reverse registration
+// order, DDP's caps), padded to a multiple of world as ZeRO pads them.
+std::vector<int64_t> padded_buckets(torch::nn::Module& net, const DdpOptions& ddp, int world) {
+  const auto parameters = net.parameters();
+  const auto cap = [](double mb) { return static_cast<size_t>(mb * 1024.0 * 1024.0); };
+  BucketPlanInput plan{{}, {}, {}, cap(ddp.first_bucket_cap_mb), cap(ddp.bucket_cap_mb)};
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    plan.order.push_back(parameters.size() - 1 - i);
+    plan.bytes.push_back(parameters[i].nbytes());
+    plan.kind.push_back(0);
+  }
+  std::vector<int64_t> padded;
+  for (const auto& members : plan_buckets(plan)) {
+    int64_t numel = 0;
+    for (size_t p : members) numel += parameters[p].numel();
+    padded.push_back((numel + world - 1) / world * world);
+  }
+  return padded;
+}
+
+int64_t sum_of(const std::vector<int64_t>& values) {
+  int64_t total = 0;
+  for (int64_t v : values) total += v;
+  return total;
+}
+
 struct RankMemory {
   MemoryReport after_step;
-  int64_t owned = 0;       // elements of this rank's shards
-  int64_t parameters = 0;  // elements of the model's trainable parameters
+  int64_t owned = 0;             // elements of this rank's shards
+  int64_t parameters = 0;        // elements of the model's trainable parameters
+  std::vector<int64_t> buckets;  // padded elements of each bucket
 };
 
-// One AdamW step of a 3-layer MLP (14k parameters, 3 buckets) at each stage.
+// One AdamW step of a 3-layer MLP (14k parameters, 2 buckets) at each stage.
 std::vector<RankMemory> memory_after_one_step(int world, int stage) {
   std::vector<RankMemory> memory(world);
   run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
@@ -70,13 +102,14 @@ std::vector<RankMemory> memory_after_one_step(int world, int stage) {
     options.stage = stage;
     options.ddp.first_bucket_cap_mb = 0.01;
     options.ddp.bucket_cap_mb = 0.03;
+    const auto buckets = padded_buckets(*net, options.ddp, world);
     ZeroDataParallel zero(net, group, options);
     torch::optim::AdamW optimizer(zero.parameters());
     optimizer.zero_grad();
     net->forward(torch::randn({5, 40})).pow(2).mean().backward();
     zero.step(optimizer);
     memory[rank] = {zero.memory(&optimizer), numel_of(zero.parameters()),
-                    numel_of(net->parameters())};
+                    numel_of(net->parameters()), buckets};
   });
   return memory;
 }
@@ -90,20 +123,69 @@ TEST(ZeroMemory, StagesHoldWhatTheFormulasSay) {
       for (const auto& m : memory) {
         owned_everywhere += m.owned;
         const int64_t n = m.parameters;
-        EXPECT_EQ(m.after_step.parameters, 4u * n);             // whole on every rank
+        const int64_t padded = sum_of(m.buckets);
+        // Whole on every rank, in one flat tensor per bucket (Note [Flat parameters]).
+        EXPECT_EQ(m.after_step.parameters, 4u * padded);
         EXPECT_EQ(m.after_step.optimizer_state, 8u * m.owned);  // AdamW's two moments
-        // Blocks are a world's share of the padded buckets (3 of them here).
-        EXPECT_LE(m.owned, (n + 3 * (world - 1)) / world + 3);
+        // Blocks are a world's share of the padded buckets (2 of them here).
+        EXPECT_LE(m.owned, padded / world);
         const size_t own_grads = 4u * m.owned;
         if (stage == 1) {  // + a bucket of own gradients for the whole model (padded)
-          EXPECT_GE(m.after_step.gradients, own_grads + 4u * n);
-          EXPECT_LE(m.after_step.gradients, own_grads + 4u * (n + 3 * (world - 1)));
+          EXPECT_EQ(m.after_step.gradients, own_grads + 4u * padded);
         } else {  // the buckets are gone once reduced
           EXPECT_EQ(m.after_step.gradients, own_grads);
         }
         EXPECT_GE(m.after_step.peak_gradients, m.after_step.gradients);
+        EXPECT_LT(padded - n, 2 * world);
       }
       EXPECT_EQ(owned_everywhere, memory[0].parameters);  // the shards tile the model
+    }
+  }
+}
+
+TEST(ZeroTimeline, RecordsEachBucketsReduceScatterAndAllGather) {
+  for (int stage : {1, 2}) {
+    run_with_groups(2, [&](int, std::shared_ptr<Group> group) {
+      auto net = layers({40, 100, 100, 7});
+      ZeroOptions options;
+      options.stage = stage;
+      options.ddp.first_bucket_cap_mb = 0.01;
+      options.ddp.bucket_cap_mb = 0.03;
+      options.ddp.timeline = std::make_shared<Timeline>("unused.json");
+      const size_t buckets = padded_buckets(*net, options.ddp, 2).size();
+      ZeroDataParallel zero(net, group, options);
+      torch::optim::SGD optimizer(zero.parameters(), torch::optim::SGDOptions(0.1));
+      net->forward(torch::randn({5, 40})).pow(2).mean().backward();
+      zero.step(optimizer);
+      std::multiset<std::string> names;
+      for (const auto& span : options.ddp.timeline->spans()) names.insert(span.name);
+      for (size_t b = 0; b < buckets; ++b) {
+        EXPECT_EQ(names.count("bucket " + std::to_string(b) + " reduce_scatter"), 1u) << b;
+        EXPECT_EQ(names.count("bucket " + std::to_string(b) + " allgather"), 1u) << b;
+      }
+      EXPECT_EQ(names.count("wait for parameters"), 1u);
+      for (const auto& name : names) EXPECT_EQ(name.find("allreduce"), std::string::npos) << name;
+    });
+  }
+}
+
+// The all-gather writes the parameters in place: like optimizer.step() in one process, a step
+// between a forward and its backward must make that backward fail, not compute wrong gradients.
+TEST(ZeroBehaviour, AStepBetweenForwardAndBackwardIsCaught) {
+  for (int stage : {1, 2}) {
+    const auto errors = errors_of(2, [&](int, std::shared_ptr<Group> group) {
+      auto net = layers({6, 9, 3});
+      ZeroOptions options;
+      options.stage = stage;
+      ZeroDataParallel zero(net, group, options);
+      torch::optim::SGD optimizer(zero.parameters(), torch::optim::SGDOptions(0.1));
+      net->forward(torch::randn({4, 6})).sum().backward();
+      auto loss = net->forward(torch::randn({4, 6})).pow(2).sum();
+      zero.step(optimizer);  // the shards still hold the first backward's gradients
+      loss.backward();
+    });
+    for (const auto& e : errors) {
+      EXPECT_NE(e.find("modified by an inplace operation"), std::string::npos) << e;
     }
   }
 }

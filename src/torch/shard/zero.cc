@@ -11,18 +11,26 @@
 // process). The reducer then zeroes (stage 1) or frees (stage 2) the buckets: what they held
 // has been consumed.
 //
+// Note [Flat parameters]
+// At construction the trainable parameters of each bucket move into one flat tensor per bucket
+// (Tensor::set_data onto views of it), laid out as the bucket: the same offsets and padding. A
+// rank's block of the flat tensor is its shards, so the all-gather of step() runs in place
+// (input: this rank's block of the flat tensor; output: the flat tensor) and lands straight in
+// the parameters: no packing, no gathered copy, no unpacking.
+//
 // Note [ZeRO step]
 // The optimizer is run once per bucket, on that bucket's shards only (its param groups are
 // narrowed for the call: the optimizers ZeRO takes update each element from its own state, so
 // stepping in pieces is the same as stepping at once). As soon as a bucket's shards are
-// updated, this rank's block is packed and all-gathered, on the communication thread, while
-// the next bucket steps; the gathered buckets are then copied into the parameters.
+// updated, its flat tensor is all-gathered in place on the communication thread while the next
+// bucket steps. step() returns once every all-gather has ended.
 #include "cohort/torch/zero.h"
 
 #include <unordered_map>
 #include <unordered_set>
 
 #include "autograd_compat.h"
+#include "cohort/comm/timeline.h"
 #include "cohort/core/check.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "reducer.h"
@@ -81,7 +89,7 @@ std::string shape_text(const torch::Tensor& tensor) {
 class ZeroDataParallel::Impl {
  public:
   Impl(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Group> group, ZeroOptions options)
-      : group_(group), stage_(options.stage) {
+      : group_(group), stage_(options.stage), timeline_(options.ddp.timeline) {
     check_options(options);
     DdpOptions ddp = options.ddp;
     ddp.comm_hook = std::make_shared<ReduceScatterHook>(&blocks_);
@@ -91,14 +99,41 @@ class ZeroDataParallel::Impl {
     sharding.pad_to = group->size();
     sharding.transient_buckets = stage_ == 2;
     sharding.on_reduced = [this](const std::vector<char>& used) { take_reduced_blocks(used); };
+    sharding.collective = "reduce_scatter";
     ddp_ = std::make_unique<DistributedDataParallel>(
         make_sharded_ddp(std::move(module), std::move(group), std::move(ddp), sharding));
     layout_ = reducer_of(*ddp_).layout();
     blocks_.resize(layout_.size());
+    flatten_parameters();
     cut_shards();
   }
 
-  // Note [Shard layout].
+  // Note [Flat parameters].
+  void flatten_parameters() {
+    torch::NoGradGuard no_grad;
+    const auto& parameters = reducer_of(*ddp_).parameters();
+    for (const BucketLayout& bucket : layout_) {
+      for (size_t p : bucket.members) {
+        COHORT_CHECK(parameters[p].tensor.is_contiguous(), "ZeroDataParallel: parameter '",
+                     parameters[p].name,
+                     "' is not contiguous; ZeRO keeps the parameters in one flat tensor per "
+                     "bucket (make it contiguous before wrapping the model)");
+      }
+      const auto& first = parameters[bucket.members.front()].tensor;
+      auto flat = torch::empty({bucket.numel}, first.options().requires_grad(false));
+      const int64_t used = bucket.offsets.back() + parameters[bucket.members.back()].tensor.numel();
+      flat.narrow(0, used, bucket.numel - used).zero_();  // the padding
+      for (size_t i = 0; i < bucket.members.size(); ++i) {
+        const auto& tensor = parameters[bucket.members[i]].tensor;
+        auto place = autograd_compat::alias_into(flat, bucket.offsets[i], tensor);
+        place.copy_(tensor.detach());
+        tensor.set_data(place);
+      }
+      flat_.push_back(std::move(flat));
+    }
+  }
+
+  // Note [Shard layout]: a shard is the part of its bucket's flat tensor in this rank's block.
   void cut_shards() {
     const auto& parameters = reducer_of(*ddp_).parameters();
     shards_.resize(parameters.size());
@@ -107,10 +142,6 @@ class ZeroDataParallel::Impl {
       for (size_t i = 0; i < bucket.members.size(); ++i) {
         const size_t p = bucket.members[i];
         const auto& parameter = parameters[p];
-        COHORT_CHECK(parameter.tensor.is_contiguous(), "ZeroDataParallel: parameter '",
-                     parameter.name,
-                     "' is not contiguous; ZeRO's shards are views of the parameters' memory "
-                     "(make it contiguous before wrapping the model)");
         Shard& shard = shards_[p];
         shard.parameter = p;
         shard.bucket = b;
@@ -154,23 +185,52 @@ class ZeroDataParallel::Impl {
       optimizer.step();
       return;
     }
-    std::vector<torch::Tensor> gathered(layout_.size());
-    std::vector<std::shared_ptr<Work>> works(layout_.size());
-    for (size_t b = 0; b < layout_.size(); ++b) {
-      step_bucket(optimizer, b);
-      auto block = pack_block(b);
-      gathered[b] = torch::empty({layout_[b].numel}, block.options());
-      CollectiveOptions options;
-      options.site = CallSite::kZeroParameters;
-      options.stream = current_stream(block);
-      works[b] = group_->allgather_async(tensor_buffer(block), tensor_buffer(gathered[b]), options);
-      packed_.push_back(std::move(block));  // alive until its all-gather is done
+    std::vector<std::shared_ptr<Work>> works;
+    try {
+      for (size_t b = 0; b < layout_.size(); ++b) {
+        step_bucket(optimizer, b);
+        works.push_back(gather_bucket(b));
+      }
+    } catch (const std::exception& e) {
+      // The peers would wait for this rank's all-gathers until their deadline. The ones in
+      // flight write into the parameters: let them end before the error leaves.
+      group_->abort(
+          detail::concat("ZeroDataParallel::step failed on rank ", group_->rank(), ": ", e.what()));
+      for (auto& work : works) {
+        try {
+          work->wait();
+        } catch (...) {  // the abort's own error; the step's is the one to report
+        }
+      }
+      throw;
     }
-    for (size_t b = 0; b < layout_.size(); ++b) {
-      works[b]->wait();
-      unpack_bucket(b, gathered[b]);
+    {
+      TraceSpan wait(timeline_.get(), "wait for parameters", "comm", "main");
+      for (size_t b = 0; b < works.size(); ++b) {
+        works[b]->wait();
+        if (timeline_) {
+          timeline_->record({"bucket " + std::to_string(b) + " allgather", "comm", "comm",
+                             works[b]->started_at(), works[b]->finished_at()});
+        }
+      }
     }
-    packed_.clear();
+    // The all-gathers wrote the parameters behind autograd's back: count it as an in-place
+    // change, so that a backward through a graph built before this step fails as it would in
+    // one process after optimizer.step().
+    for (const auto& parameter : reducer_of(*ddp_).parameters()) {
+      parameter.tensor.unsafeGetTensorImpl()->bump_version();
+    }
+  }
+
+  // All-gathers bucket b's flat tensor in place (Note [Flat parameters]).
+  std::shared_ptr<Work> gather_bucket(size_t b) {
+    const torch::Tensor& flat = flat_[b];
+    const int64_t block = layout_[b].numel / group_->size();
+    CollectiveOptions options;
+    options.site = CallSite::kZeroParameters;
+    options.stream = current_stream(flat);
+    return group_->allgather_async(tensor_buffer(flat.narrow(0, block * group_->rank(), block)),
+                                   tensor_buffer(flat), options);
   }
 
   // Runs the optimizer with its param groups narrowed to bucket b's shards.
@@ -198,29 +258,6 @@ class ZeroDataParallel::Impl {
     restore();
   }
 
-  torch::Tensor pack_block(size_t b) const {
-    const BucketLayout& bucket = layout_[b];
-    const auto& parameters = reducer_of(*ddp_).parameters();
-    auto block =
-        torch::zeros({bucket.numel / group_->size()},
-                     parameters[bucket.members.front()].tensor.options().requires_grad(false));
-    for (size_t p : bucket.members) {
-      const Shard& shard = shards_[p];
-      if (shard.range.length == 0) continue;
-      block.narrow(0, shard.range.block_offset, shard.range.length).copy_(shard.tensor);
-    }
-    return block;
-  }
-
-  void unpack_bucket(size_t b, const torch::Tensor& gathered) const {
-    const BucketLayout& bucket = layout_[b];
-    const auto& parameters = reducer_of(*ddp_).parameters();
-    for (size_t i = 0; i < bucket.members.size(); ++i) {
-      const auto& tensor = parameters[bucket.members[i]].tensor;
-      tensor.detach().view({-1}).copy_(gathered.narrow(0, bucket.offsets[i], tensor.numel()));
-    }
-  }
-
   // The optimizer must update elementwise and hold only this object's shards.
   void check_optimizer(const torch::optim::Optimizer& optimizer) const {
     COHORT_CHECK(dynamic_cast<const torch::optim::LBFGS*>(&optimizer) == nullptr,
@@ -244,9 +281,7 @@ class ZeroDataParallel::Impl {
 
   MemoryReport memory(const torch::optim::Optimizer* optimizer) const {
     MemoryReport report;
-    for (const auto& parameter : reducer_of(*ddp_).parameters()) {
-      report.parameters += parameter.tensor.nbytes();
-    }
+    for (const auto& flat : flat_) report.parameters += flat.nbytes();  // with the padding
     size_t shard_grads = 0;
     for (const Shard& shard : shards_) {
       if (shard.tensor.grad().defined()) shard_grads += shard.tensor.grad().nbytes();
@@ -260,12 +295,13 @@ class ZeroDataParallel::Impl {
 
   std::shared_ptr<Group> group_;
   int stage_;
+  std::shared_ptr<Timeline> timeline_;
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::vector<BucketLayout> layout_;
-  std::vector<Shard> shards_;  // by parameter index
+  std::vector<torch::Tensor> flat_;  // per bucket: the parameters' memory (Note [Flat parameters])
+  std::vector<Shard> shards_;        // by parameter index
   std::unordered_map<const void*, size_t> shard_index_;
   std::vector<torch::Tensor> blocks_;  // per bucket, between its reduce-scatter and its pickup
-  std::vector<torch::Tensor> packed_;
 };
 
 ZeroDataParallel::ZeroDataParallel(std::shared_ptr<torch::nn::Module> module,
