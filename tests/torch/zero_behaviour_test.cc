@@ -2,6 +2,7 @@
 // holds (MemoryReport against the formulas of docs/sharding.md), and mistakes that must be
 // clear errors.
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,6 +86,10 @@ int64_t sum_of(const std::vector<int64_t>& values) {
   return total;
 }
 
+void set_grads_to_none(const std::vector<torch::Tensor>& tensors) {
+  for (auto t : tensors) t.mutable_grad() = torch::Tensor();
+}
+
 struct RankMemory {
   MemoryReport after_step;
   int64_t owned = 0;             // elements of this rank's shards
@@ -114,6 +119,7 @@ std::vector<RankMemory> memory_after_one_step(int world, int stage) {
   return memory;
 }
 
+// Note [Gradient memory]: what is allocated, counted exactly (with the padding).
 TEST(ZeroMemory, StagesHoldWhatTheFormulasSay) {
   for (int world : {1, 2, 3, 4}) {
     for (int stage : {1, 2}) {
@@ -122,25 +128,156 @@ TEST(ZeroMemory, StagesHoldWhatTheFormulasSay) {
       int64_t owned_everywhere = 0;
       for (const auto& m : memory) {
         owned_everywhere += m.owned;
-        const int64_t n = m.parameters;
         const int64_t padded = sum_of(m.buckets);
+        ASSERT_EQ(m.buckets.size(), 2u);
+        EXPECT_LT(padded - m.parameters, 2 * world);
         // Whole on every rank, in one flat tensor per bucket (Note [Flat parameters]).
         EXPECT_EQ(m.after_step.parameters, 4u * padded);
         EXPECT_EQ(m.after_step.optimizer_state, 8u * m.owned);  // AdamW's two moments
-        // Blocks are a world's share of the padded buckets (2 of them here).
         EXPECT_LE(m.owned, padded / world);
-        const size_t own_grads = 4u * m.owned;
-        if (stage == 1) {  // + a bucket of own gradients for the whole model (padded)
-          EXPECT_EQ(m.after_step.gradients, own_grads + 4u * padded);
-        } else {  // the buckets are gone once reduced
-          EXPECT_EQ(m.after_step.gradients, own_grads);
+        if (stage == 1) {
+          // One bucket of own gradients for the whole model; the shards' .grad are views of
+          // this rank's reduced block in it: nothing more.
+          EXPECT_EQ(m.after_step.gradients, 4u * padded);
+          EXPECT_EQ(m.after_step.peak_gradients, 4u * padded);
+        } else {
+          // The buckets are gone once reduced; the reduced blocks stay as the shards' .grad.
+          EXPECT_EQ(m.after_step.gradients, 4u * padded / world);
+          // At least: the last bucket with every block before it (one backward on one thread:
+          // no bucket allocated before the others are reduced can be avoided).
+          EXPECT_GE(m.after_step.peak_gradients,
+                    4u * (m.buckets.back() + (padded - m.buckets.back()) / world));
+          EXPECT_LE(m.after_step.peak_gradients, 4u * (padded + padded / world + m.parameters));
         }
-        EXPECT_GE(m.after_step.peak_gradients, m.after_step.gradients);
-        EXPECT_LT(padded - n, 2 * world);
       }
       EXPECT_EQ(owned_everywhere, memory[0].parameters);  // the shards tile the model
     }
   }
+}
+
+// Stage 1 keeps this rank's reduced block in its bucket. A shard's .grad still holding it when
+// the next backward starts (zeroed in place, as libtorch 1.13's zero_grad() does) moves to
+// memory of its own; set to none, it needs none.
+TEST(ZeroMemory, StageOneCopiesOnlyTheGradientsThatAreKept) {
+  for (int world : {2, 3}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    run_with_groups(world, [&](int, std::shared_ptr<Group> group) {
+      auto net = layers({40, 100, 100, 7});
+      ZeroOptions options;
+      options.ddp.first_bucket_cap_mb = 0.01;
+      options.ddp.bucket_cap_mb = 0.03;
+      const size_t bucket_bytes = 4u * sum_of(padded_buckets(*net, options.ddp, world));
+      ZeroDataParallel zero(net, group, options);
+      torch::optim::SGD optimizer(zero.parameters(), torch::optim::SGDOptions(0.1));
+      const size_t owned_bytes = 4u * numel_of(zero.parameters());
+      auto iteration = [&] {
+        net->forward(torch::randn({5, 40})).pow(2).mean().backward();
+        zero.step(optimizer);
+      };
+      iteration();
+      EXPECT_EQ(zero.memory().gradients, bucket_bytes);
+      for (auto& shard : zero.parameters()) {
+        if (shard.grad().defined()) shard.mutable_grad().zero_();
+      }
+      iteration();
+      EXPECT_EQ(zero.memory().gradients, bucket_bytes + owned_bytes);
+      // The copies are made while the gradient about to be copied into its bucket exists too
+      // (at most the largest parameter's, 100 x 100).
+      const size_t peak = zero.memory().peak_gradients;
+      EXPECT_GE(peak, bucket_bytes + owned_bytes);
+      EXPECT_LE(peak, bucket_bytes + owned_bytes + 4u * 100 * 100);
+      set_grads_to_none(zero.parameters());  // frees the copies
+      EXPECT_EQ(zero.memory().gradients, bucket_bytes);
+      iteration();
+      EXPECT_EQ(zero.memory().gradients, bucket_bytes);
+      EXPECT_EQ(zero.memory().peak_gradients, peak);
+    });
+  }
+}
+
+// Identity forward; its backward first runs a barrier on the group. The group runs collectives
+// in order, so when backward goes on, every reduce-scatter launched before it has ended.
+struct BarrierInBackward : torch::autograd::Function<BarrierInBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
+                               int64_t group) {
+    ctx->saved_data["group"] = group;
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    reinterpret_cast<Group*>(ctx->saved_data["group"].toInt())->barrier();
+    return {grad[0], torch::Tensor()};
+  }
+};
+
+// Layers of 32 x 32 (+ 32), one bucket each, with a barrier between them in backward.
+struct Tower : torch::nn::Module {
+  static constexpr int64_t kWidth = 32, kBucket = kWidth * kWidth + kWidth;
+  explicit Tower(int n) {
+    for (int i = 0; i < n; ++i) {
+      fc.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(kWidth, kWidth)));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x, Group& group) {
+    for (size_t i = 0; i < fc.size(); ++i) {
+      if (i > 0) x = BarrierInBackward::apply(x, reinterpret_cast<int64_t>(&group));
+      x = torch::tanh(fc[i]->forward(x));
+    }
+    return x.pow(2).mean();
+  }
+  static ZeroOptions options() {
+    ZeroOptions options;
+    options.stage = 2;
+    options.ddp.first_bucket_cap_mb = options.ddp.bucket_cap_mb = 4100.0 / (1 << 20);
+    return options;
+  }
+  std::vector<torch::nn::Linear> fc;
+};
+
+// Stage 2 frees a bucket as soon as its reduce-scatter has ended: with every reduce-scatter
+// over before the next bucket fills (the barriers), one bucket is held at a time, next to the
+// reduced blocks and the gradient being copied in: well below the whole gradient.
+TEST(ZeroMemory, StageTwoHoldsOneBucketAtATimeWhenReductionsKeepUp) {
+  constexpr int kLayers = 6;
+  for (int world : {2, 3, 4}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    run_with_groups(world, [&](int, std::shared_ptr<Group> group) {
+      auto tower = std::make_shared<Tower>(kLayers);
+      ZeroDataParallel zero(tower, group, Tower::options());
+      torch::optim::SGD optimizer(zero.parameters(), torch::optim::SGDOptions(0.1));
+      tower->forward(torch::randn({4, Tower::kWidth}), *group).backward();
+      zero.step(optimizer);
+      const int64_t block = Tower::kBucket / world;  // 1056 divides by 2, 3 and 4
+      const size_t peak = zero.memory().peak_gradients;
+      // The last bucket with every block (the first bucket's gradient may come first: the
+      // bias's or the weight's).
+      EXPECT_GE(peak, 4u * (Tower::kBucket + kLayers * block));
+      EXPECT_LE(peak, 4u * std::max(Tower::kBucket + kLayers * block,
+                                    Tower::kBucket + (kLayers - 1) * block +
+                                        Tower::kWidth * Tower::kWidth));
+      EXPECT_LT(peak, 4u * kLayers * Tower::kBucket);
+      EXPECT_EQ(zero.memory().gradients, 4u * kLayers * block);
+    });
+  }
+}
+
+// Under no_sync, stage 2's .grad are whole tensors (as DDP's) until the next synchronized
+// backward copies them in: the peak must include them.
+TEST(ZeroMemory, StageTwoPeakCountsGradientsAccumulatedUnderNoSync) {
+  constexpr int kLayers = 4;
+  run_with_groups(2, [&](int, std::shared_ptr<Group> group) {
+    auto tower = std::make_shared<Tower>(kLayers);
+    ZeroDataParallel zero(tower, group, Tower::options());
+    {
+      auto no_sync = zero.no_sync();
+      tower->forward(torch::randn({4, Tower::kWidth}), *group).backward();
+    }
+    EXPECT_EQ(zero.memory().gradients, 4u * kLayers * Tower::kBucket);
+    tower->forward(torch::randn({4, Tower::kWidth}), *group).backward();
+    // The first bucket is allocated while every whole .grad is still there.
+    EXPECT_GE(zero.memory().peak_gradients, 4u * (kLayers + 1) * Tower::kBucket);
+    EXPECT_EQ(zero.memory().gradients, 4u * kLayers * Tower::kBucket / 2);
+  });
 }
 
 TEST(ZeroTimeline, RecordsEachBucketsReduceScatterAndAllGather) {

@@ -2,14 +2,20 @@
 //
 // Note [ZeRO gradients]
 // The reducer's buckets hold each rank's own gradients since the last synchronization (the
-// parameters' .grad are views into them under stage 1; copied in and released under stage 2).
-// At each bucket's turn the hook reduce-scatters it (average) into a block-sized tensor; at the
-// end of backward every shard's .grad gets its part of that block: as a view of it when the
-// shard had no .grad, added to it otherwise. So a shard's .grad accumulates over synchronized
-// backward calls until the optimizer zeroes it, exactly as .grad does in one process, and a
-// parameter no rank used keeps an undefined .grad (the optimizer skips it, as in one
-// process). The reducer then zeroes (stage 1) or frees (stage 2) the buckets: what they held
-// has been consumed.
+// parameters' .grad are copied in and then are views into them under stage 1; copied in and
+// released under stage 2). At each bucket's turn the hook reduce-scatters it (average): under
+// stage 1 in place, into this rank's block of the bucket itself; under stage 2 into a
+// block-sized tensor of its own, since the bucket is freed right after. At the end of backward
+// every shard's .grad gets its part of that block: as a view of it when the shard had no
+// .grad, added to it otherwise. So a shard's .grad accumulates over synchronized backward calls
+// until the optimizer zeroes it, exactly as .grad does in one process, and a parameter no rank
+// used keeps an undefined .grad (the optimizer skips it, as in one process). Then the reducer
+// frees the buckets (stage 2), or (stage 1) releases the parameters' .grad and leaves the
+// buckets as they are: the shards' .grad view them. Before a stage-1 bucket is written again
+// (its first gradient of the next backward), the shards' .grad that still view it are moved to
+// memory of their own (Reducer's before_rewrite); when the optimizer's zero_grad set them to
+// none, as libtorch 2's does by default, nothing moves and stage 1 holds no gradient memory
+// beyond its buckets.
 //
 // Note [Flat parameters]
 // At construction the trainable parameters of each bucket move into one flat tensor per bucket
@@ -47,15 +53,15 @@ struct Shard {
   torch::Tensor tensor;  // a 1-D view of the parameter's memory, what the optimizer holds
 };
 
-// Reduce-scatters a bucket into a block-sized tensor that the owner picks up at the end of
-// backward (Note [ZeRO gradients]).
+// Reduce-scatters a bucket into the block that block_of(bucket) gives, which the owner picks
+// up at the end of backward (Note [ZeRO gradients]).
 class ReduceScatterHook final : public CommHook {
  public:
-  explicit ReduceScatterHook(std::vector<torch::Tensor>* blocks) : blocks_(blocks) {}
+  explicit ReduceScatterHook(std::function<torch::Tensor(const GradBucket&)> block_of)
+      : block_of_(std::move(block_of)) {}
 
   PendingReduction start(Group& group, GradBucket& bucket) override {
-    auto block = torch::empty({bucket.buffer.numel() / group.size()}, bucket.buffer.options());
-    (*blocks_)[bucket.index] = block;
+    const torch::Tensor block = block_of_(bucket);
     CollectiveOptions options;
     options.op = ReduceOp::kAvg;
     options.site = CallSite::kZeroGradients;
@@ -66,7 +72,7 @@ class ReduceScatterHook final : public CommHook {
   std::string name() const override { return "zero_reduce_scatter"; }
 
  private:
-  std::vector<torch::Tensor>* blocks_;
+  std::function<torch::Tensor(const GradBucket&)> block_of_;
 };
 
 void check_options(const ZeroOptions& options) {
@@ -89,24 +95,38 @@ std::string shape_text(const torch::Tensor& tensor) {
 class ZeroDataParallel::Impl {
  public:
   Impl(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Group> group, ZeroOptions options)
-      : group_(group), stage_(options.stage), timeline_(options.ddp.timeline) {
+      : group_(group),
+        stage_(options.stage),
+        timeline_(options.ddp.timeline),
+        gradient_memory_(std::make_shared<GradientMemory>()) {
     check_options(options);
     DdpOptions ddp = options.ddp;
-    ddp.comm_hook = std::make_shared<ReduceScatterHook>(&blocks_);
+    ddp.comm_hook = std::make_shared<ReduceScatterHook>(
+        [this](const GradBucket& bucket) { return reduced_block_of(bucket); });
     ddp.rebuild_buckets = false;
     ddp.gradient_as_bucket_view = true;
     ReducerSharding sharding;
     sharding.pad_to = group->size();
     sharding.transient_buckets = stage_ == 2;
     sharding.on_reduced = [this](const std::vector<char>& used) { take_reduced_blocks(used); };
+    if (stage_ == 1) {
+      sharding.before_rewrite = [this](size_t b, const torch::Tensor& buffer) {
+        move_grads_out_of_bucket(b, buffer);
+      };
+    }
     sharding.collective = "reduce_scatter";
+    sharding.memory = gradient_memory_;
     ddp_ = std::make_unique<DistributedDataParallel>(
         make_sharded_ddp(std::move(module), std::move(group), std::move(ddp), sharding));
-    layout_ = reducer_of(*ddp_).layout();
+    const Reducer* reducer = &reducer_of(*ddp_);
+    gradient_memory_->set_untracked([reducer] { return reducer->unbucketed_gradient_bytes(); });
+    layout_ = reducer->layout();
     blocks_.resize(layout_.size());
     flatten_parameters();
     cut_shards();
   }
+
+  ~Impl() { gradient_memory_->set_untracked(nullptr); }  // tensors it counts may outlive us
 
   // Note [Flat parameters].
   void flatten_parameters() {
@@ -151,6 +171,33 @@ class ZeroDataParallel::Impl {
                                                     shard.range.length);
         shard_index_[shard.tensor.unsafeGetTensorImpl()] = p;
       }
+    }
+  }
+
+  // Where bucket b's reduce-scatter puts this rank's block (Note [ZeRO gradients]): stage 1 in
+  // place, stage 2 a tensor of its own (counted: Note [Gradient memory]).
+  torch::Tensor reduced_block_of(const GradBucket& bucket) {
+    const int64_t block = bucket.buffer.numel() / group_->size();
+    auto& reduced = blocks_[bucket.index];
+    if (stage_ == 1) {
+      reduced = bucket.buffer.narrow(0, block * group_->rank(), block);
+    } else {
+      reduced = GradientMemory::allocate(gradient_memory_, block, bucket.buffer.options());
+    }
+    return reduced;
+  }
+
+  // Stage 1, before bucket b is written again: the shards' .grad that still view its reduced
+  // block (zeroed in place by zero_grad(), or kept to accumulate over synchronized backward
+  // calls) move to memory of their own.
+  void move_grads_out_of_bucket(size_t b, const torch::Tensor& buffer) {
+    torch::NoGradGuard no_grad;
+    for (size_t p : layout_[b].members) {
+      auto& grad = shards_[p].tensor.mutable_grad();
+      if (!grad.defined() || !grad.storage().is_alias_of(buffer.storage())) continue;
+      auto own = GradientMemory::allocate(gradient_memory_, grad.numel(), grad.options());
+      own.copy_(grad);
+      grad = own;
     }
   }
 
@@ -279,16 +326,12 @@ class ZeroDataParallel::Impl {
     }
   }
 
+  // Note [Gradient memory]: parameters and gradients as allocated (with the padding).
   MemoryReport memory(const torch::optim::Optimizer* optimizer) const {
     MemoryReport report;
-    for (const auto& flat : flat_) report.parameters += flat.nbytes();  // with the padding
-    size_t shard_grads = 0;
-    for (const Shard& shard : shards_) {
-      if (shard.tensor.grad().defined()) shard_grads += shard.tensor.grad().nbytes();
-    }
-    const Reducer& reducer = reducer_of(*ddp_);
-    report.gradients = reducer.bucket_bytes() + shard_grads;
-    report.peak_gradients = std::max(report.gradients, reducer.peak_bucket_bytes() + shard_grads);
+    for (const auto& flat : flat_) report.parameters += flat.nbytes();
+    report.gradients = gradient_memory_->held() + reducer_of(*ddp_).unbucketed_gradient_bytes();
+    report.peak_gradients = std::max(report.gradients, gradient_memory_->peak());
     if (optimizer != nullptr) report.optimizer_state = optimizer_state_bytes(*optimizer);
     return report;
   }
@@ -296,6 +339,7 @@ class ZeroDataParallel::Impl {
   std::shared_ptr<Group> group_;
   int stage_;
   std::shared_ptr<Timeline> timeline_;
+  std::shared_ptr<GradientMemory> gradient_memory_;
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::vector<BucketLayout> layout_;
   std::vector<torch::Tensor> flat_;  // per bucket: the parameters' memory (Note [Flat parameters])
