@@ -19,8 +19,10 @@
 # malloc_env.sh), PEERS_WORK (raw outputs go to $PEERS_WORK/compare-zero-<date>; default
 # /tmp/cohort-peers), SMALL_MODEL, SMALL_BATCH, SMALL_TIMING, LARGE_MODEL, LARGE_BATCH,
 # LARGE_TIMING, LARGE4_TIMING, SHORT_MODEL, SHORT_BATCH, SHORT_TIMING (the options of each kind
-# of run; defaults below), SKIP_LARGE=1 (the small model only), SKIP_TORCH=1 (cohort's runs
-# only), BASELINE_ZERO_BENCH (another build's cohort-zero-bench, e.g. of the commit before a
+# of run; defaults below), SKIP_LARGE=1 (the small model only), CONFIGS (which kinds of run, of
+# "small large short large4"; default all), SKIP_TORCH=1 (cohort's runs only), RUN_TIMEOUT
+# (seconds before a run that has not exited is stopped, default 1200: PyTorch's peer can hang
+# in its teardown after printing its lines, which are kept), BASELINE_ZERO_BENCH (another build's cohort-zero-bench, e.g. of the commit before a
 # change: its DDP, ZeRO-1 and ZeRO-2 run in every round too, as "base_*", so that before and
 # after are measured on the same machine state).
 #
@@ -50,6 +52,9 @@ large4_timing=${LARGE4_TIMING:---warmup 1 --steps 1 --windows 1}  # 4 ranks: mem
 short_model=${SHORT_MODEL:---layers 12 --width 768 --heads 12 --context 32}
 short_batch=${SHORT_BATCH:-2}
 short_timing=${SHORT_TIMING:---warmup 2 --steps 3 --windows 3}
+configs=" ${CONFIGS:-small large short large4} "
+[ "${SKIP_LARGE:-0}" = 1 ] && configs=" small "
+run_timeout=${RUN_TIMEOUT:-1200}
 
 die() { echo "compare_zero.sh: $*" >&2; exit 2; }
 [ -x "$bench" ] || die "no $bench: build it (cmake --build build --target cohort-zero-bench) \
@@ -93,7 +98,7 @@ torch=("${no_malloc_env[@]}" "${peer_malloc[@]}" "$py" "$here/bench/zero_peer.py
 run() {
   local file=$out/$1.$2.txt
   shift 2
-  if ! "$@" >"$file" 2>&1; then
+  if ! timeout -k 10 "$run_timeout" "$@" >"$file" 2>&1; then
     echo "  $(basename "$file" .txt) failed; the end of its output:" >&2
     tail -3 "$file" >&2
   fi
@@ -121,14 +126,22 @@ five() {
   done
 }
 
+wanted() { [[ "$configs" == *" $1 "* ]]; }
+
 for r in $(seq "$rounds"); do
-  echo "[$(date +%H:%M:%S)] round $r/$rounds: small model, 2 ranks" >&2
-  five small "$r" "$small_batch" "$small_model" "$small_timing"
-  [ "${SKIP_LARGE:-0}" = 1 ] && continue
-  echo "[$(date +%H:%M:%S)] round $r/$rounds: large model, 2 ranks" >&2
-  five large "$r" "$large_batch" "$large_model" "$large_timing"
-  echo "[$(date +%H:%M:%S)] round $r/$rounds: large model, short sequences, 2 ranks" >&2
-  five short "$r" "$short_batch" "$short_model" "$short_timing"
+  if wanted small; then
+    echo "[$(date +%H:%M:%S)] round $r/$rounds: small model, 2 ranks" >&2
+    five small "$r" "$small_batch" "$small_model" "$small_timing"
+  fi
+  if wanted large; then
+    echo "[$(date +%H:%M:%S)] round $r/$rounds: large model, 2 ranks" >&2
+    five large "$r" "$large_batch" "$large_model" "$large_timing"
+  fi
+  if wanted short; then
+    echo "[$(date +%H:%M:%S)] round $r/$rounds: large model, short sequences, 2 ranks" >&2
+    five short "$r" "$short_batch" "$short_model" "$short_timing"
+  fi
+  wanted large4 || continue
   echo "[$(date +%H:%M:%S)] round $r/$rounds: large model, 4 ranks (memory)" >&2
   for s in ddp zero1 zero2; do
     # shellcheck disable=SC2086
