@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# cohort's DDP and ZeRO stages 1 and 2 against PyTorch's DDP and ZeroRedundancyOptimizer (gloo,
-# CPU), on a GPT language model (examples/char_lm/gpt.h) with AdamW, interleaved round by round
+# cohort's DDP, ZeRO stages 1 and 2 and FSDP (FULL_SHARD, SHARD_GRAD_OP) against PyTorch's DDP
+# and ZeroRedundancyOptimizer (gloo, CPU; PyTorch 1.13's FSDP cannot be imported here), on a GPT language model (examples/char_lm/gpt.h) with AdamW, interleaved round by round
 # so that every system sees the same machine. Two models:
 #  - "small" (6 layers, width 384: 10.8 M parameters), for throughput at 2 ranks: enough steps
 #    per run for a stable median on 2 cores;
@@ -24,7 +24,8 @@
 # (seconds before a run that has not exited is stopped, default 1200: PyTorch's peer can hang
 # in its teardown after printing its lines, which are kept), BASELINE_ZERO_BENCH (another build's cohort-zero-bench, e.g. of the commit before a
 # change: its DDP, ZeRO-1 and ZeRO-2 run in every round too, as "base_*", so that before and
-# after are measured on the same machine state).
+# after are measured on the same machine state), STRATEGIES (cohort's strategies to run; default
+# "ddp zero1 zero2 full_shard shard_grad_op"; the baseline runs those of ddp, zero1, zero2).
 #
 # Malloc and BLAS, as bench/compare_ddp.sh:
 #  - the PyTorch peer runs with ../shared/peers/malloc_env.sh sourced, as the peers' baselines
@@ -53,6 +54,7 @@ short_model=${SHORT_MODEL:---layers 12 --width 768 --heads 12 --context 32}
 short_batch=${SHORT_BATCH:-2}
 short_timing=${SHORT_TIMING:---warmup 2 --steps 3 --windows 3}
 configs=" ${CONFIGS:-small large short large4} "
+strategies=${STRATEGIES:-ddp zero1 zero2 full_shard shard_grad_op}
 [ "${SKIP_LARGE:-0}" = 1 ] && configs=" small "
 run_timeout=${RUN_TIMEOUT:-1200}
 
@@ -108,11 +110,11 @@ run() {
 # baseline's three, interleaved with cohort's).
 five() {
   local m=$1 r=$2 batch=$3 opts=$4 timing=$5 s
-  for s in ddp zero1 zero2; do
+  for s in $strategies; do
     # shellcheck disable=SC2086  # the options are words
     run "$m.cohort_${s}.2" "$r" "${cohort[@]}" 2 "$bench" --strategy "$s" --batch "$batch" \
       $opts $timing
-    if [ -n "$baseline" ]; then
+    if [ -n "$baseline" ] && [[ " ddp zero1 zero2 " == *" $s "* ]]; then
       # shellcheck disable=SC2086
       run "$m.base_${s}.2" "$r" "${cohort[@]}" 2 "$baseline" --strategy "$s" --batch "$batch" \
         $opts $timing
@@ -143,11 +145,11 @@ for r in $(seq "$rounds"); do
   fi
   wanted large4 || continue
   echo "[$(date +%H:%M:%S)] round $r/$rounds: large model, 4 ranks (memory)" >&2
-  for s in ddp zero1 zero2; do
+  for s in $strategies; do
     # shellcheck disable=SC2086
     run "large.cohort_${s}.4" "$r" "${cohort[@]}" 4 "$bench" --strategy "$s" \
       --batch "$large_batch" $large_model $large4_timing
-    if [ -n "$baseline" ]; then
+    if [ -n "$baseline" ] && [[ " ddp zero1 zero2 " == *" $s "* ]]; then
       # shellcheck disable=SC2086
       run "large.base_${s}.4" "$r" "${cohort[@]}" 4 "$baseline" --strategy "$s" \
         --batch "$large_batch" $large_model $large4_timing

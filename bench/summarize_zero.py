@@ -18,6 +18,8 @@ SYSTEMS = [  # name, label
     ("cohort_ddp", "cohort DDP"),
     ("cohort_zero1", "cohort ZeRO-1"),
     ("cohort_zero2", "cohort ZeRO-2"),
+    ("cohort_full_shard", "cohort FSDP FULL_SHARD"),
+    ("cohort_shard_grad_op", "cohort FSDP SHARD_GRAD_OP"),
     ("torch_ddp", "PyTorch DDP"),
     ("torch_zero1", "PyTorch ZeroRedundancyOptimizer"),
     # compare_zero.sh with BASELINE_ZERO_BENCH: another build's cohort, in the same rounds.
@@ -83,22 +85,25 @@ def throughput_table(out, model, ranks=2):
 def memory_table(out, model, ranks):
     """Prints the table; returns {system: (model_state, peak model state, params)} in bytes."""
     print(f"\n## {model} model, {ranks} ranks: model state of the largest rank (MB = 1e6 B)")
-    print("| system | parameters | gradients | peak gradients | optimizer state | model state "
-          "| bytes/param | peak model state | peak RSS MiB (median, max rank) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| system | parameters | peak gathered | gradients | peak gradients | optimizer state "
+          "| model state | bytes/param | peak model state | peak RSS MiB (median, max rank) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     result = {}
     for name, label in SYSTEMS:
         runs = load(out, model, name, ranks)
         if not runs:
             continue
         mems = runs[-1][1]
-        get = lambda key: largest_rank(mems, key)
+        # peak_gathered: FSDP's units gathered at once (other systems hold whole parameters).
+        get = lambda key: largest_rank(mems, key) if key in mems[0] else 0.0
         params = int(runs[-1][0]["params"])
         state = get("model_state")
-        peak = get("parameters") + get("peak_gradients") + get("optimizer_state")
+        peak = (get("parameters") + get("peak_gathered") + get("peak_gradients") +
+                get("optimizer_state"))
         rss = med([largest_rank(m, "peak_rss_mb") for _, m in runs])
         result[name] = (state, peak)
-        print(f"| {label} | {get('parameters') / MB:.0f} | {get('gradients') / MB:.0f} | "
+        print(f"| {label} | {get('parameters') / MB:.0f} | {get('peak_gathered') / MB:.0f} | "
+              f"{get('gradients') / MB:.0f} | "
               f"{get('peak_gradients') / MB:.0f} | {get('optimizer_state') / MB:.0f} | "
               f"{state / MB:.0f} | {state / params:.2f} | {peak / MB:.0f} | {rss:.0f} |")
     rss_phase_table(out, model, ranks)
@@ -151,6 +156,9 @@ def throughput_ratios(model, t):
     print("|---|---|---|---|---|")
     ratio_row("cohort ZeRO-1 / cohort DDP", g("cohort_zero1"), g("cohort_ddp"), 0.95)
     ratio_row("cohort ZeRO-2 / cohort DDP", g("cohort_zero2"), g("cohort_ddp"), 0.95)
+    ratio_row("cohort FSDP FULL_SHARD / cohort DDP", g("cohort_full_shard"), g("cohort_ddp"), 0.8)
+    ratio_row("cohort FSDP SHARD_GRAD_OP / cohort DDP", g("cohort_shard_grad_op"),
+              g("cohort_ddp"))
     ratio_row("cohort ZeRO-1 / PyTorch ZeroRedundancyOptimizer", g("cohort_zero1"),
               g("torch_zero1"), 1.5)
     ratio_row("cohort DDP / PyTorch DDP", g("cohort_ddp"), g("torch_ddp"))
@@ -164,12 +172,15 @@ def throughput_ratios(model, t):
 
 def memory_ratios(model, by_ranks):
     print(f"\n| {model} model: model state / DDP's | 2 ranks | 4 ranks | ZeRO paper (Adam, "
-          "12 B of state per parameter: DDP 16 B) |")
+          "12 B of state per parameter: DDP 16 B; FSDP without its gathered units) |")
     print("|---|---|---|---|")
     paper = {"cohort_zero1": lambda w: (8 + 8 / w) / 16, "cohort_zero2": lambda w: (4 + 12 / w) / 16,
-             "torch_zero1": lambda w: (8 + 8 / w) / 16}
+             "torch_zero1": lambda w: (8 + 8 / w) / 16,
+             "cohort_full_shard": lambda w: (16 / w) / 16,
+             "cohort_shard_grad_op": lambda w: (16 / w) / 16}
     paper["base_zero1"], paper["base_zero2"] = paper["cohort_zero1"], paper["cohort_zero2"]
-    for name, label in SYSTEMS[1:3] + SYSTEMS[4:5] + SYSTEMS[6:]:
+    for name, label in [s for s in SYSTEMS if s[0] not in ("cohort_ddp", "torch_ddp",
+                                                            "base_ddp")]:
         if not any(name in m for m in by_ranks.values()):
             continue
         base = {"torch": "torch_ddp", "base_": "base_ddp"}.get(name[:5], "cohort_ddp")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does a model that fails under DDP at a per-rank memory cap train under ZeRO? Runs the large GPT
+# Does a model that fails under DDP at a per-rank memory cap train under ZeRO or FSDP? Runs the large GPT
 # of compare_zero.sh at 2 ranks (WORLD) under each strategy with every rank's data segment
 # capped (`ulimit -d`, RLIMIT_DATA: heap and private anonymous mappings, which is where
 # libtorch's tensors live), for each cap given, and says which trained a few steps and which
@@ -14,13 +14,13 @@
 # for 256 MiB) makes a cap fail somewhat above the peak RSS. docs/bench.md, "ZeRO stages 1 and 2".
 #
 # Env: COHORT_ZERO_BENCH (default build/bin/cohort-zero-bench), WORLD (2), STRATEGIES
-# ("ddp zero1 zero2"), LARGE_MODEL, LARGE_BATCH (as compare_zero.sh), MEMCAP_OUT (raw outputs;
+# ("ddp zero1 zero2 full_shard"), LARGE_MODEL, LARGE_BATCH (as compare_zero.sh), MEMCAP_OUT (raw outputs;
 # default a new folder under /tmp).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bench=${COHORT_ZERO_BENCH:-$here/build/bin/cohort-zero-bench}
 world=${WORLD:-2}
-strategies=${STRATEGIES:-ddp zero1 zero2}
+strategies=${STRATEGIES:-ddp zero1 zero2 full_shard}
 model=${LARGE_MODEL:---layers 12 --width 768 --heads 12 --context 128}
 batch=${LARGE_BATCH:-4}
 out=${MEMCAP_OUT:-$(mktemp -d /tmp/cohort-zero-memcap.XXXXXX)}

@@ -1,6 +1,6 @@
 // cohort-zero-bench: training throughput and model-state memory of a GPT language model
-// (examples/char_lm/gpt.h) under cohort's DistributedDataParallel and ZeroDataParallel stages 1
-// and 2, with AdamW. Its twin bench/zero_peer.py runs the same model and loop under PyTorch's
+// (examples/char_lm/gpt.h) under cohort's DistributedDataParallel, ZeroDataParallel stages 1
+// and 2 and FullyShardedDataParallel's strategies, with AdamW. Its twin bench/zero_peer.py runs the same model and loop under PyTorch's
 // DDP and ZeroRedundancyOptimizer; bench/compare_zero.sh runs them side by side
 // (docs/bench.md, "ZeRO stages 1 and 2").
 //
@@ -25,6 +25,7 @@
 #include "cohort/comm/timeline.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp.h"
+#include "cohort/torch/fsdp.h"
 #include "cohort/torch/zero.h"
 #include "gpt.h"  // examples/char_lm
 
@@ -58,6 +59,9 @@ struct Config {
   bool checksum = false;
 
   int stage() const { return strategy == "zero1" ? 1 : strategy == "zero2" ? 2 : 0; }
+  bool fsdp() const {
+    return strategy == "full_shard" || strategy == "shard_grad_op" || strategy == "no_shard";
+  }
   cohort::Milliseconds timeout() const {
     return cohort::Milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
   }
@@ -98,8 +102,9 @@ void add_run_options(CLI::App& app, Config& c) {
 void add_options(CLI::App& app, Config& c) {
   app.add_option("--strategy", c.strategy,
                  "ddp: cohort::DistributedDataParallel; zero1, zero2: ZeroDataParallel stage 1 "
-                 "or 2")
-      ->check(CLI::IsMember({"ddp", "zero1", "zero2"}))
+                 "or 2; full_shard, shard_grad_op, no_shard: FullyShardedDataParallel with that "
+                 "strategy (units: the transformer blocks, the rest in the root unit)")
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "full_shard", "shard_grad_op", "no_shard"}))
       ->capture_default_str();
   app.add_option("--batch", c.batch, "GLOBAL batch in sequences; each rank takes batch/world")
       ->capture_default_str();
@@ -146,7 +151,8 @@ void validate(const Config& c) {
 
 // What one rank holds, gathered to rank 0 for the MEM lines. Bytes; RSS in KiB.
 struct Figures {
-  int64_t parameters = 0;
+  int64_t parameters = 0;  // under FSDP this rank's shards; the units it gathered are apart
+  int64_t peak_gathered = 0;  // FSDP: the most bytes of gathered units held at once
   int64_t gradients = 0;
   int64_t peak_gradients = 0;
   int64_t optimizer_state = 0;
@@ -156,7 +162,9 @@ struct Figures {
   // creates the optimizer state).
   int64_t rss_before_steps_kib = 0;
   int64_t rss_growth_kib[3] = {0, 0, 0};  // forward, backward, optimizer
-  static constexpr size_t kFields = 9;
+  static constexpr size_t kFields = 10;
+  // Held after the last step (the peak is parameters + peak_gathered + peak_gradients +
+  // optimizer_state; summarize_zero.py prints both).
   int64_t model_state() const { return parameters + gradients + optimizer_state; }
 };
 
@@ -193,9 +201,10 @@ class Bench {
   std::vector<Figures> figures_of_ranks() {
     const Figures mine = figures();
     std::vector<int64_t> flat{
-        mine.parameters,        mine.gradients,         mine.peak_gradients,
-        mine.optimizer_state,   mine.peak_rss_kib,      mine.rss_before_steps_kib,
-        mine.rss_growth_kib[0], mine.rss_growth_kib[1], mine.rss_growth_kib[2]};
+        mine.parameters,        mine.peak_gathered,     mine.gradients,
+        mine.peak_gradients,    mine.optimizer_state,   mine.peak_rss_kib,
+        mine.rss_before_steps_kib, mine.rss_growth_kib[0], mine.rss_growth_kib[1],
+        mine.rss_growth_kib[2]};
     std::vector<int64_t> all(flat.size() * static_cast<size_t>(config_.world));
     group_->allgather(cohort::make_buffer(flat), cohort::make_buffer(all));
     std::vector<Figures> by_rank;
@@ -206,15 +215,19 @@ class Bench {
                          all[i + 3],
                          all[i + 4],
                          all[i + 5],
-                         {all[i + 6], all[i + 7], all[i + 8]}});
+                         all[i + 6],
+                         {all[i + 7], all[i + 8], all[i + 9]}});
     }
     return by_rank;
   }
 
   int64_t parameter_count() const { return char_lm::count_parameters(*model_); }
 
-  // FNV-1a over the bytes of every parameter, in registration order, of every rank (collective).
+  // FNV-1a over the bytes of every parameter, in registration order, of every rank (collective;
+  // under FSDP the parameters are gathered whole for it).
   std::vector<int64_t> parameter_hashes() {
+    c10::optional<cohort::FullyShardedDataParallel::FullParameters> whole;
+    if (fsdp_) whole.emplace(fsdp_->full_parameters());
     uint64_t hash = 1469598103934665603ull;
     for (const auto& p : model_->parameters()) {
       const auto bytes = p.detach().contiguous();
@@ -239,6 +252,7 @@ class Bench {
     if (timeline_) timeline_->write(*group_);
     zero_.reset();
     ddp_.reset();
+    fsdp_.reset();
     group_->barrier();  // nobody closes its connections while a peer still talks
     group_.reset();
     bench_ranks::leave_store(*store_, config_.rank, config_.world, "cohort-zero-bench/left/",
@@ -257,12 +271,23 @@ class Bench {
     if (!config_.timeline.empty()) timeline_ = std::make_shared<cohort::Timeline>(config_.timeline);
   }
 
-  // DDP, or ZeRO at the asked stage, and AdamW over what each of them says to step.
+  // DDP, ZeRO at the asked stage or FSDP, and AdamW over what each of them says to step.
   void wrap_model() {
     cohort::DdpOptions ddp;
     ddp.bucket_cap_mb = config_.bucket_mb;
     ddp.timeline = timeline_;
     const auto options = torch::optim::AdamWOptions(config_.lr).weight_decay(config_.weight_decay);
+    if (config_.fsdp()) {
+      cohort::FsdpOptions fsdp;
+      fsdp.strategy = config_.strategy == "full_shard"      ? cohort::ShardingStrategy::kFullShard
+                      : config_.strategy == "shard_grad_op" ? cohort::ShardingStrategy::kShardGradOp
+                                                            : cohort::ShardingStrategy::kNoShard;
+      fsdp.timeline = timeline_;
+      fsdp.ddp = ddp;
+      fsdp_ = std::make_unique<cohort::FullyShardedDataParallel>(model_, group_, fsdp);
+      optimizer_ = std::make_unique<torch::optim::AdamW>(fsdp_->parameters(), options);
+      return;
+    }
     if (config_.stage() == 0) {
       ddp_ = std::make_unique<cohort::DistributedDataParallel>(model_, group_, ddp);
       optimizer_ = std::make_unique<torch::optim::AdamW>(model_->parameters(), options);
@@ -322,6 +347,8 @@ class Bench {
       cohort::TraceSpan span(timeline, "optimizer");
       if (zero_) {
         zero_->step(*optimizer_);
+      } else if (fsdp_) {
+        fsdp_->step(*optimizer_);
       } else {
         optimizer_->step();
       }
@@ -343,7 +370,9 @@ class Bench {
     phases_.forward.push_back(seconds(t1 - t0));
     phases_.backward.push_back(seconds(t2 - t1));
     phases_.optimizer.push_back(seconds(t3 - t2));
-    const auto& stats = zero_ ? zero_->last_iteration_stats() : ddp_->last_iteration_stats();
+    const auto& stats = zero_   ? zero_->last_iteration_stats()
+                        : fsdp_ ? fsdp_->last_iteration_stats()
+                                : ddp_->last_iteration_stats();
     phases_.exposed_comm.push_back(stats.exposed_comm_ms / 1e3);
   }
 
@@ -356,6 +385,14 @@ class Bench {
     f.rss_before_steps_kib = rss_before_steps_kib_;
     for (int i = 0; i < 3; ++i) f.rss_growth_kib[i] = rss_growth_kib_[i];
     f.optimizer_state = static_cast<int64_t>(cohort::optimizer_state_bytes(*optimizer_));
+    if (fsdp_) {
+      const auto report = fsdp_->memory(optimizer_.get());
+      f.parameters = static_cast<int64_t>(report.parameter_shards);
+      f.peak_gathered = static_cast<int64_t>(report.peak_gathered);
+      f.gradients = static_cast<int64_t>(report.gradients);
+      f.peak_gradients = static_cast<int64_t>(report.peak_gradients);
+      return f;
+    }
     if (zero_) {
       const auto report = zero_->memory(optimizer_.get());
       f.parameters = static_cast<int64_t>(report.parameters);
@@ -385,6 +422,7 @@ class Bench {
   std::shared_ptr<cohort::Timeline> timeline_;
   std::unique_ptr<cohort::DistributedDataParallel> ddp_;
   std::unique_ptr<cohort::ZeroDataParallel> zero_;
+  std::unique_ptr<cohort::FullyShardedDataParallel> fsdp_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
 };
 
@@ -423,11 +461,12 @@ void report_memory(const Config& c, const std::vector<Figures>& ranks) {
   for (size_t r = 0; r < ranks.size(); ++r) {
     const Figures& f = ranks[r];
     std::printf(
-        "MEM impl=cohort strategy=%s world=%d rank=%zu parameters=%lld gradients=%lld "
-        "peak_gradients=%lld optimizer_state=%lld model_state=%lld peak_rss_mb=%.1f "
+        "MEM impl=cohort strategy=%s world=%d rank=%zu parameters=%lld peak_gathered=%lld "
+        "gradients=%lld peak_gradients=%lld optimizer_state=%lld model_state=%lld "
+        "peak_rss_mb=%.1f "
         "rss_before_steps_mb=%.1f rss_growth_mb=forward:%.1f,backward:%.1f,optimizer:%.1f\n",
         c.strategy.c_str(), c.world, r, static_cast<long long>(f.parameters),
-        static_cast<long long>(f.gradients), static_cast<long long>(f.peak_gradients),
+        static_cast<long long>(f.peak_gathered), static_cast<long long>(f.gradients), static_cast<long long>(f.peak_gradients),
         static_cast<long long>(f.optimizer_state), static_cast<long long>(f.model_state()),
         f.peak_rss_kib / 1024.0, f.rss_before_steps_kib / 1024.0, f.rss_growth_kib[0] / 1024.0,
         f.rss_growth_kib[1] / 1024.0, f.rss_growth_kib[2] / 1024.0);
@@ -458,7 +497,7 @@ int run(const Config& c) {
 
 int main(int argc, char** argv) {
   Config config;
-  CLI::App app{"cohort-zero-bench: DDP and ZeRO stages 1 and 2 on a GPT language model",
+  CLI::App app{"cohort-zero-bench: DDP, ZeRO stages 1 and 2 and FSDP on a GPT language model",
                "cohort-zero-bench"};
   add_options(app, config);
   try {

@@ -93,6 +93,32 @@ TEST(Fsdp, PeakGatheredIsTwoUnitsUnderFullShardAndTheModelUnderShardGradOp) {
   }
 }
 
+// Note [FSDP gradients in flight]: backward holds the gradient shards (1/W of the model) and
+// the flat gradients of at most three units (two reduce-scatters in flight and the unit that
+// just arrived), never the whole model's gradient as DDP does.
+TEST(Fsdp, PeakGradientsAreTheShardsAndAFewUnits) {
+  const int world = 2;
+  std::vector<size_t> peaks(world);
+  run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
+    torch::manual_seed(3);
+    auto net = interleaved_blocks();
+    FullyShardedDataParallel fsdp(net, group, with(ShardingStrategy::kFullShard));
+    torch::optim::SGD optimizer(fsdp.parameters(), torch::optim::SGDOptions(0.1));
+    for (int step = 0; step < 2; ++step) {
+      optimizer.zero_grad();  // zeroes the shards' .grad in place: they stay allocated
+      net->forward(torch::randn({4, 32})).pow(2).mean().backward();
+      fsdp.step(optimizer);
+    }
+    peaks[rank] = fsdp.memory().peak_gradients;
+  });
+  const size_t shards = 8 * block_bytes() / world;
+  for (size_t peak : peaks) {
+    EXPECT_GE(peak, shards + block_bytes());
+    // The second backward adds new blocks while the first step's .grad are still held.
+    EXPECT_LE(peak, 2 * shards + 3 * block_bytes());
+  }
+}
+
 // With Adam, model state per rank is 16/W bytes per parameter plus what is gathered
 // (docs/sharding.md): 4/W of shards, 4/W of gradient shards, 8/W of optimizer state.
 TEST(Fsdp, MemoryReportMatchesTheFormula) {
@@ -190,7 +216,9 @@ TEST(Fsdp, FullParametersScope) {
       for (auto& p : net->parameters()) p.fill_(0.5);
     }
     for (const auto& shard : fsdp.parameters()) {
-      if (shard.numel() > 0) EXPECT_TRUE(torch::all(shard == 0.5).item<bool>());
+      if (shard.numel() > 0) {
+        EXPECT_TRUE(torch::all(shard == 0.5).item<bool>());
+      }
     }
     torch::NoGradGuard no_grad;
     EXPECT_TRUE(torch::all(net->parameters()[5] == 0.5).item<bool>());  // gathered on use

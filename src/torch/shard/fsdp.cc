@@ -84,11 +84,21 @@ std::string describe(const std::string& kind, const std::string& name, const tor
 }
 
 struct ReduceScatter {
-  torch::Tensor input;   // the unit's flat gradient, alive until the collective ends
+  torch::Tensor input;   // the unit's flat gradient, released once the collective has ended
   torch::Tensor output;  // this rank's block
+  size_t input_bytes = 0;
   std::shared_ptr<Work> work;
   Clock::time_point ready_at;  // when the unit's gradients were all there
 };
+
+// Note [FSDP gradients in flight]
+// A unit's flat gradient is as large as the unit. Were every reduce-scatter left to finish on
+// its own until the end of backward, a backward that outruns the network would hold the whole
+// model's gradient at once, as DDP does, and stage 3 would save nothing on gradients. So each
+// time a unit's gradients arrive, the flat gradients of finished reduce-scatters are released,
+// and while more than this many are still in flight, backward waits for the oldest (counted in
+// exposed_comm_ms). Two keeps one reduce-scatter running while the next unit's is queued.
+constexpr size_t kMaxReductionsInFlight = 2;
 
 }  // namespace
 
@@ -371,6 +381,8 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       iteration_.ready[u] = flat;
       iteration_.ready_at[u] = Clock::now();
       issue_ready_reductions();
+      note_gradients();  // the most is held now, before finished inputs are released
+      release_finished_inputs();
     }
     iteration_.backward_done[u] = 1;
     note_gradients();
@@ -391,6 +403,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       if (!iteration_.ready[u].defined()) return;
       ReduceScatter rs;
       rs.input = std::move(iteration_.ready[u]);
+      rs.input_bytes = rs.input.nbytes();
       rs.output = torch::empty({units_[u]->shard_numel()}, rs.input.options());
       CollectiveOptions options;
       options.op = ReduceOp::kAvg;
@@ -400,6 +413,25 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       rs.ready_at = iteration_.ready_at[u];
       iteration_.reductions[u] = std::move(rs);
       ++iteration_.next_reduction;
+    }
+  }
+
+  // Note [FSDP gradients in flight].
+  void release_finished_inputs() {
+    size_t in_flight = 0;
+    for (size_t i = iteration_.next_reduction; i-- > 0;) {
+      ReduceScatter& rs = iteration_.reductions[reduce_order_[i]];
+      if (!rs.input.defined()) continue;
+      if (in_flight == kMaxReductionsInFlight) {
+        const auto start = Clock::now();
+        rs.work->wait();
+        iteration_.waited += Clock::now() - start;
+      }
+      if (rs.work->is_completed()) {
+        rs.input = torch::Tensor();
+      } else {
+        ++in_flight;
+      }
     }
   }
 
@@ -457,7 +489,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     using Ms = std::chrono::duration<double, std::milli>;
     record(static_cast<int>(u), "reduce-scatter", *rs.work);
     BucketStats stats;
-    stats.bytes = rs.input.nbytes();
+    stats.bytes = rs.input_bytes;
     stats.latency_ms = Ms(rs.work->finished_at() - rs.ready_at).count();
     stats.comm_ms = Ms(rs.work->finished_at() - rs.work->started_at()).count();
     return stats;
@@ -560,7 +592,8 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       if (local.defined()) bytes += local.nbytes();
     }
     for (const auto& rs : iteration_.reductions) {
-      if (rs.input.defined()) bytes += rs.input.nbytes() + rs.output.nbytes();
+      if (rs.input.defined()) bytes += rs.input.nbytes();
+      if (rs.output.defined()) bytes += rs.output.nbytes();
     }
     for (const auto& ready : iteration_.ready) {
       if (ready.defined()) bytes += ready.nbytes();
