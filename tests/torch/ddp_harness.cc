@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <sstream>
 
 #include "cohort/comm/memory_store.h"
@@ -86,8 +87,10 @@ std::vector<std::vector<Batch>> make_data(const ParityCase& c) {
   return data;
 }
 
+// The inputs are cast to the parameters' dtype (a no-op but under mixed precision).
 torch::Tensor loss_of(TestModel& model, const Batch& batch, int step, int rank) {
-  return torch::nn::functional::cross_entropy(model.forward(batch.inputs, step, rank),
+  const auto dtype = model.parameters().front().scalar_type();
+  return torch::nn::functional::cross_entropy(model.forward(batch.inputs.to(dtype), step, rank),
                                               batch.targets);
 }
 
@@ -95,10 +98,12 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const ParityCase& c,
                                                         std::vector<torch::Tensor> parameters) {
   if (c.optimizer == OptimizerKind::kAdamW) {
     return std::make_unique<torch::optim::AdamW>(
-        std::move(parameters), torch::optim::AdamWOptions(0.01).weight_decay(0.01));
+        std::move(parameters),
+        torch::optim::AdamWOptions(c.lr > 0 ? c.lr : 0.01).weight_decay(0.01));
   }
   return std::make_unique<torch::optim::SGD>(
-      std::move(parameters), torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
+      std::move(parameters),
+      torch::optim::SGDOptions(c.lr > 0 ? c.lr : 0.05).momentum(0.9).weight_decay(1e-3));
 }
 
 // What one process trains: the parameters that require grad.
@@ -110,6 +115,14 @@ std::vector<torch::Tensor> trainable(TestModel& model) {
   return parameters;
 }
 
+// Parameters then buffers, copied.
+std::vector<torch::Tensor> snapshot(TestModel& model) {
+  std::vector<torch::Tensor> state;
+  for (const auto& p : model.parameters()) state.push_back(p.detach().clone());
+  for (const auto& b : model.buffers()) state.push_back(b.detach().clone());
+  return state;
+}
+
 // A rank's model wrapped as the case says, with its optimizer.
 class RankTrainer {
  public:
@@ -119,6 +132,8 @@ class RankTrainer {
   virtual void join(const std::function<void()>& loop) = 0;
   // Ends what no_sync() started where the guard it returns does not (FSDP's own guard).
   virtual void end_no_sync() {}
+  // The model's parameters and buffers as this rank holds them after a step.
+  virtual std::vector<torch::Tensor> state(TestModel& model) { return snapshot(model); }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
 
  protected:
@@ -194,6 +209,13 @@ class FsdpTrainer final : public RankTrainer {
   void join(const std::function<void()>&) override {
     ADD_FAILURE() << "uneven inputs are not an FSDP case";
   }
+  // Under param_dtype the model's parameters are bfloat16 copies; the trained values are the
+  // float32 masters, which full_parameters() shows.
+  std::vector<torch::Tensor> state(TestModel& model) override {
+    if (!case_.fsdp.mixed_precision.param_dtype) return snapshot(model);
+    auto full = fsdp_.full_parameters();
+    return snapshot(model);
+  }
 
  private:
   static FsdpOptions fsdp_options(const ParityCase& c) {
@@ -227,14 +249,6 @@ std::unique_ptr<RankTrainer> make_trainer(const ParityCase& c, std::shared_ptr<T
   return std::make_unique<ZeroTrainer>(c, std::move(model), std::move(group));
 }
 
-// Parameters then buffers, copied.
-std::vector<torch::Tensor> snapshot(TestModel& model) {
-  std::vector<torch::Tensor> state;
-  for (const auto& p : model.parameters()) state.push_back(p.detach().clone());
-  for (const auto& b : model.buffers()) state.push_back(b.detach().clone());
-  return state;
-}
-
 std::vector<std::string> state_names(TestModel& model) {
   std::vector<std::string> names;
   for (const auto& p : model.named_parameters()) names.push_back(p.key());
@@ -246,19 +260,65 @@ int steps_of(const ParityCase& c, int rank) {
   return c.steps_of_rank ? c.steps_of_rank(rank) : c.steps;
 }
 
+// The reference's low-precision copy of its model (ParityCase::reference_param_dtype).
+class ComputeCopy {
+ public:
+  ComputeCopy(const ParityCase& c, TestModel& master)
+      : master_(master), copy_(c.make_model()), dtype_(*c.reference_param_dtype) {}
+
+  // The master's parameters cast to the dtype, without gradients; its buffers as they are.
+  TestModel& load() {
+    torch::NoGradGuard no_grad;
+    const auto from = master_.parameters();
+    auto to = copy_->parameters();
+    for (size_t i = 0; i < to.size(); ++i) {
+      to[i].set_data(from[i].detach().to(dtype_));
+      to[i].mutable_grad() = torch::Tensor();
+      to[i].set_requires_grad(from[i].requires_grad());
+    }
+    copy_buffers(master_, *copy_);
+    return *copy_;
+  }
+
+  // The copy's gradients, cast to the master's dtype, become the master's; buffers go back.
+  void store() {
+    torch::NoGradGuard no_grad;
+    auto to = master_.parameters();
+    const auto from = copy_->parameters();
+    for (size_t i = 0; i < to.size(); ++i) {
+      if (from[i].grad().defined()) to[i].mutable_grad() = from[i].grad().to(to[i].scalar_type());
+    }
+    copy_buffers(*copy_, master_);
+  }
+
+ private:
+  static void copy_buffers(TestModel& from, TestModel& to) {
+    const auto source = from.buffers();
+    auto target = to.buffers();
+    for (size_t i = 0; i < target.size(); ++i) target[i].copy_(source[i]);
+  }
+
+  TestModel& master_;
+  std::shared_ptr<TestModel> copy_;
+  torch::Dtype dtype_;
+};
+
 // One process on the whole global batch: what the data-parallel job must reproduce. Returns
 // the state after every step.
 std::vector<std::vector<torch::Tensor>> train_reference(
     const ParityCase& c, TestModel& model, const std::vector<std::vector<Batch>>& data) {
   auto optimizer = make_optimizer(c, trainable(model));
+  std::optional<ComputeCopy> copy;
+  if (c.reference_param_dtype) copy.emplace(c, model);
   std::vector<std::vector<torch::Tensor>> states;
   for (int step = 0; step < c.steps; ++step) {
     optimizer->zero_grad();
+    TestModel& runner = copy ? copy->load() : model;
     for (int m = 0; m < c.micro_batches; ++m) {
       const Batch& batch = data[step][m];
       const bool uneven = static_cast<bool>(c.steps_of_rank);
       if (!c.reference_per_slice && !uneven) {
-        loss_of(model, batch, step, -1).backward();
+        loss_of(runner, batch, step, -1).backward();
         continue;
       }
       // Each rank's slice on its own, averaged over the whole world (finished ranks count as
@@ -267,16 +327,17 @@ std::vector<std::vector<torch::Tensor>> train_reference(
       std::vector<torch::Tensor> authority_buffers;
       for (int rank = 0; rank < c.world; ++rank) {
         if (step >= steps_of(c, rank)) continue;
-        loss = loss + loss_of(model, batch.slice(rank, c.samples_per_rank), step, rank);
+        loss = loss + loss_of(runner, batch.slice(rank, c.samples_per_rank), step, rank);
         if (authority_buffers.empty()) {
-          for (const auto& b : model.buffers()) authority_buffers.push_back(b.detach().clone());
+          for (const auto& b : runner.buffers()) authority_buffers.push_back(b.detach().clone());
         }
       }
       (loss / c.world).backward();
       torch::NoGradGuard no_grad;
-      auto buffers = model.buffers();
+      auto buffers = runner.buffers();
       for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(authority_buffers[i]);
     }
+    if (copy) copy->store();
     if (c.clip_norm > 0) torch::nn::utils::clip_grad_norm_(trainable(model), c.clip_norm);
     optimizer->step();
     states.push_back(snapshot(model));
@@ -305,7 +366,7 @@ std::vector<std::vector<torch::Tensor>> train_rank(const ParityCase& c, int rank
         }
       }
       trainer->clip_and_step(c.clip_norm);
-      states.push_back(snapshot(*model));
+      states.push_back(trainer->state(*model));
     }
   };
   if (c.steps_of_rank) {
@@ -317,8 +378,26 @@ std::vector<std::vector<torch::Tensor>> train_rank(const ParityCase& c, int rank
   return states;
 }
 
-std::string compare(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want,
-                    const std::vector<std::string>& names, double rtol, double atol) {
+std::string compare_norms(const std::vector<torch::Tensor>& got,
+                          const std::vector<torch::Tensor>& want,
+                          const std::vector<std::string>& names, double norm_rtol) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto reference = want[i].to(torch::kFloat64);
+    const double error = (got[i].to(torch::kFloat64) - reference).norm().item<double>();
+    const double allowed = norm_rtol * reference.norm().item<double>();
+    if (error <= allowed) continue;
+    std::ostringstream out;
+    out << names[i] << ": ||difference|| " << error << " > " << allowed << " (||value|| "
+        << reference.norm().item<double>() << ")";
+    return out.str();
+  }
+  return "";
+}
+
+std::string compare(const ParityCase& c, const std::vector<torch::Tensor>& got,
+                    const std::vector<torch::Tensor>& want, const std::vector<std::string>& names) {
+  if (c.norm_rtol > 0) return compare_norms(got, want, names, c.norm_rtol);
+  const double rtol = c.rtol, atol = c.atol;
   for (size_t i = 0; i < want.size(); ++i) {
     const auto error = (got[i].to(torch::kFloat64) - want[i].to(torch::kFloat64)).abs();
     const auto allowed = atol + rtol * want[i].to(torch::kFloat64).abs();
@@ -453,12 +532,12 @@ void expect_rank_matches(const ParityCase& c, int rank,
       << "rank " << rank;
   for (int step = 0; step < steps; ++step) {
     const auto error =
-        compare(states[step], reference.states[step], reference.names, c.rtol, c.atol);
+        compare(c, states[step], reference.states[step], reference.names);
     ASSERT_EQ(error, "") << "world " << c.world << " rank " << rank << " step " << step;
   }
   if (c.steps_of_rank) {
     const auto error =
-        compare(states.back(), reference.states.back(), reference.names, c.rtol, c.atol);
+        compare(c, states.back(), reference.states.back(), reference.names);
     ASSERT_EQ(error, "") << "world " << c.world << " rank " << rank << " after join";
   }
 }

@@ -57,6 +57,10 @@ struct ParityCase {
   // Tolerance of the comparison |ddp - reference| <= atol + rtol * |reference|.
   double rtol = 1e-5;
   double atol = 1e-6;
+  // > 0: each tensor is compared as a whole instead, ||got - want|| <= norm_rtol * ||want||
+  // (2-norms): for rounding noise that a few elements amplify (AdamW turns a gradient near
+  // zero whose sign rounding flipped into a step of the learning rate's size).
+  double norm_rtol = 0;
   // Threads over Group::create (TCP on loopback) instead of the in-process transport; with
   // shared_memory, allreduce goes through the shared memory window as for ranks on one host.
   bool over_tcp = false;
@@ -66,6 +70,8 @@ struct ParityCase {
   Strategy strategy = Strategy::kDdp;
   // SGD: lr 0.05, momentum 0.9, weight decay 1e-3; AdamW: lr 0.01, weight decay 0.01.
   OptimizerKind optimizer = OptimizerKind::kSgdMomentum;
+  // > 0: the learning rate instead of the one above.
+  double lr = 0;
   // > 0: the gradients' 2-norm is clipped to this before each step (torch's clip_grad_norm_
   // in the reference, cohort::clip_grad_norm under ZeRO).
   double clip_norm = 0;
@@ -74,6 +80,12 @@ struct ParityCase {
   // FSDP strategies: the options (strategy is set from `strategy`). With neither units nor an
   // auto-wrap rule of its own, every child module holding parameters is a unit.
   FsdpOptions fsdp;
+  // Mixed precision as PyTorch's FSDP MixedPrecision(param_dtype) computes: when set, the
+  // reference copies its (float32) model each step into a copy whose parameters are of this
+  // dtype (buffers keep theirs), runs forward and backward on the copy, and steps its own model
+  // with the copy's gradients cast to float32. The ranks' own setting is
+  // fsdp.mixed_precision.param_dtype. Both runs feed the model inputs of its parameters' dtype.
+  c10::optional<torch::Dtype> reference_param_dtype;
   // Called on each rank after each step with its FSDP object (FSDP strategies only).
   std::function<void(int rank, int step, FullyShardedDataParallel& fsdp)> inspect_fsdp;
 };

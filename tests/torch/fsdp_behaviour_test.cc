@@ -246,6 +246,167 @@ TEST(Fsdp, DestructionGivesTheParametersBack) {
   });
 }
 
+// ---- MixedPrecisionPolicy::param_dtype (Note [FSDP param dtype])
+
+constexpr size_t kBlockElements = 32 * 32 + 32;  // even: no padding at W = 2
+
+FsdpOptions in_bfloat16(ShardingStrategy strategy) {
+  FsdpOptions options = with(strategy);
+  options.mixed_precision.param_dtype = torch::kBFloat16;
+  return options;
+}
+
+// A bfloat16 copy of the model: what each rank's forward must compute with.
+torch::nn::Sequential bfloat16_copy(const torch::nn::Sequential& net) {
+  auto copy = interleaved_blocks();
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < net->parameters().size(); ++i) {
+    copy->parameters()[i].copy_(net->parameters()[i]);
+  }
+  copy->to(torch::kBFloat16);
+  return copy;
+}
+
+size_t all_gathers(const Timeline& timeline) {
+  size_t n = 0;
+  for (const auto& span : timeline.spans()) {
+    const std::string suffix = " all-gather";
+    if (span.name.size() > suffix.size() &&
+        span.name.compare(span.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// The forward and backward compute with bfloat16 copies of the float32 shards: the output is
+// bit for bit a bfloat16 model's, every all-gather and reduce-scatter moves 2 bytes per
+// element, the gradients land in the float32 shards' .grad as the bfloat16 model's gradients.
+TEST(FsdpParamDtype, ComputesWithBfloat16CopiesOfFloat32Shards) {
+  for (auto strategy : {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp}) {
+    SCOPED_TRACE(sharding_strategy_name(strategy));
+    torch::manual_seed(3);
+    const auto x = torch::randn({4, 32}).to(torch::kBFloat16);  // the same on both ranks
+    run_with_groups(2, [strategy, &x](int, std::shared_ptr<Group> group) {
+      auto net = interleaved_blocks();
+      FsdpOptions options = in_bfloat16(strategy);
+      options.timeline = std::make_shared<Timeline>("unused.json");
+      FullyShardedDataParallel fsdp(net, group, options);
+      torch::nn::Sequential low{nullptr};
+      {
+        auto full = fsdp.full_parameters();  // rank 0's initial values, in float32
+        low = bfloat16_copy(net);
+      }
+      for (const auto& p : net->parameters()) EXPECT_EQ(p.scalar_type(), torch::kBFloat16);
+      for (const auto& shard : fsdp.parameters()) EXPECT_EQ(shard.scalar_type(), torch::kFloat);
+      EXPECT_EQ(storage_bytes(*net), 0u);
+
+      const auto out = net->forward(x);
+      ASSERT_EQ(out.scalar_type(), torch::kBFloat16);
+      const auto expected = low->forward(x);
+      EXPECT_TRUE(torch::equal(out, expected));
+      out.to(torch::kFloat).pow(2).mean().backward();
+      expected.to(torch::kFloat).pow(2).mean().backward();
+
+      const IterationStats& stats = fsdp.last_iteration_stats();
+      EXPECT_GT(all_gathers(*options.timeline), 0u);
+      EXPECT_EQ(stats.allgather_bytes, all_gathers(*options.timeline) * kBlockElements * 2);
+      ASSERT_EQ(stats.buckets.size(), 8u);
+      for (const auto& b : stats.buckets) EXPECT_EQ(b.bytes, kBlockElements * 2);  // reduce_dtype
+
+      // Both ranks had the same batch: the averaged gradient is the bfloat16 model's.
+      std::vector<torch::Tensor> low_grads;
+      for (const auto& p : low->parameters()) low_grads.push_back(p.grad().to(torch::kFloat));
+      for (const auto& shard : fsdp.parameters()) {
+        if (shard.numel() == 0) continue;  // a bias wholly on the other rank
+        EXPECT_TRUE(shard.grad().defined());
+        if (shard.grad().defined()) EXPECT_EQ(shard.grad().scalar_type(), torch::kFloat);
+      }
+      const double expected_norm = torch::stack(
+          [&] {
+            std::vector<torch::Tensor> norms;
+            for (const auto& g : low_grads) norms.push_back(g.norm());
+            return norms;
+          }()).norm().item<double>();
+      const double norm = clip_grad_norm(fsdp, 1e9);  // over the float32 shard gradients
+      EXPECT_NEAR(norm, expected_norm, 1e-5 * expected_norm);
+    });
+  }
+}
+
+// What is gathered is counted at param_dtype's size; an evaluation forward leaves its last
+// unit gathered in bfloat16.
+TEST(FsdpParamDtype, MemoryCountsGatheredUnitsInParamDtype) {
+  run_with_groups(2, [](int, std::shared_ptr<Group> group) {
+    torch::manual_seed(3);
+    auto net = interleaved_blocks();
+    FullyShardedDataParallel fsdp(net, group, in_bfloat16(ShardingStrategy::kFullShard));
+    {
+      torch::NoGradGuard no_grad;
+      net->forward(torch::randn({4, 32}).to(torch::kBFloat16));
+    }
+    EXPECT_EQ(fsdp.memory().gathered, kBlockElements * 2);
+    EXPECT_EQ(storage_bytes(*net), kBlockElements * 2);
+    EXPECT_EQ(fsdp.memory().parameter_shards, 8 * block_bytes() / 2);  // float32, 1/W
+    fsdp.reshard();
+    EXPECT_EQ(fsdp.memory().gathered, 0u);
+  });
+}
+
+// full_parameters() shows the float32 master values (not their bfloat16 roundings), writes in
+// a writeback scope reach the shards exactly, the parameters are bfloat16 again after it, and
+// the destructor leaves float32 parameters holding the trained master values.
+TEST(FsdpParamDtype, FullParametersAndDestructionAreFloat32MasterValues) {
+  run_with_groups(2, [](int, std::shared_ptr<Group> group) {
+    torch::manual_seed(3);
+    auto net = interleaved_blocks();
+    std::vector<torch::Tensor> trained;
+    {
+      FullyShardedDataParallel fsdp(net, group, in_bfloat16(ShardingStrategy::kFullShard));
+      torch::optim::AdamW optimizer(fsdp.parameters(), torch::optim::AdamWOptions(1e-3));
+      for (int step = 0; step < 2; ++step) {
+        optimizer.zero_grad();
+        net->forward(torch::randn({4, 32}).to(torch::kBFloat16))
+            .to(torch::kFloat)
+            .pow(2)
+            .mean()
+            .backward();
+        fsdp.step(optimizer);
+      }
+      {
+        auto full = fsdp.full_parameters();
+        EXPECT_EQ(fsdp.memory().gathered, 8 * block_bytes());
+        EXPECT_EQ(storage_bytes(*net), 8 * block_bytes());
+        torch::NoGradGuard no_grad;
+        for (const auto& p : net->parameters()) {
+          ASSERT_EQ(p.scalar_type(), torch::kFloat);
+          EXPECT_FALSE(torch::equal(p, p.to(torch::kBFloat16).to(torch::kFloat)));
+          trained.push_back(p.clone());
+        }
+        EXPECT_EQ(net->forward(torch::randn({4, 32})).scalar_type(), torch::kFloat);
+      }
+      EXPECT_EQ(fsdp.memory().gathered, 0u);
+      EXPECT_EQ(net->parameters()[0].scalar_type(), torch::kBFloat16);
+      {
+        auto full = fsdp.full_parameters(/*writeback=*/true);
+        torch::NoGradGuard no_grad;
+        net->parameters()[4].fill_(0.1);  // not a bfloat16 value
+      }
+      {
+        auto full = fsdp.full_parameters();
+        torch::NoGradGuard no_grad;
+        EXPECT_TRUE(torch::all(net->parameters()[4] == 0.1f).item<bool>());
+        trained[4] = net->parameters()[4].clone();
+      }
+    }
+    EXPECT_EQ(storage_bytes(*net), 8 * block_bytes());
+    for (size_t i = 0; i < trained.size(); ++i) {
+      ASSERT_EQ(net->parameters()[i].scalar_type(), torch::kFloat);
+      EXPECT_TRUE(torch::equal(net->parameters()[i], trained[i])) << "parameter " << i;
+    }
+  });
+}
+
 TEST(FsdpErrors, ModelsThatDifferAcrossRanksAreNamed) {
   const auto errors = errors_of(2, [](int rank, std::shared_ptr<Group> group) {
     auto net = layers({8, rank == 0 ? 16 : 17, 4});
@@ -294,9 +455,6 @@ TEST(FsdpErrors, CpuOffloadOfACpuModelAndLbfgs) {
   FsdpOptions offload;
   offload.cpu_offload = true;
   EXPECT_THROW(FullyShardedDataParallel(net, group, offload), InvalidArgument);
-  FsdpOptions half;
-  half.mixed_precision.param_dtype = torch::kBFloat16;
-  EXPECT_THROW(FullyShardedDataParallel(net, group, half), InvalidArgument);
   FullyShardedDataParallel fsdp(net, group);
   torch::optim::LBFGS lbfgs(fsdp.parameters());
   try {
@@ -305,6 +463,34 @@ TEST(FsdpErrors, CpuOffloadOfACpuModelAndLbfgs) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("LBFGS needs whole tensors"), std::string::npos);
   }
+}
+
+// NO_SHARD (DDP underneath) keeps no master copy to cast from; an integer param_dtype is
+// meaningless. Both are refused, saying what to do.
+TEST(FsdpErrors, ParamDtypeUnderNoShardOrNotFloating) {
+  auto net = layers({8, 16, 4});
+  const auto group = make_inproc_groups(1).front();
+  FsdpOptions no_shard = with(ShardingStrategy::kNoShard);
+  no_shard.mixed_precision.param_dtype = torch::kBFloat16;
+  try {
+    FullyShardedDataParallel fsdp(net, group, no_shard);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("not available with NO_SHARD"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("Use SHARD_GRAD_OP with param_dtype"), std::string::npos)
+        << e.what();
+  }
+  FsdpOptions integer;
+  integer.mixed_precision.param_dtype = torch::kInt;
+  try {
+    FullyShardedDataParallel fsdp(net, group, integer);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("must be a floating point dtype"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(net->parameters()[0].scalar_type(), torch::kFloat);  // untouched
 }
 
 TEST(FsdpErrors, HybridShardOnUnevenNodes) {

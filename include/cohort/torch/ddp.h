@@ -79,6 +79,10 @@ struct IterationStats {
   // that computation did not hide. Step time minus it is the time computing.
   double exposed_comm_ms = 0;
   std::vector<BucketStats> buckets;  // in reduction order; empty in a world of one
+  // FullyShardedDataParallel only (0 otherwise): bytes of the units this rank all-gathered for
+  // the iteration's forward and backward, prefetches included, each unit counted at its
+  // gathered size (in MixedPrecisionPolicy::param_dtype when that is set).
+  size_t allgather_bytes = 0;
 };
 
 class DistributedDataParallel {

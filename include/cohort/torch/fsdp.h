@@ -74,10 +74,15 @@ struct AutoWrapPolicy {
   std::function<bool(const std::string& name, const torch::nn::Module& module)> predicate;
 };
 
+// As PyTorch FSDP's MixedPrecision (docs/fsdp.md, "Mixed precision").
 struct MixedPrecisionPolicy {
-  // dtype of the gathered parameters the forward and backward compute with; undefined: the
-  // parameters' own. The shards stay in the parameters' dtype (the master weights).
-  // Not available yet: setting it is an error.
+  // dtype the forward and backward compute with (e.g. torch::kBFloat16); undefined: the
+  // parameters' own. The shards stay in the parameters' dtype (the master weights the
+  // optimizer updates); a unit is gathered by all-gathering the shards cast to param_dtype,
+  // and the module's parameters are param_dtype tensors while this object lives, except inside
+  // full_parameters(), which shows them in their own dtype with the master values, as the
+  // destructor leaves them. Feed the model inputs of param_dtype. Buffers keep their dtype.
+  // Not with kNoShard (an error).
   c10::optional<torch::Dtype> param_dtype;
   // dtype the gradients are reduce-scattered in (e.g. torch::kBFloat16: half the bytes on the
   // wire); the averaged blocks are cast back to the shards' dtype. Undefined: param_dtype, or
@@ -155,7 +160,8 @@ class FullyShardedDataParallel {
 
   // Backward passes inside accumulate each unit's full gradient on this rank without
   // communicating; the next synchronized backward reduces the sum (memory: one full gradient
-  // per rank while accumulating).
+  // per rank while accumulating, in the mixed precision policy's reduce_dtype, which defaults
+  // to param_dtype).
   class NoSync {
    public:
     explicit NoSync(FullyShardedDataParallel* owner);
@@ -178,7 +184,9 @@ class FullyShardedDataParallel {
   // Every parameter whole, gathered from the shards, for as long as the returned object lives
   // (evaluation, export, checkpoint of the full model). Collective. With writeback, changes
   // made to the parameters in the scope are copied into the shards when it ends. Using the
-  // parameters after it ends gathers them again, unit by unit.
+  // parameters after it ends gathers them again, unit by unit. Under param_dtype the
+  // parameters are in their own dtype with the master values in the scope (full precision, as
+  // PyTorch's summon_full_params), param_dtype again after it; take it between iterations.
   class FullParameters {
    public:
     FullParameters(FullyShardedDataParallel* owner, bool writeback);

@@ -27,7 +27,7 @@ void check_parameters(const UnitPlan& plan) {
 }  // namespace
 
 FlatUnit::FlatUnit(UnitPlan plan, int world, int rank, torch::Dtype compute_dtype)
-    : plan_(std::move(plan)), rank_(rank) {
+    : plan_(std::move(plan)), rank_(rank), compute_dtype_(compute_dtype) {
   check_parameters(plan_);
   torch::NoGradGuard no_grad;
   int64_t total = 0;
@@ -55,6 +55,19 @@ void FlatUnit::alias_parameters() {
     const auto& p = plan_.parameters[i].tensor;
     p.set_data(autograd_compat::alias_into(flat_, offsets_[i], p));
   }
+}
+
+void FlatUnit::set_full_precision(bool full) {
+  COHORT_CHECK(state_ == State::kFreed, "FlatUnit::set_full_precision: unit '", name(),
+               "' is not freed");
+  const torch::Dtype dtype = full ? shard_dtype() : compute_dtype_;
+  if (dtype == flat_.scalar_type()) return;
+  torch::NoGradGuard no_grad;
+  // Views of padded_ elements of the new size need that many bytes behind them to be made.
+  autograd_compat::allocate_storage(flat_, padded_ * c10::elementSize(dtype));
+  flat_ = torch::empty({0}, flat_.options().dtype(dtype)).set_(flat_.storage(), 0, {padded_}, {1});
+  alias_parameters();
+  autograd_compat::release_storage(flat_);
 }
 
 void FlatUnit::cut_shard(int world, int rank) {

@@ -10,6 +10,19 @@
 // between uses and allocated again by a gather, so the parameters keep their shapes while
 // holding no memory. A gather all-gathers every rank's shard (cast to the compute dtype) into
 // the flat storage.
+//
+// Note [FSDP param dtype]
+// With MixedPrecisionPolicy::param_dtype the compute dtype differs from the shard's: the flat
+// tensor, and so every parameter viewing it, has the compute dtype (set_data changes a
+// parameter's dtype but keeps its TensorImpl), the shard is cast to it before the all-gather
+// (which so moves param_dtype's bytes), and gradients arrive in it (the gradient node's input
+// metadata is taken from the parameters when it is made, in forward). A unit may be switched,
+// while freed, to gather in the shard's own dtype instead (set_full_precision): the same
+// storage, allocated at the other element size, viewed by a flat tensor and parameters of the
+// other dtype. full_parameters() and the destructor do that so that the model is seen, and
+// left, in its own dtype with the master values, not their rounded copies. A view of a
+// parameter taken in one dtype must not be kept across a switch (it would read the storage
+// with the wrong element size).
 #pragma once
 
 #include <torch/torch.h>
@@ -52,6 +65,13 @@ class FlatUnit {
   size_t gathered_bytes() const { return padded_ * flat_.element_size(); }
   size_t shard_bytes() const { return shard_.nbytes(); }
   torch::Dtype shard_dtype() const { return shard_.scalar_type(); }
+  // The dtype the parameters have (gathered or not): the compute dtype, or the shard's while
+  // set_full_precision(true).
+  torch::Dtype gathered_dtype() const { return flat_.scalar_type(); }
+
+  // Whether a gather fills the parameters in the shard's dtype (full) or the compute dtype
+  // (Note [FSDP param dtype]). Only while freed.
+  void set_full_precision(bool full);
 
   // kFreed -> kGathering: allocates the flat storage and starts the all-gather.
   void start_gather(Group& group, const CollectiveOptions& options);
@@ -76,6 +96,7 @@ class FlatUnit {
 
   UnitPlan plan_;
   int rank_;
+  torch::Dtype compute_dtype_;
   std::vector<int64_t> offsets_;  // of each parameter in the flat tensor
   std::vector<size_t> trainable_;
   int64_t padded_ = 0;

@@ -69,9 +69,16 @@ void check_options(const FsdpOptions& options, const torch::nn::Module& module) 
                "FullyShardedDataParallel: cpu_offload was asked for a model on the CPU; its "
                "shards and optimizer state are in host memory already. Leave cpu_offload off "
                "(it is for models on a CUDA device)");
-  COHORT_CHECK(!options.mixed_precision.param_dtype,
-               "FullyShardedDataParallel: MixedPrecisionPolicy::param_dtype (computing with "
-               "16-bit gathered parameters) is not available yet; reduce_dtype is");
+  const auto& param_dtype = options.mixed_precision.param_dtype;
+  COHORT_CHECK(!param_dtype || c10::isFloatingType(*param_dtype),
+               "FullyShardedDataParallel: MixedPrecisionPolicy::param_dtype must be a floating "
+               "point dtype (torch::kBFloat16, torch::kFloat16), not ",
+               param_dtype ? c10::toString(*param_dtype) : "");
+  COHORT_CHECK(!param_dtype || options.strategy != ShardingStrategy::kNoShard,
+               "FullyShardedDataParallel: MixedPrecisionPolicy::param_dtype is not available "
+               "with NO_SHARD (DistributedDataParallel underneath computes with the parameters' "
+               "own dtype and keeps no master copy). Use SHARD_GRAD_OP with param_dtype (each "
+               "unit gathered once per step, in param_dtype), or leave param_dtype unset");
   COHORT_CHECK(!options.cpu_offload,
                "FullyShardedDataParallel: cpu_offload for models on a CUDA device is not "
                "available in this build of cohort yet");
@@ -301,10 +308,13 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
                                "comm", "comm", work.started_at(), work.finished_at()});
   }
 
-  void start_gather(int u) {
+  // for_iteration: counted in the iteration's stats (not a gather of full_parameters() or of
+  // the destructor).
+  void start_gather(int u, bool for_iteration = true) {
     CollectiveOptions options;
     options.site = CallSite::kFsdpParameters;
     units_[u]->start_gather(*shard_group_, options);
+    if (for_iteration) iteration_.allgather_bytes += units_[u]->gathered_bytes();
     note_gathered();
   }
 
@@ -482,6 +492,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     }
     iteration_.waited += Clock::now() - start;
     stats.exposed_comm_ms = std::chrono::duration<double, std::milli>(iteration_.waited).count();
+    stats.allgather_bytes = iteration_.allgather_bytes;
     last_stats_ = std::move(stats);
   }
 
@@ -671,9 +682,19 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     optimizer.step();
   }
 
+  // Note [FSDP param dtype]: every unit gathers in its shards' dtype (full) or param_dtype.
+  // Frees what is gathered in the other dtype first.
+  void set_full_precision(bool full) {
+    if (!options_.mixed_precision.param_dtype) return;
+    release_all();
+    for (auto& unit : units_) unit->set_full_precision(full);
+  }
+
   void gather_all() {
     for (size_t u = 0; u < units_.size(); ++u) {
-      if (units_[u]->state() == FlatUnit::State::kFreed) start_gather(static_cast<int>(u));
+      if (units_[u]->state() == FlatUnit::State::kFreed) {
+        start_gather(static_cast<int>(u), /*for_iteration=*/false);
+      }
     }
     for (auto& unit : units_) unit->wait_gathered();
   }
@@ -682,6 +703,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   void restore_whole_parameters() noexcept {
     try {
       const UnwatchedScope own_work;
+      set_full_precision(true);
       gather_all();
       torch::NoGradGuard no_grad;
       for (auto& unit : units_) {
@@ -723,6 +745,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     std::vector<torch::Tensor> ready;        // flat gradients waiting for their turn
     std::vector<Clock::time_point> ready_at;
     Clock::duration waited{};  // blocked on all-gathers and at the end of backward
+    size_t allgather_bytes = 0;
     std::vector<ReduceScatter> reductions;
     size_t next_reduction = 0;
     bool end_queued = false;
@@ -825,6 +848,7 @@ FullyShardedDataParallel::FullParameters::FullParameters(FullyShardedDataParalle
   if (impl.ddp_) return;
   impl.raise_pending_error();
   const UnwatchedScope own_work;
+  if (impl.full_parameters_scopes_ == 0) impl.set_full_precision(true);
   impl.gather_all();
   ++impl.full_parameters_scopes_;
 }
@@ -839,6 +863,7 @@ FullyShardedDataParallel::FullParameters::~FullParameters() {
     if (writeback_ && unit->state() == FlatUnit::State::kGathered) unit->write_back_shard();
   }
   impl.release_all();
+  impl.set_full_precision(false);
 }
 
 FullyShardedDataParallel::FullParameters::FullParameters(FullParameters&& other) noexcept
