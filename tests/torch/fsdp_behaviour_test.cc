@@ -449,6 +449,54 @@ TEST(FsdpErrors, UnitWrappedTwiceOrUnknown) {
   }
 }
 
+// NO_SHARD is DistributedDataParallel: a bfloat16 reduce_dtype is DDP's bf16 compression
+// hook, so the two train bit for bit alike, and unlike a float32 reduction.
+TEST(Fsdp, NoShardReducesInReduceDtypeAsDdpsCompressionHook) {
+  const int world = 2;
+  // The parameters after 3 SGD steps on rank-dependent data: FSDP NO_SHARD with
+  // reduce_dtype, then DDP with the bf16 hook, then DDP reducing in float32.
+  std::vector<std::vector<torch::Tensor>> trained(3);
+  auto train = [&](int rank, torch::nn::Module& net, torch::optim::Optimizer& optimizer,
+                   const std::function<void()>& step, int slot) {
+    torch::manual_seed(50 + rank);
+    for (int i = 0; i < 3; ++i) {
+      optimizer.zero_grad();
+      net.as<torch::nn::Sequential>()->forward(torch::randn({4, 8})).pow(2).mean().backward();
+      step();
+    }
+    if (rank == 0) {
+      for (const auto& p : net.parameters()) trained[slot].push_back(p.detach().clone());
+    }
+  };
+  run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
+    torch::manual_seed(3);
+    auto net = layers({8, 16, 4});
+    FsdpOptions options = with(ShardingStrategy::kNoShard);
+    options.mixed_precision.reduce_dtype = torch::kBFloat16;
+    FullyShardedDataParallel fsdp(net, group, options);
+    torch::optim::SGD optimizer(fsdp.parameters(), torch::optim::SGDOptions(0.1));
+    train(rank, *net, optimizer, [&] { fsdp.step(optimizer); }, 0);
+  });
+  for (int slot : {1, 2}) {
+    run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
+      torch::manual_seed(3);
+      auto net = layers({8, 16, 4});
+      DdpOptions options;
+      if (slot == 1) options.comm_hook = bf16_compress_hook();
+      DistributedDataParallel ddp(net, group, options);
+      torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.1));
+      train(rank, *net, optimizer, [&] { optimizer.step(); }, slot);
+    });
+  }
+  ASSERT_EQ(trained[0].size(), trained[1].size());
+  bool differs_from_float32 = false;
+  for (size_t i = 0; i < trained[0].size(); ++i) {
+    EXPECT_TRUE(torch::equal(trained[0][i], trained[1][i])) << "parameter " << i;
+    differs_from_float32 = differs_from_float32 || !torch::equal(trained[0][i], trained[2][i]);
+  }
+  EXPECT_TRUE(differs_from_float32);
+}
+
 TEST(FsdpErrors, CpuOffloadOfACpuModelAndLbfgs) {
   auto net = layers({8, 16, 4});
   const auto group = make_inproc_groups(1).front();
@@ -491,6 +539,25 @@ TEST(FsdpErrors, ParamDtypeUnderNoShardOrNotFloating) {
         << e.what();
   }
   EXPECT_EQ(net->parameters()[0].scalar_type(), torch::kFloat);  // untouched
+}
+
+// Under NO_SHARD reduce_dtype is DDP's compression hook: only 16-bit dtypes, and not besides a
+// hook of the user's.
+TEST(FsdpErrors, ReduceDtypeUnderNoShard) {
+  auto net = layers({8, 16, 4});
+  const auto group = make_inproc_groups(1).front();
+  FsdpOptions wide = with(ShardingStrategy::kNoShard);
+  wide.mixed_precision.reduce_dtype = torch::kFloat64;
+  EXPECT_THROW(FullyShardedDataParallel(net, group, wide), InvalidArgument);
+  FsdpOptions both = with(ShardingStrategy::kNoShard);
+  both.mixed_precision.reduce_dtype = torch::kBFloat16;
+  both.ddp.comm_hook = fp16_compress_hook();
+  try {
+    FullyShardedDataParallel fsdp(net, group, both);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("set one of them"), std::string::npos) << e.what();
+  }
 }
 
 TEST(FsdpErrors, HybridShardOnUnevenNodes) {

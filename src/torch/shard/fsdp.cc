@@ -51,6 +51,7 @@
 #include "coalesced_broadcast.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
+#include "cohort/torch/comm_hook.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "cohort/torch/zero.h"
 #include "model_check.h"
@@ -82,6 +83,25 @@ void check_options(const FsdpOptions& options, const torch::nn::Module& module) 
   COHORT_CHECK(!options.cpu_offload,
                "FullyShardedDataParallel: cpu_offload for models on a CUDA device is not "
                "available in this build of cohort yet");
+}
+
+// kNoShard is DistributedDataParallel: a 16-bit reduce_dtype becomes DDP's compression hook
+// of that dtype (the buckets are cast, averaged and cast back, as FSDP's reduce-scatter does).
+DdpOptions no_shard_ddp_options(const FsdpOptions& options) {
+  DdpOptions ddp = options.ddp;
+  const auto& reduce = options.mixed_precision.reduce_dtype;
+  if (!reduce) return ddp;
+  COHORT_CHECK(*reduce == torch::kBFloat16 || *reduce == torch::kFloat16,
+               "FullyShardedDataParallel: under NO_SHARD MixedPrecisionPolicy::reduce_dtype may "
+               "be torch::kBFloat16 or torch::kFloat16 (DistributedDataParallel's compression "
+               "hooks), not ",
+               c10::toString(*reduce), "; leave it unset to reduce in the parameters' dtype");
+  COHORT_CHECK(ddp.comm_hook == nullptr,
+               "FullyShardedDataParallel: under NO_SHARD MixedPrecisionPolicy::reduce_dtype is "
+               "DistributedDataParallel's compression hook, and FsdpOptions::ddp.comm_hook is "
+               "set as well; set one of them");
+  ddp.comm_hook = *reduce == torch::kBFloat16 ? bf16_compress_hook() : fp16_compress_hook();
+  return ddp;
 }
 
 std::string describe(const std::string& kind, const std::string& name, const torch::Tensor& t) {
@@ -117,7 +137,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     COHORT_CHECK(group_ != nullptr, "FullyShardedDataParallel: the group is null");
     check_options(options_, *module_);
     if (options_.strategy == ShardingStrategy::kNoShard) {
-      ddp_.emplace(module_, group_, options_.ddp);
+      ddp_.emplace(module_, group_, no_shard_ddp_options(options_));
       return;
     }
     make_groups();
