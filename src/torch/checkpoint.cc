@@ -55,18 +55,6 @@ void warn_passed_over(const std::string& why) {
   COHORT_LOG(kWarn, why);
 }
 
-// Rank 0's side of a load: the verified payload, or why there is none.
-void read_on_root(const std::string& path, int64_t& status, std::string& bytes) {
-  try {
-    std::optional<std::string> payload = detail::read_checkpoint_file(path);
-    status = payload ? detail::kStatusOk : detail::kStatusMissing;
-    if (payload) bytes = std::move(*payload);
-  } catch (const std::exception& error) {
-    status = detail::kStatusFailed;
-    bytes = error.what();
-  }
-}
-
 // Restores on every rank, or passes the checkpoint over on every rank (returns false); throws
 // on every rank if it failed on any (Note [Checkpoint collectives]).
 bool restore_everywhere(const std::string& path, Group& group, const std::string& payload,
@@ -142,7 +130,7 @@ bool load_checkpoint(const std::string& path, Group& group, TrainingState& state
   detail::check_optimizer_holds_module_parameters(state, "load_checkpoint");
   int64_t status = detail::kStatusOk;
   std::string bytes;
-  if (group.rank() == 0) read_on_root(path, status, bytes);
+  if (group.rank() == 0) detail::read_file_outcome(path, status, bytes);
   detail::broadcast_outcome(group, status, bytes);
   if (status == detail::kStatusMissing) return false;
   if (status == detail::kStatusFailed) throw CheckpointError(bytes);

@@ -1,7 +1,9 @@
 #include "checkpoint_collectives.h"
 
+#include <optional>
 #include <utility>
 
+#include "checkpoint_file.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/tensor_buffer.h"
@@ -25,6 +27,17 @@ Buffer bytes_buffer(std::string& bytes) {
 }
 
 }  // namespace
+
+void read_file_outcome(const std::string& path, int64_t& status, std::string& bytes) {
+  try {
+    std::optional<std::string> payload = read_checkpoint_file(path);
+    status = payload ? kStatusOk : kStatusMissing;
+    if (payload) bytes = std::move(*payload);
+  } catch (const std::exception& error) {
+    status = kStatusFailed;
+    bytes = error.what();
+  }
+}
 
 void broadcast_outcome(Group& group, int64_t& status, std::string& bytes, int root, CallSite site) {
   const CollectiveOptions options = options_of(site, root);

@@ -18,6 +18,10 @@ namespace cohort::detail {
 // What a rank found: sent ahead of its bytes (a payload, or an error message).
 enum CheckpointStatus : int64_t { kStatusOk = 0, kStatusMissing = 1, kStatusFailed = 2 };
 
+// The verified payload of the checkpoint file at `path` (kStatusOk), kStatusMissing, or
+// kStatusFailed and the error's message: what a root broadcasts.
+void read_file_outcome(const std::string& path, int64_t& status, std::string& bytes);
+
 // `root`'s status and bytes land on every rank.
 void broadcast_outcome(Group& group, int64_t& status, std::string& bytes, int root = 0,
                        CallSite site = CallSite::kUser);

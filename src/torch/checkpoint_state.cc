@@ -37,10 +37,6 @@ std::string describe(const torch::Tensor& tensor) {
 
 // ---- writing
 
-void write_int(OutputArchive& archive, const std::string& key, int64_t value) {
-  archive.write(key, torch::tensor(value), /*is_buffer=*/true);
-}
-
 template <typename Save>
 void write_nested(OutputArchive& archive, const std::string& key, Save&& save) {
   OutputArchive nested(archive.compilation_unit());
@@ -57,15 +53,6 @@ void write_sampler(OutputArchive& archive, const DistributedSampler& sampler) {
     write_int(out, "shuffle", record.shuffle ? 1 : 0);
     write_int(out, "consumed", record.consumed);
   });
-}
-
-std::string to_bytes(OutputArchive& archive) {
-  std::string bytes;
-  archive.save_to([&bytes](const void* data, size_t size) {
-    bytes.append(static_cast<const char*>(data), size);
-    return size;
-  });
-  return bytes;
 }
 
 void write_text(OutputArchive& archive, const std::string& key, const std::string& text) {
@@ -88,15 +75,6 @@ std::string read_text(InputArchive& archive, const std::string& key) {
 
 std::string quoted_job(const std::string& job_id) {
   return job_id.empty() ? std::string("no job id") : "job id '" + job_id + "'";
-}
-
-int64_t read_int(const std::string& path, InputArchive& archive, const std::string& key) {
-  c10::IValue value;
-  const bool found = archive.try_read(key, value) && value.isTensor() &&
-                     value.toTensor().numel() == 1 &&
-                     value.toTensor().scalar_type() == torch::kInt64;
-  if (!found) throw_malformed(path, "it has no integer entry '" + key + "'");
-  return value.toTensor().item<int64_t>();
 }
 
 // A section that the caller asked to restore must be in the file.
@@ -225,6 +203,28 @@ void load_optimizer(const std::string& path, InputArchive& saved,
 }
 
 }  // namespace
+
+void write_int(OutputArchive& archive, const std::string& key, int64_t value) {
+  archive.write(key, torch::tensor(value), /*is_buffer=*/true);
+}
+
+std::string to_bytes(OutputArchive& archive) {
+  std::string bytes;
+  archive.save_to([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  return bytes;
+}
+
+int64_t read_int(const std::string& path, InputArchive& archive, const std::string& key) {
+  c10::IValue value;
+  const bool found = archive.try_read(key, value) && value.isTensor() &&
+                     value.toTensor().numel() == 1 &&
+                     value.toTensor().scalar_type() == torch::kInt64;
+  if (!found) throw_malformed(path, "it has no integer entry '" + key + "'");
+  return value.toTensor().item<int64_t>();
+}
 
 std::string reason_of(const std::exception& error) {
   if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) {

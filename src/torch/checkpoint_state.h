@@ -73,6 +73,13 @@ void or_checkpoint_error(const std::string& context, const char* advice, Fn&& fn
   }
 }
 
+// An int64 scalar entry of an archive, and the bytes of a whole archive.
+void write_int(torch::serialize::OutputArchive& archive, const std::string& key, int64_t value);
+// Throws CheckpointError naming `path` when the archive has no such entry.
+int64_t read_int(const std::string& path, torch::serialize::InputArchive& archive,
+                 const std::string& key);
+std::string to_bytes(torch::serialize::OutputArchive& archive);
+
 // CheckpointError "checkpoint '<path>' does not fit: <what>; load it into the model ...".
 [[noreturn]] void throw_mismatch(const std::string& path, const std::string& what);
 // CheckpointError "checkpoint '<path>' is not a cohort training checkpoint: <what>; ...".
