@@ -357,9 +357,10 @@ void check_optimizer_holds_module_parameters(const TrainingState& state, const c
                    " that is not a parameter of TrainingState::module. A data-parallel "
                    "checkpoint keeps rank 0's optimizer for every rank, which is right only "
                    "when every rank's optimizer holds the model's whole parameters; the "
-                   "optimizer of a ZeroDataParallel holds this rank's shards, and checkpoints "
-                   "of ZeRO optimizer state are not supported yet (docs/sharding.md). Save "
-                   "the model without the optimizer (TrainingState::optimizer = nullptr).");
+                   "optimizer of a ZeroDataParallel holds this rank's shards. Checkpoint a "
+                   "ZeroDataParallel with save_sharded_checkpoint(directory, zero, state) or "
+                   "save_gathered_checkpoint(path, zero, state) (cohort/torch/"
+                   "sharded_checkpoint.h, docs/checkpoints.md).");
     }
   }
 }

@@ -712,6 +712,39 @@ TEST(ShardedCheckpointArguments, UnwritableDirectoryThrowsOnEveryRank) {
   expect_every_rank_names(errors, {directory});
 }
 
+// The sampler is kept as checkpoint.h keeps it: the samples all ranks consumed, so that another
+// world size resumes at consumed / W; another data set is a CheckpointError.
+TEST(ShardedCheckpointSampler, ResumesAtAnotherWorldSize) {
+  TempDir dir;
+  run_with_groups(4, [&](int, std::shared_ptr<Group> group) {
+    RankRun run(Wrap::kZero2, mlp()(), group, OptimizerKind::kAdamW);
+    DistributedSampler sampler(48, *group);
+    sampler.set_epoch(2);
+    sampler.set_position(3);
+    TrainingState state = run.state(11);
+    state.sampler = &sampler;
+    save_sharded_checkpoint(dir.path(), *run.zero(), state);
+  });
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    RankRun run(Wrap::kZero1, mlp()(), group, OptimizerKind::kAdamW);
+    DistributedSampler sampler(48, *group);
+    TrainingState state = run.state();
+    state.sampler = &sampler;
+    ASSERT_TRUE(run.load(dir.path(), state));
+    EXPECT_EQ(sampler.epoch(), 2u) << "rank " << rank;
+    EXPECT_EQ(sampler.position(), 6u) << "rank " << rank;  // 3 * 4 consumed, over 2 ranks
+    EXPECT_EQ(state.step, 11);
+  });
+  const auto errors = checkpoint_errors(2, [&](int, std::shared_ptr<Group> group) {
+    RankRun run(Wrap::kZero1, mlp()(), group, OptimizerKind::kAdamW);
+    DistributedSampler sampler(49, *group);
+    TrainingState state = run.state();
+    state.sampler = &sampler;
+    run.load(dir.path(), state);
+  });
+  expect_every_rank_names(errors, {dir.path(), "sampler over 48 samples"});
+}
+
 // As checkpoint.h's: a job resumes only its own checkpoints unless asked for any.
 TEST(ShardedCheckpointOneProcess, AnotherJobsCheckpointIsPassedOverUnlessAnyJob) {
   TempDir dir;
