@@ -408,6 +408,53 @@ TEST(ShardedCheckpointFiles, DirectoriesThatOnlySomeRanksSeeLoad) {
   expect_every_rank_names(errors, {file, "CRC"});
 }
 
+// Buffers and the parameters ZeRO does not shard (frozen ones) are saved whole from rank 0, as
+// DDP broadcasts rank 0's, and load into a wrapper that holds them otherwise (DDP: a frozen
+// parameter is one more replicated parameter there).
+TEST(ShardedCheckpointFiles, BuffersAndFrozenParametersAreRankZeros) {
+  struct WithBuffers : TestModel {
+    WithBuffers() {
+      fc1 = register_module("fc1", torch::nn::Linear(10, 16));
+      bn = register_module("bn", torch::nn::BatchNorm1d(16));
+      fc2 = register_module("fc2", torch::nn::Linear(16, 4));
+      fc1->bias.set_requires_grad(false);
+    }
+    torch::Tensor forward(torch::Tensor x, int, int) override {
+      return fc2(torch::relu(bn(fc1(x))));
+    }
+    torch::nn::Linear fc1{nullptr};
+    torch::nn::BatchNorm1d bn{nullptr};
+    torch::nn::Linear fc2{nullptr};
+  };
+  TempDir dir;
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    auto model = std::make_shared<WithBuffers>();
+    ZeroOptions options;
+    options.stage = 2;
+    ZeroDataParallel zero(model, group, options);
+    torch::optim::AdamW optimizer(zero.parameters());
+    {
+      torch::NoGradGuard no_grad;  // as if the ranks' copies had drifted apart
+      model->bn->running_mean.fill_(10 + rank);
+      model->fc1->bias.fill_(5 + rank);
+    }
+    save_sharded_checkpoint(dir.path(), zero, TrainingState{model.get(), &optimizer});
+  });
+  run_with_groups(3, [&](int rank, std::shared_ptr<Group> group) {
+    auto model = std::make_shared<WithBuffers>();
+    DistributedDataParallel ddp(model, group);
+    std::vector<torch::Tensor> trained;  // the param group must be the saving run's
+    for (const auto& p : model->parameters()) {
+      if (p.requires_grad()) trained.push_back(p);
+    }
+    torch::optim::AdamW optimizer(trained);
+    TrainingState state{model.get(), &optimizer};
+    ASSERT_TRUE(load_sharded_checkpoint(dir.path(), *group, state));
+    EXPECT_TRUE(torch::equal(model->bn->running_mean, torch::full({16}, 10.0))) << rank;
+    EXPECT_TRUE(torch::equal(model->fc1->bias, torch::full({16}, 5.0))) << rank;
+  });
+}
+
 // The manifest: every parameter with its shape, dtype and the ranges each rank saved (which
 // together cover it once); the files with their CRCs; written last, as JSON before the footer.
 TEST(ShardedCheckpointFiles, ManifestListsEveryParameterAndFile) {
