@@ -96,7 +96,8 @@ std::vector<torch::Tensor> gather_generator_states(const std::string& path, Grou
   return states;
 }
 
-void rethrow_on_every_rank(Group& group, std::exception_ptr error, CallSite site) {
+std::exception_ptr first_failure_on_any_rank(Group& group, std::exception_ptr error,
+                                             CallSite site) {
   enum Kind : int64_t { kNone = 0, kInvalidArgument = 1, kOther = 2 };
   int64_t kind = kNone;
   std::string message;
@@ -117,8 +118,15 @@ void rethrow_on_every_rank(Group& group, std::exception_ptr error, CallSite site
     if (kinds[static_cast<size_t>(r)] == kNone) continue;
     int64_t status = kinds[static_cast<size_t>(r)];
     broadcast_outcome(group, status, message, /*root=*/r, site);
-    if (status == kInvalidArgument) throw InvalidArgument(message);
-    throw CheckpointError(message);
+    if (status == kInvalidArgument) return std::make_exception_ptr(InvalidArgument(message));
+    return std::make_exception_ptr(CheckpointError(message));
+  }
+  return nullptr;
+}
+
+void rethrow_on_every_rank(Group& group, std::exception_ptr error, CallSite site) {
+  if (auto failure = first_failure_on_any_rank(group, std::move(error), site)) {
+    std::rethrow_exception(failure);
   }
 }
 

@@ -38,9 +38,11 @@ JobCheck broadcast_job_check(Group& group, const JobCheck& mine, CallSite site =
 std::vector<torch::Tensor> gather_generator_states(const std::string& path, Group& group,
                                                    CallSite site = CallSite::kUser);
 
-// Each rank passes what it caught (null: nothing). When any rank caught something, every rank
-// throws the error of the lowest such rank: an InvalidArgument as an InvalidArgument, anything
-// else as a CheckpointError, with that rank's message. Collective.
+// Each rank passes what it caught (null: nothing). When any rank caught something, returns on
+// every rank the error of the lowest such rank: an InvalidArgument as an InvalidArgument,
+// anything else as a CheckpointError, with that rank's message; else null. Collective.
+std::exception_ptr first_failure_on_any_rank(Group& group, std::exception_ptr error, CallSite site);
+// The same, thrown.
 void rethrow_on_every_rank(Group& group, std::exception_ptr error, CallSite site);
 
 }  // namespace cohort::detail

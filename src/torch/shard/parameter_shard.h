@@ -13,6 +13,10 @@
 //    undefined) and one public overload in sharded_checkpoint.h; nothing else changes.
 // The checkpoint code sees only RankHoldings: it saves each shard's range of values and of the
 // optimizer state kept for `tensor`, and loads any saved ranges back into any other holdings.
+// The names are those of the user's module (module.named_parameters() and named_buffers()),
+// since the manifest matches by name across wrappers and a gathered save writes the module's
+// layout (torch::nn::Module::save) with the gathered values: every parameter and buffer of the
+// module must be described, as a shard or as an unsharded tensor, under its own name.
 #pragma once
 
 #include <torch/torch.h>

@@ -284,6 +284,40 @@ void remove_earlier_saves(const std::string& directory, const std::string& token
   }
 }
 
+// Runs fn() and returns what it threw (null: nothing).
+template <typename Fn>
+std::exception_ptr caught(Fn&& fn) {
+  try {
+    fn();
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+// Steps 4 of Note [Sharded save]: the table of every rank's ranges and file, and rank 0's
+// manifest; the failure every rank gets (null: none).
+std::exception_ptr commit_manifest(const std::string& directory, Group& group,
+                                   const RankHoldings& holdings, const TrainingState& state,
+                                   const OptimizerCodec* codec,
+                                   const std::vector<detail::SavedRange>& ranges,
+                                   const detail::ManifestFile& file, const std::string& token) {
+  const std::vector<int64_t> table = gather_table(group, ranges, file);
+  int64_t status = detail::kStatusOk;
+  std::string message;
+  if (group.rank() == 0) {
+    try {
+      write_manifest(directory, build_manifest(holdings, state, codec, table, group.size(), token));
+    } catch (const std::exception& e) {
+      status = detail::kStatusFailed;
+      message = e.what();
+    }
+  }
+  detail::broadcast_outcome(group, status, message, /*root=*/0, kSave);
+  if (status == detail::kStatusOk) return nullptr;
+  return std::make_exception_ptr(CheckpointError(message));
+}
+
 void save_sharded(const std::string& directory, Group& group, const RankHoldings& holdings,
                   const TrainingState& state, const torch::nn::Module* expected_module) {
   const OptimizerCodec* codec =
@@ -293,31 +327,16 @@ void save_sharded(const std::string& directory, Group& group, const RankHoldings
   const std::string mine =
       join(directory, detail::shard_file_name(group.rank(), group.size(), token));
   detail::ManifestFile file;
-  try {
-    std::exception_ptr error;
-    try {
-      file = write_shard_file(directory, token, group, holdings, ranges, state, codec);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    detail::rethrow_on_every_rank(group, error, kSave);
-    const std::vector<int64_t> table = gather_table(group, ranges, file);
-    int64_t status = detail::kStatusOk;
-    std::string message;
-    if (group.rank() == 0) {
-      try {
-        write_manifest(directory,
-                       build_manifest(holdings, state, codec, table, group.size(), token));
-      } catch (const std::exception& e) {
-        status = detail::kStatusFailed;
-        message = e.what();
-      }
-    }
-    detail::broadcast_outcome(group, status, message, /*root=*/0, kSave);
-    if (status != detail::kStatusOk) throw CheckpointError(message);
-  } catch (...) {
-    ::unlink(mine.c_str());  // named by no manifest
-    throw;
+  std::exception_ptr failure = caught(
+      [&] { file = write_shard_file(directory, token, group, holdings, ranges, state, codec); });
+  failure = detail::first_failure_on_any_rank(group, failure, kSave);
+  if (!failure)
+    failure = commit_manifest(directory, group, holdings, state, codec, ranges, file, token);
+  // Only a failure every rank agrees on removes the file: after a broken group (an exception
+  // thrown above), rank 0 may have written a manifest that names it.
+  if (failure) {
+    ::unlink(mine.c_str());
+    std::rethrow_exception(failure);
   }
   remove_earlier_saves(directory, token);
 }
@@ -519,61 +538,69 @@ void check_every_needed_file_seen(const std::string& directory, const Manifest& 
   }
 }
 
+// Row r of `ranges`: rank r's [offset, length] of each shard, end to end.
+struct ShardRanges {
+  std::vector<int64_t> all;
+  size_t count = 0;
+  int64_t offset(int rank, size_t shard) const { return all[(rank * count + shard) * 2]; }
+  int64_t length(int rank, size_t shard) const { return all[(rank * count + shard) * 2 + 1]; }
+};
+
+// The shards of `dtype`: each rank's packed end to end, padded to the longest rank's, one
+// all-gather, and each piece copied to its place in the full parameter.
+void gather_full_parameters_of(Group& group, const RankHoldings& holdings,
+                               const ShardRanges& ranges, torch::ScalarType dtype) {
+  const auto& shards = holdings.shards;
+  int64_t longest = 0;
+  for (int r = 0; r < group.size(); ++r) {
+    int64_t total = 0;
+    for (size_t s = 0; s < shards.size(); ++s) {
+      if (shards[s].dtype == dtype) total += ranges.length(r, s);
+    }
+    longest = std::max(longest, total);
+  }
+  if (longest == 0) return;
+  torch::Tensor packed = torch::zeros({longest}, torch::TensorOptions(dtype));
+  int64_t at = 0;
+  for (const ParameterShard& shard : shards) {
+    if (shard.dtype != dtype || shard.length == 0) continue;
+    packed.narrow(0, at, shard.length).copy_(shard.tensor.detach().reshape({-1}));
+    at += shard.length;
+  }
+  torch::Tensor gathered = torch::empty({longest * group.size()}, packed.options());
+  CollectiveOptions options;
+  options.site = kLoad;
+  group.allgather(tensor_buffer(packed), tensor_buffer(gathered), options);
+  for (int r = 0; r < group.size(); ++r) {
+    int64_t from = r * longest;
+    for (size_t s = 0; s < shards.size(); ++s) {
+      const int64_t length = ranges.length(r, s);
+      if (shards[s].dtype != dtype || length == 0) continue;
+      shards[s]
+          .full_parameter.detach()
+          .view({-1})
+          .narrow(0, ranges.offset(r, s), length)
+          .copy_(gathered.narrow(0, from, length));
+      from += length;
+    }
+  }
+}
+
 // Where a wrapper keeps whole parameters besides its shards (ZeRO), every rank's shards are
-// all-gathered into them: one all-gather per dtype, each rank's shards packed end to end and
-// padded to the longest rank's.
+// all-gathered into them, one all-gather per dtype.
 void gather_full_parameters(Group& group, const RankHoldings& holdings) {
-  const size_t count = holdings.shards.size();
   std::vector<int64_t> mine;
+  std::vector<torch::ScalarType> dtypes;
   for (const ParameterShard& shard : holdings.shards) {
     mine.push_back(shard.offset);
     mine.push_back(shard.length);
-  }
-  const std::vector<int64_t> all = allgather_rows(group, mine, kLoad);
-  CollectiveOptions options;
-  options.site = kLoad;
-  std::vector<torch::ScalarType> dtypes;
-  for (const ParameterShard& shard : holdings.shards) {
     if (std::find(dtypes.begin(), dtypes.end(), shard.dtype) == dtypes.end()) {
       dtypes.push_back(shard.dtype);
     }
   }
+  const ShardRanges ranges{allgather_rows(group, mine, kLoad), holdings.shards.size()};
   torch::NoGradGuard no_grad;
-  for (torch::ScalarType dtype : dtypes) {
-    auto length_of = [&](int r, size_t s) { return all[(r * count + s) * 2 + 1]; };
-    int64_t longest = 0;
-    for (int r = 0; r < group.size(); ++r) {
-      int64_t total = 0;
-      for (size_t s = 0; s < count; ++s) {
-        if (holdings.shards[s].dtype == dtype) total += length_of(r, s);
-      }
-      longest = std::max(longest, total);
-    }
-    if (longest == 0) continue;
-    torch::Tensor packed = torch::zeros({longest}, torch::TensorOptions(dtype));
-    int64_t at = 0;
-    for (const ParameterShard& shard : holdings.shards) {
-      if (shard.dtype != dtype || shard.length == 0) continue;
-      packed.narrow(0, at, shard.length).copy_(shard.tensor.detach().reshape({-1}));
-      at += shard.length;
-    }
-    torch::Tensor gathered = torch::empty({longest * group.size()}, packed.options());
-    group.allgather(tensor_buffer(packed), tensor_buffer(gathered), options);
-    for (int r = 0; r < group.size(); ++r) {
-      int64_t from = r * longest;
-      for (size_t s = 0; s < count; ++s) {
-        const ParameterShard& shard = holdings.shards[s];
-        const int64_t length = length_of(r, s);
-        if (shard.dtype != dtype || length == 0) continue;
-        const int64_t offset = all[(r * count + s) * 2];
-        shard.full_parameter.detach()
-            .view({-1})
-            .narrow(0, offset, length)
-            .copy_(gathered.narrow(0, from, length));
-        from += length;
-      }
-    }
-  }
+  for (torch::ScalarType dtype : dtypes) gather_full_parameters_of(group, holdings, ranges, dtype);
 }
 
 bool keeps_full_parameters(const RankHoldings& holdings) {
@@ -634,17 +661,6 @@ void restore_shard_values(const RankHoldings& holdings, LoadPlan& plan) {
   }
 }
 
-// Runs fn() and returns what it threw (null: nothing).
-template <typename Fn>
-std::exception_ptr caught(Fn&& fn) {
-  try {
-    fn();
-  } catch (...) {
-    return std::current_exception();
-  }
-  return nullptr;
-}
-
 bool load_sharded(const std::string& directory, Group& group, const RankHoldings& holdings,
                   TrainingState& state, const LoadOptions& options,
                   const torch::nn::Module* expected_module) {
@@ -690,11 +706,17 @@ bool load_sharded(const std::string& directory, Group& group, const RankHoldings
 void write_module(torch::serialize::OutputArchive& archive, const torch::nn::Module& module,
                   const std::string& prefix,
                   const std::unordered_map<std::string, torch::Tensor>& values) {
+  auto value_of = [&](const std::string& key) {
+    const auto it = values.find(prefix + key);
+    COHORT_INTERNAL_ASSERT(it != values.end(), "the module's '", prefix, key,
+                           "' is none of the tensors its wrapper describes (RankHoldings)");
+    return it->second;
+  };
   for (const auto& item : module.named_parameters(/*recurse=*/false)) {
-    archive.write(item.key(), values.at(prefix + item.key()));
+    archive.write(item.key(), value_of(item.key()));
   }
   for (const auto& item : module.named_buffers(/*recurse=*/false)) {
-    archive.write(item.key(), values.at(prefix + item.key()), /*is_buffer=*/true);
+    archive.write(item.key(), value_of(item.key()), /*is_buffer=*/true);
   }
   for (const auto& child : module.named_children()) {
     if (!child.value()->is_serializable()) continue;
