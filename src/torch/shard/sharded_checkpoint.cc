@@ -1,4 +1,5 @@
-// Sharded and gathered checkpoints (cohort/torch/sharded_checkpoint.h). Every form works on
+// Sharded checkpoints (cohort/torch/sharded_checkpoint.h); the gathered save is in
+// gathered_checkpoint.cc, what both share in sharded_common.h. Every form works on
 // RankHoldings (Note [Rank holdings] in parameter_shard.h), whatever wrapper described them.
 //
 // Note [Sharded save]
@@ -67,133 +68,24 @@
 #include "shard/parameter_shard.h"
 #include "shard/shard_manifest.h"
 #include "shard/shard_pieces.h"
+#include "shard/sharded_common.h"
 
 namespace cohort {
 namespace {
 
+using detail::allgather_rows;
+using detail::caught;
 using detail::concat;
+using detail::join;
+using detail::kLoad;
+using detail::kSave;
 using detail::Manifest;
-using detail::ManifestTensor;
 using detail::OptimizerCodec;
 using detail::ParameterShard;
 using detail::RankHoldings;
+using detail::shard_names;
 
-constexpr CallSite kSave = CallSite::kCheckpointSave;
-constexpr CallSite kLoad = CallSite::kCheckpointLoad;
-
-std::string join(const std::string& directory, const std::string& name) {
-  return !directory.empty() && directory.back() == '/' ? directory + name : directory + "/" + name;
-}
-
-// ---- arguments (checked before anything is touched)
-
-// The name of each shard tensor, by its TensorImpl (what an optimizer holds).
-std::unordered_map<const void*, std::string> shard_names(const RankHoldings& holdings) {
-  std::unordered_map<const void*, std::string> names;
-  for (const ParameterShard& shard : holdings.shards) {
-    names[shard.tensor.unsafeGetTensorImpl()] = shard.name;
-  }
-  return names;
-}
-
-// The codec of state.optimizer (null without one). Throws InvalidArgument for an optimizer of
-// a kind not known or holding a tensor that is not one of the holdings' shards.
-const OptimizerCodec* check_arguments(const TrainingState& state, const RankHoldings& holdings,
-                                      const torch::nn::Module* expected_module,
-                                      const char* caller) {
-  detail::check_training_state(state, caller);
-  COHORT_CHECK(expected_module == nullptr || state.module == expected_module, caller,
-               ": TrainingState::module is not the ZeroDataParallel's module; point it at "
-               "&zero.module()");
-  if (state.optimizer == nullptr) return nullptr;
-  const OptimizerCodec* codec = detail::codec_of(*state.optimizer);
-  COHORT_CHECK(codec != nullptr, caller,
-               ": the optimizer is none of the kinds whose state a sharded checkpoint can cut "
-               "into ranges (",
-               detail::known_optimizers(),
-               "); save the model without it (TrainingState::optimizer = nullptr)");
-  const auto names = shard_names(holdings);
-  const auto& groups = state.optimizer->param_groups();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (size_t i = 0; i < groups[g].params().size(); ++i) {
-      const torch::Tensor& tensor = groups[g].params()[i];
-      std::ostringstream shape;
-      shape << tensor.sizes();
-      COHORT_CHECK(names.count(tensor.unsafeGetTensorImpl()) != 0, caller,
-                   ": the optimizer's param group ", g, " holds, at ", i, ", a tensor of shape ",
-                   shape.str(),
-                   " that is not one the wrapper gives the optimizer: build it over "
-                   "zero.parameters() (or zero.named_parameters()) under ZeroDataParallel, over "
-                   "the module's parameters under DistributedDataParallel or in one process");
-    }
-  }
-  return codec;
-}
-
-// Runs the checks on every rank and makes every rank throw the first failure.
-const OptimizerCodec* agree_on_arguments(Group& group, const TrainingState& state,
-                                         const RankHoldings& holdings,
-                                         const torch::nn::Module* expected_module,
-                                         const char* caller, CallSite site) {
-  const OptimizerCodec* codec = nullptr;
-  std::exception_ptr error;
-  try {
-    codec = check_arguments(state, holdings, expected_module, caller);
-  } catch (...) {
-    error = std::current_exception();
-  }
-  detail::rethrow_on_every_rank(group, error, site);
-  return codec;
-}
-
-// ---- the manifest's table: every rank's ranges
-
-// Every rank's `mine` (the same length on every rank), rank after rank.
-template <typename T>
-std::vector<T> allgather_rows(Group& group, const std::vector<T>& mine, CallSite site) {
-  std::vector<T> all(mine.size() * static_cast<size_t>(group.size()));
-  CollectiveOptions options;
-  options.site = site;
-  group.allgather(make_buffer(mine), make_buffer(all), options);
-  return all;
-}
-
-// Every rank's saved ranges (and, for a sharded save, its file's size and CRC-32) on every
-// rank: rank r's row is [bytes, crc, offset_0, length_0, offset_1, length_1, ...].
-std::vector<int64_t> gather_table(Group& group, const std::vector<detail::SavedRange>& ranges,
-                                  const detail::ManifestFile& file) {
-  std::vector<int64_t> mine = {static_cast<int64_t>(file.bytes), file.crc32};
-  for (const detail::SavedRange& range : ranges) {
-    mine.push_back(range.offset);
-    mine.push_back(range.length);
-  }
-  return allgather_rows(group, mine, kSave);
-}
-
-std::vector<ManifestTensor> tensor_table(const RankHoldings& holdings,
-                                         const std::vector<int64_t>& table, int world_size) {
-  std::vector<ManifestTensor> tensors;
-  for (const ParameterShard& shard : holdings.shards) {
-    tensors.push_back({shard.name, false, shard.shape, c10::toString(shard.dtype), {}});
-  }
-  for (const detail::UnshardedTensor& t : holdings.unsharded) {
-    tensors.push_back(
-        {t.name, t.buffer, t.tensor.sizes().vec(), c10::toString(t.tensor.scalar_type()), {}});
-  }
-  const size_t row = table.size() / static_cast<size_t>(world_size);
-  for (int r = 0; r < world_size; ++r) {
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const int64_t offset = table[r * row + 2 + 2 * i];
-      const int64_t length = table[r * row + 3 + 2 * i];
-      if (length > 0) tensors[i].pieces.push_back({r, offset, length});
-    }
-  }
-  for (ManifestTensor& t : tensors) {
-    std::sort(t.pieces.begin(), t.pieces.end(),
-              [](const auto& a, const auto& b) { return a.offset < b.offset; });
-  }
-  return tensors;
-}
+// ---- the manifest
 
 detail::ManifestOptimizer optimizer_entry(const torch::optim::Optimizer& optimizer,
                                           const OptimizerCodec& codec,
@@ -224,7 +116,7 @@ Manifest build_manifest(const RankHoldings& holdings, const TrainingState& state
   m.rng = state.rng;
   if (state.sampler != nullptr) m.sampler = detail::sampler_record(*state.sampler);
   if (state.optimizer != nullptr) m.optimizer = optimizer_entry(*state.optimizer, *codec, holdings);
-  m.tensors = tensor_table(holdings, table, world_size);
+  m.tensors = detail::tensor_table(holdings, table, world_size);
   const size_t row = table.size() / static_cast<size_t>(world_size);
   for (int r = 0; r < world_size; ++r) {
     m.files.push_back({detail::shard_file_name(r, world_size, token),
@@ -284,17 +176,6 @@ void remove_earlier_saves(const std::string& directory, const std::string& token
   }
 }
 
-// Runs fn() and returns what it threw (null: nothing).
-template <typename Fn>
-std::exception_ptr caught(Fn&& fn) {
-  try {
-    fn();
-  } catch (...) {
-    return std::current_exception();
-  }
-  return nullptr;
-}
-
 // Steps 4 of Note [Sharded save]: the table of every rank's ranges and file, and rank 0's
 // manifest; the failure every rank gets (null: none).
 std::exception_ptr commit_manifest(const std::string& directory, Group& group,
@@ -302,7 +183,7 @@ std::exception_ptr commit_manifest(const std::string& directory, Group& group,
                                    const OptimizerCodec* codec,
                                    const std::vector<detail::SavedRange>& ranges,
                                    const detail::ManifestFile& file, const std::string& token) {
-  const std::vector<int64_t> table = gather_table(group, ranges, file);
+  const std::vector<int64_t> table = detail::gather_table(group, ranges, file);
   int64_t status = detail::kStatusOk;
   std::string message;
   if (group.rank() == 0) {
@@ -320,8 +201,8 @@ std::exception_ptr commit_manifest(const std::string& directory, Group& group,
 
 void save_sharded(const std::string& directory, Group& group, const RankHoldings& holdings,
                   const TrainingState& state, const torch::nn::Module* expected_module) {
-  const OptimizerCodec* codec =
-      agree_on_arguments(group, state, holdings, expected_module, "save_sharded_checkpoint", kSave);
+  const OptimizerCodec* codec = detail::agree_on_arguments(group, state, holdings, expected_module,
+                                                           "save_sharded_checkpoint", kSave);
   const std::string token = broadcast_token(group);
   const auto ranges = detail::saved_ranges(holdings, group.rank(), group.size());
   const std::string mine =
@@ -664,8 +545,8 @@ void restore_shard_values(const RankHoldings& holdings, LoadPlan& plan) {
 bool load_sharded(const std::string& directory, Group& group, const RankHoldings& holdings,
                   TrainingState& state, const LoadOptions& options,
                   const torch::nn::Module* expected_module) {
-  const OptimizerCodec* codec =
-      agree_on_arguments(group, state, holdings, expected_module, "load_sharded_checkpoint", kLoad);
+  const OptimizerCodec* codec = detail::agree_on_arguments(group, state, holdings, expected_module,
+                                                           "load_sharded_checkpoint", kLoad);
   const std::optional<Manifest> manifest = broadcast_manifest(directory, group);
   if (!manifest) return false;
   const Manifest& m = *manifest;
@@ -699,162 +580,6 @@ bool load_sharded(const std::string& directory, Group& group, const RankHoldings
   return true;
 }
 
-// ---- gathered save
-
-// Writes the module as torch::nn::Module::save lays it out, with each parameter's and buffer's
-// value taken from `values` (by full name).
-void write_module(torch::serialize::OutputArchive& archive, const torch::nn::Module& module,
-                  const std::string& prefix,
-                  const std::unordered_map<std::string, torch::Tensor>& values) {
-  auto value_of = [&](const std::string& key) {
-    const auto it = values.find(prefix + key);
-    COHORT_INTERNAL_ASSERT(it != values.end(), "the module's '", prefix, key,
-                           "' is none of the tensors its wrapper describes (RankHoldings)");
-    return it->second;
-  };
-  for (const auto& item : module.named_parameters(/*recurse=*/false)) {
-    archive.write(item.key(), value_of(item.key()));
-  }
-  for (const auto& item : module.named_buffers(/*recurse=*/false)) {
-    archive.write(item.key(), value_of(item.key()), /*is_buffer=*/true);
-  }
-  for (const auto& child : module.named_children()) {
-    if (!child.value()->is_serializable()) continue;
-    torch::serialize::OutputArchive nested(archive.compilation_unit());
-    write_module(nested, *child.value(), prefix + child.key() + ".", values);
-    archive.write(child.key(), nested);
-  }
-}
-
-// Rank 0: every tensor whole, from every rank's payload, and the file of them.
-class GatheredFile {
- public:
-  GatheredFile(const RankHoldings& holdings, std::vector<ManifestTensor> tensors,
-               const TrainingState& state)
-      : tensors_(std::move(tensors)) {
-    std::unordered_map<std::string, bool> stepped;
-    if (state.optimizer != nullptr) {
-      const auto names = shard_names(holdings);
-      for (const auto& group : state.optimizer->param_groups()) {
-        for (const auto& tensor : group.params()) {
-          stepped[names.at(tensor.unsafeGetTensorImpl())] = true;
-        }
-      }
-    }
-    std::vector<detail::PieceNeed> needs;
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      const ManifestTensor& t = tensors_[i];
-      const auto dtype = i < holdings.shards.size()
-                             ? holdings.shards[i].dtype
-                             : holdings.unsharded[i - holdings.shards.size()].tensor.scalar_type();
-      needs.push_back({i, 0, t.numel(), dtype, stepped.count(t.name) != 0});
-    }
-    pieces_ = std::make_unique<detail::PieceCollector>(tensors_, std::move(needs), -1);
-  }
-
-  detail::PieceCollector& pieces() { return *pieces_; }
-
-  // The checkpoint file's payload, as save_checkpoint would write it for one process whose
-  // model and optimizer hold what all the ranks held together.
-  std::string encode(const std::string& path, const RankHoldings& holdings,
-                     const TrainingState& state, const OptimizerCodec* codec, int world_size,
-                     const std::vector<torch::Tensor>& rng_states) {
-    pieces_->check_complete(path);
-    std::unordered_map<std::string, torch::Tensor> values;
-    auto& collected = pieces_->collected();
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      values[tensors_[i].name] = collected[i].values.view(tensors_[i].shape);
-    }
-    std::unique_ptr<torch::optim::Optimizer> optimizer;
-    if (state.optimizer != nullptr) optimizer = full_optimizer(holdings, state, *codec, values);
-    TrainingState full = state;
-    full.optimizer = optimizer.get();
-    return detail::encode_training_state(path, full, world_size, rng_states,
-                                         detail::current_job_id(),
-                                         [&](torch::serialize::OutputArchive& out) {
-                                           write_module(out, *state.module, "", values);
-                                         });
-  }
-
- private:
-  // An optimizer of the same kind and param groups over the whole values (stand-ins for the
-  // parameters), holding the whole state.
-  std::unique_ptr<torch::optim::Optimizer> full_optimizer(
-      const RankHoldings& holdings, const TrainingState& state, const OptimizerCodec& codec,
-      const std::unordered_map<std::string, torch::Tensor>& values) {
-    const auto names = shard_names(holdings);
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    for (const auto& group : state.optimizer->param_groups()) {
-      std::vector<torch::Tensor> params;
-      for (const auto& tensor : group.params()) {
-        params.push_back(values.at(names.at(tensor.unsafeGetTensorImpl())));
-      }
-      groups.emplace_back(std::move(params), group.options().clone());
-    }
-    auto optimizer = codec.make_optimizer(std::move(groups), state.optimizer->defaults());
-    auto& collected = pieces_->collected();
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      if (!collected[i].has_state) continue;
-      const torch::Tensor& value = values.at(tensors_[i].name);
-      for (auto& [name, field] : collected[i].state.fields) field = field.view(value.sizes());
-      detail::set_state_of(*optimizer, value, codec.make_state(collected[i].state));
-    }
-    return optimizer;
-  }
-
-  std::vector<ManifestTensor> tensors_;
-  std::unique_ptr<detail::PieceCollector> pieces_;
-};
-
-void save_gathered(const std::string& path, Group& group, const RankHoldings& holdings,
-                   const TrainingState& state, const torch::nn::Module* expected_module) {
-  const OptimizerCodec* codec = agree_on_arguments(group, state, holdings, expected_module,
-                                                   "save_gathered_checkpoint", kSave);
-  const auto ranges = detail::saved_ranges(holdings, group.rank(), group.size());
-  const std::vector<int64_t> table = gather_table(group, ranges, {});
-  std::vector<torch::Tensor> rng_states;
-  if (state.rng) rng_states = detail::gather_generator_states(path, group, kSave);
-  int64_t status = detail::kStatusOk;
-  std::string bytes;
-  try {
-    bytes = detail::encode_shard_payload(path, holdings, ranges, state.optimizer, codec, {});
-  } catch (const std::exception& e) {
-    status = detail::kStatusFailed;
-    bytes = e.what();
-  }
-  if (group.rank() != 0) {
-    detail::send_outcome(group, 0, status, bytes, kSave);
-  } else {
-    std::string message;
-    GatheredFile file(holdings, tensor_table(holdings, table, group.size()), state);
-    for (int r = 0; r < group.size(); ++r) {
-      if (r > 0) detail::recv_outcome(group, r, status, bytes, kSave);
-      if (!message.empty()) continue;  // still receive from every rank
-      if (status != detail::kStatusOk) {
-        message = bytes;
-        continue;
-      }
-      try {
-        file.pieces().consume(r, concat(path, " (rank ", r, "'s part)"), bytes);
-      } catch (const std::exception& e) {
-        message = e.what();
-      }
-    }
-    try {
-      if (!message.empty()) throw CheckpointError(message);
-      detail::write_checkpoint_file(
-          path, file.encode(path, holdings, state, codec, group.size(), rng_states));
-      status = detail::kStatusOk;
-    } catch (const std::exception& e) {
-      status = detail::kStatusFailed;
-      message = e.what();
-    }
-    bytes = message;
-  }
-  detail::broadcast_outcome(group, status, bytes, /*root=*/0, kSave);
-  if (status != detail::kStatusOk) throw CheckpointError(bytes);
-}
-
 // ---- one process: a group of one
 
 std::shared_ptr<Group> group_of_one() {
@@ -876,11 +601,6 @@ bool load_sharded_checkpoint(const std::string& directory, ZeroDataParallel& zer
                              TrainingState& state, const LoadOptions& options) {
   return load_sharded(directory, zero.group(), detail::zero_holdings(zero), state, options,
                       &zero.module());
-}
-
-void save_gathered_checkpoint(const std::string& path, ZeroDataParallel& zero,
-                              const TrainingState& state) {
-  save_gathered(path, zero.group(), detail::zero_holdings(zero), state, &zero.module());
 }
 
 void save_sharded_checkpoint(const std::string& directory, Group& group,
