@@ -19,7 +19,12 @@
 # malloc_env.sh), PEERS_WORK (raw outputs go to $PEERS_WORK/compare-zero-<date>; default
 # /tmp/cohort-peers), SMALL_MODEL, SMALL_BATCH, SMALL_TIMING, LARGE_MODEL, LARGE_BATCH,
 # LARGE_TIMING, LARGE4_TIMING, SHORT_MODEL, SHORT_BATCH, SHORT_TIMING (the options of each kind
-# of run; defaults below), SKIP_LARGE=1 (the small model only).
+# of run; defaults below), SKIP_LARGE=1 (the small model only), CONFIGS (which kinds of run, of
+# "small large short large4"; default all), SKIP_TORCH=1 (cohort's runs only), RUN_TIMEOUT
+# (seconds before a run that has not exited is stopped, default 1200: PyTorch's peer can hang
+# in its teardown after printing its lines, which are kept), BASELINE_ZERO_BENCH (another build's cohort-zero-bench, e.g. of the commit before a
+# change: its DDP, ZeRO-1 and ZeRO-2 run in every round too, as "base_*", so that before and
+# after are measured on the same machine state).
 #
 # Malloc and BLAS, as bench/compare_ddp.sh:
 #  - the PyTorch peer runs with ../shared/peers/malloc_env.sh sourced, as the peers' baselines
@@ -33,6 +38,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-3}
 bench=${COHORT_ZERO_BENCH:-$here/build/bin/cohort-zero-bench}
+baseline=${BASELINE_ZERO_BENCH:-}
 peers=${PEERS_DIR:-$here/../shared/peers}
 work=${PEERS_WORK:-/tmp/cohort-peers}
 py=/usr/bin/python3  # Debian's python3-torch 1.13.1, the same libtorch as cohort's
@@ -46,12 +52,17 @@ large4_timing=${LARGE4_TIMING:---warmup 1 --steps 1 --windows 1}  # 4 ranks: mem
 short_model=${SHORT_MODEL:---layers 12 --width 768 --heads 12 --context 32}
 short_batch=${SHORT_BATCH:-2}
 short_timing=${SHORT_TIMING:---warmup 2 --steps 3 --windows 3}
+configs=" ${CONFIGS:-small large short large4} "
+[ "${SKIP_LARGE:-0}" = 1 ] && configs=" small "
+run_timeout=${RUN_TIMEOUT:-1200}
 
 die() { echo "compare_zero.sh: $*" >&2; exit 2; }
 [ -x "$bench" ] || die "no $bench: build it (cmake --build build --target cohort-zero-bench) \
 or set COHORT_ZERO_BENCH"
+[ -z "$baseline" ] || [ -x "$baseline" ] || die "BASELINE_ZERO_BENCH=$baseline is not executable"
 [ -f "$peers/malloc_env.sh" ] || die "no $peers/malloc_env.sh (set PEERS_DIR)"
-"$py" -c 'from torch.distributed.optim import ZeroRedundancyOptimizer' 2>/dev/null ||
+[ "${SKIP_TORCH:-0}" = 1 ] ||
+  "$py" -c 'from torch.distributed.optim import ZeroRedundancyOptimizer' 2>/dev/null ||
   die "$py cannot import torch's ZeroRedundancyOptimizer: apt-get install python3-torch"
 
 # ---- BLAS: which libblas.so.3 the alternatives system selects, and that libtorch loads it.
@@ -87,20 +98,27 @@ torch=("${no_malloc_env[@]}" "${peer_malloc[@]}" "$py" "$here/bench/zero_peer.py
 run() {
   local file=$out/$1.$2.txt
   shift 2
-  if ! "$@" >"$file" 2>&1; then
+  if ! timeout -k 10 "$run_timeout" "$@" >"$file" 2>&1; then
     echo "  $(basename "$file" .txt) failed; the end of its output:" >&2
     tail -3 "$file" >&2
   fi
 }
 
-# five MODEL ROUND BATCH "MODEL OPTIONS" "TIMING": the five systems at 2 ranks.
+# five MODEL ROUND BATCH "MODEL OPTIONS" "TIMING": the five systems at 2 ranks (and the
+# baseline's three, interleaved with cohort's).
 five() {
   local m=$1 r=$2 batch=$3 opts=$4 timing=$5 s
   for s in ddp zero1 zero2; do
     # shellcheck disable=SC2086  # the options are words
     run "$m.cohort_${s}.2" "$r" "${cohort[@]}" 2 "$bench" --strategy "$s" --batch "$batch" \
       $opts $timing
+    if [ -n "$baseline" ]; then
+      # shellcheck disable=SC2086
+      run "$m.base_${s}.2" "$r" "${cohort[@]}" 2 "$baseline" --strategy "$s" --batch "$batch" \
+        $opts $timing
+    fi
   done
+  [ "${SKIP_TORCH:-0}" = 1 ] && return
   for s in ddp zero1; do
     # shellcheck disable=SC2086
     run "$m.torch_${s}.2" "$r" "${torch[@]}" --strategy "$s" --world 2 --batch "$batch" \
@@ -108,19 +126,32 @@ five() {
   done
 }
 
+wanted() { [[ "$configs" == *" $1 "* ]]; }
+
 for r in $(seq "$rounds"); do
-  echo "[$(date +%H:%M:%S)] round $r/$rounds: small model, 2 ranks" >&2
-  five small "$r" "$small_batch" "$small_model" "$small_timing"
-  [ "${SKIP_LARGE:-0}" = 1 ] && continue
-  echo "[$(date +%H:%M:%S)] round $r/$rounds: large model, 2 ranks" >&2
-  five large "$r" "$large_batch" "$large_model" "$large_timing"
-  echo "[$(date +%H:%M:%S)] round $r/$rounds: large model, short sequences, 2 ranks" >&2
-  five short "$r" "$short_batch" "$short_model" "$short_timing"
+  if wanted small; then
+    echo "[$(date +%H:%M:%S)] round $r/$rounds: small model, 2 ranks" >&2
+    five small "$r" "$small_batch" "$small_model" "$small_timing"
+  fi
+  if wanted large; then
+    echo "[$(date +%H:%M:%S)] round $r/$rounds: large model, 2 ranks" >&2
+    five large "$r" "$large_batch" "$large_model" "$large_timing"
+  fi
+  if wanted short; then
+    echo "[$(date +%H:%M:%S)] round $r/$rounds: large model, short sequences, 2 ranks" >&2
+    five short "$r" "$short_batch" "$short_model" "$short_timing"
+  fi
+  wanted large4 || continue
   echo "[$(date +%H:%M:%S)] round $r/$rounds: large model, 4 ranks (memory)" >&2
   for s in ddp zero1 zero2; do
     # shellcheck disable=SC2086
     run "large.cohort_${s}.4" "$r" "${cohort[@]}" 4 "$bench" --strategy "$s" \
       --batch "$large_batch" $large_model $large4_timing
+    if [ -n "$baseline" ]; then
+      # shellcheck disable=SC2086
+      run "large.base_${s}.4" "$r" "${cohort[@]}" 4 "$baseline" --strategy "$s" \
+        --batch "$large_batch" $large_model $large4_timing
+    fi
   done
 done
 

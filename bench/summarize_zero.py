@@ -20,6 +20,10 @@ SYSTEMS = [  # name, label
     ("cohort_zero2", "cohort ZeRO-2"),
     ("torch_ddp", "PyTorch DDP"),
     ("torch_zero1", "PyTorch ZeroRedundancyOptimizer"),
+    # compare_zero.sh with BASELINE_ZERO_BENCH: another build's cohort, in the same rounds.
+    ("base_ddp", "baseline cohort DDP"),
+    ("base_zero1", "baseline cohort ZeRO-1"),
+    ("base_zero2", "baseline cohort ZeRO-2"),
 ]
 MB = 1e6
 
@@ -28,15 +32,17 @@ def fields(line):
     return dict(re.findall(r"(\S+?)=(\S+)", line))
 
 
-def load(out, model, system, ranks):
-    """[(step fields, [mem fields by rank])] over the rounds that printed a STEP line."""
+def load(out, model, system, ranks, with_round=False):
+    """[(step fields, [mem fields by rank])] over the rounds that printed a STEP line (with the
+    round number first when with_round)."""
     runs = []
     for path in sorted(glob.glob(f"{out}/{model}.{system}.{ranks}.*.txt")):
         lines = open(path, errors="replace").read().splitlines()
         steps = [fields(l) for l in lines if l.startswith("STEP ")]
         mems = [fields(l) for l in lines if l.startswith("MEM ")]
         if steps:
-            runs.append((steps[-1], mems))
+            round_number = int(os.path.basename(path).split(".")[-2])
+            runs.append((round_number, steps[-1], mems) if with_round else (steps[-1], mems))
     return runs
 
 
@@ -49,7 +55,7 @@ def largest_rank(mems, key):
 
 
 def throughput_table(out, model, ranks=2):
-    """Prints the table; returns {system: median samples/s}."""
+    """Prints the table; returns {system: {round: samples/s}}."""
     print(f"\n## {model} model, {ranks} ranks: throughput (median over rounds)")
     print("| system | params | samples/s | (min-max, n) | ms/step | forward | backward | "
           "optimizer | exposed comm |")
@@ -58,15 +64,17 @@ def throughput_table(out, model, ranks=2):
     for name, label in SYSTEMS:
         runs = load(out, model, name, ranks)
         if not runs:
-            print(f"| {label} | - | - | | | | | | |")
+            if not name.startswith("base_"):
+                print(f"| {label} | - | - | | | | | | |")
             continue
         sps = [float(s["samples_per_s"]) for s, _ in runs]
         phase = lambda k: med([float(s[k]) for s, _ in runs if k in s])
-        result[name] = med(sps)
+        result[name] = {r: float(s["samples_per_s"])
+                        for r, s, _ in load(out, model, name, ranks, with_round=True)}
         exposed = phase("exposed_comm_ms")
-        print(f"| {label} | {runs[0][0]['params']} | {result[name]:.2f} | "
+        print(f"| {label} | {runs[0][0]['params']} | {med(sps):.2f} | "
               f"({min(sps):.2f}-{max(sps):.2f}, n={len(sps)}) | "
-              f"{float(runs[0][0]['global_batch']) * 1e3 / result[name]:.0f} | "
+              f"{float(runs[0][0]['global_batch']) * 1e3 / med(sps):.0f} | "
               f"{phase('forward_ms'):.0f} | {phase('backward_ms'):.0f} | "
               f"{phase('optimizer_ms'):.0f} | {'-' if exposed is None else f'{exposed:.0f}'} |")
     return result
@@ -122,25 +130,36 @@ def rss_phase_table(out, model, ranks):
 
 
 def ratio_row(label, a, b, target=None):
-    if a is None or b is None:
-        print(f"| {label} | - | {'' if target is None else f'>= {target:g}'} | |")
-        return
-    value = a / b
-    verdict = "" if target is None else ("met" if value >= target else "MISSED")
+    """a, b: {round: samples/s}. The ratio of the medians, and the median (min-max) of the
+    ratios within each round, which the machine's drift between rounds disturbs less."""
     goal = "" if target is None else f">= {target:g}"
-    print(f"| {label} | {value:.3f} | {goal} | {verdict} |")
+    if not a or not b:
+        print(f"| {label} | - | - | {goal} | |")
+        return
+    value = med(list(a.values())) / med(list(b.values()))
+    paired = [a[r] / b[r] for r in sorted(a) if r in b]
+    per_round = (f"{med(paired):.3f} ({min(paired):.3f}-{max(paired):.3f}, n={len(paired)})"
+                 if paired else "-")
+    verdict = "" if target is None else ("met" if value >= target else "MISSED")
+    print(f"| {label} | {value:.3f} | {per_round} | {goal} | {verdict} |")
 
 
 def throughput_ratios(model, t):
     g = t.get
-    print(f"\n| {model} model, 2 ranks: throughput ratio | value | target | |")
-    print("|---|---|---|---|")
+    print(f"\n| {model} model, 2 ranks: throughput ratio | of the medians | per round, median "
+          "(min-max) | target | |")
+    print("|---|---|---|---|---|")
     ratio_row("cohort ZeRO-1 / cohort DDP", g("cohort_zero1"), g("cohort_ddp"), 0.95)
     ratio_row("cohort ZeRO-2 / cohort DDP", g("cohort_zero2"), g("cohort_ddp"), 0.95)
     ratio_row("cohort ZeRO-1 / PyTorch ZeroRedundancyOptimizer", g("cohort_zero1"),
               g("torch_zero1"), 1.5)
     ratio_row("cohort DDP / PyTorch DDP", g("cohort_ddp"), g("torch_ddp"))
     ratio_row("PyTorch ZeroRedundancyOptimizer / PyTorch DDP", g("torch_zero1"), g("torch_ddp"))
+    if g("base_ddp") is not None:
+        ratio_row("baseline ZeRO-1 / baseline DDP", g("base_zero1"), g("base_ddp"), 0.95)
+        ratio_row("baseline ZeRO-2 / baseline DDP", g("base_zero2"), g("base_ddp"), 0.95)
+        for s in ("ddp", "zero1", "zero2"):
+            ratio_row(f"cohort {s} / baseline {s}", g(f"cohort_{s}"), g(f"base_{s}"))
 
 
 def memory_ratios(model, by_ranks):
@@ -149,8 +168,11 @@ def memory_ratios(model, by_ranks):
     print("|---|---|---|---|")
     paper = {"cohort_zero1": lambda w: (8 + 8 / w) / 16, "cohort_zero2": lambda w: (4 + 12 / w) / 16,
              "torch_zero1": lambda w: (8 + 8 / w) / 16}
-    for name, label in SYSTEMS[1:3] + SYSTEMS[4:]:
-        base = "torch_ddp" if name.startswith("torch") else "cohort_ddp"
+    paper["base_zero1"], paper["base_zero2"] = paper["cohort_zero1"], paper["cohort_zero2"]
+    for name, label in SYSTEMS[1:3] + SYSTEMS[4:5] + SYSTEMS[6:]:
+        if not any(name in m for m in by_ranks.values()):
+            continue
+        base = {"torch": "torch_ddp", "base_": "base_ddp"}.get(name[:5], "cohort_ddp")
         for kind, index in (("now", 0), ("peak", 1)):
             cells = []
             for ranks in (2, 4):

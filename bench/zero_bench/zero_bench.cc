@@ -13,6 +13,8 @@
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -53,6 +55,7 @@ struct Config {
   int64_t seed = 0;
   std::string timeline;
   double timeout_s = 300;
+  bool checksum = false;
 
   int stage() const { return strategy == "zero1" ? 1 : strategy == "zero2" ? 2 : 0; }
   cohort::Milliseconds timeout() const {
@@ -87,6 +90,9 @@ void add_run_options(CLI::App& app, Config& c) {
   app.add_option("--timeline", c.timeline,
                  "write a Chrome trace of the timed steps (forward, backward, optimizer, each "
                  "bucket's reduction) to this file (docs/timeline.md)");
+  app.add_flag("--checksum", c.checksum,
+               "print a PARAMS line: a hash of every bit of the trained parameters, and whether "
+               "all ranks hold the same (to compare two builds bit for bit)");
 }
 
 void add_options(CLI::App& app, Config& c) {
@@ -206,6 +212,20 @@ class Bench {
   }
 
   int64_t parameter_count() const { return char_lm::count_parameters(*model_); }
+
+  // FNV-1a over the bytes of every parameter, in registration order, of every rank (collective).
+  std::vector<int64_t> parameter_hashes() {
+    uint64_t hash = 1469598103934665603ull;
+    for (const auto& p : model_->parameters()) {
+      const auto bytes = p.detach().contiguous();
+      const auto* data = static_cast<const uint8_t*>(bytes.data_ptr());
+      for (size_t i = 0; i < bytes.nbytes(); ++i) hash = (hash ^ data[i]) * 1099511628211ull;
+    }
+    std::vector<int64_t> mine{static_cast<int64_t>(hash)};
+    std::vector<int64_t> all(static_cast<size_t>(config_.world));
+    group_->allgather(cohort::make_buffer(mine), cohort::make_buffer(all));
+    return all;
+  }
   const Phases& phases() const { return phases_; }
 
   // A failing rank breaks the group so that its peers stop now instead of at their deadline.
@@ -391,6 +411,14 @@ void report_step(const Config& c, const Bench& bench, const std::vector<double>&
       ms(p.optimizer), ms(p.exposed_comm));
 }
 
+void report_hashes(const Config& c, const std::vector<int64_t>& hashes) {
+  const bool equal = std::all_of(hashes.begin(), hashes.end(),
+                                 [&](int64_t h) { return h == hashes.front(); });
+  std::printf("PARAMS impl=cohort strategy=%s world=%d hash=%016llx ranks_equal=%s\n",
+              c.strategy.c_str(), c.world, static_cast<unsigned long long>(hashes.front()),
+              equal ? "yes" : "no");
+}
+
 void report_memory(const Config& c, const std::vector<Figures>& ranks) {
   for (size_t r = 0; r < ranks.size(); ++r) {
     const Figures& f = ranks[r];
@@ -412,9 +440,11 @@ int run(const Config& c) {
   try {
     const auto per_step = bench.run();
     const auto ranks = bench.figures_of_ranks();
+    const auto hashes = c.checksum ? bench.parameter_hashes() : std::vector<int64_t>{};
     if (c.rank == 0) {
       report_step(c, bench, per_step);
       report_memory(c, ranks);
+      if (c.checksum) report_hashes(c, hashes);
     }
     bench.finish();
   } catch (const std::exception& e) {

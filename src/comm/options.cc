@@ -35,6 +35,10 @@ const char* call_site_name(CallSite site) {
     case CallSite::kZeroGradients: return "ZeRO's gradient reduce-scatter";
     case CallSite::kZeroParameters: return "ZeRO's parameter all-gather";
     case CallSite::kGradNorm: return "clip_grad_norm";
+    case CallSite::kFsdpConstructor: return "FullyShardedDataParallel's constructor";
+    case CallSite::kFsdpParameters: return "FSDP's parameter all-gather";
+    case CallSite::kFsdpGradients: return "FSDP's gradient reduce-scatter";
+    case CallSite::kFsdpEndOfBackward: return "FSDP's end of backward";
   }
   return "";
 }

@@ -9,6 +9,11 @@
 //  - a tensor sharing another's storage that autograd does not consider a view, so that
 //    Optimizer::zero_grad() may detach_() it (libtorch 1.13 detaches .grad in place, which
 //    throws for views).
+// What FSDP needs besides (Note [FSDP interception] in shard/fsdp.cc):
+//  - a parameter made the output of a node of its own (its gradient edge), so that one node
+//    receives every gradient of a unit's parameters;
+//  - a storage whose memory is released and allocated again while every tensor over it keeps
+//    its shape (what PyTorch's FSDP does with storage().resize_(0)).
 #pragma once
 
 #include <torch/csrc/autograd/engine.h>
@@ -78,6 +83,56 @@ inline torch::Tensor alias_range(const torch::Tensor& tensor, int64_t offset, in
   torch::NoGradGuard no_grad;
   return torch::empty({0}, tensor.options().requires_grad(false))
       .set_(tensor.storage(), tensor.storage_offset() + offset, {length}, {1});
+}
+
+namespace detail {
+class GradientSink final : public Node {
+ public:
+  explicit GradientSink(std::function<void(std::vector<torch::Tensor>&&)> fn)
+      : Node(/*sequence_nr=*/UINT64_MAX), fn_(std::move(fn)) {}  // runs as soon as it is ready
+  std::string name() const override { return "cohort::GradientSink"; }
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& gradients) override {
+    fn_(std::move(gradients));
+    return {};
+  }
+
+ private:
+  std::function<void(std::vector<torch::Tensor>&&)> fn_;
+};
+}  // namespace detail
+
+// Makes every tensor of `tensors` (parameters that require grad) an output of one new node:
+// the operations recorded from now on send their gradients to it instead of accumulating them
+// into .grad, and in a backward pass it calls fn once, with one gradient per tensor (undefined
+// where the pass gave that tensor none), when every gradient that pass will produce has
+// arrived. An exception from fn leaves backward(). Keep the returned node alive while it must
+// be reachable; clear_gradient_route makes a tensor a leaf again.
+inline std::shared_ptr<Node> route_gradients(const std::vector<torch::Tensor>& tensors,
+                                             std::function<void(std::vector<torch::Tensor>&&)> fn) {
+  auto node = std::make_shared<detail::GradientSink>(std::move(fn));
+  for (const auto& tensor : tensors) {
+    const uint32_t input = node->add_input_metadata(tensor);
+    torch::autograd::impl::set_gradient_edge(tensor, torch::autograd::Edge(node, input));
+  }
+  return node;
+}
+inline void clear_gradient_route(const torch::Tensor& tensor) {
+  torch::autograd::impl::set_gradient_edge(tensor, torch::autograd::Edge());
+}
+
+// Frees the memory of `tensor`'s storage; the tensors over it keep their shapes and must not
+// be read until allocate_storage.
+inline void release_storage(const torch::Tensor& tensor) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, tensor.device()));
+  storage->set_nbytes(0);
+}
+
+// Gives a released storage `nbytes` of fresh (uninitialized) memory from its own allocator.
+inline void allocate_storage(const torch::Tensor& tensor, size_t nbytes) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
+  storage->set_nbytes(nbytes);
 }
 
 }  // namespace cohort::autograd_compat

@@ -45,6 +45,48 @@ std::string bytes_text(double bytes) {
 
 }  // namespace
 
+// ---- Note [Gradient memory]
+
+torch::Tensor GradientMemory::allocate(const std::shared_ptr<GradientMemory>& memory, int64_t numel,
+                                       const torch::TensorOptions& options) {
+  auto real = torch::empty({numel}, options.requires_grad(false));
+  if (memory == nullptr) return real;
+  const size_t bytes = real.nbytes();
+  memory->add(bytes);
+  // The returned tensor's storage keeps `real` alive; freeing it frees `real` and counts.
+  return torch::from_blob(
+      real.data_ptr(), {numel}, [real, memory, bytes](void*) { memory->sub(bytes); },
+      real.options());
+}
+
+void GradientMemory::set_untracked(std::function<size_t()> untracked) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  untracked_ = std::move(untracked);
+}
+
+void GradientMemory::add(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  held_ += bytes;
+  peak_ = std::max(peak_, held_ + (untracked_ ? untracked_() : 0));
+}
+
+void GradientMemory::sub(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  held_ -= bytes;
+}
+
+size_t GradientMemory::held() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return held_;
+}
+
+size_t GradientMemory::peak() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_;
+}
+
+// ---- the reducer
+
 Reducer::Reducer(std::shared_ptr<Group> group, std::vector<Parameter> parameters,
                  const DdpOptions& options, std::function<void(int)> sync_buffers,
                  ReducerSharding sharding)
@@ -136,10 +178,12 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   locations_ = std::move(locations);
 }
 
-// Gives a bucket its (zeroed) memory and the parameter-shaped views into it.
+// Gives a bucket its memory and the parameter-shaped views into it. Persistent buckets start
+// zeroed (made once); a transient one (ZeRO-2) only has its padding zeroed: bind_gradient
+// writes every parameter's part before the bucket is reduced.
 void Reducer::allocate(Bucket& bucket) const {
   const auto& first = parameters_[bucket.members.front()].tensor;
-  bucket.grads.buffer = torch::zeros({bucket.numel}, first.options().requires_grad(false));
+  bucket.grads.buffer = GradientMemory::allocate(sharding_.memory, bucket.numel, first.options());
   bucket.grads.gradients.clear();
   int64_t offset = 0;
   for (size_t p : bucket.members) {
@@ -147,6 +191,12 @@ void Reducer::allocate(Bucket& bucket) const {
     bucket.grads.gradients.push_back(
         autograd_compat::alias_into(bucket.grads.buffer, offset, tensor));
     offset += tensor.numel();
+  }
+  torch::NoGradGuard no_grad;
+  if (sharding_.transient_buckets) {
+    bucket.grads.buffer.narrow(0, offset, bucket.numel - offset).zero_();
+  } else {
+    bucket.grads.buffer.zero_();
   }
 }
 
@@ -161,7 +211,6 @@ const torch::Tensor& Reducer::alias_of(size_t parameter) {
   if (!bucket.grads.buffer.defined()) {
     release_reduced_buckets();
     allocate(bucket);
-    peak_bucket_bytes_ = std::max(peak_bucket_bytes_, held_bucket_bytes());
   }
   return bucket.grads.gradients[at.slot];
 }
@@ -186,34 +235,31 @@ size_t Reducer::bucket_nbytes(const Bucket& bucket) const {
   return static_cast<size_t>(bucket.numel) * first.element_size();
 }
 
-size_t Reducer::bucket_bytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return held_bucket_bytes();
-}
-
-size_t Reducer::held_bucket_bytes() const {
+size_t Reducer::unbucketed_gradient_bytes() const {
   size_t bytes = 0;
-  for (const auto& bucket : buckets_) {
-    if (bucket.grads.buffer.defined()) bytes += bucket.grads.buffer.nbytes();
+  for (size_t p = 0; p < parameters_.size(); ++p) {
+    const auto& grad = parameters_[p].tensor.grad();
+    if (!grad.defined()) continue;
+    const auto& buffer = buckets_[locations_[p].bucket].grads.buffer;
+    if (buffer.defined() && grad.storage().is_alias_of(buffer.storage())) continue;
+    bytes += grad.nbytes();
   }
   return bytes;
 }
 
-size_t Reducer::peak_bucket_bytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return std::max(peak_bucket_bytes_, held_bucket_bytes());
-}
-
-// Note [ZeRO gradients]: after ZeRO took the reduced blocks, a bucket holds nothing anyone
-// needs; the next backward starts it from zero.
-void Reducer::release_or_zero_buckets() {
-  torch::NoGradGuard no_grad;
+// Note [ZeRO gradients]: once ZeRO took the reduced blocks, a transient bucket holds nothing
+// anyone needs. A persistent one holds this rank's reduced block, which the shards' .grad now
+// view; the parameters' .grad (views of the whole bucket, this rank's own gradients and the
+// reduced block mixed) are released instead of zeroing the bucket, so the next backward
+// copies its gradients in (bind_gradient) and nothing is zeroed.
+void Reducer::release_after_sharded_reduction() {
   for (auto& bucket : buckets_) {
-    if (sharding_.transient_buckets)
+    if (sharding_.transient_buckets) {
       free_memory(bucket);
-    else {
-      bucket.grads.buffer.zero_();
+      continue;
     }
+    bucket.holds_reduced = true;
+    for (size_t p : bucket.members) parameters_[p].tensor.mutable_grad() = torch::Tensor();
   }
 }
 
@@ -252,7 +298,13 @@ std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {
 void Reducer::on_gradient_accumulated(size_t parameter) {
   std::lock_guard<std::mutex> lock(mutex_);
   used_since_sync_[parameter] = 1;
-  if (no_sync_) return;  // the gradient accumulates in .grad; the next sync reduces it
+  if (no_sync_) {
+    // The gradient accumulates in .grad; the next sync reduces it. ZeRO-1 keeps it in the
+    // bucket, as its .grad did before the last reduction released them.
+    if (sharding_.on_reduced && !sharding_.transient_buckets) bind_gradient(parameter);
+    return;
+  }
+  release_reduced_buckets();
   if (!iteration_started_) start_iteration();
   try {
     COHORT_CHECK(!ready_[parameter], "DistributedDataParallel: parameter '",
@@ -293,6 +345,11 @@ void Reducer::bind_gradient(size_t parameter) {
   auto& grad = parameters_[parameter].tensor.mutable_grad();
   const auto& alias = alias_of(parameter);
   if (grad.defined() && shares_memory(grad, alias)) return;
+  Bucket& bucket = buckets_[locations_[parameter].bucket];
+  if (bucket.holds_reduced) {
+    bucket.holds_reduced = false;
+    if (sharding_.before_rewrite) sharding_.before_rewrite(bucket.grads.index, bucket.grads.buffer);
+  }
   if (grad.defined()) {
     COHORT_CHECK(grad.layout() == torch::kStrided, "DistributedDataParallel: parameter '",
                  parameters_[parameter].name,
@@ -394,7 +451,7 @@ void Reducer::finish_iteration_locked(std::vector<std::string>& unexpected_unuse
   if (used_map_work) used_map_work->wait();
   if (sharding_.on_reduced) {
     sharding_.on_reduced(used_somewhere());
-    release_or_zero_buckets();
+    release_after_sharded_reduction();
   } else {
     forget_globally_unused_gradients();
   }
@@ -427,8 +484,8 @@ void Reducer::account(size_t bucket, const Work& work) {
   stats.comm_ms = Ms(work.finished_at() - work.started_at()).count();
   pending_stats_.buckets.push_back(stats);
   if (options_.timeline) {
-    options_.timeline->record({"bucket " + std::to_string(bucket) + " allreduce", "comm", "comm",
-                               work.started_at(), work.finished_at()});
+    options_.timeline->record({"bucket " + std::to_string(bucket) + " " + sharding_.collective,
+                               "comm", "comm", work.started_at(), work.finished_at()});
   }
 }
 
@@ -560,11 +617,8 @@ bool Reducer::shadow_iteration() {
   authority_ = lowest_training;
   std::fill(used_since_sync_.begin(), used_since_sync_.end(), 0);
   for (auto& bucket : buckets_) {
-    if (bucket.grads.buffer.defined()) {
-      bucket.grads.buffer.zero_();
-    } else {
-      allocate(bucket);
-    }
+    if (!bucket.grads.buffer.defined()) allocate(bucket);
+    bucket.grads.buffer.zero_();
     bucket.reduction = hook_->start(*group_, bucket.grads);
   }
   auto used_map_work = start_used_map_allreduce();

@@ -38,6 +38,35 @@
 
 namespace cohort {
 
+// Note [Gradient memory]
+// ZeRO reports the gradient memory it holds, and the most it held at once, from the memory it
+// allocates itself (buckets, reduced blocks, the shards' .grad): each such tensor counts from
+// its allocation until its memory is freed, by whoever drops the last reference to it (the
+// deleter of the tensor's storage subtracts it). The parameters' own .grad that autograd makes
+// outside the buckets (accumulated under no_sync at stage 2, or a gradient about to be copied
+// into its bucket) are added by a callback, at every allocation and whenever asked: the peak is
+// taken at the moments memory is allocated, which is when it can grow.
+class GradientMemory {
+ public:
+  // An uninitialized 1-D tensor of numel elements that counts here until its memory is freed.
+  // Thread-safe; the tensor may outlive this object's owner (it keeps the counter alive).
+  static torch::Tensor allocate(const std::shared_ptr<GradientMemory>& memory, int64_t numel,
+                                const torch::TensorOptions& options);
+  // Bytes of gradients held outside the allocations above, called at each allocation.
+  void set_untracked(std::function<size_t()> untracked);
+  size_t held() const;  // the allocations alive now (without the untracked bytes)
+  size_t peak() const;  // the most of held() + untracked() seen at once
+
+ private:
+  void add(size_t bytes);
+  void sub(size_t bytes);
+
+  mutable std::mutex mutex_;
+  size_t held_ = 0;
+  size_t peak_ = 0;
+  std::function<size_t()> untracked_;
+};
+
 // What ZeRO (src/torch/shard/zero.cc, Note [ZeRO gradients]) changes in the reducer. The
 // default is plain DDP.
 struct ReducerSharding {
@@ -45,13 +74,24 @@ struct ReducerSharding {
   // bucket splits into equal blocks for a reduce-scatter.
   int64_t pad_to = 1;
   // ZeRO-2: a bucket's memory exists only from its first gradient of an iteration to the end
-  // of its reduction; .grad of the parameters is copied into it and released.
+  // of its reduction; .grad of the parameters is copied into it and released. Only the
+  // padding is zeroed when it is allocated: every parameter's part is written before the
+  // bucket is reduced.
   bool transient_buckets = false;
   // Called at the end of every synchronized backward, after the reductions, with used[p] = 1
-  // where some rank gave parameter p a gradient since the last synchronization. Then the
-  // buckets are zeroed (persistent) or freed (transient): they hold each rank's own gradients
-  // since the last synchronization, which this call has consumed.
+  // where some rank gave parameter p a gradient since the last synchronization. Then transient
+  // buckets are freed; persistent ones (ZeRO-1) keep what on_reduced left in them, and the
+  // parameters' .grad (views into them) are released instead of the buckets being zeroed.
   std::function<void(const std::vector<char>& used)> on_reduced;
+  // ZeRO-1: called before a persistent bucket that on_reduced left as it was is written again
+  // (its first gradient of a later backward, under no_sync too), with its index and buffer, so
+  // that what still points into it can move out. Every parameter's part of the bucket is then
+  // overwritten (copied into, or zeroed) before the bucket is next reduced.
+  std::function<void(size_t bucket, const torch::Tensor& buffer)> before_rewrite;
+  // The name of a bucket's collective on the timeline: "bucket k <collective>".
+  std::string collective = "allreduce";
+  // Where the buckets' memory is counted (Note [Gradient memory]); null: not counted.
+  std::shared_ptr<GradientMemory> memory;
 };
 
 // One bucket's place in the parameters, for ZeRO's shards (Reducer::layout()).
@@ -90,9 +130,9 @@ class Reducer {
   const IterationStats& last_iteration_stats() const { return stats_; }
   std::vector<BucketLayout> layout() const;
   const std::vector<Parameter>& parameters() const { return parameters_; }
-  // Bytes of gradients the buckets hold now, and at most since construction.
-  size_t bucket_bytes() const;
-  size_t peak_bucket_bytes() const;
+  // Bytes of the parameters' .grad that are not views into a bucket (Note [Gradient memory]).
+  // Takes no lock: call it on the autograd thread, or when no backward runs.
+  size_t unbucketed_gradient_bytes() const;
 
  private:
   struct Bucket {
@@ -102,6 +142,8 @@ class Reducer {
     size_t pending = 0;           // members not yet ready this iteration
     std::optional<PendingReduction> reduction;
     Clock::time_point launched_at;
+    // ZeRO-1: on_reduced left the bucket as it was; before_rewrite runs before the next write.
+    bool holds_reduced = false;
   };
   struct Location {
     size_t bucket = 0;
@@ -121,7 +163,7 @@ class Reducer {
 
   void allocate(Bucket& bucket) const;
   static void free_memory(Bucket& bucket);
-  void release_or_zero_buckets();
+  void release_after_sharded_reduction();
   const torch::Tensor& alias_of(size_t parameter);
   void bind_gradient(size_t parameter);
   void mark_ready(size_t parameter);
@@ -134,7 +176,6 @@ class Reducer {
   void forget_globally_unused_gradients();
   std::vector<char> used_somewhere() const;
   size_t bucket_nbytes(const Bucket& bucket) const;
-  size_t held_bucket_bytes() const;
   void rebuild_buckets_from_ready_order();
   void reset_iteration();
 
@@ -146,7 +187,6 @@ class Reducer {
   bool alone_with_default_hook_;
   std::function<void(int)> sync_buffers_;
   ReducerSharding sharding_;
-  size_t peak_bucket_bytes_ = 0;
 
   std::vector<Bucket> buckets_;
   std::vector<Location> locations_;

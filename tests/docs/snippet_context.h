@@ -18,6 +18,7 @@
 #include "cohort/torch/comm_hook.h"
 #include "cohort/torch/ddp.h"
 #include "cohort/torch/distributed_sampler.h"
+#include "cohort/torch/fsdp.h"
 #include "cohort/torch/zero.h"
 #ifdef COHORT_SNIPPET_MPI
 #include "cohort/comm/mpi_comm.h"

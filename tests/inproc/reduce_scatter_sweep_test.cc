@@ -1,5 +1,6 @@
 // Reduce-scatter over world sizes x counts x every dtype x every op x every algorithm (direct,
-// ring, recursive halving, auto): rank r must get the reduction of block r.
+// ring, recursive halving, auto): rank r must get the reduction of block r, out of place and in
+// place (the output is the rank's own block of the input).
 #include <gtest/gtest.h>
 
 #include "support/collective_checks.h"
@@ -18,6 +19,11 @@ TEST_P(ReduceScatterSweep, EveryDTypeOpAlgorithmAndCount) {
                             testing::check_reduce_scatter);
 }
 
+TEST_P(ReduceScatterSweep, InPlaceEveryDTypeOpAlgorithmAndCount) {
+  testing::sweep_reductions(GetParam(), "reduce_scatter in place", kAlgorithms, 8009,
+                            testing::check_reduce_scatter_in_place);
+}
+
 // Blocks of more pipeline segments than the landing window holds, so the windows wrap around:
 // the segmented variants.
 TEST_P(ReduceScatterSweep, LargeFloat32Sum) {
@@ -27,6 +33,12 @@ TEST_P(ReduceScatterSweep, LargeFloat32Sum) {
       [](Group& group, Algorithm algorithm) {
         return testing::check_reduce_scatter(group, (1u << 18) + 3, DType::kFloat32, ReduceOp::kSum,
                                              algorithm);
+      });
+  testing::sweep_algorithms(
+      GetParam(), "reduce_scatter in place", {Algorithm::kRing, Algorithm::kHalvingDoubling},
+      [](Group& group, Algorithm algorithm) {
+        return testing::check_reduce_scatter_in_place(group, (1u << 18) + 3, DType::kFloat32,
+                                                      ReduceOp::kAvg, algorithm);
       });
 }
 

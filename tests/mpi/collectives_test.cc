@@ -113,6 +113,9 @@ TEST(MpiCollectives, AllgatherReduceScatterAllToAll) {
           fail_if(group, testing::check_reduce_scatter(group, count, dtype, op, a),
                   "reduce_scatter ", algorithm_name(a), " ", dtype_name(dtype), " ",
                   reduce_op_name(op), " count ", count);
+          fail_if(group, testing::check_reduce_scatter_in_place(group, count, dtype, op, a),
+                  "reduce_scatter in place ", algorithm_name(a), " ", dtype_name(dtype), " ",
+                  reduce_op_name(op), " count ", count);
         }
       }
       for (Algorithm a : algorithms_of_this_mode({Algorithm::kDirect})) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cohort/comm/tcp_store.h"
+#include "support/collective_checks.h"
 #include "support/process.h"
 #include "support/test_support.h"
 
@@ -132,6 +133,11 @@ TEST(ShmCollectives, ReduceScatterEveryDtypeAndOp) {
                                                   block * static_cast<size_t>(rank)),
                              "world ", world, " block ", block, " ", dtype_name(dtype), " ",
                              reduce_op_name(op));
+            testing::fail_if(
+                group,
+                testing::check_reduce_scatter_in_place(group, block, dtype, op, Algorithm::kShm),
+                "in place, world ", world, " block ", block, " ", dtype_name(dtype), " ",
+                reduce_op_name(op));
           }
         }
       }

@@ -104,6 +104,31 @@ std::string check_reduce_scatter(Group& group, size_t count, DType dtype, Reduce
                      static_cast<size_t>(group.rank()) * count);
 }
 
+// As check_reduce_scatter, with the output at block r of rank r's input: that block must hold
+// the result, the other blocks must be left as they were, and nothing past the input written.
+std::string check_reduce_scatter_in_place(Group& group, size_t count, DType dtype, ReduceOp op,
+                                          Algorithm algorithm) {
+  const size_t esize = dtype_size(dtype);
+  const auto n = static_cast<size_t>(group.size());
+  const auto me = static_cast<size_t>(group.rank());
+  std::vector<uint8_t> data(n * count * esize + 1, kSentinel);
+  fill_sweep(data.data(), n * count, dtype, op, group.rank());
+  const std::vector<uint8_t> before = data;
+  uint8_t* own = data.data() + me * count * esize;
+  CollectiveOptions opts;
+  opts.op = op;
+  opts.algorithm = algorithm;
+  group.reduce_scatter(ConstBuffer{data.data(), n * count, dtype}, Buffer{own, count, dtype}, opts);
+  if (data.back() != kSentinel) return "wrote past the end of the input";
+  const size_t own_begin = me * count * esize, own_end = own_begin + count * esize;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    if ((i < own_begin || i >= own_end) && data[i] != before[i]) {
+      return "byte " + std::to_string(i) + " outside the rank's own block changed";
+    }
+  }
+  return check_sweep(own, count, dtype, op, group.size(), me * count);
+}
+
 // Rank r sends movement values of r at 0..count-1; block r of the root's output must hold them.
 // Only the root's output matters; the others pass an empty one, which must stay untouched.
 std::string check_gather(Group& group, size_t count, DType dtype, int root, Algorithm algorithm) {

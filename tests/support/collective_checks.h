@@ -24,6 +24,9 @@ std::string check_allgather(Group& group, size_t count, DType dtype, Algorithm a
                             bool in_place);
 std::string check_reduce_scatter(Group& group, size_t count, DType dtype, ReduceOp op,
                                  Algorithm algorithm);
+// In place: the output is the rank's own block of the input (ZeRO-1 reduces into its bucket).
+std::string check_reduce_scatter_in_place(Group& group, size_t count, DType dtype, ReduceOp op,
+                                          Algorithm algorithm);
 std::string check_gather(Group& group, size_t count, DType dtype, int root, Algorithm algorithm);
 std::string check_scatter(Group& group, size_t count, DType dtype, int root, Algorithm algorithm);
 std::string check_all_to_all(Group& group, size_t count, DType dtype,

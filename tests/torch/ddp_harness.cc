@@ -117,6 +117,8 @@ class RankTrainer {
   virtual DistributedDataParallel::NoSync no_sync() = 0;
   virtual void clip_and_step(double clip_norm) = 0;
   virtual void join(const std::function<void()>& loop) = 0;
+  // Ends what no_sync() started where the guard it returns does not (FSDP's own guard).
+  virtual void end_no_sync() {}
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
 
  protected:
@@ -166,8 +168,59 @@ class ZeroTrainer final : public RankTrainer {
   ZeroDataParallel zero_;
 };
 
+bool is_fsdp(Strategy strategy) {
+  return strategy == Strategy::kFullShard || strategy == Strategy::kShardGradOp ||
+         strategy == Strategy::kNoShard || strategy == Strategy::kHybridShard;
+}
+
+class FsdpTrainer final : public RankTrainer {
+ public:
+  FsdpTrainer(const ParityCase& c, int rank, std::shared_ptr<TestModel> model,
+              std::shared_ptr<Group> group)
+      : case_(c), rank_(rank), fsdp_(std::move(model), std::move(group), fsdp_options(c)) {
+    optimizer_ = make_optimizer(c, fsdp_.parameters());
+  }
+  DistributedDataParallel::NoSync no_sync() override {
+    guards_.push_back(fsdp_.no_sync());
+    return {};
+  }
+  void end_no_sync() override { guards_.clear(); }
+  void clip_and_step(double clip_norm) override {
+    if (clip_norm > 0) clip_grad_norm(fsdp_, clip_norm);
+    fsdp_.step(*optimizer_);
+    if (case_.inspect_fsdp) case_.inspect_fsdp(rank_, step_, fsdp_);
+    ++step_;
+  }
+  void join(const std::function<void()>&) override {
+    ADD_FAILURE() << "uneven inputs are not an FSDP case";
+  }
+
+ private:
+  static FsdpOptions fsdp_options(const ParityCase& c) {
+    FsdpOptions options = c.fsdp;
+    options.strategy = c.strategy == Strategy::kFullShard     ? ShardingStrategy::kFullShard
+                       : c.strategy == Strategy::kShardGradOp ? ShardingStrategy::kShardGradOp
+                       : c.strategy == Strategy::kNoShard     ? ShardingStrategy::kNoShard
+                                                              : ShardingStrategy::kHybridShard;
+    if (options.units.empty() && !options.auto_wrap.predicate &&
+        options.auto_wrap.min_parameters == 0) {
+      options.auto_wrap.min_parameters = 1;
+    }
+    options.ddp = c.options;
+    return options;
+  }
+  const ParityCase& case_;
+  int rank_;
+  int step_ = 0;
+  FullyShardedDataParallel fsdp_;
+  std::vector<FullyShardedDataParallel::NoSync> guards_;
+};
+
 std::unique_ptr<RankTrainer> make_trainer(const ParityCase& c, std::shared_ptr<TestModel> model,
-                                          std::shared_ptr<Group> group) {
+                                          std::shared_ptr<Group> group, int rank) {
+  if (is_fsdp(c.strategy)) {
+    return std::make_unique<FsdpTrainer>(c, rank, std::move(model), std::move(group));
+  }
   if (c.strategy == Strategy::kDdp) {
     return std::make_unique<DdpTrainer>(c, std::move(model), std::move(group));
   }
@@ -236,7 +289,7 @@ std::vector<std::vector<torch::Tensor>> train_rank(const ParityCase& c, int rank
                                                    std::shared_ptr<Group> group,
                                                    std::shared_ptr<TestModel> model,
                                                    const std::vector<std::vector<Batch>>& data) {
-  auto trainer = make_trainer(c, model, std::move(group));
+  auto trainer = make_trainer(c, model, std::move(group), rank);
   std::vector<std::vector<torch::Tensor>> states;
   auto loop = [&] {
     for (int step = 0; step < steps_of(c, rank); ++step) {
@@ -246,6 +299,7 @@ std::vector<std::vector<torch::Tensor>> train_rank(const ParityCase& c, int rank
         if (m + 1 < c.micro_batches && !c.sync_every_micro_batch) {
           auto guard = trainer->no_sync();
           loss_of(*model, mine, step, rank).backward();
+          trainer->end_no_sync();
         } else {
           loss_of(*model, mine, step, rank).backward();
         }
@@ -283,6 +337,20 @@ std::vector<std::shared_ptr<Group>> make_groups(int world, bool over_tcp, bool s
   return over_tcp ? make_tcp_groups(world, options) : make_inproc_groups(world, options);
 }
 
+// Ranks as threads over TCP, rank r on node node_of[r].
+std::vector<std::shared_ptr<Group>> make_groups_on_nodes(const std::vector<std::string>& node_of) {
+  const int world = static_cast<int>(node_of.size());
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<std::shared_ptr<Group>> groups(world);
+  run_ranks(world, [&](int rank) {
+    GroupOptions options = quick_options(std::chrono::seconds(60));
+    options.host = "127.0.0.1";
+    options.node_id = node_of[rank];
+    groups[rank] = Group::create(store, rank, world, options);
+  });
+  return groups;
+}
+
 }  // namespace
 
 const char* strategy_name(Strategy strategy) {
@@ -290,6 +358,10 @@ const char* strategy_name(Strategy strategy) {
     case Strategy::kDdp: return "ddp";
     case Strategy::kZero1: return "zero1";
     case Strategy::kZero2: return "zero2";
+    case Strategy::kFullShard: return "full_shard";
+    case Strategy::kShardGradOp: return "shard_grad_op";
+    case Strategy::kNoShard: return "no_shard";
+    case Strategy::kHybridShard: return "hybrid_shard";
   }
   return "?";
 }
@@ -401,12 +473,11 @@ void expect_parity(const ParityCase& c) {
   const Reference reference = reference_run(c, data);
 
   std::vector<std::vector<std::vector<torch::Tensor>>> states(c.world);
-  run_with_groups(
-      c.world,
-      [&](int rank, std::shared_ptr<Group> group) {
-        states[rank] = train_rank(c, rank, std::move(group), models[rank], data);
-      },
-      c.over_tcp, c.shared_memory);
+  const auto groups = c.node_of.empty() ? make_groups(c.world, c.over_tcp, c.shared_memory)
+                                        : make_groups_on_nodes(c.node_of);
+  run_ranks(c.world, [&](int rank) {
+    states[rank] = train_rank(c, rank, groups[rank], models[rank], data);
+  });
   for (int rank = 0; rank < c.world; ++rank) {
     expect_rank_matches(c, rank, states[rank], reference);
   }

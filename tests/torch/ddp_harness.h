@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cohort/torch/ddp.h"
+#include "cohort/torch/fsdp.h"
 #include "cohort/torch/zero.h"
 
 namespace cohort::testing {
@@ -33,7 +34,7 @@ ModelFactory branchy(std::function<bool(int step, int rank)> use_branch);
 ModelFactory reordered();
 
 // How each rank wraps its model (the reference is always plain one-process training).
-enum class Strategy { kDdp, kZero1, kZero2 };
+enum class Strategy { kDdp, kZero1, kZero2, kFullShard, kShardGradOp, kNoShard, kHybridShard };
 const char* strategy_name(Strategy strategy);
 enum class OptimizerKind { kSgdMomentum, kAdamW };
 
@@ -60,6 +61,8 @@ struct ParityCase {
   // shared_memory, allreduce goes through the shared memory window as for ranks on one host.
   bool over_tcp = false;
   bool shared_memory = false;
+  // When set: the node of each rank (GroupOptions::node_id), over TCP.
+  std::vector<std::string> node_of;
   Strategy strategy = Strategy::kDdp;
   // SGD: lr 0.05, momentum 0.9, weight decay 1e-3; AdamW: lr 0.01, weight decay 0.01.
   OptimizerKind optimizer = OptimizerKind::kSgdMomentum;
@@ -68,6 +71,11 @@ struct ParityCase {
   double clip_norm = 0;
   // Parameters whose requires_grad is turned off (by name) before training, in every copy.
   std::vector<std::string> frozen;
+  // FSDP strategies: the options (strategy is set from `strategy`). With neither units nor an
+  // auto-wrap rule of its own, every child module holding parameters is a unit.
+  FsdpOptions fsdp;
+  // Called on each rank after each step with its FSDP object (FSDP strategies only).
+  std::function<void(int rank, int step, FullyShardedDataParallel& fsdp)> inspect_fsdp;
 };
 
 // Runs the case; failures are reported through gtest (naming rank, step and tensor).

@@ -2,6 +2,8 @@
 // W ranks on disjoint slices, compared parameter by parameter after every step.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "ddp_harness.h"
 
 namespace cohort::testing {
@@ -107,6 +109,70 @@ INSTANTIATE_TEST_SUITE_P(Stages, ZeroParity, ::testing::Values(Strategy::kZero1,
                          [](const auto& param_info) {
                            return std::string(strategy_name(param_info.param));
                          });
+
+// Trains layers({10, 40, 40, 4}) at 2 ranks for 10 AdamW steps, the gradients set to none
+// between steps (zero_grad(set_to_none=true), libtorch 2's default), with buckets that split
+// parameters across blocks; returns rank 0's parameters. The initial weights and every rank's
+// batches are made on this thread, so two calls see the same ones.
+std::vector<torch::Tensor> train_two_ranks(Strategy strategy) {
+  constexpr int kWorld = 2, kSteps = 10;
+  torch::manual_seed(7);
+  torch::nn::Sequential base = layers({10, 40, 40, 4});
+  std::vector<torch::nn::Sequential> models;
+  std::vector<std::vector<torch::Tensor>> batches(kWorld);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    models.emplace_back(std::dynamic_pointer_cast<torch::nn::SequentialImpl>(base->clone()));
+    for (int step = 0; step < kSteps; ++step) batches[rank].push_back(torch::randn({3, 10}));
+  }
+  std::vector<torch::Tensor> result;
+  run_with_groups(kWorld, [&](int rank, std::shared_ptr<Group> group) {
+    auto net = models[rank];
+    DdpOptions ddp;
+    ddp.first_bucket_cap_mb = 0;
+    ddp.bucket_cap_mb = 0.004;
+    std::unique_ptr<DistributedDataParallel> plain;
+    std::unique_ptr<ZeroDataParallel> zero;
+    std::vector<torch::Tensor> stepped;
+    if (strategy == Strategy::kDdp) {
+      plain = std::make_unique<DistributedDataParallel>(net, group, ddp);
+      stepped = net->parameters();
+    } else {
+      ZeroOptions options;
+      options.stage = strategy == Strategy::kZero1 ? 1 : 2;
+      options.ddp = ddp;
+      zero = std::make_unique<ZeroDataParallel>(net, group, options);
+      stepped = zero->parameters();
+    }
+    torch::optim::AdamW optimizer(stepped, torch::optim::AdamWOptions(0.01).weight_decay(0.01));
+    for (int step = 0; step < kSteps; ++step) {
+      for (auto& t : stepped) t.mutable_grad() = torch::Tensor();
+      net->forward(batches[rank][step]).pow(2).mean().backward();
+      if (zero) {
+        zero->step(optimizer);
+      } else {
+        optimizer.step();
+      }
+    }
+    if (rank == 0) {
+      for (const auto& p : net->parameters()) result.push_back(p.detach().clone());
+    }
+  });
+  return result;
+}
+
+// At 2 ranks the average of two gradients is the same sum whatever the order, and the
+// optimizer updates each element alone, so ZeRO must train bit for bit as DDP: every element
+// that the in-place all-gather or the in-place reduce-scatter got wrong would show.
+TEST_P(ZeroParity, TwoRanksTrainBitForBitAsDdp) {
+  const auto expected = train_two_ranks(Strategy::kDdp);
+  const auto actual = train_two_ranks(GetParam());
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_TRUE(torch::equal(actual[i], expected[i]))
+        << "parameter " << i << ": largest difference "
+        << (actual[i] - expected[i]).abs().max().item<float>();
+  }
+}
 
 TEST(DdpParity, FrozenParametersStartEqualAndStayUntouched) {
   auto c = ParityCase();

@@ -40,9 +40,10 @@ const char* collective_name(CollectiveKind kind);
 // in for the gradient allreduces of ranks still training, from another call site.
 enum class CallSite : uint8_t {
   kUser, kDdpConstructor, kDdpGradients, kDdpUnusedParameters, kDdpJoin, kDdpBuffers,
-  kCheckpointSave, kCheckpointLoad, kGroupSetup, kZeroGradients, kZeroParameters, kGradNorm
+  kCheckpointSave, kCheckpointLoad, kGroupSetup, kZeroGradients, kZeroParameters, kGradNorm,
+  kFsdpConstructor, kFsdpParameters, kFsdpGradients, kFsdpEndOfBackward
 };
-inline constexpr int kNumCallSites = 12;
+inline constexpr int kNumCallSites = 16;
 // "DistributedDataParallel's constructor", ...; "" for kUser.
 const char* call_site_name(CallSite site);
 

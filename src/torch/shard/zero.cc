@@ -2,27 +2,41 @@
 //
 // Note [ZeRO gradients]
 // The reducer's buckets hold each rank's own gradients since the last synchronization (the
-// parameters' .grad are views into them under stage 1; copied in and released under stage 2).
-// At each bucket's turn the hook reduce-scatters it (average) into a block-sized tensor; at the
-// end of backward every shard's .grad gets its part of that block: as a view of it when the
-// shard had no .grad, added to it otherwise. So a shard's .grad accumulates over synchronized
-// backward calls until the optimizer zeroes it, exactly as .grad does in one process, and a
-// parameter no rank used keeps an undefined .grad (the optimizer skips it, as in one
-// process). The reducer then zeroes (stage 1) or frees (stage 2) the buckets: what they held
-// has been consumed.
+// parameters' .grad are copied in and then are views into them under stage 1; copied in and
+// released under stage 2). At each bucket's turn the hook reduce-scatters it (average): under
+// stage 1 in place, into this rank's block of the bucket itself; under stage 2 into a
+// block-sized tensor of its own, since the bucket is freed right after. At the end of backward
+// every shard's .grad gets its part of that block: as a view of it when the shard had no
+// .grad, added to it otherwise. So a shard's .grad accumulates over synchronized backward calls
+// until the optimizer zeroes it, exactly as .grad does in one process, and a parameter no rank
+// used keeps an undefined .grad (the optimizer skips it, as in one process). Then the reducer
+// frees the buckets (stage 2), or (stage 1) releases the parameters' .grad and leaves the
+// buckets as they are: the shards' .grad view them. Before a stage-1 bucket is written again
+// (its first gradient of the next backward), the shards' .grad that still view it are moved to
+// memory of their own (Reducer's before_rewrite); when the optimizer's zero_grad set them to
+// none, as libtorch 2's does by default, nothing moves and stage 1 holds no gradient memory
+// beyond its buckets.
+//
+// Note [Flat parameters]
+// At construction the trainable parameters of each bucket move into one flat tensor per bucket
+// (Tensor::set_data onto views of it), laid out as the bucket: the same offsets and padding. A
+// rank's block of the flat tensor is its shards, so the all-gather of step() runs in place
+// (input: this rank's block of the flat tensor; output: the flat tensor) and lands straight in
+// the parameters: no packing, no gathered copy, no unpacking.
 //
 // Note [ZeRO step]
 // The optimizer is run once per bucket, on that bucket's shards only (its param groups are
 // narrowed for the call: the optimizers ZeRO takes update each element from its own state, so
 // stepping in pieces is the same as stepping at once). As soon as a bucket's shards are
-// updated, this rank's block is packed and all-gathered, on the communication thread, while
-// the next bucket steps; the gathered buckets are then copied into the parameters.
+// updated, its flat tensor is all-gathered in place on the communication thread while the next
+// bucket steps. step() returns once every all-gather has ended.
 #include "cohort/torch/zero.h"
 
 #include <unordered_map>
 #include <unordered_set>
 
 #include "autograd_compat.h"
+#include "cohort/comm/timeline.h"
 #include "cohort/core/check.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "reducer.h"
@@ -39,15 +53,15 @@ struct Shard {
   torch::Tensor tensor;  // a 1-D view of the parameter's memory, what the optimizer holds
 };
 
-// Reduce-scatters a bucket into a block-sized tensor that the owner picks up at the end of
-// backward (Note [ZeRO gradients]).
+// Reduce-scatters a bucket into the block that block_of(bucket) gives, which the owner picks
+// up at the end of backward (Note [ZeRO gradients]).
 class ReduceScatterHook final : public CommHook {
  public:
-  explicit ReduceScatterHook(std::vector<torch::Tensor>* blocks) : blocks_(blocks) {}
+  explicit ReduceScatterHook(std::function<torch::Tensor(const GradBucket&)> block_of)
+      : block_of_(std::move(block_of)) {}
 
   PendingReduction start(Group& group, GradBucket& bucket) override {
-    auto block = torch::empty({bucket.buffer.numel() / group.size()}, bucket.buffer.options());
-    (*blocks_)[bucket.index] = block;
+    const torch::Tensor block = block_of_(bucket);
     CollectiveOptions options;
     options.op = ReduceOp::kAvg;
     options.site = CallSite::kZeroGradients;
@@ -58,7 +72,7 @@ class ReduceScatterHook final : public CommHook {
   std::string name() const override { return "zero_reduce_scatter"; }
 
  private:
-  std::vector<torch::Tensor>* blocks_;
+  std::function<torch::Tensor(const GradBucket&)> block_of_;
 };
 
 void check_options(const ZeroOptions& options) {
@@ -81,24 +95,65 @@ std::string shape_text(const torch::Tensor& tensor) {
 class ZeroDataParallel::Impl {
  public:
   Impl(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Group> group, ZeroOptions options)
-      : group_(group), stage_(options.stage) {
+      : group_(group),
+        stage_(options.stage),
+        timeline_(options.ddp.timeline),
+        gradient_memory_(std::make_shared<GradientMemory>()) {
     check_options(options);
     DdpOptions ddp = options.ddp;
-    ddp.comm_hook = std::make_shared<ReduceScatterHook>(&blocks_);
+    ddp.comm_hook = std::make_shared<ReduceScatterHook>(
+        [this](const GradBucket& bucket) { return reduced_block_of(bucket); });
     ddp.rebuild_buckets = false;
     ddp.gradient_as_bucket_view = true;
     ReducerSharding sharding;
     sharding.pad_to = group->size();
     sharding.transient_buckets = stage_ == 2;
     sharding.on_reduced = [this](const std::vector<char>& used) { take_reduced_blocks(used); };
+    if (stage_ == 1) {
+      sharding.before_rewrite = [this](size_t b, const torch::Tensor& buffer) {
+        move_grads_out_of_bucket(b, buffer);
+      };
+    }
+    sharding.collective = "reduce_scatter";
+    sharding.memory = gradient_memory_;
     ddp_ = std::make_unique<DistributedDataParallel>(
         make_sharded_ddp(std::move(module), std::move(group), std::move(ddp), sharding));
-    layout_ = reducer_of(*ddp_).layout();
+    const Reducer* reducer = &reducer_of(*ddp_);
+    gradient_memory_->set_untracked([reducer] { return reducer->unbucketed_gradient_bytes(); });
+    layout_ = reducer->layout();
     blocks_.resize(layout_.size());
+    flatten_parameters();
     cut_shards();
   }
 
-  // Note [Shard layout].
+  ~Impl() { gradient_memory_->set_untracked(nullptr); }  // tensors it counts may outlive us
+
+  // Note [Flat parameters].
+  void flatten_parameters() {
+    torch::NoGradGuard no_grad;
+    const auto& parameters = reducer_of(*ddp_).parameters();
+    for (const BucketLayout& bucket : layout_) {
+      for (size_t p : bucket.members) {
+        COHORT_CHECK(parameters[p].tensor.is_contiguous(), "ZeroDataParallel: parameter '",
+                     parameters[p].name,
+                     "' is not contiguous; ZeRO keeps the parameters in one flat tensor per "
+                     "bucket (make it contiguous before wrapping the model)");
+      }
+      const auto& first = parameters[bucket.members.front()].tensor;
+      auto flat = torch::empty({bucket.numel}, first.options().requires_grad(false));
+      const int64_t used = bucket.offsets.back() + parameters[bucket.members.back()].tensor.numel();
+      flat.narrow(0, used, bucket.numel - used).zero_();  // the padding
+      for (size_t i = 0; i < bucket.members.size(); ++i) {
+        const auto& tensor = parameters[bucket.members[i]].tensor;
+        auto place = autograd_compat::alias_into(flat, bucket.offsets[i], tensor);
+        place.copy_(tensor.detach());
+        tensor.set_data(place);
+      }
+      flat_.push_back(std::move(flat));
+    }
+  }
+
+  // Note [Shard layout]: a shard is the part of its bucket's flat tensor in this rank's block.
   void cut_shards() {
     const auto& parameters = reducer_of(*ddp_).parameters();
     shards_.resize(parameters.size());
@@ -107,10 +162,6 @@ class ZeroDataParallel::Impl {
       for (size_t i = 0; i < bucket.members.size(); ++i) {
         const size_t p = bucket.members[i];
         const auto& parameter = parameters[p];
-        COHORT_CHECK(parameter.tensor.is_contiguous(), "ZeroDataParallel: parameter '",
-                     parameter.name,
-                     "' is not contiguous; ZeRO's shards are views of the parameters' memory "
-                     "(make it contiguous before wrapping the model)");
         Shard& shard = shards_[p];
         shard.parameter = p;
         shard.bucket = b;
@@ -120,6 +171,33 @@ class ZeroDataParallel::Impl {
                                                     shard.range.length);
         shard_index_[shard.tensor.unsafeGetTensorImpl()] = p;
       }
+    }
+  }
+
+  // Where bucket b's reduce-scatter puts this rank's block (Note [ZeRO gradients]): stage 1 in
+  // place, stage 2 a tensor of its own (counted: Note [Gradient memory]).
+  torch::Tensor reduced_block_of(const GradBucket& bucket) {
+    const int64_t block = bucket.buffer.numel() / group_->size();
+    auto& reduced = blocks_[bucket.index];
+    if (stage_ == 1) {
+      reduced = bucket.buffer.narrow(0, block * group_->rank(), block);
+    } else {
+      reduced = GradientMemory::allocate(gradient_memory_, block, bucket.buffer.options());
+    }
+    return reduced;
+  }
+
+  // Stage 1, before bucket b is written again: the shards' .grad that still view its reduced
+  // block (zeroed in place by zero_grad(), or kept to accumulate over synchronized backward
+  // calls) move to memory of their own.
+  void move_grads_out_of_bucket(size_t b, const torch::Tensor& buffer) {
+    torch::NoGradGuard no_grad;
+    for (size_t p : layout_[b].members) {
+      auto& grad = shards_[p].tensor.mutable_grad();
+      if (!grad.defined() || !grad.storage().is_alias_of(buffer.storage())) continue;
+      auto own = GradientMemory::allocate(gradient_memory_, grad.numel(), grad.options());
+      own.copy_(grad);
+      grad = own;
     }
   }
 
@@ -154,23 +232,52 @@ class ZeroDataParallel::Impl {
       optimizer.step();
       return;
     }
-    std::vector<torch::Tensor> gathered(layout_.size());
-    std::vector<std::shared_ptr<Work>> works(layout_.size());
-    for (size_t b = 0; b < layout_.size(); ++b) {
-      step_bucket(optimizer, b);
-      auto block = pack_block(b);
-      gathered[b] = torch::empty({layout_[b].numel}, block.options());
-      CollectiveOptions options;
-      options.site = CallSite::kZeroParameters;
-      options.stream = current_stream(block);
-      works[b] = group_->allgather_async(tensor_buffer(block), tensor_buffer(gathered[b]), options);
-      packed_.push_back(std::move(block));  // alive until its all-gather is done
+    std::vector<std::shared_ptr<Work>> works;
+    try {
+      for (size_t b = 0; b < layout_.size(); ++b) {
+        step_bucket(optimizer, b);
+        works.push_back(gather_bucket(b));
+      }
+    } catch (const std::exception& e) {
+      // The peers would wait for this rank's all-gathers until their deadline. The ones in
+      // flight write into the parameters: let them end before the error leaves.
+      group_->abort(
+          detail::concat("ZeroDataParallel::step failed on rank ", group_->rank(), ": ", e.what()));
+      for (auto& work : works) {
+        try {
+          work->wait();
+        } catch (...) {  // the abort's own error; the step's is the one to report
+        }
+      }
+      throw;
     }
-    for (size_t b = 0; b < layout_.size(); ++b) {
-      works[b]->wait();
-      unpack_bucket(b, gathered[b]);
+    {
+      TraceSpan wait(timeline_.get(), "wait for parameters", "comm", "main");
+      for (size_t b = 0; b < works.size(); ++b) {
+        works[b]->wait();
+        if (timeline_) {
+          timeline_->record({"bucket " + std::to_string(b) + " allgather", "comm", "comm",
+                             works[b]->started_at(), works[b]->finished_at()});
+        }
+      }
     }
-    packed_.clear();
+    // The all-gathers wrote the parameters behind autograd's back: count it as an in-place
+    // change, so that a backward through a graph built before this step fails as it would in
+    // one process after optimizer.step().
+    for (const auto& parameter : reducer_of(*ddp_).parameters()) {
+      parameter.tensor.unsafeGetTensorImpl()->bump_version();
+    }
+  }
+
+  // All-gathers bucket b's flat tensor in place (Note [Flat parameters]).
+  std::shared_ptr<Work> gather_bucket(size_t b) {
+    const torch::Tensor& flat = flat_[b];
+    const int64_t block = layout_[b].numel / group_->size();
+    CollectiveOptions options;
+    options.site = CallSite::kZeroParameters;
+    options.stream = current_stream(flat);
+    return group_->allgather_async(tensor_buffer(flat.narrow(0, block * group_->rank(), block)),
+                                   tensor_buffer(flat), options);
   }
 
   // Runs the optimizer with its param groups narrowed to bucket b's shards.
@@ -198,29 +305,6 @@ class ZeroDataParallel::Impl {
     restore();
   }
 
-  torch::Tensor pack_block(size_t b) const {
-    const BucketLayout& bucket = layout_[b];
-    const auto& parameters = reducer_of(*ddp_).parameters();
-    auto block =
-        torch::zeros({bucket.numel / group_->size()},
-                     parameters[bucket.members.front()].tensor.options().requires_grad(false));
-    for (size_t p : bucket.members) {
-      const Shard& shard = shards_[p];
-      if (shard.range.length == 0) continue;
-      block.narrow(0, shard.range.block_offset, shard.range.length).copy_(shard.tensor);
-    }
-    return block;
-  }
-
-  void unpack_bucket(size_t b, const torch::Tensor& gathered) const {
-    const BucketLayout& bucket = layout_[b];
-    const auto& parameters = reducer_of(*ddp_).parameters();
-    for (size_t i = 0; i < bucket.members.size(); ++i) {
-      const auto& tensor = parameters[bucket.members[i]].tensor;
-      tensor.detach().view({-1}).copy_(gathered.narrow(0, bucket.offsets[i], tensor.numel()));
-    }
-  }
-
   // The optimizer must update elementwise and hold only this object's shards.
   void check_optimizer(const torch::optim::Optimizer& optimizer) const {
     COHORT_CHECK(dynamic_cast<const torch::optim::LBFGS*>(&optimizer) == nullptr,
@@ -242,30 +326,26 @@ class ZeroDataParallel::Impl {
     }
   }
 
+  // Note [Gradient memory]: parameters and gradients as allocated (with the padding).
   MemoryReport memory(const torch::optim::Optimizer* optimizer) const {
     MemoryReport report;
-    for (const auto& parameter : reducer_of(*ddp_).parameters()) {
-      report.parameters += parameter.tensor.nbytes();
-    }
-    size_t shard_grads = 0;
-    for (const Shard& shard : shards_) {
-      if (shard.tensor.grad().defined()) shard_grads += shard.tensor.grad().nbytes();
-    }
-    const Reducer& reducer = reducer_of(*ddp_);
-    report.gradients = reducer.bucket_bytes() + shard_grads;
-    report.peak_gradients = std::max(report.gradients, reducer.peak_bucket_bytes() + shard_grads);
+    for (const auto& flat : flat_) report.parameters += flat.nbytes();
+    report.gradients = gradient_memory_->held() + reducer_of(*ddp_).unbucketed_gradient_bytes();
+    report.peak_gradients = std::max(report.gradients, gradient_memory_->peak());
     if (optimizer != nullptr) report.optimizer_state = optimizer_state_bytes(*optimizer);
     return report;
   }
 
   std::shared_ptr<Group> group_;
   int stage_;
+  std::shared_ptr<Timeline> timeline_;
+  std::shared_ptr<GradientMemory> gradient_memory_;
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::vector<BucketLayout> layout_;
-  std::vector<Shard> shards_;  // by parameter index
+  std::vector<torch::Tensor> flat_;  // per bucket: the parameters' memory (Note [Flat parameters])
+  std::vector<Shard> shards_;        // by parameter index
   std::unordered_map<const void*, size_t> shard_index_;
   std::vector<torch::Tensor> blocks_;  // per bucket, between its reduce-scatter and its pickup
-  std::vector<torch::Tensor> packed_;
 };
 
 ZeroDataParallel::ZeroDataParallel(std::shared_ptr<torch::nn::Module> module,

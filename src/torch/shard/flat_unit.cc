@@ -1,0 +1,141 @@
+#include "shard/flat_unit.h"
+
+#include <sstream>
+
+#include "autograd_compat.h"
+#include "cohort/core/check.h"
+#include "cohort/torch/tensor_buffer.h"
+
+namespace cohort {
+namespace {
+
+void check_parameters(const UnitPlan& plan) {
+  const torch::Tensor& first = plan.parameters.front().tensor;
+  for (const UnitParameter& p : plan.parameters) {
+    COHORT_CHECK(p.tensor.is_contiguous(), "FullyShardedDataParallel: parameter '", p.name,
+                 "' is not contiguous; make it contiguous before wrapping the model");
+    COHORT_CHECK(
+        p.tensor.scalar_type() == first.scalar_type() && p.tensor.device() == first.device(),
+        "FullyShardedDataParallel: unit '", plan.name, "' mixes parameters of dtype/device ",
+        c10::toString(first.scalar_type()), "/", first.device(), " ('",
+        plan.parameters.front().name, "') and ", c10::toString(p.tensor.scalar_type()), "/",
+        p.tensor.device(), " ('", p.name,
+        "'); a unit is one flat tensor: put them in separate units (FsdpOptions::units)");
+  }
+}
+
+}  // namespace
+
+FlatUnit::FlatUnit(UnitPlan plan, int world, int rank, torch::Dtype compute_dtype)
+    : plan_(std::move(plan)), rank_(rank) {
+  check_parameters(plan_);
+  torch::NoGradGuard no_grad;
+  int64_t total = 0;
+  for (size_t i = 0; i < plan_.parameters.size(); ++i) {
+    offsets_.push_back(total);
+    total += plan_.parameters[i].tensor.numel();
+    if (plan_.parameters[i].tensor.requires_grad()) trainable_.push_back(i);
+  }
+  padded_ = std::max<int64_t>(1, (total + world - 1) / world) * world;
+  const auto options = plan_.parameters.front().tensor.options().requires_grad(false);
+  auto whole = torch::zeros({padded_}, options);
+  for (size_t i = 0; i < plan_.parameters.size(); ++i) {
+    const auto& p = plan_.parameters[i].tensor;
+    whole.narrow(0, offsets_[i], p.numel()).copy_(p.detach().reshape({-1}));
+  }
+  shard_ = whole.narrow(0, rank * (padded_ / world), padded_ / world).clone();
+  flat_ = torch::empty({padded_}, options.dtype(compute_dtype));
+  alias_parameters();
+  autograd_compat::release_storage(flat_);
+  cut_shard(world, rank);
+}
+
+void FlatUnit::alias_parameters() {
+  for (size_t i = 0; i < plan_.parameters.size(); ++i) {
+    const auto& p = plan_.parameters[i].tensor;
+    p.set_data(autograd_compat::alias_into(flat_, offsets_[i], p));
+  }
+}
+
+void FlatUnit::cut_shard(int world, int rank) {
+  for (size_t p : trainable_) {
+    ShardPart part;
+    part.parameter = p;
+    part.range = shard_of(offsets_[p], plan_.parameters[p].tensor.numel(), padded_, world, rank);
+    part.tensor = autograd_compat::alias_range(shard_, part.range.block_offset, part.range.length);
+    parts_.push_back(std::move(part));
+  }
+}
+
+void FlatUnit::start_gather(Group& group, const CollectiveOptions& options) {
+  COHORT_CHECK(state_ == State::kFreed, "FlatUnit::start_gather: unit '", name(), "' is not freed");
+  autograd_compat::allocate_storage(flat_, gathered_bytes());
+  state_ = State::kGathering;
+  torch::NoGradGuard no_grad;
+  staging_ = shard_.scalar_type() == flat_.scalar_type() ? shard_ : shard_.to(flat_.scalar_type());
+  gather_ = group.allgather_async(tensor_buffer(staging_), tensor_buffer(flat_), options);
+}
+
+void FlatUnit::wait_gathered() {
+  if (state_ == State::kGathering) {
+    gather_->wait();
+    gather_.reset();
+    staging_ = torch::Tensor();
+  }
+  COHORT_CHECK(state_ != State::kFreed, "FlatUnit::wait_gathered: unit '", name(),
+               "' was not gathered");
+  state_ = State::kGathered;
+}
+
+void FlatUnit::release() {
+  if (state_ == State::kFreed) return;
+  if (gather_) {
+    try {
+      gather_->wait();
+    } catch (...) {  // the error reached whoever waited for the gather; the memory goes anyway
+    }
+    gather_.reset();
+    staging_ = torch::Tensor();
+  }
+  autograd_compat::release_storage(flat_);
+  state_ = State::kFreed;
+}
+
+void FlatUnit::fill_with_zeros() {
+  release();
+  autograd_compat::allocate_storage(flat_, gathered_bytes());
+  torch::NoGradGuard no_grad;
+  flat_.zero_();
+  state_ = State::kGathered;
+}
+
+void FlatUnit::write_back_shard() {
+  COHORT_CHECK(state_ == State::kGathered, "FlatUnit::write_back_shard: unit '", name(),
+               "' is not gathered");
+  torch::NoGradGuard no_grad;
+  shard_.copy_(flat_.narrow(0, rank_ * shard_.numel(), shard_.numel()));
+}
+
+torch::Tensor FlatUnit::flatten_gradients(const std::vector<torch::Tensor>& gradients,
+                                          torch::Dtype dtype) const {
+  torch::NoGradGuard no_grad;
+  auto out = torch::empty({padded_}, flat_.options().dtype(dtype));
+  int64_t filled = 0;  // everything before this is written
+  for (size_t i = 0; i < trainable_.size(); ++i) {
+    const size_t p = trainable_[i];
+    const int64_t offset = offsets_[p];
+    const int64_t numel = plan_.parameters[p].tensor.numel();
+    if (offset > filled) out.narrow(0, filled, offset - filled).zero_();  // frozen parameters
+    auto slot = out.narrow(0, offset, numel);
+    if (gradients[i].defined()) {
+      slot.copy_(gradients[i].reshape({-1}));
+    } else {
+      slot.zero_();
+    }
+    filled = offset + numel;
+  }
+  if (padded_ > filled) out.narrow(0, filled, padded_ - filled).zero_();
+  return out;
+}
+
+}  // namespace cohort

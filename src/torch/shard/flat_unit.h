@@ -1,0 +1,90 @@
+// One FSDP unit's memory (Note [FSDP flat units]).
+//
+// Note [FSDP flat units]
+// A unit's parameters are laid end to end in one flat tensor, padded with zeros to a multiple
+// of the world size W: rank r owns elements [r * S, (r + 1) * S), S = padded / W, as a tensor
+// of its own (the shard: the master weights the optimizer updates, through one 1-D view per
+// trainable parameter, empty where the rank owns none of it; Note [Shard layout]). Each module
+// parameter keeps its TensorImpl (the module's fields and the user's references stay valid)
+// but its data is set once to a view of the flat tensor; the flat tensor's storage is released
+// between uses and allocated again by a gather, so the parameters keep their shapes while
+// holding no memory. A gather all-gathers every rank's shard (cast to the compute dtype) into
+// the flat storage.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "cohort/comm/group.h"
+#include "shard/shard_layout.h"
+#include "shard/unit_plan.h"
+
+namespace cohort {
+
+// A trainable parameter's part of this rank's shard.
+struct ShardPart {
+  size_t parameter = 0;  // index in the unit's parameters
+  ShardRange range;      // block_offset: where it starts in the shard
+  torch::Tensor tensor;  // 1-D view of the shard; what the optimizer holds
+};
+
+class FlatUnit {
+ public:
+  enum class State { kFreed, kGathering, kGathered };
+
+  // The parameters must hold the values every rank starts from. compute_dtype: the dtype the
+  // gathered parameters have (the parameters' own unless mixed precision asks otherwise).
+  FlatUnit(UnitPlan plan, int world, int rank, torch::Dtype compute_dtype);
+
+  const std::string& name() const { return plan_.name; }
+  const std::vector<UnitParameter>& parameters() const { return plan_.parameters; }
+  const std::vector<ShardPart>& shard_parts() const { return parts_; }
+  // Trainable parameters in order: the inputs of the unit's gradient node.
+  const std::vector<size_t>& trainable() const { return trainable_; }
+  const c10::StorageImpl* storage() const { return flat_.storage().unsafeGetStorageImpl(); }
+  State state() const { return state_; }
+  // The all-gather in flight (kGathering), else null.
+  const std::shared_ptr<Work>& gather_work() const { return gather_; }
+  int64_t padded_numel() const { return padded_; }
+  int64_t shard_numel() const { return shard_.numel(); }
+  size_t gathered_bytes() const { return padded_ * flat_.element_size(); }
+  size_t shard_bytes() const { return shard_.nbytes(); }
+  torch::Dtype shard_dtype() const { return shard_.scalar_type(); }
+
+  // kFreed -> kGathering: allocates the flat storage and starts the all-gather.
+  void start_gather(Group& group, const CollectiveOptions& options);
+  // -> kGathered, waiting for the all-gather if one is in flight (rethrows its error).
+  void wait_gathered();
+  // -> kFreed (waits for an all-gather in flight first, ignoring its error).
+  void release();
+  // Fills the flat storage with zeros instead of gathering it (after a failed gather, so that
+  // an operator already committed to run reads zeros rather than freed memory).
+  void fill_with_zeros();
+  // Copies this rank's block of the gathered parameters into the shard.
+  void write_back_shard();
+
+  // The gradients of trainable() (undefined: no gradient) laid out as the flat tensor, in
+  // `dtype`, padding zeroed.
+  torch::Tensor flatten_gradients(const std::vector<torch::Tensor>& gradients,
+                                  torch::Dtype dtype) const;
+
+ private:
+  void alias_parameters();
+  void cut_shard(int world, int rank);
+
+  UnitPlan plan_;
+  int rank_;
+  std::vector<int64_t> offsets_;  // of each parameter in the flat tensor
+  std::vector<size_t> trainable_;
+  int64_t padded_ = 0;
+  torch::Tensor flat_;     // compute dtype; storage released while kFreed
+  torch::Tensor shard_;    // this rank's block, the parameters' dtype
+  torch::Tensor staging_;  // the shard cast to the compute dtype while an all-gather reads it
+  std::vector<ShardPart> parts_;
+  State state_ = State::kFreed;
+  std::shared_ptr<Work> gather_;
+};
+
+}  // namespace cohort
