@@ -342,8 +342,9 @@ void check_training_state(const TrainingState& state, const char* caller) {
 }
 
 // A data-parallel checkpoint holds rank 0's optimizer for every rank: right only when each
-// rank's optimizer steps the same whole parameters. ZeroDataParallel's optimizer holds this
-// rank's shards instead, and saving it would silently give every rank rank 0's shard state.
+// rank's optimizer steps the same whole parameters. ZeroDataParallel's and
+// FullyShardedDataParallel's optimizers hold this rank's shards instead, and saving one would
+// silently give every rank rank 0's shard state.
 void check_optimizer_holds_module_parameters(const TrainingState& state, const char* caller) {
   if (state.optimizer == nullptr) return;
   std::unordered_set<const void*> parameters;
@@ -357,10 +358,10 @@ void check_optimizer_holds_module_parameters(const TrainingState& state, const c
                    " that is not a parameter of TrainingState::module. A data-parallel "
                    "checkpoint keeps rank 0's optimizer for every rank, which is right only "
                    "when every rank's optimizer holds the model's whole parameters; the "
-                   "optimizer of a ZeroDataParallel holds this rank's shards. Checkpoint a "
-                   "ZeroDataParallel with save_sharded_checkpoint(directory, zero, state) or "
-                   "save_gathered_checkpoint(path, zero, state) (cohort/torch/"
-                   "sharded_checkpoint.h, docs/checkpoints.md).");
+                   "optimizer of a ZeroDataParallel or FullyShardedDataParallel holds this "
+                   "rank's shards. Checkpoint it with save_sharded_checkpoint(directory, zero "
+                   "or fsdp, state) or save_gathered_checkpoint(path, zero or fsdp, state) "
+                   "(cohort/torch/sharded_checkpoint.h, docs/checkpoints.md).");
     }
   }
 }

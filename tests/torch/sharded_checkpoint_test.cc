@@ -22,6 +22,7 @@
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp.h"
 #include "cohort/torch/distributed_sampler.h"
+#include "cohort/torch/fsdp.h"
 #include "cohort/torch/zero.h"
 #include "ddp_harness.h"
 #include "shard/optimizer_codec.h"
@@ -39,7 +40,16 @@ constexpr int kGlobalBatch = 12;  // divisible by every world size here
 constexpr int kSavedSteps = 4;
 constexpr int kResumedSteps = 4;
 
-enum class Wrap { kOneProcess, kDdp, kZero1, kZero2 };
+enum class Wrap {
+  kOneProcess,
+  kDdp,
+  kZero1,
+  kZero2,
+  kFullShard,
+  kShardGradOp,
+  kNoShard,
+  kHybridShard
+};
 
 const char* wrap_name(Wrap wrap) {
   switch (wrap) {
@@ -47,8 +57,44 @@ const char* wrap_name(Wrap wrap) {
     case Wrap::kDdp: return "ddp";
     case Wrap::kZero1: return "zero1";
     case Wrap::kZero2: return "zero2";
+    case Wrap::kFullShard: return "FULL_SHARD";
+    case Wrap::kShardGradOp: return "SHARD_GRAD_OP";
+    case Wrap::kNoShard: return "NO_SHARD";
+    case Wrap::kHybridShard: return "HYBRID_SHARD";
   }
   return "?";
+}
+
+bool is_fsdp(Wrap wrap) {
+  return wrap == Wrap::kFullShard || wrap == Wrap::kShardGradOp || wrap == Wrap::kNoShard ||
+         wrap == Wrap::kHybridShard;
+}
+
+// Each Linear its own unit; units' sizes not multiples of the world sizes here.
+FsdpOptions fsdp_options(Wrap wrap) {
+  FsdpOptions options;
+  options.strategy = wrap == Wrap::kFullShard     ? ShardingStrategy::kFullShard
+                     : wrap == Wrap::kShardGradOp ? ShardingStrategy::kShardGradOp
+                     : wrap == Wrap::kNoShard     ? ShardingStrategy::kNoShard
+                                                  : ShardingStrategy::kHybridShard;
+  options.auto_wrap.min_parameters = 1;
+  return options;
+}
+
+// The nodes of a kHybridShard job: two ranks per node when the world is even, else one.
+std::vector<std::string> hybrid_nodes(int world) {
+  std::vector<std::string> nodes;
+  for (int r = 0; r < world; ++r) nodes.push_back("node" + std::to_string(world % 2 == 0 ? r / 2 : r));
+  return nodes;
+}
+
+// run_with_groups, on hybrid_nodes(world) for kHybridShard.
+void run_wrapped(Wrap wrap, int world, const std::function<void(int, std::shared_ptr<Group>)>& fn) {
+  if (wrap == Wrap::kHybridShard) {
+    run_with_groups_on_nodes(hybrid_nodes(world), fn);
+  } else {
+    run_with_groups(world, fn);
+  }
 }
 
 struct Batch {
@@ -104,6 +150,11 @@ class RankRun {
       optimizer_ = make_optimizer(kind, zero_->parameters());
       return;
     }
+    if (is_fsdp(wrap)) {
+      fsdp_ = std::make_unique<FullyShardedDataParallel>(model_, group_, fsdp_options(wrap));
+      optimizer_ = make_optimizer(kind, fsdp_->parameters());
+      return;
+    }
     if (wrap == Wrap::kDdp) ddp_ = std::make_unique<DistributedDataParallel>(model_, group_);
     optimizer_ = make_optimizer(kind, model_->parameters());
   }
@@ -119,6 +170,8 @@ class RankRun {
     torch::nn::functional::cross_entropy(model_->forward(inputs, step, rank()), targets).backward();
     if (zero_) {
       zero_->step(*optimizer_);
+    } else if (fsdp_) {
+      fsdp_->step(*optimizer_);
     } else {
       optimizer_->step();
     }
@@ -135,6 +188,8 @@ class RankRun {
     const TrainingState s = state(step);
     if (zero_) {
       save_sharded_checkpoint(directory, *zero_, s);
+    } else if (fsdp_) {
+      save_sharded_checkpoint(directory, *fsdp_, s);
     } else if (group_) {
       save_sharded_checkpoint(directory, *group_, s);
     } else {
@@ -144,23 +199,34 @@ class RankRun {
 
   bool load(const std::string& directory, TrainingState& s) {
     if (zero_) return load_sharded_checkpoint(directory, *zero_, s);
+    if (fsdp_) return load_sharded_checkpoint(directory, *fsdp_, s);
     if (group_) return load_sharded_checkpoint(directory, *group_, s);
     return load_sharded_checkpoint(directory, s);
   }
 
   detail::RankHoldings holdings() const {
-    return zero_ ? detail::zero_holdings(*zero_) : detail::replicated_holdings(*model_);
+    if (zero_) return detail::zero_holdings(*zero_);
+    if (fsdp_) return detail::fsdp_holdings(*fsdp_);
+    return detail::replicated_holdings(*model_);
+  }
+
+  // A forward without backward: under FSDP it leaves the last unit and the root gathered.
+  void evaluate(const Batch& global) {
+    torch::NoGradGuard no_grad;
+    model_->forward(global.inputs, 0, rank());
   }
 
   TestModel& model() { return *model_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   ZeroDataParallel* zero() { return zero_.get(); }
+  FullyShardedDataParallel* fsdp() { return fsdp_.get(); }
 
  private:
   Wrap wrap_;
   std::shared_ptr<TestModel> model_;
   std::shared_ptr<Group> group_;
   std::unique_ptr<ZeroDataParallel> zero_;
+  std::unique_ptr<FullyShardedDataParallel> fsdp_;
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
@@ -251,12 +317,13 @@ Saved train_then(Wrap wrap, int world, OptimizerKind kind, const std::vector<Bat
     torch::manual_seed(100 + r);  // the wrapper makes everyone start from rank 0's (seed 100)
     models.push_back(mlp()());
   }
-  run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
+  run_wrapped(wrap, world, [&](int rank, std::shared_ptr<Group> group) {
     RankRun run(wrap, models[rank], group, kind);
     for (int s = 0; s < kSavedSteps; ++s) run.train(batches[s], s);
     save(run, rank);
     add_state_of(run, saved.state, mutex);
-    if (rank == 0) saved.parameters = snapshot(run.model());
+    auto parameters = snapshot(run.model());  // collective under FSDP (it gathers the units)
+    if (rank == 0) saved.parameters = std::move(parameters);
   });
   return saved;
 }
@@ -290,6 +357,9 @@ std::vector<Resumed> load_and_train(Wrap wrap, int world, OptimizerKind kind,
     RankRun run(wrap, mlp()(), group, kind);
     TrainingState state = run.state();
     Resumed& mine = out[rank];
+    // Under FSDP some units are gathered when the load writes the shards (the last one used
+    // and the root): they must not keep the values from before it.
+    if (is_fsdp(wrap)) run.evaluate(batches[0]);
     mine.loaded = run.load(directory_of(rank), state);
     mine.step = state.step;
     mine.parameters = bitwise_difference(snapshot(run.model()), saved.parameters);
@@ -303,7 +373,7 @@ std::vector<Resumed> load_and_train(Wrap wrap, int world, OptimizerKind kind,
   if (wrap == Wrap::kOneProcess) {
     body(0, nullptr);
   } else {
-    run_with_groups(world, body);
+    run_wrapped(wrap, world, body);
   }
   return out;
 }
@@ -370,6 +440,43 @@ TEST_P(ShardedCheckpoint, SavedByDdpAndByOneProcessLoadIntoZero) {
   }
   auto same = [&](int) { return dir.path(); };
   expect_resumed(load_and_train(Wrap::kZero2, 3, GetParam(), batches, saved, reference, same));
+}
+
+// FSDP: saved at W=4 under FULL_SHARD; loaded at W=2 under ZeRO-1, at W=3 under HYBRID_SHARD
+// (three nodes of one rank: every replica is filled), in one process, and into the other FSDP
+// strategies at other world sizes; each load leaves a unit gathered from before it.
+TEST_P(ShardedCheckpoint, SavedByFullShardAtFourRanksResumesEverywhere) {
+  torch::set_num_threads(1);
+  TempDir dir;
+  const auto batches = make_batches();
+  const auto reference = reference_run(GetParam(), batches);
+  auto same = [&](int) { return dir.path(); };
+  const Saved saved = train_and_save(Wrap::kFullShard, 4, GetParam(), batches, same);
+  ASSERT_EQ(compare(saved.parameters, reference[kSavedSteps - 1], 1e-4, 1e-5), "");
+  const std::vector<std::pair<Wrap, int>> targets = {
+      {Wrap::kZero1, 2},       {Wrap::kHybridShard, 3}, {Wrap::kOneProcess, 1},
+      {Wrap::kFullShard, 3},   {Wrap::kShardGradOp, 2}, {Wrap::kNoShard, 2},
+      {Wrap::kHybridShard, 4}, {Wrap::kFullShard, 4}};
+  for (const auto& [wrap, world] : targets) {
+    SCOPED_TRACE(std::string(wrap_name(wrap)) + " at " + std::to_string(world));
+    expect_resumed(load_and_train(wrap, world, GetParam(), batches, saved, reference, same));
+  }
+}
+
+// Saved by ZeRO-2, by NO_SHARD (DDP underneath) and by SHARD_GRAD_OP, loaded into FULL_SHARD.
+TEST_P(ShardedCheckpoint, SavedByZeroAndOtherStrategiesLoadIntoFullShard) {
+  torch::set_num_threads(1);
+  const auto batches = make_batches();
+  const auto reference = reference_run(GetParam(), batches);
+  for (const auto& [wrap, world] : std::vector<std::pair<Wrap, int>>{
+           {Wrap::kZero2, 4}, {Wrap::kNoShard, 3}, {Wrap::kShardGradOp, 2}}) {
+    SCOPED_TRACE(std::string("saved by ") + wrap_name(wrap) + " at " + std::to_string(world));
+    TempDir dir;
+    auto same = [&](int) { return dir.path(); };
+    const Saved saved = train_and_save(wrap, world, GetParam(), batches, same);
+    expect_resumed(
+        load_and_train(Wrap::kFullShard, 3, GetParam(), batches, saved, reference, same));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, ShardedCheckpoint,
@@ -457,28 +564,27 @@ TEST(ShardedCheckpointFiles, BuffersAndFrozenParametersAreRankZeros) {
 
 // The manifest: every parameter with its shape, dtype and the ranges each rank saved (which
 // together cover it once); the files with their CRCs; written last, as JSON before the footer.
-TEST(ShardedCheckpointFiles, ManifestListsEveryParameterAndFile) {
-  TempDir dir;
-  const auto batches = make_batches();
-  train_and_save(Wrap::kZero2, 3, OptimizerKind::kAdamW, batches, [&](int) { return dir.path(); });
-  const auto names = dir.names();
-  ASSERT_EQ(names.size(), 4u);
+nlohmann::json read_manifest(const TempDir& dir) {
   std::string text = read_bytes(dir.file("manifest.ckpt"));
-  ASSERT_GT(text.size(), kCheckpointFooterBytes);
+  EXPECT_GT(text.size(), kCheckpointFooterBytes);
   text.resize(text.size() - kCheckpointFooterBytes);
-  const auto manifest = nlohmann::json::parse(text);
-  EXPECT_EQ(manifest.at("world_size"), 3);
-  EXPECT_EQ(manifest.at("step"), kSavedSteps);
-  EXPECT_EQ(manifest.at("optimizer").at("kind"), "AdamW");
-  EXPECT_EQ(manifest.at("optimizer").at("param_groups").at(0).at("options").at("lr"), 0.01);
+  return nlohmann::json::parse(text);
+}
+
+// The manifest lists every parameter of mlp() with its shape and dtype, and the pieces of
+// each (sorted by offset) cover it exactly once; returns the ranks that saved some piece.
+std::set<int> expect_pieces_cover_mlp_once(const nlohmann::json& manifest) {
   torch::manual_seed(0);
   auto model = mlp()();
   const auto parameters = model->named_parameters();
-  ASSERT_EQ(manifest.at("tensors").size(), parameters.size());
+  EXPECT_EQ(manifest.at("tensors").size(), parameters.size());
   std::set<int> ranks_with_pieces;
   for (const auto& tensor : manifest.at("tensors")) {
     const auto* parameter = parameters.find(tensor.at("name").get<std::string>());
-    ASSERT_NE(parameter, nullptr) << tensor.at("name");
+    if (parameter == nullptr) {
+      ADD_FAILURE() << "the manifest names " << tensor.at("name");
+      continue;
+    }
     EXPECT_EQ(tensor.at("shape").get<std::vector<int64_t>>(), parameter->sizes().vec());
     EXPECT_EQ(tensor.at("dtype"), "Float");
     int64_t end = 0;
@@ -489,12 +595,46 @@ TEST(ShardedCheckpointFiles, ManifestListsEveryParameterAndFile) {
     }
     EXPECT_EQ(end, parameter->numel()) << tensor.at("name");
   }
-  EXPECT_EQ(ranks_with_pieces, (std::set<int>{0, 1, 2}));
+  return ranks_with_pieces;
+}
+
+TEST(ShardedCheckpointFiles, ManifestListsEveryParameterAndFile) {
+  TempDir dir;
+  const auto batches = make_batches();
+  train_and_save(Wrap::kZero2, 3, OptimizerKind::kAdamW, batches, [&](int) { return dir.path(); });
+  const auto names = dir.names();
+  ASSERT_EQ(names.size(), 4u);
+  const auto manifest = read_manifest(dir);
+  EXPECT_EQ(manifest.at("world_size"), 3);
+  EXPECT_EQ(manifest.at("step"), kSavedSteps);
+  EXPECT_EQ(manifest.at("optimizer").at("kind"), "AdamW");
+  EXPECT_EQ(manifest.at("optimizer").at("param_groups").at(0).at("options").at("lr"), 0.01);
+  EXPECT_EQ(expect_pieces_cover_mlp_once(manifest), (std::set<int>{0, 1, 2}));
   ASSERT_EQ(manifest.at("files").size(), 3u);
   for (const auto& file : manifest.at("files")) {
     const std::string name = file.at("name");
     EXPECT_EQ(names.count(name), 1u) << name;
     EXPECT_EQ(file.at("bytes").get<uint64_t>(), fs::file_size(dir.file(name))) << name;
+  }
+}
+
+// HYBRID_SHARD at 2 nodes of 2 ranks: both replicas of a shard hold it whole, and each writes
+// half of it, so that the checkpoint holds every range once and every rank writes. It resumes
+// in one process and under FULL_SHARD at 3.
+TEST(ShardedCheckpointFiles, HybridShardSavesEachRangeOnce) {
+  torch::set_num_threads(1);
+  TempDir dir;
+  const auto batches = make_batches();
+  const auto reference = reference_run(OptimizerKind::kAdamW, batches);
+  auto same = [&](int) { return dir.path(); };
+  const Saved saved =
+      train_and_save(Wrap::kHybridShard, 4, OptimizerKind::kAdamW, batches, same);
+  EXPECT_EQ(expect_pieces_cover_mlp_once(read_manifest(dir)), (std::set<int>{0, 1, 2, 3}));
+  for (const auto& [wrap, world] :
+       std::vector<std::pair<Wrap, int>>{{Wrap::kOneProcess, 1}, {Wrap::kFullShard, 3}}) {
+    SCOPED_TRACE(std::string(wrap_name(wrap)) + " at " + std::to_string(world));
+    expect_resumed(
+        load_and_train(wrap, world, OptimizerKind::kAdamW, batches, saved, reference, same));
   }
 }
 
@@ -547,17 +687,28 @@ TEST(ShardedCheckpointFiles, SavesReplaceEachOtherAndUnfinishedOnesAreIgnored) {
 
 // ---- the gathered save
 
-// Saved whole by ZeRO-2 at 4 ranks into one ordinary file: load_checkpoint restores it into
-// one process and into DDP at 2 ranks, state and all, and training goes on as the reference.
+// Saved whole by ZeRO-2 and by FSDP's FULL_SHARD at 4 ranks into one ordinary file:
+// load_checkpoint restores it into one process and into DDP at 2 ranks, state and all, and
+// training goes on as the reference.
 TEST(GatheredCheckpoint, LoadsWithPlainLoadCheckpoint) {
   torch::set_num_threads(1);
-  for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgdMomentum}) {
+  for (const auto& run_case : std::vector<std::pair<Wrap, OptimizerKind>>{
+           {Wrap::kZero2, OptimizerKind::kAdamW},
+           {Wrap::kZero2, OptimizerKind::kSgdMomentum},
+           {Wrap::kFullShard, OptimizerKind::kAdamW}}) {
+    const Wrap wrap = run_case.first;
+    const OptimizerKind kind = run_case.second;
+    SCOPED_TRACE(wrap_name(wrap));
     TempDir dir;
     const std::string path = dir.file("full.ckpt");
     const auto batches = make_batches();
     const auto reference = reference_run(kind, batches);
-    const Saved saved = train_then(Wrap::kZero2, 4, kind, batches, [&](RankRun& run, int) {
-      save_gathered_checkpoint(path, *run.zero(), run.state(kSavedSteps));
+    const Saved saved = train_then(wrap, 4, kind, batches, [&](RankRun& run, int) {
+      if (run.zero() != nullptr) {
+        save_gathered_checkpoint(path, *run.zero(), run.state(kSavedSteps));
+      } else {
+        save_gathered_checkpoint(path, *run.fsdp(), run.state(kSavedSteps));
+      }
     });
     EXPECT_EQ(dir.names(), std::set<std::string>{"full.ckpt"});
     const double rtol = kind == OptimizerKind::kAdamW ? 1e-4 : 1e-5;
@@ -584,10 +735,12 @@ TEST(GatheredCheckpoint, LoadsWithPlainLoadCheckpoint) {
 
 class ShardedCheckpointErrors : public ::testing::Test {
  protected:
+  virtual Wrap saving_wrap() const { return Wrap::kZero2; }
+  virtual Wrap loading_wrap() const { return Wrap::kZero1; }
   void SetUp() override {
     torch::set_num_threads(1);
     const auto batches = make_batches();
-    train_and_save(Wrap::kZero2, 4, OptimizerKind::kAdamW, batches,
+    train_and_save(saving_wrap(), 4, OptimizerKind::kAdamW, batches,
                    [&](int) { return dir_.path(); });
   }
   std::string shard_file(int rank) const {
@@ -596,13 +749,13 @@ class ShardedCheckpointErrors : public ::testing::Test {
     }
     return "";
   }
-  // Loading at 3 ranks under ZeRO-1: what each rank threw. Each rank's model is left as it was
-  // (checked here).
+  // Loading at 3 ranks under loading_wrap(): what each rank threw. Each rank's model is left as
+  // it was (checked here).
   std::vector<std::string> load_errors(const std::function<std::shared_ptr<TestModel>()>& make =
                                            [] { return mlp()(); }) {
     return checkpoint_errors(3, [&](int rank, std::shared_ptr<Group> group) {
       auto model = make();
-      RankRun run(Wrap::kZero1, model, group, OptimizerKind::kAdamW);
+      RankRun run(loading_wrap(), model, group, OptimizerKind::kAdamW);
       const auto before = snapshot(*model);
       TrainingState state = run.state();
       const auto restore_check = [&] {
@@ -656,18 +809,20 @@ TEST_F(ShardedCheckpointErrors, ShardFileOfAnotherSaveNamesIt) {
   expect_every_rank_names(load_errors(), {file, "manifest says"});
 }
 
+// mlp() with fc2 one output wider.
+struct Wider : TestModel {
+  Wider() {
+    fc1 = register_module("fc1", torch::nn::Linear(10, 32));
+    fc2 = register_module("fc2", torch::nn::Linear(32, 33));
+    fc3 = register_module("fc3", torch::nn::Linear(33, 4));
+  }
+  torch::Tensor forward(torch::Tensor x, int, int) override {
+    return fc3(torch::relu(fc2(torch::relu(fc1(x)))));
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+};
+
 TEST_F(ShardedCheckpointErrors, ModelOfAnotherShapeNamesTheParameter) {
-  struct Wider : TestModel {
-    Wider() {
-      fc1 = register_module("fc1", torch::nn::Linear(10, 32));
-      fc2 = register_module("fc2", torch::nn::Linear(32, 33));
-      fc3 = register_module("fc3", torch::nn::Linear(33, 4));
-    }
-    torch::Tensor forward(torch::Tensor x, int, int) override {
-      return fc3(torch::relu(fc2(torch::relu(fc1(x)))));
-    }
-    torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
-  };
   const auto errors = load_errors([] { return std::make_shared<Wider>(); });
   expect_every_rank_names(errors, {dir_.path(), "'fc2.weight'", "[32, 32]", "[33, 32]"});
 }
@@ -790,6 +945,26 @@ TEST(ShardedCheckpointSampler, ResumesAtAnotherWorldSize) {
     run.load(dir.path(), state);
   });
   expect_every_rank_names(errors, {dir.path(), "sampler over 48 samples"});
+}
+
+// The same machinery under FSDP: saved by FULL_SHARD at 4 ranks, loaded into FULL_SHARD at 3.
+class ShardedCheckpointErrorsFsdp : public ShardedCheckpointErrors {
+ protected:
+  Wrap saving_wrap() const override { return Wrap::kFullShard; }
+  Wrap loading_wrap() const override { return Wrap::kFullShard; }
+};
+
+TEST_F(ShardedCheckpointErrorsFsdp, DamagedShardFileNamesIt) {
+  const std::string file = shard_file(2);
+  std::string bytes = read_bytes(file);
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x10);
+  write_bytes(file, bytes);
+  expect_every_rank_names(load_errors(), {file, "CRC"});
+}
+
+TEST_F(ShardedCheckpointErrorsFsdp, ModelOfAnotherShapeNamesTheParameter) {
+  const auto errors = load_errors([] { return std::make_shared<Wider>(); });
+  expect_every_rank_names(errors, {dir_.path(), "'fc2.weight'", "[32, 32]", "[33, 32]"});
 }
 
 // As checkpoint.h's: a job resumes only its own checkpoints unless asked for any.

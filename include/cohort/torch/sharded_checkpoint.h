@@ -1,7 +1,8 @@
 // Sharded checkpoints: every rank writes its own part of the model and optimizer state to a
 // directory, rank 0 a manifest, and the checkpoint loads back at any world size into
-// ZeroDataParallel (stage 1 or 2), DistributedDataParallel or one process. And the gathered
-// save: a ZeroDataParallel run's full state as one ordinary checkpoint file (checkpoint.h).
+// ZeroDataParallel (stage 1 or 2), FullyShardedDataParallel (any strategy),
+// DistributedDataParallel or one process. And the gathered save: a ZeroDataParallel or
+// FullyShardedDataParallel run's full state as one ordinary checkpoint file (checkpoint.h).
 //
 //   cohort::ZeroDataParallel zero(model, group, options);
 //   torch::optim::AdamW optimizer(zero.parameters(), torch::optim::AdamWOptions(1e-3));
@@ -37,6 +38,7 @@
 
 namespace cohort {
 
+class FullyShardedDataParallel;
 class ZeroDataParallel;
 
 // ---- ZeroDataParallel (stages 1 and 2). state.module must be &zero.module(), and the
@@ -51,8 +53,8 @@ class ZeroDataParallel;
 void save_sharded_checkpoint(const std::string& directory, ZeroDataParallel& zero,
                              const TrainingState& state);
 
-// Loads a sharded checkpoint saved at any world size, by ZeRO of either stage, DDP or one
-// process: each rank reads the saved ranges that overlap its shards (and their optimizer
+// Loads a sharded checkpoint saved at any world size, by ZeRO of either stage, FSDP, DDP or
+// one process: each rank reads the saved ranges that overlap its shards (and their optimizer
 // state), then the parameters are all-gathered whole on every rank. Returns false, changing
 // nothing, when `directory` has no manifest (no checkpoint, or a first save that did not
 // finish) or holds another job's checkpoint (LoadOptions). Throws CheckpointError naming the
@@ -69,6 +71,24 @@ bool load_sharded_checkpoint(const std::string& directory, ZeroDataParallel& zer
 // param groups as this one (the same parameters, in the same order). Errors as
 // save_sharded_checkpoint's; only rank 0's file system needs `path`.
 void save_gathered_checkpoint(const std::string& path, ZeroDataParallel& zero,
+                              const TrainingState& state);
+
+// ---- FullyShardedDataParallel, every strategy. state.module must be &fsdp.module(), and the
+// optimizer (optional) built over fsdp.parameters() or fsdp.named_parameters(), of the kinds
+// above. Each rank writes its part of its shards (frozen parameters included: FSDP shards
+// them too); under kHybridShard the replicas of a shard on the other nodes each write a part
+// of it, so that the checkpoint holds it once; under kNoShard as DistributedDataParallel. A
+// load writes into the shards (every replica's under kHybridShard) and gathers again any
+// unit gathered at the time (inside full_parameters(), after a forward without backward), so
+// that the model never shows the values from before the load. The checkpoints load into any
+// of the wrappers here, at any world size, and the gathered save (built from the shards, no
+// rank ever holding the whole model but rank 0 while it writes) loads with load_checkpoint.
+// Errors as for ZeroDataParallel.
+void save_sharded_checkpoint(const std::string& directory, FullyShardedDataParallel& fsdp,
+                             const TrainingState& state);
+bool load_sharded_checkpoint(const std::string& directory, FullyShardedDataParallel& fsdp,
+                             TrainingState& state, const LoadOptions& options = {});
+void save_gathered_checkpoint(const std::string& path, FullyShardedDataParallel& fsdp,
                               const TrainingState& state);
 
 // ---- DistributedDataParallel: the optimizer holds the module's own parameters (as for

@@ -14,6 +14,7 @@
 #include "checkpoint_file.h"
 #include "checkpoint_state.h"
 #include "cohort/core/check.h"
+#include "cohort/torch/fsdp.h"
 #include "cohort/torch/sharded_checkpoint.h"
 #include "cohort/torch/zero.h"
 #include "shard/sharded_common.h"
@@ -137,7 +138,7 @@ void save_gathered(const std::string& path, Group& group, const RankHoldings& ho
                    const TrainingState& state, const torch::nn::Module* expected_module) {
   const OptimizerCodec* codec = detail::agree_on_arguments(group, state, holdings, expected_module,
                                                            "save_gathered_checkpoint", kSave);
-  const auto ranges = detail::saved_ranges(holdings, group.rank(), group.size());
+  const auto ranges = detail::saved_ranges(holdings, group.rank());
   const std::vector<int64_t> table = detail::gather_table(group, ranges, {});
   std::vector<torch::Tensor> rng_states;
   if (state.rng) rng_states = detail::gather_generator_states(path, group, kSave);
@@ -187,6 +188,11 @@ void save_gathered(const std::string& path, Group& group, const RankHoldings& ho
 void save_gathered_checkpoint(const std::string& path, ZeroDataParallel& zero,
                               const TrainingState& state) {
   save_gathered(path, zero.group(), detail::zero_holdings(zero), state, &zero.module());
+}
+
+void save_gathered_checkpoint(const std::string& path, FullyShardedDataParallel& fsdp,
+                              const TrainingState& state) {
+  save_gathered(path, fsdp.group(), detail::fsdp_holdings(fsdp), state, &fsdp.module());
 }
 
 }  // namespace cohort

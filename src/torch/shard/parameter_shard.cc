@@ -1,7 +1,12 @@
 #include "shard/parameter_shard.h"
 
+#include <unordered_map>
+#include <unordered_set>
+
 #include "cohort/core/check.h"
+#include "cohort/torch/fsdp.h"
 #include "cohort/torch/zero.h"
+#include "shard/fsdp_access.h"
 
 namespace cohort::detail {
 namespace {
@@ -41,13 +46,14 @@ int64_t ParameterShard::numel() const {
   return n;
 }
 
-RankHoldings replicated_holdings(const torch::nn::Module& module) {
+RankHoldings replicated_holdings(const torch::nn::Module& module, int rank, int world) {
   RankHoldings holdings;
   for (const auto& item : module.named_parameters()) {
     ParameterShard shard = shard_of(item.key(), item.value());
     shard.length = item.value().numel();
     shard.tensor = item.value();
-    shard.replicated = true;
+    shard.replicas = world;
+    shard.replica = rank;
     holdings.shards.push_back(std::move(shard));
   }
   add_buffers(module, holdings);
@@ -73,6 +79,38 @@ RankHoldings zero_holdings(const ZeroDataParallel& zero) {
   COHORT_INTERNAL_ASSERT(holdings.shards.size() == shards.size(),
                          "ZeroDataParallel's shards are not all named parameters of its module");
   add_buffers(zero.module(), holdings);
+  return holdings;
+}
+
+RankHoldings fsdp_holdings(const FullyShardedDataParallel& fsdp) {
+  if (fsdp.strategy() == ShardingStrategy::kNoShard) {
+    return replicated_holdings(fsdp.module(), fsdp.group().rank(), fsdp.group().size());
+  }
+  std::unordered_map<const void*, FsdpParameterPart> part_of;
+  for (FsdpParameterPart& part : FsdpAccess::parts(fsdp)) {
+    part_of[part.parameter.unsafeGetTensorImpl()] = std::move(part);
+  }
+  RankHoldings holdings;
+  std::unordered_set<const void*> described;
+  for (const auto& item : fsdp.module().named_parameters()) {
+    const void* impl = item.value().unsafeGetTensorImpl();
+    const auto it = part_of.find(impl);
+    COHORT_INTERNAL_ASSERT(it != part_of.end(), "the module's parameter '", item.key(),
+                           "' is in no FSDP unit");
+    const ShardPart& part = it->second.part;
+    ParameterShard shard = shard_of(item.key(), item.value());
+    shard.offset = part.range.parameter_offset;
+    shard.length = part.range.length;
+    shard.tensor = part.tensor;
+    // A parameter registered under a second name (tied weights) is described again with a
+    // view of its own: the optimizer's tensor belongs to its first name (shard_names).
+    if (!described.insert(impl).second) shard.tensor = part.tensor.view({-1});
+    shard.replicas = FsdpAccess::replicas(fsdp);
+    shard.replica = FsdpAccess::replica(fsdp);
+    holdings.shards.push_back(std::move(shard));
+  }
+  add_buffers(fsdp.module(), holdings);
+  holdings.after_load = [&fsdp] { FsdpAccess::regather(fsdp); };
   return holdings;
 }
 

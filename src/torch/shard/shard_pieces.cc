@@ -62,16 +62,12 @@ torch::Tensor read_piece(const std::string& file, InputArchive& archive, const s
 
 }  // namespace
 
-std::vector<SavedRange> saved_ranges(const RankHoldings& holdings, int rank, int world_size) {
+std::vector<SavedRange> saved_ranges(const RankHoldings& holdings, int rank) {
   std::vector<SavedRange> ranges;
   for (const ParameterShard& shard : holdings.shards) {
-    if (!shard.replicated) {
-      ranges.push_back({shard.offset, shard.length});
-      continue;
-    }
-    // An even split: rank r saves [length * r / W, length * (r + 1) / W).
-    const int64_t begin = shard.length * rank / world_size;
-    const int64_t end = shard.length * (rank + 1) / world_size;
+    // An even split among the replicas: replica i saves [length * i / R, length * (i + 1) / R).
+    const int64_t begin = shard.length * shard.replica / shard.replicas;
+    const int64_t end = shard.length * (shard.replica + 1) / shard.replicas;
     ranges.push_back({shard.offset + begin, end - begin});
   }
   for (const UnshardedTensor& t : holdings.unsharded) {

@@ -28,10 +28,10 @@ struct SavedRange {
   int64_t length = 0;
 };
 
-// What this rank saves of each tensor of `holdings` (shards, then unsharded tensors): its shard;
-// of a replicated shard its 1/world part; of an unsharded tensor all of it on rank 0, nothing
-// elsewhere. Together the ranks' ranges cover each tensor once.
-std::vector<SavedRange> saved_ranges(const RankHoldings& holdings, int rank, int world_size);
+// What this rank saves of each tensor of `holdings` (shards, then unsharded tensors): its shard,
+// or of a shard held by R replicas its 1/R part; of an unsharded tensor all of it on rank 0,
+// nothing elsewhere. Together the ranks' ranges cover each tensor once.
+std::vector<SavedRange> saved_ranges(const RankHoldings& holdings, int rank);
 
 // This rank's file payload: `ranges` of every tensor of `holdings` (tensor i of the manifest is
 // the i-th of holdings), the optimizer's state for them (optimizer and codec may be null) and

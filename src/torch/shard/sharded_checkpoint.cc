@@ -27,8 +27,10 @@
 //     file is checked against its footer's CRC-32 and the manifest's; only the needed ranges
 //     are kept. The ranks agree: nothing has been changed yet.
 //  5. The shards take their values; where a wrapper keeps whole parameters besides its shards
-//     (ZeRO), the shards are all-gathered into them; buffers, optimizer state and options,
-//     sampler, generator and counters are restored; the ranks agree.
+//     (ZeRO), the shards are all-gathered into them; where it keeps gathered copies (FSDP's
+//     units gathered at the time), they are gathered again (RankHoldings::after_load);
+//     buffers, optimizer state and options, sampler, generator and counters are restored; the
+//     ranks agree.
 //
 // Note [Shard files and file systems]
 // A save needs every rank to be able to write its file into `directory` as that rank sees it:
@@ -62,6 +64,7 @@
 #include "cohort/comm/inproc_transport.h"
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
+#include "cohort/torch/fsdp.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "cohort/torch/zero.h"
 #include "shard/optimizer_codec.h"
@@ -204,7 +207,7 @@ void save_sharded(const std::string& directory, Group& group, const RankHoldings
   const OptimizerCodec* codec = detail::agree_on_arguments(group, state, holdings, expected_module,
                                                            "save_sharded_checkpoint", kSave);
   const std::string token = broadcast_token(group);
-  const auto ranges = detail::saved_ranges(holdings, group.rank(), group.size());
+  const auto ranges = detail::saved_ranges(holdings, group.rank());
   const std::string mine =
       join(directory, detail::shard_file_name(group.rank(), group.size(), token));
   detail::ManifestFile file;
@@ -575,6 +578,7 @@ bool load_sharded(const std::string& directory, Group& group, const RankHoldings
   detail::rethrow_on_every_rank(group, error, kLoad);
   restore_shard_values(holdings, plan);
   if (keeps_full_parameters(holdings)) gather_full_parameters(group, holdings);
+  if (holdings.after_load) holdings.after_load();
   error = caught([&] { restore_local(directory, holdings, state, codec, m, plan); });
   detail::rethrow_on_every_rank(group, error, kLoad);
   return true;
@@ -586,8 +590,10 @@ std::shared_ptr<Group> group_of_one() {
   return Group::create_inproc(std::make_shared<InprocFabric>(1), 0);
 }
 
-RankHoldings holdings_of(const TrainingState& state) {
-  return state.module != nullptr ? detail::replicated_holdings(*state.module) : RankHoldings{};
+RankHoldings holdings_of(const TrainingState& state, const Group& group) {
+  return state.module != nullptr
+             ? detail::replicated_holdings(*state.module, group.rank(), group.size())
+             : RankHoldings{};
 }
 
 }  // namespace
@@ -603,14 +609,25 @@ bool load_sharded_checkpoint(const std::string& directory, ZeroDataParallel& zer
                       &zero.module());
 }
 
+void save_sharded_checkpoint(const std::string& directory, FullyShardedDataParallel& fsdp,
+                             const TrainingState& state) {
+  save_sharded(directory, fsdp.group(), detail::fsdp_holdings(fsdp), state, &fsdp.module());
+}
+
+bool load_sharded_checkpoint(const std::string& directory, FullyShardedDataParallel& fsdp,
+                             TrainingState& state, const LoadOptions& options) {
+  return load_sharded(directory, fsdp.group(), detail::fsdp_holdings(fsdp), state, options,
+                      &fsdp.module());
+}
+
 void save_sharded_checkpoint(const std::string& directory, Group& group,
                              const TrainingState& state) {
-  save_sharded(directory, group, holdings_of(state), state, nullptr);
+  save_sharded(directory, group, holdings_of(state, group), state, nullptr);
 }
 
 bool load_sharded_checkpoint(const std::string& directory, Group& group, TrainingState& state,
                              const LoadOptions& options) {
-  return load_sharded(directory, group, holdings_of(state), state, options, nullptr);
+  return load_sharded(directory, group, holdings_of(state, group), state, options, nullptr);
 }
 
 void save_sharded_checkpoint(const std::string& directory, const TrainingState& state) {

@@ -17,8 +17,8 @@ const OptimizerCodec* check_arguments(const TrainingState& state, const RankHold
                                       const char* caller) {
   check_training_state(state, caller);
   COHORT_CHECK(expected_module == nullptr || state.module == expected_module, caller,
-               ": TrainingState::module is not the ZeroDataParallel's module; point it at "
-               "&zero.module()");
+               ": TrainingState::module is not the wrapper's module; point it at "
+               "&zero.module() or &fsdp.module()");
   if (state.optimizer == nullptr) return nullptr;
   const OptimizerCodec* codec = codec_of(*state.optimizer);
   COHORT_CHECK(codec != nullptr, caller,
@@ -37,8 +37,9 @@ const OptimizerCodec* check_arguments(const TrainingState& state, const RankHold
                    ": the optimizer's param group ", g, " holds, at ", i, ", a tensor of shape ",
                    shape.str(),
                    " that is not one the wrapper gives the optimizer: build it over "
-                   "zero.parameters() (or zero.named_parameters()) under ZeroDataParallel, over "
-                   "the module's parameters under DistributedDataParallel or in one process");
+                   "zero.parameters() (or zero.named_parameters()) under ZeroDataParallel, "
+                   "fsdp.parameters() under FullyShardedDataParallel, over the module's "
+                   "parameters under DistributedDataParallel or in one process");
     }
   }
   return codec;
