@@ -518,21 +518,22 @@ TEST(ShardedCheckpointFiles, DirectoriesThatOnlySomeRanksSeeLoad) {
 // Buffers and the parameters ZeRO does not shard (frozen ones) are saved whole from rank 0, as
 // DDP broadcasts rank 0's, and load into a wrapper that holds them otherwise (DDP: a frozen
 // parameter is one more replicated parameter there).
+struct WithBuffers : TestModel {
+  WithBuffers() {
+    fc1 = register_module("fc1", torch::nn::Linear(10, 16));
+    bn = register_module("bn", torch::nn::BatchNorm1d(16));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 4));
+    fc1->bias.set_requires_grad(false);
+  }
+  torch::Tensor forward(torch::Tensor x, int, int) override {
+    return fc2(torch::relu(bn(fc1(x))));
+  }
+  torch::nn::Linear fc1{nullptr};
+  torch::nn::BatchNorm1d bn{nullptr};
+  torch::nn::Linear fc2{nullptr};
+};
+
 TEST(ShardedCheckpointFiles, BuffersAndFrozenParametersAreRankZeros) {
-  struct WithBuffers : TestModel {
-    WithBuffers() {
-      fc1 = register_module("fc1", torch::nn::Linear(10, 16));
-      bn = register_module("bn", torch::nn::BatchNorm1d(16));
-      fc2 = register_module("fc2", torch::nn::Linear(16, 4));
-      fc1->bias.set_requires_grad(false);
-    }
-    torch::Tensor forward(torch::Tensor x, int, int) override {
-      return fc2(torch::relu(bn(fc1(x))));
-    }
-    torch::nn::Linear fc1{nullptr};
-    torch::nn::BatchNorm1d bn{nullptr};
-    torch::nn::Linear fc2{nullptr};
-  };
   TempDir dir;
   run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
     auto model = std::make_shared<WithBuffers>();
@@ -559,6 +560,46 @@ TEST(ShardedCheckpointFiles, BuffersAndFrozenParametersAreRankZeros) {
     ASSERT_TRUE(load_sharded_checkpoint(dir.path(), *group, state));
     EXPECT_TRUE(torch::equal(model->bn->running_mean, torch::full({16}, 10.0))) << rank;
     EXPECT_TRUE(torch::equal(model->fc1->bias, torch::full({16}, 5.0))) << rank;
+  });
+}
+
+// FSDP shards frozen parameters with the rest of their unit: each rank saves its part of them
+// (a load into ZeRO takes them whole), and loads its part back; buffers are rank 0's.
+TEST(ShardedCheckpointFiles, FrozenParametersAndBuffersUnderFsdp) {
+  TempDir dir;
+  FsdpOptions options;
+  options.auto_wrap.min_parameters = 1;
+  run_with_groups(3, [&](int rank, std::shared_ptr<Group> group) {
+    auto model = std::make_shared<WithBuffers>();
+    FullyShardedDataParallel fsdp(model, group, options);
+    torch::optim::AdamW optimizer(fsdp.parameters());
+    {
+      auto whole = fsdp.full_parameters(/*writeback=*/true);
+      torch::NoGradGuard no_grad;
+      model->fc1->bias.copy_(torch::arange(16, torch::kFloat));
+      model->bn->running_mean.fill_(10 + rank);
+    }
+    save_sharded_checkpoint(dir.path(), fsdp, TrainingState{model.get(), &optimizer});
+  });
+  auto expect_loaded = [](WithBuffers& model, int rank) {
+    EXPECT_TRUE(torch::equal(model.bn->running_mean, torch::full({16}, 10.0))) << rank;
+    EXPECT_TRUE(torch::equal(model.fc1->bias, torch::arange(16, torch::kFloat))) << rank;
+  };
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    auto model = std::make_shared<WithBuffers>();
+    ZeroDataParallel zero(model, group);
+    torch::optim::AdamW optimizer(zero.parameters());
+    TrainingState state{model.get(), &optimizer};
+    ASSERT_TRUE(load_sharded_checkpoint(dir.path(), zero, state));
+    expect_loaded(*model, rank);
+  });
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    auto model = std::make_shared<WithBuffers>();
+    FullyShardedDataParallel fsdp(model, group, options);
+    torch::optim::AdamW optimizer(fsdp.parameters());
+    TrainingState state{model.get(), &optimizer};
+    ASSERT_TRUE(load_sharded_checkpoint(dir.path(), fsdp, state));
+    expect_loaded(*model, rank);  // reading the parameters gathers them from the shards
   });
 }
 
