@@ -390,29 +390,36 @@ void expect_resumed(const std::vector<Resumed>& resumed) {
   }
 }
 
+// Saved at 4 ranks under `saving`, then loaded under each of `targets` (wrap, world size):
+// every load resumes (expect_resumed).
+void expect_saved_at_four_resumes(Wrap saving, OptimizerKind kind,
+                                  const std::vector<std::pair<Wrap, int>>& targets) {
+  torch::set_num_threads(1);
+  TempDir dir;
+  const auto batches = make_batches();
+  const auto reference = reference_run(kind, batches);
+  auto same = [&](int) { return dir.path(); };
+  const Saved saved = train_and_save(saving, 4, kind, batches, same);
+  // The saving run itself matched the reference: what is compared after the load is the
+  // checkpoint's doing.
+  ASSERT_EQ(compare(saved.parameters, reference[kSavedSteps - 1], 1e-4, 1e-5), "");
+  for (const auto& [wrap, world] : targets) {
+    SCOPED_TRACE(std::string(wrap_name(wrap)) + " at " + std::to_string(world));
+    expect_resumed(load_and_train(wrap, world, kind, batches, saved, reference, same));
+  }
+}
+
 class ShardedCheckpoint : public ::testing::TestWithParam<OptimizerKind> {};
 
 // The matrix: saved at W=4 under ZeRO-2; loaded at W=2 under ZeRO-1, at W=3 under
 // ZeRO-2, into DDP at W=2 and into one process.
 TEST_P(ShardedCheckpoint, SavedByZero2AtFourRanksResumesEverywhere) {
-  torch::set_num_threads(1);
-  TempDir dir;
-  const auto batches = make_batches();
-  const auto reference = reference_run(GetParam(), batches);
-  auto same = [&](int) { return dir.path(); };
-  const Saved saved = train_and_save(Wrap::kZero2, 4, GetParam(), batches, same);
-  // The saving run itself matched the reference: what is compared after the load is the
-  // checkpoint's doing.
-  ASSERT_EQ(compare(saved.parameters, reference[kSavedSteps - 1], 1e-4, 1e-5), "");
-  const std::vector<std::pair<Wrap, int>> targets = {{Wrap::kZero1, 2},
-                                                     {Wrap::kZero2, 3},
-                                                     {Wrap::kDdp, 2},
-                                                     {Wrap::kOneProcess, 1},
-                                                     {Wrap::kZero2, 4}};
-  for (const auto& [wrap, world] : targets) {
-    SCOPED_TRACE(std::string(wrap_name(wrap)) + " at " + std::to_string(world));
-    expect_resumed(load_and_train(wrap, world, GetParam(), batches, saved, reference, same));
-  }
+  expect_saved_at_four_resumes(Wrap::kZero2, GetParam(),
+                               {{Wrap::kZero1, 2},
+                                {Wrap::kZero2, 3},
+                                {Wrap::kDdp, 2},
+                                {Wrap::kOneProcess, 1},
+                                {Wrap::kZero2, 4}});
 }
 
 // Saved by DDP (each parameter split evenly among the files) and by one process.
@@ -446,21 +453,15 @@ TEST_P(ShardedCheckpoint, SavedByDdpAndByOneProcessLoadIntoZero) {
 // (three nodes of one rank: every replica is filled), in one process, and into the other FSDP
 // strategies at other world sizes; each load leaves a unit gathered from before it.
 TEST_P(ShardedCheckpoint, SavedByFullShardAtFourRanksResumesEverywhere) {
-  torch::set_num_threads(1);
-  TempDir dir;
-  const auto batches = make_batches();
-  const auto reference = reference_run(GetParam(), batches);
-  auto same = [&](int) { return dir.path(); };
-  const Saved saved = train_and_save(Wrap::kFullShard, 4, GetParam(), batches, same);
-  ASSERT_EQ(compare(saved.parameters, reference[kSavedSteps - 1], 1e-4, 1e-5), "");
-  const std::vector<std::pair<Wrap, int>> targets = {
-      {Wrap::kZero1, 2},       {Wrap::kHybridShard, 3}, {Wrap::kOneProcess, 1},
-      {Wrap::kFullShard, 3},   {Wrap::kShardGradOp, 2}, {Wrap::kNoShard, 2},
-      {Wrap::kHybridShard, 4}, {Wrap::kFullShard, 4}};
-  for (const auto& [wrap, world] : targets) {
-    SCOPED_TRACE(std::string(wrap_name(wrap)) + " at " + std::to_string(world));
-    expect_resumed(load_and_train(wrap, world, GetParam(), batches, saved, reference, same));
-  }
+  expect_saved_at_four_resumes(Wrap::kFullShard, GetParam(),
+                               {{Wrap::kZero1, 2},
+                                {Wrap::kHybridShard, 3},
+                                {Wrap::kOneProcess, 1},
+                                {Wrap::kFullShard, 3},
+                                {Wrap::kShardGradOp, 2},
+                                {Wrap::kNoShard, 2},
+                                {Wrap::kHybridShard, 4},
+                                {Wrap::kFullShard, 4}});
 }
 
 // Saved by ZeRO-2, by NO_SHARD (DDP underneath) and by SHARD_GRAD_OP, loaded into FULL_SHARD.
