@@ -1,8 +1,8 @@
 // How the model is made data parallel (--strategy): the one place that knows. The trainer
 // builds its optimizer over what the strategy gives it, calls it after backward (clipping) and
 // for the optimizer step, asks it what the last step communicated and what the model state
-// costs in memory, and lets it save and load checkpoints. Wiring a sharded strategy (ZeRO,
-// FSDP) is a new Strategy in strategy.cc and nothing else.
+// costs in memory, and lets it save and load checkpoints. Wiring a sharded strategy (FSDP) is
+// a new Strategy in strategy.cc and nothing else.
 #pragma once
 
 #include <torch/torch.h>
@@ -20,7 +20,8 @@
 
 namespace char_lm {
 
-// Every name --strategy takes; only "ddp" is available yet (docs/char_lm.md).
+// Every name --strategy takes; "ddp", "zero1" and "zero2" are available, the FSDP ones not yet
+// (docs/char_lm.md).
 inline const std::vector<std::string> kStrategyNames = {
     "ddp", "zero1", "zero2", "full_shard", "shard_grad_op", "hybrid_shard"};
 

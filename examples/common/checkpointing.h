@@ -2,6 +2,7 @@
 // epoch and where --max-steps stopped a run.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "cohort/comm/group.h"
@@ -10,18 +11,25 @@
 
 namespace cohort_examples {
 
+// A load (load_checkpoint, load_sharded_checkpoint, ...) of a fixed path: whether it loaded.
+using LoadFunction = std::function<bool(cohort::TrainingState&, const cohort::LoadOptions&)>;
+// A save of a fixed path.
+using SaveFunction = std::function<void(const cohort::TrainingState&)>;
+
 // Always loads: a restart by cohortrun resumes this job's own checkpoint; an earlier job's only
 // with `any_job` (--resume). Rank 0 says where it resumed. Nothing happens for an empty path.
-// Collective over `group`; returns whether a checkpoint was loaded.
+// Collective over `group`; returns whether a checkpoint was loaded. `load`: how (default:
+// cohort::load_checkpoint(path, group, ...)).
 bool resume_from_checkpoint(const std::string& path, bool any_job, cohort::Group& group,
-                            cohort::TrainingState& state);
+                            cohort::TrainingState& state, const LoadFunction& load = {});
 
 // Saves `state` (whose epoch is the one that just ran, counted from 0). The checkpoint of a
 // finished epoch resumes at the start of the next one (the sampler is moved on to it); that of
 // an epoch cut short (`epoch_finished` false), where it stopped. Nothing happens for an empty
-// path. Collective over `group`.
+// path. Collective over `group`. `save`: how (default: cohort::save_checkpoint(path, group,
+// ...)).
 void save_epoch_checkpoint(const std::string& path, cohort::Group& group,
                            const cohort::TrainingState& state, cohort::DistributedSampler& sampler,
-                           bool epoch_finished);
+                           bool epoch_finished, const SaveFunction& save = {});
 
 }  // namespace cohort_examples

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint_collectives.h"
 #include "checkpoint_file.h"
 #include "checkpoint_state.h"
 #include "cohort/core/check.h"
@@ -38,41 +39,6 @@
 
 namespace cohort {
 namespace {
-
-enum Status : int64_t { kOk = 0, kMissing = 1, kFailed = 2 };
-
-// Rank 0's status and bytes (payload or error message) land on every rank.
-void broadcast_outcome(Group& group, int64_t& status, std::string& bytes) {
-  std::vector<int64_t> header = {status, static_cast<int64_t>(bytes.size())};
-  group.broadcast(make_buffer(header));
-  status = header[0];
-  bytes.resize(static_cast<size_t>(header[1]));
-  if (!bytes.empty()) {
-    group.broadcast(make_buffer(reinterpret_cast<uint8_t*>(&bytes[0]), bytes.size()));
-  }
-}
-
-// Every rank's generator state, in rank order.
-std::vector<torch::Tensor> gather_generator_states(const std::string& path, Group& group) {
-  const torch::Tensor mine = detail::cpu_generator_state().contiguous();
-  int64_t my_size = mine.numel();
-  std::vector<int64_t> sizes(static_cast<size_t>(group.size()));
-  group.allgather(make_buffer(&my_size, 1), make_buffer(sizes));
-  // Every rank sees the same sizes, so either every rank throws here or none does.
-  for (int64_t size : sizes) {
-    if (size == sizes[0]) continue;
-    throw CheckpointError(detail::concat(
-        "cannot write checkpoint '", path, "': the ranks' random generator states differ in size (",
-        sizes[0], " and ", size, " bytes), so they run different libtorch builds; run every rank ",
-        "with the same build, or set TrainingState::rng = false"));
-  }
-  torch::Tensor all = torch::empty({group.size(), my_size}, torch::kUInt8);
-  group.allgather(tensor_buffer(mine), tensor_buffer(all));
-  std::vector<torch::Tensor> states;
-  // Cloned: an archive stores a view's whole storage, which would be every rank's state again.
-  for (int r = 0; r < group.size(); ++r) states.push_back(all[r].clone());
-  return states;
-}
 
 void save_file(const std::string& path, const TrainingState& state, int world_size,
                const std::vector<torch::Tensor>& rng_states) {
@@ -85,28 +51,8 @@ detail::JobCheck job_check(const LoadOptions& options) {
   return {detail::current_job_id(), options.any_job};
 }
 
-// Rank 0's JobCheck on every rank: one flag byte, then the job id.
-detail::JobCheck broadcast_job_check(Group& group, const detail::JobCheck& mine) {
-  int64_t any_job = mine.any_job ? 1 : 0;
-  std::string job_id = mine.job_id;
-  broadcast_outcome(group, any_job, job_id);
-  return {job_id, any_job != 0};
-}
-
 void warn_passed_over(const std::string& why) {
   COHORT_LOG(kWarn, why);
-}
-
-// Rank 0's side of a load: the verified payload, or why there is none.
-void read_on_root(const std::string& path, int64_t& status, std::string& bytes) {
-  try {
-    std::optional<std::string> payload = detail::read_checkpoint_file(path);
-    status = payload ? kOk : kMissing;
-    if (payload) bytes = std::move(*payload);
-  } catch (const std::exception& error) {
-    status = kFailed;
-    bytes = error.what();
-  }
 }
 
 // Restores on every rank, or passes the checkpoint over on every rank (returns false); throws
@@ -163,32 +109,32 @@ void save_checkpoint(const std::string& path, Group& group, const TrainingState&
   detail::check_training_state(state, "save_checkpoint");
   detail::check_optimizer_holds_module_parameters(state, "save_checkpoint");
   std::vector<torch::Tensor> rng_states;
-  if (state.rng) rng_states = gather_generator_states(path, group);
-  int64_t status = kOk;
+  if (state.rng) rng_states = detail::gather_generator_states(path, group);
+  int64_t status = detail::kStatusOk;
   std::string message;
   if (group.rank() == 0) {
     try {
       save_file(path, state, group.size(), rng_states);
     } catch (const std::exception& error) {
-      status = kFailed;
+      status = detail::kStatusFailed;
       message = error.what();
     }
   }
-  broadcast_outcome(group, status, message);
-  if (status != kOk) throw CheckpointError(message);
+  detail::broadcast_outcome(group, status, message);
+  if (status != detail::kStatusOk) throw CheckpointError(message);
 }
 
 bool load_checkpoint(const std::string& path, Group& group, TrainingState& state,
                      const LoadOptions& options) {
   detail::check_training_state(state, "load_checkpoint");
   detail::check_optimizer_holds_module_parameters(state, "load_checkpoint");
-  int64_t status = kOk;
+  int64_t status = detail::kStatusOk;
   std::string bytes;
-  if (group.rank() == 0) read_on_root(path, status, bytes);
-  broadcast_outcome(group, status, bytes);
-  if (status == kMissing) return false;
-  if (status == kFailed) throw CheckpointError(bytes);
-  const detail::JobCheck job = broadcast_job_check(group, job_check(options));
+  if (group.rank() == 0) detail::read_file_outcome(path, status, bytes);
+  detail::broadcast_outcome(group, status, bytes);
+  if (status == detail::kStatusMissing) return false;
+  if (status == detail::kStatusFailed) throw CheckpointError(bytes);
+  const detail::JobCheck job = detail::broadcast_job_check(group, job_check(options));
   return restore_everywhere(path, group, bytes, job, state);
 }
 

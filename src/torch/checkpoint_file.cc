@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
@@ -56,17 +58,11 @@ uint32_t crc32_of(const char* data, size_t size) {
   return static_cast<uint32_t>(crc);
 }
 
-std::string hex32(uint32_t value) {
-  char text[11];
-  std::snprintf(text, sizeof text, "0x%08x", static_cast<unsigned>(value));
-  return text;
-}
-
-std::string footer_of(const std::string& payload) {
+std::string footer_of(const std::string& payload, uint32_t crc) {
   std::string footer(kMagic, kMagicBytes);
   put_le(footer, kFormatVersion, 4);
   put_le(footer, payload.size(), 8);
-  put_le(footer, crc32_of(payload.data(), payload.size()), 4);
+  put_le(footer, crc, 4);
   return footer;
 }
 
@@ -193,8 +189,8 @@ std::optional<std::string> read_whole_file(const std::string& path) {
   return bytes;
 }
 
-// Checks the footer and the CRC (Note [Footer last]) and strips the footer.
-void verify_and_strip_footer(const std::string& path, std::string& bytes) {
+// Checks the footer and the CRC (Note [Footer last]), strips the footer and returns the CRC.
+uint32_t verify_and_strip_footer(const std::string& path, std::string& bytes) {
   if (bytes.size() < kCheckpointFooterBytes) {
     throw_corrupt(path, concat("is truncated or not a cohort checkpoint: it has ", bytes.size(),
                                " bytes, fewer than its ", kCheckpointFooterBytes, "-byte footer"));
@@ -224,6 +220,7 @@ void verify_and_strip_footer(const std::string& path, std::string& bytes) {
                                hex32(actual), " but its footer says ", hex32(expected)));
   }
   bytes.resize(payload_size);
+  return actual;
 }
 
 // A save would rename over a special file (or fail on a directory): refused first, as loads
@@ -237,10 +234,11 @@ void check_replaceable(const std::string& path) {
 
 }  // namespace
 
-void write_checkpoint_file(const std::string& path, const std::string& payload) {
+uint32_t write_checkpoint_file(const std::string& path, const std::string& payload) {
   check_replaceable(path);
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  const std::string footer = footer_of(payload);
+  const uint32_t crc = crc32_of(payload.data(), payload.size());
+  const std::string footer = footer_of(payload, crc);
   try {
     write_synced(path, temporary, payload, footer);
     if (::rename(temporary.c_str(), path.c_str()) != 0) {
@@ -251,12 +249,45 @@ void write_checkpoint_file(const std::string& path, const std::string& payload) 
     throw;
   }
   sync_directory(path);
+  return crc;
 }
 
-std::optional<std::string> read_checkpoint_file(const std::string& path) {
+std::optional<std::string> read_checkpoint_file(const std::string& path, uint32_t* crc) {
   std::optional<std::string> bytes = read_whole_file(path);
-  if (bytes) verify_and_strip_footer(path, *bytes);
+  if (!bytes) return bytes;
+  const uint32_t verified = verify_and_strip_footer(path, *bytes);
+  if (crc != nullptr) *crc = verified;
   return bytes;
+}
+
+void make_checkpoint_directory(const std::string& directory) {
+  struct stat info {};
+  if (::stat(directory.c_str(), &info) == 0) {
+    if (!S_ISDIR(info.st_mode)) {
+      throw CheckpointError(concat("cannot write checkpoint '", directory, "': it is ",
+                                   file_kind(info.st_mode),
+                                   ", not a directory; give the path of a directory (or of none "
+                                   "yet) for a sharded checkpoint"));
+    }
+    return;
+  }
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (error) {
+    throw CheckpointError(concat("cannot write checkpoint '", directory,
+                                 "': creating the directory failed: ", error.message(),
+                                 "; check that its parent is writable"));
+  }
+  // The new directory is an entry in its parent: synced as a renamed file's entry is.
+  std::string entry = directory;
+  while (entry.size() > 1 && entry.back() == '/') entry.pop_back();
+  sync_directory(entry);
+}
+
+std::string hex32(uint32_t value) {
+  char text[11];
+  std::snprintf(text, sizeof text, "0x%08x", static_cast<unsigned>(value));
+  return text;
 }
 
 }  // namespace cohort::detail

@@ -27,35 +27,6 @@ constexpr const char* kCorruptAdvice =
     "; the file passed its checksum, so it was written wrong or by something else: load an older "
     "checkpoint, or start the run over";
 
-// torch throws c10::Error, whose what() carries a backtrace, and std::exceptions. The caller
-// gets a CheckpointError that names the file and keeps torch's one-line reason.
-std::string reason_of(const std::exception& error) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) {
-    return c10_error->what_without_backtrace();
-  }
-  return error.what();
-}
-
-template <typename Fn>
-void or_checkpoint_error(const std::string& context, const char* advice, Fn&& fn) {
-  try {
-    fn();
-  } catch (const CheckpointError&) {
-    throw;
-  } catch (const std::exception& error) {
-    throw CheckpointError(concat(context, ": ", reason_of(error), advice));
-  }
-}
-
-[[noreturn]] void throw_mismatch(const std::string& path, const std::string& what) {
-  throw CheckpointError(concat("checkpoint '", path, "' does not fit: ", what, kRefitAdvice));
-}
-
-[[noreturn]] void throw_malformed(const std::string& path, const std::string& what) {
-  throw CheckpointError(concat("checkpoint '", path,
-                               "' is not a cohort training checkpoint: ", what, kCorruptAdvice));
-}
-
 std::string rng_key(int64_t rank) {
   return "rng/" + std::to_string(rank);
 }
@@ -66,10 +37,6 @@ std::string describe(const torch::Tensor& tensor) {
 
 // ---- writing
 
-void write_int(OutputArchive& archive, const std::string& key, int64_t value) {
-  archive.write(key, torch::tensor(value), /*is_buffer=*/true);
-}
-
 template <typename Save>
 void write_nested(OutputArchive& archive, const std::string& key, Save&& save) {
   OutputArchive nested(archive.compilation_unit());
@@ -78,27 +45,14 @@ void write_nested(OutputArchive& archive, const std::string& key, Save&& save) {
 }
 
 void write_sampler(OutputArchive& archive, const DistributedSampler& sampler) {
+  const SamplerRecord record = sampler_record(sampler);
   write_nested(archive, "sampler", [&](OutputArchive& out) {
-    write_int(out, "dataset_size", static_cast<int64_t>(sampler.dataset_size()));
-    write_int(out, "epoch", static_cast<int64_t>(sampler.epoch()));
-    // The order of the epoch's samples: a run resumed with another one would go on in a
-    // different order without anyone noticing.
-    write_int(out, "seed", static_cast<int64_t>(sampler.options().seed));
-    write_int(out, "shuffle", sampler.options().shuffle ? 1 : 0);
-    // Samples of the epoch consumed by all ranks together, so that a run with another number
-    // of ranks can find its place (read_sampler).
-    const size_t consumed = sampler.position() * static_cast<size_t>(sampler.world_size());
-    write_int(out, "consumed", static_cast<int64_t>(consumed));
+    write_int(out, "dataset_size", record.dataset_size);
+    write_int(out, "epoch", record.epoch);
+    write_int(out, "seed", record.seed);
+    write_int(out, "shuffle", record.shuffle ? 1 : 0);
+    write_int(out, "consumed", record.consumed);
   });
-}
-
-std::string to_bytes(OutputArchive& archive) {
-  std::string bytes;
-  archive.save_to([&bytes](const void* data, size_t size) {
-    bytes.append(static_cast<const char*>(data), size);
-    return size;
-  });
-  return bytes;
 }
 
 void write_text(OutputArchive& archive, const std::string& key, const std::string& text) {
@@ -123,33 +77,10 @@ std::string quoted_job(const std::string& job_id) {
   return job_id.empty() ? std::string("no job id") : "job id '" + job_id + "'";
 }
 
-// Why the loading job may not resume a checkpoint of `saved_job`, or "" when it may.
-std::string passed_over_because(const std::string& path, const std::string& saved_job,
-                                const JobCheck& job) {
-  if (job.any_job || (!job.job_id.empty() && saved_job == job.job_id)) return "";
-  return concat("checkpoint '", path, "' is not resumed: it was written by another job (",
-                quoted_job(saved_job), "; this process has ", quoted_job(job.job_id),
-                ", COHORT_JOB_ID). A job resumes only the checkpoints it wrote itself, after a "
-                "restart; to go on from another job's, load it with LoadOptions::any_job = true "
-                "(docs/checkpoints.md). The next save replaces it");
-}
-
-int64_t read_int(const std::string& path, InputArchive& archive, const std::string& key) {
-  c10::IValue value;
-  const bool found = archive.try_read(key, value) && value.isTensor() &&
-                     value.toTensor().numel() == 1 &&
-                     value.toTensor().scalar_type() == torch::kInt64;
-  if (!found) throw_malformed(path, "it has no integer entry '" + key + "'");
-  return value.toTensor().item<int64_t>();
-}
-
 // A section that the caller asked to restore must be in the file.
 void read_section(const std::string& path, InputArchive& archive, const std::string& key,
                   InputArchive& section) {
-  if (archive.try_read(key, section)) return;
-  throw CheckpointError(concat("checkpoint '", path, "' was saved without the ", key,
-                               " state; set TrainingState::", key,
-                               " = nullptr to load it without, or load a checkpoint that has it"));
+  if (!archive.try_read(key, section)) throw_missing_section(path, key);
 }
 
 struct TensorCopy {
@@ -211,38 +142,17 @@ std::vector<TensorCopy> read_model(const std::string& path, InputArchive& archiv
   return copies;
 }
 
-struct SamplerPlace {
-  uint64_t epoch = 0;
-  size_t position = 0;
-};
-
-// Note [Sampler position at another world size]: the file holds the samples of the epoch that
-// all ranks consumed together, C = position * W_saved. W ranks resume at position C / W,
-// rounded down: the first W * (C / W) samples of the epoch's order are skipped, the few left
-// over (fewer than W) are seen again. The position is capped at the epoch's end, which padding
-// can put earlier at the new world size.
 SamplerPlace read_sampler(const std::string& path, InputArchive& archive,
                           const DistributedSampler& sampler) {
   InputArchive saved;
   read_section(path, archive, "sampler", saved);
-  const int64_t dataset_size = read_int(path, saved, "dataset_size");
-  const int64_t epoch = read_int(path, saved, "epoch");
-  const int64_t consumed = read_int(path, saved, "consumed");
-  if (dataset_size != static_cast<int64_t>(sampler.dataset_size())) {
-    throw_mismatch(path, concat("it was saved with a sampler over ", dataset_size,
-                                " samples, but this sampler has ", sampler.dataset_size()));
-  }
-  const auto seed = static_cast<uint64_t>(read_int(path, saved, "seed"));
-  const bool shuffle = read_int(path, saved, "shuffle") != 0;
-  if (seed != sampler.options().seed || shuffle != sampler.options().shuffle) {
-    throw_mismatch(path, concat("it was saved with a sampler with seed ", seed, " and shuffle ",
-                                shuffle, ", but this sampler has seed ", sampler.options().seed,
-                                " and shuffle ", sampler.options().shuffle,
-                                ": resume with the sampler options of the saved run"));
-  }
-  if (epoch < 0 || consumed < 0) throw_malformed(path, "its sampler entries are negative");
-  const size_t position = static_cast<size_t>(consumed) / static_cast<size_t>(sampler.world_size());
-  return {static_cast<uint64_t>(epoch), std::min(position, sampler.num_samples())};
+  SamplerRecord record;
+  record.dataset_size = read_int(path, saved, "dataset_size");
+  record.epoch = read_int(path, saved, "epoch");
+  record.consumed = read_int(path, saved, "consumed");
+  record.seed = read_int(path, saved, "seed");
+  record.shuffle = read_int(path, saved, "shuffle") != 0;
+  return sampler_place(path, record, sampler);
 }
 
 torch::Tensor read_rng(const std::string& path, InputArchive& archive, int64_t source_rank) {
@@ -254,14 +164,7 @@ torch::Tensor read_rng(const std::string& path, InputArchive& archive, int64_t s
                                  source_rank,
                                  "; set TrainingState::rng = false to load it without"));
   }
-  torch::Tensor saved = value.toTensor();
-  const torch::Tensor current = cpu_generator_state();
-  if (saved.scalar_type() != torch::kUInt8 || saved.sizes() != current.sizes()) {
-    throw_mismatch(
-        path, concat("its random generator state is ", describe(saved), " but this libtorch's is ",
-                     describe(current), " (set TrainingState::rng = false to load it without)"));
-  }
-  return saved.contiguous();
+  return check_generator_state(path, value.toTensor());
 }
 
 // ---- applying
@@ -299,6 +202,119 @@ void load_optimizer(const std::string& path, InputArchive& saved,
   });
 }
 
+}  // namespace
+
+void write_int(OutputArchive& archive, const std::string& key, int64_t value) {
+  archive.write(key, torch::tensor(value), /*is_buffer=*/true);
+}
+
+std::string to_bytes(OutputArchive& archive) {
+  std::string bytes;
+  archive.save_to([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  return bytes;
+}
+
+int64_t read_int(const std::string& path, InputArchive& archive, const std::string& key) {
+  c10::IValue value;
+  const bool found = archive.try_read(key, value) && value.isTensor() &&
+                     value.toTensor().numel() == 1 &&
+                     value.toTensor().scalar_type() == torch::kInt64;
+  if (!found) throw_malformed(path, "it has no integer entry '" + key + "'");
+  return value.toTensor().item<int64_t>();
+}
+
+std::string reason_of(const std::exception& error) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) {
+    return c10_error->what_without_backtrace();
+  }
+  return error.what();
+}
+
+void throw_mismatch(const std::string& path, const std::string& what) {
+  throw CheckpointError(concat("checkpoint '", path, "' does not fit: ", what, kRefitAdvice));
+}
+
+void throw_malformed(const std::string& path, const std::string& what) {
+  throw CheckpointError(concat("checkpoint '", path,
+                               "' is not a cohort training checkpoint: ", what, kCorruptAdvice));
+}
+
+void throw_missing_section(const std::string& path, const std::string& key) {
+  throw CheckpointError(concat("checkpoint '", path, "' was saved without the ", key,
+                               " state; set TrainingState::", key,
+                               " = nullptr to load it without, or load a checkpoint that has it"));
+}
+
+// Why the loading job may not resume a checkpoint of `saved_job`, or "" when it may.
+std::string passed_over_because(const std::string& path, const std::string& saved_job,
+                                const JobCheck& job) {
+  if (job.any_job || (!job.job_id.empty() && saved_job == job.job_id)) return "";
+  return concat("checkpoint '", path, "' is not resumed: it was written by another job (",
+                quoted_job(saved_job), "; this process has ", quoted_job(job.job_id),
+                ", COHORT_JOB_ID). A job resumes only the checkpoints it wrote itself, after a "
+                "restart; to go on from another job's, load it with LoadOptions::any_job = true "
+                "(docs/checkpoints.md). The next save replaces it");
+}
+
+SamplerRecord sampler_record(const DistributedSampler& sampler) {
+  SamplerRecord record;
+  record.dataset_size = static_cast<int64_t>(sampler.dataset_size());
+  record.epoch = static_cast<int64_t>(sampler.epoch());
+  // The order of the epoch's samples: a run resumed with another one would go on in a
+  // different order without anyone noticing.
+  record.seed = static_cast<int64_t>(sampler.options().seed);
+  record.shuffle = sampler.options().shuffle;
+  // Samples of the epoch consumed by all ranks together, so that a run with another number of
+  // ranks can find its place (sampler_place).
+  record.consumed =
+      static_cast<int64_t>(sampler.position() * static_cast<size_t>(sampler.world_size()));
+  return record;
+}
+
+// Note [Sampler position at another world size]: the file holds the samples of the epoch that
+// all ranks consumed together, C = position * W_saved. W ranks resume at position C / W,
+// rounded down: the first W * (C / W) samples of the epoch's order are skipped, the few left
+// over (fewer than W) are seen again. The position is capped at the epoch's end, which padding
+// can put earlier at the new world size.
+SamplerPlace sampler_place(const std::string& path, const SamplerRecord& saved,
+                           const DistributedSampler& sampler) {
+  if (saved.dataset_size != static_cast<int64_t>(sampler.dataset_size())) {
+    throw_mismatch(path, concat("it was saved with a sampler over ", saved.dataset_size,
+                                " samples, but this sampler has ", sampler.dataset_size()));
+  }
+  const auto seed = static_cast<uint64_t>(saved.seed);
+  if (seed != sampler.options().seed || saved.shuffle != sampler.options().shuffle) {
+    throw_mismatch(path, concat("it was saved with a sampler with seed ", seed, " and shuffle ",
+                                saved.shuffle, ", but this sampler has seed ",
+                                sampler.options().seed, " and shuffle ", sampler.options().shuffle,
+                                ": resume with the sampler options of the saved run"));
+  }
+  if (saved.epoch < 0 || saved.consumed < 0) {
+    throw_malformed(path, "its sampler entries are negative");
+  }
+  const size_t position =
+      static_cast<size_t>(saved.consumed) / static_cast<size_t>(sampler.world_size());
+  return {static_cast<uint64_t>(saved.epoch), std::min(position, sampler.num_samples())};
+}
+
+void restore_sampler(DistributedSampler& sampler, const SamplerPlace& place) {
+  sampler.set_epoch(place.epoch);  // before set_position, which it would undo
+  sampler.set_position(place.position);
+}
+
+torch::Tensor check_generator_state(const std::string& path, const torch::Tensor& saved) {
+  const torch::Tensor current = cpu_generator_state();
+  if (saved.scalar_type() != torch::kUInt8 || saved.sizes() != current.sizes()) {
+    throw_mismatch(
+        path, concat("its random generator state is ", describe(saved), " but this libtorch's is ",
+                     describe(current), " (set TrainingState::rng = false to load it without)"));
+  }
+  return saved.contiguous();
+}
+
 void set_cpu_generator_state(const std::string& path, const torch::Tensor& state) {
   const std::string context =
       concat("checkpoint '", path, "': restoring the random generator failed");
@@ -308,8 +324,6 @@ void set_cpu_generator_state(const std::string& path, const torch::Tensor& state
     generator.set_state(state);
   });
 }
-
-}  // namespace
 
 torch::Tensor cpu_generator_state() {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -328,8 +342,9 @@ void check_training_state(const TrainingState& state, const char* caller) {
 }
 
 // A data-parallel checkpoint holds rank 0's optimizer for every rank: right only when each
-// rank's optimizer steps the same whole parameters. ZeroDataParallel's optimizer holds this
-// rank's shards instead, and saving it would silently give every rank rank 0's shard state.
+// rank's optimizer steps the same whole parameters. ZeroDataParallel's and
+// FullyShardedDataParallel's optimizers hold this rank's shards instead, and saving one would
+// silently give every rank rank 0's shard state.
 void check_optimizer_holds_module_parameters(const TrainingState& state, const char* caller) {
   if (state.optimizer == nullptr) return;
   std::unordered_set<const void*> parameters;
@@ -343,16 +358,17 @@ void check_optimizer_holds_module_parameters(const TrainingState& state, const c
                    " that is not a parameter of TrainingState::module. A data-parallel "
                    "checkpoint keeps rank 0's optimizer for every rank, which is right only "
                    "when every rank's optimizer holds the model's whole parameters; the "
-                   "optimizer of a ZeroDataParallel holds this rank's shards, and checkpoints "
-                   "of ZeRO optimizer state are not supported yet (docs/sharding.md). Save "
-                   "the model without the optimizer (TrainingState::optimizer = nullptr).");
+                   "optimizer of a ZeroDataParallel or FullyShardedDataParallel holds this "
+                   "rank's shards. Checkpoint it with save_sharded_checkpoint(directory, zero "
+                   "or fsdp, state) or save_gathered_checkpoint(path, zero or fsdp, state) "
+                   "(cohort/torch/sharded_checkpoint.h, docs/checkpoints.md).");
     }
   }
 }
 
 std::string encode_training_state(const std::string& path, const TrainingState& state,
                                   int world_size, const std::vector<torch::Tensor>& rng_states,
-                                  const std::string& job_id) {
+                                  const std::string& job_id, const ModelWriter& write_model) {
   std::string bytes;
   const std::string context =
       concat("cannot write checkpoint '", path, "': serializing the training state failed");
@@ -362,7 +378,13 @@ std::string encode_training_state(const std::string& path, const TrainingState& 
     write_int(archive, "epoch", state.epoch);
     write_int(archive, "world_size", world_size);
     if (!job_id.empty()) write_text(archive, "job_id", job_id);
-    write_nested(archive, "model", [&](OutputArchive& out) { state.module->save(out); });
+    write_nested(archive, "model", [&](OutputArchive& out) {
+      if (write_model) {
+        write_model(out);
+      } else {
+        state.module->save(out);
+      }
+    });
     if (state.optimizer != nullptr) {
       write_nested(archive, "optimizer", [&](OutputArchive& out) { state.optimizer->save(out); });
     }
@@ -396,10 +418,7 @@ bool decode_training_state(const std::string& path, const std::string& payload, 
 
   copy_into_module(model);
   if (state.optimizer != nullptr) load_optimizer(path, optimizer, *state.optimizer);
-  if (state.sampler != nullptr) {
-    state.sampler->set_epoch(place.epoch);  // before set_position, which it would undo
-    state.sampler->set_position(place.position);
-  }
+  if (state.sampler != nullptr) restore_sampler(*state.sampler, place);
   if (state.rng) set_cpu_generator_state(path, rng);
   state.step = step;
   state.epoch = epoch;

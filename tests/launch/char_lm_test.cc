@@ -31,10 +31,13 @@ struct ExampleRun {
   std::string dir;  // holds steps.jsonl and the checkpoint
 };
 
-ExampleRun run_example(int ranks, const std::string& extra = "") {
-  const std::string dir = testing::fresh_temp_dir("char_lm_" + std::to_string(ranks));
+// `steps` steps in all (a resumed run counts the steps before it); in `dir` when given (to
+// resume from its checkpoint), else in a fresh directory.
+ExampleRun run_example(int ranks, const std::string& extra = "", int steps = kSteps,
+                       std::string dir = "") {
+  if (dir.empty()) dir = testing::fresh_temp_dir("char_lm_" + std::to_string(ranks));
   const std::string command = COHORTRUN " --nproc-per-node " + std::to_string(ranks) + " " CHAR_LM +
-                              kTinyModel + "--max-steps " + std::to_string(kSteps) +
+                              kTinyModel + "--max-steps " + std::to_string(steps) +
                               " --log-every 8 --sample 40 --checkpoint " + dir + "/ck --metrics " +
                               dir + "/steps.jsonl " + extra;
   return {testing::run_shell(command, {"OMP_NUM_THREADS=1"}, kDeadline), dir};
@@ -56,6 +59,15 @@ double figure_after(const std::string& output, const std::string& label) {
   return std::strtod(output.c_str() + at + label.size(), nullptr);
 }
 
+// The mean of the last 4 steps' training losses in steps.jsonl, and the first step's: one step
+// is noisy.
+std::pair<double, double> first_and_last_loss(const std::vector<json>& steps) {
+  double last = 0;
+  for (size_t i = steps.size() - 4; i < steps.size(); ++i)
+    last += steps[i]["loss"].get<double>() / 4;
+  return {steps.front()["loss"].get<double>(), last};
+}
+
 TEST(CharLmExample, LearnsAtTwoRanksAndReportsValidationLossAndMemory) {
   const ExampleRun run = run_example(2);
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
@@ -74,11 +86,37 @@ TEST(CharLmExample, LearnsAtTwoRanksAndReportsValidationLossAndMemory) {
   ASSERT_EQ(steps.size(), size_t(kSteps));
   EXPECT_EQ(steps.back()["step"].get<int>(), kSteps);
   EXPECT_FALSE(steps.back()["bucket_latency_ms"].empty()) << "2 ranks reduce gradients";
-  // The mean of the last 4 steps' losses, against the first step's: one step is noisy.
-  double last = 0;
-  for (int i = kSteps - 4; i < kSteps; ++i) last += steps[size_t(i)]["loss"].get<double>() / 4;
-  const double first = steps.front()["loss"];
+  const auto [first, last] = first_and_last_loss(steps);
   EXPECT_LT(last, first - 0.3) << "the training loss must fall: " << first << " -> " << last;
+}
+
+// ZeRO-2 at 2 ranks learns as DDP does and saves a sharded checkpoint (a directory: a manifest
+// and one file per rank), which ZeRO-1 at 1 rank resumes.
+TEST(CharLmExample, Zero2LearnsAtTwoRanksAndZero1ResumesItsCheckpointAtOne) {
+  const ExampleRun run = run_example(2, "--strategy zero2");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const std::string& out = run.result.output;
+  EXPECT_NE(out.find("strategy zero2 on 2 rank(s)"), std::string::npos) << out;
+  EXPECT_TRUE(std::isfinite(figure_after(out, "validation loss "))) << out;
+  for (const char* rank : {"memory of rank 0: model state", "memory of rank 1: model state"})
+    EXPECT_NE(out.find(rank), std::string::npos) << out;
+  const std::vector<json> steps = read_lines(run.dir + "/steps.jsonl");
+  ASSERT_EQ(steps.size(), size_t(kSteps));
+  const auto [first, last] = first_and_last_loss(steps);
+  EXPECT_LT(last, first - 0.3) << "the training loss must fall: " << first << " -> " << last;
+  const std::string files = testing::run_shell("ls " + run.dir + "/ck", {}, kDeadline).output;
+  EXPECT_NE(files.find("manifest.ckpt"), std::string::npos) << files;
+  EXPECT_NE(files.find("shard-00001-of-00002."), std::string::npos) << files;
+
+  const ExampleRun resumed =
+      run_example(1, "--strategy zero1 --resume --skip-eval", kSteps + 4, run.dir);
+  ASSERT_EQ(resumed.result.exit_code, 0) << resumed.result.output;
+  EXPECT_NE(resumed.result.output.find("resumed from " + run.dir + "/ck at epoch 1, step " +
+                                       std::to_string(kSteps)),
+            std::string::npos)
+      << resumed.result.output;
+  EXPECT_NE(resumed.result.output.find(std::to_string(kSteps + 4) + " steps"), std::string::npos)
+      << resumed.result.output;
 }
 
 TEST(CharLmExampleErrors, AMissingDataDirectoryNamesThePathAndTheFix) {

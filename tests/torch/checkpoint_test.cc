@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "checkpoint_files.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp.h"
 #include "ddp_harness.h"
@@ -51,31 +52,6 @@ class AsJob {
   ~AsJob() { ::setenv("COHORT_JOB_ID", kTestJob, 1); }
   AsJob(const AsJob&) = delete;
   AsJob& operator=(const AsJob&) = delete;
-};
-
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "cohort_checkpoint_XXXXXX").string();
-    if (::mkdtemp(&pattern[0]) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::set<std::string> names() const {
-    std::set<std::string> out;
-    for (const auto& entry : fs::directory_iterator(path_)) {
-      out.insert(entry.path().filename().string());
-    }
-    return out;
-  }
-
- private:
-  fs::path path_;
 };
 
 // Has buffers (BatchNorm) as well as parameters.
@@ -155,31 +131,6 @@ torch::Tensor generator_state() {
 
 double learning_rate(torch::optim::SGD& optimizer) {
   return static_cast<torch::optim::SGDOptions&>(optimizer.param_groups()[0].options()).lr();
-}
-
-// "" when every tensor is bitwise equal, else which one differs.
-std::string bitwise_difference(const std::vector<torch::Tensor>& got,
-                               const std::vector<torch::Tensor>& want) {
-  if (got.size() != want.size()) {
-    return "got " + std::to_string(got.size()) + " tensors, want " + std::to_string(want.size());
-  }
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (got[i].defined() != want[i].defined()) return "tensor " + std::to_string(i) + " defined?";
-    if (want[i].defined() && !torch::equal(got[i], want[i])) {
-      return "tensor " + std::to_string(i) + " differs";
-    }
-  }
-  return "";
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 // Runs `load` and expects a CheckpointError whose message names `path`; returns the message.
@@ -743,31 +694,6 @@ TEST(CheckpointGroup, MissingFileReturnsFalseOnEveryRank) {
   });
 }
 
-// Runs `body` on every rank and returns what each threw: "" for nothing, the message of a
-// CheckpointError, "other: ..." for anything else.
-std::vector<std::string> checkpoint_errors(
-    int world, const std::function<void(int, std::shared_ptr<Group>)>& body) {
-  std::vector<std::string> errors(static_cast<size_t>(world));
-  run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
-    try {
-      body(rank, std::move(group));
-    } catch (const CheckpointError& e) {
-      errors[rank] = e.what();
-    } catch (const std::exception& e) {
-      errors[rank] = std::string("other: ") + e.what();
-    }
-  });
-  return errors;
-}
-
-void expect_every_rank_names(const std::vector<std::string>& errors, const std::string& path) {
-  for (size_t rank = 0; rank < errors.size(); ++rank) {
-    EXPECT_NE(errors[rank].find(path), std::string::npos)
-        << "rank " << rank << ": " << errors[rank];
-    EXPECT_NE(errors[rank].rfind("other: ", 0), 0u) << "rank " << rank << ": " << errors[rank];
-  }
-}
-
 TEST(CheckpointGroup, CorruptFileThrowsOnEveryRank) {
   TempDir dir;
   const std::string path = dir.file("run.ckpt");
@@ -781,7 +707,7 @@ TEST(CheckpointGroup, CorruptFileThrowsOnEveryRank) {
     TrainingState state{mine.get()};
     load_checkpoint(path, *group, state);
   });
-  expect_every_rank_names(errors, path);
+  expect_every_rank_names(errors, {path});
   EXPECT_NE(errors[2].find("CRC"), std::string::npos) << errors[2];
 }
 
@@ -802,7 +728,7 @@ TEST(CheckpointGroup, AFifoThrowsOnEveryRank) {
     if (writer >= 0) ::close(writer);
   }
   const auto got = errors.get();
-  expect_every_rank_names(got, path);
+  expect_every_rank_names(got, {path});
   EXPECT_NE(got[2].find("FIFO"), std::string::npos) << got[2];
 }
 
@@ -816,7 +742,7 @@ TEST(CheckpointGroup, ModelThatFitsOnlySomeRanksFailsEveryRank) {
     TrainingState state{mine.get()};
     load_checkpoint(path, *group, state);
   });
-  expect_every_rank_names(errors, path);
+  expect_every_rank_names(errors, {path});
   EXPECT_NE(errors[1].find("fc1.weight"), std::string::npos) << errors[1];
   EXPECT_NE(errors[0].find("rank 1"), std::string::npos) << errors[0];
 }
@@ -828,7 +754,7 @@ TEST(CheckpointGroup, UnwritableDirectoryThrowsOnEveryRank) {
     auto net = std::make_shared<Net>();
     save_checkpoint(path, *group, TrainingState{net.get()});
   });
-  expect_every_rank_names(errors, path);
+  expect_every_rank_names(errors, {path});
 }
 
 TEST(CheckpointGroup, LargeCheckpointRoundTrips) {

@@ -491,6 +491,12 @@ void run_with_groups(int world, const std::function<void(int, std::shared_ptr<Gr
   run_ranks(world, [&](int rank) { fn(rank, groups[rank]); });
 }
 
+void run_with_groups_on_nodes(const std::vector<std::string>& node_of,
+                              const std::function<void(int, std::shared_ptr<Group>)>& fn) {
+  auto groups = make_groups_on_nodes(node_of);
+  run_ranks(static_cast<int>(node_of.size()), [&](int rank) { fn(rank, groups[rank]); });
+}
+
 namespace {
 
 // Rank r starts from seed 100 + r: DDP must make everyone start from rank 0's weights, which

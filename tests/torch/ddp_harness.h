@@ -100,6 +100,11 @@ void expect_parity_as_rank(const ParityCase& c, std::shared_ptr<Group> group);
 void run_with_groups(int world, const std::function<void(int, std::shared_ptr<Group>)>& fn,
                      bool over_tcp = false, bool shared_memory = false);
 
+// As run_with_groups, over TCP on loopback with rank r on node node_of[r] (GroupOptions::
+// node_id): kHybridShard's topology.
+void run_with_groups_on_nodes(const std::vector<std::string>& node_of,
+                              const std::function<void(int, std::shared_ptr<Group>)>& fn);
+
 // Linear layers of these widths in a Sequential.
 torch::nn::Sequential layers(const std::vector<int64_t>& widths);
 

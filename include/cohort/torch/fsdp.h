@@ -45,6 +45,10 @@
 
 namespace cohort {
 
+namespace detail {
+class FsdpAccess;  // what sharded checkpoints read of the shards (src/torch/shard/fsdp_access.h)
+}
+
 enum class ShardingStrategy {
   // Parameters, gradients and optimizer state sharded; a unit's parameters are freed after its
   // forward and after its backward (ZeRO-3).
@@ -224,6 +228,7 @@ class FullyShardedDataParallel {
   class Impl;
 
  private:
+  friend class detail::FsdpAccess;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -70,14 +70,23 @@ void FlatUnit::set_full_precision(bool full) {
   autograd_compat::release_storage(flat_);
 }
 
+ShardPart FlatUnit::cut_part(size_t p, int world, int rank) const {
+  ShardPart part;
+  part.parameter = p;
+  part.range = shard_of(offsets_[p], plan_.parameters[p].tensor.numel(), padded_, world, rank);
+  part.tensor = autograd_compat::alias_range(shard_, part.range.block_offset, part.range.length);
+  return part;
+}
+
 void FlatUnit::cut_shard(int world, int rank) {
-  for (size_t p : trainable_) {
-    ShardPart part;
-    part.parameter = p;
-    part.range = shard_of(offsets_[p], plan_.parameters[p].tensor.numel(), padded_, world, rank);
-    part.tensor = autograd_compat::alias_range(shard_, part.range.block_offset, part.range.length);
-    parts_.push_back(std::move(part));
+  for (size_t p : trainable_) parts_.push_back(cut_part(p, world, rank));
+}
+
+ShardPart FlatUnit::part_of(size_t p) const {
+  for (const ShardPart& part : parts_) {
+    if (part.parameter == p) return part;
   }
+  return cut_part(p, static_cast<int>(padded_ / shard_.numel()), rank_);
 }
 
 void FlatUnit::start_gather(Group& group, const CollectiveOptions& options) {

@@ -54,6 +54,9 @@ class FlatUnit {
   const std::string& name() const { return plan_.name; }
   const std::vector<UnitParameter>& parameters() const { return plan_.parameters; }
   const std::vector<ShardPart>& shard_parts() const { return parts_; }
+  // Parameter p's part of this rank's shard, trainable or not (for a trainable one, its entry
+  // of shard_parts(); for a frozen one, a view cut now).
+  ShardPart part_of(size_t p) const;
   // Trainable parameters in order: the inputs of the unit's gradient node.
   const std::vector<size_t>& trainable() const { return trainable_; }
   const c10::StorageImpl* storage() const { return flat_.storage().unsafeGetStorageImpl(); }
@@ -92,6 +95,7 @@ class FlatUnit {
 
  private:
   void alias_parameters();
+  ShardPart cut_part(size_t p, int world, int rank) const;
   void cut_shard(int world, int rank);
 
   UnitPlan plan_;

@@ -56,6 +56,7 @@
 #include "cohort/torch/zero.h"
 #include "model_check.h"
 #include "shard/flat_unit.h"
+#include "shard/fsdp_access.h"
 #include "shard/grad_norm.h"
 #include "shard/operator_observer.h"
 #include "shard/unit_plan.h"
@@ -719,6 +720,22 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     for (auto& unit : units_) unit->wait_gathered();
   }
 
+  // After the shards were written behind the units' back (a checkpoint load): the units
+  // gathered now are gathered again, every rank having the same ones gathered (gathers are
+  // collective).
+  void regather() {
+    if (ddp_) return;
+    const UnwatchedScope own_work;
+    std::vector<int> gathered;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (units_[u]->state() == FlatUnit::State::kFreed) continue;
+      units_[u]->release();
+      gathered.push_back(static_cast<int>(u));
+    }
+    for (int u : gathered) start_gather(u);
+    for (int u : gathered) units_[u]->wait_gathered();
+  }
+
   // The destructor's: every parameter gets memory of its own again, holding the trained values.
   void restore_whole_parameters() noexcept {
     try {
@@ -937,6 +954,34 @@ Group& FullyShardedDataParallel::shard_group() const {
 ShardingStrategy FullyShardedDataParallel::strategy() const {
   return impl_->options_.strategy;
 }
+
+namespace detail {
+
+std::vector<FsdpParameterPart> FsdpAccess::parts(const FullyShardedDataParallel& fsdp) {
+  std::vector<FsdpParameterPart> parts;
+  for (const auto& unit : fsdp.impl_->units_) {
+    for (size_t p = 0; p < unit->parameters().size(); ++p) {
+      parts.push_back({unit->parameters()[p].tensor, unit->part_of(p)});
+    }
+  }
+  return parts;
+}
+
+int FsdpAccess::replicas(const FullyShardedDataParallel& fsdp) {
+  const auto& replica_group = fsdp.impl_->replica_group_;
+  return replica_group ? replica_group->size() : 1;
+}
+
+int FsdpAccess::replica(const FullyShardedDataParallel& fsdp) {
+  const auto& replica_group = fsdp.impl_->replica_group_;
+  return replica_group ? replica_group->rank() : 0;
+}
+
+void FsdpAccess::regather(const FullyShardedDataParallel& fsdp) {
+  fsdp.impl_->regather();
+}
+
+}  // namespace detail
 
 double clip_grad_norm(FullyShardedDataParallel& fsdp, double max_norm, double norm_type) {
   if (fsdp.strategy() == ShardingStrategy::kNoShard) {
