@@ -81,8 +81,8 @@ void add_run_options(CLI::App& app, TrainOptions& o) {
 void add_train_options(CLI::App& app, TrainOptions& o) {
   o.data_dir = kDefaultFortuneDir;
   app.add_option("--data", o.data_dir, "Directory of fortune files")->capture_default_str();
-  app.add_option("--strategy", o.strategy, "Data parallelism: ddp (others not available yet)")
-      ->check(CLI::IsMember(kStrategyNames))
+  app.add_option("--strategy", o.strategy, cohort_examples::strategy_help())
+      ->check(CLI::IsMember(cohort_examples::kStrategyNames))
       ->capture_default_str();
   add_model_options(app, o);
   add_optimizer_options(app, o);

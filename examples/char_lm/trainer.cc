@@ -35,10 +35,6 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-double mib(double bytes) {
-  return bytes / (1024.0 * 1024.0);
-}
-
 class Trainer {
  public:
   Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group);
@@ -59,7 +55,6 @@ class Trainer {
   void set_lr(double lr);
   double evaluate();
   void report_epoch(const std::vector<StepRecord>& steps, const std::optional<double>& validation);
-  void report_memory();
   int64_t steps_per_epoch() const;
   int64_t planned_steps() const;
   bool out_of_steps() const { return options_.max_steps > 0 && state_.step >= options_.max_steps; }
@@ -72,7 +67,7 @@ class Trainer {
   TextWindows validation_;
   int64_t per_rank_batch_;
   Gpt model_{nullptr};
-  std::unique_ptr<Strategy> strategy_;
+  std::unique_ptr<cohort_examples::Strategy> strategy_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<cohort::DistributedSampler> sampler_;
   Loader loader_;
@@ -83,9 +78,9 @@ class Trainer {
   double ms_run_ = 0;
 };
 
-StrategyOptions strategy_options(const TrainOptions& options,
-                                 std::shared_ptr<cohort::Timeline> timeline) {
-  StrategyOptions o;
+cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
+                                                  std::shared_ptr<cohort::Timeline> timeline) {
+  cohort_examples::StrategyOptions o;
   o.bucket_cap_mb = options.bucket_cap_mb;
   o.timeline = std::move(timeline);
   return o;
@@ -102,8 +97,8 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   torch::set_num_threads(cohort_examples::threads_per_rank(options_.threads, *group_));
   torch::manual_seed(options_.seed);  // the same initial weights everywhere (DDP checks)
   model_ = Gpt(options_.model_config(data_.vocabulary.size()));
-  strategy_ =
-      make_strategy(options_.strategy, model_, group_, strategy_options(options_, timeline_));
+  strategy_ = cohort_examples::make_strategy(options_.strategy, model_.ptr(), group_,
+                                             strategy_options(options_, timeline_));
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
   build_optimizer();
   build_loader();
@@ -265,7 +260,7 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   r.step = ++state_.step;
   r.samples = options_.batch_size;
   r.loss = loss.item<double>();
-  const StepCommunication comm = strategy_->last_step_communication();
+  const cohort_examples::StepCommunication comm = strategy_->last_step_communication();
   r.exposed_comm_ms = comm.exposed_ms;
   r.bucket_latency_ms = comm.bucket_latency_ms;
   if (metrics_) metrics_->write(r);
@@ -306,30 +301,8 @@ void Trainer::report_epoch(const std::vector<StepRecord>& steps,
     cohort_examples::print_epoch_timing(s, group_->size());
     std::printf("  %.0f characters/s\n", s.samples_per_s * double(options_.context));
   }
-  report_memory();
   std::fflush(stdout);
-}
-
-// One line per rank, printed by rank 0: the ranks' figures are gathered with one allreduce
-// (each rank fills its own slots of a zeroed vector).
-void Trainer::report_memory() {
-  constexpr size_t kFigures = 4;
-  const ModelStateBytes state = strategy_->model_state_bytes(*optimizer_);
-  std::vector<double> figures(kFigures * static_cast<size_t>(group_->size()), 0.0);
-  double* mine = figures.data() + kFigures * static_cast<size_t>(group_->rank());
-  mine[0] = double(state.parameters);
-  mine[1] = double(state.gradients);
-  mine[2] = double(state.optimizer_state);
-  mine[3] = double(peak_rss_bytes());
-  group_->allreduce(cohort::make_buffer(figures));
-  if (!rank0()) return;
-  for (int r = 0; r < group_->size(); ++r) {
-    const double* f = figures.data() + kFigures * static_cast<size_t>(r);
-    std::printf(
-        "  memory of rank %d: model state %.2f MiB (parameters %.2f + gradients %.2f + optimizer "
-        "state %.2f), peak RSS %.1f MiB\n",
-        r, mib(f[0] + f[1] + f[2]), mib(f[0]), mib(f[1]), mib(f[2]), mib(f[3]));
-  }
+  cohort_examples::print_memory_of_ranks(*strategy_, *optimizer_, *group_);
 }
 
 }  // namespace

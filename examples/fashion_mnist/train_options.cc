@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "dataset.h"
+#include "strategy.h"
 
 namespace fashion_mnist {
 
@@ -23,6 +24,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--data", o.data_dir, "Directory of the four Fashion-MNIST .gz files");
   app.add_option("--model", o.model, "cnn (two conv layers) or mlp")
       ->check(CLI::IsMember({"cnn", "mlp"}));
+  app.add_option("--strategy", o.strategy, cohort_examples::strategy_help())
+      ->check(CLI::IsMember(cohort_examples::kStrategyNames))
+      ->capture_default_str();
   app.add_option("--epochs", o.epochs, "Passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", o.batch_size, "Global batch, split evenly over the ranks")
       ->check(CLI::PositiveNumber);

@@ -10,6 +10,10 @@ namespace fashion_mnist {
 struct TrainOptions {
   std::string data_dir;  // default: kDefaultDataDir
   std::string model = "cnn";
+  std::string strategy = "ddp";  // cohort_examples::kStrategyNames
+  // FSDP's units: the submodules of at least this many parameters (the models have no
+  // Sequential or ModuleList to take the units from): fc1 of cnn, fc1 and fc2 of mlp.
+  static constexpr int64_t kFsdpMinUnitParameters = 500000;
   int64_t epochs = 1;
   int64_t batch_size = 64;  // global: split evenly over the ranks
   // Learning rate at batch 64; scaled linearly with the global batch (Goyal et al.'s rule).

@@ -8,13 +8,13 @@
 #include "checkpointing.h"
 #include "cohort/comm/timeline.h"
 #include "cohort/torch/checkpoint.h"
-#include "cohort/torch/ddp.h"
 #include "cohort/torch/distributed_sampler.h"
 #include "dataset.h"
 #include "models.h"
 #include "progress.h"
 #include "ranks.h"
 #include "step_metrics.h"
+#include "strategy.h"
 
 namespace fashion_mnist {
 
@@ -46,8 +46,6 @@ class Trainer {
       std::declval<FashionMnist>(), std::declval<cohort::DistributedSampler>(),
       std::declval<torch::data::DataLoaderOptions>()));
 
-  void resume();
-  void save_checkpoint();
   std::vector<StepRecord> train_epoch();
   StepRecord train_step(torch::data::Example<>& batch, double data_ms);
   Evaluation evaluate();
@@ -60,7 +58,7 @@ class Trainer {
   std::shared_ptr<cohort::Timeline> timeline_ = cohort::Timeline::from_env();
   Images test_;
   std::shared_ptr<FmnistModel> model_;
-  std::unique_ptr<cohort::DistributedDataParallel> ddp_;
+  std::unique_ptr<cohort_examples::Strategy> strategy_;
   std::unique_ptr<torch::optim::SGD> optimizer_;
   std::unique_ptr<cohort::DistributedSampler> sampler_;
   Loader loader_;
@@ -75,11 +73,12 @@ int64_t per_rank_batch(const TrainOptions& options, const cohort::Group& group) 
   return cohort_examples::per_rank_batch(options.batch_size, group);
 }
 
-cohort::DdpOptions ddp_options(const TrainOptions& options,
-                               std::shared_ptr<cohort::Timeline> timeline) {
-  cohort::DdpOptions o;
+cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
+                                                  std::shared_ptr<cohort::Timeline> timeline) {
+  cohort_examples::StrategyOptions o;
   o.bucket_cap_mb = options.bucket_cap_mb;
   o.timeline = std::move(timeline);
+  o.fsdp_min_unit_parameters = TrainOptions::kFsdpMinUnitParameters;
   return o;
 }
 
@@ -93,12 +92,13 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   FashionMnist train_set(load_split(options_.data_dir, Split::kTrain));
   torch::manual_seed(options_.seed);  // the same initial weights everywhere (DDP checks)
   model_ = make_fmnist_model(options_.model);
-  ddp_ = std::make_unique<cohort::DistributedDataParallel>(model_, group_,
-                                                           ddp_options(options_, timeline_));
+  strategy_ = cohort_examples::make_strategy(options_.strategy, model_, group_,
+                                             strategy_options(options_, timeline_));
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
+  std::vector<torch::Tensor> stepped;
+  for (const auto& item : strategy_->optimizer_parameters()) stepped.push_back(item.value());
   optimizer_ = std::make_unique<torch::optim::SGD>(
-      model_->parameters(),
-      torch::optim::SGDOptions(options_.lr_at(0)).momentum(options_.momentum));
+      stepped, torch::optim::SGDOptions(options_.lr_at(0)).momentum(options_.momentum));
   cohort::DistributedSamplerOptions sampling;
   sampling.seed = options_.seed;
   sampling.drop_last = true;
@@ -114,12 +114,8 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
     metrics_ = std::make_unique<MetricsFile>(options_.metrics);
 }
 
-void Trainer::resume() {
-  cohort_examples::resume_from_checkpoint(options_.checkpoint, options_.resume, *group_, state_);
-}
-
 TrainResult Trainer::run() {
-  resume();
+  strategy_->resume(options_.checkpoint, options_.resume, state_);
   TrainResult result;
   for (; state_.epoch < options_.epochs && !out_of_steps(); ++state_.epoch) {
     if (sampler_->epoch() != static_cast<uint64_t>(state_.epoch)) sampler_->set_epoch(state_.epoch);
@@ -128,17 +124,13 @@ TrainResult Trainer::run() {
     if (!options_.skip_eval) eval = evaluate();
     if (eval) result.test_accuracy = eval->accuracy;
     report_epoch(steps, eval);
-    save_checkpoint();
+    cohort_examples::print_memory_of_ranks(*strategy_, *optimizer_, *group_);
+    strategy_->save(options_.checkpoint, state_, *sampler_, !out_of_steps());
   }
   if (timeline_) timeline_->write(*group_);
   result.samples_per_s = ms_run_ > 0 ? double(samples_run_) / (ms_run_ / 1000.0) : 0;
   result.steps = state_.step;
   return result;
-}
-
-void Trainer::save_checkpoint() {
-  cohort_examples::save_epoch_checkpoint(options_.checkpoint, *group_, state_, *sampler_,
-                                         !out_of_steps());
 }
 
 std::vector<StepRecord> Trainer::train_epoch() {
@@ -181,7 +173,7 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   r.backward_ms = ms_since(start) - r.forward_ms;
   {
     auto span = trace(timeline_.get(), "optimizer step");
-    optimizer_->step();
+    strategy_->step(*optimizer_);
   }
   r.step_ms = ms_since(start) + data_ms;
   r.optimizer_ms = r.step_ms - data_ms - r.forward_ms - r.backward_ms;
@@ -190,18 +182,20 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   r.step = ++state_.step;
   r.samples = options_.batch_size;
   r.loss = loss.item<double>();
-  const cohort::IterationStats& comm = ddp_->last_iteration_stats();
-  r.exposed_comm_ms = comm.exposed_comm_ms;
-  for (const auto& b : comm.buckets) r.bucket_latency_ms.push_back(b.latency_ms);
+  const cohort_examples::StepCommunication comm = strategy_->last_step_communication();
+  r.exposed_comm_ms = comm.exposed_ms;
+  r.bucket_latency_ms = comm.bucket_latency_ms;
   if (metrics_) metrics_->write(r);
   samples_run_ += r.samples;
   ms_run_ += r.step_ms;
   return r;
 }
 
-// Each rank evaluates its slice of the test set; the counts are summed over the group.
+// Each rank evaluates its slice of the test set; the counts are summed over the group. The
+// slices may take different numbers of forwards, so a sharded model is gathered whole first.
 Evaluation Trainer::evaluate() {
   auto span = trace(timeline_.get(), "evaluate");
+  const auto whole = strategy_->whole_parameters();
   torch::NoGradGuard no_grad;
   model_->eval();
   const int64_t n = test_.size(), w = group_->size(), r = group_->rank();

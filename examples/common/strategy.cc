@@ -1,0 +1,240 @@
+#include "strategy.h"
+
+#include <cstdio>
+
+#include "checkpointing.h"
+#include "cohort/core/error.h"
+#include "cohort/torch/ddp.h"
+#include "cohort/torch/fsdp.h"
+#include "cohort/torch/sharded_checkpoint.h"
+#include "cohort/torch/zero.h"
+
+namespace cohort_examples {
+
+namespace {
+
+StepCommunication communication_of(const cohort::IterationStats& stats) {
+  StepCommunication out;
+  out.exposed_ms = stats.exposed_comm_ms;
+  for (const cohort::BucketStats& b : stats.buckets) out.bucket_latency_ms.push_back(b.latency_ms);
+  return out;
+}
+
+cohort::DdpOptions ddp_options(const StrategyOptions& options) {
+  cohort::DdpOptions o;
+  o.bucket_cap_mb = options.bucket_cap_mb;
+  o.timeline = options.timeline;
+  return o;
+}
+
+int64_t optimizer_bytes(const torch::optim::Optimizer& optimizer) {
+  return static_cast<int64_t>(cohort::optimizer_state_bytes(optimizer));
+}
+
+// Every rank holds the whole model, its gradients (in DDP's buckets, which the .grad tensors
+// are views of) and the optimizer state; backward averages the gradients over the ranks.
+class DdpStrategy : public Strategy {
+ public:
+  DdpStrategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<cohort::Group> group,
+              const StrategyOptions& options)
+      : model_(std::move(model)),
+        group_(std::move(group)),
+        ddp_(model_, group_, ddp_options(options)) {}
+
+  torch::OrderedDict<std::string, torch::Tensor> optimizer_parameters() const override {
+    return model_->named_parameters();
+  }
+
+  // The gradients are already the same on every rank, so torch's own clipping is the
+  // whole model's.
+  double clip_gradients(double max_norm) override {
+    return torch::nn::utils::clip_grad_norm_(model_->parameters(), max_norm);
+  }
+
+  void step(torch::optim::Optimizer& optimizer) override { optimizer.step(); }
+
+  StepCommunication last_step_communication() const override {
+    return communication_of(ddp_.last_iteration_stats());
+  }
+
+  ModelStateBytes model_state_bytes(const torch::optim::Optimizer& optimizer) const override {
+    const std::vector<torch::Tensor> parameters = model_->parameters();
+    ModelStateBytes bytes;
+    bytes.parameters = tensor_bytes(parameters);
+    bytes.gradients = gradient_bytes(parameters);
+    bytes.optimizer_state = optimizer_bytes(optimizer);
+    return bytes;
+  }
+
+  bool resume(const std::string& path, bool any_job, cohort::TrainingState& state) override {
+    return resume_from_checkpoint(path, any_job, *group_, state);
+  }
+
+  void save(const std::string& path, const cohort::TrainingState& state,
+            cohort::DistributedSampler& sampler, bool epoch_finished) override {
+    save_epoch_checkpoint(path, *group_, state, sampler, epoch_finished);
+  }
+
+ private:
+  std::shared_ptr<torch::nn::Module> model_;
+  std::shared_ptr<cohort::Group> group_;
+  cohort::DistributedDataParallel ddp_;
+};
+
+// What this rank holds, from each sharded wrapper's own report.
+ModelStateBytes bytes_of(const cohort::MemoryReport& memory) {
+  ModelStateBytes bytes;
+  bytes.parameters = static_cast<int64_t>(memory.parameters);
+  bytes.gradients = static_cast<int64_t>(memory.gradients);
+  bytes.optimizer_state = static_cast<int64_t>(memory.optimizer_state);
+  return bytes;
+}
+
+ModelStateBytes bytes_of(const cohort::FsdpMemoryReport& memory) {
+  ModelStateBytes bytes;
+  bytes.parameters = static_cast<int64_t>(memory.parameter_shards);
+  bytes.peak_gathered = static_cast<int64_t>(memory.peak_gathered);
+  bytes.gradients = static_cast<int64_t>(memory.gradients);
+  bytes.optimizer_state = static_cast<int64_t>(memory.optimizer_state);
+  return bytes;
+}
+
+// ZeroDataParallel (stages 1 and 2) or FullyShardedDataParallel: the optimizer steps this
+// rank's 1-D shards of the parameters, clipping reduces the shards' norms, and checkpoints are
+// sharded: a directory at the path, one file per rank and a manifest, which loads at any
+// number of ranks and under any strategy.
+template <typename Wrapper>
+class ShardedStrategy : public Strategy {
+ public:
+  template <typename Options>
+  ShardedStrategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<cohort::Group> group,
+                  const Options& options)
+      : group_(group), wrapper_(std::move(model), std::move(group), options) {}
+
+  torch::OrderedDict<std::string, torch::Tensor> optimizer_parameters() const override {
+    return wrapper_.named_parameters();
+  }
+
+  // The norm of the whole gradient, from every rank's shards (one small allreduce).
+  double clip_gradients(double max_norm) override {
+    return cohort::clip_grad_norm(wrapper_, max_norm);
+  }
+
+  void step(torch::optim::Optimizer& optimizer) override { wrapper_.step(optimizer); }
+
+  StepCommunication last_step_communication() const override {
+    return communication_of(wrapper_.last_iteration_stats());
+  }
+
+  ModelStateBytes model_state_bytes(const torch::optim::Optimizer& optimizer) const override {
+    return bytes_of(wrapper_.memory(&optimizer));
+  }
+
+  std::shared_ptr<void> whole_parameters() override;
+
+  bool resume(const std::string& path, bool any_job, cohort::TrainingState& state) override {
+    return resume_from_checkpoint(path, any_job, *group_, state,
+                                  [&](cohort::TrainingState& s, const cohort::LoadOptions& load) {
+                                    return cohort::load_sharded_checkpoint(path, wrapper_, s, load);
+                                  });
+  }
+
+  void save(const std::string& path, const cohort::TrainingState& state,
+            cohort::DistributedSampler& sampler, bool epoch_finished) override {
+    save_epoch_checkpoint(path, *group_, state, sampler, epoch_finished,
+                          [&](const cohort::TrainingState& s) {
+                            cohort::save_sharded_checkpoint(path, wrapper_, s);
+                          });
+  }
+
+ private:
+  std::shared_ptr<cohort::Group> group_;
+  Wrapper wrapper_;
+};
+
+template <>
+std::shared_ptr<void> ShardedStrategy<cohort::ZeroDataParallel>::whole_parameters() {
+  return nullptr;  // ZeRO keeps every parameter whole
+}
+
+template <>
+std::shared_ptr<void> ShardedStrategy<cohort::FullyShardedDataParallel>::whole_parameters() {
+  return std::make_shared<cohort::FullyShardedDataParallel::FullParameters>(
+      wrapper_.full_parameters());
+}
+
+cohort::ZeroOptions zero_options(const StrategyOptions& options, int stage) {
+  cohort::ZeroOptions o;
+  o.stage = stage;
+  o.ddp = ddp_options(options);
+  return o;
+}
+
+cohort::FsdpOptions fsdp_options(const StrategyOptions& options, cohort::ShardingStrategy how) {
+  cohort::FsdpOptions o;
+  o.strategy = how;
+  o.auto_wrap.min_parameters = options.fsdp_min_unit_parameters;
+  o.timeline = options.timeline;
+  return o;
+}
+
+}  // namespace
+
+std::string strategy_help() {
+  return "data parallelism: ddp (DistributedDataParallel), zero1 or zero2 (ZeroDataParallel "
+         "stage 1 or 2), full_shard, shard_grad_op or hybrid_shard (FullyShardedDataParallel "
+         "with that strategy)";
+}
+
+std::unique_ptr<Strategy> make_strategy(const std::string& name,
+                                        std::shared_ptr<torch::nn::Module> model,
+                                        std::shared_ptr<cohort::Group> group,
+                                        const StrategyOptions& options) {
+  using Zero = ShardedStrategy<cohort::ZeroDataParallel>;
+  using Fsdp = ShardedStrategy<cohort::FullyShardedDataParallel>;
+  using How = cohort::ShardingStrategy;
+  if (name == "ddp") return std::make_unique<DdpStrategy>(model, group, options);
+  if (name == "zero1") return std::make_unique<Zero>(model, group, zero_options(options, 1));
+  if (name == "zero2") return std::make_unique<Zero>(model, group, zero_options(options, 2));
+  if (name == "full_shard") {
+    return std::make_unique<Fsdp>(model, group, fsdp_options(options, How::kFullShard));
+  }
+  if (name == "shard_grad_op") {
+    return std::make_unique<Fsdp>(model, group, fsdp_options(options, How::kShardGradOp));
+  }
+  if (name == "hybrid_shard") {
+    return std::make_unique<Fsdp>(model, group, fsdp_options(options, How::kHybridShard));
+  }
+  throw cohort::InvalidArgument("--strategy " + name +
+                                " is unknown: give one of ddp, zero1, zero2, full_shard, "
+                                "shard_grad_op, hybrid_shard");
+}
+
+void print_memory_of_ranks(const Strategy& strategy, const torch::optim::Optimizer& optimizer,
+                           cohort::Group& group) {
+  // The ranks' figures are gathered with one allreduce: each rank fills its own slots of a
+  // zeroed vector.
+  constexpr size_t kFigures = 5;
+  const ModelStateBytes state = strategy.model_state_bytes(optimizer);
+  std::vector<double> figures(kFigures * static_cast<size_t>(group.size()), 0.0);
+  double* mine = figures.data() + kFigures * static_cast<size_t>(group.rank());
+  mine[0] = double(state.parameters);
+  mine[1] = double(state.peak_gathered);
+  mine[2] = double(state.gradients);
+  mine[3] = double(state.optimizer_state);
+  mine[4] = double(peak_rss_bytes());
+  group.allreduce(cohort::make_buffer(figures));
+  if (group.rank() != 0) return;
+  const auto mib = [](double bytes) { return bytes / (1024.0 * 1024.0); };
+  for (int r = 0; r < group.size(); ++r) {
+    const double* f = figures.data() + kFigures * static_cast<size_t>(r);
+    std::printf("  memory of rank %d: model state %.2f MiB (parameters %.2f", r,
+                mib(f[0] + f[1] + f[2] + f[3]), mib(f[0]));
+    if (f[1] > 0) std::printf(" + units gathered at once %.2f", mib(f[1]));
+    std::printf(" + gradients %.2f + optimizer state %.2f), peak RSS %.1f MiB\n", mib(f[2]),
+                mib(f[3]), mib(f[4]));
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace cohort_examples

@@ -1,0 +1,80 @@
+// How an example's model is made data parallel (--strategy): the one place that knows. The
+// trainer builds its optimizer over what the strategy gives it, calls it after backward
+// (clipping) and for the optimizer step, asks it what the last step communicated and what the
+// model state costs in memory, and lets it save and load checkpoints.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/group.h"
+#include "cohort/comm/timeline.h"
+#include "cohort/torch/checkpoint.h"
+#include "cohort/torch/distributed_sampler.h"
+#include "memory.h"
+
+namespace cohort_examples {
+
+// Every name --strategy takes (docs/sharding.md, docs/fsdp.md).
+inline const std::vector<std::string> kStrategyNames = {
+    "ddp", "zero1", "zero2", "full_shard", "shard_grad_op", "hybrid_shard"};
+
+// The --strategy help text: the names and what each is.
+std::string strategy_help();
+
+struct StrategyOptions {
+  double bucket_cap_mb = 25.0;                 // gradient bucket size (DDP, ZeRO)
+  std::shared_ptr<cohort::Timeline> timeline;  // where communication is recorded; may be null
+  // FSDP's units besides the children of every Sequential and ModuleList: any submodule of at
+  // least this many parameter elements (AutoWrapPolicy::min_parameters); 0: none.
+  int64_t fsdp_min_unit_parameters = 0;
+};
+
+// What the last step's gradient synchronization cost (DDP's IterationStats, docs/ddp.md).
+struct StepCommunication {
+  double exposed_ms = 0;                  // the time backward waited for it
+  std::vector<double> bucket_latency_ms;  // per bucket (FSDP: per unit), in reduction order
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  // The tensors to build the optimizer over, under the names of the model's parameters they
+  // stand for (DDP: the parameters themselves; ZeRO and FSDP: this rank's 1-D shards of them).
+  virtual torch::OrderedDict<std::string, torch::Tensor> optimizer_parameters() const = 0;
+  // After backward: scales the gradients so that the 2-norm of the whole model's gradient is
+  // at most `max_norm` (the same on every rank); returns the norm before clipping.
+  virtual double clip_gradients(double max_norm) = 0;
+  // The optimizer's step, and whatever must follow it before the next forward.
+  virtual void step(torch::optim::Optimizer& optimizer) = 0;
+  virtual StepCommunication last_step_communication() const = 0;
+  // This rank's model state.
+  virtual ModelStateBytes model_state_bytes(const torch::optim::Optimizer& optimizer) const = 0;
+  // Whole parameters on every rank for as long as the returned object lives, so that forwards
+  // need not be the same on every rank (evaluation of each rank's own slice). FSDP gathers
+  // every unit (collective); the others hold whole parameters already (null).
+  virtual std::shared_ptr<void> whole_parameters() { return nullptr; }
+  // The checkpoint idiom of the examples (checkpointing.h): DDP saves one file; ZeRO and
+  // FSDP a sharded checkpoint, a directory at `path` that loads at any number of ranks and
+  // under any strategy (docs/checkpoints.md). Collective.
+  virtual bool resume(const std::string& path, bool any_job, cohort::TrainingState& state) = 0;
+  virtual void save(const std::string& path, const cohort::TrainingState& state,
+                    cohort::DistributedSampler& sampler, bool epoch_finished) = 0;
+};
+
+// Collective over `group`: wraps `model` (whose weights must be the same on every rank, or
+// rank 0's are taken). Throws cohort::InvalidArgument for a name not in kStrategyNames.
+std::unique_ptr<Strategy> make_strategy(const std::string& name,
+                                        std::shared_ptr<torch::nn::Module> model,
+                                        std::shared_ptr<cohort::Group> group,
+                                        const StrategyOptions& options);
+
+// One line per rank, printed by rank 0: each rank's model state (strategy.model_state_bytes)
+// and peak RSS. Collective over `group`.
+void print_memory_of_ranks(const Strategy& strategy, const torch::optim::Optimizer& optimizer,
+                           cohort::Group& group);
+
+}  // namespace cohort_examples
