@@ -192,6 +192,30 @@ TEST(FashionMnistExampleRestart, ResumeContinuesAnEarlierJob) {
   EXPECT_NE(resumed.output.find("on 2 rank(s), 16 steps"), std::string::npos) << resumed.output;
 }
 
+// Under FULL_SHARD (its units: the layers of at least 500,000 parameters) the example trains,
+// evaluates with the whole model gathered, shows the units gathered at once in its memory
+// lines and leaves a sharded checkpoint, which ZeRO-1 resumes.
+TEST(FashionMnistExampleStrategies, FullShardTrainsAndZero1ResumesItsCheckpoint) {
+  const ExampleRun run = run_example(2, "--strategy full_shard");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const std::string& out = run.result.output;
+  EXPECT_NE(out.find("test accuracy"), std::string::npos) << out;
+  EXPECT_NE(out.find("memory of rank 1: model state"), std::string::npos) << out;
+  EXPECT_NE(out.find("+ units gathered at once"), std::string::npos) << out;
+  expect_metrics_consistent(read_lines(run.dir + "/steps.jsonl"), 2);
+
+  const testing::ShellResult resumed = testing::run_shell(
+      COHORTRUN " --nproc-per-node 2 " FASHION_MNIST
+                " --strategy zero1 --resume --skip-eval --max-steps 16 --checkpoint " +
+          run.dir + "/ck",
+      {"OMP_NUM_THREADS=1"}, kDeadline);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + run.dir + "/ck at epoch 1, step 12"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("on 2 rank(s), 16 steps"), std::string::npos) << resumed.output;
+}
+
 TEST(FashionMnistExampleErrors, AMissingDataSetNamesTheFileAndTheFix) {
   const ExampleRun run = run_example(1, "--data /nonexistent");
   EXPECT_EQ(run.result.exit_code, 2) << run.result.output;
