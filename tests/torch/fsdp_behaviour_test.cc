@@ -1,6 +1,7 @@
 // FullyShardedDataParallel beyond the numbers: parameters really hold no memory between uses,
 // what each strategy holds (FsdpMemoryReport against docs/sharding.md's formulas), evaluation,
 // the full-parameter scope, and mistakes that must be clear errors.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <set>
@@ -320,7 +321,9 @@ TEST(FsdpParamDtype, ComputesWithBfloat16CopiesOfFloat32Shards) {
       for (const auto& shard : fsdp.parameters()) {
         if (shard.numel() == 0) continue;  // a bias wholly on the other rank
         EXPECT_TRUE(shard.grad().defined());
-        if (shard.grad().defined()) EXPECT_EQ(shard.grad().scalar_type(), torch::kFloat);
+        if (shard.grad().defined()) {
+          EXPECT_EQ(shard.grad().scalar_type(), torch::kFloat);
+        }
       }
       const double expected_norm = torch::stack(
           [&] {
@@ -455,13 +458,25 @@ TEST(Fsdp, NoShardReducesInReduceDtypeAsDdpsCompressionHook) {
   const int world = 2;
   // The parameters after 3 SGD steps on rank-dependent data: FSDP NO_SHARD with
   // reduce_dtype, then DDP with the bf16 hook, then DDP reducing in float32.
+  // The ranks are threads sharing torch's global generator: the initial weights are made
+  // here, and each rank draws its data from a generator of its own.
   std::vector<std::vector<torch::Tensor>> trained(3);
+  torch::manual_seed(3);
+  const auto initial = layers({8, 16, 4});
+  auto make_net = [&] {
+    auto net = layers({8, 16, 4});
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < net->parameters().size(); ++i) {
+      net->parameters()[i].copy_(initial->parameters()[i]);
+    }
+    return net;
+  };
   auto train = [&](int rank, torch::nn::Module& net, torch::optim::Optimizer& optimizer,
                    const std::function<void()>& step, int slot) {
-    torch::manual_seed(50 + rank);
+    auto data = at::make_generator<at::CPUGeneratorImpl>(50 + rank);
     for (int i = 0; i < 3; ++i) {
       optimizer.zero_grad();
-      net.as<torch::nn::Sequential>()->forward(torch::randn({4, 8})).pow(2).mean().backward();
+      net.as<torch::nn::Sequential>()->forward(torch::randn({4, 8}, data)).pow(2).mean().backward();
       step();
     }
     if (rank == 0) {
@@ -469,8 +484,7 @@ TEST(Fsdp, NoShardReducesInReduceDtypeAsDdpsCompressionHook) {
     }
   };
   run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
-    torch::manual_seed(3);
-    auto net = layers({8, 16, 4});
+    auto net = make_net();
     FsdpOptions options = with(ShardingStrategy::kNoShard);
     options.mixed_precision.reduce_dtype = torch::kBFloat16;
     FullyShardedDataParallel fsdp(net, group, options);
@@ -479,8 +493,7 @@ TEST(Fsdp, NoShardReducesInReduceDtypeAsDdpsCompressionHook) {
   });
   for (int slot : {1, 2}) {
     run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
-      torch::manual_seed(3);
-      auto net = layers({8, 16, 4});
+      auto net = make_net();
       DdpOptions options;
       if (slot == 1) options.comm_hook = bf16_compress_hook();
       DistributedDataParallel ddp(net, group, options);
