@@ -135,7 +135,8 @@ class FullyShardedDataParallel {
   // Collective: the same model on every rank (checked, naming the first parameter that
   // differs), rank 0's parameters and buffers copied to all, the units cut and every
   // parameter's memory released (kNoShard: as DistributedDataParallel). The parameters must be
-  // contiguous and, within a unit, of one dtype and device.
+  // contiguous and, within a unit, of one dtype and device. Tunes malloc as
+  // DistributedDataParallel does (tune_malloc_for_training).
   FullyShardedDataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Group> group,
                            FsdpOptions options = {});
   template <typename ModuleType>

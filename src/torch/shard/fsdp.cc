@@ -137,6 +137,9 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     COHORT_CHECK(module_ != nullptr, "FullyShardedDataParallel: the module is null");
     COHORT_CHECK(group_ != nullptr, "FullyShardedDataParallel: the group is null");
     check_options(options_, *module_);
+    // Every gather allocates a unit's storage and every release frees it: without the tuning
+    // those blocks are mmapped and faulted in again on every use (malloc_tuning.cc).
+    tune_malloc_for_training();
     if (options_.strategy == ShardingStrategy::kNoShard) {
       ddp_.emplace(module_, group_, no_shard_ddp_options(options_));
       return;
