@@ -15,7 +15,8 @@
 #
 # Env: COHORT_ZERO_BENCH (default build/bin/cohort-zero-bench), WORLD (2), STRATEGIES
 # ("ddp zero1 zero2 full_shard"), LARGE_MODEL, LARGE_BATCH (as compare_zero.sh), MEMCAP_OUT (raw outputs;
-# default a new folder under /tmp).
+# default a new folder under /tmp), MALLOC_TUNING (0: COHORT_MALLOC_TUNING=0 for every rank, the
+# default; 1: cohort's malloc tuning on).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bench=${COHORT_ZERO_BENCH:-$here/build/bin/cohort-zero-bench}
@@ -24,10 +25,14 @@ strategies=${STRATEGIES:-ddp zero1 zero2 full_shard}
 model=${LARGE_MODEL:---layers 12 --width 768 --heads 12 --context 128}
 batch=${LARGE_BATCH:-4}
 out=${MEMCAP_OUT:-$(mktemp -d /tmp/cohort-zero-memcap.XXXXXX)}
+# cohort's malloc tuning (docs/ddp.md) keeps a 256 MiB top pad and never trims the heap: the
+# data cap would count that reserve, not what training needs. Off by default here, for every
+# strategy alike; MALLOC_TUNING=1 to measure with it.
+malloc_tuning=${MALLOC_TUNING:-0}
 [ $# -ge 1 ] || { echo "usage: $0 CAP_MB [CAP_MB...]" >&2; exit 2; }
 [ -x "$bench" ] || { echo "$0: no $bench (cmake --build build --target cohort-zero-bench)" >&2; exit 2; }
 mkdir -p "$out"
-echo "raw outputs: $out; model: $model, global batch $batch, $world ranks"
+echo "raw outputs: $out; model: $model, global batch $batch, $world ranks, COHORT_MALLOC_TUNING=$malloc_tuning"
 
 # verdict FILE: "trains (peak RSS ...)" or why it did not.
 verdict() {
@@ -50,7 +55,8 @@ for cap in "$@"; do
     # The cap applies to run_ranks.sh's subshell and every rank it starts, not to this script.
     # shellcheck disable=SC2086  # the model options are words
     (ulimit -d $((cap * 1024)) && env -u MALLOC_MMAP_THRESHOLD_ -u MALLOC_TRIM_THRESHOLD_ \
-      -u MALLOC_TOP_PAD_ -u GLIBC_TUNABLES "$here/bench/ddp_bench/run_ranks.sh" "$world" \
+      -u MALLOC_TOP_PAD_ -u GLIBC_TUNABLES COHORT_MALLOC_TUNING="$malloc_tuning" \
+      "$here/bench/ddp_bench/run_ranks.sh" "$world" \
       "$bench" --strategy "$s" --batch "$batch" $model --warmup 1 --steps 2 --windows 1) \
       >"$file" 2>&1
     echo "| $cap | $s | $(verdict "$file") |"
