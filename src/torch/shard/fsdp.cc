@@ -58,6 +58,7 @@
 #include "shard/flat_unit.h"
 #include "shard/fsdp_access.h"
 #include "shard/grad_norm.h"
+#include "shard/optimizer_check.h"
 #include "shard/operator_observer.h"
 #include "shard/unit_plan.h"
 
@@ -675,24 +676,9 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   }
 
   void check_optimizer(const torch::optim::Optimizer& optimizer) const {
-    COHORT_CHECK(dynamic_cast<const torch::optim::LBFGS*>(&optimizer) == nullptr,
-                 "FullyShardedDataParallel::step: LBFGS needs whole tensors (its line search and "
-                 "history span the full parameter vector) and FSDP gives each rank only a shard "
-                 "of it. Use an elementwise optimizer (SGD, Adam, AdamW, Adagrad, RMSprop).");
-    const auto& groups = optimizer.param_groups();
-    for (size_t g = 0; g < groups.size(); ++g) {
-      const auto& params = groups[g].params();
-      for (size_t i = 0; i < params.size(); ++i) {
-        std::ostringstream shape;
-        shape << params[i].sizes();
-        COHORT_CHECK(shard_owner_.count(params[i].unsafeGetTensorImpl()) != 0,
-                     "FullyShardedDataParallel::step: the optimizer's param group ", g,
-                     " holds, at ", i, ", a tensor of shape ", shape.str(),
-                     " that is not one of this rank's shards. Build the optimizer over "
-                     "fsdp.parameters() (or fsdp.named_parameters()), not over the model's "
-                     "parameters.");
-      }
-    }
+    check_sharded_optimizer(optimizer, "FullyShardedDataParallel", "fsdp", [this](const torch::Tensor& t) {
+      return shard_owner_.count(t.unsafeGetTensorImpl()) != 0;
+    });
   }
 
   void step(torch::optim::Optimizer& optimizer) {

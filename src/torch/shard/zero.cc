@@ -41,6 +41,7 @@
 #include "cohort/torch/tensor_buffer.h"
 #include "reducer.h"
 #include "shard/grad_norm.h"
+#include "shard/optimizer_check.h"
 #include "shard/shard_layout.h"
 
 namespace cohort {
@@ -82,12 +83,6 @@ void check_options(const ZeroOptions& options) {
   COHORT_CHECK(options.ddp.comm_hook == nullptr,
                "ZeroDataParallel: ZeroOptions::ddp.comm_hook must be null; ZeRO reduces each "
                "bucket with its own reduce-scatter");
-}
-
-std::string shape_text(const torch::Tensor& tensor) {
-  std::ostringstream out;
-  out << tensor.sizes();
-  return out.str();
 }
 
 }  // namespace
@@ -307,23 +302,9 @@ class ZeroDataParallel::Impl {
 
   // The optimizer must update elementwise and hold only this object's shards.
   void check_optimizer(const torch::optim::Optimizer& optimizer) const {
-    COHORT_CHECK(dynamic_cast<const torch::optim::LBFGS*>(&optimizer) == nullptr,
-                 "ZeroDataParallel::step: LBFGS needs whole tensors (its line search and "
-                 "history span the full parameter vector) and ZeRO gives each rank only a "
-                 "block of it. Use an elementwise optimizer (SGD, Adam, AdamW, Adagrad, "
-                 "RMSprop) or plain DistributedDataParallel.");
-    const auto& groups = optimizer.param_groups();
-    for (size_t g = 0; g < groups.size(); ++g) {
-      const auto& params = groups[g].params();
-      for (size_t i = 0; i < params.size(); ++i) {
-        COHORT_CHECK(shard_index_.count(params[i].unsafeGetTensorImpl()) != 0,
-                     "ZeroDataParallel::step: the optimizer's param group ", g, " holds, at ", i,
-                     ", a tensor of shape ", shape_text(params[i]),
-                     " that is not one of this rank's shards. Build the optimizer over "
-                     "zero.parameters() (or zero.named_parameters()), not over the model's "
-                     "parameters.");
-      }
-    }
+    check_sharded_optimizer(optimizer, "ZeroDataParallel", "zero", [this](const torch::Tensor& t) {
+      return shard_index_.count(t.unsafeGetTensorImpl()) != 0;
+    });
   }
 
   // Note [Gradient memory]: parameters and gradients as allocated (with the padding).
