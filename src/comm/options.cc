@@ -39,6 +39,7 @@ const char* call_site_name(CallSite site) {
     case CallSite::kFsdpParameters: return "FSDP's parameter all-gather";
     case CallSite::kFsdpGradients: return "FSDP's gradient reduce-scatter";
     case CallSite::kFsdpEndOfBackward: return "FSDP's end of backward";
+    case CallSite::kGradScaler: return "GradScaler's overflow check";
   }
   return "";
 }

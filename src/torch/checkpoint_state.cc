@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,14 @@ void write_nested(OutputArchive& archive, const std::string& key, Save&& save) {
   OutputArchive nested(archive.compilation_unit());
   save(nested);
   archive.write(key, nested);
+}
+
+void write_grad_scaler(OutputArchive& archive, const amp::GradScaler& scaler) {
+  const amp::GradScalerState saved = scaler.state();
+  write_nested(archive, "grad_scaler", [&](OutputArchive& out) {
+    out.write("scale", torch::tensor(saved.scale, torch::kFloat64), /*is_buffer=*/true);
+    write_int(out, "growth_tracker", saved.growth_tracker);
+  });
 }
 
 void write_sampler(OutputArchive& archive, const DistributedSampler& sampler) {
@@ -140,6 +149,24 @@ std::vector<TensorCopy> read_model(const std::string& path, InputArchive& archiv
   std::vector<TensorCopy> copies;
   collect_module(path, model, module, "", copies);
   return copies;
+}
+
+amp::GradScalerState read_grad_scaler(const std::string& path, InputArchive& archive) {
+  InputArchive saved;
+  read_section(path, archive, "grad_scaler", saved);
+  c10::IValue scale;
+  const bool found = saved.try_read("scale", scale) && scale.isTensor() &&
+                     scale.toTensor().numel() == 1 &&
+                     scale.toTensor().scalar_type() == torch::kFloat64;
+  if (!found) throw_malformed(path, "its grad_scaler has no scale");
+  amp::GradScalerState state;
+  state.scale = scale.toTensor().item<double>();
+  state.growth_tracker = read_int(path, saved, "growth_tracker");
+  if (!std::isfinite(state.scale) || state.scale <= 0 || state.growth_tracker < 0) {
+    throw_malformed(path, concat("its grad_scaler holds scale ", state.scale, " and growth count ",
+                                 state.growth_tracker));
+  }
+  return state;
 }
 
 SamplerPlace read_sampler(const std::string& path, InputArchive& archive,
@@ -389,6 +416,7 @@ std::string encode_training_state(const std::string& path, const TrainingState& 
       write_nested(archive, "optimizer", [&](OutputArchive& out) { state.optimizer->save(out); });
     }
     if (state.sampler != nullptr) write_sampler(archive, *state.sampler);
+    if (state.grad_scaler != nullptr) write_grad_scaler(archive, *state.grad_scaler);
     for (size_t r = 0; r < rng_states.size(); ++r) {
       archive.write(rng_key(static_cast<int64_t>(r)), rng_states[r], /*is_buffer=*/true);
     }
@@ -413,12 +441,15 @@ bool decode_training_state(const std::string& path, const std::string& payload, 
   if (state.optimizer != nullptr) read_section(path, archive, "optimizer", optimizer);
   SamplerPlace place;
   if (state.sampler != nullptr) place = read_sampler(path, archive, *state.sampler);
+  amp::GradScalerState scaler;
+  if (state.grad_scaler != nullptr) scaler = read_grad_scaler(path, archive);
   torch::Tensor rng;
   if (state.rng) rng = read_rng(path, archive, rank % saved_world);
 
   copy_into_module(model);
   if (state.optimizer != nullptr) load_optimizer(path, optimizer, *state.optimizer);
   if (state.sampler != nullptr) restore_sampler(*state.sampler, place);
+  if (state.grad_scaler != nullptr) state.grad_scaler->load_state(scaler);
   if (state.rng) set_cpu_generator_state(path, rng);
   state.step = step;
   state.epoch = epoch;

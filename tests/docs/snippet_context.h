@@ -14,6 +14,8 @@
 
 #include "cohort/cohort.h"
 #include "cohort/comm/timeline.h"
+#include "cohort/torch/amp/autocast.h"
+#include "cohort/torch/amp/grad_scaler.h"
 #include "cohort/torch/checkpoint.h"
 #include "cohort/torch/comm_hook.h"
 #include "cohort/torch/ddp.h"

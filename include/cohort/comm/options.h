@@ -41,9 +41,9 @@ const char* collective_name(CollectiveKind kind);
 enum class CallSite : uint8_t {
   kUser, kDdpConstructor, kDdpGradients, kDdpUnusedParameters, kDdpJoin, kDdpBuffers,
   kCheckpointSave, kCheckpointLoad, kGroupSetup, kZeroGradients, kZeroParameters, kGradNorm,
-  kFsdpConstructor, kFsdpParameters, kFsdpGradients, kFsdpEndOfBackward
+  kFsdpConstructor, kFsdpParameters, kFsdpGradients, kFsdpEndOfBackward, kGradScaler
 };
-inline constexpr int kNumCallSites = 16;
+inline constexpr int kNumCallSites = 17;
 // "DistributedDataParallel's constructor", ...; "" for kUser.
 const char* call_site_name(CallSite site);
 

@@ -32,6 +32,7 @@
 #include <string>
 
 #include "cohort/comm/group.h"
+#include "cohort/torch/amp/grad_scaler.h"
 #include "cohort/torch/distributed_sampler.h"
 
 namespace cohort {
@@ -51,6 +52,9 @@ struct TrainingState {
   int64_t epoch = 0;
   // Save and restore torch's default CPU generator (dropout masks, torch::rand, ...).
   bool rng = true;
+  // Optional: the loss scale and its growth count (amp/grad_scaler.h), so that a resumed
+  // float16 run goes on with the scale it had reached.
+  amp::GradScaler* grad_scaler = nullptr;
 };
 
 // Which checkpoint a load resumes.

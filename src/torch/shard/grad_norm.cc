@@ -9,7 +9,7 @@
 namespace cohort {
 
 double sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group,
-                         double norm_type) {
+                         double norm_type, bool* any_rank_flag) {
   COHORT_CHECK(norm_type >= 1 || std::isinf(norm_type),
                "clip_grad_norm: norm_type must be >= 1 or infinity, got ", norm_type);
   const bool infinity = std::isinf(norm_type);
@@ -22,18 +22,23 @@ double sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group
     const double norm = grad.norm(norm_type).item<double>();
     local = infinity ? std::max(local, norm) : local + std::pow(norm, norm_type);
   }
-  auto total = torch::tensor({local}, torch::kFloat64);
+  // The flag rides along as 0 or 1: a sum or a max of them is > 0 when any rank's was 1.
+  auto total = any_rank_flag == nullptr
+                   ? torch::tensor({local}, torch::kFloat64)
+                   : torch::tensor({local, *any_rank_flag ? 1.0 : 0.0}, torch::kFloat64);
   CollectiveOptions options;
   options.op = infinity ? ReduceOp::kMax : ReduceOp::kSum;
   options.site = CallSite::kGradNorm;
   group.allreduce(tensor_buffer(total), options);
-  const double combined = total.item<double>();
+  if (any_rank_flag != nullptr) *any_rank_flag = total[1].item<double>() > 0;
+  const double combined = total[0].item<double>();
   return infinity ? combined : std::pow(combined, 1.0 / norm_type);
 }
 
 double clip_sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group,
-                              double max_norm, double norm_type) {
-  const double norm = sharded_grad_norm(tensors, group, norm_type);
+                              double max_norm, double norm_type, bool* any_rank_flag) {
+  const double norm = sharded_grad_norm(tensors, group, norm_type, any_rank_flag);
+  if (any_rank_flag != nullptr && *any_rank_flag) return norm;
   const double coefficient = max_norm / (norm + 1e-6);
   if (coefficient < 1) {
     torch::NoGradGuard no_grad;

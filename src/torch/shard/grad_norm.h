@@ -11,12 +11,16 @@
 namespace cohort {
 
 // The total norm of the .grad of `tensors` over every rank; undefined .grad count as absent.
-// Collective.
-double sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group, double norm_type);
+// Collective. With `any_rank_flag`, the same allreduce also tells every rank whether the flag
+// was true on any rank (GradScaler's overflow: Note [One allreduce for the norm and the
+// overflow] in amp/grad_scaler.cc), and *any_rank_flag becomes that.
+double sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group, double norm_type,
+                         bool* any_rank_flag = nullptr);
 
 // Scales every .grad by max_norm / (norm + 1e-6) when that is below 1 (torch's rule) and
-// returns the norm before clipping. Collective.
+// returns the norm before clipping. Collective. With `any_rank_flag` (as above), nothing is
+// clipped when the flag is true on some rank.
 double clip_sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group,
-                              double max_norm, double norm_type);
+                              double max_norm, double norm_type, bool* any_rank_flag = nullptr);
 
 }  // namespace cohort

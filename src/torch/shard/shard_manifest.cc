@@ -138,6 +138,16 @@ Manifest manifest_from(const json& j) {
   m.epoch = j.at("epoch").get<int64_t>();
   m.rng = j.at("rng").get<bool>();
   if (j.contains("sampler")) m.sampler = sampler_from(j.at("sampler"));
+  if (j.contains("grad_scaler")) {
+    amp::GradScalerState scaler;
+    scaler.scale = j.at("grad_scaler").at("scale").get<double>();
+    scaler.growth_tracker = j.at("grad_scaler").at("growth_tracker").get<int64_t>();
+    if (!(scaler.scale > 0) || scaler.growth_tracker < 0) {
+      throw Invalid{concat("its grad_scaler holds scale ", scaler.scale, " and growth count ",
+                           scaler.growth_tracker)};
+    }
+    m.grad_scaler = scaler;
+  }
   if (j.contains("optimizer")) m.optimizer = optimizer_from(j.at("optimizer"));
   std::set<std::string> names;
   for (const json& t : j.at("tensors")) {
@@ -223,6 +233,10 @@ std::string manifest_text(const Manifest& m) {
             {"rng", m.rng}};
   if (!m.job_id.empty()) j["job_id"] = m.job_id;
   if (m.sampler) j["sampler"] = sampler_json(*m.sampler);
+  if (m.grad_scaler) {
+    j["grad_scaler"] = {{"scale", m.grad_scaler->scale},
+                        {"growth_tracker", m.grad_scaler->growth_tracker}};
+  }
   if (m.optimizer) j["optimizer"] = optimizer_json(*m.optimizer);
   j["tensors"] = json::array();
   for (const ManifestTensor& t : m.tensors) j["tensors"].push_back(tensor_json(t));

@@ -58,6 +58,7 @@ struct Manifest {
   int64_t epoch = 0;
   bool rng = false;  // each file holds its rank's generator state
   std::optional<SamplerRecord> sampler;
+  std::optional<amp::GradScalerState> grad_scaler;
   std::optional<ManifestOptimizer> optimizer;
   std::vector<ManifestTensor> tensors;
   std::vector<ManifestFile> files;

@@ -118,6 +118,7 @@ Manifest build_manifest(const RankHoldings& holdings, const TrainingState& state
   m.epoch = state.epoch;
   m.rng = state.rng;
   if (state.sampler != nullptr) m.sampler = detail::sampler_record(*state.sampler);
+  if (state.grad_scaler != nullptr) m.grad_scaler = state.grad_scaler->state();
   if (state.optimizer != nullptr) m.optimizer = optimizer_entry(*state.optimizer, *codec, holdings);
   m.tensors = detail::tensor_table(holdings, table, world_size);
   const size_t row = table.size() / static_cast<size_t>(world_size);
@@ -306,6 +307,9 @@ LoadPlan plan_load(const std::string& directory, const Manifest& m, const RankHo
   if (state.sampler != nullptr) {
     if (!m.sampler) detail::throw_missing_section(directory, "sampler");
     plan.sampler = detail::sampler_place(directory, *m.sampler, *state.sampler);
+  }
+  if (state.grad_scaler != nullptr && !m.grad_scaler) {
+    detail::throw_missing_section(directory, "grad_scaler");
   }
   if (state.rng && !m.rng) {
     throw CheckpointError(concat("checkpoint '", directory,
@@ -530,6 +534,7 @@ void restore_local(const std::string& directory, const RankHoldings& holdings, T
   }
   if (state.optimizer != nullptr) restore_optimizer(*state.optimizer, *codec, holdings, plan);
   if (state.sampler != nullptr) detail::restore_sampler(*state.sampler, *plan.sampler);
+  if (state.grad_scaler != nullptr) state.grad_scaler->load_state(*m.grad_scaler);
   if (state.rng) detail::set_cpu_generator_state(directory, plan.pieces->rng());
   state.step = m.step;
   state.epoch = m.epoch;

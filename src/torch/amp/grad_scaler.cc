@@ -1,0 +1,268 @@
+#include "cohort/torch/amp/grad_scaler.h"
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "amp/unscale.h"
+#include "cohort/comm/group.h"
+#include "cohort/core/check.h"
+#include "cohort/core/error.h"
+#include "cohort/torch/fsdp.h"
+#include "cohort/torch/tensor_buffer.h"
+#include "cohort/torch/zero.h"
+#include "shard/grad_norm.h"
+
+namespace cohort::amp {
+namespace {
+
+std::vector<torch::Tensor> gradients_of(const torch::optim::Optimizer& optimizer) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& parameter : group.params()) {
+      if (parameter.grad().defined()) grads.push_back(parameter.grad());
+    }
+  }
+  return grads;
+}
+
+// True on every rank when `local` is true on any rank of `group`. Collective.
+bool any_rank(Group& group, bool local) {
+  auto flag = torch::tensor({local ? 1.0f : 0.0f});
+  CollectiveOptions options;
+  options.op = ReduceOp::kMax;
+  options.site = CallSite::kGradScaler;
+  group.allreduce(tensor_buffer(flag), options);
+  return flag.item<float>() > 0;
+}
+
+}  // namespace
+
+// Note [Sharded overflow]: under ZeRO and FSDP (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD) a rank
+// unscales only its shards, so an inf in one rank's block is seen by that rank only; a rank
+// that stepped while another skipped would hold parameters the others do not, and the next
+// all-gather would mix them. The finding is reduced (max) over the group before anyone steps.
+// Under NO_SHARD (DDP inside) the averaged gradients are whole and equal on every rank: no
+// reduction. `norm_group` is where the gradient norm is summed (one replica's shards under
+// HYBRID_SHARD, whose replicas hold equal gradients after their average, so one replica's
+// finding is every replica's).
+struct GradScaler::Sharded {
+  Group* flag_group = nullptr;  // null: the gradients are equal on every rank already
+  std::function<double(double, double)> clip_unsharded;  // NO_SHARD: torch's clip
+  Group* norm_group = nullptr;
+  std::vector<torch::Tensor> shards;
+  std::function<void(torch::optim::Optimizer&)> step;
+};
+
+// Note [One allreduce for the norm and the overflow]: clipping under ZeRO/FSDP already
+// allreduces each rank's part of the norm; the overflow flag travels in the same message
+// (grad_norm.h), so a scaled, clipped step costs one small collective, as an unscaled one.
+
+GradScaler::GradScaler(GradScalerOptions options)
+    : options_(options), scale_(static_cast<float>(options.init_scale)) {
+  COHORT_CHECK(std::isfinite(options.init_scale) && options.init_scale > 0,
+               "GradScaler: init_scale must be finite and > 0, got ", options.init_scale);
+  COHORT_CHECK(options.growth_factor > 1, "GradScaler: growth_factor must be > 1, got ",
+               options.growth_factor);
+  COHORT_CHECK(options.backoff_factor > 0 && options.backoff_factor < 1,
+               "GradScaler: backoff_factor must be in (0, 1), got ", options.backoff_factor);
+  COHORT_CHECK(options.growth_interval >= 1, "GradScaler: growth_interval must be >= 1, got ",
+               options.growth_interval);
+}
+
+torch::Tensor GradScaler::scale(const torch::Tensor& loss) const {
+  if (!options_.enabled) return loss;
+  return loss * torch::scalar_tensor(scale_, loss.options().dtype(torch::kFloat));
+}
+
+GradScaler::Record& GradScaler::unscale_record(torch::optim::Optimizer& optimizer,
+                                               const char* call) {
+  Record& record = records_[&optimizer];
+  if (record.unscaled) {
+    throw InvalidArgument(std::string("GradScaler::") + call +
+                          ": unscale_() was already called on this optimizer since the last "
+                          "update(); call update() after every step");
+  }
+  if (record.stepped) {
+    throw InvalidArgument(std::string("GradScaler::") + call +
+                          ": step() was already called on this optimizer since the last "
+                          "update(); call update() after every step");
+  }
+  record.unscaled = true;
+  record.found_inf = unscale_and_find_non_finite(gradients_of(optimizer),
+                                                 static_cast<float>(1.0 / double(scale_)));
+  return record;
+}
+
+void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
+  if (options_.enabled) unscale_record(optimizer, "unscale_");
+}
+
+bool GradScaler::step(torch::optim::Optimizer& optimizer) {
+  if (!options_.enabled) {
+    optimizer.step();
+    return true;
+  }
+  Record& record = records_[&optimizer];
+  if (!record.unscaled) unscale_record(optimizer, "step");
+  if (record.stepped) {
+    throw InvalidArgument(
+        "GradScaler::step: step() was already called on this optimizer since the last "
+        "update(); call update() after every step");
+  }
+  record.stepped = true;
+  if (record.found_inf) return false;
+  optimizer.step();
+  return true;
+}
+
+void GradScaler::decide(Record& record) {
+  if (record.undecided == nullptr) return;
+  record.found_inf = any_rank(*record.undecided, record.found_inf);
+  record.undecided = nullptr;
+}
+
+void GradScaler::unscale_sharded(const Sharded& sharded, torch::optim::Optimizer& optimizer) {
+  Record& record = unscale_record(optimizer, "unscale_");
+  record.undecided = sharded.flag_group;
+}
+
+double GradScaler::clip_sharded(const Sharded& sharded, torch::optim::Optimizer& optimizer,
+                                double max_norm, double norm_type) {
+  if (!options_.enabled || records_[&optimizer].stepped) {
+    // step() would then throw anyway; clipping the unscaled gradients is what a user expects.
+    if (sharded.clip_unsharded) return sharded.clip_unsharded(max_norm, norm_type);
+    return clip_sharded_grad_norm(sharded.shards, *sharded.norm_group, max_norm, norm_type);
+  }
+  Record& record = records_[&optimizer];
+  if (!record.unscaled) unscale_sharded(sharded, optimizer);
+  if (sharded.clip_unsharded) return sharded.clip_unsharded(max_norm, norm_type);
+  if (record.undecided == nullptr) {  // already decided (or never needed)
+    return clip_sharded_grad_norm(sharded.shards, *sharded.norm_group, max_norm, norm_type);
+  }
+  bool any_overflow = record.found_inf;
+  const double norm = clip_sharded_grad_norm(sharded.shards, *sharded.norm_group, max_norm,
+                                             norm_type, &any_overflow);
+  record.found_inf = any_overflow;
+  record.undecided = nullptr;
+  return norm;
+}
+
+bool GradScaler::step_sharded(const Sharded& sharded, torch::optim::Optimizer& optimizer) {
+  if (!options_.enabled) {
+    sharded.step(optimizer);
+    return true;
+  }
+  Record& record = records_[&optimizer];
+  if (!record.unscaled) unscale_sharded(sharded, optimizer);
+  if (record.stepped) {
+    throw InvalidArgument(
+        "GradScaler::step: step() was already called on this optimizer since the last "
+        "update(); call update() after every step");
+  }
+  decide(record);
+  record.stepped = true;
+  if (record.found_inf) return false;
+  sharded.step(optimizer);
+  return true;
+}
+
+GradScaler::Sharded GradScaler::sharded(ZeroDataParallel& zero) {
+  Sharded sharded;
+  sharded.flag_group = zero.group().size() > 1 ? &zero.group() : nullptr;
+  sharded.norm_group = &zero.group();
+  sharded.shards = zero.parameters();
+  sharded.step = [&zero](torch::optim::Optimizer& optimizer) { zero.step(optimizer); };
+  return sharded;
+}
+
+GradScaler::Sharded GradScaler::sharded(FullyShardedDataParallel& fsdp) {
+  Sharded sharded;
+  if (fsdp.strategy() == ShardingStrategy::kNoShard) {
+    sharded.clip_unsharded = [&fsdp](double max_norm, double norm_type) {
+      return cohort::clip_grad_norm(fsdp, max_norm, norm_type);
+    };
+  } else {
+    sharded.flag_group = fsdp.group().size() > 1 ? &fsdp.group() : nullptr;
+    sharded.norm_group = &fsdp.shard_group();
+    sharded.shards = fsdp.parameters();
+  }
+  sharded.step = [&fsdp](torch::optim::Optimizer& optimizer) { fsdp.step(optimizer); };
+  return sharded;
+}
+
+void GradScaler::unscale_(ZeroDataParallel& zero, torch::optim::Optimizer& optimizer) {
+  if (options_.enabled) unscale_sharded(sharded(zero), optimizer);
+}
+void GradScaler::unscale_(FullyShardedDataParallel& fsdp, torch::optim::Optimizer& optimizer) {
+  if (options_.enabled) unscale_sharded(sharded(fsdp), optimizer);
+}
+double GradScaler::clip_grad_norm(ZeroDataParallel& zero, torch::optim::Optimizer& optimizer,
+                                  double max_norm, double norm_type) {
+  return clip_sharded(sharded(zero), optimizer, max_norm, norm_type);
+}
+double GradScaler::clip_grad_norm(FullyShardedDataParallel& fsdp,
+                                  torch::optim::Optimizer& optimizer, double max_norm,
+                                  double norm_type) {
+  return clip_sharded(sharded(fsdp), optimizer, max_norm, norm_type);
+}
+bool GradScaler::step(ZeroDataParallel& zero, torch::optim::Optimizer& optimizer) {
+  return step_sharded(sharded(zero), optimizer);
+}
+bool GradScaler::step(FullyShardedDataParallel& fsdp, torch::optim::Optimizer& optimizer) {
+  return step_sharded(sharded(fsdp), optimizer);
+}
+
+// PyTorch's _amp_update_scale_, on the host: the finding of every optimizer since the last
+// update decides; growth and backoff are float32 multiplications, as on PyTorch's scale tensor.
+void GradScaler::update() {
+  if (!options_.enabled) return;
+  COHORT_CHECK(!records_.empty(),
+               "GradScaler::update: no optimizer was unscaled or stepped since the last "
+               "update(): call step(optimizer) before update()");
+  bool found = false;
+  for (auto& [optimizer, record] : records_) {
+    decide(record);
+    found |= record.found_inf;
+  }
+  records_.clear();
+  if (found) {
+    scale_ = scale_ * static_cast<float>(options_.backoff_factor);
+    growth_tracker_ = 0;
+    return;
+  }
+  const int64_t successful = growth_tracker_ + 1;
+  if (successful == options_.growth_interval) {
+    const float grown = scale_ * static_cast<float>(options_.growth_factor);
+    if (std::isfinite(grown)) scale_ = grown;
+    growth_tracker_ = 0;
+  } else {
+    growth_tracker_ = successful;
+  }
+}
+
+void GradScaler::update(double new_scale) {
+  if (!options_.enabled) return;
+  COHORT_CHECK(std::isfinite(new_scale) && new_scale > 0,
+               "GradScaler::update: the new scale must be finite and > 0, got ", new_scale);
+  records_.clear();
+  scale_ = static_cast<float>(new_scale);
+}
+
+double GradScaler::get_scale() const {
+  return options_.enabled ? static_cast<double>(scale_) : 1.0;
+}
+
+void GradScaler::load_state(const GradScalerState& state) {
+  COHORT_CHECK(std::isfinite(state.scale) && state.scale > 0,
+               "GradScaler::load_state: the scale must be finite and > 0, got ", state.scale);
+  COHORT_CHECK(state.growth_tracker >= 0,
+               "GradScaler::load_state: the growth count must be >= 0, got ",
+               state.growth_tracker);
+  records_.clear();
+  scale_ = static_cast<float>(state.scale);
+  growth_tracker_ = state.growth_tracker;
+}
+
+}  // namespace cohort::amp
