@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "fortune_files.h"
+#include "precision.h"
 #include "strategy.h"
 
 namespace char_lm {
@@ -83,6 +84,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--data", o.data_dir, "Directory of fortune files")->capture_default_str();
   app.add_option("--strategy", o.strategy, cohort_examples::strategy_help())
       ->check(CLI::IsMember(cohort_examples::kStrategyNames))
+      ->capture_default_str();
+  app.add_option("--precision", o.precision, cohort_examples::precision_help())
+      ->check(CLI::IsMember(cohort_examples::kPrecisionNames))
       ->capture_default_str();
   add_model_options(app, o);
   add_optimizer_options(app, o);

@@ -12,6 +12,7 @@ namespace char_lm {
 struct TrainOptions {
   std::string data_dir;  // default: kDefaultFortuneDir
   std::string strategy = "ddp";
+  std::string precision = "fp32";  // cohort_examples::kPrecisionNames (docs/amp.md)
   // The model (the vocabulary size comes from the text).
   int64_t context = 64;
   int64_t layers = 4;

@@ -8,6 +8,7 @@
 #include "cohort/torch/distributed_sampler.h"
 #include "dataset.h"
 #include "gpt.h"
+#include "precision.h"
 #include "progress.h"
 #include "ranks.h"
 #include "sample.h"
@@ -62,6 +63,7 @@ class Trainer {
 
   TrainOptions options_;
   std::shared_ptr<cohort::Group> group_;
+  cohort_examples::Precision precision_;
   std::shared_ptr<cohort::Timeline> timeline_ = cohort::Timeline::from_env();
   CharData data_;
   TextWindows validation_;
@@ -89,6 +91,7 @@ cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
 Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group)
     : options_(options),
       group_(std::move(group)),
+      precision_(options_.precision, torch::kCPU),
       data_(load_char_data(options_.data_dir, options_.context)),
       validation_(data_.validation, options_.context),
       per_rank_batch_(cohort_examples::per_rank_batch(options_.batch_size, *group_)),
@@ -105,6 +108,7 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   state_.module = model_.ptr().get();
   state_.optimizer = optimizer_.get();
   state_.sampler = sampler_.get();
+  if (precision_.scales_loss()) state_.grad_scaler = &precision_.scaler();
   if (!options_.metrics.empty() && rank0())
     metrics_ = std::make_unique<MetricsFile>(options_.metrics);
 }
@@ -153,11 +157,12 @@ void Trainer::describe() const {
   std::printf(
       "char_lm: %lld training and %lld validation characters, %lld distinct; unigram baseline "
       "%.4f nats/char\n  model: %lld layers, width %lld, %lld heads, context %lld: %lld "
-      "parameters; strategy %s on %d rank(s), global batch %lld windows\n",
+      "parameters; strategy %s, precision %s, on %d rank(s), global batch %lld windows\n",
       (long long)data_.train.numel(), (long long)data_.validation.numel(),
       (long long)data_.vocabulary.size(), data_.unigram_entropy, (long long)c.layers,
       (long long)c.width, (long long)c.heads, (long long)c.context,
-      (long long)count_parameters(*model_), options_.strategy.c_str(), group_->size(),
+      (long long)count_parameters(*model_), options_.strategy.c_str(), options_.precision.c_str(),
+      group_->size(),
       (long long)options_.batch_size);
   std::fflush(stdout);
 }
@@ -223,7 +228,11 @@ void Trainer::set_lr(double lr) {
 
 // Cross-entropy of the next character at every position of every window.
 torch::Tensor Trainer::loss_of(const torch::data::Example<>& batch, LossReduction reduction) {
-  const torch::Tensor logits = model_->forward(batch.data);
+  torch::Tensor logits;
+  {
+    const auto autocast = precision_.forward_scope();
+    logits = model_->forward(batch.data);
+  }
   return torch::nn::functional::cross_entropy(
       logits.reshape({-1, logits.size(-1)}), batch.target.reshape({-1}),
       torch::nn::functional::CrossEntropyFuncOptions().reduction(reduction));
@@ -245,13 +254,14 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   r.forward_ms = ms_since(start);
   {
     auto span = trace(timeline_.get(), "backward");
-    loss.backward();
+    precision_.scaler().scale(loss).backward();
   }
   r.backward_ms = ms_since(start) - r.forward_ms;
   {
     auto span = trace(timeline_.get(), "optimizer step");
-    if (options_.clip > 0) strategy_->clip_gradients(options_.clip);
-    strategy_->step(*optimizer_);
+    if (options_.clip > 0) strategy_->clip_gradients(*optimizer_, options_.clip, precision_.scaler());
+    strategy_->step(*optimizer_, precision_.scaler());
+    precision_.scaler().update();
   }
   r.step_ms = ms_since(start) + data_ms;
   r.optimizer_ms = r.step_ms - data_ms - r.forward_ms - r.backward_ms;

@@ -45,13 +45,17 @@ class DdpStrategy : public Strategy {
     return model_->named_parameters();
   }
 
-  // The gradients are already the same on every rank, so torch's own clipping is the
-  // whole model's.
-  double clip_gradients(double max_norm) override {
+  // The gradients are already the same on every rank (so is what the scaler finds in them),
+  // so torch's own clipping is the whole model's.
+  double clip_gradients(torch::optim::Optimizer& optimizer, double max_norm,
+                        cohort::amp::GradScaler& scaler) override {
+    scaler.unscale_(optimizer);
     return torch::nn::utils::clip_grad_norm_(model_->parameters(), max_norm);
   }
 
-  void step(torch::optim::Optimizer& optimizer) override { optimizer.step(); }
+  bool step(torch::optim::Optimizer& optimizer, cohort::amp::GradScaler& scaler) override {
+    return scaler.step(optimizer);
+  }
 
   StepCommunication last_step_communication() const override {
     return communication_of(ddp_.last_iteration_stats());
@@ -115,12 +119,16 @@ class ShardedStrategy : public Strategy {
     return wrapper_.named_parameters();
   }
 
-  // The norm of the whole gradient, from every rank's shards (one small allreduce).
-  double clip_gradients(double max_norm) override {
-    return cohort::clip_grad_norm(wrapper_, max_norm);
+  // The norm of the whole gradient, from every rank's shards (one small allreduce, which also
+  // tells every rank whether some rank's shards overflowed).
+  double clip_gradients(torch::optim::Optimizer& optimizer, double max_norm,
+                        cohort::amp::GradScaler& scaler) override {
+    return scaler.clip_grad_norm(wrapper_, optimizer, max_norm);
   }
 
-  void step(torch::optim::Optimizer& optimizer) override { wrapper_.step(optimizer); }
+  bool step(torch::optim::Optimizer& optimizer, cohort::amp::GradScaler& scaler) override {
+    return scaler.step(wrapper_, optimizer);
+  }
 
   StepCommunication last_step_communication() const override {
     return communication_of(wrapper_.last_iteration_stats());

@@ -12,6 +12,7 @@
 
 #include "cohort/comm/group.h"
 #include "cohort/comm/timeline.h"
+#include "cohort/torch/amp/grad_scaler.h"
 #include "cohort/torch/checkpoint.h"
 #include "cohort/torch/distributed_sampler.h"
 #include "memory.h"
@@ -45,11 +46,14 @@ class Strategy {
   // The tensors to build the optimizer over, under the names of the model's parameters they
   // stand for (DDP: the parameters themselves; ZeRO and FSDP: this rank's 1-D shards of them).
   virtual torch::OrderedDict<std::string, torch::Tensor> optimizer_parameters() const = 0;
-  // After backward: scales the gradients so that the 2-norm of the whole model's gradient is
-  // at most `max_norm` (the same on every rank); returns the norm before clipping.
-  virtual double clip_gradients(double max_norm) = 0;
-  // The optimizer's step, and whatever must follow it before the next forward.
-  virtual void step(torch::optim::Optimizer& optimizer) = 0;
+  // After backward: unscales the gradients (when `scaler` is enabled: --precision fp16), then
+  // scales them so that the 2-norm of the whole model's gradient is at most `max_norm` (the same
+  // on every rank); returns the norm before clipping (inf or NaN when the gradients overflowed).
+  virtual double clip_gradients(torch::optim::Optimizer& optimizer, double max_norm,
+                                cohort::amp::GradScaler& scaler) = 0;
+  // The optimizer's step through the scaler (skipped on every rank when a gradient overflowed),
+  // and whatever must follow it before the next forward. Returns whether it stepped.
+  virtual bool step(torch::optim::Optimizer& optimizer, cohort::amp::GradScaler& scaler) = 0;
   virtual StepCommunication last_step_communication() const = 0;
   // This rank's model state.
   virtual ModelStateBytes model_state_bytes(const torch::optim::Optimizer& optimizer) const = 0;

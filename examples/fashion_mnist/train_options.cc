@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "dataset.h"
+#include "precision.h"
 #include "strategy.h"
 
 namespace fashion_mnist {
@@ -26,6 +27,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember({"cnn", "mlp"}));
   app.add_option("--strategy", o.strategy, cohort_examples::strategy_help())
       ->check(CLI::IsMember(cohort_examples::kStrategyNames))
+      ->capture_default_str();
+  app.add_option("--precision", o.precision, cohort_examples::precision_help())
+      ->check(CLI::IsMember(cohort_examples::kPrecisionNames))
       ->capture_default_str();
   app.add_option("--epochs", o.epochs, "Passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", o.batch_size, "Global batch, split evenly over the ranks")

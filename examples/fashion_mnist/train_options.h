@@ -11,6 +11,7 @@ struct TrainOptions {
   std::string data_dir;  // default: kDefaultDataDir
   std::string model = "cnn";
   std::string strategy = "ddp";  // cohort_examples::kStrategyNames
+  std::string precision = "fp32";  // cohort_examples::kPrecisionNames (docs/amp.md)
   // FSDP's units: the submodules of at least this many parameters (the models have no
   // Sequential or ModuleList to take the units from): fc1 of cnn, fc1 and fc2 of mlp.
   static constexpr int64_t kFsdpMinUnitParameters = 500000;

@@ -14,6 +14,7 @@
 #include "progress.h"
 #include "ranks.h"
 #include "step_metrics.h"
+#include "precision.h"
 #include "strategy.h"
 
 namespace fashion_mnist {
@@ -55,6 +56,7 @@ class Trainer {
 
   TrainOptions options_;
   std::shared_ptr<cohort::Group> group_;
+  cohort_examples::Precision precision_;  // before the data: a bad --precision fails first
   std::shared_ptr<cohort::Timeline> timeline_ = cohort::Timeline::from_env();
   Images test_;
   std::shared_ptr<FmnistModel> model_;
@@ -85,6 +87,7 @@ cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
 Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group)
     : options_(options),
       group_(std::move(group)),
+      precision_(options_.precision, torch::kCPU),
       test_(options.skip_eval ? Images{} : load_split(options.data_dir, Split::kTest)),
       loader_(nullptr),
       progress_(options.progress && group_->rank() == 0, options.log_every) {
@@ -110,6 +113,7 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   state_.module = model_.get();
   state_.optimizer = optimizer_.get();
   state_.sampler = sampler_.get();
+  if (precision_.scales_loss()) state_.grad_scaler = &precision_.scaler();
   if (!options_.metrics.empty() && rank0())
     metrics_ = std::make_unique<MetricsFile>(options_.metrics);
 }
@@ -163,17 +167,19 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   torch::Tensor loss;
   {
     auto span = trace(timeline_.get(), "forward");
+    const auto autocast = precision_.forward_scope();
     loss = torch::nll_loss(model_->forward(batch.data), batch.target);
   }
   r.forward_ms = ms_since(start);
   {
     auto span = trace(timeline_.get(), "backward");
-    loss.backward();
+    precision_.scaler().scale(loss).backward();
   }
   r.backward_ms = ms_since(start) - r.forward_ms;
   {
     auto span = trace(timeline_.get(), "optimizer step");
-    strategy_->step(*optimizer_);
+    strategy_->step(*optimizer_, precision_.scaler());
+    precision_.scaler().update();
   }
   r.step_ms = ms_since(start) + data_ms;
   r.optimizer_ms = r.step_ms - data_ms - r.forward_ms - r.backward_ms;
@@ -203,7 +209,11 @@ Evaluation Trainer::evaluate() {
   std::vector<double> sums = {0.0, 0.0};  // correct, loss
   for (int64_t i = begin; i < end; i += 1000) {
     const int64_t stop = std::min(end, i + 1000);
-    const torch::Tensor out = model_->forward(test_.images.slice(0, i, stop));
+    torch::Tensor out;
+    {
+      const auto autocast = precision_.forward_scope();
+      out = model_->forward(test_.images.slice(0, i, stop)).to(torch::kFloat32);
+    }
     const torch::Tensor labels = test_.labels.slice(0, i, stop);
     sums[0] += out.argmax(1).eq(labels).sum().item<double>();
     sums[1] += torch::nll_loss(out, labels, {}, at::Reduction::Sum).item<double>();

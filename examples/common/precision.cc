@@ -1,0 +1,36 @@
+#include "precision.h"
+
+#include "cohort/core/error.h"
+
+namespace cohort_examples {
+namespace {
+
+cohort::amp::GradScalerOptions scaler_options(const std::string& name) {
+  cohort::amp::GradScalerOptions options;
+  options.enabled = name == "fp16";
+  return options;
+}
+
+}  // namespace
+
+std::string precision_help() {
+  return "fp32; bf16 (bfloat16 autocast: matmuls and convolutions in bfloat16); fp16 (float16 "
+         "autocast with dynamic loss scaling; CUDA only)";
+}
+
+Precision::Precision(const std::string& name, torch::DeviceType device)
+    : name_(name), device_(device), scaler_(scaler_options(name)) {
+  cohort::amp::precision_dtype(name);  // an unknown name throws, naming the known ones
+  if (name_ != "fp32") {
+    // Asks libtorch's autocast for the dtype once, now: fp16 on a CPU throws here, naming bf16,
+    // instead of in the first forward.
+    const cohort::amp::Autocast probe(device_, compute_dtype());
+  }
+}
+
+torch::ScalarType Precision::compute_dtype() const {
+  return name_ == "fp32" ? torch::kBFloat16  // unused: the scope is disabled
+                         : cohort::amp::precision_dtype(name_);
+}
+
+}  // namespace cohort_examples
