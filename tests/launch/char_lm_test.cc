@@ -1,8 +1,8 @@
 // The character language model example (examples/char_lm) at 2 ranks under cohortrun on a tiny
 // model for a few steps: it must finish, report a finite validation loss and memory for every
 // rank, and learn (the training loss falls), under DDP, ZeRO and FSDP, whose sharded
-// checkpoints resume under another strategy at another number of ranks; missing data and an
-// unknown strategy must be clear errors.
+// checkpoints resume under another strategy at another number of ranks, and under bfloat16
+// autocast; missing data, an unknown strategy and float16 on a CPU must be clear errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -100,7 +100,8 @@ void expect_sharded_run_learns_and_resumes(const std::string& strategy,
   const ExampleRun run = run_example(2, "--strategy " + strategy);
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
   const std::string& out = run.result.output;
-  EXPECT_NE(out.find("strategy " + strategy + " on 2 rank(s)"), std::string::npos) << out;
+  EXPECT_NE(out.find("strategy " + strategy + ", precision fp32, on 2 rank(s)"), std::string::npos)
+      << out;
   EXPECT_TRUE(std::isfinite(figure_after(out, "validation loss "))) << out;
   EXPECT_NE(out.find("memory of rank 0: model state"), std::string::npos) << out;
   EXPECT_NE(out.find(memory_line), std::string::npos) << out;
@@ -130,6 +131,27 @@ TEST(CharLmExample, Zero2LearnsAtTwoRanksAndZero1ResumesItsCheckpointAtOne) {
 // Under FSDP the memory line also shows the whole units (transformer blocks) held at once.
 TEST(CharLmExample, FullShardLearnsAtTwoRanksAndZero2ResumesItsCheckpointAtOne) {
   expect_sharded_run_learns_and_resumes("full_shard", "zero2", "+ units gathered at once");
+}
+
+// bfloat16 autocast (docs/amp.md): the same tiny model learns as in float32.
+TEST(CharLmExample, Bf16AutocastLearnsAtTwoRanks) {
+  const ExampleRun run = run_example(2, "--precision bf16 --strategy zero2");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const std::string& out = run.result.output;
+  EXPECT_NE(out.find("strategy zero2, precision bf16, on 2 rank(s)"), std::string::npos) << out;
+  EXPECT_TRUE(std::isfinite(figure_after(out, "validation loss "))) << out;
+  const std::vector<json> steps = read_lines(run.dir + "/steps.jsonl");
+  ASSERT_EQ(steps.size(), size_t(kSteps));
+  const auto [first, last] = first_and_last_loss(steps);
+  EXPECT_LT(last, first - 0.3) << "the training loss must fall: " << first << " -> " << last;
+}
+
+TEST(CharLmExampleErrors, Fp16OnACpuNamesBf16) {
+  const ExampleRun run = run_example(1, "--precision fp16");
+  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find("float16 autocast on a CPU is not supported"), std::string::npos)
+      << run.result.output;
+  EXPECT_NE(run.result.output.find("--precision bf16"), std::string::npos) << run.result.output;
 }
 
 TEST(CharLmExampleErrors, AMissingDataDirectoryNamesThePathAndTheFix) {

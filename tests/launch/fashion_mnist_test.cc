@@ -216,6 +216,28 @@ TEST(FashionMnistExampleStrategies, FullShardTrainsAndZero1ResumesItsCheckpoint)
   EXPECT_NE(resumed.output.find("on 2 rank(s), 16 steps"), std::string::npos) << resumed.output;
 }
 
+// bfloat16 autocast (docs/amp.md) trains and evaluates the CNN; its checkpoint (float32
+// parameters: autocast changes only the compute) resumes in float32.
+TEST(FashionMnistExamplePrecision, Bf16TrainsAndFloat32ResumesItsCheckpoint) {
+  const ExampleRun run = run_example(2, "--precision bf16");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find("test accuracy"), std::string::npos) << run.result.output;
+  expect_metrics_consistent(read_lines(run.dir + "/steps.jsonl"), 2);
+  const testing::ShellResult resumed = testing::run_shell(
+      COHORTRUN " --nproc-per-node 2 " FASHION_MNIST
+                " --precision fp32 --resume --skip-eval --max-steps 16 --checkpoint " +
+          run.dir + "/ck",
+      {"OMP_NUM_THREADS=1"}, kDeadline);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("on 2 rank(s), 16 steps"), std::string::npos) << resumed.output;
+}
+
+TEST(FashionMnistExampleErrors, Fp16OnACpuNamesBf16) {
+  const ExampleRun run = run_example(1, "--precision fp16");
+  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find("--precision bf16"), std::string::npos) << run.result.output;
+}
+
 TEST(FashionMnistExampleErrors, AMissingDataSetNamesTheFileAndTheFix) {
   const ExampleRun run = run_example(1, "--data /nonexistent");
   EXPECT_EQ(run.result.exit_code, 2) << run.result.output;
