@@ -81,7 +81,7 @@ MetricsFile::MetricsFile(const std::string& path)
   if (!out_) throw std::runtime_error("cannot write the metrics file '" + path + "'");
   if (csv_) {
     out_ << "epoch,step,samples,loss,lr,data_ms,forward_ms,backward_ms,optimizer_ms,step_ms,"
-            "compute_ms,exposed_comm_ms,comm_fraction,bucket_latency_ms\n";
+            "compute_ms,exposed_comm_ms,comm_fraction,reduced_bytes,loss_scale,bucket_latency_ms\n";
   }
 }
 
@@ -93,7 +93,8 @@ void MetricsFile::write(const StepRecord& r) {
     out_ << r.epoch << ',' << r.step << ',' << r.samples << ',' << r.loss << ',' << r.lr << ','
          << r.data_ms << ',' << r.forward_ms << ',' << r.backward_ms << ',' << r.optimizer_ms << ','
          << r.step_ms << ',' << r.compute_ms() << ',' << r.exposed_comm_ms << ','
-         << r.comm_fraction() << ',' << buckets << '\n';
+         << r.comm_fraction() << ',' << r.reduced_bytes << ',' << r.loss_scale << ',' << buckets
+         << '\n';
   } else {
     const nlohmann::json line = {{"epoch", r.epoch},
                                  {"step", r.step},
@@ -108,6 +109,8 @@ void MetricsFile::write(const StepRecord& r) {
                                  {"compute_ms", r.compute_ms()},
                                  {"exposed_comm_ms", r.exposed_comm_ms},
                                  {"comm_fraction", r.comm_fraction()},
+                                 {"reduced_bytes", r.reduced_bytes},
+                                 {"loss_scale", r.loss_scale},
                                  {"bucket_latency_ms", r.bucket_latency_ms}};
     out_ << line.dump() << '\n';
   }

@@ -22,6 +22,8 @@ struct StepRecord {
   double step_ms = 0;  // all of the above
   double exposed_comm_ms = 0;
   std::vector<double> bucket_latency_ms;  // in reduction order
+  int64_t reduced_bytes = 0;  // of gradients this rank's reductions took in (all buckets)
+  double loss_scale = 1;      // the GradScaler's scale the step used (1: no loss scaling)
   double compute_ms() const { return step_ms - exposed_comm_ms; }
   double comm_fraction() const { return step_ms > 0 ? exposed_comm_ms / step_ms : 0; }
 };

@@ -16,7 +16,10 @@ namespace {
 StepCommunication communication_of(const cohort::IterationStats& stats) {
   StepCommunication out;
   out.exposed_ms = stats.exposed_comm_ms;
-  for (const cohort::BucketStats& b : stats.buckets) out.bucket_latency_ms.push_back(b.latency_ms);
+  for (const cohort::BucketStats& b : stats.buckets) {
+    out.bucket_latency_ms.push_back(b.latency_ms);
+    out.reduced_bytes += static_cast<int64_t>(b.bytes);
+  }
   return out;
 }
 

@@ -38,6 +38,7 @@ struct StrategyOptions {
 struct StepCommunication {
   double exposed_ms = 0;                  // the time backward waited for it
   std::vector<double> bucket_latency_ms;  // per bucket (FSDP: per unit), in reduction order
+  int64_t reduced_bytes = 0;              // what the buckets' reductions took in, summed
 };
 
 class Strategy {

@@ -178,6 +178,7 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   r.backward_ms = ms_since(start) - r.forward_ms;
   {
     auto span = trace(timeline_.get(), "optimizer step");
+    r.loss_scale = precision_.scaler().get_scale();  // the scale this step's loss was scaled by
     strategy_->step(*optimizer_, precision_.scaler());
     precision_.scaler().update();
   }
@@ -191,6 +192,7 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   const cohort_examples::StepCommunication comm = strategy_->last_step_communication();
   r.exposed_comm_ms = comm.exposed_ms;
   r.bucket_latency_ms = comm.bucket_latency_ms;
+  r.reduced_bytes = comm.reduced_bytes;
   if (metrics_) metrics_->write(r);
   samples_run_ += r.samples;
   ms_run_ += r.step_ms;
