@@ -157,7 +157,12 @@ void expect_ddp_matches_one_process(std::shared_ptr<CommHook> hook, torch::Scala
   std::vector<std::vector<torch::Tensor>> models(kWorld);
   run_with_groups(kWorld, [&](int rank, std::shared_ptr<Group> group) {
     auto net = mlp();
-    if (rank == 0) initial = values(net->parameters());
+    if (rank == 0) {
+      initial = values(net->parameters());
+    } else {
+      torch::NoGradGuard no_grad;  // each rank initializes differently; DDP makes them rank 0's
+      for (auto& p : net->parameters()) p.add_(0.05 * rank);
+    }
     amp::MasterWeights master(net);  // before DDP: DDP buckets the bfloat16 parameters
     DdpOptions options;
     options.comm_hook = hook;
