@@ -38,6 +38,13 @@ inline std::shared_ptr<Node> gradient_accumulator(const torch::Tensor& parameter
   return torch::autograd::impl::grad_accumulator(parameter);
 }
 
+// Whether hooks run after `parameter`'s gradient is accumulated (DistributedDataParallel and
+// ZeroDataParallel install them): without creating an accumulator where there is none.
+inline bool has_post_accumulate_hooks(const torch::Tensor& parameter) {
+  auto accumulator = torch::autograd::impl::try_get_grad_accumulator(parameter);
+  return accumulator != nullptr && !accumulator->post_hooks().empty();
+}
+
 namespace detail {
 class PostAccumulateHook : public torch::autograd::FunctionPostHook {
  public:

@@ -12,7 +12,7 @@ class AllreduceHook final : public CommHook {
     options.op = ReduceOp::kAvg;
     options.site = CallSite::kDdpGradients;
     options.stream = current_stream(bucket.buffer);
-    return {group.allreduce_async(tensor_buffer(bucket.buffer), options), nullptr};
+    return {group.allreduce_async(tensor_buffer(bucket.buffer), options), nullptr, {}};
   }
   std::string name() const override { return "allreduce"; }
 };
@@ -32,7 +32,8 @@ class CompressHook final : public CommHook {
     auto work = group.allreduce_async(tensor_buffer(compressed), options);
     auto target = bucket.buffer;
     // `compressed` lives in the closure until the reduction finished.
-    return {std::move(work), [compressed, target]() mutable { target.copy_(compressed); }};
+    return {std::move(work), [compressed, target]() mutable { target.copy_(compressed); },
+            compressed};
   }
   std::string name() const override {
     return wire_type_ == torch::kFloat16 ? "fp16_compress" : "bf16_compress";
@@ -40,6 +41,27 @@ class CompressHook final : public CommHook {
 
  private:
   torch::ScalarType wire_type_;
+};
+
+// Widening for 16-bit buckets: the ring's partial sums and the average are float32, and the
+// only rounding to 16 bits is the final copy back.
+class Float32ReductionHook final : public CommHook {
+ public:
+  PendingReduction start(Group& group, GradBucket& bucket) override {
+    const auto dtype = bucket.buffer.scalar_type();
+    if (dtype != torch::kFloat16 && dtype != torch::kBFloat16) {
+      return AllreduceHook().start(group, bucket);  // already at least float32
+    }
+    auto wide = bucket.buffer.to(torch::kFloat32);
+    CollectiveOptions options;
+    options.op = ReduceOp::kAvg;
+    options.site = CallSite::kDdpGradients;
+    options.stream = current_stream(wide);
+    auto work = group.allreduce_async(tensor_buffer(wide), options);
+    auto target = bucket.buffer;
+    return {std::move(work), [wide, target]() mutable { target.copy_(wide); }, wide};
+  }
+  std::string name() const override { return "float32_reduction"; }
 };
 
 }  // namespace
@@ -52,6 +74,9 @@ std::shared_ptr<CommHook> fp16_compress_hook() {
 }
 std::shared_ptr<CommHook> bf16_compress_hook() {
   return std::make_shared<CompressHook>(torch::kBFloat16);
+}
+std::shared_ptr<CommHook> float32_reduction_hook() {
+  return std::make_shared<Float32ReductionHook>();
 }
 
 }  // namespace cohort

@@ -476,10 +476,18 @@ std::vector<char> Reducer::used_somewhere() const {
 // Note [Bucket timings]: a bucket's latency runs from its launch (its gradients all ready) to
 // the end of its collective on the communication thread; the part of it that computation did
 // not hide shows up in the end-of-backward wait (IterationStats::exposed_comm_ms).
-void Reducer::account(size_t bucket, const Work& work) {
+void Reducer::account(size_t bucket, const PendingReduction& reduction) {
   using Ms = std::chrono::duration<double, std::milli>;
+  const Work& work = *reduction.work;
   BucketStats stats;
   stats.bytes = bucket_nbytes(buckets_[bucket]);
+  if (reduction.reduced.defined()) {
+    stats.reduced_dtype = reduction.reduced.scalar_type();
+    stats.reduced_bytes = reduction.reduced.nbytes();
+  } else {
+    stats.reduced_dtype = parameters_[buckets_[bucket].members.front()].tensor.scalar_type();
+    stats.reduced_bytes = stats.bytes;
+  }
   stats.latency_ms = Ms(work.finished_at() - buckets_[bucket].launched_at).count();
   stats.comm_ms = Ms(work.finished_at() - work.started_at()).count();
   pending_stats_.buckets.push_back(stats);
@@ -507,7 +515,7 @@ void Reducer::wait_for_reductions() {
     PendingReduction reduction = std::move(*bucket.reduction);
     bucket.reduction.reset();
     reduction.work->wait();
-    account(b, *reduction.work);
+    account(b, reduction);
     if (reduction.finish) reduction.finish();
     if (sharding_.transient_buckets) free_memory(bucket);
     if (options_.gradient_as_bucket_view || sharding_.transient_buckets) continue;

@@ -171,7 +171,7 @@ class Reducer {
   void launch_ready_buckets();
   void release_reduced_buckets();
   void wait_for_reductions();
-  void account(size_t bucket, const Work& work);
+  void account(size_t bucket, const PendingReduction& reduction);
   std::shared_ptr<Work> start_used_map_allreduce();
   void forget_globally_unused_gradients();
   std::vector<char> used_somewhere() const;

@@ -16,6 +16,7 @@
 #include "cohort/comm/timeline.h"
 #include "cohort/torch/amp/autocast.h"
 #include "cohort/torch/amp/grad_scaler.h"
+#include "cohort/torch/amp/master_weights.h"
 #include "cohort/torch/checkpoint.h"
 #include "cohort/torch/comm_hook.h"
 #include "cohort/torch/ddp.h"

@@ -36,6 +36,9 @@ struct PendingReduction {
   std::shared_ptr<Work> work;
   // Runs after work completed without error, on the thread that ends backward. May be empty.
   std::function<void()> finish;
+  // The tensor the collective reduced, for the statistics (BucketStats::reduced_dtype and
+  // reduced_bytes): a compressed copy, say. Undefined: the bucket's buffer itself.
+  torch::Tensor reduced;
 };
 
 class CommHook {
@@ -55,5 +58,12 @@ std::shared_ptr<CommHook> allreduce_hook();
 // float16 overflows above 65504: keep per-rank gradients below that (or use bfloat16).
 std::shared_ptr<CommHook> fp16_compress_hook();
 std::shared_ptr<CommHook> bf16_compress_hook();
+// For a model held in 16-bit (amp::MasterWeights): cast a float16 or bfloat16 bucket up to
+// float32, allreduce that copy with averaging, and round the average back into the bucket once
+// (apex's allreduce_always_fp32). Twice the bytes of the 16-bit bucket on the wire; the sum is
+// never rounded to 16 bits on the way, only the final average. A float32 or float64 bucket is
+// reduced in place as allreduce_hook() does (there is nothing to widen), so a model mixing
+// 16-bit and float32 parameters can use it. docs/amp.md.
+std::shared_ptr<CommHook> float32_reduction_hook();
 
 }  // namespace cohort

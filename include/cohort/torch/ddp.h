@@ -67,6 +67,12 @@ struct DdpOptions {
 // (DistributedDataParallel::last_iteration_stats()).
 struct BucketStats {
   size_t bytes = 0;  // of gradients in the bucket
+  // What went on the wire: the dtype and bytes of the tensor the collective reduced (for a
+  // reduce-scatter, its whole input). The gradients' own for the default hook and ZeRO; 16-bit
+  // and half the bytes for the compression hooks; float32 and twice the bytes of a 16-bit
+  // bucket for float32_reduction_hook; FSDP's MixedPrecisionPolicy::reduce_dtype when set.
+  torch::ScalarType reduced_dtype = torch::kFloat32;
+  size_t reduced_bytes = 0;
   // From the moment the bucket's gradients were all ready (its reduction was started) to the
   // end of its reduction: what overlap has to hide.
   double latency_ms = 0;

@@ -58,8 +58,8 @@
 #include "shard/flat_unit.h"
 #include "shard/fsdp_access.h"
 #include "shard/grad_norm.h"
-#include "shard/optimizer_check.h"
 #include "shard/operator_observer.h"
+#include "shard/optimizer_check.h"
 #include "shard/unit_plan.h"
 
 namespace cohort {
@@ -116,6 +116,7 @@ struct ReduceScatter {
   torch::Tensor input;   // the unit's flat gradient, released once the collective has ended
   torch::Tensor output;  // this rank's block
   size_t input_bytes = 0;
+  torch::ScalarType input_dtype = torch::kFloat32;  // what went on the wire
   std::shared_ptr<Work> work;
   Clock::time_point ready_at;  // when the unit's gradients were all there
 };
@@ -439,6 +440,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       ReduceScatter rs;
       rs.input = std::move(iteration_.ready[u]);
       rs.input_bytes = rs.input.nbytes();
+      rs.input_dtype = rs.input.scalar_type();
       rs.output = torch::empty({units_[u]->shard_numel()}, rs.input.options());
       CollectiveOptions options;
       options.op = ReduceOp::kAvg;
@@ -526,6 +528,8 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     record(static_cast<int>(u), "reduce-scatter", *rs.work);
     BucketStats stats;
     stats.bytes = rs.input_bytes;
+    stats.reduced_dtype = rs.input_dtype;
+    stats.reduced_bytes = rs.input_bytes;  // the reduce-scatter's input, in reduce_dtype
     stats.latency_ms = Ms(rs.work->finished_at() - rs.ready_at).count();
     stats.comm_ms = Ms(rs.work->finished_at() - rs.work->started_at()).count();
     return stats;
@@ -676,9 +680,10 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   }
 
   void check_optimizer(const torch::optim::Optimizer& optimizer) const {
-    check_sharded_optimizer(optimizer, "FullyShardedDataParallel", "fsdp", [this](const torch::Tensor& t) {
-      return shard_owner_.count(t.unsafeGetTensorImpl()) != 0;
-    });
+    check_sharded_optimizer(optimizer, "FullyShardedDataParallel", "fsdp",
+                            [this](const torch::Tensor& t) {
+                              return shard_owner_.count(t.unsafeGetTensorImpl()) != 0;
+                            });
   }
 
   void step(torch::optim::Optimizer& optimizer) {

@@ -118,6 +118,14 @@ void unwatch_operators(UnitWatcher* watcher) {
   if (--watchers_on_thread == 0) at::removeCallback(handle);
 }
 
+bool storage_is_watched(const c10::StorageImpl* storage) {
+  const auto current = std::atomic_load(&registry);
+  for (const Registration& r : *current) {
+    if (r.watcher->unit_of(storage) >= 0) return true;
+  }
+  return false;
+}
+
 UnwatchedScope::UnwatchedScope() : was_(unwatched) {
   unwatched = true;
 }

@@ -31,6 +31,10 @@ class UnitWatcher {
 void watch_operators(UnitWatcher* watcher);
 void unwatch_operators(UnitWatcher* watcher);
 
+// Whether some registered watcher, on any thread, has `storage` as a unit's flat storage (a
+// parameter over it belongs to a FullyShardedDataParallel).
+bool storage_is_watched(const c10::StorageImpl* storage);
+
 // While alive on a thread, that thread's operators are not reported (the watcher's own work).
 class UnwatchedScope {
  public:

@@ -68,7 +68,8 @@ class ReduceScatterHook final : public CommHook {
     options.site = CallSite::kZeroGradients;
     options.stream = current_stream(bucket.buffer);
     return {group.reduce_scatter_async(tensor_buffer(bucket.buffer), tensor_buffer(block), options),
-            nullptr};
+            nullptr,
+            {}};  // reduced: the bucket itself
   }
   std::string name() const override { return "zero_reduce_scatter"; }
 
