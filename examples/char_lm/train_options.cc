@@ -88,6 +88,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--precision", o.precision, cohort_examples::precision_help())
       ->check(CLI::IsMember(cohort_examples::kPrecisionNames))
       ->capture_default_str();
+  app.add_flag("--master-weights", o.master_weights,
+               "Hold the model in the --precision dtype with float32 master weights that the "
+               "optimizer updates (ddp and the FSDP strategies)");
   add_model_options(app, o);
   add_optimizer_options(app, o);
   add_run_options(app, o);

@@ -91,7 +91,7 @@ cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
 Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group)
     : options_(options),
       group_(std::move(group)),
-      precision_(options_.precision, torch::kCPU),
+      precision_(options_.precision, torch::kCPU, options_.master_weights),
       data_(load_char_data(options_.data_dir, options_.context)),
       validation_(data_.validation, options_.context),
       per_rank_batch_(cohort_examples::per_rank_batch(options_.batch_size, *group_)),
@@ -100,8 +100,9 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   torch::set_num_threads(cohort_examples::threads_per_rank(options_.threads, *group_));
   torch::manual_seed(options_.seed);  // the same initial weights everywhere (DDP checks)
   model_ = Gpt(options_.model_config(data_.vocabulary.size()));
-  strategy_ = cohort_examples::make_strategy(options_.strategy, model_.ptr(), group_,
-                                             strategy_options(options_, timeline_));
+  cohort_examples::StrategyOptions wrapping = strategy_options(options_, timeline_);
+  wrapping.master_weights = precision_.master_weights();
+  strategy_ = cohort_examples::make_strategy(options_.strategy, model_.ptr(), group_, wrapping);
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
   build_optimizer();
   build_loader();
@@ -161,7 +162,8 @@ void Trainer::describe() const {
       (long long)data_.train.numel(), (long long)data_.validation.numel(),
       (long long)data_.vocabulary.size(), data_.unigram_entropy, (long long)c.layers,
       (long long)c.width, (long long)c.heads, (long long)c.context,
-      (long long)count_parameters(*model_), options_.strategy.c_str(), options_.precision.c_str(),
+      (long long)count_parameters(*model_), options_.strategy.c_str(),
+      (options_.precision + (options_.master_weights ? " with float32 master weights" : "")).c_str(),
       group_->size(),
       (long long)options_.batch_size);
   std::fflush(stdout);
@@ -245,7 +247,7 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   const Clock::time_point start = Clock::now();
   r.lr = options_.lr_at(state_.step, planned_steps());
   set_lr(r.lr);
-  optimizer_->zero_grad();
+  strategy_->zero_grad(*optimizer_);
   torch::Tensor loss;
   {
     auto span = trace(timeline_.get(), "forward");

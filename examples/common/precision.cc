@@ -18,9 +18,14 @@ std::string precision_help() {
          "autocast with dynamic loss scaling; CUDA only)";
 }
 
-Precision::Precision(const std::string& name, torch::DeviceType device)
-    : name_(name), device_(device), scaler_(scaler_options(name)) {
+Precision::Precision(const std::string& name, torch::DeviceType device, bool master_weights)
+    : name_(name), device_(device), master_weights_(master_weights), scaler_(scaler_options(name)) {
   cohort::amp::precision_dtype(name);  // an unknown name throws, naming the known ones
+  if (master_weights_ && name_ == "fp32") {
+    throw cohort::InvalidArgument(
+        "--master-weights holds the model in 16-bit with float32 master weights: give it with "
+        "--precision bf16 (or fp16 on CUDA)");
+  }
   if (name_ != "fp32") {
     // Asks libtorch's autocast for the dtype once, now: fp16 on a CPU throws here, naming bf16,
     // instead of in the first forward.

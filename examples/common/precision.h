@@ -8,6 +8,8 @@
 //   fp16  forward under float16 autocast with a GradScaler (dynamic loss scaling, saved in the
 //         checkpoints); a CPU cannot compute in float16 (libtorch has no CPU float16 autocast),
 //         so on a CPU it is refused with an error that names bf16.
+// --master-weights (with bf16 or fp16) also holds the model itself in that dtype, with float32
+// master weights that the optimizer updates (StrategyOptions::master_weights).
 #pragma once
 
 #include <torch/torch.h>
@@ -27,9 +29,16 @@ std::string precision_help();
 
 class Precision {
  public:
-  // Throws cohort::InvalidArgument for a name not in kPrecisionNames, or one `device` cannot
-  // compute in (fp16 on a CPU), saying what to use instead.
-  Precision(const std::string& name, torch::DeviceType device);
+  // Throws cohort::InvalidArgument for a name not in kPrecisionNames, one `device` cannot
+  // compute in (fp16 on a CPU), or master_weights under fp32, saying what to use instead.
+  Precision(const std::string& name, torch::DeviceType device, bool master_weights = false);
+
+  // --master-weights: the 16-bit dtype the model is held in (StrategyOptions::master_weights);
+  // unset without it.
+  c10::optional<torch::ScalarType> master_weights() const {
+    if (!master_weights_) return c10::nullopt;
+    return compute_dtype();
+  }
 
   // The scope forwards run in (training and evaluation); a no-op under fp32.
   cohort::amp::Autocast forward_scope() const {
@@ -46,6 +55,7 @@ class Precision {
 
   std::string name_;
   torch::DeviceType device_;
+  bool master_weights_;
   cohort::amp::GradScaler scaler_;
 };
 

@@ -4,6 +4,7 @@
 
 #include "checkpointing.h"
 #include "cohort/core/error.h"
+#include "cohort/torch/amp/master_weights.h"
 #include "cohort/torch/ddp.h"
 #include "cohort/torch/fsdp.h"
 #include "cohort/torch/sharded_checkpoint.h"
@@ -18,7 +19,7 @@ StepCommunication communication_of(const cohort::IterationStats& stats) {
   out.exposed_ms = stats.exposed_comm_ms;
   for (const cohort::BucketStats& b : stats.buckets) {
     out.bucket_latency_ms.push_back(b.latency_ms);
-    out.reduced_bytes += static_cast<int64_t>(b.bytes);
+    out.reduced_bytes += static_cast<int64_t>(b.reduced_bytes);
   }
   return out;
 }
@@ -34,30 +35,49 @@ int64_t optimizer_bytes(const torch::optim::Optimizer& optimizer) {
   return static_cast<int64_t>(cohort::optimizer_state_bytes(optimizer));
 }
 
+std::unique_ptr<cohort::amp::MasterWeights> master_weights_of(
+    const std::shared_ptr<torch::nn::Module>& model, const StrategyOptions& options) {
+  if (!options.master_weights) return nullptr;
+  return std::make_unique<cohort::amp::MasterWeights>(model, *options.master_weights);
+}
+
 // Every rank holds the whole model, its gradients (in DDP's buckets, which the .grad tensors
-// are views of) and the optimizer state; backward averages the gradients over the ranks.
+// are views of) and the optimizer state; backward averages the gradients over the ranks. Under
+// --master-weights the model and its buckets are 16-bit and the optimizer updates float32
+// masters (cohort::amp::MasterWeights), which the checkpoints hold.
 class DdpStrategy : public Strategy {
  public:
   DdpStrategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<cohort::Group> group,
               const StrategyOptions& options)
       : model_(std::move(model)),
         group_(std::move(group)),
+        master_(master_weights_of(model_, options)),  // first: DDP then buckets 16-bit tensors
         ddp_(model_, group_, ddp_options(options)) {}
 
   torch::OrderedDict<std::string, torch::Tensor> optimizer_parameters() const override {
-    return model_->named_parameters();
+    return master_ ? master_->named_parameters() : model_->named_parameters();
+  }
+
+  void zero_grad(torch::optim::Optimizer& optimizer) override {
+    if (master_) {
+      master_->zero_grad();
+    } else {
+      optimizer.zero_grad();
+    }
   }
 
   // The gradients are already the same on every rank (so is what the scaler finds in them),
   // so torch's own clipping is the whole model's.
   double clip_gradients(torch::optim::Optimizer& optimizer, double max_norm,
                         cohort::amp::GradScaler& scaler) override {
+    if (master_) master_->copy_gradients_to_masters();
     scaler.unscale_(optimizer);
-    return torch::nn::utils::clip_grad_norm_(model_->parameters(), max_norm);
+    return torch::nn::utils::clip_grad_norm_(master_ ? master_->parameters() : model_->parameters(),
+                                             max_norm);
   }
 
   bool step(torch::optim::Optimizer& optimizer, cohort::amp::GradScaler& scaler) override {
-    return scaler.step(optimizer);
+    return master_ ? master_->step(optimizer, &scaler) : scaler.step(optimizer);
   }
 
   StepCommunication last_step_communication() const override {
@@ -67,24 +87,36 @@ class DdpStrategy : public Strategy {
   ModelStateBytes model_state_bytes(const torch::optim::Optimizer& optimizer) const override {
     const std::vector<torch::Tensor> parameters = model_->parameters();
     ModelStateBytes bytes;
-    bytes.parameters = tensor_bytes(parameters);
+    bytes.parameters = tensor_bytes(parameters);  // 16-bit under --master-weights, + the masters:
+    if (master_) bytes.parameters += tensor_bytes(master_->parameters());
     bytes.gradients = gradient_bytes(parameters);
     bytes.optimizer_state = optimizer_bytes(optimizer);
     return bytes;
   }
 
+  // Under --master-weights the checkpoint holds the float32 masters under the model's names
+  // (MasterWeights::checkpoint_module), not the model's 16-bit rounding of them.
   bool resume(const std::string& path, bool any_job, cohort::TrainingState& state) override {
-    return resume_from_checkpoint(path, any_job, *group_, state);
+    if (!master_) return resume_from_checkpoint(path, any_job, *group_, state);
+    torch::nn::Module* model = state.module;
+    state.module = master_->checkpoint_module().get();
+    const bool resumed = resume_from_checkpoint(path, any_job, *group_, state);
+    state.module = model;
+    if (resumed) master_->loaded_into_masters();
+    return resumed;
   }
 
   void save(const std::string& path, const cohort::TrainingState& state,
             cohort::DistributedSampler& sampler, bool epoch_finished) override {
-    save_epoch_checkpoint(path, *group_, state, sampler, epoch_finished);
+    cohort::TrainingState saved = state;
+    if (master_) saved.module = master_->checkpoint_module().get();
+    save_epoch_checkpoint(path, *group_, saved, sampler, epoch_finished);
   }
 
  private:
   std::shared_ptr<torch::nn::Module> model_;
   std::shared_ptr<cohort::Group> group_;
+  std::unique_ptr<cohort::amp::MasterWeights> master_;
   cohort::DistributedDataParallel ddp_;
 };
 
@@ -175,6 +207,12 @@ std::shared_ptr<void> ShardedStrategy<cohort::FullyShardedDataParallel>::whole_p
 }
 
 cohort::ZeroOptions zero_options(const StrategyOptions& options, int stage) {
+  if (options.master_weights) {
+    throw cohort::InvalidArgument(
+        "--master-weights is not available under zero1 and zero2 (their shards would be the "
+        "16-bit parameters themselves): use --strategy ddp, or full_shard, shard_grad_op or "
+        "hybrid_shard, whose float32 shards are the master weights");
+  }
   cohort::ZeroOptions o;
   o.stage = stage;
   o.ddp = ddp_options(options);
@@ -185,6 +223,7 @@ cohort::FsdpOptions fsdp_options(const StrategyOptions& options, cohort::Shardin
   cohort::FsdpOptions o;
   o.strategy = how;
   o.auto_wrap.min_parameters = options.fsdp_min_unit_parameters;
+  o.mixed_precision.param_dtype = options.master_weights;  // float32 shards, 16-bit units
   o.timeline = options.timeline;
   return o;
 }

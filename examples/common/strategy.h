@@ -32,6 +32,11 @@ struct StrategyOptions {
   // FSDP's units besides the children of every Sequential and ModuleList: any submodule of at
   // least this many parameter elements (AutoWrapPolicy::min_parameters); 0: none.
   int64_t fsdp_min_unit_parameters = 0;
+  // --master-weights: the model held in this 16-bit dtype, the optimizer updating float32
+  // master weights (docs/amp.md): under ddp cohort::amp::MasterWeights, under the FSDP
+  // strategies MixedPrecisionPolicy::param_dtype (the float32 shards are the masters); refused
+  // under zero1 and zero2. Unset: the model stays float32.
+  c10::optional<torch::ScalarType> master_weights;
 };
 
 // What the last step's gradient synchronization cost (DDP's IterationStats, docs/ddp.md).
@@ -45,8 +50,11 @@ class Strategy {
  public:
   virtual ~Strategy() = default;
   // The tensors to build the optimizer over, under the names of the model's parameters they
-  // stand for (DDP: the parameters themselves; ZeRO and FSDP: this rank's 1-D shards of them).
+  // stand for (DDP: the parameters themselves, or their float32 masters under --master-weights;
+  // ZeRO and FSDP: this rank's 1-D shards of them).
   virtual torch::OrderedDict<std::string, torch::Tensor> optimizer_parameters() const = 0;
+  // Before forward: clears the gradients (the model's too, where the optimizer holds masters).
+  virtual void zero_grad(torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }
   // After backward: unscales the gradients (when `scaler` is enabled: --precision fp16), then
   // scales them so that the 2-norm of the whole model's gradient is at most `max_norm` (the same
   // on every rank); returns the norm before clipping (inf or NaN when the gradients overflowed).

@@ -87,7 +87,7 @@ cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
 Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group)
     : options_(options),
       group_(std::move(group)),
-      precision_(options_.precision, torch::kCPU),
+      precision_(options_.precision, torch::kCPU, options_.master_weights),
       test_(options.skip_eval ? Images{} : load_split(options.data_dir, Split::kTest)),
       loader_(nullptr),
       progress_(options.progress && group_->rank() == 0, options.log_every) {
@@ -95,8 +95,9 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   FashionMnist train_set(load_split(options_.data_dir, Split::kTrain));
   torch::manual_seed(options_.seed);  // the same initial weights everywhere (DDP checks)
   model_ = make_fmnist_model(options_.model);
-  strategy_ = cohort_examples::make_strategy(options_.strategy, model_, group_,
-                                             strategy_options(options_, timeline_));
+  cohort_examples::StrategyOptions wrapping = strategy_options(options_, timeline_);
+  wrapping.master_weights = precision_.master_weights();
+  strategy_ = cohort_examples::make_strategy(options_.strategy, model_, group_, wrapping);
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
   std::vector<torch::Tensor> stepped;
   for (const auto& item : strategy_->optimizer_parameters()) stepped.push_back(item.value());
@@ -163,7 +164,7 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   const Clock::time_point start = Clock::now();
   r.lr = options_.lr_at(state_.step);
   static_cast<torch::optim::SGDOptions&>(optimizer_->param_groups()[0].options()).lr(r.lr);
-  optimizer_->zero_grad();
+  strategy_->zero_grad(*optimizer_);
   torch::Tensor loss;
   {
     auto span = trace(timeline_.get(), "forward");

@@ -146,6 +146,33 @@ TEST(CharLmExample, Bf16AutocastLearnsAtTwoRanks) {
   EXPECT_LT(last, first - 0.3) << "the training loss must fall: " << first << " -> " << last;
 }
 
+// --master-weights under DDP: the model in bfloat16, AdamW over float32 masters, which the
+// checkpoint holds (under the model's names), so that a float32 run at 1 rank resumes it.
+TEST(CharLmExample, Bf16MasterWeightsLearnsAndFloat32ResumesItsCheckpoint) {
+  const ExampleRun run = run_example(2, "--precision bf16 --master-weights");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const std::string& out = run.result.output;
+  EXPECT_NE(out.find("precision bf16 with float32 master weights, on 2 rank(s)"),
+            std::string::npos)
+      << out;
+  const std::vector<json> steps = read_lines(run.dir + "/steps.jsonl");
+  ASSERT_EQ(steps.size(), size_t(kSteps));
+  const auto [first, last] = first_and_last_loss(steps);
+  EXPECT_LT(last, first - 0.3) << "the training loss must fall: " << first << " -> " << last;
+  const ExampleRun resumed = run_example(1, "--resume --skip-eval", kSteps + 4, run.dir);
+  ASSERT_EQ(resumed.result.exit_code, 0) << resumed.result.output;
+  EXPECT_NE(resumed.result.output.find("at epoch 1, step " + std::to_string(kSteps)),
+            std::string::npos)
+      << resumed.result.output;
+}
+
+TEST(CharLmExampleErrors, MasterWeightsUnderZeroNamesTheStrategiesThatHaveThem) {
+  const ExampleRun run = run_example(1, "--precision bf16 --master-weights --strategy zero1");
+  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find("use --strategy ddp, or full_shard"), std::string::npos)
+      << run.result.output;
+}
+
 TEST(CharLmExampleErrors, Fp16OnACpuNamesBf16) {
   const ExampleRun run = run_example(1, "--precision fp16");
   EXPECT_NE(run.result.exit_code, 0) << run.result.output;

@@ -10,6 +10,7 @@
 #include "cohort/core/error.h"
 #include "cohort/torch/amp/autocast.h"
 #include "cohort/torch/amp/grad_scaler.h"
+#include "cohort/torch/amp/master_weights.h"
 #include "cohort/torch/checkpoint.h"
 #include "cohort/torch/ddp.h"
 #include "cohort/torch/sharded_checkpoint.h"
@@ -208,6 +209,45 @@ TEST(GradScalerCheckpoint, ResumingGoesOnWithTheSavedScaleAndEqualsTheUninterrup
   train_scaled(*resumed, resumed_optimizer, resumed_scaler, 7, 14);
   EXPECT_EQ(bitwise_difference(parameters_of(*resumed), parameters_of(*net)), "");
   EXPECT_EQ(resumed_scaler.get_scale(), scaler.get_scale());
+}
+
+// Master weights: the checkpoint holds the float32 masters (checkpoint_module()), so a resumed
+// run goes on bit for bit as the uninterrupted one; the model itself holds only their rounding.
+void train_with_masters(amp::MasterWeights& master, torch::nn::Sequential& net,
+                        torch::optim::Optimizer& optimizer, int from, int to) {
+  for (int step = from; step < to; ++step) {
+    master.zero_grad();
+    auto x = batch_inputs(step, 6).to(torch::kBFloat16);
+    torch::mse_loss(net->forward(x).to(torch::kFloat32), batch_targets(step, 6)).backward();
+    master.step(optimizer);
+  }
+}
+
+TEST(MasterWeightsCheckpoint, ResumingFromTheMastersEqualsTheUninterruptedRun) {
+  TempDir dir;
+  const std::string path = dir.file("masters.ckpt");
+  auto net = autocast_model();
+  amp::MasterWeights master(net, torch::kBFloat16);
+  torch::optim::AdamW optimizer(master.parameters(), torch::optim::AdamWOptions(1e-3));
+  train_with_masters(master, net, optimizer, 0, 5);
+  TrainingState saved{master.checkpoint_module().get(), &optimizer};
+  save_checkpoint(path, saved);
+  train_with_masters(master, net, optimizer, 5, 10);
+
+  auto resumed = autocast_model();
+  amp::MasterWeights resumed_master(resumed, torch::kBFloat16);
+  torch::optim::AdamW resumed_optimizer(resumed_master.parameters(),
+                                        torch::optim::AdamWOptions(1e-3));
+  TrainingState state{resumed_master.checkpoint_module().get(), &resumed_optimizer};
+  ASSERT_TRUE(load_checkpoint(path, state));
+  resumed_master.loaded_into_masters();
+  train_with_masters(resumed_master, resumed, resumed_optimizer, 5, 10);
+  EXPECT_EQ(bitwise_difference(resumed_master.parameters(), master.parameters()), "");
+  EXPECT_EQ(bitwise_difference(parameters_of(*resumed), parameters_of(*net)), "");
+  // A float32 model can resume it: the file holds float32 parameters under the model's names.
+  auto plain = autocast_model();
+  TrainingState into_plain{plain.get()};
+  ASSERT_TRUE(load_checkpoint(path, into_plain));
 }
 
 TEST(GradScalerCheckpoint, ACheckpointWithoutTheScalerIsAClearError) {

@@ -1,6 +1,8 @@
 #include "cohort/torch/amp/master_weights.h"
 
+#include <algorithm>
 #include <sstream>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -102,6 +104,68 @@ void MasterWeights::copy_model_to_masters() {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < masters_.size(); ++i) masters_[i].copy_(model_[i]);
   synced_ = true;
+}
+
+namespace {
+
+// The submodule at `path` ("a.b") of `root`, made (empty) where it does not exist yet.
+torch::nn::Module& submodule_at(torch::nn::Module& root, const std::string& path) {
+  torch::nn::Module* module = &root;
+  size_t begin = 0;
+  while (begin < path.size()) {
+    const size_t dot = std::min(path.find('.', begin), path.size());
+    const std::string name = path.substr(begin, dot - begin);
+    auto children = module->named_children();
+    if (!children.contains(name)) {
+      module->register_module(name, std::make_shared<torch::nn::Module>(name));
+      children = module->named_children();
+    }
+    module = children[name].get();
+    begin = dot + 1;
+  }
+  return *module;
+}
+
+// Registers `tensor` under the full name `name` ("a.b.weight") in the tree of `root`.
+void register_at(torch::nn::Module& root, const std::string& name, const torch::Tensor& tensor,
+                 bool parameter) {
+  const size_t dot = name.rfind('.');
+  torch::nn::Module& owner =
+      dot == std::string::npos ? root : submodule_at(root, name.substr(0, dot));
+  const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
+  if (parameter) {
+    owner.register_parameter(leaf, tensor, tensor.requires_grad());
+  } else {
+    owner.register_buffer(leaf, tensor);
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<torch::nn::Module> MasterWeights::checkpoint_module() {
+  if (checkpoint_module_) return checkpoint_module_;
+  if (!synced_) copy_model_to_masters();  // DDP's broadcast, before anything is saved
+  auto root = std::make_shared<torch::nn::Module>("MasterWeights");
+  // Every submodule, with tensors or not (an activation): a checkpoint holds a section per
+  // submodule, and loading it into the model itself must find them all.
+  for (const auto& item : module_->named_modules("", /*include_self=*/false)) {
+    submodule_at(*root, item.key());
+  }
+  const auto masters = named_parameters();
+  for (const auto& item : module_->named_parameters()) {
+    const torch::Tensor* master = masters.find(item.key());
+    register_at(*root, item.key(), master != nullptr ? *master : item.value(), true);
+  }
+  for (const auto& item : module_->named_buffers()) {
+    register_at(*root, item.key(), item.value(), false);
+  }
+  checkpoint_module_ = root;
+  return root;
+}
+
+void MasterWeights::loaded_into_masters() {
+  synced_ = true;  // the masters are the authority now, not the model's rounding of them
+  copy_masters_to_model();
 }
 
 void MasterWeights::copy_masters_to_model() {

@@ -78,6 +78,16 @@ class MasterWeights {
   // masters'. Use it instead of optimizer.zero_grad(), which sees only the masters.
   void zero_grad();
 
+  // ---- Checkpoints (checkpoint.h). The model holds only the 16-bit rounding of the masters, so
+  // a checkpoint of it would lose what the masters add. checkpoint_module() is a module with
+  // the model's names whose trainable parameters are the float32 masters (frozen parameters and
+  // buffers: the model's own tensors): pass it as TrainingState::module, with the optimizer over
+  // the masters. After a load into it, call loaded_into_masters(): the masters are then the
+  // loaded values and the model their rounding, and a resumed run goes on as the uninterrupted
+  // one. The file holds float32 parameters, so a float32 run can resume it too.
+  std::shared_ptr<torch::nn::Module> checkpoint_module();
+  void loaded_into_masters();
+
   torch::Dtype dtype() const { return dtype_; }
   torch::nn::Module& module() const { return *module_; }
 
@@ -92,6 +102,7 @@ class MasterWeights {
   std::vector<torch::Tensor> masters_;  // float32 leaves, what the optimizer updates
   bool gradients_copied_ = false;       // since the last step
   bool synced_ = false;                 // the masters were taken from the model since built
+  std::shared_ptr<torch::nn::Module> checkpoint_module_;  // built on first use
 };
 
 }  // namespace cohort::amp
