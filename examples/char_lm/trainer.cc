@@ -163,9 +163,9 @@ void Trainer::describe() const {
       (long long)data_.vocabulary.size(), data_.unigram_entropy, (long long)c.layers,
       (long long)c.width, (long long)c.heads, (long long)c.context,
       (long long)count_parameters(*model_), options_.strategy.c_str(),
-      (options_.precision + (options_.master_weights ? " with float32 master weights" : "")).c_str(),
-      group_->size(),
-      (long long)options_.batch_size);
+      (options_.precision + (options_.master_weights ? " with float32 master weights" : ""))
+          .c_str(),
+      group_->size(), (long long)options_.batch_size);
   std::fflush(stdout);
 }
 
@@ -261,7 +261,8 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   r.backward_ms = ms_since(start) - r.forward_ms;
   {
     auto span = trace(timeline_.get(), "optimizer step");
-    if (options_.clip > 0) strategy_->clip_gradients(*optimizer_, options_.clip, precision_.scaler());
+    if (options_.clip > 0)
+      strategy_->clip_gradients(*optimizer_, options_.clip, precision_.scaler());
     r.loss_scale = precision_.scaler().get_scale();  // the scale this step's loss was scaled by
     strategy_->step(*optimizer_, precision_.scaler());
     precision_.scaler().update();

@@ -11,10 +11,10 @@
 #include "cohort/torch/distributed_sampler.h"
 #include "dataset.h"
 #include "models.h"
+#include "precision.h"
 #include "progress.h"
 #include "ranks.h"
 #include "step_metrics.h"
-#include "precision.h"
 #include "strategy.h"
 
 namespace fashion_mnist {

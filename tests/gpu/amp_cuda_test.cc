@@ -29,8 +29,8 @@ struct Trained {
 
 Trained train(torch::Device device, bool autocast_fp16) {
   torch::manual_seed(11);
-  auto net = torch::nn::Sequential(torch::nn::Linear(16, 32), torch::nn::Tanh(),
-                                   torch::nn::Linear(32, 4));
+  auto net =
+      torch::nn::Sequential(torch::nn::Linear(16, 32), torch::nn::Tanh(), torch::nn::Linear(32, 4));
   net->to(device);
   torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.05));
   amp::GradScalerOptions options;

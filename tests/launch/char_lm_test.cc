@@ -152,8 +152,7 @@ TEST(CharLmExample, Bf16MasterWeightsLearnsAndFloat32ResumesItsCheckpoint) {
   const ExampleRun run = run_example(2, "--precision bf16 --master-weights");
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
   const std::string& out = run.result.output;
-  EXPECT_NE(out.find("precision bf16 with float32 master weights, on 2 rank(s)"),
-            std::string::npos)
+  EXPECT_NE(out.find("precision bf16 with float32 master weights, on 2 rank(s)"), std::string::npos)
       << out;
   const std::vector<json> steps = read_lines(run.dir + "/steps.jsonl");
   ASSERT_EQ(steps.size(), size_t(kSteps));

@@ -144,8 +144,8 @@ void expect_bf16_ddp_matches_one_process(int world) {
   for (int rank = 0; rank < world; ++rank) {
     EXPECT_TRUE(torch::equal(flat(trained[rank]), flat(trained[0]))) << "rank " << rank;
     const double distance = (flat(trained[rank]) - bf16).norm().item<double>();
-    EXPECT_LE(distance, tolerance) << "rank " << rank << " (the parameters travelled "
-                                   << travelled << ")";
+    EXPECT_LE(distance, tolerance)
+        << "rank " << rank << " (the parameters travelled " << travelled << ")";
     // Float32 DDP lands within about 1e-6 of the distance of float32 one-process training;
     // bfloat16 rounding puts the ranks far beyond that: autocast was on in every rank thread.
     EXPECT_GT((flat(trained[rank]) - fp32).norm().item<double>(), 1e-4 * travelled)
@@ -175,7 +175,8 @@ void train_scaled(torch::nn::Module& net, torch::optim::Optimizer& optimizer,
   for (int step = from; step < to; ++step) {
     optimizer.zero_grad();
     auto x = batch_inputs(step, 6);
-    auto loss = torch::mse_loss(net.as<torch::nn::Sequential>()->forward(x), batch_targets(step, 6));
+    auto loss =
+        torch::mse_loss(net.as<torch::nn::Sequential>()->forward(x), batch_targets(step, 6));
     scaler.scale(loss).backward();
     if (step % 5 == 4) net.parameters()[0].grad()[0][0] = std::numeric_limits<float>::infinity();
     scaler.step(optimizer);

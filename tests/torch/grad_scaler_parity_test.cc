@@ -102,7 +102,8 @@ bool overflow_in_input(const Case& c) {
 
 // This rank's slice of the step's batch.
 torch::Tensor rank_inputs(const Case& c, int rank, int step) {
-  auto x = inputs(step, c.world * kRowsPerRank).narrow(0, rank * kRowsPerRank, kRowsPerRank).clone();
+  auto x =
+      inputs(step, c.world * kRowsPerRank).narrow(0, rank * kRowsPerRank, kRowsPerRank).clone();
   if (overflow_in_input(c) && step == kOverflowStep && rank == c.world - 1) x[0][0] = kInf;
   return x;
 }

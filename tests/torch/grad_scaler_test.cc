@@ -2,6 +2,8 @@
 // torch's arithmetic, and an overflow on one rank only under DDP, ZeRO and FSDP: every rank
 // skips the same step, backs off the same way, and ends with the parameters of one process
 // that trained the whole batch with a scaler and skipped the same step.
+#include "cohort/torch/amp/grad_scaler.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 
 #include "amp/unscale.h"
 #include "cohort/core/error.h"
-#include "cohort/torch/amp/grad_scaler.h"
 #include "cohort/torch/ddp.h"
 #include "cohort/torch/fsdp.h"
 #include "cohort/torch/zero.h"

@@ -20,14 +20,16 @@ void check_supported(torch::DeviceType device, torch::ScalarType dtype) {
     }
     if (dtype != torch::kBFloat16) {
       throw InvalidArgument(std::string("cohort::amp::Autocast: a CPU autocasts to bfloat16 "
-                                        "only, not to ") + c10::toString(dtype));
+                                        "only, not to ") +
+                            c10::toString(dtype));
     }
     return;
   }
   if (device == torch::kCUDA) {
     if (dtype != torch::kHalf && dtype != torch::kBFloat16) {
       throw InvalidArgument(std::string("cohort::amp::Autocast: CUDA autocasts to float16 or "
-                                        "bfloat16, not to ") + c10::toString(dtype));
+                                        "bfloat16, not to ") +
+                            c10::toString(dtype));
     }
     return;
   }

@@ -7,7 +7,6 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
-
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 #define COHORT_AUTOCAST_PER_DEVICE_TYPE 1
 #endif

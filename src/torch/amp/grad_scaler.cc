@@ -258,8 +258,7 @@ void GradScaler::load_state(const GradScalerState& state) {
   COHORT_CHECK(std::isfinite(state.scale) && state.scale > 0,
                "GradScaler::load_state: the scale must be finite and > 0, got ", state.scale);
   COHORT_CHECK(state.growth_tracker >= 0,
-               "GradScaler::load_state: the growth count must be >= 0, got ",
-               state.growth_tracker);
+               "GradScaler::load_state: the growth count must be >= 0, got ", state.growth_tracker);
   records_.clear();
   scale_ = static_cast<float>(state.scale);
   growth_tracker_ = state.growth_tracker;

@@ -56,7 +56,8 @@ bool unscale_cpu_tensor(const torch::Tensor& grad, float inv_scale) {
 bool unscale_fused(const std::vector<torch::Tensor>& grads, float inv_scale) {
   const auto device = grads.front().device();
   auto found_inf = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(device));
-  auto inv = torch::full({1}, inv_scale, torch::TensorOptions().dtype(torch::kFloat).device(device));
+  auto inv =
+      torch::full({1}, inv_scale, torch::TensorOptions().dtype(torch::kFloat).device(device));
   at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv);
   return found_inf.item<float>() != 0.0f;
 }

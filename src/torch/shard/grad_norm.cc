@@ -8,8 +8,8 @@
 
 namespace cohort {
 
-double sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group,
-                         double norm_type, bool* any_rank_flag) {
+double sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group, double norm_type,
+                         bool* any_rank_flag) {
   COHORT_CHECK(norm_type >= 1 || std::isinf(norm_type),
                "clip_grad_norm: norm_type must be >= 1 or infinity, got ", norm_type);
   const bool infinity = std::isinf(norm_type);

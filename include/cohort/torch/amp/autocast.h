@@ -5,7 +5,8 @@
 //     cohort::amp::Autocast autocast(torch::kCPU, torch::kBFloat16);
 //     loss = loss_fn(model->forward(input), target);  // matmuls and convolutions in bfloat16
 //   }
-//   loss.backward();  // outside the scope, as in PyTorch: backward runs in the dtypes forward chose
+//   loss.backward();  // outside the scope, as in PyTorch: backward runs in the dtypes forward
+//   chose
 //
 // Inside the scope libtorch runs the operators on its autocast list (matmul, linear,
 // convolution, ...) in `dtype` and keeps the others (softmax, losses, norms, reductions) in

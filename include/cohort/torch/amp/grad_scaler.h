@@ -23,8 +23,8 @@
 //
 //     scaler.scale(loss).backward();
 //     scaler.clip_grad_norm(zero, optimizer, 1.0);   // optional: unscale + clip, one allreduce
-//     scaler.step(zero, optimizer);                  // steps (and all-gathers) or skips, everywhere
-//     scaler.update();
+//     scaler.step(zero, optimizer);                  // steps (and all-gathers) or skips,
+//     everywhere scaler.update();
 //
 // Under DistributedDataParallel the averaged gradients are the same on every rank (an inf or
 // NaN on one rank makes the average inf or NaN on all), so every rank takes the same decision
@@ -45,9 +45,9 @@ class FullyShardedDataParallel;
 namespace cohort::amp {
 
 struct GradScalerOptions {
-  double init_scale = 65536.0;    // 2^16
-  double growth_factor = 2.0;     // the scale is multiplied by it after growth_interval
-  double backoff_factor = 0.5;    //   consecutive steps without inf/NaN, and by this after one
+  double init_scale = 65536.0;  // 2^16
+  double growth_factor = 2.0;   // the scale is multiplied by it after growth_interval
+  double backoff_factor = 0.5;  //   consecutive steps without inf/NaN, and by this after one
   int64_t growth_interval = 2000;
   // false: scale() returns the loss unchanged, unscale_() does nothing and step() always steps,
   // so that one training loop serves float32 and float16 runs.
@@ -86,8 +86,8 @@ class GradScaler {
   // cohort::clip_grad_norm does, reducing the overflow flag in the same allreduce as the norm.
   // Returns the norm before clipping (inf or NaN when some rank overflowed; nothing is clipped
   // then, and step() will skip).
-  double clip_grad_norm(ZeroDataParallel& zero, torch::optim::Optimizer& optimizer,
-                        double max_norm, double norm_type = 2.0);
+  double clip_grad_norm(ZeroDataParallel& zero, torch::optim::Optimizer& optimizer, double max_norm,
+                        double norm_type = 2.0);
   double clip_grad_norm(FullyShardedDataParallel& fsdp, torch::optim::Optimizer& optimizer,
                         double max_norm, double norm_type = 2.0);
   // zero.step(optimizer) / fsdp.step(optimizer) unless some rank's shards held an inf or NaN;
