@@ -12,9 +12,8 @@ namespace char_lm {
 struct TrainOptions {
   std::string data_dir;  // default: kDefaultFortuneDir
   std::string strategy = "ddp";
-  std::string precision = "fp32";
-  bool master_weights = false;  // the model in 16-bit, float32 masters (docs/amp.md)  //
-                                // cohort_examples::kPrecisionNames (docs/amp.md)
+  std::string precision = "fp32";  // cohort_examples::kPrecisionNames (docs/amp.md)
+  bool master_weights = false;     // the model in 16-bit, float32 masters (docs/amp.md)
   // The model (the vocabulary size comes from the text).
   int64_t context = 64;
   int64_t layers = 4;

@@ -1,5 +1,7 @@
 #include "precision.h"
 
+#include <CLI/CLI.hpp>
+
 #include "cohort/core/error.h"
 
 namespace cohort_examples {
@@ -13,9 +15,15 @@ cohort::amp::GradScalerOptions scaler_options(const std::string& name) {
 
 }  // namespace
 
-std::string precision_help() {
-  return "fp32; bf16 (bfloat16 autocast: matmuls and convolutions in bfloat16); fp16 (float16 "
-         "autocast with dynamic loss scaling; CUDA only)";
+void add_precision_options(CLI::App& app, std::string& precision, bool& master_weights) {
+  app.add_option("--precision", precision,
+                 "fp32; bf16 (bfloat16 autocast: matmuls and convolutions in bfloat16); fp16 "
+                 "(float16 autocast with dynamic loss scaling; CUDA only)")
+      ->check(CLI::IsMember(kPrecisionNames))
+      ->capture_default_str();
+  app.add_flag("--master-weights", master_weights,
+               "Hold the model in the --precision dtype with float32 master weights that the "
+               "optimizer updates (ddp and the FSDP strategies)");
 }
 
 Precision::Precision(const std::string& name, torch::DeviceType device, bool master_weights)

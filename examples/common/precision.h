@@ -20,12 +20,16 @@
 #include "cohort/torch/amp/autocast.h"
 #include "cohort/torch/amp/grad_scaler.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace cohort_examples {
 
 inline const std::vector<std::string> kPrecisionNames = {"fp32", "bf16", "fp16"};
 
-// The --precision help text.
-std::string precision_help();
+// Adds --precision (checked against kPrecisionNames) and --master-weights to `app`.
+void add_precision_options(CLI::App& app, std::string& precision, bool& master_weights);
 
 class Precision {
  public:
@@ -48,7 +52,6 @@ class Precision {
   // through, so that the trainers have one code path.
   cohort::amp::GradScaler& scaler() { return scaler_; }
   bool scales_loss() const { return scaler_.is_enabled(); }
-  const std::string& name() const { return name_; }
 
  private:
   torch::ScalarType compute_dtype() const;

@@ -28,12 +28,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--strategy", o.strategy, cohort_examples::strategy_help())
       ->check(CLI::IsMember(cohort_examples::kStrategyNames))
       ->capture_default_str();
-  app.add_option("--precision", o.precision, cohort_examples::precision_help())
-      ->check(CLI::IsMember(cohort_examples::kPrecisionNames))
-      ->capture_default_str();
-  app.add_flag("--master-weights", o.master_weights,
-               "Hold the model in the --precision dtype with float32 master weights that the "
-               "optimizer updates (ddp and the FSDP strategies)");
+  cohort_examples::add_precision_options(app, o.precision, o.master_weights);
   app.add_option("--epochs", o.epochs, "Passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", o.batch_size, "Global batch, split evenly over the ranks")
       ->check(CLI::PositiveNumber);

@@ -10,10 +10,9 @@ namespace fashion_mnist {
 struct TrainOptions {
   std::string data_dir;  // default: kDefaultDataDir
   std::string model = "cnn";
-  std::string strategy = "ddp";  // cohort_examples::kStrategyNames
-  std::string precision = "fp32";
-  bool master_weights = false;  // the model in 16-bit, float32 masters (docs/amp.md)  //
-                                // cohort_examples::kPrecisionNames (docs/amp.md)
+  std::string strategy = "ddp";    // cohort_examples::kStrategyNames
+  std::string precision = "fp32";  // cohort_examples::kPrecisionNames (docs/amp.md)
+  bool master_weights = false;     // the model in 16-bit, float32 masters (docs/amp.md)
   // FSDP's units: the submodules of at least this many parameters (the models have no
   // Sequential or ModuleList to take the units from): fc1 of cnn, fc1 and fc2 of mlp.
   static constexpr int64_t kFsdpMinUnitParameters = 500000;

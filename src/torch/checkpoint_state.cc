@@ -162,7 +162,7 @@ amp::GradScalerState read_grad_scaler(const std::string& path, InputArchive& arc
   amp::GradScalerState state;
   state.scale = scale.toTensor().item<double>();
   state.growth_tracker = read_int(path, saved, "growth_tracker");
-  if (!std::isfinite(state.scale) || state.scale <= 0 || state.growth_tracker < 0) {
+  if (!state.valid()) {
     throw_malformed(path, concat("its grad_scaler holds scale ", state.scale, " and growth count ",
                                  state.growth_tracker));
   }

@@ -17,6 +17,19 @@ class AllreduceHook final : public CommHook {
   std::string name() const override { return "allreduce"; }
 };
 
+// Allreduces `copy` (the bucket in another dtype) and copies the result back into the bucket
+// when it has ended; `copy` lives in the closure until then.
+PendingReduction reduce_copy(Group& group, const torch::Tensor& bucket, torch::Tensor copy,
+                             ReduceOp op) {
+  CollectiveOptions options;
+  options.op = op;
+  options.site = CallSite::kDdpGradients;
+  options.stream = current_stream(copy);
+  auto work = group.allreduce_async(tensor_buffer(copy), options);
+  auto target = bucket;
+  return {std::move(work), [copy, target]() mutable { target.copy_(copy); }, copy};
+}
+
 // Compression to a 16-bit type. The division comes first, in float32, so that the sum of the
 // world's gradients fits the narrow type where their average does.
 class CompressHook final : public CommHook {
@@ -24,16 +37,8 @@ class CompressHook final : public CommHook {
   explicit CompressHook(torch::ScalarType wire_type) : wire_type_(wire_type) {}
 
   PendingReduction start(Group& group, GradBucket& bucket) override {
-    auto compressed = (bucket.buffer / group.size()).to(wire_type_);
-    CollectiveOptions options;
-    options.op = ReduceOp::kSum;
-    options.site = CallSite::kDdpGradients;
-    options.stream = current_stream(compressed);
-    auto work = group.allreduce_async(tensor_buffer(compressed), options);
-    auto target = bucket.buffer;
-    // `compressed` lives in the closure until the reduction finished.
-    return {std::move(work), [compressed, target]() mutable { target.copy_(compressed); },
-            compressed};
+    return reduce_copy(group, bucket.buffer, (bucket.buffer / group.size()).to(wire_type_),
+                       ReduceOp::kSum);
   }
   std::string name() const override {
     return wire_type_ == torch::kFloat16 ? "fp16_compress" : "bf16_compress";
@@ -52,14 +57,7 @@ class Float32ReductionHook final : public CommHook {
     if (dtype != torch::kFloat16 && dtype != torch::kBFloat16) {
       return AllreduceHook().start(group, bucket);  // already at least float32
     }
-    auto wide = bucket.buffer.to(torch::kFloat32);
-    CollectiveOptions options;
-    options.op = ReduceOp::kAvg;
-    options.site = CallSite::kDdpGradients;
-    options.stream = current_stream(wide);
-    auto work = group.allreduce_async(tensor_buffer(wide), options);
-    auto target = bucket.buffer;
-    return {std::move(work), [wide, target]() mutable { target.copy_(wide); }, wide};
+    return reduce_copy(group, bucket.buffer, bucket.buffer.to(torch::kFloat32), ReduceOp::kAvg);
   }
   std::string name() const override { return "float32_reduction"; }
 };

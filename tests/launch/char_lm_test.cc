@@ -172,6 +172,13 @@ TEST(CharLmExampleErrors, MasterWeightsUnderZeroNamesTheStrategiesThatHaveThem) 
       << run.result.output;
 }
 
+TEST(CharLmExampleErrors, MasterWeightsInFloat32NamesThePrecisionToGive) {
+  const ExampleRun run = run_example(1, "--master-weights");
+  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find("give it with --precision bf16"), std::string::npos)
+      << run.result.output;
+}
+
 TEST(CharLmExampleErrors, Fp16OnACpuNamesBf16) {
   const ExampleRun run = run_example(1, "--precision fp16");
   EXPECT_NE(run.result.exit_code, 0) << run.result.output;

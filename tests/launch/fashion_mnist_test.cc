@@ -192,6 +192,13 @@ TEST(FashionMnistExampleRestart, ResumeContinuesAnEarlierJob) {
   EXPECT_NE(resumed.output.find("on 2 rank(s), 16 steps"), std::string::npos) << resumed.output;
 }
 
+// Resumes the checkpoint a run left in `dir` at 2 ranks, with `extra` options, to step 16.
+testing::ShellResult resume_to_step_16(const std::string& dir, const std::string& extra) {
+  return testing::run_shell(COHORTRUN " --nproc-per-node 2 " FASHION_MNIST " " + extra +
+                                " --resume --skip-eval --max-steps 16 --checkpoint " + dir + "/ck",
+                            {"OMP_NUM_THREADS=1"}, kDeadline);
+}
+
 // Under FULL_SHARD (its units: the layers of at least 500,000 parameters) the example trains,
 // evaluates with the whole model gathered, shows the units gathered at once in its memory
 // lines and leaves a sharded checkpoint, which ZeRO-1 resumes.
@@ -204,11 +211,7 @@ TEST(FashionMnistExampleStrategies, FullShardTrainsAndZero1ResumesItsCheckpoint)
   EXPECT_NE(out.find("+ units gathered at once"), std::string::npos) << out;
   expect_metrics_consistent(read_lines(run.dir + "/steps.jsonl"), 2);
 
-  const testing::ShellResult resumed = testing::run_shell(
-      COHORTRUN " --nproc-per-node 2 " FASHION_MNIST
-                " --strategy zero1 --resume --skip-eval --max-steps 16 --checkpoint " +
-          run.dir + "/ck",
-      {"OMP_NUM_THREADS=1"}, kDeadline);
+  const testing::ShellResult resumed = resume_to_step_16(run.dir, "--strategy zero1");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from " + run.dir + "/ck at epoch 1, step 12"),
             std::string::npos)
@@ -223,11 +226,7 @@ TEST(FashionMnistExamplePrecision, Bf16TrainsAndFloat32ResumesItsCheckpoint) {
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
   EXPECT_NE(run.result.output.find("test accuracy"), std::string::npos) << run.result.output;
   expect_metrics_consistent(read_lines(run.dir + "/steps.jsonl"), 2);
-  const testing::ShellResult resumed = testing::run_shell(
-      COHORTRUN " --nproc-per-node 2 " FASHION_MNIST
-                " --precision fp32 --resume --skip-eval --max-steps 16 --checkpoint " +
-          run.dir + "/ck",
-      {"OMP_NUM_THREADS=1"}, kDeadline);
+  const testing::ShellResult resumed = resume_to_step_16(run.dir, "--precision fp32");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("on 2 rank(s), 16 steps"), std::string::npos) << resumed.output;
 }

@@ -46,6 +46,8 @@ TEST(AutocastErrors, Float16OnACpuNamesBfloat16) {
   }
   EXPECT_FALSE(amp::autocast_enabled(torch::kCPU));  // nothing was changed
   EXPECT_THROW(amp::Autocast(torch::kCPU, torch::kFloat64), InvalidArgument);
+  EXPECT_THROW(amp::Autocast(torch::kCUDA, torch::kFloat64), InvalidArgument);  // checked first
+  EXPECT_THROW(amp::Autocast(torch::kXLA, torch::kBFloat16), InvalidArgument);
   EXPECT_THROW(amp::precision_dtype("fp8"), InvalidArgument);
   EXPECT_EQ(amp::precision_dtype("bf16"), torch::kBFloat16);
 }

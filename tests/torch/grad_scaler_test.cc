@@ -175,6 +175,17 @@ TEST(Unscale, MatchesTorchInEveryFloatingDtype) {
   }
 }
 
+TEST(UnscaleErrors, ASparseGradientIsRefusedNamingTheWayOut) {
+  auto sparse = torch::eye(3).to_sparse();
+  try {
+    amp::unscale_and_find_non_finite({sparse}, 0.5f);
+    ADD_FAILURE() << "a sparse gradient was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("sparse gradients are not supported"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Unscale, StridedGradientsAndAScaleOfOne) {
   auto base = torch::arange(12, torch::kFloat32).view({3, 4});
   auto strided = base.clone().t();  // not contiguous

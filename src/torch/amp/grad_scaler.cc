@@ -46,13 +46,11 @@ bool any_rank(Group& group, bool local) {
 // Under NO_SHARD (DDP inside) the averaged gradients are whole and equal on every rank: no
 // reduction. `norm_group` is where the gradient norm is summed (one replica's shards under
 // HYBRID_SHARD, whose replicas hold equal gradients after their average, so one replica's
-// finding is every replica's).
+// finding is every replica's); null under NO_SHARD, whose gradients are whole.
 struct GradScaler::Sharded {
   Group* flag_group = nullptr;  // null: the gradients are equal on every rank already
-  std::function<double(double, double)> clip_unsharded;  // NO_SHARD: torch's clip
   Group* norm_group = nullptr;
   std::vector<torch::Tensor> shards;
-  std::function<void(torch::optim::Optimizer&)> step;
 };
 
 // Note [One allreduce for the norm and the overflow]: clipping under ZeRO/FSDP already
@@ -76,45 +74,51 @@ torch::Tensor GradScaler::scale(const torch::Tensor& loss) const {
   return loss * torch::scalar_tensor(scale_, loss.options().dtype(torch::kFloat));
 }
 
-GradScaler::Record& GradScaler::unscale_record(torch::optim::Optimizer& optimizer,
-                                               const char* call) {
+namespace {
+
+void refuse_second(bool already, const char* call, const char* what) {
+  if (!already) return;
+  throw InvalidArgument(std::string("GradScaler::") + call + ": " + what +
+                        " was already called on this optimizer since the last update(); call "
+                        "update() after every step");
+}
+
+}  // namespace
+
+GradScaler::Record& GradScaler::unscale(torch::optim::Optimizer& optimizer, Group* flag_group,
+                                        const char* call) {
   Record& record = records_[&optimizer];
-  if (record.unscaled) {
-    throw InvalidArgument(std::string("GradScaler::") + call +
-                          ": unscale_() was already called on this optimizer since the last "
-                          "update(); call update() after every step");
-  }
-  if (record.stepped) {
-    throw InvalidArgument(std::string("GradScaler::") + call +
-                          ": step() was already called on this optimizer since the last "
-                          "update(); call update() after every step");
-  }
+  refuse_second(record.unscaled, call, "unscale_()");
+  refuse_second(record.stepped, call, "step()");
   record.unscaled = true;
   record.found_inf = unscale_and_find_non_finite(gradients_of(optimizer),
                                                  static_cast<float>(1.0 / double(scale_)));
+  record.undecided = flag_group;
   return record;
 }
 
-void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
-  if (options_.enabled) unscale_record(optimizer, "unscale_");
-}
-
-bool GradScaler::step(torch::optim::Optimizer& optimizer) {
+bool GradScaler::step_through(torch::optim::Optimizer& optimizer, Group* flag_group,
+                              const std::function<void()>& step) {
   if (!options_.enabled) {
-    optimizer.step();
+    step();
     return true;
   }
   Record& record = records_[&optimizer];
-  if (!record.unscaled) unscale_record(optimizer, "step");
-  if (record.stepped) {
-    throw InvalidArgument(
-        "GradScaler::step: step() was already called on this optimizer since the last "
-        "update(); call update() after every step");
-  }
+  if (!record.unscaled) unscale(optimizer, flag_group, "step");
+  refuse_second(record.stepped, "step", "step()");
+  decide(record);
   record.stepped = true;
   if (record.found_inf) return false;
-  optimizer.step();
+  step();
   return true;
+}
+
+void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
+  if (options_.enabled) unscale(optimizer, nullptr, "unscale_");
+}
+
+bool GradScaler::step(torch::optim::Optimizer& optimizer) {
+  return step_through(optimizer, nullptr, [&optimizer] { optimizer.step(); });
 }
 
 void GradScaler::decide(Record& record) {
@@ -123,49 +127,24 @@ void GradScaler::decide(Record& record) {
   record.undecided = nullptr;
 }
 
-void GradScaler::unscale_sharded(const Sharded& sharded, torch::optim::Optimizer& optimizer) {
-  Record& record = unscale_record(optimizer, "unscale_");
-  record.undecided = sharded.flag_group;
-}
-
 double GradScaler::clip_sharded(const Sharded& sharded, torch::optim::Optimizer& optimizer,
                                 double max_norm, double norm_type) {
-  if (!options_.enabled || records_[&optimizer].stepped) {
-    // step() would then throw anyway; clipping the unscaled gradients is what a user expects.
-    if (sharded.clip_unsharded) return sharded.clip_unsharded(max_norm, norm_type);
-    return clip_sharded_grad_norm(sharded.shards, *sharded.norm_group, max_norm, norm_type);
+  if (options_.enabled) {
+    Record& record = records_[&optimizer];
+    if (!record.unscaled) unscale(optimizer, sharded.flag_group, "clip_grad_norm");
+    if (record.undecided != nullptr) {  // Note [One allreduce for the norm and the overflow]
+      bool any_overflow = record.found_inf;
+      const double norm = clip_sharded_grad_norm(sharded.shards, *sharded.norm_group, max_norm,
+                                                 norm_type, &any_overflow);
+      record.found_inf = any_overflow;
+      record.undecided = nullptr;
+      return norm;
+    }
   }
-  Record& record = records_[&optimizer];
-  if (!record.unscaled) unscale_sharded(sharded, optimizer);
-  if (sharded.clip_unsharded) return sharded.clip_unsharded(max_norm, norm_type);
-  if (record.undecided == nullptr) {  // already decided (or never needed)
-    return clip_sharded_grad_norm(sharded.shards, *sharded.norm_group, max_norm, norm_type);
+  if (sharded.norm_group == nullptr) {
+    return torch::nn::utils::clip_grad_norm_(sharded.shards, max_norm, norm_type);
   }
-  bool any_overflow = record.found_inf;
-  const double norm = clip_sharded_grad_norm(sharded.shards, *sharded.norm_group, max_norm,
-                                             norm_type, &any_overflow);
-  record.found_inf = any_overflow;
-  record.undecided = nullptr;
-  return norm;
-}
-
-bool GradScaler::step_sharded(const Sharded& sharded, torch::optim::Optimizer& optimizer) {
-  if (!options_.enabled) {
-    sharded.step(optimizer);
-    return true;
-  }
-  Record& record = records_[&optimizer];
-  if (!record.unscaled) unscale_sharded(sharded, optimizer);
-  if (record.stepped) {
-    throw InvalidArgument(
-        "GradScaler::step: step() was already called on this optimizer since the last "
-        "update(); call update() after every step");
-  }
-  decide(record);
-  record.stepped = true;
-  if (record.found_inf) return false;
-  sharded.step(optimizer);
-  return true;
+  return clip_sharded_grad_norm(sharded.shards, *sharded.norm_group, max_norm, norm_type);
 }
 
 GradScaler::Sharded GradScaler::sharded(ZeroDataParallel& zero) {
@@ -173,30 +152,24 @@ GradScaler::Sharded GradScaler::sharded(ZeroDataParallel& zero) {
   sharded.flag_group = zero.group().size() > 1 ? &zero.group() : nullptr;
   sharded.norm_group = &zero.group();
   sharded.shards = zero.parameters();
-  sharded.step = [&zero](torch::optim::Optimizer& optimizer) { zero.step(optimizer); };
   return sharded;
 }
 
 GradScaler::Sharded GradScaler::sharded(FullyShardedDataParallel& fsdp) {
   Sharded sharded;
-  if (fsdp.strategy() == ShardingStrategy::kNoShard) {
-    sharded.clip_unsharded = [&fsdp](double max_norm, double norm_type) {
-      return cohort::clip_grad_norm(fsdp, max_norm, norm_type);
-    };
-  } else {
+  sharded.shards = fsdp.parameters();
+  if (fsdp.strategy() != ShardingStrategy::kNoShard) {
     sharded.flag_group = fsdp.group().size() > 1 ? &fsdp.group() : nullptr;
     sharded.norm_group = &fsdp.shard_group();
-    sharded.shards = fsdp.parameters();
   }
-  sharded.step = [&fsdp](torch::optim::Optimizer& optimizer) { fsdp.step(optimizer); };
   return sharded;
 }
 
 void GradScaler::unscale_(ZeroDataParallel& zero, torch::optim::Optimizer& optimizer) {
-  if (options_.enabled) unscale_sharded(sharded(zero), optimizer);
+  if (options_.enabled) unscale(optimizer, sharded(zero).flag_group, "unscale_");
 }
 void GradScaler::unscale_(FullyShardedDataParallel& fsdp, torch::optim::Optimizer& optimizer) {
-  if (options_.enabled) unscale_sharded(sharded(fsdp), optimizer);
+  if (options_.enabled) unscale(optimizer, sharded(fsdp).flag_group, "unscale_");
 }
 double GradScaler::clip_grad_norm(ZeroDataParallel& zero, torch::optim::Optimizer& optimizer,
                                   double max_norm, double norm_type) {
@@ -208,10 +181,10 @@ double GradScaler::clip_grad_norm(FullyShardedDataParallel& fsdp,
   return clip_sharded(sharded(fsdp), optimizer, max_norm, norm_type);
 }
 bool GradScaler::step(ZeroDataParallel& zero, torch::optim::Optimizer& optimizer) {
-  return step_sharded(sharded(zero), optimizer);
+  return step_through(optimizer, sharded(zero).flag_group, [&] { zero.step(optimizer); });
 }
 bool GradScaler::step(FullyShardedDataParallel& fsdp, torch::optim::Optimizer& optimizer) {
-  return step_sharded(sharded(fsdp), optimizer);
+  return step_through(optimizer, sharded(fsdp).flag_group, [&] { fsdp.step(optimizer); });
 }
 
 // PyTorch's _amp_update_scale_, on the host: the finding of every optimizer since the last
@@ -255,10 +228,10 @@ double GradScaler::get_scale() const {
 }
 
 void GradScaler::load_state(const GradScalerState& state) {
-  COHORT_CHECK(std::isfinite(state.scale) && state.scale > 0,
-               "GradScaler::load_state: the scale must be finite and > 0, got ", state.scale);
-  COHORT_CHECK(state.growth_tracker >= 0,
-               "GradScaler::load_state: the growth count must be >= 0, got ", state.growth_tracker);
+  COHORT_CHECK(state.valid(),
+               "GradScaler::load_state: the scale must be finite and > 0 and the "
+               "growth count >= 0, got scale ",
+               state.scale, " and growth count ", state.growth_tracker);
   records_.clear();
   scale_ = static_cast<float>(state.scale);
   growth_tracker_ = state.growth_tracker;

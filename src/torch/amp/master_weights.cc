@@ -1,7 +1,6 @@
 #include "cohort/torch/amp/master_weights.h"
 
 #include <algorithm>
-#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -11,6 +10,7 @@
 #include "cohort/core/error.h"
 #include "cohort/torch/amp/grad_scaler.h"
 #include "shard/operator_observer.h"
+#include "shard/optimizer_check.h"
 
 namespace cohort::amp {
 namespace {
@@ -203,28 +203,23 @@ void MasterWeights::release_master_gradients() {
 void MasterWeights::check_optimizer(const torch::optim::Optimizer& optimizer) const {
   std::unordered_set<const void*> masters;
   for (const auto& m : masters_) masters.insert(m.unsafeGetTensorImpl());
-  const auto& groups = optimizer.param_groups();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const auto& params = groups[g].params();
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (masters.count(params[i].unsafeGetTensorImpl()) != 0) continue;
-      std::string what = "a tensor that is not one of the float32 masters";
-      for (size_t k = 0; k < model_.size(); ++k) {
-        if (model_[k].unsafeGetTensorImpl() == params[i].unsafeGetTensorImpl()) {
-          what = "the model's own " + std::string(c10::toString(dtype_)) + " parameter '" +
-                 names_[k] + "'";
-        }
-      }
-      std::ostringstream shape;
-      shape << params[i].sizes();
-      throw InvalidArgument(detail::concat(
-          "MasterWeights::step: the optimizer's param group ", g, " holds, at ", i, ", ", what,
-          " (shape ", shape.str(),
-          "). Build the optimizer over master_weights.parameters() (or named_parameters()): "
-          "the masters are what it must update, in float32; the model's parameters are "
-          "overwritten from them after each step."));
+  const auto foreign = find_foreign_tensor(optimizer, [&](const torch::Tensor& t) {
+    return masters.count(t.unsafeGetTensorImpl()) != 0;
+  });
+  if (!foreign) return;
+  std::string what = "a tensor that is not one of the float32 masters";
+  for (size_t k = 0; k < model_.size(); ++k) {
+    if (model_[k].unsafeGetTensorImpl() == foreign->tensor.unsafeGetTensorImpl()) {
+      what = "the model's own " + std::string(c10::toString(dtype_)) + " parameter '" + names_[k] +
+             "'";
     }
   }
+  throw InvalidArgument(detail::concat(
+      "MasterWeights::step: the optimizer's param group ", foreign->group, " holds, at ",
+      foreign->index, ", ", what, " (shape ", foreign->shape(),
+      "). Build the optimizer over master_weights.parameters() (or named_parameters()): the "
+      "masters are what it must update, in float32; the model's parameters are overwritten "
+      "from them after each step."));
 }
 
 }  // namespace cohort::amp

@@ -65,11 +65,16 @@ bool unscale_fused(const std::vector<torch::Tensor>& grads, float inv_scale) {
 }  // namespace
 
 bool has_fused_unscale_kernel(torch::DeviceType device) {
-  const auto op = c10::Dispatcher::singleton().findSchema(
-      {"aten::_amp_foreach_non_finite_check_and_unscale_", ""});
-  if (!op.has_value()) return false;
-  const auto key = device == torch::kCUDA ? c10::DispatchKey::CUDA : c10::DispatchKey::CPU;
-  return op->hasKernelForDispatchKey(key);
+  // Kernels are registered when libtorch loads: looked up once, not on every step.
+  static const auto registered = [](c10::DispatchKey key) {
+    const auto op = c10::Dispatcher::singleton().findSchema(
+        {"aten::_amp_foreach_non_finite_check_and_unscale_", ""});
+    return op.has_value() && op->hasKernelForDispatchKey(key);
+  };
+  static const bool cpu = registered(c10::DispatchKey::CPU);
+  static const bool cuda = registered(c10::DispatchKey::CUDA);
+  if (device == torch::kCPU) return cpu;
+  return device == torch::kCUDA && cuda;
 }
 
 bool unscale_and_find_non_finite(const std::vector<torch::Tensor>& grads, float inv_scale) {

@@ -7,6 +7,25 @@
 
 namespace cohort {
 
+std::string ForeignTensor::shape() const {
+  std::ostringstream out;
+  out << tensor.sizes();
+  return out.str();
+}
+
+std::optional<ForeignTensor> find_foreign_tensor(
+    const torch::optim::Optimizer& optimizer,
+    const std::function<bool(const torch::Tensor&)>& belongs) {
+  const auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& params = groups[g].params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!belongs(params[i])) return ForeignTensor{g, i, params[i]};
+    }
+  }
+  return std::nullopt;
+}
+
 void check_sharded_optimizer(const torch::optim::Optimizer& optimizer, const std::string& wrapper,
                              const std::string& object,
                              const std::function<bool(const torch::Tensor&)>& is_shard) {
@@ -16,20 +35,13 @@ void check_sharded_optimizer(const torch::optim::Optimizer& optimizer, const std
                wrapper,
                " gives each rank only a shard of it. Use an elementwise optimizer (SGD, Adam, "
                "AdamW, Adagrad, RMSprop) or plain DistributedDataParallel.");
-  const auto& groups = optimizer.param_groups();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const auto& params = groups[g].params();
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (is_shard(params[i])) continue;
-      std::ostringstream shape;
-      shape << params[i].sizes();
-      throw InvalidArgument(detail::concat(
-          wrapper, "::step: the optimizer's param group ", g, " holds, at ", i,
-          ", a tensor of shape ", shape.str(),
-          " that is not one of this rank's shards. Build the optimizer over ", object,
-          ".parameters() (or ", object, ".named_parameters()), not over the model's parameters."));
-    }
-  }
+  const auto foreign = find_foreign_tensor(optimizer, is_shard);
+  if (!foreign) return;
+  throw InvalidArgument(detail::concat(
+      wrapper, "::step: the optimizer's param group ", foreign->group, " holds, at ",
+      foreign->index, ", a tensor of shape ", foreign->shape(),
+      " that is not one of this rank's shards. Build the optimizer over ", object,
+      ".parameters() (or ", object, ".named_parameters()), not over the model's parameters."));
 }
 
 }  // namespace cohort

@@ -1,13 +1,27 @@
 // What ZeroDataParallel::step and FullyShardedDataParallel::step check of the optimizer they
-// are given: that it updates elementwise and holds only the wrapper's shards.
+// are given: that it updates elementwise and holds only the wrapper's shards (and what
+// amp::MasterWeights::step shares of it: finding a tensor the optimizer should not hold).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace cohort {
+
+// The first tensor of the optimizer's param groups that `belongs` does not accept: where it is
+// and its shape, for the messages of the checks below and of amp::MasterWeights.
+struct ForeignTensor {
+  size_t group = 0;
+  size_t index = 0;
+  torch::Tensor tensor;
+  std::string shape() const;
+};
+std::optional<ForeignTensor> find_foreign_tensor(
+    const torch::optim::Optimizer& optimizer,
+    const std::function<bool(const torch::Tensor&)>& belongs);
 
 // Throws InvalidArgument for LBFGS (it needs whole tensors) and for a tensor of a param group
 // that `is_shard` does not accept, naming the group, the index and the shape. `wrapper`: the

@@ -142,7 +142,7 @@ Manifest manifest_from(const json& j) {
     amp::GradScalerState scaler;
     scaler.scale = j.at("grad_scaler").at("scale").get<double>();
     scaler.growth_tracker = j.at("grad_scaler").at("growth_tracker").get<int64_t>();
-    if (!(scaler.scale > 0) || scaler.growth_tracker < 0) {
+    if (!scaler.valid()) {
       throw Invalid{concat("its grad_scaler holds scale ", scaler.scale, " and growth count ",
                            scaler.growth_tracker)};
     }

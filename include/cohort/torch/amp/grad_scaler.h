@@ -33,7 +33,9 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <unordered_map>
 
 namespace cohort {
@@ -58,6 +60,8 @@ struct GradScalerOptions {
 struct GradScalerState {
   double scale = 65536.0;
   int64_t growth_tracker = 0;  // consecutive steps without inf/NaN since the last change
+  // What GradScaler::load_state accepts (and checkpoints check before loading anything).
+  bool valid() const { return std::isfinite(scale) && scale > 0 && growth_tracker >= 0; }
 };
 
 class GradScaler {
@@ -123,11 +127,14 @@ class GradScaler {
   static Sharded sharded(ZeroDataParallel& zero);
   static Sharded sharded(FullyShardedDataParallel& fsdp);
 
-  Record& unscale_record(torch::optim::Optimizer& optimizer, const char* call);
-  void unscale_sharded(const Sharded& sharded, torch::optim::Optimizer& optimizer);
+  // Unscales the optimizer's gradients; `flag_group`: where the finding must still be reduced
+  // (null: the gradients are the same on every rank). `call` names the API call in errors.
+  Record& unscale(torch::optim::Optimizer& optimizer, Group* flag_group, const char* call);
   double clip_sharded(const Sharded& sharded, torch::optim::Optimizer& optimizer, double max_norm,
                       double norm_type);
-  bool step_sharded(const Sharded& sharded, torch::optim::Optimizer& optimizer);
+  // `step` unless an inf or NaN was found (on any rank of flag_group).
+  bool step_through(torch::optim::Optimizer& optimizer, Group* flag_group,
+                    const std::function<void()>& step);
   static void decide(Record& record);
 
   GradScalerOptions options_;
