@@ -104,6 +104,11 @@ int Group::local_size() const { return impl_->topology().local_size(); }
 int Group::node_rank() const { return impl_->topology().node_rank(); }
 int Group::num_nodes() const { return impl_->topology().num_nodes(); }
 
+bool Group::takes_device_buffers() const {
+  const CollectiveEngine* engine = impl_->transport().engine();
+  return engine != nullptr && engine->handles_device_memory();
+}
+
 Algorithm Group::algorithm_for(CollectiveKind kind, size_t bytes,
                                const CollectiveOptions& opts) const {
   return impl_->algorithm_for(kind, bytes, opts);

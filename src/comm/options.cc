@@ -40,6 +40,8 @@ const char* call_site_name(CallSite site) {
     case CallSite::kFsdpGradients: return "FSDP's gradient reduce-scatter";
     case CallSite::kFsdpEndOfBackward: return "FSDP's end of backward";
     case CallSite::kGradScaler: return "GradScaler's overflow check";
+    case CallSite::kSyncBatchNormForward: return "SyncBatchNorm's forward (batch statistics)";
+    case CallSite::kSyncBatchNormBackward: return "SyncBatchNorm's backward (gradient sums)";
   }
   return "";
 }

@@ -1,6 +1,8 @@
 #include "checkpoint_files.h"
 
+#include <ftw.h>
 #include <gtest/gtest.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <fstream>
@@ -21,9 +23,16 @@ TempDir::TempDir() {
   path_ = pattern;
 }
 
+namespace {
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
+  return ::remove(path);
+}
+}  // namespace
+
+// nftw rather than std::filesystem::remove_all: in a build against PyTorch's pip libtorch 2.11,
+// the remove_all that libtorch.so exports is the one called, and it jumps to address 0.
 TempDir::~TempDir() {
-  std::error_code ignored;
-  fs::remove_all(path_, ignored);
+  ::nftw(path_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 std::set<std::string> TempDir::names(const std::string& sub) const {

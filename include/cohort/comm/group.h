@@ -92,6 +92,10 @@ class Group : public std::enable_shared_from_this<Group> {
   int node_rank() const;   // index of this rank's node
   int num_nodes() const;
 
+  // Whether collectives take CUDA device buffers (Buffer::device >= 0) with the automatic
+  // algorithm: true for NCCL groups (nccl.h); every group takes host buffers.
+  bool takes_device_buffers() const;
+
   // The algorithm a collective of `bytes` (the larger of its buffers) would run with these
   // options, the same on every rank: what opts or COHORT_ALGO ask for where the collective has
   // it and the group can run it, else the automatic choice (docs/algorithms.md).

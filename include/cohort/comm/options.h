@@ -41,9 +41,10 @@ const char* collective_name(CollectiveKind kind);
 enum class CallSite : uint8_t {
   kUser, kDdpConstructor, kDdpGradients, kDdpUnusedParameters, kDdpJoin, kDdpBuffers,
   kCheckpointSave, kCheckpointLoad, kGroupSetup, kZeroGradients, kZeroParameters, kGradNorm,
-  kFsdpConstructor, kFsdpParameters, kFsdpGradients, kFsdpEndOfBackward, kGradScaler
+  kFsdpConstructor, kFsdpParameters, kFsdpGradients, kFsdpEndOfBackward, kGradScaler,
+  kSyncBatchNormForward, kSyncBatchNormBackward
 };
-inline constexpr int kNumCallSites = 17;
+inline constexpr int kNumCallSites = 19;
 // "DistributedDataParallel's constructor", ...; "" for kUser.
 const char* call_site_name(CallSite site);
 

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# On a machine with a CUDA GPU and PyTorch's Python wheel (libtorch 2.x with CUDA, NCCL from the
+# nvidia-nccl wheel): builds cohort's libraries and its torch and gpu tests against them, and
+# runs those tests. Dependencies the machine lacks come from scripts/gpu/stage_deps.sh's folder.
+# Usage: scripts/gpu/build_and_test.sh [build-dir] [deps-dir] [ctest -R regex]
+# Writes the logs to $OUT (or the build dir) as it goes.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build-gpu}
+deps=$(realpath "${2:-.gpu-deps}")
+regex=${3:-}
+logs=${OUT:-$build}
+mkdir -p "$build" "$logs"
+python=${PYTHON:-python3}
+jobs=$(nproc)
+
+torch_prefix=$($python -c 'import torch; print(torch.utils.cmake_prefix_path)')
+nccl_dir=$($python -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])')
+nccl_lib=$(ls "$nccl_dir"/lib/libnccl.so* | head -1)
+echo "torch $($python -c 'import torch; print(torch.__version__, torch.version.cuda)'), nccl $nccl_lib"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+
+# GoogleTest from its sources, installed beside the build.
+if [ ! -f "$build/gtest/lib/cmake/GTest/GTestConfig.cmake" ] && \
+   [ ! -f "$build/gtest/lib64/cmake/GTest/GTestConfig.cmake" ]; then
+  cmake -S "$deps/googletest-src" -B "$build/gtest-build" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_INSTALL_PREFIX="$build/gtest" >"$logs/gtest.log" 2>&1 &&
+    cmake --build "$build/gtest-build" -j "$jobs" --target install >>"$logs/gtest.log" 2>&1 ||
+    { echo "GoogleTest build failed"; tail -20 "$logs/gtest.log"; exit 1; }
+fi
+
+zlib_args=()
+[ -f /usr/include/zlib.h ] || zlib_args=(-DZLIB_INCLUDE_DIR="$deps/include"
+  -DZLIB_LIBRARY="$(ls /usr/lib/x86_64-linux-gnu/libz.so* /lib/x86_64-linux-gnu/libz.so* 2>/dev/null | head -1)")
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$torch_prefix;$(realpath "$build")/gtest;$deps" \
+  -DCOHORT_WITH_MPI=OFF -DCOHORT_WITH_NCCL=ON -DNCCL_INCLUDE_DIR="$nccl_dir/include" \
+  -DNCCL_LIBRARY="$nccl_lib" -DCOHORT_BUILD_TOOLS=OFF -DCOHORT_BUILD_EXAMPLES=OFF \
+  -DCOHORT_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90 "${zlib_args[@]}" \
+  >"$logs/configure.log" 2>&1 || { echo "configure failed"; tail -40 "$logs/configure.log"; exit 1; }
+grep -E "Torch|CUDA|NCCL" "$logs/configure.log" | head -20
+cmake --build "$build" -j "$jobs" --target cohort_gpu_tests cohort_torch_tests -- -k \
+  >"$logs/build.log" 2>&1 || { echo "build failed"; grep -E "error|Error" "$logs/build.log" | head -60; exit 1; }
+echo "build done"
+(cd "$build" && ctest -L "gpu|torch" ${regex:+-R "$regex"} -j 8 --output-on-failure \
+  --timeout 300 >"$logs/ctest.log" 2>&1); rc=$?
+grep -E "tests passed|Skipped|\*\*\*|Failed|Not Run" "$logs/ctest.log" | tail -60
+exit $rc
