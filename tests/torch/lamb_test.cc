@@ -73,7 +73,10 @@ class ReferenceLamb {
 std::vector<ReferenceGroup> three_groups() {
   return {{{"0.weight", "2.weight"}, LambOptions(0.02).weight_decay(1e-2)},
           {{"4.weight"},
-           LambOptions(0.01).betas(std::make_tuple(0.8, 0.99)).eps(1e-4).weight_decay(0.1)
+           LambOptions(0.01)
+               .betas(std::make_tuple(0.8, 0.99))
+               .eps(1e-4)
+               .weight_decay(0.1)
                .trust_clip(0.5)},
           {{"0.bias", "2.bias", "4.bias"}, LambOptions(0.005).weight_decay(0).adapt(false)}};
 }
@@ -126,7 +129,7 @@ TEST(Lamb, MatchesThePaperRuleOverStepsAndParamGroups) {
   train(unclipped_model, 0, 6, [&] { unclipped.step(); });
   const auto clipped = parameters_of(*model), free = parameters_of(*unclipped_model);
   EXPECT_GT((clipped[4] - free[4]).abs().max().item<double>(), 1e-4);  // "4.weight"
-  EXPECT_TRUE(torch::equal(clipped[0], free[0]));                       // "0.weight": no clip
+  EXPECT_TRUE(torch::equal(clipped[0], free[0]));                      // "0.weight": no clip
 }
 
 // adapt(false) is AdamW (decoupled weight decay); not bit for bit: the two order the bias
@@ -242,8 +245,8 @@ TEST_P(LambShardedParity, RefusesToStepShardsWithoutTheReduction) {
 
 INSTANTIATE_TEST_SUITE_P(Wrappers, LambShardedParity,
                          ::testing::Values(Wrap::kZero1, Wrap::kZero2, Wrap::kFullShard),
-                         [](const auto& info) {
-                           std::string name = wrap_name(info.param);
+                         [](const auto& param_info) {
+                           std::string name = wrap_name(param_info.param);
                            name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
                            name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
                            return name;

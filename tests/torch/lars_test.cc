@@ -11,6 +11,7 @@
 
 #include "checkpoint_files.h"
 #include "cohort/core/error.h"
+#include "cohort/torch/checkpoint.h"
 #include "cohort/torch/zero.h"
 #include "ddp_harness.h"
 #include "trust_ratio_harness.h"
@@ -65,13 +66,14 @@ class ReferenceLars {
 
 // Three groups of different options: two adapted, one (the biases) plain.
 std::vector<ReferenceGroup> three_groups() {
-  return {{{"0.weight", "2.weight"},
-           LarsOptions(0.5).momentum(0.9).weight_decay(1e-2).trust_coefficient(0.02)},
-          {{"4.weight"},
-           LarsOptions(0.3).momentum(0.8).nesterov(true).weight_decay(5e-3).trust_coefficient(
-               0.05).eps(1e-3)},
-          {{"0.bias", "2.bias", "4.bias"},
-           LarsOptions(0.05).momentum(0.9).weight_decay(0).adapt(false)}};
+  return {
+      {{"0.weight", "2.weight"},
+       LarsOptions(0.5).momentum(0.9).weight_decay(1e-2).trust_coefficient(0.02)},
+      {{"4.weight"},
+       LarsOptions(0.3).momentum(0.8).nesterov(true).weight_decay(5e-3).trust_coefficient(0.05).eps(
+           1e-3)},
+      {{"0.bias", "2.bias", "4.bias"},
+       LarsOptions(0.05).momentum(0.9).weight_decay(0).adapt(false)}};
 }
 
 std::vector<torch::optim::OptimizerParamGroup> param_groups(
@@ -122,8 +124,7 @@ TEST(Lars, MatchesThePaperRuleOverStepsAndParamGroups) {
   for (auto& group : groups) group.options.adapt(false);
   Lars sgd(param_groups(*plain, groups));
   train(plain, 0, 6, [&] { sgd.step(); });
-  EXPECT_GT((parameters_of(*plain)[0] - parameters_of(*model)[0]).abs().max().item<double>(),
-            1e-3);
+  EXPECT_GT((parameters_of(*plain)[0] - parameters_of(*model)[0]).abs().max().item<double>(), 1e-3);
 }
 
 // adapt(false) is torch::optim::SGD (momentum, nesterov, weight decay), bit for bit.
@@ -162,8 +163,8 @@ TEST(Lars, AdaptationGroupsDecideByTheWholeParameter) {
   run_with_groups(2, [](int, std::shared_ptr<Group> group) {
     auto net = trust_ratio_model();
     ZeroDataParallel zero(net, group);
-    auto sharded = optim::adaptation_param_groups(zero.named_parameters(), zero.module(),
-                                                  LarsOptions(0.2));
+    auto sharded =
+        optim::adaptation_param_groups(zero.named_parameters(), zero.module(), LarsOptions(0.2));
     ASSERT_EQ(sharded.size(), 2u);
     EXPECT_EQ(sharded[0].params().size(), 3u);
     EXPECT_EQ(sharded[1].params().size(), 3u);
@@ -172,9 +173,8 @@ TEST(Lars, AdaptationGroupsDecideByTheWholeParameter) {
 
   // A custom rule, and a name the module does not have.
   auto only_last = optim::adaptation_param_groups(
-      *model, LarsOptions(), [](const std::string& name, const torch::Tensor&) {
-        return name.rfind("4.", 0) != 0;
-      });
+      *model, LarsOptions(),
+      [](const std::string& name, const torch::Tensor&) { return name.rfind("4.", 0) != 0; });
   EXPECT_EQ(only_last[0].params().size(), 2u);
   torch::OrderedDict<std::string, torch::Tensor> stranger;
   stranger.insert("nope.weight", torch::zeros({2, 2}));
@@ -235,13 +235,43 @@ TEST(Lars, SavedAndLoadedStateContinuesIdentically) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
 }
 
+// cohort's one-process checkpoint restores the state and the param groups' options (a
+// scheduled learning rate), which torch's load alone leaves as constructed in libtorch 1.13.
+TEST(Lars, CheckpointRestoresStateAndScheduledLearningRate) {
+  TempDir dir;
+  auto model = trust_ratio_model();
+  Lars optimizer(param_groups(*model, three_groups()));
+  train(model, 0, 3, [&] { optimizer.step(); });
+  optimizer.param_groups()[0].options().set_lr(0.125);
+  TrainingState state;
+  state.module = model.get();
+  state.optimizer = &optimizer;
+  state.rng = false;
+  save_checkpoint(dir.file("lars.ckpt"), state);
+
+  auto restored = trust_ratio_model();
+  Lars loaded(param_groups(*restored, three_groups()));
+  TrainingState into;
+  into.module = restored.get();
+  into.optimizer = &loaded;
+  into.rng = false;
+  LoadOptions any_job;
+  any_job.any_job = true;
+  ASSERT_TRUE(load_checkpoint(dir.file("lars.ckpt"), into, any_job));
+  EXPECT_EQ(loaded.param_groups()[0].options().get_lr(), 0.125);
+  train(model, 3, 6, [&] { optimizer.step(); });
+  train(restored, 3, 6, [&] { loaded.step(); });
+  const auto got = parameters_of(*restored), want = parameters_of(*model);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
+}
+
 // ---- multi-rank
 
 MakeOptimizer make_lars(double eps = 1e-8) {
   return [eps](const torch::OrderedDict<std::string, torch::Tensor>& named,
                const torch::nn::Module& module, optim::NormReduction reduction) {
-    auto options = LarsOptions(0.5).momentum(0.9).weight_decay(1e-2).trust_coefficient(0.02).eps(
-        eps);
+    auto options =
+        LarsOptions(0.5).momentum(0.9).weight_decay(1e-2).trust_coefficient(0.02).eps(eps);
     return std::make_unique<Lars>(optim::adaptation_param_groups(named, module, options),
                                   LarsOptions(), std::move(reduction));
   };
@@ -291,8 +321,8 @@ TEST_P(LarsShardedParity, RefusesToStepShardsWithoutTheReduction) {
 
 INSTANTIATE_TEST_SUITE_P(Wrappers, LarsShardedParity,
                          ::testing::Values(Wrap::kZero1, Wrap::kZero2, Wrap::kFullShard),
-                         [](const auto& info) {
-                           std::string name = wrap_name(info.param);
+                         [](const auto& param_info) {
+                           std::string name = wrap_name(param_info.param);
                            name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
                            name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
                            return name;

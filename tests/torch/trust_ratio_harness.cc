@@ -107,9 +107,9 @@ std::vector<torch::Tensor> train_rank(const TrainCase& c, int rank, std::shared_
     options.ddp.first_bucket_cap_mb = 0;  // several buckets: ZeRO steps the optimizer per bucket
     options.ddp.bucket_cap_mb = 0.002;
     ZeroDataParallel zero(model, group, options);
-    auto optimizer = c.make_optimizer(zero.named_parameters(), zero.module(),
-                                      c.reduce_norms ? optim::shard_norm_reduction(zero)
-                                                     : optim::NormReduction());
+    auto optimizer = c.make_optimizer(
+        zero.named_parameters(), zero.module(),
+        c.reduce_norms ? optim::shard_norm_reduction(zero) : optim::NormReduction());
     run(
         *optimizer, [&] { zero.step(*optimizer); },
         [&](TrainingState& state, bool load) {
@@ -128,9 +128,9 @@ std::vector<torch::Tensor> train_rank(const TrainCase& c, int rank, std::shared_
   std::vector<torch::Tensor> result;
   {
     FullyShardedDataParallel fsdp(model, group, options);
-    auto optimizer = c.make_optimizer(fsdp.named_parameters(), fsdp.module(),
-                                      c.reduce_norms ? optim::shard_norm_reduction(fsdp)
-                                                     : optim::NormReduction());
+    auto optimizer = c.make_optimizer(
+        fsdp.named_parameters(), fsdp.module(),
+        c.reduce_norms ? optim::shard_norm_reduction(fsdp) : optim::NormReduction());
     run(
         *optimizer, [&] { fsdp.step(*optimizer); },
         [&](TrainingState& state, bool load) {

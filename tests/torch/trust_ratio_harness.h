@@ -28,8 +28,8 @@ struct TrainCase {
   Wrap wrap = Wrap::kOneProcess;
   int world = 1;
   int steps = 8;
-  int global_batch = 12;      // split evenly over the ranks
-  bool reduce_norms = true;   // pass shard_norm_reduction() to the optimizer
+  int global_batch = 12;             // split evenly over the ranks
+  bool reduce_norms = true;          // pass shard_norm_reduction() to the optimizer
   std::vector<std::string> node_of;  // kHybridShard: each rank's node
   MakeOptimizer make_optimizer;
   // Checkpoints (DDP: checkpoint.h's file; ZeRO/FSDP: a sharded checkpoint directory). With

@@ -61,8 +61,7 @@ void check_options(const LambOptions& o, size_t group) {
   const auto [beta1, beta2] = o.betas();
   check_option(o.lr() >= 0, "Lamb", "lr must be >= 0", o.lr(), group);
   check_option(o.eps() >= 0, "Lamb", "eps must be >= 0", o.eps(), group);
-  check_option(o.weight_decay() >= 0, "Lamb", "weight_decay must be >= 0", o.weight_decay(),
-               group);
+  check_option(o.weight_decay() >= 0, "Lamb", "weight_decay must be >= 0", o.weight_decay(), group);
   check_option(beta1 >= 0 && beta1 < 1, "Lamb", "betas[0] must be in [0, 1)", beta1, group);
   check_option(beta2 >= 0 && beta2 < 1, "Lamb", "betas[1] must be in [0, 1)", beta2, group);
   check_option(o.trust_clip() > 0, "Lamb", "trust_clip must be > 0 (infinity: no clipping)",
@@ -83,8 +82,7 @@ double trust_ratio(const LambOptions& o, double w_norm, double u_norm) {
 }
 
 // Advances the moments of `p` by its gradient and returns the update direction u.
-torch::Tensor adam_direction(LambParamState& state, const torch::Tensor& p,
-                             const LambOptions& o) {
+torch::Tensor adam_direction(LambParamState& state, const torch::Tensor& p, const LambOptions& o) {
   const auto [beta1, beta2] = o.betas();
   if (!state.exp_avg().defined()) {
     state.exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
@@ -128,7 +126,8 @@ torch::Tensor Lamb::step(LossClosure closure) {
     directions.emplace_back();
     for (const auto& p : group.params()) {
       torch::Tensor u;
-      if (p.grad().defined()) u = adam_direction(*detail::state_for<LambParamState>(*this, p), p, o);
+      if (p.grad().defined())
+        u = adam_direction(*detail::state_for<LambParamState>(*this, p), p, o);
       if (o.adapt()) {
         weights.push_back(detail::squared_norm(p));
         updates.push_back(detail::squared_norm(u));

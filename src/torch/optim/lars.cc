@@ -57,8 +57,7 @@ void check_options(const LarsOptions& o, size_t group) {
   using detail::check_option;
   check_option(o.lr() >= 0, "Lars", "lr must be >= 0", o.lr(), group);
   check_option(o.momentum() >= 0, "Lars", "momentum must be >= 0", o.momentum(), group);
-  check_option(o.weight_decay() >= 0, "Lars", "weight_decay must be >= 0", o.weight_decay(),
-               group);
+  check_option(o.weight_decay() >= 0, "Lars", "weight_decay must be >= 0", o.weight_decay(), group);
   check_option(o.trust_coefficient() > 0, "Lars", "trust_coefficient (eta) must be > 0",
                o.trust_coefficient(), group);
   check_option(o.eps() >= 0, "Lars", "eps must be >= 0", o.eps(), group);

@@ -260,8 +260,7 @@ struct LambTraits {
         .betas(std::make_tuple(betas.at(0).get<double>(), betas.at(1).get<double>()))
         .eps(j.at("eps").get<double>())
         .weight_decay(j.at("weight_decay").get<double>())
-        .trust_clip(clip.is_null() ? std::numeric_limits<double>::infinity()
-                                   : clip.get<double>())
+        .trust_clip(clip.is_null() ? std::numeric_limits<double>::infinity() : clip.get<double>())
         .adapt(j.at("adapt").get<bool>());
   }
 };
@@ -276,7 +275,7 @@ const std::vector<const OptimizerCodec*>& codecs() {
   static const Codec<RmspropTraits> rmsprop;
   static const Codec<LarsTraits> lars;
   static const Codec<LambTraits> lamb;
-  static const std::vector<const OptimizerCodec*> all = {&sgd,     &adam,    &adamw, &adagrad,
+  static const std::vector<const OptimizerCodec*> all = {&sgd,     &adam, &adamw, &adagrad,
                                                          &rmsprop, &lars, &lamb};
   return all;
 }

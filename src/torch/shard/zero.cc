@@ -305,8 +305,8 @@ class ZeroDataParallel::Impl {
   void check_optimizer(const torch::optim::Optimizer& optimizer) const {
     check_sharded_optimizer(optimizer, "ZeroDataParallel", "zero", group_->size(),
                             [this](const torch::Tensor& t) {
-      return shard_index_.count(t.unsafeGetTensorImpl()) != 0;
-    });
+                              return shard_index_.count(t.unsafeGetTensorImpl()) != 0;
+                            });
   }
 
   // Note [Gradient memory]: parameters and gradients as allocated (with the padding).

@@ -46,8 +46,7 @@ class TrustRatioOptimizer : public torch::optim::Optimizer {
   TrustRatioOptimizer(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                       std::unique_ptr<torch::optim::OptimizerOptions> defaults,
                       NormReduction reduction)
-      : Optimizer(std::move(param_groups), std::move(defaults)),
-        reduction_(std::move(reduction)) {}
+      : Optimizer(std::move(param_groups), std::move(defaults)), reduction_(std::move(reduction)) {}
   // `squared_norms` (any device) summed by the reduction, on the CPU in float64.
   torch::Tensor reduce_norms(const std::vector<torch::Tensor>& squared_norms) const;
 
