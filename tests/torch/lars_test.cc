@@ -171,6 +171,16 @@ TEST(Lars, AdaptationGroupsDecideByTheWholeParameter) {
     for (const auto& p : sharded[0].params()) EXPECT_EQ(p.dim(), 1);
   });
 
+  // A model without biases: the excluded group is there, empty, and stepping works.
+  torch::nn::Linear no_bias(torch::nn::LinearOptions(3, 2).bias(false));
+  Lars stepped(optim::adaptation_param_groups(*no_bias, LarsOptions(0.1)));
+  ASSERT_EQ(stepped.param_groups().size(), 2u);
+  EXPECT_TRUE(stepped.param_groups()[1].params().empty());
+  const torch::Tensor before = no_bias->weight.detach().clone();
+  no_bias->forward(torch::ones({4, 3})).sum().backward();
+  stepped.step();
+  EXPECT_FALSE(torch::equal(no_bias->weight, before));
+
   // A custom rule, and a name the module does not have.
   auto only_last = optim::adaptation_param_groups(
       *model, LarsOptions(),
