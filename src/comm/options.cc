@@ -34,7 +34,7 @@ const char* call_site_name(CallSite site) {
     case CallSite::kGroupSetup: return "group creation";
     case CallSite::kZeroGradients: return "ZeRO's gradient reduce-scatter";
     case CallSite::kZeroParameters: return "ZeRO's parameter all-gather";
-    case CallSite::kGradNorm: return "clip_grad_norm";
+    case CallSite::kGradNorm: return "clip_grad_norm or LARS/LAMB's trust-ratio norms";
     case CallSite::kFsdpConstructor: return "FullyShardedDataParallel's constructor";
     case CallSite::kFsdpParameters: return "FSDP's parameter all-gather";
     case CallSite::kFsdpGradients: return "FSDP's gradient reduce-scatter";

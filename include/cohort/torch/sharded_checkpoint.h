@@ -43,7 +43,8 @@ class ZeroDataParallel;
 
 // ---- ZeroDataParallel (stages 1 and 2). state.module must be &zero.module(), and the
 // optimizer (optional) built over zero.parameters() or zero.named_parameters(): SGD, Adam,
-// AdamW, Adagrad or RMSprop (the optimizers whose state is kept per element).
+// AdamW, Adagrad, RMSprop, cohort::optim::Lars or Lamb (the optimizers whose state is kept per
+// element).
 
 // Writes this rank's shards and their optimizer state to `directory` (created if absent), and
 // on rank 0 the manifest. Throws InvalidArgument (before anything is written) for a module

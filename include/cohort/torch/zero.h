@@ -110,8 +110,8 @@ class ZeroDataParallel {
 // the total norm before clipping. norm_type: a p >= 1, or infinity. Collective.
 double clip_grad_norm(ZeroDataParallel& zero, double max_norm, double norm_type = 2.0);
 
-// The bytes of an optimizer's state tensors (SGD, Adam, AdamW, Adagrad, RMSprop; others
-// count 0).
+// The bytes of an optimizer's state tensors (SGD, Adam, AdamW, Adagrad, RMSprop,
+// cohort::optim::Lars and Lamb; others count 0).
 size_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
 
 }  // namespace cohort

@@ -680,7 +680,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   }
 
   void check_optimizer(const torch::optim::Optimizer& optimizer) const {
-    check_sharded_optimizer(optimizer, "FullyShardedDataParallel", "fsdp",
+    check_sharded_optimizer(optimizer, "FullyShardedDataParallel", "fsdp", shard_group_->size(),
                             [this](const torch::Tensor& t) {
                               return shard_owner_.count(t.unsafeGetTensorImpl()) != 0;
                             });
@@ -978,11 +978,11 @@ void FsdpAccess::regather(const FullyShardedDataParallel& fsdp) {
 }  // namespace detail
 
 double clip_grad_norm(FullyShardedDataParallel& fsdp, double max_norm, double norm_type) {
-  if (fsdp.strategy() == ShardingStrategy::kNoShard) {
+  Group* group = shard_norm_group(fsdp);
+  if (group == nullptr) {  // kNoShard: whole parameters
     return torch::nn::utils::clip_grad_norm_(fsdp.parameters(), max_norm, norm_type);
   }
-  // Replicas of a hybrid job hold the same shards: the norm is over one replica's.
-  return clip_sharded_grad_norm(fsdp.parameters(), fsdp.shard_group(), max_norm, norm_type);
+  return clip_sharded_grad_norm(fsdp.parameters(), *group, max_norm, norm_type);
 }
 
 }  // namespace cohort

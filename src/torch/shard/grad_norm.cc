@@ -4,9 +4,20 @@
 #include <limits>
 
 #include "cohort/core/check.h"
+#include "cohort/torch/fsdp.h"
 #include "cohort/torch/tensor_buffer.h"
+#include "cohort/torch/zero.h"
 
 namespace cohort {
+
+Group& shard_norm_group(ZeroDataParallel& zero) {
+  return zero.group();
+}
+
+Group* shard_norm_group(FullyShardedDataParallel& fsdp) {
+  if (fsdp.strategy() == ShardingStrategy::kNoShard) return nullptr;
+  return &fsdp.shard_group();
+}
 
 double sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group, double norm_type,
                          bool* any_rank_flag) {

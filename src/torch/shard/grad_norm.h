@@ -10,6 +10,16 @@
 
 namespace cohort {
 
+class ZeroDataParallel;
+class FullyShardedDataParallel;
+
+// The ranks whose shards together make one whole copy of the parameters, over which a sum of
+// per-shard norms gives whole-tensor norms (clip_grad_norm, LARS/LAMB's trust ratios). ZeRO:
+// every rank. FSDP: shard_group(), since under kHybridShard the other nodes hold replicas of
+// the same shards; null for kNoShard, whose optimizer holds whole parameters.
+Group& shard_norm_group(ZeroDataParallel& zero);
+Group* shard_norm_group(FullyShardedDataParallel& fsdp);
+
 // The total norm of the .grad of `tensors` over every rank; undefined .grad count as absent.
 // Collective. With `any_rank_flag`, the same allreduce also tells every rank whether the flag
 // was true on any rank (GradScaler's overflow: Note [One allreduce for the norm and the

@@ -4,6 +4,7 @@
 
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
+#include "cohort/torch/optim/trust_ratio.h"
 
 namespace cohort {
 
@@ -27,7 +28,7 @@ std::optional<ForeignTensor> find_foreign_tensor(
 }
 
 void check_sharded_optimizer(const torch::optim::Optimizer& optimizer, const std::string& wrapper,
-                             const std::string& object,
+                             const std::string& object, int shard_ranks,
                              const std::function<bool(const torch::Tensor&)>& is_shard) {
   COHORT_CHECK(dynamic_cast<const torch::optim::LBFGS*>(&optimizer) == nullptr, wrapper,
                "::step: LBFGS needs whole tensors (its line search and history span the full "
@@ -35,6 +36,11 @@ void check_sharded_optimizer(const torch::optim::Optimizer& optimizer, const std
                wrapper,
                " gives each rank only a shard of it. Use an elementwise optimizer (SGD, Adam, "
                "AdamW, Adagrad, RMSprop) or plain DistributedDataParallel.");
+  const auto* adaptive = dynamic_cast<const optim::TrustRatioOptimizer*>(&optimizer);
+  COHORT_CHECK(adaptive == nullptr || shard_ranks <= 1 || adaptive->norm_reduction(), wrapper,
+               "::step: LARS and LAMB need the norms of whole parameters and this rank holds "
+               "only a shard of each; pass cohort::optim::shard_norm_reduction(",
+               object, ") to the optimizer's constructor or set_norm_reduction().");
   const auto foreign = find_foreign_tensor(optimizer, is_shard);
   if (!foreign) return;
   throw InvalidArgument(detail::concat(

@@ -23,12 +23,14 @@ std::optional<ForeignTensor> find_foreign_tensor(
     const torch::optim::Optimizer& optimizer,
     const std::function<bool(const torch::Tensor&)>& belongs);
 
-// Throws InvalidArgument for LBFGS (it needs whole tensors) and for a tensor of a param group
-// that `is_shard` does not accept, naming the group, the index and the shape. `wrapper`: the
-// class name the messages start with ("ZeroDataParallel"); `object`: what the user calls its
-// instance in the advice ("zero", for "zero.parameters()").
+// Throws InvalidArgument for LBFGS (it needs whole tensors), for LARS or LAMB without a norm
+// reduction when the shards are spread over `shard_ranks` > 1 ranks (their trust ratios would
+// be of each rank's part), and for a tensor of a param group that `is_shard` does not accept,
+// naming the group, the index and the shape. `wrapper`: the class name the messages start with
+// ("ZeroDataParallel"); `object`: what the user calls its instance in the advice ("zero", for
+// "zero.parameters()").
 void check_sharded_optimizer(const torch::optim::Optimizer& optimizer, const std::string& wrapper,
-                             const std::string& object,
+                             const std::string& object, int shard_ranks,
                              const std::function<bool(const torch::Tensor&)>& is_shard);
 
 }  // namespace cohort

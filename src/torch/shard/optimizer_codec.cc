@@ -1,8 +1,13 @@
 #include "shard/optimizer_codec.h"
 
+#include <cmath>
+#include <limits>
 #include <sstream>
 #include <tuple>
 #include <type_traits>
+
+#include "cohort/torch/optim/lamb.h"
+#include "cohort/torch/optim/lars.h"
 
 namespace cohort::detail {
 namespace {
@@ -197,6 +202,69 @@ struct RmspropTraits {
   }
 };
 
+struct LarsTraits {
+  using Optimizer = optim::Lars;
+  using Options = optim::LarsOptions;
+  using State = optim::LarsParamState;
+  static constexpr const char* kKind = "LARS";
+  static constexpr bool kHasStep = false;
+  static std::vector<TensorField<State>> fields() {
+    return {COHORT_STATE_FIELD(State, momentum_buffer)};
+  }
+  static json to_json(const Options& o) {
+    return {{"lr", o.lr()},
+            {"momentum", o.momentum()},
+            {"nesterov", o.nesterov()},
+            {"weight_decay", o.weight_decay()},
+            {"trust_coefficient", o.trust_coefficient()},
+            {"eps", o.eps()},
+            {"adapt", o.adapt()}};
+  }
+  static void from_json(const json& j, Options& o) {
+    o.lr(j.at("lr").get<double>())
+        .momentum(j.at("momentum").get<double>())
+        .nesterov(j.at("nesterov").get<bool>())
+        .weight_decay(j.at("weight_decay").get<double>())
+        .trust_coefficient(j.at("trust_coefficient").get<double>())
+        .eps(j.at("eps").get<double>())
+        .adapt(j.at("adapt").get<bool>());
+  }
+};
+
+// JSON has no infinity: LAMB's unclipped trust_clip is written as null.
+json finite_or_null(double value) {
+  return std::isinf(value) ? json(nullptr) : json(value);
+}
+
+struct LambTraits {
+  using Optimizer = optim::Lamb;
+  using Options = optim::LambOptions;
+  using State = optim::LambParamState;
+  static constexpr const char* kKind = "LAMB";
+  static constexpr bool kHasStep = true;
+  static std::vector<TensorField<State>> fields() {
+    return {COHORT_STATE_FIELD(State, exp_avg), COHORT_STATE_FIELD(State, exp_avg_sq)};
+  }
+  static json to_json(const Options& o) {
+    return {{"lr", o.lr()},
+            {"betas", {std::get<0>(o.betas()), std::get<1>(o.betas())}},
+            {"eps", o.eps()},
+            {"weight_decay", o.weight_decay()},
+            {"trust_clip", finite_or_null(o.trust_clip())},
+            {"adapt", o.adapt()}};
+  }
+  static void from_json(const json& j, Options& o) {
+    const auto& betas = j.at("betas");
+    const auto& clip = j.at("trust_clip");
+    o.lr(j.at("lr").get<double>())
+        .betas(std::make_tuple(betas.at(0).get<double>(), betas.at(1).get<double>()))
+        .eps(j.at("eps").get<double>())
+        .weight_decay(j.at("weight_decay").get<double>())
+        .trust_clip(clip.is_null() ? std::numeric_limits<double>::infinity() : clip.get<double>())
+        .adapt(j.at("adapt").get<bool>());
+  }
+};
+
 #undef COHORT_STATE_FIELD
 
 const std::vector<const OptimizerCodec*>& codecs() {
@@ -205,7 +273,10 @@ const std::vector<const OptimizerCodec*>& codecs() {
   static const Codec<AdamWTraits> adamw;
   static const Codec<AdagradTraits> adagrad;
   static const Codec<RmspropTraits> rmsprop;
-  static const std::vector<const OptimizerCodec*> all = {&sgd, &adam, &adamw, &adagrad, &rmsprop};
+  static const Codec<LarsTraits> lars;
+  static const Codec<LambTraits> lamb;
+  static const std::vector<const OptimizerCodec*> all = {&sgd,     &adam, &adamw, &adagrad,
+                                                         &rmsprop, &lars, &lamb};
   return all;
 }
 
@@ -237,7 +308,7 @@ const OptimizerCodec* codec_named(const std::string& kind) {
 }
 
 const char* known_optimizers() {
-  return "SGD, Adam, AdamW, Adagrad and RMSprop";
+  return "SGD, Adam, AdamW, Adagrad, RMSprop, LARS and LAMB";
 }
 
 const OptimizerParamState* state_of(const torch::optim::Optimizer& optimizer,

@@ -4,7 +4,8 @@
 //
 // Note [Re-sliced state]
 // The optimizers a sharded checkpoint takes update each element from its own state only
-// (SGD's momentum, Adam's and AdamW's moments, Adagrad's sum, RMSprop's averages), so the state
+// (SGD's momentum, Adam's and AdamW's moments, Adagrad's sum, RMSprop's averages, LARS's
+// momentum and LAMB's moments: their trust ratios are computed afresh each step), so the state
 // of any range of a parameter is that range of each state tensor, plus the scalars (step) that
 // every element of the parameter shares. libtorch has no common way to list a state's tensors,
 // so each known optimizer says its own (OptimizerCodec); others are refused by name.
@@ -32,7 +33,7 @@ struct FlatState {
 class OptimizerCodec {
  public:
   virtual ~OptimizerCodec() = default;
-  // "SGD", "Adam", "AdamW", "Adagrad", "RMSprop".
+  // "SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "LARS", "LAMB".
   virtual const char* kind() const = 0;
   virtual bool matches(const torch::optim::Optimizer& optimizer) const = 0;
   virtual nlohmann::json options_json(const torch::optim::OptimizerOptions& options) const = 0;

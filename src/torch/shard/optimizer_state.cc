@@ -2,6 +2,8 @@
 // to list their tensors, so each known state type is asked for its own.
 #include <torch/torch.h>
 
+#include "cohort/torch/optim/lamb.h"
+#include "cohort/torch/optim/lars.h"
 #include "cohort/torch/zero.h"
 
 namespace cohort {
@@ -27,6 +29,12 @@ size_t state_bytes(const torch::optim::OptimizerParamState& state) {
   }
   if (const auto* s = dynamic_cast<const RMSpropParamState*>(&state)) {
     return bytes_of(s->square_avg()) + bytes_of(s->momentum_buffer()) + bytes_of(s->grad_avg());
+  }
+  if (const auto* s = dynamic_cast<const cohort::optim::LarsParamState*>(&state)) {
+    return bytes_of(s->momentum_buffer());
+  }
+  if (const auto* s = dynamic_cast<const cohort::optim::LambParamState*>(&state)) {
+    return bytes_of(s->exp_avg()) + bytes_of(s->exp_avg_sq());
   }
   return 0;
 }

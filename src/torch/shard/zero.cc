@@ -303,9 +303,10 @@ class ZeroDataParallel::Impl {
 
   // The optimizer must update elementwise and hold only this object's shards.
   void check_optimizer(const torch::optim::Optimizer& optimizer) const {
-    check_sharded_optimizer(optimizer, "ZeroDataParallel", "zero", [this](const torch::Tensor& t) {
-      return shard_index_.count(t.unsafeGetTensorImpl()) != 0;
-    });
+    check_sharded_optimizer(optimizer, "ZeroDataParallel", "zero", group_->size(),
+                            [this](const torch::Tensor& t) {
+                              return shard_index_.count(t.unsafeGetTensorImpl()) != 0;
+                            });
   }
 
   // Note [Gradient memory]: parameters and gradients as allocated (with the padding).
@@ -376,7 +377,7 @@ const IterationStats& ZeroDataParallel::last_iteration_stats() const {
 }
 
 double clip_grad_norm(ZeroDataParallel& zero, double max_norm, double norm_type) {
-  return clip_sharded_grad_norm(zero.parameters(), zero.group(), max_norm, norm_type);
+  return clip_sharded_grad_norm(zero.parameters(), shard_norm_group(zero), max_norm, norm_type);
 }
 
 }  // namespace cohort
