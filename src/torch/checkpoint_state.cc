@@ -191,11 +191,11 @@ optim::LrSchedulerState read_lr_scheduler(const std::string& path, InputArchive&
   state.step = read_int(path, saved, "step");
   c10::IValue lrs;
   const bool found = saved.try_read("base_lrs", lrs) && lrs.isTensor() &&
-                     lrs.toTensor().dim() == 1 &&
-                     lrs.toTensor().scalar_type() == torch::kFloat64;
+                     lrs.toTensor().dim() == 1 && lrs.toTensor().scalar_type() == torch::kFloat64;
   if (!found) throw_malformed(path, "its lr_scheduler has no base_lrs");
   const torch::Tensor base_lrs = lrs.toTensor().contiguous();
-  state.base_lrs.assign(base_lrs.data_ptr<double>(), base_lrs.data_ptr<double>() + base_lrs.numel());
+  state.base_lrs.assign(base_lrs.data_ptr<double>(),
+                        base_lrs.data_ptr<double>() + base_lrs.numel());
   check_lr_scheduler_state(path, state, scheduler);
   return state;
 }

@@ -93,8 +93,8 @@ TEST(CharLmExample, LearnsAtTwoRanksAndReportsValidationLossAndMemory) {
   // cosine to --min-lr-ratio 0.1 of --lr at the last step.
   for (int s = 0; s < kSteps; ++s) {
     const double done = double(s - 4) / double(kSteps - 4);
-    const double lr = s < 4 ? 3e-3 * (s + 1) / 4.0
-                            : 3e-3 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * done)));
+    const double lr =
+        s < 4 ? 3e-3 * (s + 1) / 4.0 : 3e-3 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * done)));
     EXPECT_NEAR(steps[size_t(s)]["lr"].get<double>(), lr, 1e-15) << "step " << s + 1;
   }
 }

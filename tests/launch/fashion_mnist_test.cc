@@ -208,8 +208,7 @@ TEST(FashionMnistExampleRestart, AResumedRunKeepsTheLearningRatesOfTheUninterrup
   const testing::ShellResult whole =
       finished_job(dir + "/whole", 16, schedule + dir + "/whole.jsonl");
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  const testing::ShellResult first =
-      finished_job(dir + "/ck", 8, schedule + dir + "/first.jsonl");
+  const testing::ShellResult first = finished_job(dir + "/ck", 8, schedule + dir + "/first.jsonl");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const testing::ShellResult resumed =
       finished_job(dir + "/ck", 16, "--resume " + schedule + dir + "/resumed.jsonl");

@@ -66,7 +66,8 @@ TEST(LrSchedule, WarmupFromZeroClimbsInEqualStepsToTheBaseLr) {
   LrScheduleOptions o;
   o.warmup_steps = 4;
   const std::vector<double> want = {0.5, 1.0, 1.5, 2.0, 2.0, 2.0};  // base 2
-  expect_schedule(o, 2.0, [&](int64_t s) { return want[static_cast<size_t>(s)]; }, 6);
+  expect_schedule(
+      o, 2.0, [&](int64_t s) { return want[static_cast<size_t>(s)]; }, 6);
   // Bit for bit the examples' former formula, base * (s + 1) / n.
   for (int64_t s = 0; s < 4; ++s) EXPECT_EQ(scheduled_lr(o, 0.03, s), 0.03 * double(s + 1) / 4.0);
 }
@@ -77,7 +78,8 @@ TEST(LrSchedule, WarmupFromAFractionThenConstant) {
   o.warmup_start_factor = 0.2;
   // 0.8 * (0.2 + 0.8 * (s + 1) / 4)
   const std::vector<double> want = {0.8 * 0.4, 0.8 * 0.6, 0.8 * 0.8, 0.8, 0.8, 0.8, 0.8};
-  expect_schedule(o, 0.8, [&](int64_t s) { return want[static_cast<size_t>(s)]; }, 7);
+  expect_schedule(
+      o, 0.8, [&](int64_t s) { return want[static_cast<size_t>(s)]; }, 7);
 }
 
 TEST(LrSchedule, NoWarmupIsTheDecayFromStepZero) {
@@ -86,7 +88,8 @@ TEST(LrSchedule, NoWarmupIsTheDecayFromStepZero) {
   o.step_size = 2;
   o.gamma = 0.5;
   const std::vector<double> want = {1, 1, 0.5, 0.5, 0.25, 0.25, 0.125};
-  expect_schedule(o, 1.0, [&](int64_t s) { return want[static_cast<size_t>(s)]; }, 7);
+  expect_schedule(
+      o, 1.0, [&](int64_t s) { return want[static_cast<size_t>(s)]; }, 7);
 }
 
 TEST(LrSchedule, StepDecayCountsFromTheEndOfWarmup) {
@@ -119,9 +122,9 @@ TEST(LrSchedule, CosineDecaysToTheEndFactorAtTotalSteps) {
         return 0.5 * (0.1 + 0.9 * 0.5 * (1 + std::cos(kPi * double(s - 4) / 8.0)));
       },
       16);
-  EXPECT_NEAR(scheduled_lr(o, 0.5, 4), 0.5, kTolerance);             // the decay's start
-  EXPECT_NEAR(scheduled_lr(o, 0.5, 8), 0.5 * 0.55, kTolerance);      // half-way
-  EXPECT_NEAR(scheduled_lr(o, 0.5, 12), 0.05, kTolerance);           // the end, and after
+  EXPECT_NEAR(scheduled_lr(o, 0.5, 4), 0.5, kTolerance);         // the decay's start
+  EXPECT_NEAR(scheduled_lr(o, 0.5, 8), 0.5 * 0.55, kTolerance);  // half-way
+  EXPECT_NEAR(scheduled_lr(o, 0.5, 12), 0.05, kTolerance);       // the end, and after
   EXPECT_NEAR(scheduled_lr(o, 0.5, 1000), 0.05, kTolerance);
 }
 
@@ -215,8 +218,8 @@ LrScheduleOptions warmup_cosine() {
 }
 
 // A small model with two param groups (different base LRs), its optimizer and scheduler.
-struct Run {
-  explicit Run(double lr0 = 0.2, double lr1 = 0.05) {
+struct ScheduledRun {
+  explicit ScheduledRun(double lr0 = 0.2, double lr1 = 0.05) {
     model = torch::nn::Linear(4, 2);
     {  // from a formula, not torch's generator, which thread ranks share
       torch::NoGradGuard no_grad;
@@ -224,14 +227,14 @@ struct Run {
       model->bias.fill_(0.1);
     }
     std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(std::vector<torch::Tensor>{model->weight},
-                        std::make_unique<torch::optim::SGDOptions>(
-                            torch::optim::SGDOptions(lr0).momentum(0.9)));
-    groups.emplace_back(std::vector<torch::Tensor>{model->bias},
-                        std::make_unique<torch::optim::SGDOptions>(
-                            torch::optim::SGDOptions(lr1).momentum(0.9)));
-    optimizer = std::make_unique<torch::optim::SGD>(std::move(groups),
-                                                    torch::optim::SGDOptions(1.0));
+    groups.emplace_back(
+        std::vector<torch::Tensor>{model->weight},
+        std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(lr0).momentum(0.9)));
+    groups.emplace_back(
+        std::vector<torch::Tensor>{model->bias},
+        std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(lr1).momentum(0.9)));
+    optimizer =
+        std::make_unique<torch::optim::SGD>(std::move(groups), torch::optim::SGDOptions(1.0));
     scheduler = std::make_unique<WarmupDecayLR>(*optimizer, warmup_cosine());
     state.module = model.ptr().get();
     state.optimizer = optimizer.get();
@@ -270,12 +273,12 @@ LoadOptions any_job() {
 // A run saved at step 5 and resumed (into an optimizer made with other LRs) runs every later
 // step at the uninterrupted run's LRs, and ends with its parameters.
 void expect_resume_continues(const std::string& path, const Save& save, const Load& load) {
-  Run whole;
+  ScheduledRun whole;
   whole.train_to(5);
   save(path, whole.state);
   const std::vector<std::vector<double>> after = whole.train_to(14);
 
-  Run resumed(/*lr0=*/7.0, /*lr1=*/9.0);
+  ScheduledRun resumed(/*lr0=*/7.0, /*lr1=*/9.0);
   ASSERT_TRUE(load(path, resumed.state));
   EXPECT_EQ(resumed.state.step, 5);
   EXPECT_EQ(resumed.scheduler->step_count(), 5);
@@ -307,7 +310,7 @@ TEST(LrSchedulerCheckpoint, GroupCheckpointsResumeTheScheduleOnEveryRank) {
   for (const bool sharded : {false, true}) {
     const std::string path = dir.file(sharded ? "group-sharded" : "group.ckpt");
     run_with_groups(2, [&](int, std::shared_ptr<Group> group) {
-      Run whole;
+      ScheduledRun whole;
       whole.train_to(4);
       if (sharded) {
         save_sharded_checkpoint(path, *group, whole.state);
@@ -315,7 +318,7 @@ TEST(LrSchedulerCheckpoint, GroupCheckpointsResumeTheScheduleOnEveryRank) {
         save_checkpoint(path, *group, whole.state);
       }
       const auto after = whole.train_to(10);
-      Run resumed(1.0, 1.0);
+      ScheduledRun resumed(1.0, 1.0);
       const bool loaded = sharded ? load_sharded_checkpoint(path, *group, resumed.state, any_job())
                                   : load_checkpoint(path, *group, resumed.state, any_job());
       ASSERT_TRUE(loaded);
@@ -328,13 +331,13 @@ TEST(LrSchedulerCheckpoint, GroupCheckpointsResumeTheScheduleOnEveryRank) {
 // Note [Checkpoints without a scheduler]: the scheduler goes on at the file's step counter,
 // with the base LRs it was made with.
 void expect_old_checkpoint_loads(const std::string& path, const Save& save, const Load& load) {
-  Run old;
+  ScheduledRun old;
   old.train_to(6);
   old.state.lr_scheduler = nullptr;  // as a cohort before schedulers wrote it
   save(path, old.state);
   const auto after = old.train_to(12);
 
-  Run resumed;
+  ScheduledRun resumed;
   ASSERT_TRUE(load(path, resumed.state));
   EXPECT_EQ(resumed.scheduler->step_count(), 6);
   EXPECT_EQ(resumed.scheduler->base_lrs(), (std::vector<double>{0.2, 0.05}));
@@ -358,7 +361,7 @@ TEST(LrSchedulerCheckpoint, ACheckpointWithoutTheSchedulerGoesOnAtItsStep) {
 TEST(LrSchedulerCheckpoint, AnotherNumberOfParamGroupsIsRefusedBeforeAnythingChanges) {
   TempDir dir;
   const std::string path = dir.file("groups.ckpt");
-  Run saved;
+  ScheduledRun saved;
   saved.train_to(3);
   TrainingState only_scheduler = saved.state;
   only_scheduler.optimizer = nullptr;

@@ -46,10 +46,8 @@ double polynomial_part(int64_t d, int64_t length, double power) {
 double decayed(const LrScheduleOptions& o, double base, int64_t d) {
   const int64_t length = o.total_steps - o.warmup_steps;
   switch (o.decay) {
-    case LrDecay::kConstant:
-      return base;
-    case LrDecay::kStep:
-      return base * std::pow(o.gamma, double(d / o.step_size));
+    case LrDecay::kConstant: return base;
+    case LrDecay::kStep: return base * std::pow(o.gamma, double(d / o.step_size));
     case LrDecay::kCosine:
       // The factor form as base * (...), so that a run that used to compute it this way (the
       // examples) gets the same numbers to the last bit.
@@ -71,8 +69,8 @@ double decayed(const LrScheduleOptions& o, double base, int64_t d) {
 double linear_scaled_lr(double base_lr, int64_t base_batch, int64_t global_batch) {
   COHORT_CHECK(std::isfinite(base_lr) && base_lr > 0, "linear_scaled_lr: base_lr is ", base_lr,
                "; pass the positive learning rate tuned at base_batch");
-  COHORT_CHECK(base_batch > 0 && global_batch > 0, "linear_scaled_lr: the batches are ",
-               base_batch, " (base) and ", global_batch, " (global); both must be positive");
+  COHORT_CHECK(base_batch > 0 && global_batch > 0, "linear_scaled_lr: the batches are ", base_batch,
+               " (base) and ", global_batch, " (global); both must be positive");
   return base_lr * double(global_batch) / double(base_batch);
 }
 
@@ -165,8 +163,9 @@ LrSchedulerState WarmupDecayLR::state() const {
 void WarmupDecayLR::load_state(const LrSchedulerState& state) {
   COHORT_CHECK(state.valid(), "WarmupDecayLR::load_state: step ", state.step,
                " must be >= 0 and every base LR finite and >= 0");
-  COHORT_CHECK(state.base_lrs.size() == base_lrs_.size(), "WarmupDecayLR::load_state: the state has ",
-               state.base_lrs.size(), " base LRs but the optimizer has ", base_lrs_.size(),
+  COHORT_CHECK(state.base_lrs.size() == base_lrs_.size(),
+               "WarmupDecayLR::load_state: the state has ", state.base_lrs.size(),
+               " base LRs but the optimizer has ", base_lrs_.size(),
                " param groups; load it into the optimizer of the run that saved it");
   base_lrs_ = state.base_lrs;
   step_count_ = static_cast<decltype(step_count_)>(state.step);

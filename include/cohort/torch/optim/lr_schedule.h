@@ -65,8 +65,8 @@ double scheduled_lr(const LrScheduleOptions& options, double base_lr, int64_t st
 
 // What a checkpoint keeps of a WarmupDecayLR (TrainingState::lr_scheduler saves and restores it).
 struct LrSchedulerState {
-  int64_t step = 0;             // scheduler steps taken
-  std::vector<double> base_lrs; // one per param group
+  int64_t step = 0;              // scheduler steps taken
+  std::vector<double> base_lrs;  // one per param group
   // What WarmupDecayLR::load_state accepts apart from the number of groups (and what
   // checkpoints check before loading anything).
   bool valid() const;
