@@ -201,10 +201,11 @@ testing::ShellResult resume_to_step_16(const std::string& dir, const std::string
 
 // The library's scheduler is in the checkpoint (TrainingState::lr_scheduler): a run stopped at
 // step 8 of a 12-step warm-up and resumed runs steps 9 to 16 at the uninterrupted run's LRs
-// (a scheduler that started over would warm up again from lr / 12).
+// (a scheduler that started over would warm up again from lr / 12). Under AdamW, whose moments
+// the checkpoint keeps as well (--optimizer).
 TEST(FashionMnistExampleRestart, AResumedRunKeepsTheLearningRatesOfTheUninterruptedRun) {
   const std::string dir = testing::fresh_temp_dir("fmnist_lr");
-  const std::string schedule = "--batch-size 128 --warmup-steps 12 --optimizer sgd --metrics ";
+  const std::string schedule = "--batch-size 128 --warmup-steps 12 --optimizer adamw --metrics ";
   const testing::ShellResult whole =
       finished_job(dir + "/whole", 16, schedule + dir + "/whole.jsonl");
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
