@@ -20,12 +20,14 @@ GptConfig TrainOptions::model_config(int64_t vocab) const {
   return c;
 }
 
-double TrainOptions::lr_at(int64_t step, int64_t total_steps) const {
-  if (step < warmup_steps) return lr * double(step + 1) / double(warmup_steps);
-  const int64_t decay_steps = std::max<int64_t>(1, total_steps - warmup_steps);
-  const double done = std::min(1.0, double(step - warmup_steps) / double(decay_steps));
-  const double cosine = 0.5 * (1.0 + std::cos(M_PI * done));
-  return lr * (min_lr_ratio + (1.0 - min_lr_ratio) * cosine);
+cohort::optim::LrScheduleOptions TrainOptions::lr_schedule_options(int64_t planned_steps) const {
+  cohort::optim::LrScheduleOptions o;
+  o.warmup_steps = warmup_steps;
+  o.decay = cohort::optim::LrDecay::kCosine;
+  o.end_factor = min_lr_ratio;
+  // A run shorter than its warm-up never reaches the decay: its total is the warm-up's end.
+  o.total_steps = std::max({planned_steps, warmup_steps, int64_t{1}});
+  return o;
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cohort/torch/optim/lr_schedule.h"
 #include "gpt.h"
 
 namespace char_lm {
@@ -41,9 +42,9 @@ struct TrainOptions {
   int64_t log_every = 100;
 
   GptConfig model_config(int64_t vocab) const;
-  // Linear warm-up over warmup_steps, then a cosine decay to lr * min_lr_ratio at
-  // `total_steps` (step from 0).
-  double lr_at(int64_t step, int64_t total_steps) const;
+  // The library scheduler's options: linear warm-up over warmup_steps, then a cosine decay to
+  // lr * min_lr_ratio at the end of a run of `planned_steps` steps.
+  cohort::optim::LrScheduleOptions lr_schedule_options(int64_t planned_steps) const;
 };
 
 void add_train_options(CLI::App& app, TrainOptions& options);

@@ -6,6 +6,7 @@
 
 #include "cohort/comm/timeline.h"
 #include "cohort/torch/distributed_sampler.h"
+#include "cohort/torch/optim/lr_schedule.h"
 #include "dataset.h"
 #include "gpt.h"
 #include "precision.h"
@@ -53,7 +54,6 @@ class Trainer {
   std::vector<StepRecord> train_epoch();
   StepRecord train_step(torch::data::Example<>& batch, double data_ms);
   torch::Tensor loss_of(const torch::data::Example<>& batch, LossReduction reduction);
-  void set_lr(double lr);
   double evaluate();
   void report_epoch(const std::vector<StepRecord>& steps, const std::optional<double>& validation);
   int64_t steps_per_epoch() const;
@@ -72,6 +72,7 @@ class Trainer {
   std::unique_ptr<cohort_examples::Strategy> strategy_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<cohort::DistributedSampler> sampler_;
+  std::unique_ptr<cohort::optim::WarmupDecayLR> scheduler_;  // after the sampler: needs its size
   Loader loader_;
   cohort::TrainingState state_;
   std::unique_ptr<MetricsFile> metrics_;
@@ -106,9 +107,12 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
   build_optimizer();
   build_loader();
+  scheduler_ = std::make_unique<cohort::optim::WarmupDecayLR>(
+      *optimizer_, options_.lr_schedule_options(planned_steps()));
   state_.module = model_.ptr().get();
   state_.optimizer = optimizer_.get();
   state_.sampler = sampler_.get();
+  state_.lr_scheduler = scheduler_.get();
   if (precision_.scales_loss()) state_.grad_scaler = &precision_.scaler();
   if (!options_.metrics.empty() && rank0())
     metrics_ = std::make_unique<MetricsFile>(options_.metrics);
@@ -223,11 +227,6 @@ std::vector<StepRecord> Trainer::train_epoch() {
   return records;
 }
 
-void Trainer::set_lr(double lr) {
-  for (auto& group : optimizer_->param_groups())
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-}
-
 // Cross-entropy of the next character at every position of every window.
 torch::Tensor Trainer::loss_of(const torch::data::Example<>& batch, LossReduction reduction) {
   torch::Tensor logits;
@@ -245,8 +244,7 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   auto step_span =
       trace(timeline_.get(), "step " + std::to_string(state_.step + 1), "step", "steps");
   const Clock::time_point start = Clock::now();
-  r.lr = options_.lr_at(state_.step, planned_steps());
-  set_lr(r.lr);
+  r.lr = optimizer_->param_groups()[0].options().get_lr();  // the scheduler set it
   strategy_->zero_grad(*optimizer_);
   torch::Tensor loss;
   {
@@ -266,6 +264,7 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
     r.loss_scale = precision_.scaler().get_scale();  // the scale this step's loss was scaled by
     strategy_->step(*optimizer_, precision_.scaler());
     precision_.scaler().update();
+    scheduler_->step();  // the next step's LR
   }
   r.step_ms = ms_since(start) + data_ms;
   r.optimizer_ms = r.step_ms - data_ms - r.forward_ms - r.backward_ms;

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "dataset.h"
+#include "optimizers.h"
 #include "precision.h"
 #include "strategy.h"
 
@@ -11,13 +12,24 @@ namespace fashion_mnist {
 
 int64_t TrainOptions::warmup() const {
   if (warmup_steps >= 0) return warmup_steps;
-  return batch_size > 64 ? kAutoWarmupSteps : 0;
+  return batch_size > kReferenceBatch ? kAutoWarmupSteps : 0;
 }
 
-double TrainOptions::lr_at(int64_t step) const {
-  const double scaled = base_lr * double(batch_size) / 64.0;
-  if (step >= warmup()) return scaled;
-  return scaled * double(step + 1) / double(warmup());
+double TrainOptions::scaled_lr() const {
+  return cohort::optim::linear_scaled_lr(base_lr, kReferenceBatch, batch_size);
+}
+
+cohort::optim::LrScheduleOptions TrainOptions::lr_schedule_options(int64_t planned_steps) const {
+  cohort::optim::LrScheduleOptions o;
+  o.warmup_steps = warmup();
+  if (lr_schedule == "cosine") o.decay = cohort::optim::LrDecay::kCosine;
+  if (lr_schedule == "poly") {
+    o.decay = cohort::optim::LrDecay::kPolynomial;
+    o.power = kPolyPower;
+  }
+  // A run shorter than its warm-up never reaches the decay: its total is the warm-up's end.
+  o.total_steps = std::max({planned_steps, o.warmup_steps, int64_t{1}});
+  return o;
 }
 
 void add_train_options(CLI::App& app, TrainOptions& o) {
@@ -34,10 +46,19 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", o.base_lr, "Learning rate at batch 64 (scaled with the global batch)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--optimizer", o.optimizer, cohort_examples::optimizer_help())
+      ->check(CLI::IsMember(cohort_examples::optimizer_names()))
+      ->capture_default_str();
   app.add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--weight-decay", o.weight_decay, "Weight decay (sgd: L2; adamw: decoupled)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--warmup-steps", o.warmup_steps,
                  "Steps of linear learning-rate warm-up (-1: none at batch 64, 200 above)")
       ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
+  app.add_option("--lr-schedule", o.lr_schedule,
+                 "After the warm-up: constant, or cosine / poly (power 2) decay to 0 at the end")
+      ->check(CLI::IsMember(kLrScheduleNames))
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the weights, the shuffle and dropout");
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP gradient bucket size (MiB)")
       ->check(CLI::PositiveNumber);

@@ -4,8 +4,13 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "cohort/torch/optim/lr_schedule.h"
 
 namespace fashion_mnist {
+
+inline const std::vector<std::string> kLrScheduleNames = {"constant", "cosine", "poly"};
 
 struct TrainOptions {
   std::string data_dir;  // default: kDefaultDataDir
@@ -18,13 +23,21 @@ struct TrainOptions {
   static constexpr int64_t kFsdpMinUnitParameters = 500000;
   int64_t epochs = 1;
   int64_t batch_size = 64;  // global: split evenly over the ranks
-  // Learning rate at batch 64; scaled linearly with the global batch (Goyal et al.'s rule).
+  // Learning rate at batch kReferenceBatch; scaled linearly with the global batch (Goyal et al.'s
+  // rule).
   double base_lr = 0.01;
+  static constexpr int64_t kReferenceBatch = 64;
+  std::string optimizer = "sgd";  // cohort_examples::optimizer_names()
   double momentum = 0.9;
+  double weight_decay = 0.0;
   // Linear warm-up from lr / warmup_steps to lr. -1 (auto): none at the reference batch of 64,
   // kAutoWarmupSteps above it, where the scaled learning rate is too large to start with.
   int64_t warmup_steps = -1;
   static constexpr int64_t kAutoWarmupSteps = 200;
+  // After the warm-up: the scaled LR throughout, or a cosine or polynomial (power 2) decay to 0
+  // at the end of the run (kLrScheduleNames).
+  std::string lr_schedule = "constant";
+  static constexpr double kPolyPower = 2.0;
   uint64_t seed = 42;
   double bucket_cap_mb = 25.0;
   std::string checkpoint = "fashion_mnist.ckpt";  // written after each epoch; "" for none
@@ -36,8 +49,11 @@ struct TrainOptions {
   bool progress = true;
   int64_t log_every = 100;  // steps between progress lines when stdout is not a terminal
 
-  double lr_at(int64_t step) const;  // step from 0
+  // --lr scaled linearly from batch 64 to --batch-size (cohort::optim::linear_scaled_lr).
+  double scaled_lr() const;
   int64_t warmup() const;
+  // The library scheduler's options for a run of `planned_steps` optimizer steps.
+  cohort::optim::LrScheduleOptions lr_schedule_options(int64_t planned_steps) const;
 };
 
 void add_train_options(CLI::App& app, TrainOptions& options);

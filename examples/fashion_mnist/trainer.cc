@@ -9,8 +9,10 @@
 #include "cohort/comm/timeline.h"
 #include "cohort/torch/checkpoint.h"
 #include "cohort/torch/distributed_sampler.h"
+#include "cohort/torch/optim/lr_schedule.h"
 #include "dataset.h"
 #include "models.h"
+#include "optimizers.h"
 #include "precision.h"
 #include "progress.h"
 #include "ranks.h"
@@ -51,6 +53,7 @@ class Trainer {
   StepRecord train_step(torch::data::Example<>& batch, double data_ms);
   Evaluation evaluate();
   void report_epoch(const std::vector<StepRecord>& steps, const std::optional<Evaluation>& eval);
+  int64_t planned_steps() const;
   bool out_of_steps() const { return options_.max_steps > 0 && state_.step >= options_.max_steps; }
   bool rank0() const { return group_->rank() == 0; }
 
@@ -61,8 +64,9 @@ class Trainer {
   Images test_;
   std::shared_ptr<FmnistModel> model_;
   std::unique_ptr<cohort_examples::Strategy> strategy_;
-  std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<cohort::DistributedSampler> sampler_;
+  std::unique_ptr<cohort::optim::WarmupDecayLR> scheduler_;  // after the sampler: needs its size
   Loader loader_;
   cohort::TrainingState state_;
   std::unique_ptr<MetricsFile> metrics_;
@@ -99,10 +103,12 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   wrapping.master_weights = precision_.master_weights();
   strategy_ = cohort_examples::make_strategy(options_.strategy, model_, group_, wrapping);
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
-  std::vector<torch::Tensor> stepped;
-  for (const auto& item : strategy_->optimizer_parameters()) stepped.push_back(item.value());
-  optimizer_ = std::make_unique<torch::optim::SGD>(
-      stepped, torch::optim::SGDOptions(options_.lr_at(0)).momentum(options_.momentum));
+  cohort_examples::OptimizerSettings settings;
+  settings.lr = options_.scaled_lr();  // the scheduler's base LR
+  settings.momentum = options_.momentum;
+  settings.weight_decay = options_.weight_decay;
+  optimizer_ = cohort_examples::make_optimizer(options_.optimizer,
+                                               strategy_->optimizer_parameters(), settings);
   cohort::DistributedSamplerOptions sampling;
   sampling.seed = options_.seed;
   sampling.drop_last = true;
@@ -111,12 +117,23 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   loader_ = torch::data::make_data_loader(
       std::move(train_set), *sampler_,
       torch::data::DataLoaderOptions(per_rank_batch(options_, *group_)).drop_last(true));
+  scheduler_ = std::make_unique<cohort::optim::WarmupDecayLR>(
+      *optimizer_, options_.lr_schedule_options(planned_steps()));
   state_.module = model_.get();
   state_.optimizer = optimizer_.get();
   state_.sampler = sampler_.get();
+  state_.lr_scheduler = scheduler_.get();
   if (precision_.scales_loss()) state_.grad_scaler = &precision_.scaler();
   if (!options_.metrics.empty() && rank0())
     metrics_ = std::make_unique<MetricsFile>(options_.metrics);
+}
+
+// What a decaying schedule decays over: the whole run, or up to --max-steps.
+int64_t Trainer::planned_steps() const {
+  const int64_t per_epoch =
+      static_cast<int64_t>(sampler_->num_samples()) / per_rank_batch(options_, *group_);
+  const int64_t all = options_.epochs * per_epoch;
+  return options_.max_steps > 0 ? std::min(all, options_.max_steps) : all;
 }
 
 TrainResult Trainer::run() {
@@ -162,8 +179,7 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   auto step_span =
       trace(timeline_.get(), "step " + std::to_string(state_.step + 1), "step", "steps");
   const Clock::time_point start = Clock::now();
-  r.lr = options_.lr_at(state_.step);
-  static_cast<torch::optim::SGDOptions&>(optimizer_->param_groups()[0].options()).lr(r.lr);
+  r.lr = optimizer_->param_groups()[0].options().get_lr();  // the scheduler set it
   strategy_->zero_grad(*optimizer_);
   torch::Tensor loss;
   {
@@ -182,6 +198,7 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
     r.loss_scale = precision_.scaler().get_scale();  // the scale this step's loss was scaled by
     strategy_->step(*optimizer_, precision_.scaler());
     precision_.scaler().update();
+    scheduler_->step();  // the next step's LR
   }
   r.step_ms = ms_since(start) + data_ms;
   r.optimizer_ms = r.step_ms - data_ms - r.forward_ms - r.backward_ms;

@@ -1,7 +1,8 @@
 // Data-parallel training of a Fashion-MNIST classifier: DistributedDataParallel over the
-// job's group, a DistributedSampler, SGD with momentum, the linear scaling rule with warm-up,
-// evaluation on the test set after each epoch, a checkpoint after each epoch, and the figures
-// that show where a step's time goes (docs/fashion_mnist.md).
+// job's group, a DistributedSampler, SGD with momentum (or --optimizer), the library's linear
+// scaling rule and learning-rate schedule (cohort/torch/optim/lr_schedule.h), evaluation on the
+// test set after each epoch, a checkpoint after each epoch, and the figures that show where a
+// step's time goes (docs/fashion_mnist.md).
 #pragma once
 
 #include <memory>

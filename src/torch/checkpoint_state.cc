@@ -53,6 +53,14 @@ void write_grad_scaler(OutputArchive& archive, const amp::GradScaler& scaler) {
   });
 }
 
+void write_lr_scheduler(OutputArchive& archive, const optim::WarmupDecayLR& scheduler) {
+  const optim::LrSchedulerState saved = scheduler.state();
+  write_nested(archive, "lr_scheduler", [&](OutputArchive& out) {
+    write_int(out, "step", saved.step);
+    out.write("base_lrs", torch::tensor(saved.base_lrs, torch::kFloat64), /*is_buffer=*/true);
+  });
+}
+
 void write_sampler(OutputArchive& archive, const DistributedSampler& sampler) {
   const SamplerRecord record = sampler_record(sampler);
   write_nested(archive, "sampler", [&](OutputArchive& out) {
@@ -166,6 +174,29 @@ amp::GradScalerState read_grad_scaler(const std::string& path, InputArchive& arc
     throw_malformed(path, concat("its grad_scaler holds scale ", state.scale, " and growth count ",
                                  state.growth_tracker));
   }
+  return state;
+}
+
+// Note [Checkpoints without a scheduler]: a file written before TrainingState::lr_scheduler
+// existed, or saved without one, has no "lr_scheduler" entry. It still loads: the scheduler
+// goes on at the file's step counter with the base LRs it was made with.
+optim::LrSchedulerState read_lr_scheduler(const std::string& path, InputArchive& archive,
+                                          int64_t saved_step,
+                                          const optim::WarmupDecayLR& scheduler) {
+  InputArchive saved;
+  if (!archive.try_read("lr_scheduler", saved)) {
+    return lr_scheduler_fallback(path, saved_step, scheduler);
+  }
+  optim::LrSchedulerState state;
+  state.step = read_int(path, saved, "step");
+  c10::IValue lrs;
+  const bool found = saved.try_read("base_lrs", lrs) && lrs.isTensor() &&
+                     lrs.toTensor().dim() == 1 && lrs.toTensor().scalar_type() == torch::kFloat64;
+  if (!found) throw_malformed(path, "its lr_scheduler has no base_lrs");
+  const torch::Tensor base_lrs = lrs.toTensor().contiguous();
+  state.base_lrs.assign(base_lrs.data_ptr<double>(),
+                        base_lrs.data_ptr<double>() + base_lrs.numel());
+  check_lr_scheduler_state(path, state, scheduler);
   return state;
 }
 
@@ -284,6 +315,26 @@ std::string passed_over_because(const std::string& path, const std::string& save
                 ", COHORT_JOB_ID). A job resumes only the checkpoints it wrote itself, after a "
                 "restart; to go on from another job's, load it with LoadOptions::any_job = true "
                 "(docs/checkpoints.md). The next save replaces it");
+}
+
+void check_lr_scheduler_state(const std::string& path, const optim::LrSchedulerState& saved,
+                              const optim::WarmupDecayLR& scheduler) {
+  if (!saved.valid()) {
+    throw_malformed(path, concat("its lr_scheduler holds step ", saved.step,
+                                 " and a base LR that is negative or not finite"));
+  }
+  if (saved.base_lrs.size() != scheduler.base_lrs().size()) {
+    throw_mismatch(path, concat("its lr_scheduler has ", saved.base_lrs.size(),
+                                " base LRs but the scheduler's optimizer has ",
+                                scheduler.base_lrs().size(), " param groups"));
+  }
+}
+
+optim::LrSchedulerState lr_scheduler_fallback(const std::string& path, int64_t saved_step,
+                                              const optim::WarmupDecayLR& scheduler) {
+  optim::LrSchedulerState state{saved_step, scheduler.base_lrs()};
+  check_lr_scheduler_state(path, state, scheduler);
+  return state;
 }
 
 SamplerRecord sampler_record(const DistributedSampler& sampler) {
@@ -417,6 +468,7 @@ std::string encode_training_state(const std::string& path, const TrainingState& 
     }
     if (state.sampler != nullptr) write_sampler(archive, *state.sampler);
     if (state.grad_scaler != nullptr) write_grad_scaler(archive, *state.grad_scaler);
+    if (state.lr_scheduler != nullptr) write_lr_scheduler(archive, *state.lr_scheduler);
     for (size_t r = 0; r < rng_states.size(); ++r) {
       archive.write(rng_key(static_cast<int64_t>(r)), rng_states[r], /*is_buffer=*/true);
     }
@@ -443,6 +495,10 @@ bool decode_training_state(const std::string& path, const std::string& payload, 
   if (state.sampler != nullptr) place = read_sampler(path, archive, *state.sampler);
   amp::GradScalerState scaler;
   if (state.grad_scaler != nullptr) scaler = read_grad_scaler(path, archive);
+  optim::LrSchedulerState schedule;
+  if (state.lr_scheduler != nullptr) {
+    schedule = read_lr_scheduler(path, archive, step, *state.lr_scheduler);
+  }
   torch::Tensor rng;
   if (state.rng) rng = read_rng(path, archive, rank % saved_world);
 
@@ -450,6 +506,8 @@ bool decode_training_state(const std::string& path, const std::string& payload, 
   if (state.optimizer != nullptr) load_optimizer(path, optimizer, *state.optimizer);
   if (state.sampler != nullptr) restore_sampler(*state.sampler, place);
   if (state.grad_scaler != nullptr) state.grad_scaler->load_state(scaler);
+  // After the optimizer, whose load restores the saved LRs: the scheduler sets them again.
+  if (state.lr_scheduler != nullptr) state.lr_scheduler->load_state(schedule);
   if (state.rng) set_cpu_generator_state(path, rng);
   state.step = step;
   state.epoch = epoch;

@@ -6,6 +6,7 @@
 //   model                        nested: torch::nn::Module::save
 //   optimizer                    nested: torch::optim::Optimizer::save (when one was given)
 //   sampler                      nested: dataset_size, epoch, consumed (when one was given)
+//   lr_scheduler                 nested: step, base_lrs (float64) (when one was given)
 //   rng/<r>                      uint8: rank r's default CPU generator state (when rng)
 #pragma once
 
@@ -107,6 +108,15 @@ struct SamplerPlace {
 SamplerPlace sampler_place(const std::string& path, const SamplerRecord& saved,
                            const DistributedSampler& sampler);
 void restore_sampler(DistributedSampler& sampler, const SamplerPlace& place);
+
+// Throws CheckpointError naming `path` when `saved` is invalid or has another number of param
+// groups than `scheduler`'s optimizer.
+void check_lr_scheduler_state(const std::string& path, const optim::LrSchedulerState& saved,
+                              const optim::WarmupDecayLR& scheduler);
+// What a scheduler resumes from a checkpoint that has no scheduler state (Note [Checkpoints
+// without a scheduler] in checkpoint_state.cc): the file's step, the scheduler's base LRs.
+optim::LrSchedulerState lr_scheduler_fallback(const std::string& path, int64_t saved_step,
+                                              const optim::WarmupDecayLR& scheduler);
 
 // `saved` as a generator state this libtorch takes; throws CheckpointError naming `path`.
 torch::Tensor check_generator_state(const std::string& path, const torch::Tensor& saved);

@@ -89,6 +89,14 @@ TEST(CharLmExample, LearnsAtTwoRanksAndReportsValidationLossAndMemory) {
   EXPECT_FALSE(steps.back()["bucket_latency_ms"].empty()) << "2 ranks reduce gradients";
   const auto [first, last] = first_and_last_loss(steps);
   EXPECT_LT(last, first - 0.3) << "the training loss must fall: " << first << " -> " << last;
+  // The library's schedule (cohort/torch/optim/lr_schedule.h): warm-up over 4 steps, then a
+  // cosine to --min-lr-ratio 0.1 of --lr at the last step.
+  for (int s = 0; s < kSteps; ++s) {
+    const double done = double(s - 4) / double(kSteps - 4);
+    const double lr =
+        s < 4 ? 3e-3 * (s + 1) / 4.0 : 3e-3 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * done)));
+    EXPECT_NEAR(steps[size_t(s)]["lr"].get<double>(), lr, 1e-15) << "step " << s + 1;
+  }
 }
 
 // `strategy` at 2 ranks learns as DDP does and saves a sharded checkpoint (a directory: a

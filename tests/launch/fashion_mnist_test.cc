@@ -199,6 +199,40 @@ testing::ShellResult resume_to_step_16(const std::string& dir, const std::string
                             {"OMP_NUM_THREADS=1"}, kDeadline);
 }
 
+// The library's scheduler is in the checkpoint (TrainingState::lr_scheduler): a run stopped at
+// step 8 of a 12-step warm-up and resumed runs steps 9 to 16 at the uninterrupted run's LRs
+// (a scheduler that started over would warm up again from lr / 12). Under AdamW, whose moments
+// the checkpoint keeps as well (--optimizer).
+TEST(FashionMnistExampleRestart, AResumedRunKeepsTheLearningRatesOfTheUninterruptedRun) {
+  const std::string dir = testing::fresh_temp_dir("fmnist_lr");
+  const std::string schedule = "--batch-size 128 --warmup-steps 12 --optimizer adamw --metrics ";
+  const testing::ShellResult whole =
+      finished_job(dir + "/whole", 16, schedule + dir + "/whole.jsonl");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const testing::ShellResult first = finished_job(dir + "/ck", 8, schedule + dir + "/first.jsonl");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const testing::ShellResult resumed =
+      finished_job(dir + "/ck", 16, "--resume " + schedule + dir + "/resumed.jsonl");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+
+  const std::vector<json> want = read_lines(dir + "/whole.jsonl");
+  const std::vector<json> before = read_lines(dir + "/first.jsonl");
+  const std::vector<json> after = read_lines(dir + "/resumed.jsonl");
+  ASSERT_EQ(want.size(), 16u);
+  ASSERT_EQ(before.size(), 8u);
+  ASSERT_EQ(after.size(), 8u);
+  // lr = 0.01 * 128 / 64 * (s + 1) / 12 up to step 12, then 0.02.
+  for (size_t s = 0; s < 16; ++s) {
+    const double closed_form = 0.02 * double(std::min<size_t>(s + 1, 12)) / 12.0;
+    EXPECT_NEAR(want[s]["lr"].get<double>(), closed_form, 1e-15) << "step " << s + 1;
+  }
+  for (size_t s = 0; s < 8; ++s) {
+    EXPECT_EQ(before[s]["lr"].get<double>(), want[s]["lr"].get<double>()) << "step " << s + 1;
+    EXPECT_EQ(after[s]["step"].get<int>(), int(s) + 9);
+    EXPECT_EQ(after[s]["lr"].get<double>(), want[s + 8]["lr"].get<double>()) << "step " << s + 9;
+  }
+}
+
 // Under FULL_SHARD (its units: the layers of at least 500,000 parameters) the example trains,
 // evaluates with the whole model gathered, shows the units gathered at once in its memory
 // lines and leaves a sharded checkpoint, which ZeRO-1 resumes.

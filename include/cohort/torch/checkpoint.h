@@ -34,6 +34,7 @@
 #include "cohort/comm/group.h"
 #include "cohort/torch/amp/grad_scaler.h"
 #include "cohort/torch/distributed_sampler.h"
+#include "cohort/torch/optim/lr_schedule.h"
 
 namespace cohort {
 
@@ -55,6 +56,12 @@ struct TrainingState {
   // Optional: the loss scale and its growth count (amp/grad_scaler.h), so that a resumed
   // float16 run goes on with the scale it had reached.
   amp::GradScaler* grad_scaler = nullptr;
+  // Optional: the learning-rate scheduler's step count and base LRs (optim/lr_schedule.h), so
+  // that a resumed run goes on with the LR the uninterrupted run would have used. A checkpoint
+  // written without them (by an earlier cohort) still loads: the scheduler then goes on at the
+  // file's `step` (the caller's counter, which a loop that steps both together keeps equal to
+  // the scheduler's count) with the base LRs it was made with.
+  optim::WarmupDecayLR* lr_scheduler = nullptr;
 };
 
 // Which checkpoint a load resumes.

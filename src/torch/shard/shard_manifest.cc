@@ -148,6 +148,16 @@ Manifest manifest_from(const json& j) {
     }
     m.grad_scaler = scaler;
   }
+  if (j.contains("lr_scheduler")) {
+    optim::LrSchedulerState schedule;
+    schedule.step = j.at("lr_scheduler").at("step").get<int64_t>();
+    schedule.base_lrs = j.at("lr_scheduler").at("base_lrs").get<std::vector<double>>();
+    if (!schedule.valid()) {
+      throw Invalid{concat("its lr_scheduler holds step ", schedule.step,
+                           " and a base LR that is negative or not finite")};
+    }
+    m.lr_scheduler = schedule;
+  }
   if (j.contains("optimizer")) m.optimizer = optimizer_from(j.at("optimizer"));
   std::set<std::string> names;
   for (const json& t : j.at("tensors")) {
@@ -236,6 +246,9 @@ std::string manifest_text(const Manifest& m) {
   if (m.grad_scaler) {
     j["grad_scaler"] = {{"scale", m.grad_scaler->scale},
                         {"growth_tracker", m.grad_scaler->growth_tracker}};
+  }
+  if (m.lr_scheduler) {
+    j["lr_scheduler"] = {{"step", m.lr_scheduler->step}, {"base_lrs", m.lr_scheduler->base_lrs}};
   }
   if (m.optimizer) j["optimizer"] = optimizer_json(*m.optimizer);
   j["tensors"] = json::array();

@@ -59,6 +59,7 @@ struct Manifest {
   bool rng = false;  // each file holds its rank's generator state
   std::optional<SamplerRecord> sampler;
   std::optional<amp::GradScalerState> grad_scaler;
+  std::optional<optim::LrSchedulerState> lr_scheduler;
   std::optional<ManifestOptimizer> optimizer;
   std::vector<ManifestTensor> tensors;
   std::vector<ManifestFile> files;

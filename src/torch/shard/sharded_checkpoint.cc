@@ -119,6 +119,7 @@ Manifest build_manifest(const RankHoldings& holdings, const TrainingState& state
   m.rng = state.rng;
   if (state.sampler != nullptr) m.sampler = detail::sampler_record(*state.sampler);
   if (state.grad_scaler != nullptr) m.grad_scaler = state.grad_scaler->state();
+  if (state.lr_scheduler != nullptr) m.lr_scheduler = state.lr_scheduler->state();
   if (state.optimizer != nullptr) m.optimizer = optimizer_entry(*state.optimizer, *codec, holdings);
   m.tensors = detail::tensor_table(holdings, table, world_size);
   const size_t row = table.size() / static_cast<size_t>(world_size);
@@ -246,6 +247,7 @@ struct LoadPlan {
   detail::TensorMatch match;
   std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> options;  // per param group
   std::optional<detail::SamplerPlace> sampler;
+  std::optional<optim::LrSchedulerState> lr_scheduler;
   std::unique_ptr<detail::PieceCollector> pieces;
 };
 
@@ -310,6 +312,14 @@ LoadPlan plan_load(const std::string& directory, const Manifest& m, const RankHo
   }
   if (state.grad_scaler != nullptr && !m.grad_scaler) {
     detail::throw_missing_section(directory, "grad_scaler");
+  }
+  if (state.lr_scheduler != nullptr) {  // Note [Checkpoints without a scheduler]
+    if (m.lr_scheduler) {
+      detail::check_lr_scheduler_state(directory, *m.lr_scheduler, *state.lr_scheduler);
+      plan.lr_scheduler = m.lr_scheduler;
+    } else {
+      plan.lr_scheduler = detail::lr_scheduler_fallback(directory, m.step, *state.lr_scheduler);
+    }
   }
   if (state.rng && !m.rng) {
     throw CheckpointError(concat("checkpoint '", directory,
@@ -535,6 +545,8 @@ void restore_local(const std::string& directory, const RankHoldings& holdings, T
   if (state.optimizer != nullptr) restore_optimizer(*state.optimizer, *codec, holdings, plan);
   if (state.sampler != nullptr) detail::restore_sampler(*state.sampler, *plan.sampler);
   if (state.grad_scaler != nullptr) state.grad_scaler->load_state(*m.grad_scaler);
+  // After the optimizer, whose options hold the saved LRs: the scheduler sets them again.
+  if (state.lr_scheduler != nullptr) state.lr_scheduler->load_state(*plan.lr_scheduler);
   if (state.rng) detail::set_cpu_generator_state(directory, plan.pieces->rng());
   state.step = m.step;
   state.epoch = m.epoch;
