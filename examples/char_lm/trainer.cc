@@ -70,7 +70,7 @@ class Trainer {
   int64_t per_rank_batch_;
   Gpt model_{nullptr};
   std::unique_ptr<cohort_examples::Strategy> strategy_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;  // AdamW or Lamb (--optimizer)
   std::unique_ptr<cohort::DistributedSampler> sampler_;
   std::unique_ptr<cohort::optim::WarmupDecayLR> scheduler_;  // after the sampler: needs its size
   Loader loader_;

@@ -10,13 +10,20 @@
 #include <string>
 #include <vector>
 
+#include "cohort/torch/optim/trust_ratio.h"
+
 namespace cohort_examples {
 
 // What every maker may use; each takes what applies to it.
 struct OptimizerSettings {
   double lr = 0.01;
   double momentum = 0.9;      // sgd: momentum; adamw: beta1 stays torch's 0.9
-  double weight_decay = 0.0;  // sgd: L2 added to the gradient; adamw: decoupled decay
+  double weight_decay = 0.0;  // sgd: L2 added to the gradient; adamw, lamb: decoupled decay
+  // lars, lamb: the model, whose own parameters decide which tensors are excluded from the
+  // trust ratio and weight decay (biases and normalization weights: one dimension), and the
+  // strategy's reduction of the trust ratio's norms across shards (Strategy::norm_reduction).
+  const torch::nn::Module* module = nullptr;
+  cohort::optim::NormReduction norm_reduction;
 };
 
 // The tensors to step, under the names of the model's parameters they stand for

@@ -154,6 +154,10 @@ class ShardedStrategy : public Strategy {
     return wrapper_.named_parameters();
   }
 
+  cohort::optim::NormReduction norm_reduction() override {
+    return cohort::optim::shard_norm_reduction(wrapper_);
+  }
+
   // The norm of the whole gradient, from every rank's shards (one small allreduce, which also
   // tells every rank whether some rank's shards overflowed).
   double clip_gradients(torch::optim::Optimizer& optimizer, double max_norm,

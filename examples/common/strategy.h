@@ -15,6 +15,7 @@
 #include "cohort/torch/amp/grad_scaler.h"
 #include "cohort/torch/checkpoint.h"
 #include "cohort/torch/distributed_sampler.h"
+#include "cohort/torch/optim/trust_ratio.h"
 #include "memory.h"
 
 namespace cohort_examples {
@@ -53,6 +54,9 @@ class Strategy {
   // stand for (DDP: the parameters themselves, or their float32 masters under --master-weights;
   // ZeRO and FSDP: this rank's 1-D shards of them).
   virtual torch::OrderedDict<std::string, torch::Tensor> optimizer_parameters() const = 0;
+  // What LARS and LAMB need to sum their per-tensor norms over the shards of a tensor (ZeRO,
+  // FSDP: cohort::optim::shard_norm_reduction); none where the tensors are whole (DDP).
+  virtual cohort::optim::NormReduction norm_reduction() { return {}; }
   // Before forward: clears the gradients (the model's too, where the optimizer holds masters).
   virtual void zero_grad(torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }
   // After backward: unscales the gradients (when `scaler` is enabled: --precision fp16), then

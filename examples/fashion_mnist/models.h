@@ -42,6 +42,26 @@ struct ConvNet : FmnistModel {
   torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
 };
 
+// ConvNet with a BatchNorm after each convolution: the model of the large-batch experiments
+// and of --sync-bn (docs/large_batch.md). Its layers are held by a Sequential, through which
+// cohort::nn::convert_sync_batchnorm can replace the BatchNorms (a member holder would keep
+// calling the old layer). 1,200,074 parameters.
+struct ConvBnNet : FmnistModel {
+  ConvBnNet() {
+    using namespace torch::nn;
+    layers_ = register_module(
+        "layers", Sequential(Conv2d(Conv2dOptions(1, 32, 3)), BatchNorm2d(32), ReLU(),
+                             Conv2d(Conv2dOptions(32, 64, 3)), BatchNorm2d(64), ReLU(),
+                             MaxPool2d(2), Dropout(0.25), Flatten(), Linear(9216, 128), ReLU(),
+                             Dropout(0.5), Linear(128, 10)));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    return torch::log_softmax(layers_->forward(x), 1);
+  }
+
+  torch::nn::Sequential layers_{nullptr};
+};
+
 // fmnist.MLP, 784-1024-1024-10: 1,863,690 parameters.
 struct Mlp : FmnistModel {
   Mlp() {
@@ -59,9 +79,10 @@ struct Mlp : FmnistModel {
   torch::nn::Linear fc1_{nullptr}, fc2_{nullptr}, fc3_{nullptr};
 };
 
-// "cnn" or "mlp" (the names ddp_train.py takes); nullptr for anything else.
+// "cnn" or "mlp" (the names ddp_train.py takes), or "cnn_bn"; nullptr for anything else.
 inline std::shared_ptr<FmnistModel> make_fmnist_model(const std::string& name) {
   if (name == "cnn") return std::make_shared<ConvNet>();
+  if (name == "cnn_bn") return std::make_shared<ConvBnNet>();
   if (name == "mlp") return std::make_shared<Mlp>();
   return nullptr;
 }

@@ -16,6 +16,7 @@ int64_t TrainOptions::warmup() const {
 }
 
 double TrainOptions::scaled_lr() const {
+  if (lr_scaling == "none") return base_lr;
   return cohort::optim::linear_scaled_lr(base_lr, kReferenceBatch, batch_size);
 }
 
@@ -35,8 +36,11 @@ cohort::optim::LrScheduleOptions TrainOptions::lr_schedule_options(int64_t plann
 void add_train_options(CLI::App& app, TrainOptions& o) {
   o.data_dir = kDefaultDataDir;
   app.add_option("--data", o.data_dir, "Directory of the four Fashion-MNIST .gz files");
-  app.add_option("--model", o.model, "cnn (two conv layers) or mlp")
-      ->check(CLI::IsMember({"cnn", "mlp"}));
+  app.add_option("--model", o.model,
+                 "cnn (two conv layers), cnn_bn (the same with BatchNorm after each) or mlp")
+      ->check(CLI::IsMember({"cnn", "cnn_bn", "mlp"}));
+  app.add_flag("--sync-bn", o.sync_bn,
+               "BatchNorm over the global batch: cohort::nn::SyncBatchNorm (needs --model cnn_bn)");
   app.add_option("--strategy", o.strategy, cohort_examples::strategy_help())
       ->check(CLI::IsMember(cohort_examples::kStrategyNames))
       ->capture_default_str();
@@ -46,6 +50,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", o.base_lr, "Learning rate at batch 64 (scaled with the global batch)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--lr-scaling", o.lr_scaling,
+                 "linear: --lr scaled from batch 64 to --batch-size; none: --lr as it is")
+      ->check(CLI::IsMember({"linear", "none"}))
+      ->capture_default_str();
   app.add_option("--optimizer", o.optimizer, cohort_examples::optimizer_help())
       ->check(CLI::IsMember(cohort_examples::optimizer_names()))
       ->capture_default_str();

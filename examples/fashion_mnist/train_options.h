@@ -13,8 +13,11 @@ namespace fashion_mnist {
 inline const std::vector<std::string> kLrScheduleNames = {"constant", "cosine", "poly"};
 
 struct TrainOptions {
-  std::string data_dir;  // default: kDefaultDataDir
-  std::string model = "cnn";
+  std::string data_dir;       // default: kDefaultDataDir
+  std::string model = "cnn";  // cnn, cnn_bn (with BatchNorm) or mlp (models.h)
+  // cnn_bn's BatchNorms replaced by cohort::nn::SyncBatchNorm over the job's group
+  // (docs/large_batch.md): statistics of the global batch instead of each rank's slice.
+  bool sync_bn = false;
   std::string strategy = "ddp";    // cohort_examples::kStrategyNames
   std::string precision = "fp32";  // cohort_examples::kPrecisionNames (docs/amp.md)
   bool master_weights = false;     // the model in 16-bit, float32 masters (docs/amp.md)
@@ -27,6 +30,8 @@ struct TrainOptions {
   // rule).
   double base_lr = 0.01;
   static constexpr int64_t kReferenceBatch = 64;
+  // "linear": base_lr scaled from kReferenceBatch to batch_size; "none": base_lr as it is.
+  std::string lr_scaling = "linear";
   std::string optimizer = "sgd";  // cohort_examples::optimizer_names()
   double momentum = 0.9;
   double weight_decay = 0.0;

@@ -7,8 +7,10 @@
 
 #include "checkpointing.h"
 #include "cohort/comm/timeline.h"
+#include "cohort/core/error.h"
 #include "cohort/torch/checkpoint.h"
 #include "cohort/torch/distributed_sampler.h"
+#include "cohort/torch/nn/sync_batch_norm.h"
 #include "cohort/torch/optim/lr_schedule.h"
 #include "dataset.h"
 #include "models.h"
@@ -51,6 +53,7 @@ class Trainer {
 
   std::vector<StepRecord> train_epoch();
   StepRecord train_step(torch::data::Example<>& batch, double data_ms);
+  void convert_batch_norms();
   Evaluation evaluate();
   void report_epoch(const std::vector<StepRecord>& steps, const std::optional<Evaluation>& eval);
   int64_t planned_steps() const;
@@ -99,6 +102,7 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   FashionMnist train_set(load_split(options_.data_dir, Split::kTrain));
   torch::manual_seed(options_.seed);  // the same initial weights everywhere (DDP checks)
   model_ = make_fmnist_model(options_.model);
+  if (options_.sync_bn) convert_batch_norms();
   cohort_examples::StrategyOptions wrapping = strategy_options(options_, timeline_);
   wrapping.master_weights = precision_.master_weights();
   strategy_ = cohort_examples::make_strategy(options_.strategy, model_, group_, wrapping);
@@ -107,6 +111,8 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   settings.lr = options_.scaled_lr();  // the scheduler's base LR
   settings.momentum = options_.momentum;
   settings.weight_decay = options_.weight_decay;
+  settings.module = model_.get();
+  settings.norm_reduction = strategy_->norm_reduction();
   optimizer_ = cohort_examples::make_optimizer(options_.optimizer,
                                                strategy_->optimizer_parameters(), settings);
   cohort::DistributedSamplerOptions sampling;
@@ -134,6 +140,18 @@ int64_t Trainer::planned_steps() const {
       static_cast<int64_t>(sampler_->num_samples()) / per_rank_batch(options_, *group_);
   const int64_t all = options_.epochs * per_epoch;
   return options_.max_steps > 0 ? std::min(all, options_.max_steps) : all;
+}
+
+// --sync-bn: before the strategy wraps the model and the optimizer is built over it.
+void Trainer::convert_batch_norms() {
+  cohort::nn::convert_sync_batchnorm(model_, group_);
+  int converted = 0;
+  for (const auto& module : model_->modules())
+    converted += std::dynamic_pointer_cast<cohort::nn::SyncBatchNormImpl>(module) != nullptr;
+  if (converted == 0) {
+    throw cohort::InvalidArgument("--sync-bn: the model '" + options_.model +
+                                  "' has no BatchNorm to synchronize; use --model cnn_bn");
+  }
 }
 
 TrainResult Trainer::run() {

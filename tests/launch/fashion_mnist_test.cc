@@ -265,6 +265,36 @@ TEST(FashionMnistExamplePrecision, Bf16TrainsAndFloat32ResumesItsCheckpoint) {
   EXPECT_NE(resumed.output.find("on 2 rank(s), 16 steps"), std::string::npos) << resumed.output;
 }
 
+// docs/large_batch.md: SyncBatchNorm with LARS trains, and its checkpoint (BatchNorm's names)
+// resumes with plain BatchNorm; LAMB trains over ZeRO-2 shards (the example hands it the
+// strategy's reduction of the trust ratio's norms).
+TEST(FashionMnistExampleLargeBatch, SyncBnWithLarsTrainsAndResumesWithPlainBatchNorm) {
+  const ExampleRun run = run_example(2, "--model cnn_bn --sync-bn --optimizer lars --lr 1.0");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find("test accuracy"), std::string::npos) << run.result.output;
+  expect_metrics_consistent(read_lines(run.dir + "/steps.jsonl"), 2);
+  const testing::ShellResult resumed =
+      resume_to_step_16(run.dir, "--model cnn_bn --optimizer lars --lr 1.0");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + run.dir + "/ck at epoch 1, step 12"),
+            std::string::npos)
+      << resumed.output;
+}
+
+TEST(FashionMnistExampleLargeBatch, LambOverZero2Trains) {
+  const ExampleRun run = run_example(2,
+                                     "--model cnn_bn --sync-bn --optimizer lamb --lr 0.001 "
+                                     "--strategy zero2");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  expect_metrics_consistent(read_lines(run.dir + "/steps.jsonl"), 2);
+}
+
+TEST(FashionMnistExampleErrors, SyncBnWithoutBatchNormNamesTheModelToUse) {
+  const ExampleRun run = run_example(1, "--model cnn --sync-bn");
+  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find("use --model cnn_bn"), std::string::npos) << run.result.output;
+}
+
 TEST(FashionMnistExampleErrors, Fp16OnACpuNamesBf16) {
   const ExampleRun run = run_example(1, "--precision fp16");
   EXPECT_NE(run.result.exit_code, 0) << run.result.output;
