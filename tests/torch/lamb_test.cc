@@ -232,25 +232,12 @@ TEST_P(LambShardedParity, MatchesOneProcessWithTheNormReduction) {
 }
 
 TEST_P(LambShardedParity, RefusesToStepShardsWithoutTheReduction) {
-  auto c = lamb_case(GetParam(), 2);
-  c.reduce_norms = false;
-  const auto errors =
-      errors_of(2, [&](int rank, std::shared_ptr<Group> group) { train_rank(c, rank, group); });
-  for (const auto& message : errors) {
-    EXPECT_NE(message.find("only a shard of each; pass cohort::optim::shard_norm_reduction("),
-              std::string::npos)
-        << message;
-  }
+  expect_refused_without_reduction(lamb_case(GetParam(), 2));
 }
 
 INSTANTIATE_TEST_SUITE_P(Wrappers, LambShardedParity,
                          ::testing::Values(Wrap::kZero1, Wrap::kZero2, Wrap::kFullShard),
-                         [](const auto& param_info) {
-                           std::string name = wrap_name(param_info.param);
-                           name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
-                           name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
-                           return name;
-                         });
+                         [](const auto& info) { return wrap_test_name(info.param); });
 
 TEST(LambParity, HybridShardMatchesOneProcess) {
   auto c = lamb_case(Wrap::kHybridShard, 4);

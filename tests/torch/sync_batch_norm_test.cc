@@ -172,6 +172,10 @@ TEST(SyncBatchNormLayer, RunningStatisticsWithCumulativeAverage) {
   });
 }
 
+void with_one_rank(const std::function<void(std::shared_ptr<Group>)>& body) {
+  run_with_groups(1, [&](int, std::shared_ptr<Group> group) { body(std::move(group)); });
+}
+
 TEST(SyncBatchNormLayer, BadInputsAreNamed) {
   const auto errors = errors_of(2, [](int rank, std::shared_ptr<Group> group) {
     SyncBatchNorm layer(torch::nn::BatchNormOptions(3), group);
@@ -195,13 +199,15 @@ TEST(SyncBatchNormLayer, BadInputsAreNamed) {
   for (const std::string& error : errors)
     EXPECT_NE(error.find("more than 1 value per channel"), std::string::npos) << error;
   EXPECT_THROW(SyncBatchNorm(torch::nn::BatchNormOptions(3), nullptr), InvalidArgument);
+  with_one_rank([](std::shared_ptr<Group> group) {
+    EXPECT_THROW(SyncBatchNorm(torch::nn::BatchNormOptions(0), group), InvalidArgument);
+    EXPECT_THROW(cohort::nn::convert_sync_batchnorm(nullptr, group), InvalidArgument);
+    EXPECT_THROW(cohort::nn::convert_sync_batchnorm(torch::nn::BatchNorm1d(2).ptr(), nullptr),
+                 InvalidArgument);
+  });
 }
 
 // ---- convert_sync_batchnorm
-
-void with_one_rank(const std::function<void(std::shared_ptr<Group>)>& body) {
-  run_with_groups(1, [&](int, std::shared_ptr<Group> group) { body(std::move(group)); });
-}
 
 std::vector<std::string> state_names(const torch::nn::Module& module) {
   std::vector<std::string> names;

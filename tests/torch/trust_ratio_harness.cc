@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "cohort/core/check.h"
@@ -146,6 +147,24 @@ std::vector<torch::Tensor> train_rank(const TrainCase& c, int rank, std::shared_
     result = copies(*model);
   }
   return result;
+}
+
+std::string wrap_test_name(Wrap wrap) {
+  std::string name = wrap_name(wrap);
+  name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
+  name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
+  return name;
+}
+
+void expect_refused_without_reduction(TrainCase c) {
+  c.reduce_norms = false;
+  const auto errors = errors_of(
+      c.world, [&](int rank, std::shared_ptr<Group> group) { train_rank(c, rank, group); });
+  for (const auto& message : errors) {
+    EXPECT_NE(message.find("only a shard of each; pass cohort::optim::shard_norm_reduction("),
+              std::string::npos)
+        << message;
+  }
 }
 
 std::vector<torch::Tensor> train_case(const TrainCase& c) {

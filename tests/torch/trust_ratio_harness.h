@@ -17,6 +17,8 @@ namespace cohort::testing {
 
 enum class Wrap { kOneProcess, kDdp, kZero1, kZero2, kFullShard, kHybridShard };
 const char* wrap_name(Wrap wrap);
+// wrap_name without '-' and '_', as gtest wants a parameter's name.
+std::string wrap_test_name(Wrap wrap);
 
 // Builds the optimizer over `named` (the tensors it steps, by parameter name: the module's
 // parameters, or the wrapper's shards) of `module`, with `reduction`.
@@ -56,6 +58,10 @@ std::vector<torch::Tensor> train_rank(const TrainCase& c, int rank, std::shared_
 // Trains the case and returns rank 0's parameters (whole) after the last step. Every rank's
 // must equal rank 0's (checked).
 std::vector<torch::Tensor> train_case(const TrainCase& c);
+
+// Trains `c` (at world size 2) without the norm reduction: every rank must be refused, the error
+// naming shard_norm_reduction.
+void expect_refused_without_reduction(TrainCase c);
 
 // |got - want| <= atol + rtol * |want| elementwise, naming the tensor and the largest gap.
 void expect_close(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want,

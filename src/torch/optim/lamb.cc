@@ -110,12 +110,8 @@ Lamb::Lamb(std::vector<torch::optim::OptimizerParamGroup> param_groups, LambOpti
 }
 
 torch::Tensor Lamb::step(LossClosure closure) {
+  const torch::Tensor loss = evaluate(closure);
   torch::NoGradGuard no_grad;
-  torch::Tensor loss;
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
   check_groups(*this);  // a schedule or the caller may have changed them since
   // The directions first (they need the moments), then, Note [One allreduce per step]
   // (trust_ratio.cc), ||w||^2 of every adapted tensor followed by ||u||^2 of each.

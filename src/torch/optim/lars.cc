@@ -88,12 +88,8 @@ Lars::Lars(std::vector<torch::optim::OptimizerParamGroup> param_groups, LarsOpti
 }
 
 torch::Tensor Lars::step(LossClosure closure) {
+  const torch::Tensor loss = evaluate(closure);
   torch::NoGradGuard no_grad;
-  torch::Tensor loss;
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
   check_groups(*this);  // a schedule or the caller may have changed them since
   // Note [One allreduce per step] (trust_ratio.cc): ||w||^2 of every adapted tensor, then
   // ||g||^2 of each.

@@ -54,6 +54,12 @@ NormReduction sum_over(Group& group) {
 
 }  // namespace
 
+torch::Tensor TrustRatioOptimizer::evaluate(const LossClosure& closure) {
+  if (closure == nullptr) return {};
+  at::AutoGradMode enable_grad(true);
+  return closure();
+}
+
 torch::Tensor TrustRatioOptimizer::reduce_norms(
     const std::vector<torch::Tensor>& squared_norms) const {
   // Note [One allreduce per step]

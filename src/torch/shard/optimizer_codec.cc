@@ -2,12 +2,11 @@
 
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <tuple>
-#include <type_traits>
 
 #include "cohort/torch/optim/lamb.h"
 #include "cohort/torch/optim/lars.h"
+#include "optim/trust_ratio.h"
 
 namespace cohort::detail {
 namespace {
@@ -280,17 +279,6 @@ const std::vector<const OptimizerCodec*>& codecs() {
   return all;
 }
 
-template <typename Key>
-Key state_key(const torch::Tensor& tensor) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream key;  // as c10::guts::to_string writes the pointer
-    key << tensor.unsafeGetTensorImpl();
-    return key.str();
-  } else {
-    return tensor.unsafeGetTensorImpl();
-  }
-}
-
 }  // namespace
 
 const OptimizerCodec* codec_of(const torch::optim::Optimizer& optimizer) {
@@ -315,7 +303,7 @@ const OptimizerParamState* state_of(const torch::optim::Optimizer& optimizer,
                                     const torch::Tensor& tensor) {
   const auto& state = optimizer.state();
   using Key = typename std::decay_t<decltype(state)>::key_type;
-  const auto it = state.find(state_key<Key>(tensor));
+  const auto it = state.find(optim::detail::state_key<Key>(tensor));
   return it == state.end() ? nullptr : it->second.get();
 }
 
@@ -324,9 +312,9 @@ void set_state_of(torch::optim::Optimizer& optimizer, const torch::Tensor& tenso
   auto& state = optimizer.state();
   using Key = typename std::decay_t<decltype(state)>::key_type;
   if (value) {
-    state[state_key<Key>(tensor)] = std::move(value);
+    state[optim::detail::state_key<Key>(tensor)] = std::move(value);
   } else {
-    state.erase(state_key<Key>(tensor));
+    state.erase(optim::detail::state_key<Key>(tensor));
   }
 }
 

@@ -47,6 +47,9 @@ class TrustRatioOptimizer : public torch::optim::Optimizer {
                       std::unique_ptr<torch::optim::OptimizerOptions> defaults,
                       NormReduction reduction)
       : Optimizer(std::move(param_groups), std::move(defaults)), reduction_(std::move(reduction)) {}
+  // The closure's loss, evaluated with gradients on (as torch's optimizers do); undefined
+  // without a closure.
+  static torch::Tensor evaluate(const LossClosure& closure);
   // `squared_norms` (any device) summed by the reduction, on the CPU in float64.
   torch::Tensor reduce_norms(const std::vector<torch::Tensor>& squared_norms) const;
 
