@@ -9,17 +9,6 @@
 
 namespace cohort {
 
-namespace {
-constexpr Milliseconds kProgressPeriod{100};
-// A timeout waits this long before reading the other ranks' progress, so that their last
-// report (at most kProgressPeriod old) has landed in the store.
-constexpr Milliseconds kProgressSettle{300};
-
-std::string progress_key(int rank) {
-  return "progress/" + std::to_string(rank);
-}
-}  // namespace
-
 std::string Signature::describe() const {
   std::string text = describe_call(stamp());
   if (peer >= 0) text.insert(text.size() - 1, ", peer=" + std::to_string(peer));
@@ -42,8 +31,10 @@ Group::Impl::Impl(std::unique_ptr<Transport> transport, std::shared_ptr<Store> s
       store_(std::move(store)),
       options_(std::move(options)),
       topology_(Topology::one_rank_per_node(transport_->rank(), transport_->size())) {
-  // Without a store (the MPI backend) there is nowhere to publish progress.
-  if (store_) progress_thread_ = std::thread([this] { progress_loop(); });
+  // Without a store (the MPI backend) there is nowhere to report stalls.
+  if (store_) {
+    stalls_ = std::make_unique<StallReporter>(store_, rank(), size(), options_.timeout);
+  }
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -54,12 +45,6 @@ Group::Impl::~Impl() {
   }
   queue_cv_.notify_all();
   if (worker_.joinable()) worker_.join();  // queued operations finish by their deadlines
-  {
-    std::lock_guard<std::mutex> lock(progress_mutex_);
-    progress_stop_ = true;
-  }
-  progress_cv_.notify_all();
-  if (progress_thread_.joinable()) progress_thread_.join();
 }
 
 Milliseconds Group::Impl::timeout_for(const CollectiveOptions& opts) const {
@@ -207,7 +192,7 @@ std::exception_ptr Group::Impl::run(Operation& op) noexcept {
     try {
       const Deadline deadline = Deadline::after(op.timeout);
       if (op.collective) {
-        started_.store(static_cast<int64_t>(op.sequence), std::memory_order_relaxed);
+        if (stalls_) stalls_->started(op.sequence);
         if (options_.debug_checks) check_signatures(op, deadline);
         const CallStamp stamp = options_.check_calls ? op.signature.stamp() : CallStamp{};
         if (stamp.stamped() && checks_calls_through_engine()) {
@@ -216,6 +201,7 @@ std::exception_ptr Group::Impl::run(Operation& op) noexcept {
         algo::Context ctx(*transport_, op.sequence, deadline, scratch_, shm_.get(), &topology_,
                           stamp);
         op.body(ctx);
+        if (stalls_) stalls_->finished(op.sequence);
       } else {
         algo::Context ctx(*transport_, op.channel, deadline, scratch_);
         op.body(ctx);
@@ -247,7 +233,11 @@ std::exception_ptr Group::Impl::explain_failure(const Operation& op, std::except
     if (WireError::is_relayed(e.what())) return error;
     std::string text = op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
                        " ms on rank " + std::to_string(rank()) + " (" + e.what() + ")";
-    if (op.collective) text += "; " + ranks_behind(op.sequence);
+    if (op.collective) {
+      text += "; " + (stalls_ ? stalls_->ranks_behind(op.sequence)
+                              : "this group has no store to tell which ranks joined it (MPI "
+                                "backend)");
+    }
     return std::make_exception_ptr(TimeoutError(text));
   } catch (const PeerError& e) {
     if (WireError::is_relayed(e.what())) return error;
@@ -256,53 +246,6 @@ std::exception_ptr Group::Impl::explain_failure(const Operation& op, std::except
                   op.describe() + " failed on rank " + std::to_string(rank()) + ": " + e.what()));
   } catch (...) {
     return error;
-  }
-}
-
-std::string Group::Impl::ranks_behind(uint64_t sequence) {
-  if (!store_) return "this group has no store to tell which ranks joined it (MPI backend)";
-  std::this_thread::sleep_for(kProgressSettle);
-  std::vector<std::string> missing;
-  try {
-    for (int r = 0; r < size(); ++r) {
-      if (r == rank()) continue;
-      int64_t started = -1;
-      try {
-        started = std::stoll(to_string(store_->get(progress_key(r), Milliseconds(50))));
-      } catch (const TimeoutError&) {
-        // never reported: it has not started any collective
-      }
-      if (started < static_cast<int64_t>(sequence)) {
-        missing.push_back(std::to_string(r) + " (last started #" +
-                          (started < 0 ? std::string("none") : std::to_string(started)) + ")");
-      }
-    }
-  } catch (const std::exception& e) {
-    return std::string("could not ask the store which ranks joined: ") + e.what();
-  }
-  if (missing.empty()) {
-    return "every rank started it; a peer is stuck or slow inside it";
-  }
-  std::string list;
-  for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
-  return "ranks that never joined it: " + list;
-}
-
-void Group::Impl::progress_loop() {
-  int64_t published = -1;
-  std::unique_lock<std::mutex> lock(progress_mutex_);
-  while (!progress_stop_) {
-    progress_cv_.wait_for(lock, kProgressPeriod, [&] { return progress_stop_; });
-    const int64_t started = started_.load(std::memory_order_relaxed);
-    if (started == published) continue;
-    lock.unlock();
-    try {
-      store_->set(progress_key(rank()), std::to_string(started));
-      published = started;
-    } catch (const std::exception& e) {
-      COHORT_LOG(kDebug, "rank ", rank(), ": could not publish progress: ", e.what());
-    }
-    lock.lock();
   }
 }
 

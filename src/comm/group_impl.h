@@ -1,6 +1,6 @@
 // The machinery behind cohort::Group: an ordered queue of operations run by one worker thread
 // (or inline by a blocking caller when nothing is queued), failure bookkeeping, and the
-// progress reports that let a timeout name the ranks that never joined.
+// stall reports that let a timeout name the ranks that never joined (Note [Stall reports]).
 #pragma once
 
 #include <atomic>
@@ -15,6 +15,7 @@
 #include "algorithm_choice.h"
 #include "algorithms/context.h"
 #include "cost_model.h"
+#include "group/stall_report.h"
 #include "topology.h"
 #include "transport/shm/shm_window.h"
 #include "cohort/comm/group.h"
@@ -103,7 +104,6 @@ class Group::Impl {
   void execute(Operation& op) noexcept;  // run, then complete op.work
   std::exception_ptr run(Operation& op) noexcept;
   std::exception_ptr explain_failure(const Operation& op, std::exception_ptr error);
-  std::string ranks_behind(uint64_t sequence);
   void check_signatures(const Operation& op, Deadline deadline);
   // Note [Call stamps]: an engine (MPI) matches messages itself, so the group compares the
   // ranks' calls through it before each collective. Not for engine_only() engines (NCCL: its
@@ -117,7 +117,6 @@ class Group::Impl {
   // Rank 0's `text` on every rank, through the store (under `key`) or else the engine.
   std::string share_from_rank0(const std::string& text, const std::string& key,
                                Deadline deadline);
-  void progress_loop();
   void agree_on_cost_model(Deadline deadline);
   void report_creation();  // at COHORT_LOG_LEVEL=info (group_report.h)
   void open_shared_memory(const std::vector<HostInfo>& hosts, Deadline deadline);
@@ -142,13 +141,8 @@ class Group::Impl {
   std::map<std::pair<int, uint64_t>, uint64_t> p2p_recv_index_;
   std::exception_ptr failure_;
 
-  // Progress: the highest collective sequence number this rank has started, published to the
-  // store by a background thread so that timeouts elsewhere can name the laggards.
-  std::atomic<int64_t> started_{-1};
-  std::mutex progress_mutex_;
-  std::condition_variable progress_cv_;
-  bool progress_stop_ = false;
-  std::thread progress_thread_;
+  // Null without a store (the MPI backend): then a timeout cannot name the ranks behind.
+  std::unique_ptr<StallReporter> stalls_;
   std::thread worker_;
 };
 

@@ -18,7 +18,7 @@ Ranks blamed(const std::string& line, int self = 3, int world = 8) {
 
 TEST(Blame, RanksThatNeverJoinedACollective) {
   EXPECT_EQ(blamed("  what():  barrier #2 timed out after 2000 ms on rank 3 (deadline passed); "
-                   "ranks that never joined it: 0 (last started #1), 5 (last started none)"),
+                   "ranks that never joined it: 0 (stalled in #1), 5 (in no collective of this group)"),
             (Ranks{0, 5}));
 }
 

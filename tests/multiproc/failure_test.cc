@@ -113,7 +113,7 @@ TEST(Failure, FrozenRankIsATimeoutThatPointsAtIt) {
     const double after =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen_at).count();
     EXPECT_EQ(result.kind, "TimeoutError") << result.line;
-    const bool names_rank1 = result.line.find(" 1 (last started #") != std::string::npos;
+    const bool names_rank1 = result.line.find("never joined it: 1 (") != std::string::npos;
     const bool says_stuck = result.line.find("a peer is stuck or slow inside it") != std::string::npos;
     EXPECT_TRUE(names_rank1 || says_stuck) << result.line;
     EXPECT_NE(result.line.find("timed out after 2000 ms"), std::string::npos) << result.line;
