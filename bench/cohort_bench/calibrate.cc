@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "cohort/core/error.h"
-#include "cost_model.h"
-#include "reduce_kernels.h"
+#include "choice/cost_model.h"
+#include "kernels/reduce_kernels.h"
 #include "transport/shm/shm_window.h"
 
 namespace cohort::bench {

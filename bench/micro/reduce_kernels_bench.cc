@@ -14,7 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#include "reduce_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 
 #include <set>
 
-#include "algorithm_choice.h"
+#include "choice/algorithm_choice.h"
 #include "algorithms/primitives.h"
 #include "support/test_support.h"
 

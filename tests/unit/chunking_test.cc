@@ -1,6 +1,6 @@
 // chunk_range must cut [0, count) into `parts` contiguous chunks with no gap or overlap, sizes
 // differing by at most one (larger ones first), identically on every rank.
-#include "chunking.h"
+#include "algorithms/chunking.h"
 
 #include <gtest/gtest.h>
 

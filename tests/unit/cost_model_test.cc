@@ -1,7 +1,7 @@
 // The cost model: its file round-trips and bad files are named errors; its predictions pick
 // shared memory inside one node, hierarchical across nodes of several ranks, and the flat
 // algorithms by size as measured (docs/algorithms.md, "Cost model").
-#include "cost_model.h"
+#include "choice/cost_model.h"
 
 #include <gtest/gtest.h>
 

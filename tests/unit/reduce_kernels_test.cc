@@ -1,7 +1,7 @@
 // Reduction kernels against a scalar reference: every dtype x op (avg = sum, then divide) at
 // lengths around the vector widths, both the public entry points (which may take the AVX2/F16C
 // loops for 16-bit floats) and the generic loops, and every aliasing form of reduce_pair.
-#include "reduce_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 #include <gtest/gtest.h>
 

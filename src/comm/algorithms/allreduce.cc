@@ -10,15 +10,19 @@ void allreduce_with(Algorithm algorithm, Context& ctx, void* data, size_t count,
   switch (algorithm) {
     case Algorithm::kRing: allreduce_ring(ctx, data, count, dtype, op); break;
     case Algorithm::kTree: allreduce_tree(ctx, data, count, dtype, op); break;
-    case Algorithm::kHalvingDoubling: allreduce_halving_doubling(ctx, data, count, dtype, op); break;
+    case Algorithm::kHalvingDoubling:
+      allreduce_halving_doubling(ctx, data, count, dtype, op);
+      break;
     case Algorithm::kShm: allreduce_shm(ctx, data, count, dtype, op); break;
     case Algorithm::kHierarchical:
       allreduce_hierarchical(ctx, data, count, dtype, op, across);
       break;
-    case Algorithm::kDirect:
-    case Algorithm::kAuto: allreduce_direct(ctx, data, count, dtype, op); break;
+    case Algorithm::kDirect: allreduce_direct(ctx, data, count, dtype, op); break;
+    case Algorithm::kAuto:
     case Algorithm::kEngine:
-      COHORT_INTERNAL_ASSERT(false, "the engine's own allreduce is run by the Group, not here");
+      // The group chooses before it runs (group/dispatch.cc); an engine runs its own.
+      COHORT_INTERNAL_ASSERT(false, "allreduce_with needs one of cohort's algorithms, not ",
+                             algorithm_name(algorithm));
   }
 }
 

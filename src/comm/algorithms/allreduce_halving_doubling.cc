@@ -17,7 +17,7 @@
 // so all ranks end with bitwise identical results.
 #include "algorithms/algorithms.h"
 #include "algorithms/primitives.h"
-#include "reduce_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 namespace cohort::algo {
 

@@ -12,8 +12,8 @@
 #include "algorithms/algorithms.h"
 #include "algorithms/shm_rounds.h"
 #include "cohort/core/check.h"
-#include "reduce_kernels.h"
-#include "topology.h"
+#include "kernels/reduce_kernels.h"
+#include "group/topology.h"
 #include "transport/rank_subset_transport.h"
 #include "transport/shm/shm_window.h"
 

@@ -17,8 +17,8 @@
 #include <algorithm>
 
 #include "algorithms/algorithms.h"
-#include "chunking.h"
-#include "reduce_kernels.h"
+#include "algorithms/chunking.h"
+#include "kernels/reduce_kernels.h"
 
 namespace cohort::algo {
 

@@ -18,7 +18,7 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/shm_rounds.h"
-#include "reduce_kernels.h"
+#include "kernels/reduce_kernels.h"
 #include "transport/shm/shm_window.h"
 
 namespace cohort::algo {

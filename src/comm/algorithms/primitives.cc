@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "cohort/core/check.h"
-#include "reduce_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 namespace cohort::algo {
 

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "algorithms/algorithms.h"
-#include "reduce_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 namespace cohort::algo {
 

@@ -16,7 +16,7 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/primitives.h"
-#include "reduce_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 namespace cohort::algo {
 

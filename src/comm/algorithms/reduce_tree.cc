@@ -12,7 +12,7 @@
 // The root's data ends as the reduction; other ranks' data is clobbered with partial results.
 #include "algorithms/algorithms.h"
 #include "algorithms/primitives.h"
-#include "reduce_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 namespace cohort::algo {
 

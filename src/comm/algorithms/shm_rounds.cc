@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "reduce_kernels.h"
+#include "kernels/reduce_kernels.h"
 #include "transport/shm/shm_window.h"
 
 namespace cohort::algo {

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "algorithms/context.h"
-#include "chunking.h"
+#include "algorithms/chunking.h"
 
 namespace cohort::algo {
 

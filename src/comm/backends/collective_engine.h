@@ -1,14 +1,15 @@
-// A backend engine's own collectives (DESIGN.md: existing engines are backends beside the
-// native one). A transport that sits on an engine (MPI) exposes one through
-// Transport::engine(); the Group runs a collective on it when the algorithm is kEngine
-// (COHORT_ALGO=engine, or COHORT_MPI_COLLECTIVES=mpi) and the engine has that collective for
-// the dtype and op, else it runs cohort's own algorithms over the same transport.
+// A backend engine's own collectives (Note [Backends] in backends/backend.h): MPI's and
+// NCCL's. A transport that sits on an engine (MPI) exposes one through Transport::engine();
+// the Group runs a collective on it when it chose Algorithm::kEngine (COHORT_ALGO=engine, or
+// COHORT_MPI_COLLECTIVES=mpi) and the engine has that collective for the dtype and op, else
+// cohort's own algorithms over the same transport (NativeBackend). An engine_only() engine
+// (NCCL) runs everything of its group.
 //
 // Every call blocks until done or until its deadline (TimeoutError), and fails promptly when the
-// group is aborted on any rank. Reductions take the element count; the rest take bytes.
-// Device memory (EngineCall::device >= 0, NCCL only) is the exception: a call returns once the
-// collective is queued on the device, ordered on EngineCall::stream (docs/backends.md, "The NCCL
-// backend").
+// group is aborted on any rank. Every call takes elements of a dtype (DType::kUInt8 for raw
+// bytes), as CollectiveCall counts them. Device memory (EngineCall::device >= 0, NCCL only) is
+// the exception to blocking: a call returns once the collective is queued on the device,
+// ordered on EngineCall::stream (docs/backends.md, "The NCCL backend").
 #pragma once
 
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "cohort/comm/buffer.h"
 #include "cohort/comm/options.h"
 #include "cohort/comm/transport.h"
@@ -34,9 +36,12 @@ struct EngineCall {
   EngineCall(Deadline d, int dev, void* s) : deadline(d), device(dev), stream(s) {}
 };
 
-class CollectiveEngine {
+class CollectiveEngine : public Backend {
  public:
-  virtual ~CollectiveEngine() = default;
+  const char* backend_name() const override { return engine_name(); }
+  // Runs `call` on the engine method of its kind; kAvg on host memory is summed and divided
+  // here (MPI has no average). `plan` must say kEngine.
+  void run(const CollectiveCall& call, const Plan& plan, algo::Context& ctx) override;
 
   // A short word for errors and logs: "MPI".
   virtual const char* engine_name() const = 0;
@@ -57,26 +62,29 @@ class CollectiveEngine {
   // Out of place when in != data.
   virtual void allreduce(const void* in, void* data, size_t count, DType dtype, ReduceOp op,
                          const EngineCall& call) = 0;
-  virtual void broadcast(void* data, size_t bytes, int root, const EngineCall& call) = 0;
+  virtual void broadcast(void* data, size_t count, DType dtype, int root,
+                         const EngineCall& call) = 0;
   // In place on the root; other ranks' data is only read.
   virtual void reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
                       const EngineCall& call) = 0;
-  // out holds size() blocks of `bytes`.
-  virtual void allgather(const void* in, void* out, size_t bytes, const EngineCall& call) = 0;
+  // in holds `count` elements, out size() blocks of them.
+  virtual void allgather(const void* in, void* out, size_t count, DType dtype,
+                         const EngineCall& call) = 0;
   // in holds size() blocks of `count` elements; out gets this rank's reduced block.
   virtual void reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                               const EngineCall& call) = 0;
-  virtual void gather(const void* in, void* out, size_t bytes, int root,
+  // `count`: the elements of one rank's block.
+  virtual void gather(const void* in, void* out, size_t count, DType dtype, int root,
                       const EngineCall& call) = 0;
-  virtual void scatter(const void* in, void* out, size_t bytes, int root,
+  virtual void scatter(const void* in, void* out, size_t count, DType dtype, int root,
                        const EngineCall& call) = 0;
-  virtual void all_to_all(const void* in, void* out, size_t block_bytes,
+  virtual void all_to_all(const void* in, void* out, size_t block_count, DType dtype,
                           const EngineCall& call) = 0;
   virtual void barrier(const EngineCall& call) = 0;
   // Group::send/recv, for engine_only() engines: matched in issue order per pair of ranks
   // (the engine has no tags).
-  virtual void send(const void* data, size_t bytes, int peer, const EngineCall& call);
-  virtual void recv(void* data, size_t bytes, int peer, const EngineCall& call);
+  virtual void send(const void* data, size_t count, DType dtype, int peer, const EngineCall& call);
+  virtual void recv(void* data, size_t count, DType dtype, int peer, const EngineCall& call);
 
   // For groups built without a store: a key per rank, equal for ranks that share a host, in
   // rank order (the group's topology).

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "cohort/comm/transport.h"
-#include "reduce_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 namespace cohort {
 

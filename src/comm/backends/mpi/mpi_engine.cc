@@ -55,7 +55,9 @@ void MpiTransport::allreduce(const void* in, void* data, size_t count, DType dty
   });
 }
 
-void MpiTransport::broadcast(void* data, size_t bytes, int root, const EngineCall& call) {
+void MpiTransport::broadcast(void* data, size_t count, DType dtype, int root,
+                             const EngineCall& call) {
+  const size_t bytes = count * dtype_size(dtype);
   post_and_wait("MPI_Ibcast", call.deadline, [&](MPI_Request* request) {
     return MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, collectives_, request);
   });
@@ -71,7 +73,9 @@ void MpiTransport::reduce(void* data, size_t count, DType dtype, ReduceOp op, in
   });
 }
 
-void MpiTransport::allgather(const void* in, void* out, size_t bytes, const EngineCall& call) {
+void MpiTransport::allgather(const void* in, void* out, size_t count, DType dtype,
+                             const EngineCall& call) {
+  const size_t bytes = count * dtype_size(dtype);
   std::vector<char> copy;
   in = unaliased(in, bytes, out, bytes * static_cast<size_t>(size_), copy);
   post_and_wait("MPI_Iallgather", call.deadline, [&](MPI_Request* request) {
@@ -91,8 +95,9 @@ void MpiTransport::reduce_scatter(const void* in, void* out, size_t count, DType
   });
 }
 
-void MpiTransport::gather(const void* in, void* out, size_t bytes, int root,
+void MpiTransport::gather(const void* in, void* out, size_t count, DType dtype, int root,
                           const EngineCall& call) {
+  const size_t bytes = count * dtype_size(dtype);
   std::vector<char> copy;
   if (rank_ == root) in = unaliased(in, bytes, out, bytes * static_cast<size_t>(size_), copy);
   post_and_wait("MPI_Igather", call.deadline, [&](MPI_Request* request) {
@@ -101,8 +106,9 @@ void MpiTransport::gather(const void* in, void* out, size_t bytes, int root,
   });
 }
 
-void MpiTransport::scatter(const void* in, void* out, size_t bytes, int root,
+void MpiTransport::scatter(const void* in, void* out, size_t count, DType dtype, int root,
                            const EngineCall& call) {
+  const size_t bytes = count * dtype_size(dtype);
   std::vector<char> copy;
   if (rank_ == root) in = unaliased(in, bytes * static_cast<size_t>(size_), out, bytes, copy);
   post_and_wait("MPI_Iscatter", call.deadline, [&](MPI_Request* request) {
@@ -111,8 +117,9 @@ void MpiTransport::scatter(const void* in, void* out, size_t bytes, int root,
   });
 }
 
-void MpiTransport::all_to_all(const void* in, void* out, size_t block_bytes,
+void MpiTransport::all_to_all(const void* in, void* out, size_t block_count, DType dtype,
                               const EngineCall& call) {
+  const size_t block_bytes = block_count * dtype_size(dtype);
   // The Group refuses overlapping all_to_all buffers before this is reached.
   post_and_wait("MPI_Ialltoall", call.deadline, [&](MPI_Request* request) {
     return MPI_Ialltoall(in, static_cast<int>(block_bytes), MPI_BYTE, out,
@@ -131,7 +138,7 @@ std::vector<std::string> MpiTransport::node_keys(Deadline deadline) {
   int length = 0;
   mpi::check(MPI_Get_processor_name(mine.data(), &length), "MPI_Get_processor_name");
   std::vector<char> all(mine.size() * static_cast<size_t>(size_), '\0');
-  allgather(mine.data(), all.data(), mine.size(), deadline);
+  allgather(mine.data(), all.data(), mine.size(), DType::kUInt8, deadline);
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.emplace_back(all.data() + r * mine.size());
   return keys;

@@ -48,15 +48,20 @@ class MpiTransport final : public Transport, public CollectiveEngine {
   bool supports(CollectiveKind kind, DType dtype, ReduceOp op, size_t count) const override;
   void allreduce(const void* in, void* data, size_t count, DType dtype, ReduceOp op,
                  const EngineCall& call) override;
-  void broadcast(void* data, size_t bytes, int root, const EngineCall& call) override;
+  void broadcast(void* data, size_t count, DType dtype, int root,
+                 const EngineCall& call) override;
   void reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
               const EngineCall& call) override;
-  void allgather(const void* in, void* out, size_t bytes, const EngineCall& call) override;
+  void allgather(const void* in, void* out, size_t count, DType dtype,
+                 const EngineCall& call) override;
   void reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                       const EngineCall& call) override;
-  void gather(const void* in, void* out, size_t bytes, int root, const EngineCall& call) override;
-  void scatter(const void* in, void* out, size_t bytes, int root, const EngineCall& call) override;
-  void all_to_all(const void* in, void* out, size_t block_bytes, const EngineCall& call) override;
+  void gather(const void* in, void* out, size_t count, DType dtype, int root,
+              const EngineCall& call) override;
+  void scatter(const void* in, void* out, size_t count, DType dtype, int root,
+               const EngineCall& call) override;
+  void all_to_all(const void* in, void* out, size_t block_count, DType dtype,
+                  const EngineCall& call) override;
   void barrier(const EngineCall& call) override;
   std::vector<std::string> node_keys(Deadline deadline) override;
   std::unique_ptr<Transport> split_communicator(int color, int key, Deadline deadline) override;

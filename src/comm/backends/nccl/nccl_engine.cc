@@ -102,7 +102,9 @@ void NcclTransport::allreduce(const void* in, void* data, size_t count, DType dt
   });
 }
 
-void NcclTransport::broadcast(void* data, size_t bytes, int root, const EngineCall& call) {
+void NcclTransport::broadcast(void* data, size_t count, DType dtype, int root,
+                              const EngineCall& call) {
+  const size_t bytes = count * dtype_size(dtype);
   if (call.device == kHostMemory) {
     host_group_->broadcast(Buffer{data, bytes, DType::kUInt8}, host_options(call, root));
     return;
@@ -129,7 +131,9 @@ void NcclTransport::reduce(void* data, size_t count, DType dtype, ReduceOp op, i
   });
 }
 
-void NcclTransport::allgather(const void* in, void* out, size_t bytes, const EngineCall& call) {
+void NcclTransport::allgather(const void* in, void* out, size_t count, DType dtype,
+                              const EngineCall& call) {
+  const size_t bytes = count * dtype_size(dtype);
   const size_t total = bytes * static_cast<size_t>(size_);
   if (call.device == kHostMemory) {
     host_group_->allgather(ConstBuffer{in, bytes, DType::kUInt8}, Buffer{out, total, DType::kUInt8},
@@ -166,8 +170,9 @@ void NcclTransport::reduce_scatter(const void* in, void* out, size_t count, DTyp
   });
 }
 
-void NcclTransport::gather(const void* in, void* out, size_t bytes, int root,
+void NcclTransport::gather(const void* in, void* out, size_t count, DType dtype, int root,
                            const EngineCall& call) {
+  const size_t bytes = count * dtype_size(dtype);
   const size_t total = bytes * static_cast<size_t>(size_);
   if (call.device == kHostMemory) {
     host_group_->gather(ConstBuffer{in, bytes, DType::kUInt8},
@@ -197,8 +202,9 @@ void NcclTransport::gather(const void* in, void* out, size_t bytes, int root,
   });
 }
 
-void NcclTransport::scatter(const void* in, void* out, size_t bytes, int root,
+void NcclTransport::scatter(const void* in, void* out, size_t count, DType dtype, int root,
                             const EngineCall& call) {
+  const size_t bytes = count * dtype_size(dtype);
   const size_t total = bytes * static_cast<size_t>(size_);
   if (call.device == kHostMemory) {
     host_group_->scatter(ConstBuffer{in, rank_ == root ? total : 0, DType::kUInt8},
@@ -232,8 +238,9 @@ void NcclTransport::scatter(const void* in, void* out, size_t bytes, int root,
 }
 
 // The Group refuses overlapping all_to_all buffers before this is reached.
-void NcclTransport::all_to_all(const void* in, void* out, size_t block_bytes,
+void NcclTransport::all_to_all(const void* in, void* out, size_t block_count, DType dtype,
                                const EngineCall& call) {
+  const size_t block_bytes = block_count * dtype_size(dtype);
   if (call.device == kHostMemory) {
     const size_t total = block_bytes * static_cast<size_t>(size_);
     host_group_->all_to_all(ConstBuffer{in, total, DType::kUInt8},
@@ -264,7 +271,9 @@ void NcclTransport::barrier(const EngineCall& call) {
   wait_for_done("ncclAllReduce (barrier)", call.deadline);
 }
 
-void NcclTransport::send(const void* data, size_t bytes, int peer, const EngineCall& call) {
+void NcclTransport::send(const void* data, size_t count, DType dtype, int peer,
+                         const EngineCall& call) {
+  const size_t bytes = count * dtype_size(dtype);
   if (call.device == kHostMemory) {
     host_group_->send(ConstBuffer{data, bytes, DType::kUInt8}, peer, host_options(call));
     return;
@@ -274,7 +283,9 @@ void NcclTransport::send(const void* data, size_t bytes, int peer, const EngineC
   });
 }
 
-void NcclTransport::recv(void* data, size_t bytes, int peer, const EngineCall& call) {
+void NcclTransport::recv(void* data, size_t count, DType dtype, int peer,
+                         const EngineCall& call) {
+  const size_t bytes = count * dtype_size(dtype);
   if (call.device == kHostMemory) {
     host_group_->recv(Buffer{data, bytes, DType::kUInt8}, peer, host_options(call));
     return;

@@ -6,7 +6,7 @@
 
 #include "call_stamp.h"
 #include "cohort/core/logging.h"
-#include "reduce_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 namespace cohort::tcp {
 

@@ -1,4 +1,6 @@
-#include "algorithm_choice.h"
+#include "choice/algorithm_choice.h"
+
+#include "backends/native_backend.h"
 
 namespace cohort {
 
@@ -9,38 +11,29 @@ bool one_node_with_shared_memory(const GroupShape& shape) {
 }
 
 bool has_shm_variant(CollectiveKind kind) {
-  return kind == CollectiveKind::kAllreduce || kind == CollectiveKind::kBroadcast ||
-         kind == CollectiveKind::kAllgather || kind == CollectiveKind::kReduceScatter ||
-         kind == CollectiveKind::kBarrier;
+  return NativeBackend::has(kind, Algorithm::kShm);
 }
 
+// Whether the group can run `algorithm` for `kind`: cohort has it (NativeBackend's table), and
+// the group's shape allows it (shared memory in one node; several nodes with shared memory in
+// each for hierarchical); kEngine where the group has an engine.
 bool has_variant(CollectiveKind kind, Algorithm algorithm, const GroupShape& shape) {
   if (algorithm == Algorithm::kEngine) {
     return shape.engine && kind != CollectiveKind::kSend && kind != CollectiveKind::kRecv;
   }
-  if (algorithm == Algorithm::kShm) {
-    return has_shm_variant(kind) && one_node_with_shared_memory(shape);
-  }
+  if (!NativeBackend::has(kind, algorithm)) return false;
+  if (algorithm == Algorithm::kShm) return one_node_with_shared_memory(shape);
   if (algorithm == Algorithm::kHierarchical) {
-    return kind == CollectiveKind::kAllreduce && shape.nodes > 1 && shape.local_size > 1 &&
-           shape.shared_memory;
+    return shape.nodes > 1 && shape.local_size > 1 && shape.shared_memory;
   }
-  switch (kind) {
-    case CollectiveKind::kAllreduce: return true;
-    case CollectiveKind::kBroadcast: return algorithm != Algorithm::kHalvingDoubling;
-    case CollectiveKind::kReduce:
-      return algorithm == Algorithm::kDirect || algorithm == Algorithm::kTree;
-    case CollectiveKind::kAllgather:
-    case CollectiveKind::kReduceScatter: return algorithm != Algorithm::kTree;
-    default: return algorithm == Algorithm::kDirect;
-  }
+  return true;
 }
 
 // Note [Provisional crossovers]: the rules for the collectives other than allreduce are
 // reasoned from the latency and bandwidth terms in docs/algorithms.md, not yet from the cost
 // model. `bytes` is the larger buffer of the call: the output of an all-gather, the input of a
 // reduce-scatter.
-constexpr size_t kTinyBytes = 16 * 1024;  // latency-bound: one round wins
+constexpr size_t kTinyBytes = 16 * 1024;   // latency-bound: one round wins
 constexpr size_t kMidBytes = 1024 * 1024;  // beyond, bandwidth dominates: rings win
 
 Algorithm automatic(CollectiveKind kind, size_t bytes, const GroupShape& shape,

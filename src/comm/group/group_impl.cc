@@ -1,11 +1,10 @@
-#include "group_impl.h"
+#include "group/group_impl.h"
 
 #include "backends/collective_engine.h"
 #include "call_stamp.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
-#include "reduce_kernels.h"
 
 namespace cohort {
 
@@ -58,25 +57,6 @@ Algorithm Group::Impl::algorithm_for(CollectiveKind kind, size_t bytes,
   const Algorithm requested =
       opts.algorithm != Algorithm::kAuto ? opts.algorithm : options_.algorithm;
   return choose_algorithm(kind, requested, bytes, shape(), cost_model_);
-}
-
-Algorithm Group::Impl::algorithm_for(const Signature& call, size_t bytes,
-                                     const CollectiveOptions& opts) const {
-  const Algorithm chosen = algorithm_for(call.kind, bytes, opts);
-  if (engine_only()) {
-    CollectiveEngine& engine = *transport_->engine();
-    COHORT_CHECK(engine.supports(call.kind, call.dtype, kernels::combine_op(call.op), call.count),
-                 engine.engine_name(), " cannot run ", call.describe());
-    return chosen;
-  }
-  if (chosen != Algorithm::kEngine ||
-      transport_->engine()->supports(call.kind, call.dtype, kernels::combine_op(call.op),
-                                     call.count)) {
-    return chosen;
-  }
-  // The engine lacks it (MPI has no float16): cohort's algorithms run it over the same
-  // transport. Every rank passes the same call, so every rank falls back alike.
-  return choose_algorithm(call.kind, Algorithm::kAuto, bytes, shape(), cost_model_);
 }
 
 bool Group::Impl::engine_only() const {

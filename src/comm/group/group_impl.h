@@ -9,16 +9,18 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
-#include "algorithm_choice.h"
 #include "algorithms/context.h"
-#include "cost_model.h"
-#include "group/stall_report.h"
-#include "topology.h"
-#include "transport/shm/shm_window.h"
+#include "backends/native_backend.h"
+#include "choice/algorithm_choice.h"
+#include "choice/cost_model.h"
 #include "cohort/comm/group.h"
+#include "group/stall_report.h"
+#include "group/topology.h"
+#include "transport/shm/shm_window.h"
 
 namespace cohort {
 
@@ -72,10 +74,14 @@ class Group::Impl {
   Milliseconds timeout_for(const CollectiveOptions& opts) const;
   // The algorithm a collective of `bytes` runs with (algorithm_choice.h).
   Algorithm algorithm_for(CollectiveKind kind, size_t bytes, const CollectiveOptions& opts) const;
-  // The same for a call: kEngine only where the engine has the call's dtype, op and count,
-  // else cohort's own choice over the same transport.
-  Algorithm algorithm_for(const Signature& call, size_t bytes,
-                          const CollectiveOptions& opts) const;
+  // The operation that runs `call` (group/dispatch.cc): its backend and algorithm chosen here,
+  // on the caller's thread: kEngine only where the engine has the call's dtype, op and count,
+  // else cohort's own choice over the same transport. Throws InvalidArgument for buffers the
+  // chosen backend cannot take.
+  Operation collective_operation(const CollectiveCall& call, const CollectiveOptions& opts) const;
+  // Queues Group::send or recv (`call`: kSend's `in`, kRecv's `out`).
+  std::shared_ptr<Work> point_to_point(const CollectiveCall& call, int peer,
+                                       const CollectiveOptions& opts);
   // Hierarchical allreduce of `bytes`: the flat algorithm of its phase across nodes.
   Algorithm algorithm_across_nodes(size_t bytes) const {
     return cheapest_across_nodes(bytes, shape(), cost_model_);
@@ -99,6 +105,13 @@ class Group::Impl {
   void inherit(Topology topology, CostModel model);
 
  private:
+  struct Dispatch {
+    Backend* backend;
+    Plan plan;
+  };
+  Dispatch dispatch(const CollectiveCall& call, const CollectiveOptions& opts) const;
+  void check_device(const CollectiveCall& call, const Backend& backend) const;
+  void note_engine_fallback(const CollectiveCall& call, Algorithm algorithm) const;
   void enqueue_locked(Operation op);
   void worker_loop();
   void execute(Operation& op) noexcept;  // run, then complete op.work
@@ -115,8 +128,7 @@ class Group::Impl {
   // Every rank's signature of `op`, in rank order, through the store or else the engine.
   std::vector<std::string> gather_signatures(const Operation& op, Deadline deadline);
   // Rank 0's `text` on every rank, through the store (under `key`) or else the engine.
-  std::string share_from_rank0(const std::string& text, const std::string& key,
-                               Deadline deadline);
+  std::string share_from_rank0(const std::string& text, const std::string& key, Deadline deadline);
   void agree_on_cost_model(Deadline deadline);
   void report_creation();  // at COHORT_LOG_LEVEL=info (group_report.h)
   void open_shared_memory(const std::vector<HostInfo>& hosts, Deadline deadline);
@@ -127,9 +139,10 @@ class Group::Impl {
   GroupOptions options_;
   Topology topology_;
   CostModel cost_model_ = CostModel::defaults();
-  std::unique_ptr<ShmWindow> shm_;  // this rank's node's window, when it has several ranks
+  std::unique_ptr<ShmWindow> shm_;         // this rank's node's window, when it has several ranks
   bool shared_memory_everywhere_ = false;  // every node with several ranks has a window
-  std::vector<uint8_t> scratch_;  // used only by the thread running an operation
+  std::vector<uint8_t> scratch_;           // used only by the thread running an operation
+  mutable NativeBackend native_;           // cohort's algorithms over transport_
 
   mutable std::mutex mutex_;  // guards the queue, counters and failure state
   std::condition_variable queue_cv_;
@@ -140,6 +153,7 @@ class Group::Impl {
   std::map<std::pair<int, uint64_t>, uint64_t> p2p_send_index_;  // (peer, channel) -> next
   std::map<std::pair<int, uint64_t>, uint64_t> p2p_recv_index_;
   std::exception_ptr failure_;
+  mutable std::set<std::pair<CollectiveKind, DType>> engine_fallbacks_noted_;
 
   // Null without a store (the MPI backend): then a timeout cannot name the ranks behind.
   std::unique_ptr<StallReporter> stalls_;

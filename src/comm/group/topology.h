@@ -31,7 +31,9 @@ class Topology {
   int num_nodes() const { return static_cast<int>(members_.size()); }
   int node_of(int rank) const { return node_of_[static_cast<size_t>(rank)]; }
   // Ranks of node `node`, ascending.
-  const std::vector<int>& ranks_of_node(int node) const { return members_[static_cast<size_t>(node)]; }
+  const std::vector<int>& ranks_of_node(int node) const {
+    return members_[static_cast<size_t>(node)];
+  }
   // Every node has the same number of ranks (what hierarchical algorithms need), else 0.
   int uniform_local_size() const;
   // The ranks with this rank's local rank, one per node, in node order (uniform topologies).

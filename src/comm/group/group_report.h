@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "cost_model.h"
-#include "topology.h"
+#include "choice/cost_model.h"
+#include "group/topology.h"
 
 namespace cohort {
 

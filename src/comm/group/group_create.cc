@@ -10,7 +10,7 @@
 #include "cohort/comm/prefix_store.h"
 #include "cohort/comm/tcp_transport.h"
 #include "cohort/core/check.h"
-#include "group_impl.h"
+#include "group/group_impl.h"
 
 namespace cohort {
 

@@ -6,8 +6,8 @@
 #include "backends/collective_engine.h"
 #include "cohort/comm/prefix_store.h"
 #include "cohort/core/error.h"
-#include "group_impl.h"
-#include "group_report.h"
+#include "group/group_impl.h"
+#include "group/group_report.h"
 
 namespace cohort {
 
@@ -21,7 +21,8 @@ Milliseconds left(Deadline deadline) {
 
 void Group::Impl::discover_topology() {
   const Deadline deadline = Deadline::after(options_.timeout);
-  const std::vector<HostInfo> hosts = exchange_host_info(*store_, rank(), size(), options_.node_id, deadline);
+  const std::vector<HostInfo> hosts =
+      exchange_host_info(*store_, rank(), size(), options_.node_id, deadline);
   std::vector<std::string> node_keys;
   for (const HostInfo& host : hosts) node_keys.push_back(host.node_key);
   topology_ = Topology::from_node_keys(node_keys, rank());
@@ -105,10 +106,10 @@ std::string Group::Impl::share_from_rank0(const std::string& text, const std::st
   }
   CollectiveEngine& engine = *transport_->engine();
   uint64_t length = text.size();
-  engine.broadcast(&length, sizeof length, 0, deadline);
+  engine.broadcast(&length, sizeof length, DType::kUInt8, 0, deadline);
   std::string shared = text;
   shared.resize(length);
-  engine.broadcast(shared.data(), length, 0, deadline);
+  engine.broadcast(shared.data(), length, DType::kUInt8, 0, deadline);
   return shared;
 }
 

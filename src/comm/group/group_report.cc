@@ -1,10 +1,10 @@
-#include "group_report.h"
+#include "group/group_report.h"
 
 #include <cstdio>
 #include <sstream>
 #include <vector>
 
-#include "algorithm_choice.h"
+#include "choice/algorithm_choice.h"
 #include "cohort/core/logging.h"
 
 namespace cohort {

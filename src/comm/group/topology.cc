@@ -1,4 +1,4 @@
-#include "topology.h"
+#include "group/topology.h"
 
 #include <unistd.h>
 
@@ -12,8 +12,8 @@
 namespace cohort {
 
 Topology::Topology(std::vector<int> node_of, int rank) : node_of_(std::move(node_of)), rank_(rank) {
-  COHORT_INTERNAL_ASSERT(rank >= 0 && static_cast<size_t>(rank) < node_of_.size(),
-                         "rank ", rank, " outside a topology of ", node_of_.size());
+  COHORT_INTERNAL_ASSERT(rank >= 0 && static_cast<size_t>(rank) < node_of_.size(), "rank ", rank,
+                         " outside a topology of ", node_of_.size());
   for (size_t r = 0; r < node_of_.size(); ++r) {
     const auto node = static_cast<size_t>(node_of_[r]);
     if (members_.size() <= node) members_.resize(node + 1);

@@ -1,4 +1,4 @@
-#include "cost_model.h"
+#include "choice/cost_model.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -18,7 +18,9 @@ namespace {
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 constexpr int kFormatVersion = 1;
 
-double log2_ceil(int n) { return std::ceil(std::log2(static_cast<double>(n))); }
+double log2_ceil(int n) {
+  return std::ceil(std::log2(static_cast<double>(n)));
+}
 
 // The flat algorithms over TCP, `world` ranks, `bytes` per rank. `link_bytes` is what crosses
 // the busiest link per rank's share (bytes, or more when several ranks share one link).
@@ -38,8 +40,7 @@ double flat_allreduce(Algorithm algorithm, double bytes, double link_bytes, int 
     case Algorithm::kTree:  // two pipelined trees of half the data: depth log2(n+1) each way
       return 2 * log2_ceil(world + 1) * a + 2 * link_bytes * b + bytes * g;
     case Algorithm::kDirect:  // one round of whole buffers, reduced after, staged in scratch
-      return a + (n - 1) * link_bytes * b + (n - 1) * bytes * g +
-             2 * bytes * m.shm.beta_s_per_byte;
+      return a + (n - 1) * link_bytes * b + (n - 1) * bytes * g + 2 * bytes * m.shm.beta_s_per_byte;
     default: return kInfinity;
   }
 }
@@ -161,8 +162,7 @@ double predict_allreduce(Algorithm algorithm, size_t bytes, const GroupShape& sh
     case Algorithm::kHierarchical: {
       if (shape.nodes < 2 || shape.local_size < 2 || !shape.shared_memory) return kInfinity;
       const Algorithm across = cheapest_across_nodes(bytes, shape, model);
-      return shm_allreduce(n, shape.local_size, model) +
-             across_nodes(across, n, shape, model);
+      return shm_allreduce(n, shape.local_size, model) + across_nodes(across, n, shape, model);
     }
     case Algorithm::kRing:  // ranks in node order: one rank per node sends across at a time
       return flat_allreduce(algorithm, n, n, shape.world, model);

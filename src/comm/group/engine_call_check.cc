@@ -5,7 +5,7 @@
 
 #include "backends/collective_engine.h"
 #include "call_stamp.h"
-#include "group_impl.h"
+#include "group/group_impl.h"
 
 namespace cohort {
 
@@ -31,7 +31,7 @@ void Group::Impl::check_call_through_engine(uint64_t sequence, const CallStamp& 
 
   const CallRecord mine{sequence, stamp};
   std::vector<CallRecord> all(static_cast<size_t>(size()));
-  engine.allgather(&mine, all.data(), sizeof mine, deadline);
+  engine.allgather(&mine, all.data(), sizeof mine, DType::kUInt8, deadline);
   // Every rank names the same pair: the lowest rank and the first rank whose call differs.
   for (size_t r = 1; r < all.size(); ++r) {
     if (all[r].sequence == all[0].sequence && all[r].stamp.same_call(all[0].stamp)) continue;

@@ -1,0 +1,124 @@
+// Where a collective's backend and algorithm are chosen (Note [Backends]): once per call, on
+// the caller's thread, before it is queued. docs/architecture.md, "The life of one allreduce".
+#include "backends/collective_engine.h"
+#include "cohort/core/check.h"
+#include "cohort/core/logging.h"
+#include "group/group_impl.h"
+#include "kernels/reduce_kernels.h"
+
+namespace cohort {
+
+namespace {
+
+// The size the choice goes by: the larger buffer of the call (the output of an all-gather,
+// the input of a reduce-scatter).
+size_t bytes_for_choice(const CollectiveCall& call, int size) {
+  const bool per_rank_block =
+      call.kind == CollectiveKind::kAllgather || call.kind == CollectiveKind::kReduceScatter;
+  return per_rank_block ? call.bytes() * static_cast<size_t>(size) : call.bytes();
+}
+
+std::string place_name(int device) {
+  return device == kHostMemory ? "host memory" : "CUDA device " + std::to_string(device);
+}
+
+}  // namespace
+
+Group::Impl::Dispatch Group::Impl::dispatch(const CollectiveCall& call,
+                                            const CollectiveOptions& opts) const {
+  const size_t bytes = bytes_for_choice(call, size());
+  Algorithm algorithm = algorithm_for(call.kind, bytes, opts);
+  CollectiveEngine* engine = transport_->engine();
+  Backend* backend = &native_;
+  if (algorithm == Algorithm::kEngine) {
+    if (engine->supports(call.kind, call.dtype, kernels::combine_op(call.op), call.count)) {
+      backend = engine;
+    } else {
+      COHORT_CHECK(!engine->engine_only(), engine->engine_name(), " cannot run ", call.describe());
+      // The engine lacks it (MPI has no float16): cohort's algorithms run it over the same
+      // transport. Every rank passes the same call, so every rank falls back alike.
+      algorithm = choose_algorithm(call.kind, Algorithm::kAuto, bytes, shape(), cost_model_);
+      note_engine_fallback(call, algorithm);
+    }
+  }
+  check_device(call, *backend);
+  const Algorithm across =
+      algorithm == Algorithm::kHierarchical ? algorithm_across_nodes(bytes) : Algorithm::kRing;
+  return {backend, Plan{algorithm, across}};
+}
+
+// Note [Device buffers]: only an engine that handles device memory (NCCL) takes buffers on a
+// CUDA device. cohort's own algorithms read and write buffers with the CPU (memcpy, reduce
+// kernels), which would fault on device pointers, so they refuse them up front.
+void Group::Impl::check_device(const CollectiveCall& call, const Backend& backend) const {
+  if (call.device == kHostMemory) return;
+  const char* what = collective_name(call.kind);
+  COHORT_CHECK(call.device >= 0, what, ": buffer device ", call.device,
+               " is neither kHostMemory (-1) nor a CUDA device index");
+  CollectiveEngine* engine = transport_->engine();
+  const bool engine_takes_it =
+      &backend == engine && engine != nullptr && engine->handles_device_memory();
+  COHORT_CHECK(engine_takes_it, what, ": the buffer is on ", place_name(call.device),
+               ", but this group moves host memory only (",
+               engine != nullptr ? engine->engine_name() : "cohort's own algorithms",
+               "): run it on an NCCL group (cohort::create_nccl_group, cohort/comm/nccl.h) or "
+               "copy the data to the host first");
+  engine->check_device(call.device, what);
+}
+
+// Not silent: the user asked for the engine's collectives (COHORT_ALGO=engine,
+// COHORT_MPI_COLLECTIVES=mpi). Said once per collective and dtype.
+void Group::Impl::note_engine_fallback(const CollectiveCall& call, Algorithm algorithm) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!engine_fallbacks_noted_.insert({call.kind, call.dtype}).second) return;
+  COHORT_LOG(kInfo, transport_->engine()->engine_name(), " has no ", collective_name(call.kind),
+             " of ", dtype_name(call.dtype), " (", call.describe(), "): cohort's ",
+             algorithm_name(algorithm), " runs it over ", transport_->name(), " point-to-point");
+}
+
+Operation Group::Impl::collective_operation(const CollectiveCall& call,
+                                            const CollectiveOptions& opts) const {
+  const Dispatch chosen = dispatch(call, opts);
+  Operation op;
+  op.signature = {call.kind, call.count, call.dtype, call.op, call.root};
+  op.signature.site = opts.site;
+  op.timeout = timeout_for(opts);
+  op.body = [call, chosen](algo::Context& ctx) { chosen.backend->run(call, chosen.plan, ctx); };
+  return op;
+}
+
+}  // namespace cohort
+
+namespace cohort {
+
+// Point-to-point: over the transport with the message's index in its (peer, tag) stream, or
+// on an engine_only() engine (NCCL), which has no tags and matches in issue order.
+std::shared_ptr<Work> Group::Impl::point_to_point(const CollectiveCall& call, int peer,
+                                                  const CollectiveOptions& opts) {
+  CollectiveEngine* engine = transport_->engine();
+  const bool on_engine = engine != nullptr && engine->engine_only();
+  check_device(call, on_engine ? static_cast<const Backend&>(*engine) : native_);
+  const bool sending = call.kind == CollectiveKind::kSend;
+  std::function<void(algo::Context&, uint64_t)> body;
+  if (on_engine) {
+    body = [call, peer, engine, sending](algo::Context& ctx, uint64_t) {
+      const EngineCall on{ctx.deadline(), call.device, call.stream};
+      if (sending) {
+        engine->send(call.in, call.count, call.dtype, peer, on);
+      } else {
+        engine->recv(call.out, call.count, call.dtype, peer, on);
+      }
+    };
+  } else {
+    body = [call, peer, sending](algo::Context& ctx, uint64_t index) {
+      if (sending) {
+        ctx.send(peer, index, call.in, call.bytes());
+      } else {
+        ctx.recv(peer, index, call.out, call.bytes());
+      }
+    };
+  }
+  return submit_p2p(call.kind, call.count, call.dtype, peer, opts, std::move(body));
+}
+
+}  // namespace cohort
