@@ -6,13 +6,14 @@
 #include <memory>
 #include <vector>
 
+#include "algorithms/step.h"
 #include "cohort/comm/transport.h"
 #include "cohort/core/dtype.h"
 
 namespace cohort {
 class ShmWindow;
 class Topology;
-}
+}  // namespace cohort
 
 namespace cohort::algo {
 
@@ -50,24 +51,31 @@ class Context {
   // MismatchError when a local rank is in another call (Note [Call stamps]).
   void post_shm_round(uint64_t round, const char* what);
 
-  // `step` tells apart the messages of one collective between the same two ranks.
-  std::unique_ptr<Request> isend(int peer, uint64_t step, const void* data, size_t bytes) {
-    return transport_.isend(peer, Tag{sequence_, step, stamp_}, data, bytes, deadline_);
+  // `step` tells apart the messages of one collective between the same two ranks
+  // (Note [Message steps]).
+  std::unique_ptr<Request> isend(int peer, Step step, const void* data, size_t bytes) {
+    return transport_.isend(peer, tag(step), data, bytes, deadline_);
   }
-  std::unique_ptr<Request> irecv(int peer, uint64_t step, void* data, size_t bytes) {
-    return transport_.irecv(peer, Tag{sequence_, step, stamp_}, data, bytes, deadline_);
+  std::unique_ptr<Request> irecv(int peer, Step step, void* data, size_t bytes) {
+    return transport_.irecv(peer, tag(step), data, bytes, deadline_);
   }
   // Receives count elements and combines them into `accumulate` (Transport::irecv_reduce).
-  std::unique_ptr<Request> irecv_reduce(int peer, uint64_t step, void* accumulate, size_t count,
+  std::unique_ptr<Request> irecv_reduce(int peer, Step step, void* accumulate, size_t count,
                                         DType dtype, ReduceOp op) {
-    return transport_.irecv_reduce(peer, Tag{sequence_, step, stamp_}, accumulate, count, dtype, op,
-                                   deadline_);
+    return transport_.irecv_reduce(peer, tag(step), accumulate, count, dtype, op, deadline_);
   }
-  void send(int peer, uint64_t step, const void* data, size_t bytes) {
+  void send(int peer, Step step, const void* data, size_t bytes) {
     isend(peer, step, data, bytes)->wait();
   }
-  void recv(int peer, uint64_t step, void* data, size_t bytes) {
+  void recv(int peer, Step step, void* data, size_t bytes) {
     irecv(peer, step, data, bytes)->wait();
+  }
+  // Group::send/recv: message `index` of this (peer, tag) stream (the context's channel).
+  void send_message(int peer, uint64_t index, const void* data, size_t bytes) {
+    transport_.isend(peer, Tag{sequence_, index}, data, bytes, deadline_)->wait();
+  }
+  void recv_message(int peer, uint64_t index, void* data, size_t bytes) {
+    transport_.irecv(peer, Tag{sequence_, index}, data, bytes, deadline_)->wait();
   }
 
   // Scratch memory owned by the group and reused across collectives (grown, never shrunk).
@@ -77,8 +85,10 @@ class Context {
   }
 
  private:
+  Tag tag(Step step) const { return Tag{sequence_, wire_step(step), stamp_}; }
+
   Transport& transport_;
-  uint64_t sequence_;
+  uint64_t sequence_;  // a collective's sequence number, or a p2p channel
   CallStamp stamp_;
   Deadline deadline_;
   std::vector<uint8_t>& scratch_;

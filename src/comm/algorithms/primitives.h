@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "algorithms/context.h"
 #include "algorithms/chunking.h"
+#include "algorithms/context.h"
 
 namespace cohort::algo {
 
@@ -18,14 +18,15 @@ namespace cohort::algo {
 // next segments with the reduction of the current one, while scratch stays bounded however
 // long the message.
 inline constexpr size_t kWindowSegments = 4;
-// Segment size of the pipelined exchanges (as in allreduce_ring.cc): big enough that per-message
-// costs vanish, small enough that a receiver reduces one segment while the next is in flight.
+// Segment size of the pipelined exchanges (trees, halving and doubling, the broadcast chain):
+// big enough that per-message costs vanish, small enough that a receiver reduces one segment
+// while the next is in flight. The ring has its own (ring.h, Note [Ring segment size]): it
+// reduces on receive, so it gains nothing from smaller segments.
 inline constexpr size_t kPipelineSegmentBytes = 256 * 1024;
 
-// Message step id: a round (phase and step of the algorithm) in the high bits, the segment
-// index within that round's transfer in the low 32.
-inline uint64_t step_id(uint64_t round, uint64_t segment) {
-  return (round << 32) | segment;
+// Segment k of round `round` (Note [Message steps]).
+inline Step step_id(uint64_t round, size_t segment) {
+  return Step(static_cast<uint32_t>(round), static_cast<uint32_t>(segment));
 }
 
 // Elements per segment so that a segment holds about `bytes`.

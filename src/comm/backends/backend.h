@@ -1,7 +1,8 @@
-// Note [Backends]: Group -> Backend -> bytes (docs/architecture.md, "Layers").
+// Note [Backends]: Group -> CollectiveBackend -> bytes (docs/architecture.md, "Layers").
 //
-// A Backend runs collectives. Group checks a call's arguments and chooses, once per call and in
-// one place (Group::Impl::plan, group/dispatch.cc), which backend runs it and with which
+// A CollectiveBackend runs collectives (not the public cohort::Backend of init.h, which names
+// the backend a job asks for). Group checks a call's arguments and chooses, once per call and
+// in one place (Group::Impl::dispatch, group/dispatch.cc), which backend runs it and with which
 // algorithm; the backend then runs it whole, averages included. There are two kinds:
 //  - NativeBackend: cohort's own algorithms (src/comm/algorithms/) over the group's Transport,
 //    which only moves tagged point-to-point messages;
@@ -47,9 +48,9 @@ struct Plan {
   Algorithm across = Algorithm::kRing;
 };
 
-class Backend {
+class CollectiveBackend {
  public:
-  virtual ~Backend() = default;
+  virtual ~CollectiveBackend() = default;
   // A short word for errors and logs: "cohort", "MPI", "NCCL".
   virtual const char* backend_name() const = 0;
   // Runs `call` with `plan` to the end (kAvg divided); throws InvalidArgument when it cannot.

@@ -36,7 +36,7 @@ struct EngineCall {
   EngineCall(Deadline d, int dev, void* s) : deadline(d), device(dev), stream(s) {}
 };
 
-class CollectiveEngine : public Backend {
+class CollectiveEngine : public CollectiveBackend {
  public:
   const char* backend_name() const override { return engine_name(); }
   // Runs `call` on the engine method of its kind; kAvg on host memory is summed and divided

@@ -1,4 +1,4 @@
-// cohort's own algorithms as a Backend (Note [Backends]): one table from (collective,
+// cohort's own algorithms as a CollectiveBackend (Note [Backends]): one table from (collective,
 // algorithm) to the function that runs it, which is also what the automatic choice asks
 // (NativeBackend::has) so that the choice and the dispatch cannot disagree.
 #pragma once
@@ -9,7 +9,7 @@
 
 namespace cohort {
 
-class NativeBackend final : public Backend {
+class NativeBackend final : public CollectiveBackend {
  public:
   const char* backend_name() const override { return "cohort"; }
   // Host memory only; `plan.algorithm` must be one that has(call.kind, ...).

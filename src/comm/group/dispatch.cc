@@ -29,7 +29,7 @@ Group::Impl::Dispatch Group::Impl::dispatch(const CollectiveCall& call,
   const size_t bytes = bytes_for_choice(call, size());
   Algorithm algorithm = algorithm_for(call.kind, bytes, opts);
   CollectiveEngine* engine = transport_->engine();
-  Backend* backend = &native_;
+  CollectiveBackend* backend = &native_;
   if (algorithm == Algorithm::kEngine) {
     if (engine->supports(call.kind, call.dtype, kernels::combine_op(call.op), call.count)) {
       backend = engine;
@@ -50,7 +50,7 @@ Group::Impl::Dispatch Group::Impl::dispatch(const CollectiveCall& call,
 // Note [Device buffers]: only an engine that handles device memory (NCCL) takes buffers on a
 // CUDA device. cohort's own algorithms read and write buffers with the CPU (memcpy, reduce
 // kernels), which would fault on device pointers, so they refuse them up front.
-void Group::Impl::check_device(const CollectiveCall& call, const Backend& backend) const {
+void Group::Impl::check_device(const CollectiveCall& call, const CollectiveBackend& backend) const {
   if (call.device == kHostMemory) return;
   const char* what = collective_name(call.kind);
   COHORT_CHECK(call.device >= 0, what, ": buffer device ", call.device,
@@ -97,7 +97,7 @@ std::shared_ptr<Work> Group::Impl::point_to_point(const CollectiveCall& call, in
                                                   const CollectiveOptions& opts) {
   CollectiveEngine* engine = transport_->engine();
   const bool on_engine = engine != nullptr && engine->engine_only();
-  check_device(call, on_engine ? static_cast<const Backend&>(*engine) : native_);
+  check_device(call, on_engine ? static_cast<const CollectiveBackend&>(*engine) : native_);
   const bool sending = call.kind == CollectiveKind::kSend;
   std::function<void(algo::Context&, uint64_t)> body;
   if (on_engine) {
@@ -112,9 +112,9 @@ std::shared_ptr<Work> Group::Impl::point_to_point(const CollectiveCall& call, in
   } else {
     body = [call, peer, sending](algo::Context& ctx, uint64_t index) {
       if (sending) {
-        ctx.send(peer, index, call.in, call.bytes());
+        ctx.send_message(peer, index, call.in, call.bytes());
       } else {
-        ctx.recv(peer, index, call.out, call.bytes());
+        ctx.recv_message(peer, index, call.out, call.bytes());
       }
     };
   }

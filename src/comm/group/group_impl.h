@@ -106,11 +106,11 @@ class Group::Impl {
 
  private:
   struct Dispatch {
-    Backend* backend;
+    CollectiveBackend* backend;
     Plan plan;
   };
   Dispatch dispatch(const CollectiveCall& call, const CollectiveOptions& opts) const;
-  void check_device(const CollectiveCall& call, const Backend& backend) const;
+  void check_device(const CollectiveCall& call, const CollectiveBackend& backend) const;
   void note_engine_fallback(const CollectiveCall& call, Algorithm algorithm) const;
   void enqueue_locked(Operation op);
   void worker_loop();

@@ -6,10 +6,10 @@
 // one with the same (source, tag, communicator), and every rank sends and receives the
 // messages of collective s before those of s + 1, so a tag reused by a later collective still
 // matches in order. What must differ are the tags of one collective's messages between the
-// same two ranks, which may be posted in any order. The algorithms build steps as
-// (phase << 56 | ring step << 28 | segment) or (round << 32 | segment) with small phases,
-// rounds below 256, ring steps below the world size and modest segment counts; the packing
-// keeps those distinct and refuses (ProtocolError) a step it cannot represent.
+// same two ranks, which may be posted in any order. Every algorithm numbers them as a Step
+// (round, segment) (Note [Message steps] in algorithms/step.h); the packing puts the round in
+// kRoundBits and the segment in the rest of MPI_TAG_UB, and refuses (ProtocolError) a step it
+// cannot represent.
 //
 // Point-to-point messages (Group::send/recv) go on a third communicator with the user's tag:
 // they are matched in issue order per (peer, tag), which MPI's ordering gives directly.
@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 
+#include "algorithms/step.h"
 #include "cohort/core/error.h"
 
 namespace cohort::mpi {
@@ -28,35 +29,31 @@ class TagPacker {
   // one only fails the calls that need the tags.
   explicit TagPacker(int64_t tag_ub) : tag_ub_(tag_ub), bits_(bit_width(tag_ub)) {}
 
-  int collective_tag(uint64_t step) const {
-    if (bits_ < kPhaseBits + kMiddleBits + kMinSegmentBits) {
+  int collective_tag(uint64_t wire) const {
+    if (bits_ < kRoundBits + kMinSegmentBits) {
       throw ConfigError("this MPI's MPI_TAG_UB (" + std::to_string(tag_ub_) +
                         ") leaves too few tag bits for cohort's algorithms over MPI "
                         "point-to-point; use MPI's own collectives "
                         "(COHORT_MPI_COLLECTIVES=mpi)");
     }
-    const uint64_t phase = step >> 56;
-    const uint64_t middle = (step >> 28) & ((uint64_t{1} << 28) - 1);
-    const uint64_t segment = step & ((uint64_t{1} << 28) - 1);
-    const int segment_bits = bits_ - kPhaseBits - kMiddleBits;
-    if (phase >= (uint64_t{1} << kPhaseBits) || middle >= (uint64_t{1} << kMiddleBits) ||
-        segment >= (uint64_t{1} << segment_bits)) {
-      throw ProtocolError("message step " + std::to_string(step) +
-                          " does not fit MPI's tag space (phase " + std::to_string(phase) +
-                          ", round or ring step " + std::to_string(middle) + ", segment " +
-                          std::to_string(segment) +
-                          "); use MPI's own collectives "
-                          "(COHORT_MPI_COLLECTIVES=mpi) for groups this large");
+    const algo::Step step = algo::step_from_wire(wire);
+    const int segment_bits = bits_ - kRoundBits;
+    if (step.round >= (uint64_t{1} << kRoundBits) ||
+        step.segment >= (uint64_t{1} << segment_bits)) {
+      throw ProtocolError("message round " + std::to_string(step.round) + ", segment " +
+                          std::to_string(step.segment) +
+                          " does not fit MPI's tag space; use MPI's own collectives "
+                          "(COHORT_MPI_COLLECTIVES=mpi) for groups or messages this large");
     }
-    return static_cast<int>((phase << (kMiddleBits + segment_bits)) | (middle << segment_bits) |
-                            segment);
+    return static_cast<int>((uint64_t{step.round} << segment_bits) | step.segment);
   }
 
   int max_tag() const { return static_cast<int>((int64_t{1} << bits_) - 1); }
 
  private:
-  static constexpr int kPhaseBits = 2;
-  static constexpr int kMiddleBits = 12;  // ring steps < 4096 ranks; round << 4 for rounds < 256
+  // Rounds: the ring allreduce's 2(n - 1) steps for groups of up to 8192 ranks; segments: the
+  // rest (17 bits with OpenMPI's 2^31 - 1, 131072 segments of a round).
+  static constexpr int kRoundBits = 14;
   static constexpr int kMinSegmentBits = 8;
 
   static int bit_width(int64_t tag_ub) {
