@@ -1,5 +1,5 @@
 // In-process transport: ranks are threads of one process sharing an InprocFabric. Used for fast
-// tests (DESIGN.md, tests/inproc) and for single-process multi-rank experiments.
+// tests (tests/inproc) and for single-process multi-rank experiments.
 #pragma once
 
 #include <condition_variable>

@@ -1,4 +1,4 @@
-// Options every collective takes (DESIGN.md: timeout, tag, algorithm override, reduce op).
+// Options every collective takes (docs/architecture.md: timeout, tag, algorithm override, reduce op).
 #pragma once
 
 #include <cstdint>

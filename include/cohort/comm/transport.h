@@ -1,5 +1,5 @@
 // A transport moves tagged bytes between the ranks of one group. It knows nothing of
-// algorithms (DESIGN.md): algorithms see only rank, size and tagged send/recv.
+// algorithms (docs/architecture.md): algorithms see only rank, size and tagged send/recv.
 //
 // Contract every transport keeps:
 //  - messages are matched by (peer, tag); two messages with the same (peer, tag) arrive in the

@@ -1,5 +1,5 @@
 // A handle on an asynchronous collective. The collective runs on the group's worker thread;
-// its exception is stored here and rethrown from wait() (DESIGN.md: no exception dies in a
+// its exception is stored here and rethrown from wait() (docs/architecture.md: no exception dies in a
 // background thread).
 #pragma once
 

@@ -1,5 +1,5 @@
 // Reading knobs from the environment. Each knob is declared next to the code that reads it
-// (DESIGN.md, "Knobs") and listed in docs/env.md; these helpers only parse and validate.
+// (docs/architecture.md, "Conventions") and listed in docs/env.md; these helpers only parse and validate.
 #pragma once
 
 #include <cstdint>

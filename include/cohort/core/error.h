@@ -1,4 +1,4 @@
-// Typed exceptions of the public API (DESIGN.md, "Errors").
+// Typed exceptions of the public API (docs/architecture.md, "Conventions").
 //
 // Every error cohort throws derives from cohort::Error, so callers can catch one type; the
 // subclasses say what kind of failure it was so that callers can react (retry a StoreError,

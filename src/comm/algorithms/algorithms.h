@@ -1,4 +1,4 @@
-// Every collective algorithm cohort has, one file each (DESIGN.md). All are in place on
+// Every collective algorithm cohort has, one file each (docs/architecture.md). All are in place on
 // `data` unless they take separate in/out pointers. Reductions combine with
 // kernels::combine_op(op): kAvg combines as a sum; allreduce algorithms divide themselves,
 // the Group divides the results of the others.

@@ -1,4 +1,4 @@
-// What an algorithm sees of the world (DESIGN.md): its rank, the group size, and tagged
+// What an algorithm sees of the world (docs/architecture.md, "Layers"): its rank, the group size, and tagged
 // send/recv over a transport, all bounded by the collective's deadline.
 #pragma once
 

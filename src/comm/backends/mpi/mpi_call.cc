@@ -38,7 +38,7 @@ void require_thread_multiple(int provided, const char* who) {
                     "thread support (OpenMPI: `ompi_info | grep THREAD_MULTIPLE`)");
 }
 
-// MPI itself is process-wide state, so this bookkeeping is too (DESIGN.md allows no other).
+// MPI itself is process-wide state, so this bookkeeping is too (docs/architecture.md allows no other).
 std::mutex runtime_mutex;
 bool initialized_by_cohort = false;
 int open_groups = 0;
