@@ -22,9 +22,10 @@ void allgather_ring(Context& ctx, const void* in, void* out, size_t bytes) {
   auto block = [&](int index) {
     return blocks + static_cast<size_t>(ring_index(index, n)) * bytes;
   };
-  ring_phase(ctx, 0, DType::kUInt8, ReduceOp::kSum, /*reduce=*/false, [&](int s) {
-    return RingStep{block(me - s), bytes, block(me - s - 1), bytes};
-  });
+  ring_phase(ctx, 0, DType::kUInt8, ReduceOp::kSum, /*reduce=*/false, RingOrder::kForward,
+             [&](int s) {
+               return RingStep{block(me - s), bytes, block(me - s - 1), bytes};
+             });
 }
 
 }  // namespace cohort::algo

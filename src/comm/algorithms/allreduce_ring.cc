@@ -36,14 +36,14 @@ void allreduce_ring(Context& ctx, void* data, size_t count, DType dtype, ReduceO
     return RingStep{bytes + out.begin * esize, out.count, bytes + in.begin * esize, in.count};
   };
   const ReduceOp combine = kernels::combine_op(op);
-  ring_phase(ctx, 0, dtype, combine, /*reduce=*/true,
+  ring_phase(ctx, 0, dtype, combine, /*reduce=*/true, RingOrder::kForward,
              [&](int s) { return move(r - s, r - s - 1); });
   if (op == ReduceOp::kAvg) {  // each rank divides the chunk it owns, 1/n of the data
     const Range owned = chunk(r + 1);
     kernels::divide(bytes + owned.begin * esize, owned.count, dtype, n);
   }
   ring_phase(ctx, static_cast<uint32_t>(n - 1), dtype, combine, /*reduce=*/false,
-             [&](int s) { return move(r + 1 - s, r - s); });
+             RingOrder::kForward, [&](int s) { return move(r + 1 - s, r - s); });
 }
 
 }  // namespace cohort::algo

@@ -35,14 +35,16 @@ void reduce_scatter_ring(Context& ctx, const void* in, void* out, size_t count, 
   partial[0] = ctx.scratch(2 * block_bytes);
   partial[1] = partial[0] + block_bytes;
   const uint8_t* outgoing = input_block(me - 1);
-  ring_phase(ctx, 0, dtype, kernels::combine_op(op), /*reduce=*/true, [&](int s) {
-    uint8_t* building = s == n - 2 ? static_cast<uint8_t*>(out) : partial[s % 2];
-    const uint8_t* own = input_block(me - s - 2);
-    if (building != own) std::memcpy(building, own, block_bytes);  // in place: out is block me
-    const RingStep step{outgoing, count, building, count};
-    outgoing = building;
-    return step;
-  });
+  ring_phase(ctx, 0, dtype, kernels::combine_op(op), /*reduce=*/true, RingOrder::kStepByStep,
+             [&](int s) {
+               uint8_t* building = s == n - 2 ? static_cast<uint8_t*>(out) : partial[s % 2];
+               const uint8_t* own = input_block(me - s - 2);
+               if (building != own)
+                 std::memcpy(building, own, block_bytes);  // in place: out is block me
+               const RingStep step{outgoing, count, building, count};
+               outgoing = building;
+               return step;
+             });
 }
 
 }  // namespace cohort::algo

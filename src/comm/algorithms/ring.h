@@ -33,13 +33,23 @@ struct RingStep {
   size_t recv_count;
 };
 
+// How the steps of a phase follow each other.
+//  - kStepByStep: step s + 1 starts when step s's sends and receives are done, and step(s + 1)
+//    is asked only then (it may fill its receive buffer first: reduce_scatter_ring's partial
+//    sums).
+//  - kForward: what step s sends is what step s - 1 received (step(s).send == step(s-1).recv,
+//    the same block), so every receive is posted up front and each segment is sent on as soon
+//    as it has landed: the steps overlap, as in a pipeline. The receive buffers must hold no
+//    data that a later step needs first (they are written as soon as the bytes arrive).
+enum class RingOrder { kStepByStep, kForward };
+
 // One phase of the ring: n-1 steps, under rounds first_round .. first_round + n - 2 (Note
-// [Message steps]). `step(s)` is asked just before step s runs (it may fill the receive
-// buffer with this rank's own contribution), and step s waits for its sends and receives
-// before step s + 1 starts. With `reduce`, received elements are combined with `op` as they
-// arrive (Transport::irecv_reduce); `dtype` sizes the elements either way.
+// [Message steps]). At step s this rank sends step(s).send to its right neighbour and receives
+// step(s).recv from its left. With `reduce`, received elements are combined with `op` into what
+// the receive buffer holds as they arrive (Transport::irecv_reduce); `dtype` sizes the elements
+// either way. Segments of kRingSegmentBytes.
 void ring_phase(Context& ctx, uint32_t first_round, DType dtype, ReduceOp op, bool reduce,
-                const std::function<RingStep(int s)>& step);
+                RingOrder order, const std::function<RingStep(int s)>& step);
 
 // Neighbours and block indices on the ring: rank r sends to r + 1 and receives from r - 1.
 inline int ring_index(int i, int n) {
