@@ -1,7 +1,7 @@
 // One rank's end of the connection to one peer. Sends are written on the caller's thread while
-// the socket takes them without blocking, and by a sender thread from there on
-// (Note [Outbox]); a reader thread matches incoming messages to posted receives
-// (Note [Claimed receives]).
+// the socket takes them without blocking, and by the process's event loop from there on
+// (Note [Outbox]); the loop also reads incoming frames and matches them to posted receives
+// (Note [Claimed receives], Note [Event loop] in net/event_loop.cc).
 #pragma once
 
 #include <sys/uio.h>
@@ -12,10 +12,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
+#include <string>
 #include <vector>
 
 #include "cohort/comm/transport.h"
+#include "net/event_loop.h"
 #include "net/socket.h"
 #include "transport/tcp/tcp_frames.h"
 
@@ -30,12 +31,14 @@ class FailureSink {
 
 class Connection {
  public:
-  Connection(net::Socket socket, int local_rank, int peer_rank, FailureSink& sink);
+  Connection(net::Socket socket, int local_rank, int peer_rank, FailureSink& sink,
+             std::shared_ptr<net::EventLoop> loop);
   ~Connection();  // stop()s
 
-  void start();  // the reader and sender threads
-  // Shuts the socket down and joins both threads. Idempotent. A transport stops all its
-  // connections before destroying any, since a reader reports failures to all of them.
+  void start();  // registers the socket with the event loop
+  // Takes the socket off the loop (its handler is not running once this returns), shuts it
+  // down and fails what is still pending. Idempotent. A transport stops all its connections
+  // before destroying any, since the loop reports one connection's failure to all of them.
   void stop() noexcept;
   std::unique_ptr<Request> send(Tag tag, const void* data, size_t bytes, Deadline deadline);
   // Queues a control frame (abort, goodbye) even on a failed transport, and waits up to
@@ -58,7 +61,7 @@ class Connection {
     bool reduce = false;  // combine into data instead of overwriting it
     DType dtype = DType::kUInt8;
     ReduceOp op = ReduceOp::kSum;
-    bool claimed = false;  // the reader is writing into data right now
+    bool claimed = false;  // the loop is writing into data (Note [Claimed receives])
     bool done = false;
     std::exception_ptr error;
   };
@@ -67,7 +70,7 @@ class Connection {
     size_t bytes = 0;
     CallStamp stamp{};  // the sending call
   };
-  // A frame waiting in the outbox, or being written by the sender thread.
+  // A frame waiting in the outbox, maybe partly written.
   struct Outgoing {
     FrameHeader header{};
     std::string payload;  // control frames own their payload; data frames point at the caller's
@@ -75,29 +78,49 @@ class Connection {
     iovec* next = parts;  // first part not fully written
     int left = 2;         // parts not fully written
     Deadline deadline = Deadline::never();
-    bool writing = false;
     bool done = false;
     std::exception_ptr error;
+    // Some of it is on the wire: taking it back would leave the stream out of step.
+    bool started() const { return next != parts || parts[0].iov_base != &header; }
+  };
+  // Where the loop is in the incoming stream (loop thread only, Note [Incoming stream]).
+  enum class Stage { kHeader, kPayload, kBuffered, kAbort };
+  struct Incoming {
+    Stage stage = Stage::kHeader;
+    FrameHeader header{};
+    size_t got = 0;                     // bytes of the header or payload read so far
+    std::shared_ptr<Pending> pending;   // kPayload: the claimed receive being filled
+    size_t bounce_fill = 0;             // kPayload with reduce: bytes waiting in bounce_
+    std::unique_ptr<uint8_t[]> buffer;  // kBuffered: the message nobody waits for yet
+    std::string abort;                  // kAbort: the payload
   };
   class RecvRequest;
   class SendRequest;
 
   std::unique_ptr<Request> enqueue(std::shared_ptr<Outgoing> frame, bool control);
-  void sender_loop() noexcept;
-  void finish_send(const std::shared_ptr<Outgoing>& frame, std::exception_ptr error);
   void drop_from_outbox(const std::shared_ptr<Outgoing>& frame);
+  // Under send_mutex_: nothing more can be sent; fails the outbox. True the first time, when
+  // the caller must tell the sink (after unlocking).
+  bool break_sending(std::exception_ptr error);
+  void watch_locked();  // under send_mutex_: tells the loop what to wait for
   std::exception_ptr lost_while_sending(const std::string& reason) const;
 
-  void reader_loop() noexcept;
-  void read_frame();
-  void receive_data(const FrameHeader& header);
+  // The loop's handler and its two halves.
+  void on_events(uint32_t events) noexcept;
+  void write_outbox() noexcept;
+  void read_incoming() noexcept;
+  size_t read_some(size_t budget);  // one step of Note [Incoming stream]
+  void end_reading() noexcept;
+  void on_header();
+  size_t read_payload(size_t budget);
+  void on_data_header(const Tag& tag, size_t bytes);
   std::unique_ptr<Request> post(Tag tag, std::shared_ptr<Pending> pending, Deadline deadline);
   std::shared_ptr<Pending> claim_posted(const Tag& tag);
-  void read_payload(Pending& pending);
   static void land(Pending& pending, const uint8_t* bytes);
   void finish(const std::shared_ptr<Pending>& pending, std::exception_ptr error);
   void deliver_buffered(const Tag& tag, Unexpected message);
   void on_disconnect(const std::string& reason);
+  void on_goodbye();
   // Note [Call stamps], under mutex_: a send or receive of this rank records its call and
   // checks the messages already buffered for its collective; an arriving message is checked
   // against this rank's calls. Both throw MismatchError.
@@ -112,13 +135,16 @@ class Connection {
   const int peer_;
   const std::string peer_address_;
   FailureSink& sink_;
+  const std::shared_ptr<net::EventLoop> loop_;
 
-  std::mutex send_mutex_;  // guards the socket's write side and the outbox
+  std::mutex send_mutex_;  // guards the socket's write side, the outbox and the loop's watch
   std::condition_variable send_changed_;
   std::deque<std::shared_ptr<Outgoing>> outbox_;
   std::exception_ptr send_error_;  // the write side broke: nothing more can be sent
-  bool sender_stop_ = false;
-  std::thread sender_;
+  bool closing_ = false;           // stop() ran: no more data frames
+  uint64_t loop_id_ = 0;           // registered with the loop (0: not, or no more)
+  bool reading_ = true;            // the loop still reads (no end of stream or broken frame)
+  uint32_t watching_ = 0;          // the events the loop waits for now
 
   std::mutex mutex_;  // guards everything below
   std::condition_variable changed_;
@@ -135,8 +161,9 @@ class Connection {
   std::exception_ptr error_;  // set once the connection or the transport failed
   bool peer_left_ = false;    // the peer said goodbye (closing its group normally)
   bool stopping_ = false;     // our destructor is running
-  std::thread reader_;
-  std::vector<uint8_t> bounce_;  // reader thread only: cache-sized landing for reduce-on-receive
+
+  Incoming in_;                  // loop thread only (and stop(), once off the loop)
+  std::vector<uint8_t> bounce_;  // loop thread only: cache-sized landing for reduce-on-receive
 };
 
 }  // namespace cohort::tcp

@@ -41,7 +41,8 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
     for (auto& c : connections_) {
       if (c) c->send_control(tcp::kGoodbye, "", Deadline::after(Milliseconds(1000)));
     }
-    // Every thread first: a reader still running may report a failure to any connection.
+    // Every connection off the loop first: a handler still running may report a failure to
+    // any connection.
     for (auto& c : connections_) {
       if (c) c->stop();
     }
@@ -50,7 +51,10 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
 
   void adopt(int peer, net::Socket socket) {
     tcp::FailureSink& sink = *this;
-    connections_[peer] = std::make_unique<tcp::Connection>(std::move(socket), rank_, peer, sink);
+    // One loop for every connection of every group of this process (Note [Event loop]).
+    if (!loop_) loop_ = net::EventLoop::shared();
+    connections_[peer] =
+        std::make_unique<tcp::Connection>(std::move(socket), rank_, peer, sink, loop_);
   }
   void start() {
     for (auto& c : connections_) {
@@ -132,6 +136,7 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
   const int rank_;
   const int size_;
   const TcpTransportOptions options_;
+  std::shared_ptr<net::EventLoop> loop_;
   std::vector<std::unique_ptr<tcp::Connection>> connections_;
   std::mutex failure_mutex_;
   std::exception_ptr failure_;
