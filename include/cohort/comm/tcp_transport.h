@@ -1,7 +1,8 @@
-// TCP transport: one full-duplex connection per pair of ranks. Each connection has a reader
-// thread that matches incoming messages to posted receives and reads payloads straight into
-// the receiver's buffer; senders write header + payload with one gather-write, so large
-// messages stream without an extra copy. A dead peer is noticed from its closed connection
+// TCP transport: one full-duplex connection per pair of ranks. One event loop thread per
+// process serves every connection of every group: it matches incoming messages to posted
+// receives and reads payloads straight into the receiver's buffer, and writes what a sender's
+// thread could not write at once; senders write header + payload with one gather-write, so
+// large messages stream without an extra copy. A dead peer is noticed from its closed connection
 // (kernel FIN/RST, or keepalive for a vanished host) and reported as PeerError naming it.
 #pragma once
 
