@@ -326,10 +326,10 @@ void Connection::on_events(uint32_t events) noexcept {
   // Reading ended and the socket hung up: nothing can be written either, and a level-triggered
   // hang-up would call us forever. Off the loop. The end of reading already told the sink
   // what the transport needs to know (a peer that said goodbye is no failure).
+  // (stop() still calls remove() with the same id: that waits until this handler returned.)
   std::unique_lock<std::mutex> lock(send_mutex_);
   break_sending(lost_while_sending("the connection hung up"));
   const uint64_t id = loop_id_;
-  loop_id_ = 0;
   lock.unlock();
   if (id != 0) loop_->remove(id);
   send_changed_.notify_all();
