@@ -463,19 +463,31 @@ std::exception_ptr Connection::size_mismatch(const Tag& tag, size_t sent, size_t
 // and remembers where it stopped (in_): a frame header, then its payload, which goes into the
 // claimed receive (Note [Claimed receives]), through the bounce buffer into a reducing one
 // (Note [Reduce on receive]), into a buffer of its own when nobody waits for it yet, or into an
-// abort message. One call reads at most kReadBudget bytes and returns, so that one peer's
-// large message does not keep the loop from the other sockets (level triggering brings it
-// back). Whatever ends reading (end of stream, a broken or out-of-step frame) goes through
-// end_reading, which gives a claimed receive back: then the PeerError naming the peer reaches
-// every pending and later request of the transport through the sink.
+// abort message. Small pieces (headers, small payloads) are read into a staging buffer with
+// one recv, which often holds a whole frame or several; a large remainder of a payload is read
+// straight to where it goes. A recv that returns less than asked has drained the socket, so
+// the handler returns without another one (level triggering calls it again when more comes).
+// One call reads at most kReadBudget bytes from the socket, so that one peer's large message
+// does not keep the loop from the other sockets. Whatever ends reading (end of stream, a
+// broken or out-of-step frame) goes through end_reading, which gives a claimed receive back:
+// then the PeerError naming the peer reaches every pending and later request of the transport
+// through the sink.
 constexpr size_t kReadBudget = 4 << 20;
+constexpr size_t kStagingBytes = 16 * 1024;
+constexpr size_t kDirectReadBytes = 8 * 1024;  // larger pieces bypass the staging buffer
 
 void Connection::read_incoming() noexcept {
   try {
-    for (size_t budget = kReadBudget; budget > 0;) {
-      const size_t n = read_some(budget);
-      if (n == 0) return;  // the socket has nothing more now
+    for (size_t budget = kReadBudget;;) {
+      while (in_.staged_begin < in_.staged_end) consume_staged();
+      if (budget == 0) return;
+      size_t asked = 0;
+      const size_t n = read_socket(budget, &asked);
       budget -= std::min(n, budget);
+      if (n < asked) {
+        while (in_.staged_begin < in_.staged_end) consume_staged();
+        return;  // drained
+      }
     }
   } catch (const net::NetError& e) {
     end_reading();
@@ -505,7 +517,115 @@ void Connection::read_incoming() noexcept {
   }
 }
 
-// Stops reading for good: the stream is over or out of step.
+// Where the next bytes of the stream go, and how many the current stage still wants.
+uint8_t* Connection::stage_target(size_t* want) {
+  switch (in_.stage) {
+    case Stage::kHeader:
+      *want = sizeof in_.header - in_.got;
+      return reinterpret_cast<uint8_t*>(&in_.header) + in_.got;
+    case Stage::kPayload: {
+      Pending& pending = *in_.pending;
+      if (!pending.reduce) {
+        *want = pending.bytes - in_.got;
+        return static_cast<uint8_t*>(pending.data) + in_.got;
+      }
+      // in_.got counts the bytes combined into the target; bounce_fill those read beyond.
+      bounce_.resize(kBounceBytes);
+      *want = std::min(kBounceBytes, pending.bytes - in_.got) - in_.bounce_fill;
+      return bounce_.data() + in_.bounce_fill;
+    }
+    case Stage::kBuffered: *want = in_.header.bytes - in_.got; return in_.buffer.get() + in_.got;
+    case Stage::kAbort:
+      *want = in_.abort.size() - in_.got;
+      return reinterpret_cast<uint8_t*>(&in_.abort[0]) + in_.got;
+  }
+  *want = 0;
+  return nullptr;
+}
+
+// Reads from the socket into the staging buffer, or straight to the current stage's target
+// when it wants a large piece. Returns the bytes read; *asked says how many it asked for.
+size_t Connection::read_socket(size_t budget, size_t* asked) {
+  size_t want = 0;
+  uint8_t* target = stage_target(&want);
+  if (want >= kDirectReadBytes) {
+    *asked = std::min(want, budget);
+    const size_t n = socket_.read_available(target, *asked);
+    stage_advance(n);
+    return n;
+  }
+  in_.staging.resize(kStagingBytes);
+  *asked = kStagingBytes;
+  const size_t n = socket_.read_available(in_.staging.data(), kStagingBytes);
+  in_.staged_begin = 0;
+  in_.staged_end = n;
+  return n;
+}
+
+// Moves staged bytes to the current stage's target.
+void Connection::consume_staged() {
+  size_t want = 0;
+  uint8_t* target = stage_target(&want);
+  const size_t n = std::min(want, in_.staged_end - in_.staged_begin);
+  std::memcpy(target, in_.staging.data() + in_.staged_begin, n);
+  in_.staged_begin += n;
+  stage_advance(n);
+}
+
+// Counts `n` more bytes for the current stage and acts on it once complete.
+void Connection::stage_advance(size_t n) {
+  switch (in_.stage) {
+    case Stage::kHeader:
+      in_.got += n;
+      if (in_.got < sizeof in_.header) return;
+      in_.got = 0;
+      on_header();
+      return;
+    case Stage::kPayload: {
+      Pending& pending = *in_.pending;
+      if (!pending.reduce) {
+        in_.got += n;
+      } else {
+        in_.bounce_fill += n;
+        const size_t piece = std::min(kBounceBytes, pending.bytes - in_.got);
+        if (in_.bounce_fill < piece) return;
+        kernels::reduce_into(static_cast<uint8_t*>(pending.data) + in_.got, bounce_.data(),
+                             piece / dtype_size(pending.dtype), pending.dtype, pending.op);
+        in_.got += piece;
+        in_.bounce_fill = 0;
+      }
+      if (in_.got < pending.bytes) return;
+      in_.stage = Stage::kHeader;
+      in_.got = 0;
+      auto done = std::move(in_.pending);
+      finish(done, nullptr);
+      return;
+    }
+    case Stage::kBuffered: {
+      in_.got += n;
+      if (in_.got < in_.header.bytes) return;
+      in_.stage = Stage::kHeader;
+      in_.got = 0;
+      Unexpected message;
+      message.bytes = in_.header.bytes;
+      message.stamp = in_.header.stamp;
+      message.data = std::move(in_.buffer);
+      deliver_buffered(Tag{in_.header.channel, in_.header.step, in_.header.stamp},
+                       std::move(message));
+      return;
+    }
+    case Stage::kAbort: {
+      in_.got += n;
+      if (in_.got < in_.abort.size()) return;
+      in_.stage = Stage::kHeader;
+      in_.got = 0;
+      const WireError wire = WireError::decode(in_.abort);
+      sink_.on_connection_failed(peer_, wire.as_exception(peer_));
+      return;
+    }
+  }
+}
+
 void Connection::end_reading() noexcept {
   if (in_.pending) {
     finish(in_.pending,
@@ -516,51 +636,6 @@ void Connection::end_reading() noexcept {
   std::lock_guard<std::mutex> lock(send_mutex_);
   reading_ = false;
   watch_locked();
-}
-
-// One read of Note [Incoming stream]; returns the bytes read, 0 when none had arrived.
-size_t Connection::read_some(size_t budget) {
-  switch (in_.stage) {
-    case Stage::kHeader: {
-      auto* header = reinterpret_cast<uint8_t*>(&in_.header);
-      const size_t n = socket_.read_available(header + in_.got, sizeof in_.header - in_.got);
-      in_.got += n;
-      if (in_.got == sizeof in_.header) {
-        in_.got = 0;
-        on_header();
-      }
-      return n;
-    }
-    case Stage::kPayload: return read_payload(budget);
-    case Stage::kBuffered: {
-      const size_t want = std::min<size_t>(in_.header.bytes - in_.got, budget);
-      const size_t n = socket_.read_available(in_.buffer.get() + in_.got, want);
-      in_.got += n;
-      if (in_.got == in_.header.bytes) {
-        in_.stage = Stage::kHeader;
-        in_.got = 0;
-        Unexpected message;
-        message.bytes = in_.header.bytes;
-        message.stamp = in_.header.stamp;
-        message.data = std::move(in_.buffer);
-        deliver_buffered(Tag{in_.header.channel, in_.header.step, in_.header.stamp},
-                         std::move(message));
-      }
-      return n;
-    }
-    case Stage::kAbort: {
-      const size_t n = socket_.read_available(&in_.abort[in_.got], in_.abort.size() - in_.got);
-      in_.got += n;
-      if (in_.got == in_.abort.size()) {
-        in_.stage = Stage::kHeader;
-        in_.got = 0;
-        const WireError wire = WireError::decode(in_.abort);
-        sink_.on_connection_failed(peer_, wire.as_exception(peer_));
-      }
-      return n;
-    }
-  }
-  return 0;
 }
 
 void Connection::on_header() {
@@ -581,7 +656,7 @@ void Connection::on_header() {
       if (header.bytes > kMaxAbortBytes) throw ProtocolError("oversized abort frame");
       in_.abort.assign(header.bytes, '\0');
       in_.stage = Stage::kAbort;
-      if (header.bytes == 0) read_some(0);  // an empty payload is complete already
+      if (header.bytes == 0) stage_advance(0);  // an empty payload is complete already
       return;
     case kGoodbye: on_goodbye(); return;
     default: throw ProtocolError("unknown frame type " + std::to_string(header.type));
@@ -635,38 +710,7 @@ void Connection::on_data_header(const Tag& tag, size_t bytes) {
     throw ProtocolError("cannot buffer a " + std::to_string(bytes) + "-byte message");
   }
   in_.stage = Stage::kBuffered;
-  if (bytes == 0) read_some(0);  // complete already
-}
-
-// Reads a payload straight into the claimed receive (Note [Claimed receives]), or through the
-// bounce buffer into a reducing one (Note [Reduce on receive]).
-size_t Connection::read_payload(size_t budget) {
-  Pending& pending = *in_.pending;
-  auto* target = static_cast<uint8_t*>(pending.data);
-  size_t n;
-  if (!pending.reduce) {
-    n = socket_.read_available(target + in_.got, std::min(pending.bytes - in_.got, budget));
-    in_.got += n;
-  } else {
-    // in_.got counts the bytes already combined into the target; bounce_fill those read beyond.
-    bounce_.resize(kBounceBytes);
-    const size_t piece = std::min(kBounceBytes, pending.bytes - in_.got);
-    n = socket_.read_available(bounce_.data() + in_.bounce_fill, piece - in_.bounce_fill);
-    in_.bounce_fill += n;
-    if (in_.bounce_fill == piece) {
-      kernels::reduce_into(target + in_.got, bounce_.data(), piece / dtype_size(pending.dtype),
-                           pending.dtype, pending.op);
-      in_.got += piece;
-      in_.bounce_fill = 0;
-    }
-  }
-  if (in_.got == pending.bytes) {
-    in_.stage = Stage::kHeader;
-    in_.got = 0;
-    auto done = std::move(in_.pending);
-    finish(done, nullptr);
-  }
-  return n;
+  if (bytes == 0) stage_advance(0);  // complete already
 }
 
 std::shared_ptr<Connection::Pending> Connection::claim_posted(const Tag& tag) {

@@ -93,6 +93,9 @@ class Connection {
     size_t bounce_fill = 0;             // kPayload with reduce: bytes waiting in bounce_
     std::unique_ptr<uint8_t[]> buffer;  // kBuffered: the message nobody waits for yet
     std::string abort;                  // kAbort: the payload
+    std::vector<uint8_t> staging;       // bytes read ahead of the current stage
+    size_t staged_begin = 0;
+    size_t staged_end = 0;
   };
   class RecvRequest;
   class SendRequest;
@@ -109,10 +112,12 @@ class Connection {
   void on_events(uint32_t events) noexcept;
   void write_outbox() noexcept;
   void read_incoming() noexcept;
-  size_t read_some(size_t budget);  // one step of Note [Incoming stream]
+  uint8_t* stage_target(size_t* want);  // Note [Incoming stream]
+  size_t read_socket(size_t budget, size_t* asked);
+  void consume_staged();
+  void stage_advance(size_t n);
   void end_reading() noexcept;
   void on_header();
-  size_t read_payload(size_t budget);
   void on_data_header(const Tag& tag, size_t bytes);
   std::unique_ptr<Request> post(Tag tag, std::shared_ptr<Pending> pending, Deadline deadline);
   std::shared_ptr<Pending> claim_posted(const Tag& tag);
