@@ -286,7 +286,8 @@ bool Connection::break_sending(std::exception_ptr error) {
 
 void Connection::watch_locked() {
   if (loop_id_ == 0) return;
-  const uint32_t events = (reading_ ? kRead : 0) | (outbox_.empty() ? 0 : kWrite);
+  const uint32_t events =
+      (reading_.load(std::memory_order_relaxed) ? kRead : 0) | (outbox_.empty() ? 0 : kWrite);
   if (events == watching_) return;
   watching_ = events;
   loop_->modify(loop_id_, events);
@@ -313,12 +314,9 @@ std::exception_ptr Connection::lost_while_sending(const std::string& reason) con
 
 void Connection::on_events(uint32_t events) noexcept {
   if (events & EPOLLOUT) write_outbox();
-  bool reading;
-  {
-    std::lock_guard<std::mutex> lock(send_mutex_);
-    reading = reading_;
-  }
-  if (reading) {
+  // Not under send_mutex_: a caller holds it while its send runs the loopback path, and the
+  // loop must not queue behind that for every frame it reads.
+  if (reading_.load(std::memory_order_relaxed)) {
     if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) read_incoming();
     return;
   }
@@ -472,7 +470,7 @@ std::exception_ptr Connection::size_mismatch(const Tag& tag, size_t sent, size_t
 // broken or out-of-step frame) goes through end_reading, which gives a claimed receive back:
 // then the PeerError naming the peer reaches every pending and later request of the transport
 // through the sink.
-constexpr size_t kReadBudget = 4 << 20;
+constexpr size_t kReadBudget = 1 << 20;
 constexpr size_t kStagingBytes = 16 * 1024;
 constexpr size_t kDirectReadBytes = 8 * 1024;  // larger pieces bypass the staging buffer
 
@@ -634,7 +632,7 @@ void Connection::end_reading() noexcept {
     in_.pending.reset();
   }
   std::lock_guard<std::mutex> lock(send_mutex_);
-  reading_ = false;
+  reading_.store(false, std::memory_order_relaxed);
   watch_locked();
 }
 

@@ -7,6 +7,7 @@
 #include <sys/uio.h>
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -148,8 +149,10 @@ class Connection {
   std::exception_ptr send_error_;  // the write side broke: nothing more can be sent
   bool closing_ = false;           // stop() ran: no more data frames
   uint64_t loop_id_ = 0;           // registered with the loop (0: not, or no more)
-  bool reading_ = true;            // the loop still reads (no end of stream or broken frame)
-  uint32_t watching_ = 0;          // the events the loop waits for now
+  // The loop still reads (no end of stream or broken frame). Written by the loop thread under
+  // send_mutex_; the loop reads it without the lock.
+  std::atomic<bool> reading_{true};
+  uint32_t watching_ = 0;  // the events the loop waits for now
 
   std::mutex mutex_;  // guards everything below
   std::condition_variable changed_;
