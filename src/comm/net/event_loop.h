@@ -1,7 +1,7 @@
 // EventLoop: one thread that waits on many descriptors at once (epoll) and calls a handler
 // when one is readable or writable. Every TCP connection of every group of a process shares
-// one loop (EventLoop::shared()), so the threads a rank runs do not grow with its peers or
-// groups; the TCP store server runs its own. Note [Event loop] says what a handler may do.
+// the same two loops (EventLoop::shared(): one reads, one writes), so the threads a rank runs
+// do not grow with its peers or groups. Note [Event loop] says what a handler may do.
 #pragma once
 
 #include <sys/epoll.h>
@@ -27,9 +27,11 @@ class EventLoop {
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
 
-  // The process's loop for TCP connections, made on first use and kept while anyone holds it.
-  // A forked child gets a loop of its own (the parent's thread does not exist there).
-  static std::shared_ptr<EventLoop> shared();
+  // The process's loops for TCP connections, one per slot, each made on first use and kept
+  // while anyone holds it. A forked child gets loops of its own (the parent's threads do not
+  // exist there). Note [Event loop] says why reading and writing have a loop each.
+  enum Slot { kIncoming = 0, kOutgoing = 1, kSlots = 2 };
+  static std::shared_ptr<EventLoop> shared(Slot slot);
 
   // Watches `fd` for `events` (EPOLLIN, EPOLLOUT; level-triggered). Returns the id that
   // modify() and remove() take.

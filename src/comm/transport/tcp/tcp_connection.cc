@@ -13,7 +13,7 @@ namespace cohort::tcp {
 constexpr uint32_t kRead = EPOLLIN;
 constexpr uint32_t kWrite = EPOLLOUT;
 
-// Note [Claimed receives]: the event loop reads a payload straight into the buffer of the
+// Note [Claimed receives]: the reading event loop reads a payload straight into the buffer of the
 // receive it matched, without holding the lock, so that large messages are not copied twice.
 // From the header until the last byte the receive is "claimed": its waiter must not return
 // (the caller would free or reuse the buffer under the loop's feet). Frames are written whole,
@@ -85,9 +85,9 @@ class Connection::RecvRequest final : public Request {
 
 // Note [Outbox]: a send first writes on the caller's thread as much as the socket takes
 // without blocking (a small message goes out at once, with no thread hand-off). Whatever is
-// left waits in the outbox, and the connection asks the event loop to tell it when the socket
-// is writable again; the loop then writes the outbox in order, so that isend returns at once
-// and an algorithm can receive and reduce while its large sends stream out. Frames leave in
+// left waits in the outbox, and the connection asks the writing event loop to tell it when
+// the socket is writable again; that loop then writes the outbox in order, so that isend returns at
+// once and an algorithm can receive and reduce while its large sends stream out. Frames leave in
 // the order they were queued; inline writes only happen on an empty outbox. All writes happen
 // under send_mutex_ and never block. A send request, like a receive (Note [Claimed receives]),
 // never returns while the loop may still read the caller's buffer: it takes a frame nobody
@@ -144,13 +144,15 @@ class Connection::SendRequest final : public Request {
 };
 
 Connection::Connection(net::Socket socket, int local_rank, int peer_rank, FailureSink& sink,
-                       std::shared_ptr<net::EventLoop> loop)
+                       std::shared_ptr<net::EventLoop> in_loop,
+                       std::shared_ptr<net::EventLoop> out_loop)
     : socket_(std::move(socket)),
       rank_(local_rank),
       peer_(peer_rank),
       peer_address_(socket_.peer_name()),
       sink_(sink),
-      loop_(std::move(loop)) {
+      in_loop_(std::move(in_loop)),
+      out_loop_(std::move(out_loop)) {
   // A dead process closes its sockets (the loop sees it at once); a vanished host does not,
   // so probe: an idle connection to one is declared dead after about 5 + 3 x 2 = 11 s.
   socket_.enable_keepalive(/*idle_s=*/5, /*interval_s=*/2, /*probes=*/3);
@@ -162,9 +164,11 @@ Connection::~Connection() {
 
 void Connection::start() {
   std::lock_guard<std::mutex> lock(send_mutex_);
-  if (loop_id_ != 0 || closing_) return;
-  watching_ = kRead | (outbox_.empty() ? 0 : kWrite);
-  loop_id_ = loop_->add(socket_.fd(), watching_, [this](uint32_t events) { on_events(events); });
+  if (in_id_ != 0 || closing_) return;
+  watching_in_ = kRead;
+  in_id_ = in_loop_->add(socket_.fd(), watching_in_, [this](uint32_t e) { on_readable(e); });
+  watching_out_ = outbox_.empty() ? 0 : kWrite;
+  out_id_ = out_loop_->add(socket_.fd(), watching_out_, [this](uint32_t e) { on_writable(e); });
 }
 
 void Connection::stop() noexcept {
@@ -172,14 +176,17 @@ void Connection::stop() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
-  uint64_t id = 0;
+  uint64_t in_id = 0;
+  uint64_t out_id = 0;
   {
     std::lock_guard<std::mutex> lock(send_mutex_);
     closing_ = true;
-    std::swap(id, loop_id_);
+    std::swap(in_id, in_id_);
+    std::swap(out_id, out_id_);
   }
-  // No lock held: the handler may be waiting for one of ours.
-  if (id != 0) loop_->remove(id);
+  // No lock held: a handler may be waiting for one of ours.
+  if (in_id != 0) in_loop_->remove(in_id);
+  if (out_id != 0) out_loop_->remove(out_id);
   socket_.shutdown();
   // Off the loop, nothing will finish what is still pending: fail it.
   auto error = std::make_exception_ptr(
@@ -285,12 +292,16 @@ bool Connection::break_sending(std::exception_ptr error) {
 }
 
 void Connection::watch_locked() {
-  if (loop_id_ == 0) return;
-  const uint32_t events =
-      (reading_.load(std::memory_order_relaxed) ? kRead : 0) | (outbox_.empty() ? 0 : kWrite);
-  if (events == watching_) return;
-  watching_ = events;
-  loop_->modify(loop_id_, events);
+  const uint32_t in = reading_.load(std::memory_order_relaxed) ? kRead : 0;
+  if (in_id_ != 0 && in != watching_in_) {
+    watching_in_ = in;
+    in_loop_->modify(in_id_, in);
+  }
+  const uint32_t out = outbox_.empty() ? 0 : kWrite;
+  if (out_id_ != 0 && out != watching_out_) {
+    watching_out_ = out;
+    out_loop_->modify(out_id_, out);
+  }
 }
 
 void Connection::drop_from_outbox(const std::shared_ptr<Outgoing>& frame) {
@@ -310,10 +321,9 @@ std::exception_ptr Connection::lost_while_sending(const std::string& reason) con
                  ") while sending: " + reason + "; its process probably died"));
 }
 
-// ---------------------------------------------------------------- the loop's handler
+// ---------------------------------------------------------------- the loops' handlers
 
-void Connection::on_events(uint32_t events) noexcept {
-  if (events & EPOLLOUT) write_outbox();
+void Connection::on_readable(uint32_t events) noexcept {
   // Not under send_mutex_: a caller holds it while its send runs the loopback path, and the
   // loop must not queue behind that for every frame it reads.
   if (reading_.load(std::memory_order_relaxed)) {
@@ -321,15 +331,25 @@ void Connection::on_events(uint32_t events) noexcept {
     return;
   }
   if (!(events & (EPOLLHUP | EPOLLERR))) return;
-  // Reading ended and the socket hung up: nothing can be written either, and a level-triggered
-  // hang-up would call us forever. Off the loop. The end of reading already told the sink
-  // what the transport needs to know (a peer that said goodbye is no failure).
-  // (stop() still calls remove() with the same id: that waits until this handler returned.)
+  // Reading ended and the socket hung up: a level-triggered hang-up would call us forever.
+  // Off the loop (stop() removes again with the same id, which waits until we returned).
+  std::unique_lock<std::mutex> lock(send_mutex_);
+  const uint64_t id = in_id_;
+  lock.unlock();
+  if (id != 0) in_loop_->remove(id);
+}
+
+void Connection::on_writable(uint32_t events) noexcept {
+  if (events & EPOLLOUT) write_outbox();
+  if (!(events & (EPOLLHUP | EPOLLERR))) return;
+  // Hung up: nothing more can be written, and a level-triggered hang-up would call us forever.
+  // The reading side tells the sink what the transport needs to know (a peer that said
+  // goodbye is no failure), so this only fails what waits to be sent.
   std::unique_lock<std::mutex> lock(send_mutex_);
   break_sending(lost_while_sending("the connection hung up"));
-  const uint64_t id = loop_id_;
+  const uint64_t id = out_id_;
   lock.unlock();
-  if (id != 0) loop_->remove(id);
+  if (id != 0) out_loop_->remove(id);
   send_changed_.notify_all();
 }
 

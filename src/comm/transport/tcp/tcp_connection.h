@@ -1,7 +1,7 @@
 // One rank's end of the connection to one peer. Sends are written on the caller's thread while
-// the socket takes them without blocking, and by the process's event loop from there on
-// (Note [Outbox]); the loop also reads incoming frames and matches them to posted receives
-// (Note [Claimed receives], Note [Event loop] in net/event_loop.cc).
+// the socket takes them without blocking, and by the process's writing event loop from there
+// on (Note [Outbox]); its reading loop reads incoming frames and matches them to posted
+// receives (Note [Claimed receives], Note [Event loop] in net/event_loop.cc).
 #pragma once
 
 #include <sys/uio.h>
@@ -32,8 +32,10 @@ class FailureSink {
 
 class Connection {
  public:
+  // `in_loop` reads the socket, `out_loop` writes what the caller's thread could not
+  // (Note [Outbox]); every connection of the process shares the same two.
   Connection(net::Socket socket, int local_rank, int peer_rank, FailureSink& sink,
-             std::shared_ptr<net::EventLoop> loop);
+             std::shared_ptr<net::EventLoop> in_loop, std::shared_ptr<net::EventLoop> out_loop);
   ~Connection();  // stop()s
 
   void start();  // registers the socket with the event loop
@@ -110,7 +112,8 @@ class Connection {
   std::exception_ptr lost_while_sending(const std::string& reason) const;
 
   // The loop's handler and its two halves.
-  void on_events(uint32_t events) noexcept;
+  void on_readable(uint32_t events) noexcept;  // on in_loop_
+  void on_writable(uint32_t events) noexcept;  // on out_loop_
   void write_outbox() noexcept;
   void read_incoming() noexcept;
   uint8_t* stage_target(size_t* want);  // Note [Incoming stream]
@@ -141,18 +144,21 @@ class Connection {
   const int peer_;
   const std::string peer_address_;
   FailureSink& sink_;
-  const std::shared_ptr<net::EventLoop> loop_;
+  const std::shared_ptr<net::EventLoop> in_loop_;
+  const std::shared_ptr<net::EventLoop> out_loop_;
 
   std::mutex send_mutex_;  // guards the socket's write side, the outbox and the loop's watch
   std::condition_variable send_changed_;
   std::deque<std::shared_ptr<Outgoing>> outbox_;
   std::exception_ptr send_error_;  // the write side broke: nothing more can be sent
   bool closing_ = false;           // stop() ran: no more data frames
-  uint64_t loop_id_ = 0;           // registered with the loop (0: not, or no more)
+  uint64_t in_id_ = 0;             // registrations with the loops (0: not, or no more)
+  uint64_t out_id_ = 0;
   // The loop still reads (no end of stream or broken frame). Written by the loop thread under
   // send_mutex_; the loop reads it without the lock.
   std::atomic<bool> reading_{true};
-  uint32_t watching_ = 0;  // the events the loop waits for now
+  uint32_t watching_in_ = 0;  // what each loop waits for now
+  uint32_t watching_out_ = 0;
 
   std::mutex mutex_;  // guards everything below
   std::condition_variable changed_;
