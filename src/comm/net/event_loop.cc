@@ -82,9 +82,8 @@ std::shared_ptr<EventLoop> EventLoop::shared(Slot slot) {
   static pid_t owner[kSlots] = {};
   std::lock_guard<std::mutex> lock(mutex);
   if (owner[slot] != ::getpid()) {
-    // A forked child: the parent's loop has no thread here, and its destructor would wait for
-    // one. Leave it be (a few bytes) and start afresh.
-    new std::weak_ptr<EventLoop>(std::move(current[slot]));
+    // A new process, or a forked child: the parent's loop has no thread here. Forget it (the
+    // weak reference keeps nothing alive) and start afresh.
     current[slot].reset();
     owner[slot] = ::getpid();
   }

@@ -90,7 +90,7 @@ class Connection {
   enum class Stage { kHeader, kPayload, kBuffered, kAbort };
   struct Incoming {
     Stage stage = Stage::kHeader;
-    FrameHeader header{};
+    alignas(8) FrameHeader header{};    // aligned: its CallStamp is read in place
     size_t got = 0;                     // bytes of the header or payload read so far
     std::shared_ptr<Pending> pending;   // kPayload: the claimed receive being filled
     size_t bounce_fill = 0;             // kPayload with reduce: bytes waiting in bounce_
