@@ -133,7 +133,8 @@ Endpoint Endpoint::parse(const std::string& text) {
     port_text = text.substr(close + 2);
   } else {
     const auto colon = text.rfind(':');
-    if (colon == std::string::npos) throw ConfigError("bad address '" + text + "': expected host:port");
+    if (colon == std::string::npos)
+      throw ConfigError("bad address '" + text + "': expected host:port");
     out.host = text.substr(0, colon);
     port_text = text.substr(colon + 1);
   }
@@ -149,8 +150,12 @@ Endpoint Endpoint::parse(const std::string& text) {
 // ---------------------------------------------------------------- Socket
 
 Socket::Socket(int fd) : fd_(fd) {}
-Socket::~Socket() { close(); }
-Socket::Socket(Socket&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+Socket::~Socket() {
+  close();
+}
+Socket::Socket(Socket&& other) noexcept : fd_(other.fd_) {
+  other.fd_ = -1;
+}
 Socket& Socket::operator=(Socket&& other) noexcept {
   if (this != &other) {
     close();
@@ -270,6 +275,20 @@ void Socket::read_all(void* data, size_t bytes, Deadline deadline) {
   }
 }
 
+size_t Socket::read_available(void* data, size_t bytes) {
+  for (;;) {
+    const ssize_t n = ::recv(fd_, data, bytes, MSG_DONTWAIT);
+    if (n > 0) return static_cast<size_t>(n);
+    if (n == 0) {
+      if (bytes == 0) return 0;
+      throw NetError("connection closed by the other side", 0);
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    throw_errno("receive failed", errno);
+  }
+}
+
 void Socket::enable_keepalive(int idle_s, int interval_s, int probes) {
   const int one = 1;
   setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
@@ -278,7 +297,9 @@ void Socket::enable_keepalive(int idle_s, int interval_s, int probes) {
   setsockopt(fd_, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
 }
 
-bool Socket::wait_readable(Deadline deadline) { return poll_until(fd_, POLLIN, deadline); }
+bool Socket::wait_readable(Deadline deadline) {
+  return poll_until(fd_, POLLIN, deadline);
+}
 
 std::string Socket::peer_name() const {
   sockaddr_storage addr{};
@@ -372,7 +393,8 @@ Socket Listener::accept(Deadline deadline) {
       tune(fd);
       return Socket(fd);
     }
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
+      continue;
     if (errno == EINVAL) throw NetError("listener was shut down", errno);
     throw_errno("accept failed", errno);
   }

@@ -63,6 +63,9 @@ class Socket {
   // and returns true when nothing is left.
   bool write_available(struct iovec*& parts, int& count);
   void read_all(void* data, size_t bytes, Deadline deadline);
+  // Reads up to `bytes` that have arrived, without blocking; 0 when none has. End of stream or
+  // a failed connection throws NetError.
+  size_t read_available(void* data, size_t bytes);
   // Waits until the socket is readable (or closed) or the deadline passes; false on timeout.
   bool wait_readable(Deadline deadline);
 

@@ -1,21 +1,23 @@
 // One rank's end of the connection to one peer. Sends are written on the caller's thread while
-// the socket takes them without blocking, and by a sender thread from there on
-// (Note [Outbox]); a reader thread matches incoming messages to posted receives
-// (Note [Claimed receives]).
+// the socket takes them without blocking, and by the process's writing event loop from there
+// on (Note [Outbox]); its reading loop reads incoming frames and matches them to posted
+// receives (Note [Claimed receives], Note [Event loop] in net/event_loop.cc).
 #pragma once
 
 #include <sys/uio.h>
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
+#include <string>
 #include <vector>
 
 #include "cohort/comm/transport.h"
+#include "net/event_loop.h"
 #include "net/socket.h"
 #include "transport/tcp/tcp_frames.h"
 
@@ -30,12 +32,16 @@ class FailureSink {
 
 class Connection {
  public:
-  Connection(net::Socket socket, int local_rank, int peer_rank, FailureSink& sink);
+  // `in_loop` reads the socket, `out_loop` writes what the caller's thread could not
+  // (Note [Outbox]); every connection of the process shares the same two.
+  Connection(net::Socket socket, int local_rank, int peer_rank, FailureSink& sink,
+             std::shared_ptr<net::EventLoop> in_loop, std::shared_ptr<net::EventLoop> out_loop);
   ~Connection();  // stop()s
 
-  void start();  // the reader and sender threads
-  // Shuts the socket down and joins both threads. Idempotent. A transport stops all its
-  // connections before destroying any, since a reader reports failures to all of them.
+  void start();  // registers the socket with the event loop
+  // Takes the socket off the loop (its handler is not running once this returns), shuts it
+  // down and fails what is still pending. Idempotent. A transport stops all its connections
+  // before destroying any, since the loop reports one connection's failure to all of them.
   void stop() noexcept;
   std::unique_ptr<Request> send(Tag tag, const void* data, size_t bytes, Deadline deadline);
   // Queues a control frame (abort, goodbye) even on a failed transport, and waits up to
@@ -58,7 +64,7 @@ class Connection {
     bool reduce = false;  // combine into data instead of overwriting it
     DType dtype = DType::kUInt8;
     ReduceOp op = ReduceOp::kSum;
-    bool claimed = false;  // the reader is writing into data right now
+    bool claimed = false;  // the loop is writing into data (Note [Claimed receives])
     bool done = false;
     std::exception_ptr error;
   };
@@ -67,7 +73,7 @@ class Connection {
     size_t bytes = 0;
     CallStamp stamp{};  // the sending call
   };
-  // A frame waiting in the outbox, or being written by the sender thread.
+  // A frame waiting in the outbox, maybe partly written.
   struct Outgoing {
     FrameHeader header{};
     std::string payload;  // control frames own their payload; data frames point at the caller's
@@ -75,29 +81,55 @@ class Connection {
     iovec* next = parts;  // first part not fully written
     int left = 2;         // parts not fully written
     Deadline deadline = Deadline::never();
-    bool writing = false;
     bool done = false;
     std::exception_ptr error;
+    // Some of it is on the wire: taking it back would leave the stream out of step.
+    bool started() const { return next != parts || parts[0].iov_base != &header; }
+  };
+  // Where the loop is in the incoming stream (loop thread only, Note [Incoming stream]).
+  enum class Stage { kHeader, kPayload, kBuffered, kAbort };
+  struct Incoming {
+    Stage stage = Stage::kHeader;
+    alignas(8) FrameHeader header{};    // aligned: its CallStamp is read in place
+    size_t got = 0;                     // bytes of the header or payload read so far
+    std::shared_ptr<Pending> pending;   // kPayload: the claimed receive being filled
+    size_t bounce_fill = 0;             // kPayload with reduce: bytes waiting in bounce_
+    std::unique_ptr<uint8_t[]> buffer;  // kBuffered: the message nobody waits for yet
+    std::string abort;                  // kAbort: the payload
+    std::vector<uint8_t> staging;       // bytes read ahead of the current stage
+    size_t staged_begin = 0;
+    size_t staged_end = 0;
   };
   class RecvRequest;
   class SendRequest;
 
   std::unique_ptr<Request> enqueue(std::shared_ptr<Outgoing> frame, bool control);
-  void sender_loop() noexcept;
-  void finish_send(const std::shared_ptr<Outgoing>& frame, std::exception_ptr error);
   void drop_from_outbox(const std::shared_ptr<Outgoing>& frame);
+  // Under send_mutex_: nothing more can be sent; fails the outbox. True the first time, when
+  // the caller must tell the sink (after unlocking).
+  bool break_sending(std::exception_ptr error);
+  void watch_locked();  // under send_mutex_: tells the loop what to wait for
   std::exception_ptr lost_while_sending(const std::string& reason) const;
 
-  void reader_loop() noexcept;
-  void read_frame();
-  void receive_data(const FrameHeader& header);
+  // The loop's handler and its two halves.
+  void on_readable(uint32_t events) noexcept;  // on in_loop_
+  void on_writable(uint32_t events) noexcept;  // on out_loop_
+  void write_outbox() noexcept;
+  void read_incoming() noexcept;
+  uint8_t* stage_target(size_t* want);  // Note [Incoming stream]
+  size_t read_socket(size_t budget, size_t* asked);
+  void consume_staged();
+  void stage_advance(size_t n);
+  void end_reading() noexcept;
+  void on_header();
+  void on_data_header(const Tag& tag, size_t bytes);
   std::unique_ptr<Request> post(Tag tag, std::shared_ptr<Pending> pending, Deadline deadline);
   std::shared_ptr<Pending> claim_posted(const Tag& tag);
-  void read_payload(Pending& pending);
   static void land(Pending& pending, const uint8_t* bytes);
   void finish(const std::shared_ptr<Pending>& pending, std::exception_ptr error);
   void deliver_buffered(const Tag& tag, Unexpected message);
   void on_disconnect(const std::string& reason);
+  void on_goodbye();
   // Note [Call stamps], under mutex_: a send or receive of this rank records its call and
   // checks the messages already buffered for its collective; an arriving message is checked
   // against this rank's calls. Both throw MismatchError.
@@ -112,13 +144,21 @@ class Connection {
   const int peer_;
   const std::string peer_address_;
   FailureSink& sink_;
+  const std::shared_ptr<net::EventLoop> in_loop_;
+  const std::shared_ptr<net::EventLoop> out_loop_;
 
-  std::mutex send_mutex_;  // guards the socket's write side and the outbox
+  std::mutex send_mutex_;  // guards the socket's write side, the outbox and the loop's watch
   std::condition_variable send_changed_;
   std::deque<std::shared_ptr<Outgoing>> outbox_;
   std::exception_ptr send_error_;  // the write side broke: nothing more can be sent
-  bool sender_stop_ = false;
-  std::thread sender_;
+  bool closing_ = false;           // stop() ran: no more data frames
+  uint64_t in_id_ = 0;             // registrations with the loops (0: not, or no more)
+  uint64_t out_id_ = 0;
+  // The loop still reads (no end of stream or broken frame). Written by the loop thread under
+  // send_mutex_; the loop reads it without the lock.
+  std::atomic<bool> reading_{true};
+  uint32_t watching_in_ = 0;  // what each loop waits for now
+  uint32_t watching_out_ = 0;
 
   std::mutex mutex_;  // guards everything below
   std::condition_variable changed_;
@@ -135,8 +175,9 @@ class Connection {
   std::exception_ptr error_;  // set once the connection or the transport failed
   bool peer_left_ = false;    // the peer said goodbye (closing its group normally)
   bool stopping_ = false;     // our destructor is running
-  std::thread reader_;
-  std::vector<uint8_t> bounce_;  // reader thread only: cache-sized landing for reduce-on-receive
+
+  Incoming in_;                  // loop thread only (and stop(), once off the loop)
+  std::vector<uint8_t> bounce_;  // loop thread only: cache-sized landing for reduce-on-receive
 };
 
 }  // namespace cohort::tcp

@@ -41,7 +41,8 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
     for (auto& c : connections_) {
       if (c) c->send_control(tcp::kGoodbye, "", Deadline::after(Milliseconds(1000)));
     }
-    // Every thread first: a reader still running may report a failure to any connection.
+    // Every connection off the loop first: a handler still running may report a failure to
+    // any connection.
     for (auto& c : connections_) {
       if (c) c->stop();
     }
@@ -50,7 +51,12 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
 
   void adopt(int peer, net::Socket socket) {
     tcp::FailureSink& sink = *this;
-    connections_[peer] = std::make_unique<tcp::Connection>(std::move(socket), rank_, peer, sink);
+    // Two loops for every connection of every group of this process, one reading and one
+    // writing (Note [Event loop]).
+    if (!in_loop_) in_loop_ = net::EventLoop::shared(net::EventLoop::kIncoming);
+    if (!out_loop_) out_loop_ = net::EventLoop::shared(net::EventLoop::kOutgoing);
+    connections_[peer] = std::make_unique<tcp::Connection>(std::move(socket), rank_, peer, sink,
+                                                           in_loop_, out_loop_);
   }
   void start() {
     for (auto& c : connections_) {
@@ -132,6 +138,8 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
   const int rank_;
   const int size_;
   const TcpTransportOptions options_;
+  std::shared_ptr<net::EventLoop> in_loop_;
+  std::shared_ptr<net::EventLoop> out_loop_;
   std::vector<std::unique_ptr<tcp::Connection>> connections_;
   std::mutex failure_mutex_;
   std::exception_ptr failure_;
