@@ -42,7 +42,8 @@ measure_round() {  # check = 1|0
   done
   if [ -x "$ddp" ]; then
     for model in cnn mlp; do
-      COHORT_CHECK_CALLS="$check" "$here/ddp_bench/run_ranks.sh" 2 "$ddp" --mode ddp \
+      COHORT_CHECK_CALLS="$check" "$build/bin/cohortrun" --no-prefix --nproc-per-node 2 \
+        "$ddp" --mode ddp \
         --model "$model" --steps 20 --windows 3 |
         awk -v label="ddp-$model" '/^STEP/ { for (i = 1; i <= NF; ++i) if ($i ~ /^ms_per_step_med=/) {
           split($i, kv, "="); print label, kv[2], "-" } }'

@@ -28,6 +28,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-3}
 bench=${COHORT_DDP_BENCH:-$here/build/bin/cohort-ddp-bench}
+cohortrun=${COHORTRUN:-$here/build/bin/cohortrun}  # starts the ranks
 peers=${PEERS_DIR:-$here/../shared/peers}
 work=${PEERS_WORK:-/tmp/cohort-peers}
 timing=${WINDOWS:---warmup 10 --steps 30 --windows 5}
@@ -79,7 +80,7 @@ mapfile -t peer_malloc < <(env -i /bin/bash -c ". '$work/malloc_env.sh' && env" 
 [ ${#peer_malloc[@]} -gt 0 ] || die "$work/malloc_env.sh set no MALLOC_* variable"
 with_malloc_env=("${no_malloc_env[@]}" "${peer_malloc[@]}")
 echo "malloc_env.sh: ${peer_malloc[*]} (peers and cohort's plain baseline)"
-cohort_ranks2=("${no_malloc_env[@]}" "$here/bench/ddp_bench/run_ranks.sh" 2 "$bench")
+cohort_ranks2=("${no_malloc_env[@]}" "$cohortrun" --no-prefix --nproc-per-node 2 "$bench")
 ddp_train=("${with_malloc_env[@]}" "$py" "$work/ddp_train.py")
 
 # run NAME MODEL ROUND COMMAND...: output in $out/MODEL.NAME.ROUND.txt, /usr/bin/time's peak
@@ -110,7 +111,7 @@ for r in $(seq "$rounds"); do
     run cohort_plain64_tuned "$m" "$r" "${no_malloc_env[@]}" "$bench" "${common[@]}" \
       --mode plain --batch 64 --tune-malloc
     run cohort_ddp1 "$m" "$r" "${no_malloc_env[@]}" "$bench" "${common[@]}" --mode ddp \
-      --world 1 --rank 0 --port 0 --batch 64 --bucket-mb 25
+      --batch 64 --bucket-mb 25
     run torch_ddp2 "$m" "$r" "${ddp_train[@]}" "${common[@]}" --mode ddp --world 2 --batch 64 \
       --bucket-mb 25
     run torch_nosync2 "$m" "$r" "${ddp_train[@]}" "${common[@]}" --mode ddp --world 2 \

@@ -24,7 +24,8 @@
 # (seconds before a run that has not exited is stopped, default 1200: PyTorch's peer can hang
 # in its teardown after printing its lines, which are kept), BASELINE_ZERO_BENCH (another build's cohort-zero-bench, e.g. of the commit before a
 # change: its DDP, ZeRO-1 and ZeRO-2 run in every round too, as "base_*", so that before and
-# after are measured on the same machine state), STRATEGIES (cohort's strategies to run; default
+# after are measured on the same machine state; cohortrun starts it, so it must be of a commit
+# whose cohort-zero-bench joins through cohort::init, not --world/--rank), STRATEGIES (cohort's strategies to run; default
 # "ddp zero1 zero2 full_shard shard_grad_op"; the baseline runs those of ddp, zero1, zero2).
 #
 # Malloc and BLAS, as bench/compare_ddp.sh:
@@ -39,6 +40,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-3}
 bench=${COHORT_ZERO_BENCH:-$here/build/bin/cohort-zero-bench}
+cohortrun=${COHORTRUN:-$here/build/bin/cohortrun}  # starts the ranks
 baseline=${BASELINE_ZERO_BENCH:-}
 peers=${PEERS_DIR:-$here/../shared/peers}
 work=${PEERS_WORK:-/tmp/cohort-peers}
@@ -92,7 +94,7 @@ mapfile -t peer_malloc < <(env -i /bin/bash -c ". '$peers/malloc_env.sh' && env"
   grep -E '^(MALLOC_|GLIBC_TUNABLES=)')
 [ ${#peer_malloc[@]} -gt 0 ] || die "$peers/malloc_env.sh set no MALLOC_* variable"
 echo "malloc_env.sh (PyTorch peer only): ${peer_malloc[*]}"
-cohort=("${no_malloc_env[@]}" "$here/bench/ddp_bench/run_ranks.sh")
+cohort=("${no_malloc_env[@]}" "$cohortrun" --no-prefix --nproc-per-node)  # then the rank count
 torch=("${no_malloc_env[@]}" "${peer_malloc[@]}" "$py" "$here/bench/zero_peer.py")
 
 # run NAME ROUND COMMAND...: output in $out/NAME.ROUND.txt. A failed run is reported and leaves

@@ -20,6 +20,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bench=${COHORT_ZERO_BENCH:-$here/build/bin/cohort-zero-bench}
+cohortrun=${COHORTRUN:-$here/build/bin/cohortrun}  # starts the ranks
 world=${WORLD:-2}
 strategies=${STRATEGIES:-ddp zero1 zero2 full_shard}
 model=${LARGE_MODEL:---layers 12 --width 768 --heads 12 --context 128}
@@ -43,7 +44,7 @@ verdict() {
   elif grep -qiE "can't allocate|bad_alloc|out of memory|Cannot allocate" "$1"; then
     echo "out of memory: $(grep -oiE "(DefaultCPUAllocator: )?can't allocate memory[^.]*|std::bad_alloc|Cannot allocate memory" "$1" | head -1)"
   else
-    echo "failed otherwise: $(grep -v '^run_ranks' "$1" | tail -1)"
+    echo "failed otherwise: $(grep -v '^cohortrun' "$1" | tail -1)"
   fi
 }
 
@@ -52,11 +53,11 @@ echo "|---|---|---|"
 for cap in "$@"; do
   for s in $strategies; do
     file=$out/cap$cap.$s.txt
-    # The cap applies to run_ranks.sh's subshell and every rank it starts, not to this script.
+    # The cap applies to the subshell, cohortrun and every rank it starts, not to this script.
     # shellcheck disable=SC2086  # the model options are words
     (ulimit -d $((cap * 1024)) && env -u MALLOC_MMAP_THRESHOLD_ -u MALLOC_TRIM_THRESHOLD_ \
       -u MALLOC_TOP_PAD_ -u GLIBC_TUNABLES COHORT_MALLOC_TUNING="$malloc_tuning" \
-      "$here/bench/ddp_bench/run_ranks.sh" "$world" \
+      "$cohortrun" --no-prefix --nproc-per-node "$world" \
       "$bench" --strategy "$s" --batch "$batch" $model --warmup 1 --steps 2 --windows 1) \
       >"$file" 2>&1
     echo "| $cap | $s | $(verdict "$file") |"

@@ -5,35 +5,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "cohort/comm/launch_env.h"
-#include "cohort/comm/tcp_store.h"
-#include "cohort/core/error.h"
 #include "ranks.h"
 
-extern char** environ;
 
 namespace cohort::bench {
 
 namespace {
-
-constexpr Milliseconds kPollInterval{50};
-
-struct Child {
-  int rank = 0;
-  pid_t pid = -1;
-  bool running = true;
-  bool killed = false;  // by us, after the grace period
-  int status = 0;       // from waitpid
-};
 
 std::string self_executable() {
   char path[PATH_MAX];
@@ -43,159 +28,62 @@ std::string self_executable() {
   return path;
 }
 
-// Our environment without the variables we set, plus the launcher variables of one rank.
-std::vector<std::string> child_environment(int rank, int ranks, uint16_t port,
-                                           const std::string& token) {
-  const std::vector<std::string> set = {
-      std::string(kEnvRank) + "=" + std::to_string(rank),
-      std::string(kEnvWorldSize) + "=" + std::to_string(ranks),
-      "LOCAL_RANK=" + std::to_string(rank),
-      "LOCAL_WORLD_SIZE=" + std::to_string(ranks),
-      std::string(kEnvMasterAddr) + "=127.0.0.1",
-      std::string(kEnvMasterPort) + "=" + std::to_string(port),
-      std::string(kEnvStoreHosted) + "=1",
-      "COHORT_JOB_TOKEN=" + token,
-      "COHORT_HOST=127.0.0.1",
-  };
-  auto overridden = [&](const std::string& entry) {
-    const std::string name = entry.substr(0, entry.find('=') + 1);
-    return std::any_of(set.begin(), set.end(),
-                       [&](const std::string& s) { return s.compare(0, name.size(), name) == 0; });
-  };
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (!overridden(*e)) env.emplace_back(*e);
+// COHORTRUN, else bin/cohortrun beside this executable, else "cohortrun" (looked up on PATH).
+std::string cohortrun_path(const std::string& self) {
+  if (const char* named = std::getenv(kEnvCohortrun); named != nullptr && *named != '\0') {
+    return named;
   }
-  env.insert(env.end(), set.begin(), set.end());
-  return env;
+  const std::string beside = self.substr(0, self.rfind('/') + 1) + "cohortrun";
+  return ::access(beside.c_str(), X_OK) == 0 ? beside : "cohortrun";
 }
 
-// Starts one rank. Everything the child needs is built before fork(): the store server's
-// threads may hold locks (malloc's too), so the child makes only async-signal-safe calls.
-pid_t spawn(const std::string& exe, char** argv, std::vector<std::string>& env) {
-  std::vector<char*> envp;
-  for (auto& entry : env) envp.push_back(entry.data());
-  envp.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    throw Error(std::string("cannot start a rank: fork failed: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(kExitFailure);  // the parent died before prctl
-    ::execve(exe.c_str(), argv, envp.data());
-    static const char kMessage[] = "cohort-bench: cannot start a rank: execve failed\n";
-    ssize_t ignored = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
-    (void)ignored;
-    ::_exit(127);
-  }
-  return pid;
-}
-
-void kill_all(std::vector<Child>& children) {
-  for (Child& c : children) {
-    if (!c.running) continue;
-    ::kill(c.pid, SIGKILL);
-    ::waitpid(c.pid, &c.status, 0);
-    c.running = false;
-    c.killed = true;
-  }
-}
-
-// Reaps the children that exited; returns the rank of one that just did, or -1.
-int reap(std::vector<Child>& children) {
-  int exited = -1;
-  for (Child& c : children) {
-    if (c.running && ::waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
-      c.running = false;
-      exited = c.rank;
-    }
-  }
-  return exited;
-}
-
-bool any_running(const std::vector<Child>& children) {
-  return std::any_of(children.begin(), children.end(), [](const Child& c) { return c.running; });
-}
-
-std::string running_ranks(const std::vector<Child>& children) {
-  std::string out;
-  for (const Child& c : children) {
-    if (c.running) out += (out.empty() ? "" : ",") + std::to_string(c.rank);
-  }
-  return out;
-}
-
-void supervise(std::vector<Child>& children, Milliseconds grace) {
-  int first_exit = -1;
-  Clock::time_point first_exit_at;
-  while (any_running(children)) {
-    const int exited = reap(children);
-    if (first_exit < 0 && exited >= 0) {
-      first_exit = exited;
-      first_exit_at = Clock::now();
-    }
-    if (first_exit >= 0 && any_running(children) && Clock::now() - first_exit_at > grace) {
-      std::fprintf(stderr, "cohort-bench: rank(s) %s still running %lld s after rank %d exited: "
-                   "killing them\n", running_ranks(children).c_str(),
-                   static_cast<long long>(grace.count() / 1000), first_exit);
-      kill_all(children);
-    }
-    if (any_running(children)) std::this_thread::sleep_for(kPollInterval);
-  }
-}
-
-int exit_code(const Child& c) {
-  if (c.killed || !WIFEXITED(c.status)) return kExitFailure;
-  const int code = WEXITSTATUS(c.status);
-  return code <= kExitFailure ? code : kExitFailure;
-}
-
-std::string describe(const Child& c) {
-  if (c.killed) return "was killed after the others had exited";
-  if (WIFSIGNALED(c.status)) {
-    return "was killed by signal " + std::to_string(WTERMSIG(c.status)) + " (" +
-           strsignal(WTERMSIG(c.status)) + ")";
-  }
-  return "exited with code " + std::to_string(WEXITSTATUS(c.status));
-}
-
-int summarize(const std::vector<Child>& children) {
-  int code = kExitOk;
-  for (const Child& c : children) {
-    code = std::max(code, exit_code(c));
-    if (exit_code(c) > kExitWrong) {
-      std::fprintf(stderr, "cohort-bench: rank %d %s\n", c.rank, describe(c).c_str());
-    }
-  }
-  if (code == kExitWrong) std::fprintf(stderr, "cohort-bench: wrong results (see #wrong)\n");
-  return code;
+int exit_code(int status) {
+  if (!WIFEXITED(status)) return kExitFailure;
+  const int code = WEXITSTATUS(status);
+  return code == kExitOk || code == kExitWrong ? code : kExitFailure;
 }
 
 }  // namespace
 
 int launch_local_ranks(const BenchConfig& config, char** argv) {
-  const std::string token = random_job_token();
-  TcpStoreServerOptions server_options;
-  server_options.bind_host = "127.0.0.1";
-  server_options.port = 0;
-  server_options.token = token;
-  TcpStoreServer server(server_options);
-  const std::string exe = self_executable();
-  std::fflush(stdout);  // nothing of ours may be pending when the children start writing
-  std::vector<Child> children;
-  try {
-    for (int r = 0; r < config.ranks; ++r) {
-      auto env = child_environment(r, config.ranks, server.port(), token);
-      children.push_back(Child{r, spawn(exe, argv, env)});
-    }
-  } catch (...) {
-    kill_all(children);
-    throw;
+  const std::string self = self_executable();
+  const std::string launcher = cohortrun_path(self);
+  // A rank that fails makes cohortrun stop the others; a rank stuck for good is ended by its
+  // own watchdog (watchdog.h), so the launcher needs no deadline of its own.
+  std::vector<std::string> args = {launcher, "--no-prefix", "--nproc-per-node",
+                                   std::to_string(config.ranks), self};
+  for (char** a = argv + 1; *a != nullptr; ++a) args.emplace_back(*a);
+  std::vector<char*> raw;
+  for (auto& a : args) raw.push_back(a.data());
+  raw.push_back(nullptr);
+  std::fflush(stdout);  // nothing of ours may be pending when the ranks start writing
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    std::fprintf(stderr, "cohort-bench: cannot start the ranks: fork failed: %s\n",
+                 std::strerror(errno));
+    return kExitFailure;
   }
-  supervise(children, watchdog_window(config) + Milliseconds(5'000));
-  return summarize(children);
+  if (pid == 0) {
+    // cohortrun stops its ranks on SIGTERM: sent when cohort-bench dies, however it dies, so
+    // an interrupted run leaves nothing behind.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(kExitFailure);  // the parent died before prctl
+    ::execvp(raw[0], raw.data());
+    static const char kMessage[] =
+        "cohort-bench: cannot start cohortrun to launch the ranks (build the cohortrun target, "
+        "or name one in COHORTRUN)\n";
+    ssize_t ignored = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+    (void)ignored;
+    ::_exit(kExitFailure);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return kExitFailure;
+  }
+  const int code = exit_code(status);
+  if (code == kExitWrong) std::fprintf(stderr, "cohort-bench: wrong results (see #wrong)\n");
+  return code;
 }
 
 }  // namespace cohort::bench

@@ -1,6 +1,6 @@
 // How a rank comes to exist and join its group: as one thread of N over the in-process
-// transport, or as a process over TCP that a launcher started (cohort-bench itself, cohortrun,
-// torchrun, ...). Both run the same measurement loop (measure.h) and return an exit code.
+// transport, or as a process over TCP that a launcher started (cohortrun, which cohort-bench
+// runs itself for --ranks N, torchrun, ...). Both run the same measurement loop (measure.h) and return an exit code.
 #pragma once
 
 #include <cstdint>
@@ -17,8 +17,7 @@ inline constexpr const char* kEnvWorldSize = "WORLD_SIZE";
 inline constexpr const char* kEnvMasterAddr = "MASTER_ADDR";
 inline constexpr const char* kEnvMasterPort = "MASTER_PORT";
 // The launcher already runs the store at MASTER_ADDR:MASTER_PORT, so rank 0 must not start
-// one: set by cohortrun, and by cohort-bench for its own children (the name cohort::init()
-// reads, so one launcher serves both).
+// one: set by cohortrun (the name cohort::init() reads, so one launcher serves both).
 inline constexpr const char* kEnvStoreHosted = "COHORT_STORE_HOSTED";
 // The job's keys live under this prefix of the store (cohortrun: one per attempt).
 inline constexpr const char* kEnvStorePrefix = "COHORT_STORE_PREFIX";

@@ -5,16 +5,15 @@
 // that the two compare line for line (docs/bench.md).
 //
 //   cohort-ddp-bench --mode plain --model cnn                          # the baseline
-//   bench/ddp_bench/run_ranks.sh 2 cohort-ddp-bench --mode ddp --model mlp
-//   for r in 0 1; do cohort-ddp-bench --mode ddp --world 2 --rank $r --port 29500 & done; wait
+//   cohortrun --no-prefix --nproc-per-node 2 cohort-ddp-bench --mode ddp --model mlp
 //
-// One process per rank, started by the caller (run_ranks.sh starts them on a free port). Rank
-// 0 hosts the rendezvous store on 127.0.0.1:--port and prints the result.
+// One process per rank, started by a launcher (cohortrun, torchrun, ...): cohort::init() reads
+// where it sits in the job from the launcher's environment. Rank 0 prints the result.
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,16 +24,17 @@
 #include <string>
 #include <vector>
 
-#include "bench_ranks.h"  // rendezvous, median, peak RSS
+#include "bench_stats.h"  // median, peak RSS
 #include "cohort/comm/group.h"
-#include "cohort/comm/tcp_store.h"
+#include "cohort/comm/init.h"
+#include "cohort/comm/launch_env.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp.h"
-#include "models.h"  // examples/fashion_mnist
+#include "fmnist_models.h"  // models/
 
 namespace {
 
-using bench_ranks::Clock;
+using bench_stats::Clock;
 using fashion_mnist::FmnistModel;
 
 constexpr int kExitOk = 0;
@@ -45,10 +45,8 @@ struct Config {
   std::string model = "cnn";
   std::string mode = "ddp";
   bool no_sync = false;
-  int world = 1;
+  int world = 1;  // from the launcher (cohort::read_launch_env)
   int rank = 0;
-  int port = 29500;
-  std::string port_file;
   int threads = 1;
   int batch = 64;  // global: each rank trains on batch / world samples per step
   double bucket_mb = 25.0;
@@ -78,16 +76,6 @@ void add_options(CLI::App& app, Config& c) {
   app.add_flag("--no-sync", c.no_sync,
                "ddp: every step inside ddp.no_sync(): the same processes, no gradient "
                "allreduce (isolates compute; the replicas diverge)");
-  app.add_option("--world", c.world, "number of ranks (processes) of the run")
-      ->capture_default_str();
-  app.add_option("--rank", c.rank, "this process's rank, 0..world-1")->capture_default_str();
-  app.add_option("--port", c.port,
-                 "rank 0 hosts the store on 127.0.0.1:PORT, the others connect there; 0: rank "
-                 "0 picks a free port and the others read it from --port-file")
-      ->capture_default_str();
-  app.add_option("--port-file", c.port_file,
-                 "with --port 0: rank 0 writes the port it listens on to this file, the "
-                 "other ranks wait for it");
   app.add_option("--threads", c.threads, "torch::set_num_threads for each rank")
       ->capture_default_str();
   app.add_option("--batch", c.batch, "GLOBAL batch; each rank trains on batch/world samples")
@@ -109,6 +97,7 @@ void add_options(CLI::App& app, Config& c) {
                  "seconds to wait for the store, the other ranks and each collective")
       ->capture_default_str();
   app.footer(
+      "Ranks: start them with a launcher (cohortrun --nproc-per-node N, torchrun, ...).\n"
       "Prints on rank 0 one line in ddp_train.py's STEP format plus peak_rss_mb.\n"
       "Exit codes: 0 ok, 1 the run failed, 2 bad arguments. See docs/bench.md.");
 }
@@ -118,20 +107,15 @@ void validate(const Config& c) {
   auto require = [](bool ok, const std::string& message) {
     if (!ok) throw cohort::InvalidArgument(message);
   };
-  require(c.world >= 1, "--world must be at least 1, got " + std::to_string(c.world));
-  require(c.rank >= 0 && c.rank < c.world, "--rank " + std::to_string(c.rank) +
-                                               " is outside [0, --world " +
-                                               std::to_string(c.world) + ")");
   require(c.ddp() || (c.world == 1 && !c.no_sync),
-          "--mode plain runs one process without DDP: it takes neither --world > 1 nor "
-          "--no-sync");
+          "--mode plain runs one process without DDP: start it without a launcher of several "
+          "ranks, and without --no-sync");
   require(c.batch >= c.world && c.batch % c.world == 0,
-          "--batch " + std::to_string(c.batch) + " is the global batch and must be a multiple "
-          "of --world " + std::to_string(c.world));
+          "--batch " + std::to_string(c.batch) +
+              " is the global batch and must be a multiple "
+              "of the world size " +
+              std::to_string(c.world));
   require(c.batch <= 60000, "--batch " + std::to_string(c.batch) + " exceeds the 60000 samples");
-  require(c.port >= 0 && c.port <= 65535, "--port " + std::to_string(c.port) + " is no port");
-  require(c.port != 0 || c.rank == 0 || !c.port_file.empty(),
-          "--port 0 on a rank other than 0 needs --port-file to learn rank 0's port");
   require(c.threads >= 1, "--threads must be at least 1");
   require(c.bucket_mb > 0, "--bucket-mb must be positive");
   require(c.warmup >= 0 && c.steps >= 1 && c.windows >= 1,
@@ -194,25 +178,17 @@ class GlobalBatches {
   int64_t step_ = 0;
 };
 
-// ---- rendezvous and measuring: bench_ranks.h
+// ---- measuring: bench_stats.h
 
-using bench_ranks::median;
-using bench_ranks::peak_rss_kib;
-
-std::shared_ptr<cohort::TcpStore> connect_store(const Config& c) {
-  return bench_ranks::connect_store(c.rank, c.port, c.port_file, c.timeout());
-}
-
-void leave_store(cohort::Store& store, const Config& c) {
-  bench_ranks::leave_store(store, c.rank, c.world, "cohort-ddp-bench/left/", c.timeout());
-}
+using bench_stats::median;
+using bench_stats::peak_rss_kib;
 
 // Which malloc settings this process runs with, for the report: cohort's tuning, the user's
 // MALLOC_* environment (which cohort leaves alone), or glibc's defaults.
 std::string malloc_setting(bool cohort_tuned) {
   if (cohort_tuned) return "cohort";
-  for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
-                           "GLIBC_TUNABLES"}) {
+  for (const char* name :
+       {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES"}) {
     if (std::getenv(name) != nullptr) return "env";
   }
   return "default";
@@ -243,8 +219,8 @@ class Bench {
     torch::manual_seed(config_.seed);  // the same initial weights on every rank
     model_ = fashion_mnist::make_fmnist_model(config_.model);
     if (config_.ddp()) start_ddp();
-    optimizer_ = std::make_unique<torch::optim::SGD>(
-        model_->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+    optimizer_ = std::make_unique<torch::optim::SGD>(model_->parameters(),
+                                                     torch::optim::SGDOptions(0.01).momentum(0.9));
     for (int i = 0; i < config_.warmup; ++i) step();
     std::vector<double> per_step;
     for (int w = 0; w < config_.windows; ++w) {
@@ -281,23 +257,20 @@ class Bench {
     if (group_) group_->abort(reason);
   }
 
-  // Collective: tears down DDP and the group, then the store once every rank left it.
+  // Collective: tears down DDP and the group.
   void finish() {
     if (!group_) return;
     ddp_.reset();
     group_->barrier();  // nobody closes its connections while a peer still talks
     group_.reset();
-    leave_store(*store_, config_);
-    store_.reset();
   }
 
  private:
   void start_ddp() {
-    store_ = connect_store(config_);
-    cohort::GroupOptions group_options;
-    group_options.host = "127.0.0.1";
-    group_options.timeout = config_.timeout();
-    group_ = cohort::Group::create(store_, config_.rank, config_.world, group_options);
+    cohort::InitOptions init;
+    init.group.timeout = config_.timeout();
+    init.backend = cohort::Backend::kNative;  // the peers run over TCP too
+    group_ = cohort::init(init);
     cohort::DdpOptions options;
     options.bucket_cap_mb = config_.bucket_mb;
     ddp_ = std::make_unique<cohort::DistributedDataParallel>(
@@ -324,8 +297,7 @@ class Bench {
   GlobalBatches batches_;
   Dataset data_;
   std::shared_ptr<FmnistModel> model_;
-  // Declared so that they are destroyed in this order: DDP, group, store.
-  std::shared_ptr<cohort::TcpStore> store_;
+  // Declared so that they are destroyed in this order: DDP, group.
   std::shared_ptr<cohort::Group> group_;
   std::unique_ptr<cohort::DistributedDataParallel> ddp_;
   std::unique_ptr<torch::optim::SGD> optimizer_;
@@ -384,6 +356,9 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
   try {
+    const cohort::LaunchEnv env = cohort::read_launch_env();
+    config.world = env.world_size;
+    config.rank = env.rank;
     validate(config);
   } catch (const cohort::Error& e) {
     std::fprintf(stderr, "cohort-ddp-bench: error: %s\nRun with --help for more information.\n",

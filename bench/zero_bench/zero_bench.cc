@@ -1,14 +1,14 @@
 // cohort-zero-bench: training throughput and model-state memory of a GPT language model
-// (examples/char_lm/gpt.h) under cohort's DistributedDataParallel, ZeroDataParallel stages 1
-// and 2 and FullyShardedDataParallel's strategies, with AdamW. Its twin bench/zero_peer.py runs the same model and loop under PyTorch's
-// DDP and ZeroRedundancyOptimizer; bench/compare_zero.sh runs them side by side
-// (docs/bench.md, "ZeRO stages 1 and 2").
+// (models/gpt.h) under cohort's DistributedDataParallel, ZeroDataParallel stages 1
+// and 2 and FullyShardedDataParallel's strategies, with AdamW. Its twin bench/zero_peer.py runs the
+// same model and loop under PyTorch's DDP and ZeroRedundancyOptimizer; bench/compare_zero.sh runs
+// them side by side (docs/bench.md, "ZeRO stages 1 and 2").
 //
-//   bench/ddp_bench/run_ranks.sh 2 build/bin/cohort-zero-bench --strategy zero2
-//   for r in 0 1; do cohort-zero-bench --world 2 --rank $r --port 29500 & done; wait
+//   build/bin/cohortrun --no-prefix --nproc-per-node 2 build/bin/cohort-zero-bench --strategy zero2
 //
-// One process per rank, started by the caller. Rank 0 hosts the rendezvous store and prints a
-// STEP line (samples/s, the median of the timed windows) and one MEM line per rank.
+// One process per rank, started by a launcher (cohortrun, torchrun, ...): cohort::init() reads
+// where it sits in the job from the launcher's environment. Rank 0 prints a STEP line
+// (samples/s, the median of the timed windows) and one MEM line per rank.
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
@@ -20,19 +20,21 @@
 #include <string>
 #include <vector>
 
-#include "bench_ranks.h"  // bench/ddp_bench
+#include "bench_stats.h"  // bench/ddp_bench
 #include "cohort/comm/group.h"
+#include "cohort/comm/init.h"
+#include "cohort/comm/launch_env.h"
 #include "cohort/comm/timeline.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp.h"
 #include "cohort/torch/fsdp.h"
 #include "cohort/torch/zero.h"
-#include "gpt.h"  // examples/char_lm
+#include "gpt.h"  // models/
 
 namespace {
 
-using bench_ranks::Clock;
-using bench_ranks::median;
+using bench_stats::Clock;
+using bench_stats::median;
 
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;  // the run failed (this rank or a peer)
@@ -40,10 +42,8 @@ constexpr int kExitUsage = 2;    // bad arguments
 
 struct Config {
   std::string strategy = "ddp";
-  int world = 1;
+  int world = 1;  // from the launcher (cohort::read_launch_env)
   int rank = 0;
-  int port = 29500;
-  std::string port_file;
   int threads = 1;
   int batch = 8;  // global, in sequences: each rank trains on batch / world per step
   char_lm::GptConfig gpt{256, 128, 4, 4, 256, 0.1};
@@ -78,14 +78,6 @@ void add_model_options(CLI::App& app, Config& c) {
 }
 
 void add_run_options(CLI::App& app, Config& c) {
-  app.add_option("--world", c.world, "number of ranks (processes) of the run")
-      ->capture_default_str();
-  app.add_option("--rank", c.rank, "this process's rank, 0..world-1")->capture_default_str();
-  app.add_option("--port", c.port,
-                 "rank 0 hosts the store on 127.0.0.1:PORT; 0: a free port, handed to the "
-                 "other ranks through --port-file")
-      ->capture_default_str();
-  app.add_option("--port-file", c.port_file, "with --port 0: where rank 0 writes its port");
   app.add_option("--threads", c.threads, "torch::set_num_threads for each rank")
       ->capture_default_str();
   app.add_option("--timeout", c.timeout_s,
@@ -119,6 +111,7 @@ void add_options(CLI::App& app, Config& c) {
   add_model_options(app, c);
   add_run_options(app, c);
   app.footer(
+      "Ranks: start them with a launcher (cohortrun --nproc-per-node N, torchrun, ...).\n"
       "Rank 0 prints a STEP line and one MEM line per rank (bench/zero_peer.py's format).\n"
       "Exit codes: 0 ok, 1 the run failed, 2 bad arguments. See docs/bench.md.");
 }
@@ -128,21 +121,15 @@ void validate(const Config& c) {
   auto require = [](bool ok, const std::string& message) {
     if (!ok) throw cohort::InvalidArgument(message);
   };
-  require(c.world >= 1 && c.rank >= 0 && c.rank < c.world, "--rank " + std::to_string(c.rank) +
-                                                               " must be in [0, --world " +
-                                                               std::to_string(c.world) + ")");
   require(c.batch >= c.world && c.batch % c.world == 0,
           "--batch " + std::to_string(c.batch) +
               " is the global batch and must be a multiple "
-              "of --world " +
+              "of the world size " +
               std::to_string(c.world));
   require(c.gpt.layers > 0 && c.gpt.width > 0 && c.gpt.heads > 0 && c.gpt.context > 0 &&
               c.gpt.vocab > 0 && c.gpt.width % c.gpt.heads == 0,
           "--layers, --width, --heads, --context, --vocab must be positive and --heads must "
           "divide --width");
-  require(c.port >= 0 && c.port <= 65535, "--port " + std::to_string(c.port) + " is no port");
-  require(c.port != 0 || c.rank == 0 || !c.port_file.empty(),
-          "--port 0 on a rank other than 0 needs --port-file to learn rank 0's port");
   require(c.threads >= 1 && c.bucket_mb > 0, "--threads and --bucket-mb must be positive");
   require(c.warmup >= 0 && c.steps >= 1 && c.windows >= 1,
           "--warmup must be >= 0, --steps and --windows >= 1");
@@ -151,7 +138,7 @@ void validate(const Config& c) {
 
 // What one rank holds, gathered to rank 0 for the MEM lines. Bytes; RSS in KiB.
 struct Figures {
-  int64_t parameters = 0;  // under FSDP this rank's shards; the units it gathered are apart
+  int64_t parameters = 0;     // under FSDP this rank's shards; the units it gathered are apart
   int64_t peak_gathered = 0;  // FSDP: the most bytes of gathered units held at once
   int64_t gradients = 0;
   int64_t peak_gradients = 0;
@@ -185,7 +172,7 @@ class Bench {
     torch::manual_seed(config_.seed);  // the same initial weights on every rank
     model_ = char_lm::Gpt(config_.gpt);
     wrap_model();
-    rss_before_steps_kib_ = last_rss_kib_ = bench_ranks::peak_rss_kib();
+    rss_before_steps_kib_ = last_rss_kib_ = bench_stats::peak_rss_kib();
     for (int i = 0; i < config_.warmup; ++i) step(false);
     std::vector<double> per_step;
     for (int w = 0; w < config_.windows; ++w) {
@@ -201,8 +188,8 @@ class Bench {
   std::vector<Figures> figures_of_ranks() {
     const Figures mine = figures();
     std::vector<int64_t> flat{
-        mine.parameters,        mine.peak_gathered,     mine.gradients,
-        mine.peak_gradients,    mine.optimizer_state,   mine.peak_rss_kib,
+        mine.parameters,           mine.peak_gathered,     mine.gradients,
+        mine.peak_gradients,       mine.optimizer_state,   mine.peak_rss_kib,
         mine.rss_before_steps_kib, mine.rss_growth_kib[0], mine.rss_growth_kib[1],
         mine.rss_growth_kib[2]};
     std::vector<int64_t> all(flat.size() * static_cast<size_t>(config_.world));
@@ -246,8 +233,7 @@ class Bench {
     if (group_) group_->abort(reason);
   }
 
-  // Collective: writes the timeline, tears down the wrappers and the group, then the store
-  // once every rank left it.
+  // Collective: writes the timeline, tears down the wrappers and the group.
   void finish() {
     if (timeline_) timeline_->write(*group_);
     zero_.reset();
@@ -255,19 +241,14 @@ class Bench {
     fsdp_.reset();
     group_->barrier();  // nobody closes its connections while a peer still talks
     group_.reset();
-    bench_ranks::leave_store(*store_, config_.rank, config_.world, "cohort-zero-bench/left/",
-                             config_.timeout());
-    store_.reset();
   }
 
  private:
   void start_group() {
-    store_ = bench_ranks::connect_store(config_.rank, config_.port, config_.port_file,
-                                        config_.timeout());
-    cohort::GroupOptions options;
-    options.host = "127.0.0.1";
-    options.timeout = config_.timeout();
-    group_ = cohort::Group::create(store_, config_.rank, config_.world, options);
+    cohort::InitOptions init;
+    init.group.timeout = config_.timeout();
+    init.backend = cohort::Backend::kNative;  // the peer runs over TCP too
+    group_ = cohort::init(init);
     if (!config_.timeline.empty()) timeline_ = std::make_shared<cohort::Timeline>(config_.timeline);
   }
 
@@ -359,7 +340,7 @@ class Bench {
 
   // Adds what the phase that just ended raised the peak RSS by to its total.
   void account_rss(int phase) {
-    const int64_t now = bench_ranks::peak_rss_kib();
+    const int64_t now = bench_stats::peak_rss_kib();
     rss_growth_kib_[phase] += now - last_rss_kib_;
     last_rss_kib_ = now;
   }
@@ -381,7 +362,7 @@ class Bench {
   // step is also the most held at once).
   Figures figures() const {
     Figures f;
-    f.peak_rss_kib = bench_ranks::peak_rss_kib();
+    f.peak_rss_kib = bench_stats::peak_rss_kib();
     f.rss_before_steps_kib = rss_before_steps_kib_;
     for (int i = 0; i < 3; ++i) f.rss_growth_kib[i] = rss_growth_kib_[i];
     f.optimizer_state = static_cast<int64_t>(cohort::optimizer_state_bytes(*optimizer_));
@@ -416,8 +397,7 @@ class Bench {
   int64_t last_rss_kib_ = 0;
   int64_t rss_growth_kib_[3] = {0, 0, 0};
   char_lm::Gpt model_{nullptr};
-  // Declared so that they are destroyed in this order: wrappers, group, store.
-  std::shared_ptr<cohort::TcpStore> store_;
+  // Declared so that they are destroyed in this order: wrappers, group.
   std::shared_ptr<cohort::Group> group_;
   std::shared_ptr<cohort::Timeline> timeline_;
   std::unique_ptr<cohort::DistributedDataParallel> ddp_;
@@ -450,8 +430,8 @@ void report_step(const Config& c, const Bench& bench, const std::vector<double>&
 }
 
 void report_hashes(const Config& c, const std::vector<int64_t>& hashes) {
-  const bool equal = std::all_of(hashes.begin(), hashes.end(),
-                                 [&](int64_t h) { return h == hashes.front(); });
+  const bool equal =
+      std::all_of(hashes.begin(), hashes.end(), [&](int64_t h) { return h == hashes.front(); });
   std::printf("PARAMS impl=cohort strategy=%s world=%d hash=%016llx ranks_equal=%s\n",
               c.strategy.c_str(), c.world, static_cast<unsigned long long>(hashes.front()),
               equal ? "yes" : "no");
@@ -466,10 +446,11 @@ void report_memory(const Config& c, const std::vector<Figures>& ranks) {
         "peak_rss_mb=%.1f "
         "rss_before_steps_mb=%.1f rss_growth_mb=forward:%.1f,backward:%.1f,optimizer:%.1f\n",
         c.strategy.c_str(), c.world, r, static_cast<long long>(f.parameters),
-        static_cast<long long>(f.peak_gathered), static_cast<long long>(f.gradients), static_cast<long long>(f.peak_gradients),
-        static_cast<long long>(f.optimizer_state), static_cast<long long>(f.model_state()),
-        f.peak_rss_kib / 1024.0, f.rss_before_steps_kib / 1024.0, f.rss_growth_kib[0] / 1024.0,
-        f.rss_growth_kib[1] / 1024.0, f.rss_growth_kib[2] / 1024.0);
+        static_cast<long long>(f.peak_gathered), static_cast<long long>(f.gradients),
+        static_cast<long long>(f.peak_gradients), static_cast<long long>(f.optimizer_state),
+        static_cast<long long>(f.model_state()), f.peak_rss_kib / 1024.0,
+        f.rss_before_steps_kib / 1024.0, f.rss_growth_kib[0] / 1024.0, f.rss_growth_kib[1] / 1024.0,
+        f.rss_growth_kib[2] / 1024.0);
   }
   std::fflush(stdout);
 }
@@ -506,6 +487,9 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
   try {
+    const cohort::LaunchEnv env = cohort::read_launch_env();
+    config.world = env.world_size;
+    config.rank = env.rank;
     validate(config);
   } catch (const cohort::Error& e) {
     std::fprintf(stderr, "cohort-zero-bench: error: %s\nRun with --help for more information.\n",

@@ -14,7 +14,7 @@ inline const std::vector<std::string> kLrScheduleNames = {"constant", "cosine", 
 
 struct TrainOptions {
   std::string data_dir;       // default: kDefaultDataDir
-  std::string model = "cnn";  // cnn, cnn_bn (with BatchNorm) or mlp (models.h)
+  std::string model = "cnn";  // cnn, cnn_bn (with BatchNorm) or mlp (models/fmnist_models.h)
   // cnn_bn's BatchNorms replaced by cohort::nn::SyncBatchNorm over the job's group
   // (docs/large_batch.md): statistics of the global batch instead of each rank's slice.
   bool sync_bn = false;

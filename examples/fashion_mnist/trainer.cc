@@ -13,7 +13,7 @@
 #include "cohort/torch/nn/sync_batch_norm.h"
 #include "cohort/torch/optim/lr_schedule.h"
 #include "dataset.h"
-#include "models.h"
+#include "fmnist_models.h"
 #include "optimizers.h"
 #include "precision.h"
 #include "progress.h"

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "cohort/comm/buffer.h"
+#include "cohort/comm/calibration.h"
 #include "cohort/comm/group.h"
 #include "cohort/comm/init.h"
 #include "cohort/comm/inproc_transport.h"

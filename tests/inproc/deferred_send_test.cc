@@ -96,7 +96,9 @@ class DeferredSendTransport final : public Transport {
         job = std::move(jobs_.front());
         jobs_.pop_front();
       }
-      // Late, and later still now and then: the sender runs ahead of its data.
+      // Late, and later still now and then: the sender runs ahead of its data. The delay is
+      // what this transport is for (a slow wire), not a wait for another thread; the tests
+      // hold whatever the delays are.
       std::this_thread::yield();
       if (++delivered % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
       std::exception_ptr error;

@@ -16,6 +16,7 @@
 #include "cohort/comm/tcp_store.h"
 #include "support/collective_checks.h"
 #include "support/process.h"
+#include "support/sync.h"
 #include "support/test_support.h"
 
 namespace cohort {
@@ -147,15 +148,18 @@ TEST(ShmCollectives, ReduceScatterEveryDtypeAndOp) {
 
 TEST(ShmCollectives, BarrierWaitsForTheLastRank) {
   auto groups = testing::make_tcp_groups(3, testing::quick_options());
-  std::atomic<int> arrived{0};
+  testing::EventCount arrived;
   testing::run_ranks(3, [&](int rank) {
     for (int round = 1; round <= 50; ++round) {
-      if (rank == round % 3) std::this_thread::sleep_for(std::chrono::microseconds(200));
-      arrived.fetch_add(1);
+      // Rank round % 3 comes last: once the other two have arrived (they may be in the barrier).
+      if (rank == round % 3 && !arrived.wait_for(3 * round - 1, std::chrono::seconds(60))) {
+        throw std::runtime_error("the others never arrived in round " + std::to_string(round));
+      }
+      arrived.add();
       CollectiveOptions options;
       options.algorithm = Algorithm::kShm;
       groups[static_cast<size_t>(rank)]->barrier(options);
-      const int seen = arrived.load();
+      const int seen = arrived.value();
       testing::fail_if(*groups[static_cast<size_t>(rank)],
                        seen < 3 * round ? "left before every rank arrived" : "", "round ", round,
                        " saw ", seen);
@@ -224,8 +228,8 @@ TEST(ShmSegments, NothingIsLeftWhenARankIsKilled) {
   ranks[2].kill(SIGKILL);
   for (int r = 0; r < 2; ++r) {
     const std::string line = ranks[r].wait_for_line("RESULT ", 15s);
-    EXPECT_NE(line.find("RESULT PeerError failed_rank=2"), std::string::npos)
-        << line << "\n" << ranks[r].output();
+    EXPECT_NE(line.find("RESULT PeerError failed_rank=2"), std::string::npos) << line << "\n"
+                                                                              << ranks[r].output();
     ranks[r].wait(10s);
   }
   EXPECT_EQ(segments_of(ranks[0].pid()), std::set<std::string>{});

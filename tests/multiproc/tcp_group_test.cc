@@ -9,6 +9,7 @@
 
 #include "cohort/comm/memory_store.h"
 #include "net/socket.h"
+#include "support/sync.h"
 #include "support/test_support.h"
 
 namespace cohort {
@@ -89,16 +90,18 @@ TEST(TcpGroup, DebugModeNamesCountMismatch) {
 TEST(TcpGroup, BrokenGroupRefusesFurtherWork) {
   const int world = 2;
   auto groups = make_tcp_groups(world, testing::quick_options(std::chrono::milliseconds(1000)));
-  std::atomic<bool> rank0_gave_up{false};
+  testing::EventCount rank0_gave_up;
   run_ranks(world, [&](int rank) {
     std::vector<float> data(8, 1.0f);
     if (rank == 0) {
       EXPECT_THROW(groups[rank]->allreduce(make_buffer(data)), TimeoutError);
-      rank0_gave_up = true;
+      rank0_gave_up.add();
     }
     // Rank 1 comes only after rank 0 gave up, however long that took on a loaded machine: a
     // fixed sleep let it arrive first under TSan and complete the round rank 0 had posted.
-    while (!rank0_gave_up) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!rank0_gave_up.wait_for(1, std::chrono::seconds(60))) {
+      throw std::runtime_error("rank 0's allreduce never timed out");
+    }
     // Both ranks: the group is broken now (rank 1 learns it from rank 0's abort).
     EXPECT_THROW(groups[rank]->allreduce(make_buffer(data)), TimeoutError);
     EXPECT_THROW(groups[rank]->barrier(), TimeoutError);

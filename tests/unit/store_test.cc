@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "cohort/comm/prefix_store.h"
 #include "cohort/core/error.h"
 #include "store_semantics.h"
+#include "support/sync.h"
 
 namespace cohort::testing {
 namespace {
@@ -19,19 +22,8 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// Runs fn on a thread after `delay`; joins on destruction.
-class Later {
- public:
-  Later(std::chrono::milliseconds delay, std::function<void()> fn)
-      : thread_([delay, fn = std::move(fn)] {
-          std::this_thread::sleep_for(delay);
-          fn();
-        }) {}
-  ~Later() { thread_.join(); }
-
- private:
-  std::thread thread_;
-};
+using testing::BackgroundCall;
+constexpr std::chrono::seconds kBlockDeadline{10};
 
 // ---- the contract, for every store
 
@@ -48,8 +40,13 @@ TEST_P(StoreSemantics, SetThenGetReturnsTheLatestValue) {
 }
 
 TEST_P(StoreSemantics, GetBlocksUntilAnotherThreadSets) {
-  Later setter(std::chrono::milliseconds(30), [&] { store().set("late", to_bytes("here")); });
-  EXPECT_EQ(store().get_string("late", kLong), "here");
+  BackgroundCall<std::string> getter([&] { return store().get_string("late", kLong); });
+  ASSERT_TRUE(getter.wait_until_blocked(kBlockDeadline));
+  ASSERT_NE(getter.result().wait_for(std::chrono::seconds(0)), std::future_status::ready)
+      << "get returned before the key was set";
+  store().set("late", to_bytes("here"));
+  ASSERT_EQ(getter.result().wait_for(kBlockDeadline), std::future_status::ready);
+  EXPECT_EQ(getter.result().get(), "here");
 }
 
 TEST_P(StoreSemantics, GetTimesOutNamingTheKey) {
@@ -66,8 +63,13 @@ TEST_P(StoreSemantics, GetTimesOutNamingTheKey) {
 
 TEST_P(StoreSemantics, WaitReturnsOnceEveryKeyExists) {
   store().set("first", to_bytes("1"));
-  Later setter(std::chrono::milliseconds(30), [&] { store().set("second", to_bytes("2")); });
-  EXPECT_NO_THROW(store().wait({"first", "second"}, kLong));
+  BackgroundCall<void> waiter([&] { store().wait({"first", "second"}, kLong); });
+  ASSERT_TRUE(waiter.wait_until_blocked(kBlockDeadline));
+  ASSERT_NE(waiter.result().wait_for(std::chrono::seconds(0)), std::future_status::ready)
+      << "wait returned while \"second\" was missing";
+  store().set("second", to_bytes("2"));
+  ASSERT_EQ(waiter.result().wait_for(kBlockDeadline), std::future_status::ready);
+  EXPECT_NO_THROW(waiter.result().get());
   EXPECT_NO_THROW(store().wait({}, kShort));
 }
 
@@ -117,8 +119,11 @@ TEST_P(StoreSemantics, ConcurrentAddsAreAtomic) {
 }
 
 TEST_P(StoreSemantics, AddWakesAWaiter) {
-  Later adder(std::chrono::milliseconds(30), [&] { store().add("arrivals", 1); });
-  EXPECT_NO_THROW(store().wait({"arrivals"}, kLong));
+  BackgroundCall<void> waiter([&] { store().wait({"arrivals"}, kLong); });
+  ASSERT_TRUE(waiter.wait_until_blocked(kBlockDeadline));
+  store().add("arrivals", 1);
+  ASSERT_EQ(waiter.result().wait_for(kBlockDeadline), std::future_status::ready);
+  EXPECT_NO_THROW(waiter.result().get());
 }
 
 TEST_P(StoreSemantics, CompareSetOnAnAbsentKey) {
@@ -194,26 +199,17 @@ INSTANTIATE_TEST_SUITE_P(Local, StoreSemantics,
 
 TEST(MemoryStoreTest, ShutdownWakesBlockedGetAndWaitWithStoreError) {
   MemoryStore store;
-  std::atomic<int> woken{0};
-  auto blocked = [&](std::function<void()> call) {
-    return std::thread([&woken, call] {
-      try {
-        call();
-      } catch (const StoreError&) {
-        ++woken;
-      }
-    });
-  };
-  // 10 s deadlines: if shutdown did not wake them the test would fail on the count, not hang.
-  std::thread getter = blocked([&] { store.get("never", Milliseconds(10'000)); });
-  std::thread waiter = blocked([&] { store.wait({"never", "nor_this"}, Milliseconds(10'000)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  const auto start = std::chrono::steady_clock::now();
+  // 60 s deadlines: the calls must end long before them, woken by the shutdown (at their own
+  // deadline they see the shutdown too, so only the wait below tells the two apart).
+  BackgroundCall<void> getter([&] { store.get("never", Milliseconds(60'000)); });
+  BackgroundCall<void> waiter([&] { store.wait({"never", "nor_this"}, Milliseconds(60'000)); });
+  ASSERT_TRUE(getter.wait_until_blocked(kBlockDeadline));
+  ASSERT_TRUE(waiter.wait_until_blocked(kBlockDeadline));
   store.shutdown();
-  getter.join();
-  waiter.join();
-  EXPECT_EQ(woken.load(), 2);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  ASSERT_EQ(getter.result().wait_for(kBlockDeadline), std::future_status::ready);
+  ASSERT_EQ(waiter.result().wait_for(kBlockDeadline), std::future_status::ready);
+  EXPECT_THROW(getter.result().get(), StoreError);
+  EXPECT_THROW(waiter.result().get(), StoreError);
 }
 
 TEST(MemoryStoreTest, CallsAfterShutdownFailWithStoreError) {

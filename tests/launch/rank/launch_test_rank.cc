@@ -29,6 +29,9 @@
 
 namespace {
 
+// A rank that keeps running until cohortrun ends it: what the modes that call this test (the
+// launcher stopping the others), not a wait for another process to get somewhere. The 60 s only
+// bound a rank that the launcher failed to end, so that it does not outlive the test for long.
 void sleep_long() {
   std::this_thread::sleep_for(std::chrono::seconds(60));
 }

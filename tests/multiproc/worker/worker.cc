@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cohort/comm/group.h"
@@ -37,13 +36,41 @@ void report(const char* kind, int failed_rank, Clock::time_point since, const st
 }
 
 // Allreduces forever (until an error, or `iterations`), checking every result.
+// Prints "LOOPING" once the first allreduce is done, so that a test can act mid-loop.
 void allreduce_loop(cohort::Group& group, long iterations) {
   std::vector<float> data(1 << 20);
   for (long it = 0; it < iterations; ++it) {
     std::fill(data.begin(), data.end(), 1.0f);
     group.allreduce(cohort::make_buffer(data));
     if (data[0] != static_cast<float>(group.size())) throw cohort::Error("wrong allreduce result");
+    if (it == 0) {
+      std::printf("LOOPING\n");
+      std::fflush(stdout);
+    }
   }
+}
+
+// Every rank but `skipped` calls an allreduce and says in the store when it is over (it times
+// out); `skipped` stays away until they all have, so it never joins late however slow the
+// machine is. A fixed sleep here once had to outlast the others' deadline.
+void skip_rank(cohort::Group& group, cohort::Store& store, int skipped) {
+  const auto gave_up = [](int rank) { return "test/gave_up/" + std::to_string(rank); };
+  if (group.rank() != skipped) {
+    std::vector<float> small(64, 1.0f);
+    try {
+      group.allreduce(cohort::make_buffer(small));
+    } catch (...) {
+      store.set(gave_up(group.rank()), "1");
+      throw;
+    }
+    store.set(gave_up(group.rank()), "1");
+    return;
+  }
+  std::vector<std::string> others;
+  for (int r = 0; r < group.size(); ++r) {
+    if (r != skipped) others.push_back(gave_up(r));
+  }
+  store.wait(others, std::chrono::seconds(60));
 }
 
 // The out-of-step mistakes users make (docs/errors.md, "Collectives out of step"), with rank 1
@@ -67,17 +94,14 @@ void out_of_step(cohort::Group& group, const std::string& how) {
   }
 }
 
-void run_scenario(cohort::Group& group, const std::string& scenario, const std::string& param) {
-  std::vector<float> small(64, 1.0f);
+void run_scenario(cohort::Group& group, cohort::Store& store, const std::string& scenario,
+                  const std::string& param) {
   if (scenario == "allreduce_loop") {
     allreduce_loop(group, 1000000);
   } else if (scenario == "allreduce_once") {
     allreduce_loop(group, 3);
   } else if (scenario == "skip_rank") {  // every rank but <param> calls an allreduce
-    if (group.rank() != std::atoi(param.c_str()))
-      group.allreduce(cohort::make_buffer(small));
-    else
-      std::this_thread::sleep_for(std::chrono::seconds(6));
+    skip_rank(group, store, std::atoi(param.c_str()));
   } else if (scenario == "count_mismatch") {  // rank <param> passes one element more
     std::vector<float> data(group.rank() == std::atoi(param.c_str()) ? 101 : 100, 1.0f);
     group.allreduce(cohort::make_buffer(data));
@@ -161,7 +185,7 @@ int main(int argc, char** argv) {
     std::printf("READY\n");
     std::fflush(stdout);
     since = Clock::now();
-    run_scenario(*group, scenario, param);
+    run_scenario(*group, *store, scenario, param);
     report("ok", -1, since, "");
   } catch (const cohort::PeerError& e) {
     report("PeerError", e.failed_rank(), since, e.what());

@@ -6,7 +6,7 @@
 // so that every parameter is an ordinary nn::Linear, nn::Embedding or nn::LayerNorm one. The
 // blocks sit in an nn::ModuleList named `blocks`: the units a sharded strategy (FSDP's
 // auto-wrap of ModuleList children) gathers one at a time. Nothing here knows about the
-// char_lm example, so benchmarks build it at any size (12 layers of width 768 is 85 M
+// char_lm example (whose namespace it keeps), so benchmarks build it at any size (12 layers of width 768 is 85 M
 // parameters with a byte vocabulary and context 1024).
 #pragma once
 
