@@ -42,6 +42,9 @@ struct CollectiveCall {
   std::string describe() const;
 };
 
+// "host memory" or "CUDA device 2", for errors about where a buffer is.
+std::string place_name(int device);
+
 // How a call runs: the algorithm, and for a hierarchical allreduce the one across nodes.
 struct Plan {
   Algorithm algorithm = Algorithm::kAuto;

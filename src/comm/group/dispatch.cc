@@ -18,10 +18,6 @@ size_t bytes_for_choice(const CollectiveCall& call, int size) {
   return per_rank_block ? call.bytes() * static_cast<size_t>(size) : call.bytes();
 }
 
-std::string place_name(int device) {
-  return device == kHostMemory ? "host memory" : "CUDA device " + std::to_string(device);
-}
-
 }  // namespace
 
 Group::Impl::Dispatch Group::Impl::dispatch(const CollectiveCall& call,

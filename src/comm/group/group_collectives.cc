@@ -22,10 +22,6 @@ void check_pointer(const void* data, size_t count, const char* what) {
                " elements has a null data pointer");
 }
 
-std::string place_name(int device) {
-  return device == kHostMemory ? "host memory" : "CUDA device " + std::to_string(device);
-}
-
 void check_same_device(int in, int out, const char* what) {
   COHORT_CHECK(in == out, what, ": input is in ", place_name(in), " but output is in ",
                place_name(out));
