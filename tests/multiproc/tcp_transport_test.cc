@@ -70,7 +70,11 @@ void pass_around(std::vector<std::unique_ptr<Transport>>& mesh) {
 }
 
 TEST(TcpTransport, ConnectionsOfEveryGroupShareTheTwoLoopThreads) {
-  const int before = thread_count();
+  // A first mesh, made and dropped, starts what a runtime starts once and keeps (TSan's own
+  // thread), so that it is not counted against the loops; its loops end with it.
+  const int at_start = thread_count();
+  make_mesh(2, "warm-up");
+  const int before = wait_for_threads_at_most(at_start);
   ASSERT_GT(before, 0);
   auto first = make_mesh(4, "first");
   auto second = make_mesh(3, "second");
