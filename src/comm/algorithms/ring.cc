@@ -1,25 +1,15 @@
 #include "algorithms/ring.h"
 
-#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "algorithms/chunking.h"
+#include "algorithms/primitives.h"
 #include "cohort/core/check.h"
 
 namespace cohort::algo {
 
 namespace {
-
-size_t segment_elems(size_t esize) {
-  return std::max<size_t>(1, kRingSegmentBytes / esize);
-}
-
-// Segment k of a transfer of `count` elements cut into segments of `seg`.
-Range segment(size_t count, size_t seg, size_t k) {
-  const size_t begin = k * seg;
-  return Range{begin, std::min(seg, count - std::min(begin, count))};
-}
 
 // The transfers of one ring phase, segment by segment.
 class RingPhase {
@@ -31,21 +21,21 @@ class RingPhase {
         op_(op),
         reduce_(reduce),
         esize_(dtype_size(dtype)),
-        seg_(segment_elems(esize_)),
+        seg_(segment_elems(kRingSegmentBytes, esize_)),
         right_(ring_index(ctx.rank() + 1, ctx.size())),
         left_(ring_index(ctx.rank() - 1, ctx.size())) {}
 
   size_t segments(size_t count) const { return segment_count(count, seg_); }
 
   std::unique_ptr<Request> recv(int s, const RingStep& at, size_t k) {
-    const Range piece = segment(at.recv_count, seg_, k);
+    const Range piece = segment_of(at.recv_count, seg_, k);
     uint8_t* target = static_cast<uint8_t*>(at.recv) + piece.begin * esize_;
     return reduce_ ? ctx_.irecv_reduce(left_, step_of(s, k), target, piece.count, dtype_, op_)
                    : ctx_.irecv(left_, step_of(s, k), target, piece.count * esize_);
   }
 
   std::unique_ptr<Request> send(int s, const RingStep& at, size_t k) {
-    const Range piece = segment(at.send_count, seg_, k);
+    const Range piece = segment_of(at.send_count, seg_, k);
     return ctx_.isend(right_, step_of(s, k),
                       static_cast<const uint8_t*>(at.send) + piece.begin * esize_,
                       piece.count * esize_);

@@ -92,7 +92,7 @@ namespace cohort {
 std::shared_ptr<Work> Group::Impl::point_to_point(const CollectiveCall& call, int peer,
                                                   const CollectiveOptions& opts) {
   CollectiveEngine* engine = transport_->engine();
-  const bool on_engine = engine != nullptr && engine->engine_only();
+  const bool on_engine = engine_only();
   check_device(call, on_engine ? static_cast<const CollectiveBackend&>(*engine) : native_);
   const bool sending = call.kind == CollectiveKind::kSend;
   std::function<void(algo::Context&, uint64_t)> body;

@@ -3,7 +3,6 @@
 // stall reports that let a timeout name the ranks that never joined (Note [Stall reports]).
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
