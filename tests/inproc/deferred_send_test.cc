@@ -52,9 +52,9 @@ class DeferredSendTransport final : public Transport {
     return inner_.irecv(peer, tag, data, bytes, deadline);
   }
   void abort(std::exception_ptr error) noexcept override { inner_.abort(error); }
-  std::unique_ptr<Transport> split(const std::string& key, int new_rank, int new_size,
-                                   std::shared_ptr<Store> /*store*/) override {
-    return std::make_unique<DeferredSendTransport>(fabric_->child(key, new_size), new_rank);
+  std::unique_ptr<Transport> split(const SplitSpec& spec) override {
+    return std::make_unique<DeferredSendTransport>(fabric_->child(spec.key, spec.new_size()),
+                                                   spec.new_rank(inner_.rank()));
   }
 
  private:

@@ -1,6 +1,6 @@
 // The Group API over MPI beyond the collectives' results: async handles, point-to-point,
-// subgroups (MPI_Comm_split), COHORT_DEBUG's mismatch check without a store, and failures that
-// must reach every rank (a timeout on one rank, Group::abort) instead of hanging.
+// subgroups (MPI_Comm_create_group), COHORT_DEBUG's mismatch check without a store, and failures
+// that must reach every rank (a timeout on one rank, Group::abort) instead of hanging.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -72,7 +72,7 @@ TEST(MpiGroup, SendRecvAroundTheRingWithTags) {
   }
 }
 
-TEST(MpiGroup, SplitMakesSubgroupsOnMpiCommSplit) {
+TEST(MpiGroup, SplitMakesSubgroupsOfTheirMembersWithMpisEngine) {
   Group& group = mpi_world();
   // Even ranks form one subgroup in reverse order, odd ranks another; the last rank of a
   // world of three or more sits out (color -1).
@@ -97,6 +97,9 @@ TEST(MpiGroup, SplitMakesSubgroupsOnMpiCommSplit) {
   std::vector<int32_t> value{group.rank()};
   sub->allreduce(make_buffer(value));
   EXPECT_EQ(value[0], std::accumulate(members.begin(), members.end(), 0));
+  // The subgroup has the parent's engine mode: MPI's own collectives where the parent ran them.
+  EXPECT_EQ(sub->algorithm_for(CollectiveKind::kAllreduce, 1024),
+            group.algorithm_for(CollectiveKind::kAllreduce, 1024));
 }
 
 TEST(MpiGroup, DebugChecksNameTheRanksThatDisagree) {

@@ -65,16 +65,19 @@ struct GroupOptions {
 
 class Group : public std::enable_shared_from_this<Group> {
  public:
+  class Impl;
+
   // A group over TCP: every rank calls this with the same store and size.
   static std::shared_ptr<Group> create(std::shared_ptr<Store> store, int rank, int size,
                                        GroupOptions options = {});
   // A group whose ranks are threads of this process sharing `fabric`.
   static std::shared_ptr<Group> create_inproc(std::shared_ptr<InprocFabric> fabric, int rank,
                                               GroupOptions options = {});
-  // A group over any transport. `store` must be shared by all ranks. A transport on an engine
-  // (the MPI backend, mpi.h) may come without a store: the constructor is then collective and
-  // asks the engine which ranks share a host.
+  // A group over any transport, with cohort's algorithms. `store` must be shared by all ranks.
   Group(std::unique_ptr<Transport> transport, std::shared_ptr<Store> store, GroupOptions options);
+  // For cohort's backends (create_mpi_group, create_nccl_group, split): a group around
+  // machinery they have built.
+  explicit Group(std::unique_ptr<Impl> impl);
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -164,13 +167,13 @@ class Group : public std::enable_shared_from_this<Group> {
   // Number of collectives issued so far (the next one gets this sequence number).
   uint64_t sequence_number() const;
 
-  class Impl;
+  // The machinery behind the group (src/comm/group/group_impl.h), for cohort's backends.
+  Impl& impl() { return *impl_; }
 
  private:
   // The collectives that have a blocking form running inline (Group::Impl::run_blocking)
   // build their operation once for both forms.
-  Operation allreduce_operation(ConstBuffer in, Buffer out,
-                                       const CollectiveOptions& opts) const;
+  Operation allreduce_operation(ConstBuffer in, Buffer out, const CollectiveOptions& opts) const;
   Operation barrier_operation(const CollectiveOptions& opts) const;
 
   std::unique_ptr<Impl> impl_;

@@ -62,8 +62,7 @@ class InprocTransport final : public Transport {
   std::unique_ptr<Request> irecv(int peer, Tag tag, void* data, size_t bytes,
                                  Deadline deadline) override;
   void abort(std::exception_ptr error) noexcept override;
-  std::unique_ptr<Transport> split(const std::string& key, int new_rank, int new_size,
-                                   std::shared_ptr<Store> store) override;
+  std::unique_ptr<Transport> split(const SplitSpec& spec) override;
 
   const std::shared_ptr<InprocFabric>& fabric() const { return fabric_; }
 

@@ -16,6 +16,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cohort/core/deadline.h"
 #include "cohort/core/dtype.h"
@@ -23,7 +24,6 @@
 namespace cohort {
 
 class Store;
-class CollectiveEngine;
 
 // What a collective's messages say about the call that sent them, so that a receiver can tell
 // that the ranks are out of step before it touches the payload (Note [Call stamps] in
@@ -64,6 +64,22 @@ class Request {
   virtual void wait() = 0;
 };
 
+// Who a subgroup is, for Transport::split.
+struct SplitSpec {
+  // The members' ranks in the parent, in the subgroup's rank order; this rank is one of them.
+  std::vector<int> members;
+  // The same on every member, unique per subgroup of the parent.
+  std::string key;
+  // The subgroup's own view of the store (address exchange); null for a group without one
+  // (MPI, whose communicator splits by itself).
+  std::shared_ptr<Store> store;
+  Deadline deadline;
+
+  int new_size() const { return static_cast<int>(members.size()); }
+  // This rank's rank in the subgroup, from its rank in the parent.
+  int new_rank(int parent_rank) const;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -87,15 +103,8 @@ class Transport {
   // Fails every pending and future request with `error` and tells the peers (best effort).
   virtual void abort(std::exception_ptr error) noexcept = 0;
 
-  // The transport of a subgroup: `key` is the same on its members and unique per subgroup,
-  // `store` is the subgroup's own view of the store (for address exchange).
-  virtual std::unique_ptr<Transport> split(const std::string& key, int new_rank, int new_size,
-                                           std::shared_ptr<Store> store) = 0;
-
-  // The engine this transport sits on, whose own collectives the group may run
-  // (Algorithm::kEngine); null for cohort's native transports. A transport with an engine may
-  // be used by a group without a store (the MPI backend) and then splits with a null store.
-  virtual CollectiveEngine* engine() { return nullptr; }
+  // The transport of a subgroup (Group::split), called by its members only (SplitSpec).
+  virtual std::unique_ptr<Transport> split(const SplitSpec& spec) = 0;
 };
 
 // A request that is already complete (sends that finished inside isend).

@@ -1,5 +1,10 @@
 #include "backends/collective_engine.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "cohort/core/check.h"
 #include "kernels/reduce_kernels.h"
 
@@ -61,13 +66,27 @@ void CollectiveEngine::run(const CollectiveCall& call, const Plan& plan, algo::C
   COHORT_CHECK(false, call.describe(), ": not a collective ", engine_name(), " runs");
 }
 
-// The Group calls these only for engine_only() engines, which all override them.
+// The Group calls these only for device buffers, so only engines that handle device memory
+// (NCCL) override them.
 void CollectiveEngine::send(const void*, size_t, DType, int, const EngineCall&) {
   COHORT_INTERNAL_ASSERT(false, engine_name(), " has no send of its own");
 }
 
 void CollectiveEngine::recv(void*, size_t, DType, int, const EngineCall&) {
   COHORT_INTERNAL_ASSERT(false, engine_name(), " has no recv of its own");
+}
+
+std::vector<std::string> CollectiveEngine::node_keys(Deadline deadline) {
+  constexpr size_t kNameBytes = 256;  // HOST_NAME_MAX is 64 on Linux; room to spare
+  std::vector<char> mine(kNameBytes, '\0');
+  COHORT_CHECK(::gethostname(mine.data(), mine.size() - 1) == 0,
+               "gethostname failed: ", std::strerror(errno));
+  const auto ranks = static_cast<size_t>(size());
+  std::vector<char> all(kNameBytes * ranks, '\0');
+  allgather(mine.data(), all.data(), kNameBytes, DType::kUInt8, deadline);
+  std::vector<std::string> keys;
+  for (size_t r = 0; r < ranks; ++r) keys.emplace_back(all.data() + r * kNameBytes);
+  return keys;
 }
 
 }  // namespace cohort

@@ -1,9 +1,11 @@
 // A backend engine's own collectives (Note [Backends] in backends/backend.h): MPI's and
-// NCCL's. A transport that sits on an engine (MPI) exposes one through Transport::engine();
-// the Group runs a collective on it when it chose Algorithm::kEngine (COHORT_ALGO=engine, or
-// COHORT_MPI_COLLECTIVES=mpi) and the engine has that collective for the dtype and op, else
-// cohort's own algorithms over the same transport (NativeBackend). An engine_only() engine
-// (NCCL) runs everything of its group.
+// NCCL's. A group holds its engine beside its transport (Group::Impl), never inside it:
+//  - an engine of host memory (MPI, whose transport is MPI point-to-point on the same
+//    communicator) runs a collective when the group chose Algorithm::kEngine
+//    (COHORT_ALGO=engine, or COHORT_MPI_COLLECTIVES=mpi) and has it for the dtype and op, else
+//    cohort's own algorithms run it over the group's transport (NativeBackend);
+//  - an engine of device memory only (NCCL) runs every call on device buffers, and barriers;
+//    host buffers of its group go to cohort's algorithms over the group's host transport.
 //
 // Every call blocks until done or until its deadline (TimeoutError), and fails promptly when the
 // group is aborted on any rank. Every call takes elements of a dtype (DType::kUInt8 for raw
@@ -13,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +28,8 @@
 #include "cohort/core/dtype.h"
 
 namespace cohort {
+
+class Group;
 
 // What every engine call gets besides its buffers. Converts from a Deadline, for the group's
 // own bookkeeping in host memory (topology, cost model, debug checks).
@@ -45,14 +50,16 @@ class CollectiveEngine : public CollectiveBackend {
 
   // A short word for errors and logs: "MPI".
   virtual const char* engine_name() const = 0;
+  // This rank and the number of ranks of the engine's communicator (the group's).
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
   // Whether `kind` runs on the engine for this dtype, op and element count (MPI has no
   // float16, no average, and counts are int).
   virtual bool supports(CollectiveKind kind, DType dtype, ReduceOp op, size_t count) const = 0;
 
-  // Whether the group must run every collective, send and recv on the engine: cohort's own
-  // algorithms cannot run over its transport (NCCL has no tagged host messages).
-  virtual bool engine_only() const { return false; }
-  // Whether the engine takes device buffers (EngineCall::device >= 0).
+  // Whether the engine takes host buffers (MPI) and device buffers (EngineCall::device >= 0,
+  // NCCL).
+  virtual bool handles_host_memory() const { return true; }
   virtual bool handles_device_memory() const { return false; }
   // Throws InvalidArgument for a device buffer the engine cannot take (NCCL: one on another
   // GPU than its communicator's). The Group asks on the caller's thread, before queueing.
@@ -81,19 +88,23 @@ class CollectiveEngine : public CollectiveBackend {
   virtual void all_to_all(const void* in, void* out, size_t block_count, DType dtype,
                           const EngineCall& call) = 0;
   virtual void barrier(const EngineCall& call) = 0;
-  // Group::send/recv, for engine_only() engines: matched in issue order per pair of ranks
-  // (the engine has no tags).
+  // Group::send/recv of device buffers: matched in issue order per pair of ranks (the engine
+  // has no tags). Host messages go over the group's transport.
   virtual void send(const void* data, size_t count, DType dtype, int peer, const EngineCall& call);
   virtual void recv(void* data, size_t count, DType dtype, int peer, const EngineCall& call);
 
   // For groups built without a store: a key per rank, equal for ranks that share a host, in
-  // rank order (the group's topology).
-  virtual std::vector<std::string> node_keys(Deadline deadline) = 0;
+  // rank order (the group's topology). This one all-gathers the host names.
+  virtual std::vector<std::string> node_keys(Deadline deadline);
 
-  // Group::split on an engine: collective over every rank of the group, members or not (an
-  // engine's communicator split, like MPI_Comm_split, needs them all). Ranks with the same
-  // non-negative color form a transport ordered by `key`; a negative color gets nullptr.
-  virtual std::unique_ptr<Transport> split_communicator(int color, int key, Deadline deadline) = 0;
+  // Fails every pending and later call with `error` (Group::abort, which aborts the group's
+  // transport too).
+  virtual void abort(std::exception_ptr error) noexcept = 0;
+
+  // The engine of `subgroup`, which Group::split has just made of some of this engine's ranks
+  // (its transport, store and topology in place, no engine yet). Collective over the
+  // subgroup's members only.
+  virtual std::shared_ptr<CollectiveEngine> for_subgroup(Group& subgroup, Deadline deadline) = 0;
 };
 
 }  // namespace cohort

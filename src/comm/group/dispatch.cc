@@ -20,17 +20,28 @@ size_t bytes_for_choice(const CollectiveCall& call, int size) {
 
 }  // namespace
 
+bool Group::Impl::on_device_engine(const CollectiveCall& call) const {
+  if (engine_ == nullptr || !engine_->handles_device_memory()) return false;
+  if (call.device != kHostMemory) return true;
+  // A barrier of an NCCL group waits for the work queued on the device before it.
+  return call.kind == CollectiveKind::kBarrier && !engine_->handles_host_memory();
+}
+
 Group::Impl::Dispatch Group::Impl::dispatch(const CollectiveCall& call,
                                             const CollectiveOptions& opts) const {
+  if (on_device_engine(call)) {
+    COHORT_CHECK(engine_->supports(call.kind, call.dtype, call.op, call.count),
+                 engine_->engine_name(), " cannot run ", call.describe());
+    check_device(call, *engine_);
+    return {engine_.get(), Plan{Algorithm::kEngine, Algorithm::kRing}};
+  }
   const size_t bytes = bytes_for_choice(call, size());
   Algorithm algorithm = algorithm_for(call.kind, bytes, opts);
-  CollectiveEngine* engine = transport_->engine();
   CollectiveBackend* backend = &native_;
-  if (algorithm == Algorithm::kEngine) {
-    if (engine->supports(call.kind, call.dtype, kernels::combine_op(call.op), call.count)) {
-      backend = engine;
+  if (algorithm == Algorithm::kEngine) {  // only offered by an engine of host memory (MPI)
+    if (engine_->supports(call.kind, call.dtype, kernels::combine_op(call.op), call.count)) {
+      backend = engine_.get();
     } else {
-      COHORT_CHECK(!engine->engine_only(), engine->engine_name(), " cannot run ", call.describe());
       // The engine lacks it (MPI has no float16): cohort's algorithms run it over the same
       // transport. Every rank passes the same call, so every rank falls back alike.
       algorithm = choose_algorithm(call.kind, Algorithm::kAuto, bytes, shape(), cost_model_);
@@ -51,15 +62,13 @@ void Group::Impl::check_device(const CollectiveCall& call, const CollectiveBacke
   const char* what = collective_name(call.kind);
   COHORT_CHECK(call.device >= 0, what, ": buffer device ", call.device,
                " is neither kHostMemory (-1) nor a CUDA device index");
-  CollectiveEngine* engine = transport_->engine();
-  const bool engine_takes_it =
-      &backend == engine && engine != nullptr && engine->handles_device_memory();
+  const bool engine_takes_it = &backend == engine_.get() && engine_->handles_device_memory();
   COHORT_CHECK(engine_takes_it, what, ": the buffer is on ", place_name(call.device),
                ", but this group moves host memory only (",
-               engine != nullptr ? engine->engine_name() : "cohort's own algorithms",
+               engine_ != nullptr ? engine_->engine_name() : "cohort's own algorithms",
                "): run it on an NCCL group (cohort::create_nccl_group, cohort/comm/nccl.h) or "
                "copy the data to the host first");
-  engine->check_device(call.device, what);
+  engine_->check_device(call.device, what);
 }
 
 // Not silent: the user asked for the engine's collectives (COHORT_ALGO=engine,
@@ -67,8 +76,8 @@ void Group::Impl::check_device(const CollectiveCall& call, const CollectiveBacke
 void Group::Impl::note_engine_fallback(const CollectiveCall& call, Algorithm algorithm) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!engine_fallbacks_noted_.insert({call.kind, call.dtype}).second) return;
-  COHORT_LOG(kInfo, transport_->engine()->engine_name(), " has no ", collective_name(call.kind),
-             " of ", dtype_name(call.dtype), " (", call.describe(), "): cohort's ",
+  COHORT_LOG(kInfo, engine_->engine_name(), " has no ", collective_name(call.kind), " of ",
+             dtype_name(call.dtype), " (", call.describe(), "): cohort's ",
              algorithm_name(algorithm), " runs it over ", transport_->name(), " point-to-point");
 }
 
@@ -87,12 +96,12 @@ Operation Group::Impl::collective_operation(const CollectiveCall& call,
 
 namespace cohort {
 
-// Point-to-point: over the transport with the message's index in its (peer, tag) stream, or
-// on an engine_only() engine (NCCL), which has no tags and matches in issue order.
+// Point-to-point: host buffers over the transport with the message's index in its (peer, tag)
+// stream; device buffers on the engine (NCCL), which has no tags and matches in issue order.
 std::shared_ptr<Work> Group::Impl::point_to_point(const CollectiveCall& call, int peer,
                                                   const CollectiveOptions& opts) {
-  CollectiveEngine* engine = transport_->engine();
-  const bool on_engine = engine_only();
+  CollectiveEngine* engine = engine_.get();
+  const bool on_engine = on_device_engine(call);
   check_device(call, on_engine ? static_cast<const CollectiveBackend&>(*engine) : native_);
   const bool sending = call.kind == CollectiveKind::kSend;
   std::function<void(algo::Context&, uint64_t)> body;

@@ -14,12 +14,12 @@ namespace cohort {
 Group::Group(std::unique_ptr<Transport> transport, std::shared_ptr<Store> store,
              GroupOptions options) {
   COHORT_CHECK(transport != nullptr, "Group needs a transport");
-  COHORT_CHECK(store != nullptr || transport->engine() != nullptr,
-               "Group needs a store shared by all ranks (only a transport on an engine such as "
-               "MPI can do without one)");
-  const bool storeless = store == nullptr;
+  COHORT_CHECK(store != nullptr, "Group needs a store shared by all ranks");
   impl_ = std::make_unique<Impl>(std::move(transport), std::move(store), options.resolved());
-  if (storeless) impl_->discover_topology_through_engine();
+}
+
+Group::Group(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  COHORT_INTERNAL_ASSERT(impl_ != nullptr, "a Group needs its machinery");
 }
 
 Group::~Group() = default;
@@ -54,7 +54,7 @@ int Group::num_nodes() const {
 }
 
 bool Group::takes_device_buffers() const {
-  const CollectiveEngine* engine = impl_->transport().engine();
+  const CollectiveEngine* engine = impl_->engine();
   return engine != nullptr && engine->handles_device_memory();
 }
 

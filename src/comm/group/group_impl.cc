@@ -24,7 +24,7 @@ std::string Operation::describe() const {
          signature.describe();
 }
 
-Group::Impl::Impl(std::unique_ptr<Transport> transport, std::shared_ptr<Store> store,
+Group::Impl::Impl(std::shared_ptr<Transport> transport, std::shared_ptr<Store> store,
                   GroupOptions options)
     : transport_(std::move(transport)),
       store_(std::move(store)),
@@ -35,6 +35,11 @@ Group::Impl::Impl(std::unique_ptr<Transport> transport, std::shared_ptr<Store> s
     stalls_ = std::make_unique<StallReporter>(store_, rank(), size(), options_.timeout);
   }
   worker_ = std::thread([this] { worker_loop(); });
+}
+
+void Group::Impl::attach_engine(std::shared_ptr<CollectiveEngine> engine) {
+  COHORT_INTERNAL_ASSERT(engine_ == nullptr, "a group's engine is attached once");
+  engine_ = std::move(engine);
 }
 
 Group::Impl::~Impl() {
@@ -52,15 +57,9 @@ Milliseconds Group::Impl::timeout_for(const CollectiveOptions& opts) const {
 
 Algorithm Group::Impl::algorithm_for(CollectiveKind kind, size_t bytes,
                                      const CollectiveOptions& opts) const {
-  // An NCCL group has nothing else to run on (CollectiveEngine::engine_only).
-  if (engine_only()) return Algorithm::kEngine;
   const Algorithm requested =
       opts.algorithm != Algorithm::kAuto ? opts.algorithm : options_.algorithm;
   return choose_algorithm(kind, requested, bytes, shape(), cost_model_);
-}
-
-bool Group::Impl::engine_only() const {
-  return transport_->engine() != nullptr && transport_->engine()->engine_only();
 }
 
 GroupShape Group::Impl::shape() const {
@@ -69,7 +68,8 @@ GroupShape Group::Impl::shape() const {
   shape.nodes = topology_.num_nodes();
   shape.local_size = topology_.uniform_local_size();
   shape.shared_memory = shared_memory_everywhere_;
-  shape.engine = transport_->engine() != nullptr;
+  // Algorithm::kEngine is a choice for host buffers: only an engine of host memory offers it.
+  shape.engine = engine_ != nullptr && engine_->handles_host_memory();
   return shape;
 }
 
@@ -201,6 +201,8 @@ void Group::Impl::abort(std::exception_ptr error) noexcept {
     failure_ = error;
   }
   transport_->abort(error);
+  // Idempotent where the engine is the transport (MPI).
+  if (engine_) engine_->abort(error);
   if (shm_) shm_->abort(error);
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "algorithms/context.h"
+#include "backends/collective_engine.h"
 #include "backends/native_backend.h"
 #include "choice/algorithm_choice.h"
 #include "choice/cost_model.h"
@@ -52,14 +53,32 @@ struct Operation {
 
 class Group::Impl {
  public:
-  Impl(std::unique_ptr<Transport> transport, std::shared_ptr<Store> store, GroupOptions options);
+  // `store` may be null only for a group whose engine carries its own bookkeeping (MPI):
+  // then attach the engine and call discover_topology_through_engine() before any call.
+  Impl(std::shared_ptr<Transport> transport, std::shared_ptr<Store> store, GroupOptions options);
   ~Impl();
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
   const GroupOptions& options() const { return options_; }
   Transport& transport() { return *transport_; }
+  const std::shared_ptr<Transport>& shared_transport() const { return transport_; }
   const std::shared_ptr<Store>& store() const { return store_; }
+  // The backend engine beside the transport (MPI, NCCL), or null (Note [Backends]).
+  CollectiveEngine* engine() const { return engine_.get(); }
+  // Once, before the group is handed out (its own set-up calls may come before: NCCL's id
+  // travels through the group's host collectives).
+  void attach_engine(std::shared_ptr<CollectiveEngine> engine);
+
+  // The subgroup of `members` (ranks of this group, in the subgroup's rank order), called by
+  // them only: its transport split from this one's, its store a prefix of this one's, this
+  // group's topology restricted to it, and its engine made by `engine` when given, else from
+  // this group's engine (Group::split, create_nccl_group). `key` must be the same on the
+  // members and unique per subgroup.
+  using EngineMaker = std::function<std::shared_ptr<CollectiveEngine>(Group& subgroup)>;
+  std::shared_ptr<Group> make_subgroup(const std::vector<int>& members, const std::string& key,
+                                       GroupOptions options, Deadline deadline,
+                                       const EngineMaker& engine = {});
 
   // Numbers the operation (issue order) and queues it for the worker.
   std::shared_ptr<Work> submit(Operation op);
@@ -87,8 +106,6 @@ class Group::Impl {
   }
   void abort(std::exception_ptr error) noexcept;
   uint64_t sequence_number() const;
-  // Whether every call runs on the transport's engine (NCCL).
-  bool engine_only() const;
 
   const Topology& topology() const { return topology_; }
   const CostModel& cost_model() const { return cost_model_; }
@@ -102,6 +119,7 @@ class Group::Impl {
   void discover_topology_through_engine();
   // A subgroup's view: its members' part of the parent's topology, the parent's cost model.
   void inherit(Topology topology, CostModel model);
+  void report_creation();  // at COHORT_LOG_LEVEL=info (group_report.h)
 
  private:
   struct Dispatch {
@@ -109,6 +127,9 @@ class Group::Impl {
     Plan plan;
   };
   Dispatch dispatch(const CollectiveCall& call, const CollectiveOptions& opts) const;
+  // Whether `call` runs on an engine of device memory (NCCL): its buffers are on a device, or
+  // it is a barrier of a group whose engine has no host collectives.
+  bool on_device_engine(const CollectiveCall& call) const;
   void check_device(const CollectiveCall& call, const CollectiveBackend& backend) const;
   void note_engine_fallback(const CollectiveCall& call, Algorithm algorithm) const;
   void enqueue_locked(Operation op);
@@ -117,11 +138,11 @@ class Group::Impl {
   std::exception_ptr run(Operation& op) noexcept;
   std::exception_ptr explain_failure(const Operation& op, std::exception_ptr error);
   void check_signatures(const Operation& op, Deadline deadline);
-  // Note [Call stamps]: an engine (MPI) matches messages itself, so the group compares the
-  // ranks' calls through it before each collective. Not for engine_only() engines (NCCL: its
-  // collectives run on the device stream, which a host check would have to wait for).
+  // Note [Call stamps]: an engine of host memory (MPI) matches messages itself, so the group
+  // compares the ranks' calls through it before each collective. Not for NCCL: its collectives
+  // run on the device stream, which a host check would have to wait for.
   bool checks_calls_through_engine() const {
-    return transport_->engine() != nullptr && !engine_only();
+    return engine_ != nullptr && engine_->handles_host_memory();
   }
   void check_call_through_engine(uint64_t sequence, const CallStamp& stamp, Deadline deadline);
   // Every rank's signature of `op`, in rank order, through the store or else the engine.
@@ -129,11 +150,11 @@ class Group::Impl {
   // Rank 0's `text` on every rank, through the store (under `key`) or else the engine.
   std::string share_from_rank0(const std::string& text, const std::string& key, Deadline deadline);
   void agree_on_cost_model(Deadline deadline);
-  void report_creation();  // at COHORT_LOG_LEVEL=info (group_report.h)
   void open_shared_memory(const std::vector<HostInfo>& hosts, Deadline deadline);
   GroupShape shape() const;
 
-  std::unique_ptr<Transport> transport_;
+  std::shared_ptr<Transport> transport_;
+  std::shared_ptr<CollectiveEngine> engine_;  // may be transport_ itself (MPI)
   std::shared_ptr<Store> store_;
   GroupOptions options_;
   Topology topology_;

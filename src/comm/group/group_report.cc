@@ -45,7 +45,9 @@ std::string nodes_text(const Topology& topology) {
 
 // Which transport carries the bytes between two ranks of one node, and between nodes.
 std::string transports_text(const GroupReport& r) {
-  if (!r.engine.empty()) return "transport: " + r.engine + "'s own, inside and across nodes";
+  if (!r.engine.empty() && !r.device_engine) {
+    return "transport: " + r.engine + "'s own, inside and across nodes";
+  }
   if (r.transport == "inproc") return "transport: in-process (threads of this process)";
   const GroupShape& s = r.shape;
   std::string inside;
@@ -72,16 +74,14 @@ std::string size_text(size_t bytes) {
 
 std::string algorithms_text(const GroupReport& r) {
   std::ostringstream out;
-  out << "allreduce algorithm";
+  out << (r.device_engine ? "host allreduce algorithm" : "allreduce algorithm");
   if (r.algorithm != Algorithm::kAuto)
     out << " (group default " << algorithm_name(r.algorithm) << ")";
   out << " by size:";
   const char* separator = " ";
   for (size_t bytes : {size_t{4} << 10, size_t{256} << 10, size_t{16} << 20, size_t{256} << 20}) {
-    const Algorithm chosen = r.engine_only
-                                 ? Algorithm::kEngine
-                                 : choose_algorithm(CollectiveKind::kAllreduce, r.algorithm, bytes,
-                                                    r.shape, r.cost_model);
+    const Algorithm chosen =
+        choose_algorithm(CollectiveKind::kAllreduce, r.algorithm, bytes, r.shape, r.cost_model);
     out << separator << size_text(bytes) << " " << algorithm_name(chosen);
     separator = ", ";
   }
@@ -97,12 +97,18 @@ std::string cost_model_text(const CostModel& m) {
   return "cost model from " + m.source + " (" + numbers + ")";
 }
 
+std::string backend_text(const GroupReport& r) {
+  const std::string native = "cohort's algorithms over " + r.transport;
+  if (r.engine.empty()) return native;
+  if (r.device_engine) return r.engine + " for device buffers, " + native + " for host buffers";
+  return r.engine;
+}
+
 }  // namespace
 
 std::string describe_group(const GroupReport& r) {
   std::ostringstream out;
-  out << "group '" << r.name << "': " << nodes_text(r.topology)
-      << "; backend: " << (r.engine.empty() ? "cohort's algorithms over " + r.transport : r.engine)
+  out << "group '" << r.name << "': " << nodes_text(r.topology) << "; backend: " << backend_text(r)
       << "; " << transports_text(r) << "; " << algorithms_text(r) << "; "
       << cost_model_text(r.cost_model) << "; timeout " << r.timeout.count() / 1000.0 << " s"
       << (r.debug_checks ? "; COHORT_DEBUG=detail checks on" : "");

@@ -15,7 +15,7 @@ struct GroupReport {
   std::string name;                 // GroupOptions::name
   std::string transport;            // Transport::name(): tcp, inproc, mpi, nccl, ...
   std::string engine;               // the engine's name (MPI, NCCL), empty for cohort's algorithms
-  bool engine_only = false;         // every call runs on the engine (NCCL)
+  bool device_engine = false;       // the engine takes device buffers only (NCCL)
   bool shared_memory_asked = true;  // GroupOptions::shared_memory (COHORT_SHM)
   bool debug_checks = false;
   Algorithm algorithm = Algorithm::kAuto;  // the group's default (COHORT_ALGO)

@@ -33,7 +33,7 @@ void Group::Impl::discover_topology() {
 
 void Group::Impl::discover_topology_through_engine() {
   const Deadline deadline = Deadline::after(options_.timeout);
-  topology_ = Topology::from_node_keys(transport_->engine()->node_keys(deadline), rank());
+  topology_ = Topology::from_node_keys(engine_->node_keys(deadline), rank());
   agree_on_cost_model(deadline);
   report_creation();
 }
@@ -47,8 +47,6 @@ void Group::Impl::share_one_process() {
 void Group::Impl::inherit(Topology topology, CostModel model) {
   topology_ = std::move(topology);
   cost_model_ = model;
-  // A group without a store (MPI) already said it in discover_topology_through_engine.
-  if (store_) report_creation();
 }
 
 // Every rank must choose the same algorithm for the same call, so all take rank 0's model
@@ -81,9 +79,9 @@ void Group::Impl::report_creation() {
   GroupReport report;
   report.name = options_.name;
   report.transport = transport_->name();
-  if (CollectiveEngine* engine = transport_->engine()) {
-    report.engine = engine->engine_name();
-    report.engine_only = engine->engine_only();
+  if (engine_) {
+    report.engine = engine_->engine_name();
+    report.device_engine = !engine_->handles_host_memory();
   }
   report.shared_memory_asked = options_.shared_memory;
   report.debug_checks = options_.debug_checks;
@@ -104,7 +102,7 @@ std::string Group::Impl::share_from_rank0(const std::string& text, const std::st
     }
     return store_->get_string(key, left(deadline));
   }
-  CollectiveEngine& engine = *transport_->engine();
+  CollectiveEngine& engine = *engine_;
   uint64_t length = text.size();
   engine.broadcast(&length, sizeof length, DType::kUInt8, 0, deadline);
   std::string shared = text;

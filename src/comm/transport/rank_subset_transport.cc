@@ -30,10 +30,10 @@ std::unique_ptr<Request> RankSubsetTransport::irecv_reduce(int peer, Tag tag, vo
   return transport_.irecv_reduce(member(peer), tag, accumulate, count, dtype, op, deadline);
 }
 
-std::unique_ptr<Transport> RankSubsetTransport::split(const std::string&, int, int,
-                                                      std::shared_ptr<Store>) {
-  COHORT_INTERNAL_ASSERT(false, "a rank subset view cannot be split");
-  return nullptr;
+std::unique_ptr<Transport> RankSubsetTransport::split(const SplitSpec& spec) {
+  std::vector<int> underlying;
+  for (int member : spec.members) underlying.push_back(this->member(member));
+  return std::make_unique<RankSubsetTransport>(transport_, std::move(underlying));
 }
 
 }  // namespace cohort

@@ -27,9 +27,9 @@ class RankSubsetTransport final : public Transport {
   std::unique_ptr<Request> irecv_reduce(int peer, Tag tag, void* accumulate, size_t count,
                                         DType dtype, ReduceOp op, Deadline deadline) override;
   void abort(std::exception_ptr error) noexcept override { transport_.abort(error); }
-  // A view is made for the length of one collective; subgroups split the real transport.
-  std::unique_ptr<Transport> split(const std::string& key, int new_rank, int new_size,
-                                   std::shared_ptr<Store> store) override;
+  // A narrower view of the same transport (its members, through this view's numbering); like
+  // this one, it lives no longer than the transport and shares its tags.
+  std::unique_ptr<Transport> split(const SplitSpec& spec) override;
 
  private:
   int member(int peer) const { return members_[static_cast<size_t>(peer)]; }

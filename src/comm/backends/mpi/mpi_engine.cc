@@ -132,16 +132,4 @@ void MpiTransport::barrier(const EngineCall& call) {
                 [&](MPI_Request* request) { return MPI_Ibarrier(collectives_, request); });
 }
 
-// Ranks on one host report the same processor name (the host name in OpenMPI and MPICH).
-std::vector<std::string> MpiTransport::node_keys(Deadline deadline) {
-  std::vector<char> mine(MPI_MAX_PROCESSOR_NAME, '\0');
-  int length = 0;
-  mpi::check(MPI_Get_processor_name(mine.data(), &length), "MPI_Get_processor_name");
-  std::vector<char> all(mine.size() * static_cast<size_t>(size_), '\0');
-  allgather(mine.data(), all.data(), mine.size(), DType::kUInt8, deadline);
-  std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r) keys.emplace_back(all.data() + r * mine.size());
-  return keys;
-}
-
 }  // namespace cohort

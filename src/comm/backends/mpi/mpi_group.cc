@@ -4,6 +4,7 @@
 #include "backends/mpi/mpi_transport.h"
 #include "cohort/comm/mpi_comm.h"
 #include "cohort/core/env.h"
+#include "group/group_impl.h"
 
 namespace cohort {
 
@@ -24,8 +25,13 @@ std::shared_ptr<Group> create_mpi_group(MPI_Comm comm, GroupOptions options, Mpi
     options.algorithm = Algorithm::kEngine;
   }
   options.shared_memory = false;  // MPI moves the bytes between the ranks of a host itself
-  auto transport = MpiTransport::create(comm, Deadline::after(options.timeout));
-  return std::make_shared<Group>(std::move(transport), nullptr, std::move(options));
+  std::shared_ptr<MpiTransport> transport =
+      MpiTransport::create(comm, Deadline::after(options.timeout));
+  // No store: the engine tells which ranks share a host, and carries the rank 0's cost model.
+  auto impl = std::make_unique<Group::Impl>(transport, nullptr, std::move(options));
+  impl->attach_engine(transport);
+  impl->discover_topology_through_engine();
+  return std::make_shared<Group>(std::move(impl));
 }
 
 std::shared_ptr<Group> create_mpi_group(GroupOptions options, MpiOptions mpi) {

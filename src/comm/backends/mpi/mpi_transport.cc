@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <functional>
 #include <thread>
 
 #include "backends/mpi/mpi_call.h"
 #include "backends/polling.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
+#include "group/group_impl.h"
 
 namespace cohort {
 
@@ -306,28 +308,38 @@ void MpiTransport::abort(std::exception_ptr error) noexcept {
   }
 }
 
-std::unique_ptr<Transport> MpiTransport::split(const std::string&, int, int,
-                                               std::shared_ptr<Store>) {
-  COHORT_INTERNAL_ASSERT(false, "an MPI group splits through split_communicator");
-  return nullptr;
-}
-
-std::unique_ptr<Transport> MpiTransport::split_communicator(int color, int key, Deadline deadline) {
+std::unique_ptr<Transport> MpiTransport::split(const SplitSpec& spec) {
   throw_if_failed();
+  MPI_Group parent = MPI_GROUP_NULL;
+  MPI_Group members = MPI_GROUP_NULL;
+  mpi::check(MPI_Comm_group(collectives_, &parent), "MPI_Comm_group");
+  const int included = MPI_Group_incl(parent, spec.new_size(), spec.members.data(), &members);
+  MPI_Group_free(&parent);
+  mpi::check(included, "MPI_Group_incl");
+  // Subgroups made at the same time from this communicator must differ in tag; the key is
+  // unique per subgroup and the same on its members.
+  const int tag =
+      static_cast<int>(std::hash<std::string>{}(spec.key) % static_cast<size_t>(tags_.max_tag()));
   MPI_Comm part = MPI_COMM_NULL;
-  // Blocking, but Group::split has just all-gathered the colors, so every rank is here.
-  mpi::check(MPI_Comm_split(collectives_, color < 0 ? MPI_UNDEFINED : color, key, &part),
-             "MPI_Comm_split");
-  if (part == MPI_COMM_NULL) return nullptr;
+  // Blocking, but Group::split has just all-gathered the colors, so every member is here.
+  const int created = MPI_Comm_create_group(collectives_, members, tag, &part);
+  MPI_Group_free(&members);
+  mpi::check(created, "MPI_Comm_create_group");
   std::unique_ptr<Transport> transport;
   try {
-    transport = create(part, deadline);
+    transport = create(part, spec.deadline);
   } catch (...) {
     MPI_Comm_free(&part);
     throw;
   }
   MPI_Comm_free(&part);
   return transport;
+}
+
+std::shared_ptr<CollectiveEngine> MpiTransport::for_subgroup(Group& subgroup, Deadline) {
+  auto engine = std::dynamic_pointer_cast<MpiTransport>(subgroup.impl().shared_transport());
+  COHORT_INTERNAL_ASSERT(engine != nullptr, "a subgroup of an MPI group runs on MPI");
+  return engine;
 }
 
 }  // namespace cohort

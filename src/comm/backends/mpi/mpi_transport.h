@@ -1,6 +1,8 @@
-// The MPI backend's transport: cohort's algorithms run over MPI point-to-point
-// (MPI_Isend/MPI_Irecv), and, as a CollectiveEngine, MPI's own nonblocking collectives
-// (MPI_Iallreduce, ...) run on the same communicator (mpi_engine.cc).
+// The MPI backend: one object that is both the group's transport (cohort's algorithms run over
+// MPI point-to-point, MPI_Isend/MPI_Irecv) and its engine (MPI's own nonblocking collectives,
+// MPI_Iallreduce, ..., in mpi_engine.cc), because both live on the same communicators and
+// share one failure state and abort channel. The group holds it twice: as its transport and as
+// its engine (Group::Impl::attach_engine).
 //
 // Every wait polls (MPI_Testall) until done, its deadline, or an abort notice from any rank,
 // so nothing blocks forever inside MPI. Note [MPI tags] (mpi_tags.h) says how tags map.
@@ -37,19 +39,17 @@ class MpiTransport final : public Transport, public CollectiveEngine {
                                  Deadline deadline) override;
   std::unique_ptr<Request> irecv(int peer, Tag tag, void* data, size_t bytes,
                                  Deadline deadline) override;
+  // Transport::abort and CollectiveEngine::abort: tells every peer, once.
   void abort(std::exception_ptr error) noexcept override;
-  // Not used: a group on MPI splits through split_communicator, which every rank calls.
-  std::unique_ptr<Transport> split(const std::string& key, int new_rank, int new_size,
-                                   std::shared_ptr<Store> store) override;
-  CollectiveEngine* engine() override { return this; }
+  // MPI_Comm_create_group over the members: collective over them only.
+  std::unique_ptr<Transport> split(const SplitSpec& spec) override;
 
   // ---- CollectiveEngine (mpi_engine.cc)
   const char* engine_name() const override { return "MPI"; }
   bool supports(CollectiveKind kind, DType dtype, ReduceOp op, size_t count) const override;
   void allreduce(const void* in, void* data, size_t count, DType dtype, ReduceOp op,
                  const EngineCall& call) override;
-  void broadcast(void* data, size_t count, DType dtype, int root,
-                 const EngineCall& call) override;
+  void broadcast(void* data, size_t count, DType dtype, int root, const EngineCall& call) override;
   void reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
               const EngineCall& call) override;
   void allgather(const void* in, void* out, size_t count, DType dtype,
@@ -63,8 +63,8 @@ class MpiTransport final : public Transport, public CollectiveEngine {
   void all_to_all(const void* in, void* out, size_t block_count, DType dtype,
                   const EngineCall& call) override;
   void barrier(const EngineCall& call) override;
-  std::vector<std::string> node_keys(Deadline deadline) override;
-  std::unique_ptr<Transport> split_communicator(int color, int key, Deadline deadline) override;
+  // The subgroup's transport (made by split) is its engine too.
+  std::shared_ptr<CollectiveEngine> for_subgroup(Group& subgroup, Deadline deadline) override;
 
   // Waits for every request (statuses may be null), polling for abort notices; throws
   // TimeoutError naming `what` at the deadline and the first failure of the group at once.

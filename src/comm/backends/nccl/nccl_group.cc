@@ -1,16 +1,19 @@
 // Making a Group on NCCL: every rank checks its device, the ranks agree that all can go on
-// (so one rank without a GPU fails them all at once instead of leaving them waiting), a private
-// copy of the bootstrap group carries NCCL's unique id and, later, the group's host memory.
+// (so one rank without a GPU fails them all at once instead of leaving them waiting), then a
+// subgroup of every rank of the bootstrap group (its own transport, store prefix and topology)
+// carries NCCL's unique id and gets the NCCL engine beside its transport.
 #include <cuda_runtime_api.h>
 
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "backends/nccl/nccl_call.h"
-#include "backends/nccl/nccl_transport.h"
+#include "backends/nccl/nccl_engine.h"
 #include "cohort/comm/nccl.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
+#include "group/group_impl.h"
 
 namespace cohort {
 
@@ -59,19 +62,18 @@ std::shared_ptr<Group> create_nccl_group(std::shared_ptr<Group> bootstrap, NcclO
   if (options.timeout.count() > 0) group_options.timeout = options.timeout;
   const Deadline deadline = Deadline::after(group_options.timeout);
   const int device = options.device >= 0 ? options.device : bootstrap->local_rank();
+  // Unique among the bootstrap's subgroups: its sequence number before a collective of it.
+  const std::string key = "nccl" + std::to_string(bootstrap->sequence_number());
   agree_on_devices(*bootstrap, device_problem(device), deadline);
 
-  // The NCCL group's own host-memory group: the caller keeps using the bootstrap group as it
-  // likes, and this one sees only the NCCL group's calls, in its order.
-  CollectiveOptions split_options;
-  split_options.timeout = group_options.timeout;
-  std::shared_ptr<Group> host_group = bootstrap->split(0, bootstrap->rank(), split_options);
-  auto transport = NcclTransport::create(std::move(host_group), device, deadline);
-
+  // A group of its own: the caller keeps using the bootstrap group as it likes, and this one
+  // sees only the NCCL group's calls, in its order.
+  std::vector<int> everyone(static_cast<size_t>(bootstrap->size()));
+  std::iota(everyone.begin(), everyone.end(), 0);
   group_options.name += "/nccl";
-  group_options.algorithm = Algorithm::kEngine;
-  group_options.shared_memory = false;  // NCCL moves the bytes between the GPUs of a host
-  return std::make_shared<Group>(std::move(transport), nullptr, std::move(group_options));
+  return bootstrap->impl().make_subgroup(
+      everyone, key, std::move(group_options), deadline,
+      [&](Group& host) { return NcclEngine::create(host, device, deadline); });
 }
 
 }  // namespace cohort

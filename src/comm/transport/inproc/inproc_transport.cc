@@ -62,7 +62,10 @@ class InprocTransport::RecvRequest final : public Request {
  public:
   RecvRequest(InprocTransport* transport, int peer, Tag tag,
               std::shared_ptr<InprocFabric::Posted> posted, Deadline deadline)
-      : transport_(transport), peer_(peer), tag_(tag), posted_(std::move(posted)),
+      : transport_(transport),
+        peer_(peer),
+        tag_(tag),
+        posted_(std::move(posted)),
         deadline_(deadline) {}
 
   // Dropped without wait() (an error unwound past it): withdraw the receive so that a later
@@ -123,16 +126,16 @@ InprocTransport::InprocTransport(std::shared_ptr<InprocFabric> fabric, int rank)
 }
 
 void InprocTransport::check_peer(int peer) const {
-  COHORT_CHECK(peer >= 0 && peer < size() && peer != rank_, "invalid peer ", peer,
-               " for rank ", rank_, " of ", size());
+  COHORT_CHECK(peer >= 0 && peer < size() && peer != rank_, "invalid peer ", peer, " for rank ",
+               rank_, " of ", size());
 }
 
 void InprocTransport::throw_if_failed() const {
   if (auto failure = fabric_->failure_for(rank_)) std::rethrow_exception(failure);
 }
 
-std::unique_ptr<Request> InprocTransport::isend(int peer, Tag tag, const void* data,
-                                                size_t bytes, Deadline deadline) {
+std::unique_ptr<Request> InprocTransport::isend(int peer, Tag tag, const void* data, size_t bytes,
+                                                Deadline deadline) {
   check_peer(peer);
   throw_if_failed();
   auto& box = *fabric_->mailboxes_[peer];
@@ -169,7 +172,8 @@ std::unique_ptr<Request> InprocTransport::irecv(int peer, Tag tag, void* data, s
     std::vector<uint8_t> message = std::move(it->second.front());
     it->second.pop_front();
     if (it->second.empty()) box.unexpected.erase(it);
-    if (message.size() != bytes) std::rethrow_exception(size_mismatch(peer, rank_, message.size(), bytes));
+    if (message.size() != bytes)
+      std::rethrow_exception(size_mismatch(peer, rank_, message.size(), bytes));
     if (bytes > 0) std::memcpy(data, message.data(), bytes);
     return std::make_unique<CompletedRequest>();
   }
@@ -188,11 +192,9 @@ void InprocTransport::abort(std::exception_ptr error) noexcept {
   }
 }
 
-
-
-std::unique_ptr<Transport> InprocTransport::split(const std::string& key, int new_rank,
-                                                  int new_size, std::shared_ptr<Store> /*store*/) {
-  return std::make_unique<InprocTransport>(fabric_->child(key, new_size), new_rank);
+std::unique_ptr<Transport> InprocTransport::split(const SplitSpec& spec) {
+  return std::make_unique<InprocTransport>(fabric_->child(spec.key, spec.new_size()),
+                                           spec.new_rank(rank_));
 }
 
 }  // namespace cohort

@@ -105,9 +105,8 @@ class TcpTransport final : public Transport, private tcp::FailureSink {
     fail_all(first);
   }
 
-  std::unique_ptr<Transport> split(const std::string& /*key*/, int new_rank, int new_size,
-                                   std::shared_ptr<Store> store) override {
-    return connect_tcp_transport(std::move(store), new_rank, new_size, options_);
+  std::unique_ptr<Transport> split(const SplitSpec& spec) override {
+    return connect_tcp_transport(spec.store, spec.new_rank(rank_), spec.new_size(), options_);
   }
 
  private:

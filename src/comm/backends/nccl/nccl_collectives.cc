@@ -1,13 +1,13 @@
-// NCCL's collectives for the Group (CollectiveEngine). Device buffers: queued on the
-// communication stream between the event hand-offs of Note [NCCL streams]
-// (nccl_transport.h); the host waits only for NCCL to accept the call. Host buffers: through
-// the private host group (topology, cost model, debug checks, DDP's flags and orders).
+// NCCL's collectives for the Group (CollectiveEngine), on device buffers only (the group runs
+// host buffers on cohort's algorithms): queued on the communication stream between the event
+// hand-offs of Note [NCCL streams] (nccl_engine.h); the host waits only for NCCL to accept
+// the call.
 // Gather, scatter, all-to-all, send and recv are ncclSend/ncclRecv inside
 // ncclGroupStart/ncclGroupEnd; barrier is a one-float allreduce the host waits for.
 #include <cstdint>
 
 #include "backends/nccl/nccl_call.h"
-#include "backends/nccl/nccl_transport.h"
+#include "backends/nccl/nccl_engine.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 
@@ -58,7 +58,7 @@ class NcclGroupScope {
 }  // namespace
 
 template <typename Queue>
-void NcclTransport::on_comm_stream(const EngineCall& call, const char* what, Queue queue) {
+void NcclEngine::on_comm_stream(const EngineCall& call, const char* what, Queue queue) {
   throw_if_failed();
   check_device(call.device, what);
   nccl::DeviceGuard guard(device_);
@@ -83,18 +83,12 @@ void NcclTransport::on_comm_stream(const EngineCall& call, const char* what, Que
 
 // Every cohort dtype has an NCCL type and every op an NCCL op (kAvg: ncclAvg), counts are
 // size_t.
-bool NcclTransport::supports(CollectiveKind, DType, ReduceOp, size_t) const {
+bool NcclEngine::supports(CollectiveKind, DType, ReduceOp, size_t) const {
   return true;
 }
 
-void NcclTransport::allreduce(const void* in, void* data, size_t count, DType dtype, ReduceOp op,
-                              const EngineCall& call) {
-  if (call.device == kHostMemory) {
-    CollectiveOptions opts = host_options(call);
-    opts.op = op;
-    host_group_->allreduce(ConstBuffer{in, count, dtype}, Buffer{data, count, dtype}, opts);
-    return;
-  }
+void NcclEngine::allreduce(const void* in, void* data, size_t count, DType dtype, ReduceOp op,
+                           const EngineCall& call) {
   on_comm_stream(call, "ncclAllReduce", [&](cudaStream_t stream) {
     nccl::check(
         ncclAllReduce(in, data, count, nccl::datatype(dtype), nccl::reduction(op), comm_, stream),
@@ -102,27 +96,17 @@ void NcclTransport::allreduce(const void* in, void* data, size_t count, DType dt
   });
 }
 
-void NcclTransport::broadcast(void* data, size_t count, DType dtype, int root,
-                              const EngineCall& call) {
+void NcclEngine::broadcast(void* data, size_t count, DType dtype, int root,
+                           const EngineCall& call) {
   const size_t bytes = count * dtype_size(dtype);
-  if (call.device == kHostMemory) {
-    host_group_->broadcast(Buffer{data, bytes, DType::kUInt8}, host_options(call, root));
-    return;
-  }
   on_comm_stream(call, "ncclBroadcast", [&](cudaStream_t stream) {
     nccl::check(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream), "ncclBroadcast",
                 comm_);
   });
 }
 
-void NcclTransport::reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
-                           const EngineCall& call) {
-  if (call.device == kHostMemory) {
-    CollectiveOptions opts = host_options(call, root);
-    opts.op = op;
-    host_group_->reduce(Buffer{data, count, dtype}, opts);
-    return;
-  }
+void NcclEngine::reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
+                        const EngineCall& call) {
   // In place: recvbuff is only written on the root.
   on_comm_stream(call, "ncclReduce", [&](cudaStream_t stream) {
     nccl::check(ncclReduce(data, data, count, nccl::datatype(dtype), nccl::reduction(op), root,
@@ -131,15 +115,10 @@ void NcclTransport::reduce(void* data, size_t count, DType dtype, ReduceOp op, i
   });
 }
 
-void NcclTransport::allgather(const void* in, void* out, size_t count, DType dtype,
-                              const EngineCall& call) {
+void NcclEngine::allgather(const void* in, void* out, size_t count, DType dtype,
+                           const EngineCall& call) {
   const size_t bytes = count * dtype_size(dtype);
   const size_t total = bytes * static_cast<size_t>(size_);
-  if (call.device == kHostMemory) {
-    host_group_->allgather(ConstBuffer{in, bytes, DType::kUInt8}, Buffer{out, total, DType::kUInt8},
-                           host_options(call));
-    return;
-  }
   check_in_place_form(in, bytes, bytes_at(out, bytes * static_cast<size_t>(rank_)), out, total,
                       "allgather");
   on_comm_stream(call, "ncclAllGather", [&](cudaStream_t stream) {
@@ -147,17 +126,10 @@ void NcclTransport::allgather(const void* in, void* out, size_t count, DType dty
   });
 }
 
-void NcclTransport::reduce_scatter(const void* in, void* out, size_t count, DType dtype,
-                                   ReduceOp op, const EngineCall& call) {
+void NcclEngine::reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                                const EngineCall& call) {
   const size_t block = count * dtype_size(dtype);
   const size_t total = block * static_cast<size_t>(size_);
-  if (call.device == kHostMemory) {
-    CollectiveOptions opts = host_options(call);
-    opts.op = op;
-    host_group_->reduce_scatter(ConstBuffer{in, count * static_cast<size_t>(size_), dtype},
-                                Buffer{out, count, dtype}, opts);
-    return;
-  }
   // NCCL's in-place form has the output at this rank's block of the input.
   COHORT_CHECK(
       out == bytes_at(in, block * static_cast<size_t>(rank_)) || !overlap(in, total, out, block),
@@ -170,16 +142,10 @@ void NcclTransport::reduce_scatter(const void* in, void* out, size_t count, DTyp
   });
 }
 
-void NcclTransport::gather(const void* in, void* out, size_t count, DType dtype, int root,
-                           const EngineCall& call) {
+void NcclEngine::gather(const void* in, void* out, size_t count, DType dtype, int root,
+                        const EngineCall& call) {
   const size_t bytes = count * dtype_size(dtype);
   const size_t total = bytes * static_cast<size_t>(size_);
-  if (call.device == kHostMemory) {
-    host_group_->gather(ConstBuffer{in, bytes, DType::kUInt8},
-                        Buffer{out, rank_ == root ? total : 0, DType::kUInt8},
-                        host_options(call, root));
-    return;
-  }
   void* own_block = rank_ == root ? bytes_at(out, bytes * static_cast<size_t>(root)) : nullptr;
   if (rank_ == root) check_in_place_form(in, bytes, own_block, out, total, "gather");
   on_comm_stream(call, "gather (ncclSend/ncclRecv)", [&](cudaStream_t stream) {
@@ -202,15 +168,10 @@ void NcclTransport::gather(const void* in, void* out, size_t count, DType dtype,
   });
 }
 
-void NcclTransport::scatter(const void* in, void* out, size_t count, DType dtype, int root,
-                            const EngineCall& call) {
+void NcclEngine::scatter(const void* in, void* out, size_t count, DType dtype, int root,
+                         const EngineCall& call) {
   const size_t bytes = count * dtype_size(dtype);
   const size_t total = bytes * static_cast<size_t>(size_);
-  if (call.device == kHostMemory) {
-    host_group_->scatter(ConstBuffer{in, rank_ == root ? total : 0, DType::kUInt8},
-                         Buffer{out, bytes, DType::kUInt8}, host_options(call, root));
-    return;
-  }
   const void* own_block = rank_ == root ? bytes_at(in, bytes * static_cast<size_t>(root)) : nullptr;
   if (rank_ == root) {
     COHORT_CHECK(out == own_block || !overlap(in, total, out, bytes),
@@ -238,15 +199,9 @@ void NcclTransport::scatter(const void* in, void* out, size_t count, DType dtype
 }
 
 // The Group refuses overlapping all_to_all buffers before this is reached.
-void NcclTransport::all_to_all(const void* in, void* out, size_t block_count, DType dtype,
-                               const EngineCall& call) {
+void NcclEngine::all_to_all(const void* in, void* out, size_t block_count, DType dtype,
+                            const EngineCall& call) {
   const size_t block_bytes = block_count * dtype_size(dtype);
-  if (call.device == kHostMemory) {
-    const size_t total = block_bytes * static_cast<size_t>(size_);
-    host_group_->all_to_all(ConstBuffer{in, total, DType::kUInt8},
-                            Buffer{out, total, DType::kUInt8}, host_options(call));
-    return;
-  }
   on_comm_stream(call, "all_to_all (ncclSend/ncclRecv)", [&](cudaStream_t stream) {
     NcclGroupScope group;
     for (int r = 0; r < size_; ++r) {
@@ -262,7 +217,7 @@ void NcclTransport::all_to_all(const void* in, void* out, size_t block_count, DT
 
 // A barrier the host waits for, unlike the other calls: every rank has reached it, and the
 // work queued on the caller's stream before it has finished on this rank.
-void NcclTransport::barrier(const EngineCall& call) {
+void NcclEngine::barrier(const EngineCall& call) {
   const EngineCall on_device{call.deadline, device_, call.stream};
   on_comm_stream(on_device, "ncclAllReduce (barrier)", [&](cudaStream_t stream) {
     nccl::check(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream),
@@ -271,25 +226,16 @@ void NcclTransport::barrier(const EngineCall& call) {
   wait_for_done("ncclAllReduce (barrier)", call.deadline);
 }
 
-void NcclTransport::send(const void* data, size_t count, DType dtype, int peer,
-                         const EngineCall& call) {
+void NcclEngine::send(const void* data, size_t count, DType dtype, int peer,
+                      const EngineCall& call) {
   const size_t bytes = count * dtype_size(dtype);
-  if (call.device == kHostMemory) {
-    host_group_->send(ConstBuffer{data, bytes, DType::kUInt8}, peer, host_options(call));
-    return;
-  }
   on_comm_stream(call, "ncclSend", [&](cudaStream_t stream) {
     nccl::check(ncclSend(data, bytes, ncclUint8, peer, comm_, stream), "ncclSend", comm_);
   });
 }
 
-void NcclTransport::recv(void* data, size_t count, DType dtype, int peer,
-                         const EngineCall& call) {
+void NcclEngine::recv(void* data, size_t count, DType dtype, int peer, const EngineCall& call) {
   const size_t bytes = count * dtype_size(dtype);
-  if (call.device == kHostMemory) {
-    host_group_->recv(Buffer{data, bytes, DType::kUInt8}, peer, host_options(call));
-    return;
-  }
   on_comm_stream(call, "ncclRecv", [&](cudaStream_t stream) {
     nccl::check(ncclRecv(data, bytes, ncclUint8, peer, comm_, stream), "ncclRecv", comm_);
   });

@@ -1,8 +1,9 @@
-// The NCCL backend's transport: an NCCL communicator on one CUDA device, with a dedicated
-// communication stream, and a private host-memory group of the same ranks for everything that
-// is not device memory (topology, cost model, debug checks, DDP's flags). It moves no tagged
-// messages of its own: every call of its Group runs on it as a CollectiveEngine
-// (engine_only), collectives in nccl_engine.cc.
+// The NCCL backend's engine: an NCCL communicator on one CUDA device, with a dedicated
+// communication stream (lifecycle in nccl_communicator.cc, collectives in nccl_collectives.cc).
+// It takes device buffers only. Its group is an ordinary group of host transport (a split of
+// the bootstrap group) with this engine beside it: host buffers (DDP's flags, the group's own
+// bookkeeping) run on cohort's algorithms over that transport, device buffers and barriers
+// here (Note [Backends]).
 //
 // Note [NCCL streams]: a call on device buffers records an event on the caller's stream
 // (CollectiveOptions::stream, else the legacy default stream), makes the communication stream
@@ -28,47 +29,37 @@
 
 #include "backends/collective_engine.h"
 #include "cohort/comm/group.h"
-#include "cohort/comm/transport.h"
 
 namespace cohort {
 
-class NcclTransport final : public Transport, public CollectiveEngine {
+class NcclEngine final : public CollectiveEngine {
  public:
   // Collective over `host_group`, whose ranks become this communicator's: rank 0 makes the
-  // unique id and broadcasts it through the group. The caller keeps no other use of
-  // `host_group` (its collectives must come in the same order on every rank).
-  static std::unique_ptr<NcclTransport> create(std::shared_ptr<Group> host_group, int device,
-                                               Deadline deadline);
-  ~NcclTransport() override;
-  NcclTransport(const NcclTransport&) = delete;
-  NcclTransport& operator=(const NcclTransport&) = delete;
+  // unique id and broadcasts it through the group's host collectives.
+  static std::unique_ptr<NcclEngine> create(Group& host_group, int device, Deadline deadline);
+  ~NcclEngine() override;
+  NcclEngine(const NcclEngine&) = delete;
+  NcclEngine& operator=(const NcclEngine&) = delete;
 
+  const char* engine_name() const override { return "NCCL"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  const char* name() const override { return "nccl"; }
   int device() const { return device_; }
-
-  // Never called (engine_only): cohort's algorithms do not run over NCCL.
-  std::unique_ptr<Request> isend(int peer, Tag tag, const void* data, size_t bytes,
-                                 Deadline deadline) override;
-  std::unique_ptr<Request> irecv(int peer, Tag tag, void* data, size_t bytes,
-                                 Deadline deadline) override;
-  void abort(std::exception_ptr error) noexcept override;
-  // Not used: a group on NCCL splits through split_communicator.
-  std::unique_ptr<Transport> split(const std::string& key, int new_rank, int new_size,
-                                   std::shared_ptr<Store> store) override;
-  CollectiveEngine* engine() override { return this; }
-
-  // ---- CollectiveEngine (nccl_engine.cc)
-  const char* engine_name() const override { return "NCCL"; }
-  bool engine_only() const override { return true; }
+  bool handles_host_memory() const override { return false; }
   bool handles_device_memory() const override { return true; }
+  // ncclCommAbort; the group aborts its host transport too, which tells the peers.
+  void abort(std::exception_ptr error) noexcept override;
+  // A communicator of its own for the subgroup, on the same device (ncclCommInitRankConfig
+  // with an id through the subgroup's host collectives): collective over its members only,
+  // where ncclCommSplit would need every rank of this one.
+  std::shared_ptr<CollectiveEngine> for_subgroup(Group& subgroup, Deadline deadline) override;
+
+  // ---- collectives (nccl_collectives.cc), device buffers only
   void check_device(int device, const char* what) const override;
   bool supports(CollectiveKind kind, DType dtype, ReduceOp op, size_t count) const override;
   void allreduce(const void* in, void* data, size_t count, DType dtype, ReduceOp op,
                  const EngineCall& call) override;
-  void broadcast(void* data, size_t count, DType dtype, int root,
-                 const EngineCall& call) override;
+  void broadcast(void* data, size_t count, DType dtype, int root, const EngineCall& call) override;
   void reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
               const EngineCall& call) override;
   void allgather(const void* in, void* out, size_t count, DType dtype,
@@ -82,14 +73,11 @@ class NcclTransport final : public Transport, public CollectiveEngine {
   void all_to_all(const void* in, void* out, size_t block_count, DType dtype,
                   const EngineCall& call) override;
   void barrier(const EngineCall& call) override;
-  void send(const void* data, size_t count, DType dtype, int peer,
-            const EngineCall& call) override;
+  void send(const void* data, size_t count, DType dtype, int peer, const EngineCall& call) override;
   void recv(void* data, size_t count, DType dtype, int peer, const EngineCall& call) override;
-  std::vector<std::string> node_keys(Deadline deadline) override;
-  std::unique_ptr<Transport> split_communicator(int color, int key, Deadline deadline) override;
 
  private:
-  NcclTransport(ncclComm_t comm, std::shared_ptr<Group> host_group, int device);
+  NcclEngine(ncclComm_t comm, int rank, int size, int device);
 
   // Note [NCCL streams]: runs `queue(comm_stream)` (NCCL calls, under the communicator's lock)
   // between the two event hand-offs, then settles ncclInProgress by `call.deadline`.
@@ -101,10 +89,8 @@ class NcclTransport final : public Transport, public CollectiveEngine {
   void wait_for_done(const char* what, Deadline deadline);
   void throw_if_failed();
   void release_device_resources() noexcept;
-  CollectiveOptions host_options(const EngineCall& call, int root = 0) const;
 
   ncclComm_t comm_ = nullptr;
-  std::shared_ptr<Group> host_group_;
   int device_ = 0;
   int rank_ = 0;
   int size_ = 1;

@@ -1,10 +1,9 @@
-#include "backends/nccl/nccl_transport.h"
-
 #include <algorithm>
 #include <chrono>
 #include <thread>
 
 #include "backends/nccl/nccl_call.h"
+#include "backends/nccl/nccl_engine.h"
 #include "backends/polling.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
@@ -52,20 +51,19 @@ void wait_until_ready(ncclComm_t comm, const char* what, Deadline deadline) {
 
 }  // namespace
 
-std::unique_ptr<NcclTransport> NcclTransport::create(std::shared_ptr<Group> host_group, int device,
-                                                     Deadline deadline) {
+std::unique_ptr<NcclEngine> NcclEngine::create(Group& host_group, int device, Deadline deadline) {
   // Rank 0's unique id, with a status byte so that its failure fails every rank at once
   // instead of leaving the others waiting for NCCL until the deadline.
   struct Offer {
     uint8_t ok = 0;
     ncclUniqueId id{};
   } offer;
-  if (host_group->rank() == 0) {
+  if (host_group.rank() == 0) {
     offer.ok = ncclGetUniqueId(&offer.id) == ncclSuccess ? 1 : 0;
   }
   CollectiveOptions opts;
   opts.timeout = remaining_ms(deadline);
-  host_group->broadcast(Buffer{&offer, sizeof offer, DType::kUInt8}, opts);
+  host_group.broadcast(Buffer{&offer, sizeof offer, DType::kUInt8}, opts);
   if (!offer.ok) {
     throw ConfigError(
         "rank 0 could not make NCCL's unique id (ncclGetUniqueId failed; "
@@ -76,23 +74,20 @@ std::unique_ptr<NcclTransport> NcclTransport::create(std::shared_ptr<Group> host
   config.blocking = 0;  // Note [NCCL deadlines]
   ncclComm_t comm = nullptr;
   nccl::check(
-      ncclCommInitRankConfig(&comm, host_group->size(), offer.id, host_group->rank(), &config),
+      ncclCommInitRankConfig(&comm, host_group.size(), offer.id, host_group.rank(), &config),
       "ncclCommInitRankConfig");
   wait_until_ready(comm, "ncclCommInitRankConfig", deadline);
   try {
-    return std::unique_ptr<NcclTransport>(new NcclTransport(comm, std::move(host_group), device));
+    return std::unique_ptr<NcclEngine>(
+        new NcclEngine(comm, host_group.rank(), host_group.size(), device));
   } catch (...) {
     ncclCommAbort(comm);
     throw;
   }
 }
 
-NcclTransport::NcclTransport(ncclComm_t comm, std::shared_ptr<Group> host_group, int device)
-    : comm_(comm),
-      host_group_(std::move(host_group)),
-      device_(device),
-      rank_(host_group_->rank()),
-      size_(host_group_->size()) {
+NcclEngine::NcclEngine(ncclComm_t comm, int rank, int size, int device)
+    : comm_(comm), device_(device), rank_(rank), size_(size) {
   nccl::DeviceGuard guard(device_);
   try {
     // Non-blocking: the legacy default stream must not serialize with communication.
@@ -108,7 +103,7 @@ NcclTransport::NcclTransport(ncclComm_t comm, std::shared_ptr<Group> host_group,
   }
 }
 
-NcclTransport::~NcclTransport() {
+NcclEngine::~NcclEngine() {
   try {
     nccl::DeviceGuard guard(device_);
     std::lock_guard<std::mutex> lock(comm_mutex_);
@@ -134,7 +129,7 @@ NcclTransport::~NcclTransport() {
   release_device_resources();
 }
 
-void NcclTransport::release_device_resources() noexcept {
+void NcclEngine::release_device_resources() noexcept {
   // cudaFree waits for the device; the events and the stream are released once their work
   // is done.
   if (scratch_ != nullptr) cudaFree(scratch_);
@@ -146,24 +141,7 @@ void NcclTransport::release_device_resources() noexcept {
   comm_stream_ = nullptr;
 }
 
-std::unique_ptr<Request> NcclTransport::isend(int, Tag, const void*, size_t, Deadline) {
-  throw InvalidArgument(
-      "an NCCL group runs NCCL's collectives only (Algorithm::kEngine); cohort's own "
-      "algorithms need a group of another backend");
-}
-
-std::unique_ptr<Request> NcclTransport::irecv(int peer, Tag tag, void*, size_t bytes,
-                                              Deadline deadline) {
-  return isend(peer, tag, nullptr, bytes, deadline);
-}
-
-std::unique_ptr<Transport> NcclTransport::split(const std::string&, int, int,
-                                                std::shared_ptr<Store>) {
-  COHORT_INTERNAL_ASSERT(false, "an NCCL group splits through split_communicator");
-  return nullptr;
-}
-
-void NcclTransport::abort(std::exception_ptr error) noexcept {
+void NcclEngine::abort(std::exception_ptr error) noexcept {
   {
     std::lock_guard<std::mutex> lock(comm_mutex_);
     if (failed_.load(std::memory_order_acquire)) return;
@@ -173,23 +151,15 @@ void NcclTransport::abort(std::exception_ptr error) noexcept {
     if (comm_ != nullptr) ncclCommAbort(comm_);
     comm_ = nullptr;
   }
-  // The peers learn of it through the host group (their next host-memory call or barrier
-  // fails), or from NCCL itself as a remote error: ncclCommAbort tells nobody.
-  std::string reason = "the NCCL group was aborted";
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    reason = e.what();
-  } catch (...) {
-  }
-  host_group_->abort(reason);
+  // ncclCommAbort tells nobody: the peers learn of it from the group's host transport, which
+  // Group::abort aborts too, or from NCCL itself as a remote error.
 }
 
-void NcclTransport::throw_if_failed() {
+void NcclEngine::throw_if_failed() {
   if (failed_.load(std::memory_order_acquire)) std::rethrow_exception(failure_);
 }
 
-void NcclTransport::settle(const char* what, Deadline deadline) {
+void NcclEngine::settle(const char* what, Deadline deadline) {
   const auto start = Clock::now();
   for (;;) {
     {
@@ -208,7 +178,7 @@ void NcclTransport::settle(const char* what, Deadline deadline) {
   }
 }
 
-void NcclTransport::wait_for_done(const char* what, Deadline deadline) {
+void NcclEngine::wait_for_done(const char* what, Deadline deadline) {
   const auto start = Clock::now();
   for (;;) {
     const cudaError_t rc = cudaEventQuery(done_);
@@ -223,56 +193,14 @@ void NcclTransport::wait_for_done(const char* what, Deadline deadline) {
   }
 }
 
-void NcclTransport::check_device(int device, const char* what) const {
-  COHORT_CHECK(device == kHostMemory || device == device_, what, ": the buffer is on CUDA device ",
-               device, " but this NCCL group is on device ", device_);
+void NcclEngine::check_device(int device, const char* what) const {
+  COHORT_CHECK(device == device_, what, ": the buffer is on ", place_name(device),
+               " but this NCCL group is on CUDA device ", device_);
 }
 
-CollectiveOptions NcclTransport::host_options(const EngineCall& call, int root) const {
-  CollectiveOptions opts;
-  opts.timeout = remaining_ms(call.deadline);
-  opts.root = root;
-  return opts;
-}
-
-// The host group inherits the bootstrap group's nodes.
-std::vector<std::string> NcclTransport::node_keys(Deadline deadline) {
-  int32_t mine = host_group_->node_rank();
-  std::vector<int32_t> all(static_cast<size_t>(size_));
-  CollectiveOptions opts;
-  opts.timeout = remaining_ms(deadline);
-  host_group_->allgather(ConstBuffer{&mine, 1, DType::kInt32},
-                         Buffer{all.data(), all.size(), DType::kInt32}, opts);
-  std::vector<std::string> keys;
-  for (int32_t node : all) keys.push_back("node" + std::to_string(node));
-  return keys;
-}
-
-std::unique_ptr<Transport> NcclTransport::split_communicator(int color, int key,
-                                                             Deadline deadline) {
+std::shared_ptr<CollectiveEngine> NcclEngine::for_subgroup(Group& subgroup, Deadline deadline) {
   throw_if_failed();
-  CollectiveOptions opts;
-  opts.timeout = remaining_ms(deadline);
-  std::shared_ptr<Group> host_part = host_group_->split(color, key, opts);
-  nccl::DeviceGuard guard(device_);
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  ncclComm_t part = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(comm_mutex_);
-    throw_if_failed();
-    nccl::check(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &part, &config),
-                "ncclCommSplit", comm_);
-  }
-  settle("ncclCommSplit", deadline);
-  if (part == nullptr) return nullptr;
-  wait_until_ready(part, "ncclCommSplit", deadline);
-  try {
-    return std::unique_ptr<Transport>(new NcclTransport(part, std::move(host_part), device_));
-  } catch (...) {
-    ncclCommAbort(part);
-    throw;
-  }
+  return create(subgroup, device_, deadline);
 }
 
 }  // namespace cohort
