@@ -40,10 +40,23 @@ std::string hex(uint32_t v) {
 void write_request_fields(const Request& r, Writer& w) {
   switch (r.op) {
     case Op::kHello: w.bytes(r.token); break;
-    case Op::kSet: w.bytes(r.key); w.bytes(r.value); break;
-    case Op::kGet: w.bytes(r.key); w.u64(r.timeout_ms); break;
-    case Op::kAdd: w.bytes(r.key); w.i64(r.delta); break;
-    case Op::kCompareSet: w.bytes(r.key); w.bytes(r.expected); w.bytes(r.value); break;
+    case Op::kSet:
+      w.bytes(r.key);
+      w.bytes(r.value);
+      break;
+    case Op::kGet:
+      w.bytes(r.key);
+      w.u64(r.timeout_ms);
+      break;
+    case Op::kAdd:
+      w.bytes(r.key);
+      w.i64(r.delta);
+      break;
+    case Op::kCompareSet:
+      w.bytes(r.key);
+      w.bytes(r.expected);
+      w.bytes(r.value);
+      break;
     case Op::kWait:
       w.u32(static_cast<uint32_t>(r.keys.size()));
       for (const auto& k : r.keys) w.bytes(k);
@@ -153,13 +166,15 @@ void Writer::bytes(const std::string& s) {
   bytes(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
 
-Reader::Reader(const Bytes& payload, std::string context)
-    : payload_(payload), context_(std::move(context)) {}
+Reader::Reader(const uint8_t* data, size_t size, std::string context)
+    : data_(data), size_(size), context_(std::move(context)) {}
 
-void Reader::fail(const std::string& what) const { throw ProtocolError(context_ + ": " + what); }
+void Reader::fail(const std::string& what) const {
+  throw ProtocolError(context_ + ": " + what);
+}
 
 void Reader::need(size_t n, const char* field) const {
-  const size_t left = payload_.size() - offset_;
+  const size_t left = size_ - offset_;
   if (n > left) {
     fail(std::string("truncated ") + field + " (needs " + std::to_string(n) + " bytes, " +
          std::to_string(left) + " left)");
@@ -168,12 +183,12 @@ void Reader::need(size_t n, const char* field) const {
 
 uint8_t Reader::u8(const char* field) {
   need(1, field);
-  return payload_[offset_++];
+  return data_[offset_++];
 }
 
 uint32_t Reader::u32(const char* field) {
   need(4, field);
-  const uint32_t v = get_u32(payload_.data() + offset_);
+  const uint32_t v = get_u32(data_ + offset_);
   offset_ += 4;
   return v;
 }
@@ -181,7 +196,7 @@ uint32_t Reader::u32(const char* field) {
 uint64_t Reader::u64(const char* field) {
   need(8, field);
   uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(payload_[offset_ + i]) << (8 * i);
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(data_[offset_ + i]) << (8 * i);
   offset_ += 8;
   return v;
 }
@@ -193,7 +208,7 @@ Bytes Reader::bytes(const char* field, size_t limit) {
          std::to_string(limit) + " bytes");
   }
   need(size, field);
-  const auto begin = payload_.begin() + static_cast<std::ptrdiff_t>(offset_);
+  const uint8_t* begin = data_ + offset_;
   offset_ += size;
   return Bytes(begin, begin + size);
 }
@@ -204,8 +219,8 @@ std::string Reader::string(const char* field, size_t limit) {
 }
 
 void Reader::finish() {
-  if (offset_ != payload_.size()) {
-    fail(std::to_string(payload_.size() - offset_) + " unexpected bytes after the last field");
+  if (offset_ != size_) {
+    fail(std::to_string(size_ - offset_) + " unexpected bytes after the last field");
   }
 }
 
@@ -224,8 +239,8 @@ Bytes encode_request(const Request& request) {
   return out;
 }
 
-Request decode_request(Op op, const Bytes& payload) {
-  Reader r(payload, std::string(op_name(op)) + " request");
+Request decode_request(Op op, const uint8_t* payload, size_t size) {
+  Reader r(payload, size, std::string(op_name(op)) + " request");
   Request out;
   out.op = op;
   switch (op) {
@@ -307,8 +322,7 @@ bool tokens_equal(const std::string& expected, const std::string& presented) {
 void write_frame(net::Socket& socket, Op op, const Bytes& payload, Deadline deadline) {
   uint8_t header[kHeaderBytes];
   encode_header(op, static_cast<uint32_t>(payload.size()), header);
-  iovec parts[2] = {{header, kHeaderBytes},
-                    {const_cast<uint8_t*>(payload.data()), payload.size()}};
+  iovec parts[2] = {{header, kHeaderBytes}, {const_cast<uint8_t*>(payload.data()), payload.size()}};
   socket.write_all(parts, 2, deadline);
 }
 
