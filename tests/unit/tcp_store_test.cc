@@ -653,6 +653,27 @@ TEST_F(TcpStoreTest, APeerThatNeverSendsHelloIsDroppedAfterTheFrameTimeout) {
   EXPECT_EQ(lines.size(), 1u);
 }
 
+// A client that does not read its (large) reply holds up nobody: the reply waits in the
+// server, and the loop serves the others. The frame timeout (30 s) is far beyond the other
+// client's (3 s), so a server that waited on the slow reader would fail the second client.
+TEST_F(TcpStoreTest, AClientThatDoesNotReadItsReplyDelaysNobody) {
+  TcpStoreServerOptions so = server_options();
+  so.frame_timeout = 30'000ms;
+  TcpStoreServer server(so);
+  Bytes big(32 << 20);  // more than the socket buffers of both ends hold
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 13);
+  TcpStore(client_options(server.port())).set("big", big);
+  net::Socket slow = authenticated(server.port());
+  send_frame(slow, get_frame("big", 1000ms));  // and do not read the reply yet
+  TcpStore other(client_options(server.port()));
+  other.set("small", "value");
+  EXPECT_EQ(other.get_string("small", 1000ms), "value");
+  const store_wire::Frame reply = read_reply(slow);
+  ASSERT_EQ(reply.op, Op::kOk);
+  store_wire::Reader r(reply.payload, "GET reply");
+  EXPECT_EQ(r.bytes("value", store_wire::kMaxValueBytes), big);
+}
+
 // ---------------------------------------------------------------- the job token
 
 TEST_F(TcpStoreTest, WrongTokenIsRefusedAndTheServerKeepsServing) {
