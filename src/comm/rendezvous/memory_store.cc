@@ -12,7 +12,6 @@ std::string join_keys(const std::vector<std::string>& keys) {
   for (const auto& k : keys) out += (out.empty() ? "" : ", ") + ("'" + k + "'");
   return out;
 }
-
 }  // namespace
 
 void MemoryStore::check_open() const {

@@ -10,9 +10,7 @@ PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> inner)
   timeout_ = inner_->timeout();
 }
 
-void PrefixStore::set(const std::string& key, const Bytes& value) {
-  inner_->set(full(key), value);
-}
+void PrefixStore::set(const std::string& key, const Bytes& value) { inner_->set(full(key), value); }
 
 Bytes PrefixStore::get(const std::string& key, Milliseconds timeout) {
   return inner_->get(full(key), timeout);
@@ -34,12 +32,8 @@ void PrefixStore::wait(const std::vector<std::string>& keys, Milliseconds timeou
   inner_->wait(prefixed, timeout);
 }
 
-bool PrefixStore::delete_key(const std::string& key) {
-  return inner_->delete_key(full(key));
-}
+bool PrefixStore::delete_key(const std::string& key) { return inner_->delete_key(full(key)); }
 
-int64_t PrefixStore::num_keys() {
-  return inner_->num_keys();
-}
+int64_t PrefixStore::num_keys() { return inner_->num_keys(); }
 
 }  // namespace cohort

@@ -44,9 +44,7 @@ Deadline after(Milliseconds timeout) {
 class TcpStore::Client {
  public:
   Client(std::string host, uint16_t port, std::string token, Milliseconds timeout)
-      : host_(std::move(host)),
-        port_(port),
-        token_(std::move(token)),
+      : host_(std::move(host)), port_(port), token_(std::move(token)),
         timeout_(std::clamp(timeout, Milliseconds(0), kMaxTimeout)) {
     give_back(open(after(timeout_)));
   }
@@ -118,24 +116,22 @@ void TcpStore::Client::handshake(net::Socket& socket, Deadline deadline) {
     throw StoreError("the store at " + where() + " did not answer the handshake (" + e.what() +
                      "); is it a cohort store server?");
   } catch (const ProtocolError& e) {
-    throw ProtocolError("the server at " + where() +
-                        " does not speak the store protocol: " + e.what());
+    throw ProtocolError("the server at " + where() + " does not speak the store protocol: " +
+                        e.what());
   }
   if (reply.op == Op::kOk) return;
   if (reply.op != Op::kError) {
-    throw ProtocolError("the store at " + where() + " answered HELLO with a " + op_name(reply.op) +
-                        " frame");
+    throw ProtocolError("the store at " + where() + " answered HELLO with a " +
+                        op_name(reply.op) + " frame");
   }
   const auto [code, message] = decode_error(reply.payload);
   if (code != ErrorCode::kBadToken) throw_error_reply(reply.payload, "HELLO");
   if (token_.empty()) {
-    throw StoreError("the store at " + where() +
-                     " refused this process: it presented no job "
+    throw StoreError("the store at " + where() + " refused this process: it presented no job "
                      "token, but the server requires one (set COHORT_JOB_TOKEN to the job's "
                      "token)");
   }
-  throw StoreError("the store at " + where() +
-                   " refused this process's job token: "
+  throw StoreError("the store at " + where() + " refused this process's job token: "
                    "COHORT_JOB_TOKEN (or TcpStoreOptions::token) differs from the server's");
 }
 
@@ -221,12 +217,8 @@ TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
 
 TcpStore::~TcpStore() = default;
 
-uint16_t TcpStore::port() const {
-  return server_ ? server_->port() : options_.port;
-}
-const std::string& TcpStore::host() const {
-  return options_.host;
-}
+uint16_t TcpStore::port() const { return server_ ? server_->port() : options_.port; }
+const std::string& TcpStore::host() const { return options_.host; }
 
 void TcpStore::set(const std::string& key, const Bytes& value) {
   check_value(value);  // before copying up to 64 MiB into the request
@@ -277,7 +269,8 @@ void TcpStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) 
 }
 
 bool TcpStore::delete_key(const std::string& key) {
-  const Bytes reply = client_->call(make_request(Op::kDeleteKey, key), client_->default_deadline());
+  const Bytes reply =
+      client_->call(make_request(Op::kDeleteKey, key), client_->default_deadline());
   Reader reader(reply, "DELETE_KEY reply from the store at " + client_->where());
   const uint8_t existed = reader.u8("existed");
   reader.finish();

@@ -40,23 +40,10 @@ std::string hex(uint32_t v) {
 void write_request_fields(const Request& r, Writer& w) {
   switch (r.op) {
     case Op::kHello: w.bytes(r.token); break;
-    case Op::kSet:
-      w.bytes(r.key);
-      w.bytes(r.value);
-      break;
-    case Op::kGet:
-      w.bytes(r.key);
-      w.u64(r.timeout_ms);
-      break;
-    case Op::kAdd:
-      w.bytes(r.key);
-      w.i64(r.delta);
-      break;
-    case Op::kCompareSet:
-      w.bytes(r.key);
-      w.bytes(r.expected);
-      w.bytes(r.value);
-      break;
+    case Op::kSet: w.bytes(r.key); w.bytes(r.value); break;
+    case Op::kGet: w.bytes(r.key); w.u64(r.timeout_ms); break;
+    case Op::kAdd: w.bytes(r.key); w.i64(r.delta); break;
+    case Op::kCompareSet: w.bytes(r.key); w.bytes(r.expected); w.bytes(r.value); break;
     case Op::kWait:
       w.u32(static_cast<uint32_t>(r.keys.size()));
       for (const auto& k : r.keys) w.bytes(k);
@@ -169,9 +156,7 @@ void Writer::bytes(const std::string& s) {
 Reader::Reader(const uint8_t* data, size_t size, std::string context)
     : data_(data), size_(size), context_(std::move(context)) {}
 
-void Reader::fail(const std::string& what) const {
-  throw ProtocolError(context_ + ": " + what);
-}
+void Reader::fail(const std::string& what) const { throw ProtocolError(context_ + ": " + what); }
 
 void Reader::need(size_t n, const char* field) const {
   const size_t left = size_ - offset_;
@@ -322,7 +307,8 @@ bool tokens_equal(const std::string& expected, const std::string& presented) {
 void write_frame(net::Socket& socket, Op op, const Bytes& payload, Deadline deadline) {
   uint8_t header[kHeaderBytes];
   encode_header(op, static_cast<uint32_t>(payload.size()), header);
-  iovec parts[2] = {{header, kHeaderBytes}, {const_cast<uint8_t*>(payload.data()), payload.size()}};
+  iovec parts[2] = {{header, kHeaderBytes},
+                    {const_cast<uint8_t*>(payload.data()), payload.size()}};
   socket.write_all(parts, 2, deadline);
 }
 

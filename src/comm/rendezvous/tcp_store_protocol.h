@@ -135,8 +135,8 @@ class Reader {
 struct Request {
   Op op = Op::kNumKeys;
   std::string key;
-  Bytes value;                    // SET: the value; COMPARE_SET: the desired value
-  Bytes expected;                 // COMPARE_SET
+  Bytes value;     // SET: the value; COMPARE_SET: the desired value
+  Bytes expected;  // COMPARE_SET
   std::vector<std::string> keys;  // WAIT
   int64_t delta = 0;              // ADD
   uint64_t timeout_ms = 0;        // GET, WAIT
