@@ -5,7 +5,9 @@
 // under a few seconds; a hang fails at a deadline instead of blocking.
 #include "cohort/comm/tcp_store.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include "net/socket.h"
 #include "rendezvous/tcp_store_protocol.h"
 #include "store_semantics.h"
+#include "support/log_capture.h"
 #include "support/sync.h"
 
 namespace cohort {
@@ -495,6 +498,180 @@ TEST_F(TcpStoreTest, AWaitWhoseClientHungUpFreesItsConnection) {
       std::this_thread::sleep_for(20ms);
     }
   }
+}
+
+// ---------------------------------------------------------------- one loop, parked requests
+
+int thread_count() {
+  int count = 0;
+  DIR* dir = ::opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] != '.') ++count;
+  }
+  ::closedir(dir);
+  return count;
+}
+
+void send_frame(net::Socket& socket, const Bytes& data) {
+  socket.write_all(data.data(), data.size(), Deadline::after(2000ms));
+}
+
+store_wire::Frame read_reply(net::Socket& socket) {
+  return store_wire::read_frame(socket, store_wire::kMaxPayloadBytes, Deadline::after(5000ms),
+                                5000ms);
+}
+
+// A raw connection that has presented the token: a client without a thread of its own.
+net::Socket authenticated(uint16_t port) {
+  net::Socket socket = raw_connect(port);
+  send_frame(socket, hello_frame(kToken));
+  EXPECT_EQ(read_reply(socket).op, Op::kOk);
+  return socket;
+}
+
+Bytes get_frame(const std::string& key, Milliseconds timeout) {
+  store_wire::Request r;
+  r.op = Op::kGet;
+  r.key = key;
+  r.timeout_ms = store_wire::clamp_timeout_ms(timeout);
+  return request_frame(r);
+}
+
+std::string value_of(const store_wire::Frame& reply) {
+  EXPECT_EQ(reply.op, Op::kOk) << (reply.op == Op::kError
+                                       ? store_wire::decode_error(reply.payload).second
+                                       : std::string(store_wire::op_name(reply.op)));
+  if (reply.op != Op::kOk) return "<not OK>";
+  store_wire::Reader r(reply.payload, "GET reply");
+  return to_string(r.bytes("value", store_wire::kMaxValueBytes));
+}
+
+// The server's threads do not grow with its clients or with their waiting requests. The
+// clients are raw sockets of this test's thread, so every thread the process gains is the
+// server's; a first server, made and used before the count, lets the runtime start the threads
+// it starts once (TSan's) outside it.
+TEST_F(TcpStoreTest, SixtyFourBlockedGetsLeaveTheServerAtOneThread) {
+  {
+    TcpStoreServer warm_up(server_options());
+    expect_serves(warm_up.port());
+  }
+  const int before = thread_count();
+  TcpStoreServer server(server_options());
+  std::vector<net::Socket> clients;
+  for (int i = 0; i < 64; ++i) {
+    clients.push_back(authenticated(server.port()));
+    send_frame(clients.back(), get_frame("released", 60'000ms));
+  }
+  const int server_threads = thread_count() - before;
+  TcpStore setter(client_options(server.port()));
+  setter.set("released", "yes");
+  for (auto& c : clients) EXPECT_EQ(value_of(read_reply(c)), "yes");
+  EXPECT_EQ(server_threads, 1);
+}
+
+TEST_F(TcpStoreTest, AParkedGetIsAnsweredByAnotherClientsSet) {
+  TcpStoreServer server(server_options());
+  TcpStore waiter(client_options(server.port()));
+  TcpStore setter(client_options(server.port()));
+  testing::BackgroundCall<std::string> get([&] { return waiter.get_string("k", 20'000ms); });
+  ASSERT_TRUE(get.wait_until_blocked(5s));  // waiting for the server's reply
+  setter.set("k", "from the other client");
+  ASSERT_EQ(get.result().wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(get.result().get(), "from the other client");
+}
+
+// A WAIT is answered only once every key it names exists at the same time: a key set and
+// deleted again before the last one is set keeps it parked. ADD and COMPARE_SET wake it too.
+TEST_F(TcpStoreTest, AParkedWaitIsAnsweredWhenAllItsKeysExist) {
+  TcpStoreServer server(server_options());
+  net::Socket waiter = authenticated(server.port());
+  store_wire::Request wait;
+  wait.op = Op::kWait;
+  wait.keys = {"a", "b", "a"};
+  wait.timeout_ms = 60'000;
+  send_frame(waiter, request_frame(wait));
+  TcpStore other(client_options(server.port()));
+  other.add("a", 1);
+  other.delete_key("a");
+  other.compare_set("b", {}, to_bytes("x"));
+  other.num_keys();  // answered after everything above, so the server has handled it all
+  pollfd entry{waiter.fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&entry, 1, 0), 0) << "the WAIT was answered while 'a' did not exist";
+  other.set("a", "again");
+  const store_wire::Frame reply = read_reply(waiter);
+  EXPECT_EQ(reply.op, Op::kOk);
+  EXPECT_TRUE(reply.payload.empty());
+}
+
+// Two GETs parked on one key: the one with the short deadline gets the store's timeout error,
+// the other stays parked and is answered by the SET that follows.
+TEST_F(TcpStoreTest, AParkedGetTimesOutWithTheStoresTimeoutError) {
+  TcpStoreServer server(server_options());
+  net::Socket patient = authenticated(server.port());
+  send_frame(patient, get_frame("k", 60'000ms));
+  net::Socket hasty = authenticated(server.port());
+  send_frame(hasty, get_frame("k", 50ms));
+  const store_wire::Frame timed_out = read_reply(hasty);
+  ASSERT_EQ(timed_out.op, Op::kError);
+  const auto [code, message] = store_wire::decode_error(timed_out.payload);
+  EXPECT_EQ(code, ErrorCode::kTimeout);
+  EXPECT_EQ(message, "store get('k') timed out after 50 ms: the key was never set");
+  TcpStore setter(client_options(server.port()));
+  setter.set("k", "v");
+  EXPECT_EQ(value_of(read_reply(patient)), "v");
+  // The connection whose GET timed out is still in step.
+  send_frame(hasty, get_frame("k", 1000ms));
+  EXPECT_EQ(value_of(read_reply(hasty)), "v");
+}
+
+// Note [Abandoned waits]: the only connection slot is freed as soon as the parked client hangs
+// up; the next client is admitted at its first attempt (the server handles the hang-up before
+// it accepts a connection made after it).
+TEST_F(TcpStoreTest, AClientThatHangsUpWhileParkedFreesItsSlot) {
+  TcpStoreServerOptions so = server_options();
+  so.max_connections = 1;
+  TcpStoreServer server(so);
+  {
+    net::Socket abandoning = authenticated(server.port());
+    send_frame(abandoning, get_frame("never-set", 3'600'000ms));
+  }
+  TcpStore next(client_options(server.port()));
+  next.set("slot", "free");
+  EXPECT_EQ(next.get_string("slot", 1000ms), "free");
+}
+
+TEST_F(TcpStoreTest, APeerThatNeverSendsHelloIsDroppedAfterTheFrameTimeout) {
+  testing::LogCapture log(LogLevel::kWarn);
+  TcpStoreServer server(server_options());  // frame_timeout 500 ms
+  net::Socket silent = raw_connect(server.port());
+  ASSERT_TRUE(silent.wait_readable(Deadline::after(10'000ms)))
+      << "the server kept a silent peer for 10 s";
+  uint8_t byte = 0;
+  EXPECT_EQ(::recv(silent.fd(), &byte, 1, 0), 0) << "the server sent something instead of closing";
+  const auto lines = log.lines_containing(LogLevel::kWarn, "sent no HELLO within 500 ms");
+  EXPECT_EQ(lines.size(), 1u);
+}
+
+// A client that does not read its (large) reply holds up nobody: the reply waits in the
+// server, and the loop serves the others. The frame timeout (30 s) is far beyond the other
+// client's (3 s), so a server that waited on the slow reader would fail the second client.
+TEST_F(TcpStoreTest, AClientThatDoesNotReadItsReplyDelaysNobody) {
+  TcpStoreServerOptions so = server_options();
+  so.frame_timeout = 30'000ms;
+  TcpStoreServer server(so);
+  Bytes big(32 << 20);  // more than the socket buffers of both ends hold
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 13);
+  TcpStore(client_options(server.port())).set("big", big);
+  net::Socket slow = authenticated(server.port());
+  send_frame(slow, get_frame("big", 1000ms));  // and do not read the reply yet
+  TcpStore other(client_options(server.port()));
+  other.set("small", "value");
+  EXPECT_EQ(other.get_string("small", 1000ms), "value");
+  const store_wire::Frame reply = read_reply(slow);
+  ASSERT_EQ(reply.op, Op::kOk);
+  store_wire::Reader r(reply.payload, "GET reply");
+  EXPECT_EQ(r.bytes("value", store_wire::kMaxValueBytes), big);
 }
 
 // ---------------------------------------------------------------- the job token

@@ -1,9 +1,7 @@
-// A Store in this process's memory: for ranks that are threads, for tests, and as the table
-// behind the TCP store server.
+// A Store in this process's memory: for ranks that are threads, and for tests.
 #pragma once
 
 #include <condition_variable>
-#include <functional>
 #include <map>
 #include <mutex>
 
@@ -28,21 +26,10 @@ class MemoryStore : public Store {
   // Wakes every blocked get/wait with a StoreError; later calls fail the same way.
   void shutdown();
 
-  // A check that a blocked get/wait runs every `interval` (without the store's lock held);
-  // whatever `run` throws ends the wait. The TCP store server uses it to drop a wait whose
-  // client has gone (Note [Abandoned waits] in tcp_store_server.cc).
-  struct WaitCheck {
-    Milliseconds interval;
-    std::function<void()> run;
-  };
-  Bytes get(const std::string& key, Milliseconds timeout, const WaitCheck& check);
-  void wait(const std::vector<std::string>& keys, Milliseconds timeout, const WaitCheck& check);
-
  private:
   // Waits (lock held) until all keys exist; returns the missing ones at the deadline.
   std::vector<std::string> wait_locked(std::unique_lock<std::mutex>& lock,
-                                       const std::vector<std::string>& keys, Deadline deadline,
-                                       const WaitCheck* check = nullptr);
+                                       const std::vector<std::string>& keys, Deadline deadline);
   void check_open() const;
 
   std::mutex mutex_;

@@ -153,13 +153,13 @@ void Writer::bytes(const std::string& s) {
   bytes(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
 
-Reader::Reader(const Bytes& payload, std::string context)
-    : payload_(payload), context_(std::move(context)) {}
+Reader::Reader(const uint8_t* data, size_t size, std::string context)
+    : data_(data), size_(size), context_(std::move(context)) {}
 
 void Reader::fail(const std::string& what) const { throw ProtocolError(context_ + ": " + what); }
 
 void Reader::need(size_t n, const char* field) const {
-  const size_t left = payload_.size() - offset_;
+  const size_t left = size_ - offset_;
   if (n > left) {
     fail(std::string("truncated ") + field + " (needs " + std::to_string(n) + " bytes, " +
          std::to_string(left) + " left)");
@@ -168,12 +168,12 @@ void Reader::need(size_t n, const char* field) const {
 
 uint8_t Reader::u8(const char* field) {
   need(1, field);
-  return payload_[offset_++];
+  return data_[offset_++];
 }
 
 uint32_t Reader::u32(const char* field) {
   need(4, field);
-  const uint32_t v = get_u32(payload_.data() + offset_);
+  const uint32_t v = get_u32(data_ + offset_);
   offset_ += 4;
   return v;
 }
@@ -181,7 +181,7 @@ uint32_t Reader::u32(const char* field) {
 uint64_t Reader::u64(const char* field) {
   need(8, field);
   uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(payload_[offset_ + i]) << (8 * i);
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(data_[offset_ + i]) << (8 * i);
   offset_ += 8;
   return v;
 }
@@ -193,7 +193,7 @@ Bytes Reader::bytes(const char* field, size_t limit) {
          std::to_string(limit) + " bytes");
   }
   need(size, field);
-  const auto begin = payload_.begin() + static_cast<std::ptrdiff_t>(offset_);
+  const uint8_t* begin = data_ + offset_;
   offset_ += size;
   return Bytes(begin, begin + size);
 }
@@ -204,8 +204,8 @@ std::string Reader::string(const char* field, size_t limit) {
 }
 
 void Reader::finish() {
-  if (offset_ != payload_.size()) {
-    fail(std::to_string(payload_.size() - offset_) + " unexpected bytes after the last field");
+  if (offset_ != size_) {
+    fail(std::to_string(size_ - offset_) + " unexpected bytes after the last field");
   }
 }
 
@@ -224,8 +224,8 @@ Bytes encode_request(const Request& request) {
   return out;
 }
 
-Request decode_request(Op op, const Bytes& payload) {
-  Reader r(payload, std::string(op_name(op)) + " request");
+Request decode_request(Op op, const uint8_t* payload, size_t size) {
+  Reader r(payload, size, std::string(op_name(op)) + " request");
   Request out;
   out.op = op;
   switch (op) {

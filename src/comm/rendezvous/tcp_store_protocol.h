@@ -109,7 +109,9 @@ class Writer {
 // `context` ("SET request") starts every error message.
 class Reader {
  public:
-  Reader(const Bytes& payload, std::string context);
+  Reader(const Bytes& payload, std::string context)
+      : Reader(payload.data(), payload.size(), std::move(context)) {}
+  Reader(const uint8_t* data, size_t size, std::string context);
   uint8_t u8(const char* field);
   uint32_t u32(const char* field);
   uint64_t u64(const char* field);
@@ -123,7 +125,8 @@ class Reader {
   [[noreturn]] void fail(const std::string& what) const;
   void need(size_t n, const char* field) const;
 
-  const Bytes& payload_;
+  const uint8_t* data_;
+  size_t size_;
   size_t offset_ = 0;
   std::string context_;
 };
@@ -147,7 +150,10 @@ void check_value(const Bytes& value);
 // Client side: InvalidArgument when a key, value or key list exceeds the limits.
 Bytes encode_request(const Request& request);
 // Server side: ProtocolError naming the op and the field that was wrong.
-Request decode_request(Op op, const Bytes& payload);
+Request decode_request(Op op, const uint8_t* payload, size_t size);
+inline Request decode_request(Op op, const Bytes& payload) {
+  return decode_request(op, payload.data(), payload.size());
+}
 
 Bytes encode_error(ErrorCode code, const std::string& message);
 std::pair<ErrorCode, std::string> decode_error(const Bytes& payload);
