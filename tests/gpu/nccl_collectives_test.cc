@@ -175,7 +175,7 @@ TEST_P(NcclCollectives, GatherScatterAllToAllThroughSendRecv) {
   });
 }
 
-TEST_P(NcclCollectives, HostBuffersGoThroughTheHostGroup) {
+TEST_P(NcclCollectives, HostBuffersRunOnCohortsAlgorithmsOverTheHostTransport) {
   const int n = world();
   with_nccl_groups(n, [&](int rank, Group& group) {
     std::vector<int64_t> host(5, rank + 1);
