@@ -3,7 +3,6 @@
 // process do not grow with peers or groups.
 #include "cohort/comm/tcp_transport.h"
 
-#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,30 +12,20 @@
 
 #include "cohort/comm/memory_store.h"
 #include "cohort/comm/prefix_store.h"
+#include "support/sync.h"
 #include "support/test_support.h"
 
 namespace cohort {
 namespace {
 
-int thread_count() {
-  int count = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  while (dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] != '.') ++count;
-  }
-  closedir(dir);
-  return count;
-}
-
 // Waits until this process runs at most `most` threads: a joined thread leaves /proc a moment
 // after join() returns. Returns the last count.
 int wait_for_threads_at_most(int most) {
   const Deadline deadline = Deadline::after(std::chrono::seconds(5));
-  int count = thread_count();
+  int count = testing::thread_count();
   while (count > most && !deadline.expired()) {
     std::this_thread::yield();
-    count = thread_count();
+    count = testing::thread_count();
   }
   return count;
 }
@@ -72,7 +61,7 @@ void pass_around(std::vector<std::unique_ptr<Transport>>& mesh) {
 TEST(TcpTransport, ConnectionsOfEveryGroupShareTheTwoLoopThreads) {
   // A first mesh, made and dropped, starts what a runtime starts once and keeps (TSan's own
   // thread), so that it is not counted against the loops; its loops end with it.
-  const int at_start = thread_count();
+  const int at_start = testing::thread_count();
   make_mesh(2, "warm-up");
   const int before = wait_for_threads_at_most(at_start);
   ASSERT_GT(before, 0);

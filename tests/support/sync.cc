@@ -1,5 +1,6 @@
 #include "support/sync.h"
 
+#include <dirent.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -28,6 +29,17 @@ int EventCount::value() const {
 
 pid_t current_thread_id() {
   return static_cast<pid_t>(::syscall(SYS_gettid));
+}
+
+int thread_count() {
+  DIR* dir = ::opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  int count = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] != '.') ++count;
+  }
+  ::closedir(dir);
+  return count;
 }
 
 namespace {

@@ -32,6 +32,9 @@ class EventCount {
 // The kernel's id of the calling thread (for wait_until_blocked).
 pid_t current_thread_id();
 
+// The threads this process runs now (entries of /proc/self/task), or -1 if it cannot say.
+int thread_count();
+
 // Waits until the thread `tid` of this process sleeps in the kernel (state S: blocked on a
 // futex, a socket, a pipe), or has ended. Nothing in a store, a Work or a socket says "a thread
 // is blocked in me", so this polls the thread's state in /proc with a deadline. Call it after

@@ -5,7 +5,6 @@
 // under a few seconds; a hang fails at a deadline instead of blocking.
 #include "cohort/comm/tcp_store.h"
 
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -502,17 +501,6 @@ TEST_F(TcpStoreTest, AWaitWhoseClientHungUpFreesItsConnection) {
 
 // ---------------------------------------------------------------- one loop, parked requests
 
-int thread_count() {
-  int count = 0;
-  DIR* dir = ::opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  while (const dirent* entry = ::readdir(dir)) {
-    if (entry->d_name[0] != '.') ++count;
-  }
-  ::closedir(dir);
-  return count;
-}
-
 void send_frame(net::Socket& socket, const Bytes& data) {
   socket.write_all(data.data(), data.size(), Deadline::after(2000ms));
 }
@@ -556,14 +544,14 @@ TEST_F(TcpStoreTest, SixtyFourBlockedGetsLeaveTheServerAtOneThread) {
     TcpStoreServer warm_up(server_options());
     expect_serves(warm_up.port());
   }
-  const int before = thread_count();
+  const int before = testing::thread_count();
   TcpStoreServer server(server_options());
   std::vector<net::Socket> clients;
   for (int i = 0; i < 64; ++i) {
     clients.push_back(authenticated(server.port()));
     send_frame(clients.back(), get_frame("released", 60'000ms));
   }
-  const int server_threads = thread_count() - before;
+  const int server_threads = testing::thread_count() - before;
   TcpStore setter(client_options(server.port()));
   setter.set("released", "yes");
   for (auto& c : clients) EXPECT_EQ(value_of(read_reply(c)), "yes");
