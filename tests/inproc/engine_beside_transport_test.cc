@@ -202,3 +202,21 @@ TEST(EngineBesideTransport, AbortReachesTheEngine) {
 
 }  // namespace
 }  // namespace cohort
+
+namespace cohort {
+namespace {
+
+// Only cohort's backends build a group without a store (MPI brings its own bookkeeping): the
+// public constructor refuses one, naming what is missing.
+TEST(GroupConstruction, ATransportWithoutAStoreIsRefused) {
+  auto fabric = std::make_shared<InprocFabric>(1);
+  try {
+    Group group(std::make_unique<InprocTransport>(fabric, 0), nullptr, GroupOptions{});
+    FAIL() << "a group without a store was made";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a store"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace cohort
