@@ -399,6 +399,7 @@ void Reducer::launch_ready_buckets() {
     Bucket& bucket = buckets_[next_to_launch_++];
     if (alone_with_default_hook_) continue;  // the average over one rank is the gradient
     bucket.launched_at = Clock::now();
+    bucket.grads.iteration = synchronized_iterations_;
     bucket.reduction = hook_->start(*group_, bucket.grads);
   }
 }
@@ -418,6 +419,7 @@ void Reducer::finish_iteration() {
   pending_stats_.exposed_comm_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   stats_ = std::move(pending_stats_);
+  ++synchronized_iterations_;
   reset_iteration();
   if (!unexpected_unused.empty()) {
     throw InvalidArgument(detail::concat(
@@ -488,6 +490,7 @@ void Reducer::account(size_t bucket, const PendingReduction& reduction) {
     stats.reduced_dtype = parameters_[buckets_[bucket].members.front()].tensor.scalar_type();
     stats.reduced_bytes = stats.bytes;
   }
+  if (reduction.wire_bytes > 0) stats.reduced_bytes = reduction.wire_bytes;
   stats.latency_ms = Ms(work.finished_at() - buckets_[bucket].launched_at).count();
   stats.comm_ms = Ms(work.finished_at() - work.started_at()).count();
   pending_stats_.buckets.push_back(stats);
@@ -627,6 +630,7 @@ bool Reducer::shadow_iteration() {
   for (auto& bucket : buckets_) {
     if (!bucket.grads.buffer.defined()) allocate(bucket);
     bucket.grads.buffer.zero_();
+    bucket.grads.iteration = synchronized_iterations_;
     bucket.reduction = hook_->start(*group_, bucket.grads);
   }
   auto used_map_work = start_used_map_allreduce();
@@ -634,6 +638,7 @@ bool Reducer::shadow_iteration() {
   wait_for_reductions();
   if (used_map_work) used_map_work->wait();
   if (!rebuilt_) rebuild_buckets_from_ready_order();
+  ++synchronized_iterations_;
   reset_iteration();
   return true;
 }

@@ -9,6 +9,8 @@
 //     bucket is launched only once it and every bucket before it are full)
 //   (find_unused_parameters, not static_graph) one int32 MAX allreduce of the used-map
 //   (broadcast_buffers) the buffers, from the authority rank
+//   any collectives of the hooks' finishing steps (PendingReduction::finish: PowerSGD's second
+//     round), bucket by bucket in index order
 //   (first iteration, rebuild_buckets) the measured gradient order, from the authority rank
 // The authority is rank 0, or in join mode the lowest rank still training. A rank that has
 // finished in join() issues the same list with zero gradients (shadow_iteration).
@@ -209,6 +211,7 @@ class Reducer {
   std::vector<char> used_since_sync_;
   // Bucket rebuild and static graph, settled by the first synchronized iteration.
   bool rebuilt_ = false;
+  int64_t synchronized_iterations_ = 0;  // completed ones (GradBucket::iteration)
   std::vector<size_t> ready_order_;
   bool static_unused_known_ = false;
   std::vector<size_t> static_unused_;

@@ -24,6 +24,11 @@ namespace cohort {
 // The gradients of one bucket, handed to a hook.
 struct GradBucket {
   size_t index = 0;
+  // How many synchronized backwards came before this one (0 in the first): the same on every
+  // rank, for hooks that change with time (PowerSGD's start_iter) or draw shared random numbers.
+  // Buckets are rebuilt once, after iteration 0 (DdpOptions::rebuild_buckets): a hook keeping
+  // state per bucket index must expect a bucket's size to change then.
+  int64_t iteration = 0;
   // The bucket's gradients back to back: one contiguous 1-D tensor of one dtype.
   torch::Tensor buffer;
   // Tensors shaped like the parameters, sharing buffer's memory, in bucket order.
@@ -39,6 +44,10 @@ struct PendingReduction {
   // The tensor the collective reduced, for the statistics (BucketStats::reduced_dtype and
   // reduced_bytes): a compressed copy, say. Undefined: the bucket's buffer itself.
   torch::Tensor reduced;
+  // Bytes this rank handed to collectives for the bucket (BucketStats::reduced_bytes), for hooks
+  // that send more than one tensor or several rounds (compression: packed codes, PowerSGD's P
+  // and Q). 0: reduced's bytes (the bucket's when reduced is undefined).
+  size_t wire_bytes = 0;
 };
 
 class CommHook {

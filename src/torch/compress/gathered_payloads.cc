@@ -1,0 +1,37 @@
+#include "compress/gathered_payloads.h"
+
+#include "cohort/torch/tensor_buffer.h"
+
+namespace cohort {
+
+PendingReduction allgather_payloads(Group& group, GradBucket& bucket, torch::Tensor payload,
+                                    AccumulatePayload accumulate) {
+  payload = payload.contiguous();
+  const int64_t length = payload.numel();
+  auto gathered = torch::empty({group.size(), length}, payload.options());
+  CollectiveOptions options;
+  options.site = CallSite::kDdpGradients;
+  options.stream = current_stream(bucket.buffer);
+  auto work = group.allgather_async(tensor_buffer(payload), tensor_buffer(gathered), options);
+  const int world = group.size();
+  auto target = bucket.buffer;
+  auto finish = [payload, gathered, target, world, accumulate = std::move(accumulate)]() {
+    auto sum = torch::zeros({target.numel()}, target.options().dtype(torch::kFloat32));
+    for (int r = 0; r < world; ++r) accumulate(gathered[r], sum);
+    target.copy_(sum.div_(world));
+  };
+  PendingReduction reduction{std::move(work), std::move(finish), payload};
+  reduction.wire_bytes = static_cast<size_t>(length);
+  return reduction;
+}
+
+torch::Tensor as_bytes(const torch::Tensor& tensor) {
+  auto flat = tensor.contiguous().view({-1});
+  return flat.view(torch::kUInt8);
+}
+
+torch::Tensor bytes_as(const torch::Tensor& bytes, torch::ScalarType type) {
+  return bytes.contiguous().view(type);
+}
+
+}  // namespace cohort

@@ -1,0 +1,27 @@
+// The one collective of the quantizing and sparsifying hooks: every rank encodes its
+// compensated gradient into a byte payload of the same length on every rank; one allgather
+// brings all payloads to all ranks; each rank decodes them and averages them into the bucket.
+// Every rank decodes the same payloads in rank order, so every rank writes the same average.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+
+#include "cohort/torch/comm_hook.h"
+
+namespace cohort {
+
+// Adds what one rank's payload stands for into `sum` (float32, the bucket's length).
+using AccumulatePayload = std::function<void(const torch::Tensor& payload, torch::Tensor& sum)>;
+
+// `payload`: 1-D uint8, the same length on every rank. The returned reduction's finishing step
+// sums the decoded payloads, divides by the world size and writes the bucket.
+PendingReduction allgather_payloads(Group& group, GradBucket& bucket, torch::Tensor payload,
+                                    AccumulatePayload accumulate);
+
+// A float32 tensor's bytes as a uint8 tensor (a view when contiguous), and back.
+torch::Tensor as_bytes(const torch::Tensor& tensor);
+torch::Tensor bytes_as(const torch::Tensor& bytes, torch::ScalarType type);
+
+}  // namespace cohort
