@@ -1,0 +1,183 @@
+#include "cohort/torch/compress/powersgd.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+
+#include "cohort/core/error.h"
+#include "cohort/torch/tensor_buffer.h"
+
+namespace cohort {
+
+// A compressed tensor: the n x m matrix at `offset` in the bucket, and its Q (m x r), the same
+// on every rank (drawn from a shared seed, then the average of the ranks' Q).
+struct PowerSgdHook::Matrix {
+  int64_t offset = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t rank = 0;  // r, at most min(rows, cols)
+  torch::Tensor q;
+};
+
+// One bucket's split into compressed matrices and tensors sent whole (as [offset, numel]).
+struct PowerSgdHook::BucketPlan {
+  int64_t numel = 0;
+  std::vector<Matrix> matrices;
+  std::vector<std::pair<int64_t, int64_t>> whole;
+  int64_t p_numel = 0;  // of all P together
+  int64_t q_numel = 0;
+  int64_t whole_numel = 0;
+};
+
+namespace {
+
+using Plan = PowerSgdHook::BucketPlan;
+
+CollectiveOptions sum_options(const torch::Tensor& like) {
+  CollectiveOptions options;
+  options.op = ReduceOp::kSum;
+  options.site = CallSite::kDdpGradients;
+  options.stream = current_stream(like);
+  return options;
+}
+
+torch::Generator shared_generator(const PowerSgdOptions& options, int64_t iteration,
+                                  size_t bucket) {
+  return at::make_generator<at::CPUGeneratorImpl>(mix_seed(options.seed, iteration, bucket, 0));
+}
+
+// Fresh random Q for every matrix of the plan, alike on every rank.
+void draw_q(Plan& plan, torch::Generator generator, const torch::TensorOptions& options) {
+  for (auto& matrix : plan.matrices) {
+    matrix.q = torch::randn({matrix.cols, matrix.rank}, generator, torch::kFloat32).to(options);
+  }
+}
+
+torch::Tensor matrix_in(const torch::Tensor& flat, const PowerSgdHook::Matrix& matrix) {
+  return flat.narrow(0, matrix.offset, matrix.rows * matrix.cols).view({matrix.rows, matrix.cols});
+}
+
+// Round 1's buffer holds every P (n x r each) back to back, then the whole tensors.
+void fill_round_one(const Plan& plan, const torch::Tensor& compensated, torch::Tensor& round1) {
+  int64_t at = 0;
+  for (const auto& matrix : plan.matrices) {
+    auto p = round1.narrow(0, at, matrix.rows * matrix.rank).view({matrix.rows, matrix.rank});
+    torch::mm_out(p, matrix_in(compensated, matrix), matrix.q);
+    at += matrix.rows * matrix.rank;
+  }
+  for (const auto& [offset, numel] : plan.whole) {
+    round1.narrow(0, at, numel).copy_(compensated.narrow(0, offset, numel));
+    at += numel;
+  }
+}
+
+}  // namespace
+
+PowerSgdHook::PowerSgdHook(PowerSgdOptions options) : options_(options) {
+  if (options_.rank < 1) {
+    throw InvalidArgument("powersgd hook: rank must be at least 1 (got " +
+                          std::to_string(options_.rank) + "); 1 to 4 is usual");
+  }
+  if (options_.start_iter < 0 || options_.min_compression_rate < 0) {
+    throw InvalidArgument(
+        "powersgd hook: start_iter and min_compression_rate must not be negative (got " +
+        std::to_string(options_.start_iter) + " and " +
+        std::to_string(options_.min_compression_rate) + ")");
+  }
+}
+
+std::shared_ptr<PowerSgdHook::BucketPlan> PowerSgdHook::plan_for(const GradBucket& bucket) {
+  if (plans_.size() <= bucket.index) plans_.resize(bucket.index + 1);
+  auto& plan = plans_[bucket.index];
+  if (plan && plan->numel == bucket.buffer.numel()) return plan;
+  // First use, or the bucket was rebuilt (GradBucket::iteration): plan it again.
+  plan = std::make_shared<BucketPlan>();
+  plan->numel = bucket.buffer.numel();
+  if (bucket.gradients.empty())
+    fail(bucket, "the bucket lists no gradients to shape matrices from");
+  for (const auto& gradient : bucket.gradients) {
+    const int64_t offset = gradient.storage_offset() - bucket.buffer.storage_offset();
+    const int64_t numel = gradient.numel();
+    if (numel == 0) continue;
+    const int64_t rows = gradient.dim() >= 2 ? gradient.size(0) : 1;
+    const int64_t cols = numel / rows;
+    const int64_t rank = std::min<int64_t>({options_.rank, rows, cols});
+    const bool gains = static_cast<double>(rows) * static_cast<double>(cols) >=
+                       options_.min_compression_rate * static_cast<double>(rank * (rows + cols));
+    if (gradient.dim() >= 2 && gains) {
+      plan->matrices.push_back(Matrix{offset, rows, cols, rank, {}});
+      plan->p_numel += rows * rank;
+      plan->q_numel += cols * rank;
+    } else {
+      plan->whole.emplace_back(offset, numel);
+      plan->whole_numel += numel;
+    }
+  }
+  draw_q(*plan, shared_generator(options_, 0, bucket.index), bucket.buffer.options());
+  return plan;
+}
+
+PendingReduction PowerSgdHook::start(Group& group, GradBucket& bucket) {
+  require_float32(bucket);
+  if (bucket.iteration < options_.start_iter) {
+    CollectiveOptions average = sum_options(bucket.buffer);
+    average.op = ReduceOp::kAvg;
+    return {group.allreduce_async(tensor_buffer(bucket.buffer), average), nullptr, {}};
+  }
+  auto plan = plan_for(bucket);
+  if (!options_.warm_start) {
+    draw_q(*plan, shared_generator(options_, bucket.iteration, bucket.index),
+           bucket.buffer.options());
+  }
+  auto compensated_gradient = options_.error_feedback ? compensated(bucket) : bucket.buffer.clone();
+  auto round1 = torch::empty({plan->p_numel + plan->whole_numel}, bucket.buffer.options());
+  fill_round_one(*plan, compensated_gradient, round1);
+  auto work = group.allreduce_async(tensor_buffer(round1), sum_options(round1));
+
+  Group* reducing_group = &group;
+  GradBucket target = bucket;
+  auto finish = [this, plan, compensated_gradient, round1, reducing_group, target]() {
+    const int world = reducing_group->size();
+    auto round2 = torch::empty({plan->q_numel}, round1.options());
+    auto sent = options_.error_feedback ? compensated_gradient.clone() : torch::Tensor();
+    std::vector<torch::Tensor> orthogonal_p;
+    int64_t p_at = 0;
+    int64_t q_at = 0;
+    for (auto& matrix : plan->matrices) {
+      auto p = round1.narrow(0, p_at, matrix.rows * matrix.rank).view({matrix.rows, matrix.rank});
+      p_at += matrix.rows * matrix.rank;
+      orthogonal_p.push_back(std::get<0>(torch::linalg_qr(p)));
+      auto q = round2.narrow(0, q_at, matrix.cols * matrix.rank).view({matrix.cols, matrix.rank});
+      q_at += matrix.cols * matrix.rank;
+      torch::mm_out(q, matrix_in(compensated_gradient, matrix).t(), orthogonal_p.back());
+      // This rank's own approximation, before Q is averaged: what it sent (error feedback).
+      if (sent.defined()) matrix_in(sent, matrix).copy_(torch::mm(orthogonal_p.back(), q.t()));
+    }
+    if (plan->q_numel > 0) reducing_group->allreduce(tensor_buffer(round2), sum_options(round2));
+    round2.div_(world);
+    // The tensors sent whole: their average.
+    for (const auto& [offset, numel] : plan->whole) {
+      target.buffer.narrow(0, offset, numel).copy_(round1.narrow(0, p_at, numel)).div_(world);
+      p_at += numel;
+    }
+    q_at = 0;
+    for (size_t i = 0; i < plan->matrices.size(); ++i) {
+      auto& matrix = plan->matrices[i];
+      auto q = round2.narrow(0, q_at, matrix.cols * matrix.rank).view({matrix.cols, matrix.rank});
+      q_at += matrix.cols * matrix.rank;
+      auto average = matrix_in(target.buffer, matrix);
+      torch::mm_out(average, orthogonal_p[i], q.t());
+      if (options_.warm_start) matrix.q = q.clone();
+    }
+    if (sent.defined()) keep_residual(target, compensated_gradient, sent);
+  };
+  PendingReduction reduction{std::move(work), std::move(finish), round1};
+  reduction.wire_bytes = static_cast<size_t>(round1.nbytes() + plan->q_numel * sizeof(float));
+  return reduction;
+}
+
+std::shared_ptr<PowerSgdHook> powersgd_hook(PowerSgdOptions options) {
+  return std::make_shared<PowerSgdHook>(options);
+}
+
+}  // namespace cohort
