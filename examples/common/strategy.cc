@@ -7,6 +7,7 @@
 #include "cohort/torch/amp/master_weights.h"
 #include "cohort/torch/ddp.h"
 #include "cohort/torch/fsdp.h"
+#include "cohort/torch/local_sgd.h"
 #include "cohort/torch/sharded_checkpoint.h"
 #include "cohort/torch/zero.h"
 
@@ -28,7 +29,31 @@ cohort::DdpOptions ddp_options(const StrategyOptions& options) {
   cohort::DdpOptions o;
   o.bucket_cap_mb = options.bucket_cap_mb;
   o.timeline = options.timeline;
+  o.comm_hook = options.comm_hook;
+  if (options.local_sgd_period > 0) {
+    if (options.comm_hook) {
+      throw cohort::InvalidArgument(
+          "--local-sgd and --comm-hook do not combine: local SGD sends no gradients after "
+          "its warm-up; give one of them");
+    }
+    if (options.master_weights) {
+      throw cohort::InvalidArgument(
+          "--local-sgd averages the model's own parameters, and --master-weights keeps the "
+          "optimizer's in float32 masters: give one of them");
+    }
+    // Post-local SGD: DDP's averaging allreduce for the warm-up steps, then none.
+    o.comm_hook = cohort::post_local_sgd_hook(options.local_sgd_warmup);
+  }
   return o;
+}
+
+std::unique_ptr<cohort::PeriodicModelAverager> local_sgd_averager(
+    const std::shared_ptr<cohort::Group>& group, const StrategyOptions& options) {
+  if (options.local_sgd_period <= 0) return nullptr;
+  cohort::LocalSgdOptions o;
+  o.period = options.local_sgd_period;
+  o.warmup_steps = options.local_sgd_warmup;
+  return std::make_unique<cohort::PeriodicModelAverager>(group, o);
 }
 
 int64_t optimizer_bytes(const torch::optim::Optimizer& optimizer) {
@@ -52,7 +77,8 @@ class DdpStrategy : public Strategy {
       : model_(std::move(model)),
         group_(std::move(group)),
         master_(master_weights_of(model_, options)),  // first: DDP then buckets 16-bit tensors
-        ddp_(model_, group_, ddp_options(options)) {}
+        ddp_(model_, group_, ddp_options(options)),
+        averager_(local_sgd_averager(group_, options)) {}
 
   torch::OrderedDict<std::string, torch::Tensor> optimizer_parameters() const override {
     return master_ ? master_->named_parameters() : model_->named_parameters();
@@ -76,12 +102,22 @@ class DdpStrategy : public Strategy {
                                              max_norm);
   }
 
+  // Under local SGD every rank calls the averager after every step, stepped or not (a step the
+  // scaler skipped on one rank only), so that all ranks average at the same calls.
   bool step(torch::optim::Optimizer& optimizer, cohort::amp::GradScaler& scaler) override {
-    return master_ ? master_->step(optimizer, &scaler) : scaler.step(optimizer);
+    const bool stepped = master_ ? master_->step(optimizer, &scaler) : scaler.step(optimizer);
+    averaged_ = averager_ && averager_->average(*model_, &optimizer);
+    return stepped;
   }
 
   StepCommunication last_step_communication() const override {
-    return communication_of(ddp_.last_iteration_stats());
+    StepCommunication communication = communication_of(ddp_.last_iteration_stats());
+    if (averaged_) communication.reduced_bytes += tensor_bytes(model_->parameters());
+    return communication;
+  }
+
+  void end_epoch(torch::optim::Optimizer& optimizer) override {
+    if (averager_) averager_->average_now(*model_, &optimizer);
   }
 
   ModelStateBytes model_state_bytes(const torch::optim::Optimizer& optimizer) const override {
@@ -118,6 +154,8 @@ class DdpStrategy : public Strategy {
   std::shared_ptr<cohort::Group> group_;
   std::unique_ptr<cohort::amp::MasterWeights> master_;
   cohort::DistributedDataParallel ddp_;
+  std::unique_ptr<cohort::PeriodicModelAverager> averager_;  // --local-sgd
+  bool averaged_ = false;                                    // in the last step
 };
 
 // What this rank holds, from each sharded wrapper's own report.
@@ -248,6 +286,10 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name,
   using Fsdp = ShardedStrategy<cohort::FullyShardedDataParallel>;
   using How = cohort::ShardingStrategy;
   if (name == "ddp") return std::make_unique<DdpStrategy>(model, group, options);
+  if (options.comm_hook || options.local_sgd_period > 0) {
+    throw cohort::InvalidArgument("--comm-hook and --local-sgd work with --strategy ddp only (" +
+                                  name + " shards the gradients; docs/compression.md)");
+  }
   if (name == "zero1") return std::make_unique<Zero>(model, group, zero_options(options, 1));
   if (name == "zero2") return std::make_unique<Zero>(model, group, zero_options(options, 2));
   if (name == "full_shard") {

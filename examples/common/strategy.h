@@ -14,6 +14,7 @@
 #include "cohort/comm/timeline.h"
 #include "cohort/torch/amp/grad_scaler.h"
 #include "cohort/torch/checkpoint.h"
+#include "cohort/torch/comm_hook.h"
 #include "cohort/torch/distributed_sampler.h"
 #include "cohort/torch/optim/trust_ratio.h"
 #include "memory.h"
@@ -38,6 +39,12 @@ struct StrategyOptions {
   // strategies MixedPrecisionPolicy::param_dtype (the float32 shards are the masters); refused
   // under zero1 and zero2. Unset: the model stays float32.
   c10::optional<torch::ScalarType> master_weights;
+  // ddp only (refused by the others): how buckets are reduced (null: averaging allreduce), and
+  // local SGD (period > 0: the models are averaged every `period` steps after `warmup` steps
+  // of ordinary DDP; docs/compression.md). Not both.
+  std::shared_ptr<cohort::CommHook> comm_hook;
+  int64_t local_sgd_period = 0;
+  int64_t local_sgd_warmup = 0;
 };
 
 // What the last step's gradient synchronization cost (DDP's IterationStats, docs/ddp.md).
@@ -68,6 +75,9 @@ class Strategy {
   // and whatever must follow it before the next forward. Returns whether it stepped.
   virtual bool step(torch::optim::Optimizer& optimizer, cohort::amp::GradScaler& scaler) = 0;
   virtual StepCommunication last_step_communication() const = 0;
+  // At the end of an epoch, before evaluation and the checkpoint: makes the replicas equal
+  // where they may differ (local SGD averages them now). Collective.
+  virtual void end_epoch(torch::optim::Optimizer& /*optimizer*/) {}
   // This rank's model state.
   virtual ModelStateBytes model_state_bytes(const torch::optim::Optimizer& optimizer) const = 0;
   // Whole parameters on every rank for as long as the returned object lives, so that forwards

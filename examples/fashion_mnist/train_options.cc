@@ -70,6 +70,14 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--seed", o.seed, "Seed of the weights, the shuffle and dropout");
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP gradient bucket size (MiB)")
       ->check(CLI::PositiveNumber);
+  cohort_examples::add_comm_hook_options(app, o.comm_hook);
+  app.add_option("--local-sgd", o.local_sgd,
+                 "Local SGD: average the models every this many steps instead of the gradients "
+                 "every step (0: off; ddp only)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--local-sgd-warmup", o.local_sgd_warmup,
+                 "Post-local SGD: steps of ordinary DDP before local SGD starts")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--checkpoint", o.checkpoint, "Checkpoint written after each epoch ('' for none)");
   app.add_flag("--resume", o.resume,
                "Continue from --checkpoint when it exists, even when an earlier job wrote it (a "

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cohort/torch/optim/lr_schedule.h"
+#include "comm_hooks.h"
 
 namespace fashion_mnist {
 
@@ -45,6 +46,12 @@ struct TrainOptions {
   static constexpr double kPolyPower = 2.0;
   uint64_t seed = 42;
   double bucket_cap_mb = 25.0;
+  // How DDP reduces gradients (--comm-hook and its knobs; docs/compression.md).
+  cohort_examples::CommHookSettings comm_hook;
+  // Local SGD (docs/compression.md): > 0: each rank steps on its own and the models are
+  // averaged every local_sgd steps, after local_sgd_warmup steps of ordinary DDP.
+  int64_t local_sgd = 0;
+  int64_t local_sgd_warmup = 0;
   std::string checkpoint = "fashion_mnist.ckpt";  // written after each epoch; "" for none
   bool resume = false;
   std::string metrics;     // per-step figures: .csv, else JSON lines

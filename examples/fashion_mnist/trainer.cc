@@ -88,6 +88,9 @@ cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
   o.bucket_cap_mb = options.bucket_cap_mb;
   o.timeline = std::move(timeline);
   o.fsdp_min_unit_parameters = TrainOptions::kFsdpMinUnitParameters;
+  o.comm_hook = cohort_examples::make_comm_hook(options.comm_hook);
+  o.local_sgd_period = options.local_sgd;
+  o.local_sgd_warmup = options.local_sgd_warmup;
   return o;
 }
 
@@ -160,6 +163,7 @@ TrainResult Trainer::run() {
   for (; state_.epoch < options_.epochs && !out_of_steps(); ++state_.epoch) {
     if (sampler_->epoch() != static_cast<uint64_t>(state_.epoch)) sampler_->set_epoch(state_.epoch);
     const std::vector<StepRecord> steps = train_epoch();
+    strategy_->end_epoch(*optimizer_);
     std::optional<Evaluation> eval;
     if (!options_.skip_eval) eval = evaluate();
     if (eval) result.test_accuracy = eval->accuracy;

@@ -1,0 +1,32 @@
+// The examples' --comm-hook: one table from a name to the DDP communication hook it makes
+// (docs/compression.md). The hook's knobs come from --hook-rank (powersgd), --hook-ratio (topk,
+// randomk) and --hook-levels (qsgd); each hook takes what applies to it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/torch/comm_hook.h"
+
+namespace cohort_examples {
+
+struct CommHookSettings {
+  std::string name = "allreduce";
+  int rank = 2;           // powersgd: columns of P and Q
+  double ratio = 0.01;    // topk, randomk: the share of each bucket's elements sent
+  int levels = 16;        // qsgd: quantization levels
+  int64_t start_iter = 10;  // powersgd: steps of plain allreduce first
+};
+
+// Every name --comm-hook takes.
+std::vector<std::string> comm_hook_names();
+// --comm-hook, --hook-rank, --hook-ratio, --hook-levels.
+void add_comm_hook_options(CLI::App& app, CommHookSettings& settings);
+// The hook for settings.name; null for "allreduce" (DDP's default). A new hook is one entry of
+// the table in comm_hooks.cc.
+std::shared_ptr<cohort::CommHook> make_comm_hook(const CommHookSettings& settings);
+
+}  // namespace cohort_examples
