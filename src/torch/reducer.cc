@@ -490,7 +490,7 @@ void Reducer::account(size_t bucket, const PendingReduction& reduction) {
     stats.reduced_dtype = parameters_[buckets_[bucket].members.front()].tensor.scalar_type();
     stats.reduced_bytes = stats.bytes;
   }
-  if (reduction.wire_bytes > 0) stats.reduced_bytes = reduction.wire_bytes;
+  if (reduction.wire_bytes) stats.reduced_bytes = *reduction.wire_bytes;
   stats.latency_ms = Ms(work.finished_at() - buckets_[bucket].launched_at).count();
   stats.comm_ms = Ms(work.finished_at() - work.started_at()).count();
   pending_stats_.buckets.push_back(stats);

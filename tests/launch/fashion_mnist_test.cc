@@ -290,6 +290,45 @@ TEST(FashionMnistExampleLargeBatch, LambOverZero2Trains) {
   expect_metrics_consistent(read_lines(run.dir + "/steps.jsonl"), 2);
 }
 
+// docs/compression.md: PowerSGD compresses after its start_iter (each step's reduced_bytes
+// falls from the gradients' 4.8 MB to PowerSGD's P and Q), and local SGD sends the model only
+// at its averaging steps (every 4th here, after 2 DDP steps).
+TEST(FashionMnistExampleCompression, PowerSgdSendsLessAfterItsStart) {
+  const ExampleRun run = run_example(2, "--comm-hook powersgd --hook-start-iter 3");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const std::vector<json> steps = read_lines(run.dir + "/steps.jsonl");
+  expect_metrics_consistent(steps, 2);
+  const int64_t plain = steps[0]["reduced_bytes"], compressed = steps.back()["reduced_bytes"];
+  EXPECT_GT(plain, 4'000'000) << "step 1";
+  EXPECT_LT(compressed * 20, plain) << "step " << kSteps;
+}
+
+TEST(FashionMnistExampleCompression, LocalSgdSendsTheModelAtItsAveragingSteps) {
+  const ExampleRun run = run_example(2, "--local-sgd 4 --local-sgd-warmup 2");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find("test accuracy"), std::string::npos) << run.result.output;
+  const std::vector<json> steps = read_lines(run.dir + "/steps.jsonl");
+  ASSERT_EQ(steps.size(), size_t(kSteps));
+  for (int i = 0; i < kSteps; ++i) {
+    const int64_t bytes = steps[i]["reduced_bytes"];
+    // Steps 1-2 (calls 0-1): DDP's gradients. Call 2 = step 3 DDP is over and the model is
+    // averaged at calls 2, 6, 10 (steps 3, 7, 11); other steps send nothing.
+    const bool ddp = i < 2, averages = i >= 2 && (i - 2) % 4 == 0;
+    if (ddp || averages) {
+      EXPECT_GT(bytes, 4'000'000) << "step " << i + 1;
+    } else {
+      EXPECT_EQ(bytes, 0) << "step " << i + 1;
+    }
+  }
+}
+
+TEST(FashionMnistExampleErrors, CompressionNeedsDdp) {
+  const ExampleRun run = run_example(1, "--comm-hook topk --strategy zero1");
+  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find("work with --strategy ddp only"), std::string::npos)
+      << run.result.output;
+}
+
 TEST(FashionMnistExampleErrors, SyncBnWithoutBatchNormNamesTheModelToUse) {
   const ExampleRun run = run_example(1, "--model cnn --sync-bn");
   EXPECT_NE(run.result.exit_code, 0) << run.result.output;

@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,8 +47,9 @@ struct PendingReduction {
   torch::Tensor reduced;
   // Bytes this rank handed to collectives for the bucket (BucketStats::reduced_bytes), for hooks
   // that send more than one tensor or several rounds (compression: packed codes, PowerSGD's P
-  // and Q). 0: reduced's bytes (the bucket's when reduced is undefined).
-  size_t wire_bytes = 0;
+  // and Q), or nothing (0: local SGD's steps). Unset: reduced's bytes (the bucket's when
+  // reduced is undefined).
+  std::optional<size_t> wire_bytes;
 };
 
 class CommHook {
