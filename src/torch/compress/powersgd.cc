@@ -9,22 +9,26 @@
 
 namespace cohort {
 
-// A compressed tensor: the n x m matrix at `offset` in the bucket, and its Q (m x r), the same
-// on every rank (drawn from a shared seed, then the average of the ranks' Q).
+// A compressed tensor: the n x m matrix at `offset` in the bucket, where its P and Q lie in the
+// two rounds' buffers, and its Q (m x r), the same on every rank (drawn from a shared seed,
+// then the average of the ranks' Q).
 struct PowerSgdHook::Matrix {
   int64_t offset = 0;
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t rank = 0;  // r, at most min(rows, cols)
+  int64_t p_offset = 0;
+  int64_t q_offset = 0;
   torch::Tensor q;
 };
 
 // One bucket's split into compressed matrices and tensors sent whole (as [offset, numel]).
+// Round 1's buffer holds every P back to back, then the whole tensors; round 2's every Q.
 struct PowerSgdHook::BucketPlan {
   int64_t numel = 0;
   std::vector<Matrix> matrices;
   std::vector<std::pair<int64_t, int64_t>> whole;
-  int64_t p_numel = 0;  // of all P together
+  int64_t p_numel = 0;
   int64_t q_numel = 0;
   int64_t whole_numel = 0;
 };
@@ -32,6 +36,7 @@ struct PowerSgdHook::BucketPlan {
 namespace {
 
 using Plan = PowerSgdHook::BucketPlan;
+using Matrix = PowerSgdHook::Matrix;
 
 CollectiveOptions sum_options(const torch::Tensor& like) {
   CollectiveOptions options;
@@ -53,20 +58,53 @@ void draw_q(Plan& plan, torch::Generator generator, const torch::TensorOptions& 
   }
 }
 
-torch::Tensor matrix_in(const torch::Tensor& flat, const PowerSgdHook::Matrix& matrix) {
+torch::Tensor matrix_in(const torch::Tensor& flat, const Matrix& matrix) {
   return flat.narrow(0, matrix.offset, matrix.rows * matrix.cols).view({matrix.rows, matrix.cols});
 }
+torch::Tensor p_in(const torch::Tensor& round1, const Matrix& matrix) {
+  return round1.narrow(0, matrix.p_offset, matrix.rows * matrix.rank)
+      .view({matrix.rows, matrix.rank});
+}
+torch::Tensor q_in(const torch::Tensor& round2, const Matrix& matrix) {
+  return round2.narrow(0, matrix.q_offset, matrix.cols * matrix.rank)
+      .view({matrix.cols, matrix.rank});
+}
 
-// Round 1's buffer holds every P (n x r each) back to back, then the whole tensors.
 void fill_round_one(const Plan& plan, const torch::Tensor& compensated, torch::Tensor& round1) {
-  int64_t at = 0;
   for (const auto& matrix : plan.matrices) {
-    auto p = round1.narrow(0, at, matrix.rows * matrix.rank).view({matrix.rows, matrix.rank});
+    auto p = p_in(round1, matrix);
     torch::mm_out(p, matrix_in(compensated, matrix), matrix.q);
-    at += matrix.rows * matrix.rank;
   }
+  int64_t at = plan.p_numel;
   for (const auto& [offset, numel] : plan.whole) {
     round1.narrow(0, at, numel).copy_(compensated.narrow(0, offset, numel));
+    at += numel;
+  }
+}
+
+// What this rank sent, decompressed: its own P Q^T before Q is averaged, and the whole tensors.
+torch::Tensor sent_by_this_rank(const Plan& plan, const torch::Tensor& compensated,
+                                const std::vector<torch::Tensor>& orthogonal_p,
+                                const torch::Tensor& round2) {
+  auto sent = compensated.clone();
+  for (size_t i = 0; i < plan.matrices.size(); ++i) {
+    const Matrix& matrix = plan.matrices[i];
+    matrix_in(sent, matrix).copy_(torch::mm(orthogonal_p[i], q_in(round2, matrix).t()));
+  }
+  return sent;
+}
+
+// The bucket becomes P Q^T with the averaged Q, and the average of the whole tensors.
+void write_average(const Plan& plan, const std::vector<torch::Tensor>& orthogonal_p,
+                   const torch::Tensor& round1, const torch::Tensor& round2, int world,
+                   torch::Tensor& bucket) {
+  for (size_t i = 0; i < plan.matrices.size(); ++i) {
+    auto average = matrix_in(bucket, plan.matrices[i]);
+    torch::mm_out(average, orthogonal_p[i], q_in(round2, plan.matrices[i]).t());
+  }
+  int64_t at = plan.p_numel;
+  for (const auto& [offset, numel] : plan.whole) {
+    bucket.narrow(0, offset, numel).copy_(round1.narrow(0, at, numel)).div_(world);
     at += numel;
   }
 }
@@ -105,7 +143,7 @@ std::shared_ptr<PowerSgdHook::BucketPlan> PowerSgdHook::plan_for(const GradBucke
     const bool gains = static_cast<double>(rows) * static_cast<double>(cols) >=
                        options_.min_compression_rate * static_cast<double>(rank * (rows + cols));
     if (gradient.dim() >= 2 && gains) {
-      plan->matrices.push_back(Matrix{offset, rows, cols, rank, {}});
+      plan->matrices.push_back(Matrix{offset, rows, cols, rank, plan->p_numel, plan->q_numel, {}});
       plan->p_numel += rows * rank;
       plan->q_numel += cols * rank;
     } else {
@@ -136,44 +174,34 @@ PendingReduction PowerSgdHook::start(Group& group, GradBucket& bucket) {
 
   Group* reducing_group = &group;
   GradBucket target = bucket;
-  auto finish = [this, plan, compensated_gradient, round1, reducing_group, target]() {
-    const int world = reducing_group->size();
-    auto round2 = torch::empty({plan->q_numel}, round1.options());
-    auto sent = options_.error_feedback ? compensated_gradient.clone() : torch::Tensor();
-    std::vector<torch::Tensor> orthogonal_p;
-    int64_t p_at = 0;
-    int64_t q_at = 0;
-    for (auto& matrix : plan->matrices) {
-      auto p = round1.narrow(0, p_at, matrix.rows * matrix.rank).view({matrix.rows, matrix.rank});
-      p_at += matrix.rows * matrix.rank;
-      orthogonal_p.push_back(std::get<0>(torch::linalg_qr(p)));
-      auto q = round2.narrow(0, q_at, matrix.cols * matrix.rank).view({matrix.cols, matrix.rank});
-      q_at += matrix.cols * matrix.rank;
-      torch::mm_out(q, matrix_in(compensated_gradient, matrix).t(), orthogonal_p.back());
-      // This rank's own approximation, before Q is averaged: what it sent (error feedback).
-      if (sent.defined()) matrix_in(sent, matrix).copy_(torch::mm(orthogonal_p.back(), q.t()));
-    }
-    if (plan->q_numel > 0) reducing_group->allreduce(tensor_buffer(round2), sum_options(round2));
-    round2.div_(world);
-    // The tensors sent whole: their average.
-    for (const auto& [offset, numel] : plan->whole) {
-      target.buffer.narrow(0, offset, numel).copy_(round1.narrow(0, p_at, numel)).div_(world);
-      p_at += numel;
-    }
-    q_at = 0;
-    for (size_t i = 0; i < plan->matrices.size(); ++i) {
-      auto& matrix = plan->matrices[i];
-      auto q = round2.narrow(0, q_at, matrix.cols * matrix.rank).view({matrix.cols, matrix.rank});
-      q_at += matrix.cols * matrix.rank;
-      auto average = matrix_in(target.buffer, matrix);
-      torch::mm_out(average, orthogonal_p[i], q.t());
-      if (options_.warm_start) matrix.q = q.clone();
-    }
-    if (sent.defined()) keep_residual(target, compensated_gradient, sent);
+  auto finish = [this, plan, compensated_gradient, round1, reducing_group, target]() mutable {
+    finish_round_two(*reducing_group, *plan, target, compensated_gradient, round1);
   };
   PendingReduction reduction{std::move(work), std::move(finish), round1};
   reduction.wire_bytes = static_cast<size_t>(round1.nbytes() + plan->q_numel * sizeof(float));
   return reduction;
+}
+
+// Steps 2 and 3 of the header's comment, when round 1's sum of P has arrived.
+void PowerSgdHook::finish_round_two(Group& group, BucketPlan& plan, GradBucket& bucket,
+                                    const torch::Tensor& compensated_gradient,
+                                    const torch::Tensor& round1) {
+  auto round2 = torch::empty({plan.q_numel}, round1.options());
+  std::vector<torch::Tensor> orthogonal_p;
+  for (const auto& matrix : plan.matrices) {
+    orthogonal_p.push_back(std::get<0>(torch::linalg_qr(p_in(round1, matrix))));
+    auto q = q_in(round2, matrix);
+    torch::mm_out(q, matrix_in(compensated_gradient, matrix).t(), orthogonal_p.back());
+  }
+  if (options_.error_feedback) {
+    keep_residual(bucket, compensated_gradient,
+                  sent_by_this_rank(plan, compensated_gradient, orthogonal_p, round2));
+  }
+  if (plan.q_numel > 0) group.allreduce(tensor_buffer(round2), sum_options(round2));
+  round2.div_(group.size());
+  write_average(plan, orthogonal_p, round1, round2, group.size(), bucket.buffer);
+  if (!options_.warm_start) return;
+  for (auto& matrix : plan.matrices) matrix.q = q_in(round2, matrix).clone();
 }
 
 std::shared_ptr<PowerSgdHook> powersgd_hook(PowerSgdOptions options) {

@@ -61,6 +61,8 @@ class PowerSgdHook final : public CompressionHook {
  private:
   // The bucket's plan, made at its first compressed step and again when its size changed.
   std::shared_ptr<BucketPlan> plan_for(const GradBucket& bucket);
+  void finish_round_two(Group& group, BucketPlan& plan, GradBucket& bucket,
+                        const torch::Tensor& compensated_gradient, const torch::Tensor& round1);
 
   PowerSgdOptions options_;
   std::vector<std::shared_ptr<BucketPlan>> plans_;  // by bucket index
