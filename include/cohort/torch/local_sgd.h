@@ -2,7 +2,10 @@
 // averaged only every few steps instead of the gradients every step (Lin et al., "Don't use
 // large mini-batches, use local SGD", 2020; PyTorch's torch.distributed.algorithms.model_averaging).
 //
-//   cohort::PeriodicModelAverager averager(group, {.period = 4, .warmup_steps = 100});
+//   cohort::LocalSgdOptions options;
+//   options.period = 4;            // average the models every 4 steps
+//   options.warmup_steps = 100;    // from step 100 on
+//   cohort::PeriodicModelAverager averager(group, options);
 //   for (auto& batch : *loader) {
 //     optimizer.zero_grad();
 //     loss_fn(model->forward(batch.data), batch.target).backward();
@@ -17,7 +20,10 @@
 //   cohort::DdpOptions ddp_options;
 //   ddp_options.comm_hook = cohort::post_local_sgd_hook(/*start_step=*/K);
 //   cohort::DistributedDataParallel ddp(model, group, ddp_options);
-//   cohort::PeriodicModelAverager averager(group, {.period = H, .warmup_steps = K});
+//   cohort::LocalSgdOptions options;
+//   options.period = H;
+//   options.warmup_steps = K;
+//   cohort::PeriodicModelAverager averager(group, options);
 //   ... backward, optimizer.step(), averager.average(*model, &optimizer) ...
 //
 // Averaging is collective: every rank of the group calls average() after every optimizer step,
