@@ -65,7 +65,7 @@ std::string describe_difference(const std::vector<std::string>& reference, int o
 }  // namespace
 
 void check_same_on_all_ranks(Group& group, const std::vector<std::string>& entries,
-                             const std::string& what, CallSite site) {
+                             const std::string& what, CallSite site, const std::string& who) {
   CollectiveOptions options;
   options.site = site;
   const std::string mine = join_lines(entries);
@@ -79,7 +79,7 @@ void check_same_on_all_ranks(Group& group, const std::vector<std::string>& entri
   if (differing < 0) return;
   const auto texts = gather_all(group, mine, options);
   throw InvalidArgument(detail::concat(
-      "DistributedDataParallel: the ranks wrap different models: ",
+      who, ": the ranks wrap different models: ",
       describe_difference(split_lines(texts[0]), differing, split_lines(texts[differing]), what),
       ". Build the same model (same layers, shapes and dtypes, in the same order) on every "
       "rank."));

@@ -1,0 +1,66 @@
+// Note [Averaging optimizer state]
+// torch::optim keeps per-parameter state behind OptimizerParamState, a polymorphic type whose
+// only generic access is serialize(): SGD's momentum_buffer, Adam's exp_avg and exp_avg_sq,
+// cohort's LARS/LAMB state and any user optimizer's all go through it under their own keys. So
+// the state of each parameter is written to an archive, read back (InputArchive gives each
+// entry as an IValue aliasing what it holds), its floating-point tensors are averaged in place
+// with everybody else's in one fused allreduce per dtype, and the state reads itself back from
+// that archive. The round trip copies the state twice; averaging state is as rare as averaging
+// the model, and costs more in communication than these copies.
+#include <sstream>
+
+#include "cohort/core/check.h"
+#include "local_sgd/averaging.h"
+
+namespace cohort::local_sgd {
+namespace {
+
+std::string state_key(const torch::Tensor& parameter) {
+  // The key torch::optim's optimizers file state under (torch/optim/*.cpp).
+  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
+}
+
+std::string describe(const c10::IValue& value) {
+  if (value.isTensor()) return std::string(c10::toString(value.toTensor().scalar_type())) + " tensor";
+  return value.tagKind();
+}
+
+}  // namespace
+
+std::vector<std::string> average_optimizer_state(Group& group, torch::optim::Optimizer& optimizer,
+                                                 const std::string& who) {
+  std::vector<std::string> unaveraged;
+  std::vector<std::pair<torch::optim::OptimizerParamState*, torch::serialize::InputArchive>> read;
+  std::vector<torch::Tensor> tensors;
+  auto& states = optimizer.state();
+  size_t index = 0;
+  for (auto& param_group : optimizer.param_groups()) {
+    for (const auto& parameter : param_group.params()) {
+      const size_t this_index = index++;
+      auto found = states.find(state_key(parameter));
+      if (found == states.end() || found->second == nullptr) continue;  // not stepped yet
+      torch::serialize::OutputArchive out;
+      found->second->serialize(out);
+      std::stringstream bytes;
+      out.save_to(bytes);
+      torch::serialize::InputArchive in;
+      in.load_from(bytes);
+      for (const auto& key : in.keys()) {
+        c10::IValue value;
+        in.read(key, value);
+        if (value.isTensor() && value.toTensor().is_floating_point()) {
+          tensors.push_back(value.toTensor());
+        } else {
+          unaveraged.push_back(
+              detail::concat("param ", this_index, ": ", key, " (", describe(value), ")"));
+        }
+      }
+      read.emplace_back(found->second.get(), std::move(in));
+    }
+  }
+  average_fused(group, tensors, who);
+  for (auto& [state, in] : read) state->serialize(in);
+  return unaveraged;
+}
+
+}  // namespace cohort::local_sgd
