@@ -211,6 +211,46 @@ TEST(CompressionHooks, TernGradIsUnbiasedAndDeterministicRoundingIsCaught) {
   });
 }
 
+// Both ranks hold the same gradient. Were their random numbers alike, both would round alike
+// and the average would be one rank's decoded vector: a whole number of steps (norm / s for
+// QSGD, scale for TernGrad) everywhere. Drawn per rank, some elements land halfway.
+TEST(CompressionHooks, QsgdAndTernGradRoundDifferentlyOnEachRank) {
+  const auto c = gradient(0, 0, 64);
+  const double norm = c.norm().item<double>();
+  const double scale = c.abs().max().item<double>();
+  const int s = 4;
+  std::vector<torch::Tensor> qsgd(2), terngrad(2);
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    auto q = bucket_of(c);
+    reduce(*qsgd_hook({s, /*seed=*/1}), *group, q);
+    qsgd[rank] = q.buffer;
+    auto t = bucket_of(c);
+    reduce(*terngrad_hook({/*seed=*/1}), *group, t);
+    terngrad[rank] = t.buffer;
+  });
+  EXPECT_TRUE(torch::equal(qsgd[0], qsgd[1]));
+  EXPECT_TRUE(torch::equal(terngrad[0], terngrad[1]));
+  auto halfway = [](const torch::Tensor& steps) {
+    return ((steps - steps.round()).abs() > 0.25).sum().item<int64_t>();
+  };
+  EXPECT_GT(halfway(qsgd[0].to(torch::kFloat64) * s / norm), 0);
+  EXPECT_GT(halfway(terngrad[0].to(torch::kFloat64) / scale), 0);
+}
+
+// scale = mean |c|; each element becomes +scale or -scale by its sign, 0 counting as +.
+TEST(CompressionHooks, SignSendsTheMeanMagnitudeWithEachSign) {
+  const auto c = torch::tensor({0.0f, 2.0f, -4.0f, 0.0f, 1.0f, -0.5f, 3.0f, -1.5f, 0.25f, 0.0f});
+  const float scale = c.abs().mean().item<float>();
+  const auto want =
+      torch::tensor({1.0f, 1.0f, -1.0f, 1.0f, 1.0f, -1.0f, 1.0f, -1.0f, 1.0f, 1.0f}) * scale;
+  run_with_groups(1, [&](int, std::shared_ptr<Group> group) {
+    auto bucket = bucket_of(c);
+    const PendingReduction reduction = reduce(*sign_hook(), *group, bucket);
+    EXPECT_TRUE(torch::equal(bucket.buffer, want)) << bucket.buffer << want;
+    EXPECT_EQ(reduction.wire_bytes, 4u + 2u);  // the scale, then 10 bits in 2 bytes
+  });
+}
+
 // ---- error feedback
 
 struct Made {
