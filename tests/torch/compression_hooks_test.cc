@@ -145,6 +145,36 @@ TEST(CompressionHooks, TopKSendsExactlyTheKLargestMagnitudes) {
   });
 }
 
+// Random-K's indices are the same on every rank and change with the iteration. With error
+// feedback the values go out as they are (the residual keeps the rest); without, scaled by
+// n / k so that the estimate is unbiased.
+TEST(CompressionHooks, RandomKDrawsSharedIndicesAndScalesOnlyWithoutFeedback) {
+  const int64_t n = 100;
+  const double ratio = 0.1;  // k = 10: n / k = 10
+  for (bool feedback : {true, false}) {
+    SCOPED_TRACE(feedback ? "error feedback" : "no error feedback");
+    std::vector<std::vector<torch::Tensor>> chosen(2);  // [rank][iteration]
+    run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+      for (int64_t iteration : {0, 1}) {
+        auto hook = random_k_hook({ratio, /*seed=*/7, feedback});  // no residual yet
+        // The same gradient on both ranks: the average is each rank's own values.
+        const auto g = gradient(0, 0, n) + 10;  // no zeros: every chosen index is nonzero
+        auto bucket = bucket_of(g, 0, iteration);
+        reduce(*hook, *group, bucket);
+        auto at = bucket.buffer.nonzero().view({-1});
+        ASSERT_EQ(at.numel(), 10);
+        const auto want = g.index_select(0, at) * (feedback ? 1.0 : 10.0);
+        EXPECT_TRUE(torch::allclose(bucket.buffer.index_select(0, at), want, 1e-6, 0))
+            << "rank " << rank << ", iteration " << iteration;
+        chosen[rank].push_back(at);
+      }
+    });
+    EXPECT_TRUE(torch::equal(chosen[0][0], chosen[1][0]));
+    EXPECT_TRUE(torch::equal(chosen[0][1], chosen[1][1]));
+    EXPECT_FALSE(torch::equal(chosen[0][0], chosen[0][1])) << "the same indices at every step";
+  }
+}
+
 // ---- unbiasedness
 
 // The decoded vectors of `draws` reductions of `c` at W = 1, one per iteration (fixed seed).
