@@ -6,8 +6,8 @@
 //   ddp_options.comm_hook = cohort::sign_hook();
 //
 // Every rank of a group needs its own hook object (residuals and random streams are its own).
-// Each rank's payload travels in one allgather: every rank receives W payloads, so these pay
-// while W times the payload stays below the 4n bytes of a bucket's allreduce.
+// Each rank's payload of p bytes travels in one allgather, which sends (W - 1) p per rank where
+// a ring allreduce of the bucket's n float32 sends 8n (W - 1) / W: they pay while p < 8n / W.
 #pragma once
 
 #include <cstdint>
@@ -24,10 +24,9 @@ struct QsgdOptions {
   bool error_feedback = false;
 };
 
-// Sends ||c||_2 as float32 and each element as a signed level in int8: 4 + n bytes per rank, a
-// quarter of float32. Unbiased (stochastic rounding between neighbouring levels, random numbers
-// differing per rank), with per-element variance at most ||c||^2 / (4 s^2). Pays at W < 4 or
-// so; more levels cost nothing on the wire (up to 127) and lower the variance.
+// Sends ||c||_2 as float32 and each element as a signed int8 level: 4 + n bytes per rank.
+// Unbiased (stochastic rounding), variance <= ||c||^2 / (4 s^2) per element. Pays at W < 8
+// where bandwidth bounds the step; more levels (up to 127) cost no bytes and lower the variance.
 class QsgdHook : public CompressionHook {
  public:
   // Throws InvalidArgument naming the hook for levels outside 1..127.
@@ -47,8 +46,8 @@ struct TernGradOptions {
 };
 
 // Sends max|c| as float32 and each element as -1, 0 or +1 in 2 bits: 4 + ceil(n / 4) bytes per
-// rank, a sixteenth of float32. Unbiased (c_i's sign with probability |c_i| / max|c|), but the
-// variance grows with max|c|: buckets with a few large gradients pay for it in steps.
+// rank. Unbiased, with variance up to max|c|^2 / 4 per element: pays at W < 32 when gradients
+// are of similar size (a few large ones make every other element noisy).
 class TernGradHook : public CompressionHook {
  public:
   explicit TernGradHook(TernGradOptions options = {});
@@ -66,9 +65,8 @@ struct SignOptions {
 };
 
 // EF-SignSGD: sends mean|c| as float32 and one sign bit per element (0 counts as +):
-// 4 + ceil(n / 8) bytes per rank, a thirty-second of float32, the fewest here. Biased: without
-// error feedback it can fail to converge (Karimireddy et al., 2019); with it, it pays wherever
-// bandwidth bounds the step and W stays below about 32.
+// 4 + ceil(n / 8) bytes per rank, the fewest here. Biased: pays at W < 64 with error feedback
+// (on by default), without which it can fail to converge (Karimireddy et al., 2019).
 class SignHook : public CompressionHook {
  public:
   explicit SignHook(SignOptions options = {});

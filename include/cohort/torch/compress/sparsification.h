@@ -24,10 +24,9 @@ struct TopKOptions {
   bool error_feedback = true;
 };
 
-// Sends the k largest-magnitude entries of gradient + residual as k int32 indices and k float32
-// values (8k bytes per rank, one allgather; every rank receives W x 8k). Pays when 8k W is well
-// below the 4n of an allreduce's share, i.e. ratio < 1 / (2 W) roughly, and bandwidth, not
-// latency, bounds the step. Without error feedback it does not converge in general.
+// Sends the k largest |gradient + residual| as k int32 indices and k float32 values: 8k bytes
+// per rank in one allgather. Pays where bandwidth bounds the step and ratio < 1 / W (a ring
+// allgather sends (W - 1) 8k per rank, an allreduce of the bucket 8n (W - 1) / W).
 class TopKHook : public CompressionHook {
  public:
   // Throws InvalidArgument naming the hook for a ratio outside (0, 1].
@@ -47,10 +46,9 @@ struct RandomKOptions {
   bool error_feedback = true;
 };
 
-// Sends k entries of gradient + residual at indices every rank draws alike (from the seed, the
-// iteration and the bucket), so only the k float32 values travel: one allreduce of 4k bytes,
-// which scales with W as an allreduce does. Pays where Top-K's allgather does not (many ranks);
-// the choice ignores magnitudes, so it needs error feedback, or many more steps, to converge.
+// Sends k entries at indices drawn alike on every rank, so only the k float32 values travel, in
+// one allreduce: ratio x the bytes of a plain allreduce at any W (where Top-K's allgather grows
+// with W). Ignores magnitudes, so it needs error feedback or more steps to converge.
 class RandomKHook : public CompressionHook {
  public:
   // Throws InvalidArgument naming the hook for a ratio outside (0, 1].
