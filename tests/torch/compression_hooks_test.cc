@@ -422,6 +422,19 @@ TEST(CompressionHooks, UnderDdpRanksStayBitwiseIdenticalAndReportPayloadBytes) {
   }
 }
 
+// A bucket of no gradients (a parameter with no elements) sends empty payloads and stays empty.
+TEST(CompressionHooks, EmptyBucketsPassThrough) {
+  run_with_groups(2, [](int, std::shared_ptr<Group> group) {
+    for (const Made& made : every_hook()) {
+      auto hook = made.make();
+      auto bucket = bucket_of(torch::zeros({0}));
+      const PendingReduction reduction = reduce(*hook, *group, bucket);
+      EXPECT_EQ(bucket.buffer.numel(), 0) << made.name;
+      EXPECT_EQ(reduction.wire_bytes, expected_wire_bytes(made.name, 0)) << made.name;
+    }
+  });
+}
+
 // ---- errors
 
 std::string error_of(const std::function<void()>& fn) {

@@ -38,8 +38,10 @@ PendingReduction TopKHook::start(Group& group, GradBucket& bucket) {
   const int64_t half = k * 4;
   return allgather_payloads(
       group, bucket, payload, [half](const torch::Tensor& theirs, torch::Tensor& sum) {
-        // Both halves start at multiples of 4 inside the gathered tensor
-        // (payloads are 8k bytes long), so they can be viewed in place.
+        // Both halves start at multiples of 4 inside the gathered tensor (payloads are 8k
+        // bytes long), so they can be viewed in place. Not so for an empty bucket's empty
+        // payloads (the rows of a {W, 0} tensor are 1 apart): nothing to add.
+        if (half == 0) return;
         auto at = bytes_as(theirs.narrow(0, 0, half), torch::kInt32);
         auto their_values = bytes_as(theirs.narrow(0, half, half), torch::kFloat32);
         sum.index_add_(0, at.to(torch::kLong), their_values);
