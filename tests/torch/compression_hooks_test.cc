@@ -1,9 +1,11 @@
 // The quantizing and sparsifying hooks (sparsification.h, quantization.h): bit packing; Top-K
 // and Random-K with k = n equal to a plain allreduce; Top-K choosing the k largest magnitudes;
-// QSGD and TernGrad unbiased (and a biased stand-in caught by the same bound); error feedback
-// losing nothing, step by step; DDP ranks staying bitwise identical with the payload sizes
-// reported; bad options and buckets refused naming the hook (and the bucket). Thread ranks over
-// the in-process group; no test draws from torch's global generator.
+// Random-K's shared indices and its n / k scaling; QSGD and TernGrad unbiased (and a biased
+// stand-in caught by the same bound) with draws differing per rank; the sign hook's values;
+// error feedback losing nothing, step by step; DDP ranks staying bitwise identical with the
+// payload sizes reported; empty buckets; bad options and buckets refused naming the hook (and
+// the bucket). Thread ranks over the in-process group; no test draws from torch's global
+// generator.
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
