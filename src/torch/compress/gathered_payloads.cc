@@ -34,4 +34,8 @@ torch::Tensor bytes_as(const torch::Tensor& bytes, torch::ScalarType type) {
   return bytes.contiguous().view(type);
 }
 
+torch::Tensor float_at(const torch::Tensor& bytes, int64_t offset) {
+  return bytes.narrow(0, offset, sizeof(float)).clone().view(torch::kFloat32);
+}
+
 }  // namespace cohort

@@ -2,6 +2,13 @@
 // compensated gradient into a byte payload of the same length on every rank; one allgather
 // brings all payloads to all ranks; each rank decodes them and averages them into the bucket.
 // Every rank decodes the same payloads in rank order, so every rank writes the same average.
+//
+// Note [Compression on the device]
+// The hooks encode and decode with torch ops on the bucket's device, so a CUDA bucket is
+// compressed on the GPU and its payload (on that device) goes to the group's collective as is.
+// Only random numbers are drawn on the CPU, from a CPU generator seeded with mix_seed, and
+// copied over: the draws are then the same whatever the device. (Untested on CUDA: the
+// tests run where libtorch has no CUDA.)
 #pragma once
 
 #include <torch/torch.h>
@@ -23,5 +30,10 @@ PendingReduction allgather_payloads(Group& group, GradBucket& bucket, torch::Ten
 // A float32 tensor's bytes as a uint8 tensor (a view when contiguous), and back.
 torch::Tensor as_bytes(const torch::Tensor& tensor);
 torch::Tensor bytes_as(const torch::Tensor& bytes, torch::ScalarType type);
+
+// The float32 at byte `offset` of a uint8 tensor, as a 1-element tensor. Copied, because a
+// payload's scale need not lie at an offset divisible by 4 inside the gathered tensor (a
+// dtype view would refuse it).
+torch::Tensor float_at(const torch::Tensor& bytes, int64_t offset);
 
 }  // namespace cohort
