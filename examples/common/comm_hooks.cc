@@ -20,12 +20,10 @@ const std::vector<HookEntry>& hook_table() {
   static const std::vector<HookEntry> table = {
       {"allreduce", "plain averaging allreduce (DDP's default)",
        [](const CommHookSettings&) { return nullptr; }},
-      {"fp16", "gradients sent as float16", [](const CommHookSettings&) {
-         return cohort::fp16_compress_hook();
-       }},
-      {"bf16", "gradients sent as bfloat16", [](const CommHookSettings&) {
-         return cohort::bf16_compress_hook();
-       }},
+      {"fp16", "gradients sent as float16",
+       [](const CommHookSettings&) { return cohort::fp16_compress_hook(); }},
+      {"bf16", "gradients sent as bfloat16",
+       [](const CommHookSettings&) { return cohort::bf16_compress_hook(); }},
       {"powersgd", "low-rank P and Q of rank --hook-rank, error feedback",
        [](const CommHookSettings& s) {
          cohort::PowerSgdOptions o;
@@ -37,13 +35,13 @@ const std::vector<HookEntry>& hook_table() {
        [](const CommHookSettings& s) {
          cohort::TopKOptions o;
          o.ratio = s.ratio;
-         return cohort::topk_hook(o);
+         return cohort::top_k_hook(o);
        }},
       {"randomk", "--hook-ratio random elements (shared seed), error feedback",
        [](const CommHookSettings& s) {
          cohort::RandomKOptions o;
          o.ratio = s.ratio;
-         return cohort::randomk_hook(o);
+         return cohort::random_k_hook(o);
        }},
       {"qsgd", "--hook-levels levels per sign, stochastic rounding",
        [](const CommHookSettings& s) {
@@ -51,12 +49,10 @@ const std::vector<HookEntry>& hook_table() {
          o.levels = s.levels;
          return cohort::qsgd_hook(o);
        }},
-      {"terngrad", "-1/0/+1 times a scale, 2 bits each", [](const CommHookSettings&) {
-         return cohort::terngrad_hook();
-       }},
-      {"sign", "1 bit each and a scale, error feedback", [](const CommHookSettings&) {
-         return cohort::sign_hook();
-       }},
+      {"terngrad", "-1/0/+1 times a scale, 2 bits each",
+       [](const CommHookSettings&) { return cohort::terngrad_hook(); }},
+      {"sign", "1 bit each and a scale, error feedback",
+       [](const CommHookSettings&) { return cohort::sign_hook(); }},
   };
   return table;
 }

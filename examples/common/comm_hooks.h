@@ -4,7 +4,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,9 +14,9 @@ namespace cohort_examples {
 
 struct CommHookSettings {
   std::string name = "allreduce";
-  int rank = 2;           // powersgd: columns of P and Q
-  double ratio = 0.01;    // topk, randomk: the share of each bucket's elements sent
-  int levels = 16;        // qsgd: quantization levels
+  int rank = 2;             // powersgd: columns of P and Q
+  double ratio = 0.01;      // topk, randomk: the share of each bucket's elements sent
+  int levels = 16;          // qsgd: quantization levels
   int64_t start_iter = 10;  // powersgd: steps of plain allreduce first
 };
 

@@ -12,7 +12,8 @@ class AllreduceHook final : public CommHook {
     options.op = ReduceOp::kAvg;
     options.site = CallSite::kDdpGradients;
     options.stream = current_stream(bucket.buffer);
-    return {group.allreduce_async(tensor_buffer(bucket.buffer), options), nullptr, {}};
+    return {
+        group.allreduce_async(tensor_buffer(bucket.buffer), options), nullptr, {}, std::nullopt};
   }
   std::string name() const override { return "allreduce"; }
 };
@@ -27,7 +28,7 @@ PendingReduction reduce_copy(Group& group, const torch::Tensor& bucket, torch::T
   options.stream = current_stream(copy);
   auto work = group.allreduce_async(tensor_buffer(copy), options);
   auto target = bucket;
-  return {std::move(work), [copy, target]() mutable { target.copy_(copy); }, copy};
+  return {std::move(work), [copy, target]() mutable { target.copy_(copy); }, copy, std::nullopt};
 }
 
 // Compression to a 16-bit type. The division comes first, in float32, so that the sum of the

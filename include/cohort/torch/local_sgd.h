@@ -1,6 +1,7 @@
 // Local SGD: every rank steps its own copy of the model on its own data, and the copies are
 // averaged only every few steps instead of the gradients every step (Lin et al., "Don't use
-// large mini-batches, use local SGD", 2020; PyTorch's torch.distributed.algorithms.model_averaging).
+// large mini-batches, use local SGD", 2020; PyTorch's
+// torch.distributed.algorithms.model_averaging).
 //
 //   cohort::LocalSgdOptions options;
 //   options.period = 4;            // average the models every 4 steps
@@ -78,6 +79,12 @@ class PeriodicModelAverager {
   // The module's parameters that require grad (frozen ones never change, so never differ).
   bool average(torch::nn::Module& module, torch::optim::Optimizer* optimizer = nullptr);
 
+  // Averages now, outside the schedule, without counting a step: before evaluating or saving
+  // the model at the end of an epoch, say. Collective, like average().
+  void average_now(const std::vector<torch::Tensor>& parameters,
+                   torch::optim::Optimizer* optimizer = nullptr);
+  void average_now(torch::nn::Module& module, torch::optim::Optimizer* optimizer = nullptr);
+
   // Calls of average() so far.
   int64_t step() const { return step_; }
   const LocalSgdOptions& options() const { return options_; }
@@ -101,7 +108,7 @@ struct HierarchicalLocalSgdOptions {
   int64_t period = 8;
   // Average inside each node every `local_period` steps (cheap: shared memory, no network).
   int64_t local_period = 1;
-  int64_t warmup_steps = 0;  // as LocalSgdOptions::warmup_steps, for both levels
+  int64_t warmup_steps = 0;              // as LocalSgdOptions::warmup_steps, for both levels
   bool average_optimizer_state = false;  // as LocalSgdOptions
 };
 

@@ -20,9 +20,7 @@ PendingReduction allgather_payloads(Group& group, GradBucket& bucket, torch::Ten
     for (int r = 0; r < world; ++r) accumulate(gathered[r], sum);
     target.copy_(sum.div_(world));
   };
-  PendingReduction reduction{std::move(work), std::move(finish), payload};
-  reduction.wire_bytes = static_cast<size_t>(length);
-  return reduction;
+  return {std::move(work), std::move(finish), payload, static_cast<size_t>(length)};
 }
 
 torch::Tensor as_bytes(const torch::Tensor& tensor) {

@@ -160,7 +160,8 @@ PendingReduction PowerSgdHook::start(Group& group, GradBucket& bucket) {
   if (bucket.iteration < options_.start_iter) {
     CollectiveOptions average = sum_options(bucket.buffer);
     average.op = ReduceOp::kAvg;
-    return {group.allreduce_async(tensor_buffer(bucket.buffer), average), nullptr, {}};
+    return {
+        group.allreduce_async(tensor_buffer(bucket.buffer), average), nullptr, {}, std::nullopt};
   }
   auto plan = plan_for(bucket);
   if (!options_.warm_start) {
@@ -177,9 +178,8 @@ PendingReduction PowerSgdHook::start(Group& group, GradBucket& bucket) {
   auto finish = [this, plan, compensated_gradient, round1, reducing_group, target]() mutable {
     finish_round_two(*reducing_group, *plan, target, compensated_gradient, round1);
   };
-  PendingReduction reduction{std::move(work), std::move(finish), round1};
-  reduction.wire_bytes = static_cast<size_t>(round1.nbytes() + plan->q_numel * sizeof(float));
-  return reduction;
+  const auto wire_bytes = static_cast<size_t>(round1.nbytes() + plan->q_numel * sizeof(float));
+  return {std::move(work), std::move(finish), round1, wire_bytes};
 }
 
 // Steps 2 and 3 of the header's comment, when round 1's sum of P has arrived.

@@ -47,9 +47,7 @@ PendingReduction RandomKHook::start(Group& group, GradBucket& bucket) {
   auto finish = [target, indices, values]() mutable {
     target.zero_().index_copy_(0, indices, values);
   };
-  PendingReduction reduction{std::move(work), std::move(finish), values};
-  reduction.wire_bytes = static_cast<size_t>(values.nbytes());
-  return reduction;
+  return {std::move(work), std::move(finish), values, static_cast<size_t>(values.nbytes())};
 }
 
 std::shared_ptr<RandomKHook> random_k_hook(RandomKOptions options) {

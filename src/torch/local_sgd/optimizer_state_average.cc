@@ -21,7 +21,8 @@ std::string state_key(const torch::Tensor& parameter) {
 }
 
 std::string describe(const c10::IValue& value) {
-  if (value.isTensor()) return std::string(c10::toString(value.toTensor().scalar_type())) + " tensor";
+  if (value.isTensor())
+    return std::string(c10::toString(value.toTensor().scalar_type())) + " tensor";
   return value.tagKind();
 }
 

@@ -12,8 +12,9 @@ constexpr const char* kWho = "PeriodicModelAverager";
 PeriodicModelAverager::PeriodicModelAverager(std::shared_ptr<Group> group, LocalSgdOptions options)
     : group_(std::move(group)), options_(options) {
   COHORT_CHECK(group_ != nullptr, kWho, ": the group is null");
-  COHORT_CHECK(options_.period >= 1, kWho, ": period must be >= 1 (average every period steps), got ",
-               options_.period, "; use 1 to average after every step");
+  COHORT_CHECK(options_.period >= 1, kWho,
+               ": period must be >= 1 (average every period steps), got ", options_.period,
+               "; use 1 to average after every step");
   COHORT_CHECK(options_.warmup_steps >= 0, kWho, ": warmup_steps must be >= 0, got ",
                options_.warmup_steps, "; use 0 to average from the first step");
 }
@@ -31,15 +32,25 @@ bool PeriodicModelAverager::average(const std::vector<torch::Tensor>& parameters
   }
   const bool now = local_sgd::due(step_++, options_.warmup_steps, options_.period);
   if (!now) return false;
-  local_sgd::average_fused(*group_, parameters, kWho);
-  if (options_.average_optimizer_state) {
-    unaveraged_state_ = local_sgd::average_optimizer_state(*group_, *optimizer, kWho);
-  }
+  average_now(parameters, optimizer);
   return true;
 }
 
 bool PeriodicModelAverager::average(torch::nn::Module& module, torch::optim::Optimizer* optimizer) {
   return average(local_sgd::trainable_parameters(module), optimizer);
+}
+
+void PeriodicModelAverager::average_now(const std::vector<torch::Tensor>& parameters,
+                                        torch::optim::Optimizer* optimizer) {
+  local_sgd::average_fused(*group_, parameters, kWho);
+  if (options_.average_optimizer_state && optimizer != nullptr) {
+    unaveraged_state_ = local_sgd::average_optimizer_state(*group_, *optimizer, kWho);
+  }
+}
+
+void PeriodicModelAverager::average_now(torch::nn::Module& module,
+                                        torch::optim::Optimizer* optimizer) {
+  average_now(local_sgd::trainable_parameters(module), optimizer);
 }
 
 }  // namespace cohort

@@ -69,7 +69,8 @@ class ReduceScatterHook final : public CommHook {
     options.stream = current_stream(bucket.buffer);
     return {group.reduce_scatter_async(tensor_buffer(bucket.buffer), tensor_buffer(block), options),
             nullptr,
-            {}};  // reduced: the bucket itself
+            {},  // reduced: the bucket itself
+            std::nullopt};
   }
   std::string name() const override { return "zero_reduce_scatter"; }
 
