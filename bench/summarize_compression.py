@@ -2,7 +2,7 @@
 """Tables and plots of bench/compression.sh's raw outputs: summarize_compression.py WORK_DIR.
 
 For each link (the part of a run's name before the dot: shm, net-1gbit, ...) and method: the
-median over epochs of the epoch's training time (the sum of its steps' step_ms), the median
+median over epochs of the epoch's training time (the sum of its steps' step_ms), the mean
 bytes per step each rank handed to gradient collectives, the last test accuracy printed, and
 the speed-up over ddp on the same link. One SVG per link of test accuracy against cumulative
 training time (gnuplot, when installed).
@@ -28,7 +28,8 @@ def run_figures(out):
     accuracies = [float(a) for a in re.findall(r"test accuracy ([\d.]+)%", out.read_text())]
     return {
         "epoch_s": statistics.median(epoch_ms.values()) / 1000 if epoch_ms else float("nan"),
-        "bytes": statistics.median(s["reduced_bytes"] for s in steps) if steps else 0,
+        # A mean, not a median: local SGD sends the model every H-th step and nothing between.
+        "bytes": statistics.mean(s["reduced_bytes"] for s in steps) if steps else 0,
         "accuracy": accuracies[-1] if accuracies else float("nan"),
         # (cumulative training seconds, accuracy) after each evaluated epoch
         "curve": list(zip(cumulative([epoch_ms[e] / 1000 for e in sorted(epoch_ms)]), accuracies)),

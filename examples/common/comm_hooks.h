@@ -1,6 +1,7 @@
 // The examples' --comm-hook: one table from a name to the DDP communication hook it makes
-// (docs/compression.md). The hook's knobs come from --hook-rank (powersgd), --hook-ratio (topk,
-// randomk) and --hook-levels (qsgd); each hook takes what applies to it.
+// (docs/compression.md). The hook's knobs come from --hook-rank and --hook-start-iter
+// (powersgd), --hook-ratio (topk, randomk) and --hook-levels (qsgd); each hook takes what
+// applies to it.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -22,7 +23,7 @@ struct CommHookSettings {
 
 // Every name --comm-hook takes.
 std::vector<std::string> comm_hook_names();
-// --comm-hook, --hook-rank, --hook-ratio, --hook-levels.
+// --comm-hook, --hook-rank, --hook-start-iter, --hook-ratio, --hook-levels.
 void add_comm_hook_options(CLI::App& app, CommHookSettings& settings);
 // The hook for settings.name; null for "allreduce" (DDP's default). A new hook is one entry of
 // the table in comm_hooks.cc.

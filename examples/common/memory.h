@@ -12,8 +12,8 @@ namespace cohort_examples {
 // One rank's model state in bytes. Under DDP every rank holds all of it; the sharded
 // strategies divide some of it among the ranks (docs/sharding.md, docs/fsdp.md).
 struct ModelStateBytes {
-  int64_t parameters = 0;       // whole parameters (DDP, ZeRO) or this rank's shards (FSDP)
-  int64_t peak_gathered = 0;    // FSDP: the most bytes of whole units held at once
+  int64_t parameters = 0;     // whole parameters (DDP, ZeRO) or this rank's shards (FSDP)
+  int64_t peak_gathered = 0;  // FSDP: the most bytes of whole units held at once
   int64_t gradients = 0;
   int64_t optimizer_state = 0;
   int64_t total() const { return parameters + peak_gathered + gradients + optimizer_state; }

@@ -5,6 +5,7 @@
 #include "checkpointing.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/amp/master_weights.h"
+#include "cohort/torch/compress/compression_hook.h"
 #include "cohort/torch/ddp.h"
 #include "cohort/torch/fsdp.h"
 #include "cohort/torch/local_sgd.h"
@@ -30,6 +31,12 @@ cohort::DdpOptions ddp_options(const StrategyOptions& options) {
   o.bucket_cap_mb = options.bucket_cap_mb;
   o.timeline = options.timeline;
   o.comm_hook = options.comm_hook;
+  if (options.master_weights && std::dynamic_pointer_cast<cohort::CompressionHook>(o.comm_hook)) {
+    throw cohort::InvalidArgument(
+        "--comm-hook " + o.comm_hook->name() +
+        " compresses float32 gradients, and --master-weights makes them 16-bit: give one of "
+        "them (--precision bf16 without --master-weights keeps float32 gradients)");
+  }
   if (options.local_sgd_period > 0) {
     if (options.comm_hook) {
       throw cohort::InvalidArgument(

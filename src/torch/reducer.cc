@@ -495,8 +495,13 @@ void Reducer::account(size_t bucket, const PendingReduction& reduction) {
   stats.comm_ms = Ms(work.finished_at() - work.started_at()).count();
   pending_stats_.buckets.push_back(stats);
   if (options_.timeline) {
-    options_.timeline->record({"bucket " + std::to_string(bucket) + " " + sharding_.collective,
-                               "comm", "comm", work.started_at(), work.finished_at()});
+    // A hook of the user's (compression, say) names itself and what it sent.
+    const bool own_hook = options_.comm_hook && sharding_.collective == "allreduce";
+    const std::string what = own_hook ? options_.comm_hook->name() + ", " +
+                                            std::to_string(stats.reduced_bytes) + " bytes"
+                                      : sharding_.collective;
+    options_.timeline->record({"bucket " + std::to_string(bucket) + " " + what, "comm", "comm",
+                               work.started_at(), work.finished_at()});
   }
 }
 

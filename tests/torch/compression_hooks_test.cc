@@ -425,6 +425,48 @@ TEST(CompressionHooks, UnderDdpRanksStayBitwiseIdenticalAndReportPayloadBytes) {
 }
 
 // A bucket of no gradients (a parameter with no elements) sends empty payloads and stays empty.
+// An inf gradient (an overflow the GradScaler will skip) must not live on in the residual: the
+// next finite step decodes to finite values, for every hook with error feedback.
+TEST(CompressionHooks, ANonFiniteGradientIsNotCarriedIntoLaterSteps) {
+  for (const auto& made : feedback_hooks()) {
+    SCOPED_TRACE(made.name);
+    run_with_groups(1, [&](int, std::shared_ptr<Group> group) {
+      auto hook = made.make();
+      auto overflowed = gradient(0, 0, 64);
+      overflowed[5] = std::numeric_limits<float>::infinity();
+      GradBucket first = bucket_of(overflowed, 0, 0);
+      reduce(*hook, *group, first);
+      EXPECT_TRUE(torch::isfinite(hook->residual(0)).all().item<bool>());
+      GradBucket second = bucket_of(gradient(0, 1, 64), 0, 1);
+      reduce(*hook, *group, second);
+      EXPECT_TRUE(torch::isfinite(second.buffer).all().item<bool>());
+    });
+  }
+}
+
+// DDP rebuilds its buckets after the first iteration. A bucket of the same size that now holds
+// other parameters (or the same in another order) starts a new residual instead of adding the
+// old one to the wrong gradients.
+TEST(CompressionHooks, ARebuiltBucketOfTheSameSizeStartsANewResidual) {
+  run_with_groups(1, [&](int, std::shared_ptr<Group> group) {
+    auto hook = top_k_hook({0.25});
+    auto a = torch::zeros({32}), b = torch::zeros({32});
+    GradBucket first = bucket_of(gradient(0, 0, 64), 0, 0);
+    first.parameters = {a, b};
+    reduce(*hook, *group, first);
+    ASSERT_GT(hook->residual(0).abs().sum().item<float>(), 0);
+    GradBucket same = bucket_of(torch::zeros({64}), 0, 1);
+    same.parameters = {a, b};
+    reduce(*hook, *group, same);  // compensated = the old residual: some of it is sent
+    EXPECT_GT(same.buffer.abs().sum().item<float>(), 0);
+    GradBucket rebuilt = bucket_of(torch::zeros({64}), 0, 2);
+    rebuilt.parameters = {b, a};
+    reduce(*hook, *group, rebuilt);  // a new layout: nothing carried, nothing sent
+    EXPECT_EQ(rebuilt.buffer.abs().sum().item<float>(), 0);
+    EXPECT_EQ(hook->residual(0).abs().sum().item<float>(), 0);
+  });
+}
+
 TEST(CompressionHooks, EmptyBucketsPassThrough) {
   run_with_groups(2, [](int, std::shared_ptr<Group> group) {
     for (const Made& made : every_hook()) {

@@ -1,10 +1,11 @@
 // Local SGD (local_sgd.h): periodic and hierarchical model averaging and post-local SGD, on
 // thread ranks that each train a copy of one model on their own slice of every batch.
+#include "cohort/torch/local_sgd.h"
+
 #include <gtest/gtest.h>
 
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp.h"
-#include "cohort/torch/local_sgd.h"
 #include "ddp_harness.h"
 #include "local_training.h"
 
@@ -34,8 +35,7 @@ std::vector<torch::Tensor> momenta(torch::optim::SGD& sgd, torch::nn::Sequential
   std::vector<torch::Tensor> buffers;
   for (const auto& p : model->parameters()) {
     auto& state = sgd.state().at(c10::guts::to_string(p.unsafeGetTensorImpl()));
-    buffers.push_back(
-        static_cast<torch::optim::SGDParamState&>(*state).momentum_buffer().clone());
+    buffers.push_back(static_cast<torch::optim::SGDParamState&>(*state).momentum_buffer().clone());
   }
   return buffers;
 }
@@ -230,9 +230,9 @@ TEST(LocalSgd, PostLocalMatchesDdpForKStepsThenDivergesUntilAveraged) {
         options.period = kPeriod;
         options.warmup_steps = kStart;
         auto averager = std::make_shared<PeriodicModelAverager>(group, options);
-        auto keep = std::make_shared<std::pair<std::shared_ptr<DistributedDataParallel>,
-                                               std::shared_ptr<PeriodicModelAverager>>>(
-            wrapped, averager);
+        auto keep =
+            std::make_shared<std::pair<std::shared_ptr<DistributedDataParallel>,
+                                       std::shared_ptr<PeriodicModelAverager>>>(wrapped, averager);
         return RankSetup{keep, [averager](torch::nn::Module& m, torch::optim::Optimizer& o) {
                            return averager->average(m, &o) ? 1 : 0;
                          }};
@@ -378,6 +378,42 @@ TEST(LocalSgd, MismatchedParameterShapesAreNamedOnEveryRank) {
               std::string::npos)
         << error;
     EXPECT_NE(error.find("[17, 10]' on rank 1"), std::string::npos) << error;
+  }
+}
+
+// average_now() averages outside the schedule (the example's end of an epoch) without counting
+// a step: the schedule's next average comes at the call it would have anyway.
+TEST(LocalSgd, AverageNowAveragesOffScheduleWithoutCountingAStep) {
+  constexpr int kWorld = 2;
+  LocalSgdOptions options;
+  options.period = 4;
+  options.warmup_steps = 1;
+  const auto prototype = small_mlp();
+  std::vector<torch::nn::Sequential> models;
+  for (int r = 0; r < kWorld; ++r) {
+    models.push_back(copy_of(prototype));
+    torch::NoGradGuard no_grad;
+    for (auto& p : models.back()->parameters()) p.add_(r + 1);  // rank r: prototype + r + 1
+  }
+  std::vector<std::vector<torch::Tensor>> after(kWorld);
+  std::vector<int64_t> steps(kWorld);
+  std::vector<int> scheduled(kWorld);
+  run_with_groups(kWorld, [&](int rank, std::shared_ptr<Group> group) {
+    PeriodicModelAverager averager(group, options);
+    const bool before_warmup = averager.average(*models[rank]);  // call 0
+    averager.average_now(*models[rank]);
+    steps[rank] = averager.step();
+    after[rank] = snapshot(models[rank]->parameters());
+    scheduled[rank] = before_warmup ? -1 : averager.average(*models[rank]);  // call 1: due
+  });
+  const auto start = prototype->parameters();
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(steps[r], 1) << "rank " << r;
+    EXPECT_EQ(scheduled[r], 1) << "rank " << r;
+    for (size_t i = 0; i < start.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(after[r][i], start[i] + 1.5, 1e-6, 1e-6))
+          << "rank " << r << " parameter " << i;
+    }
   }
 }
 

@@ -67,10 +67,13 @@ struct DdpOptions {
 // (DistributedDataParallel::last_iteration_stats()).
 struct BucketStats {
   size_t bytes = 0;  // of gradients in the bucket
-  // What went on the wire: the dtype and bytes of the tensor the collective reduced (for a
-  // reduce-scatter, its whole input). The gradients' own for the default hook and ZeRO; 16-bit
-  // and half the bytes for the compression hooks; float32 and twice the bytes of a 16-bit
-  // bucket for float32_reduction_hook; FSDP's MixedPrecisionPolicy::reduce_dtype when set.
+  // What this rank handed to the bucket's collectives: the dtype and bytes of the tensor the
+  // collective reduced (for a reduce-scatter, its whole input). The gradients' own for the
+  // default hook and ZeRO; 16-bit and half the bytes for fp16/bf16_compress_hook; float32 and
+  // twice the bytes of a 16-bit bucket for float32_reduction_hook; FSDP's
+  // MixedPrecisionPolicy::reduce_dtype when set; the compression hooks' own count
+  // (PendingReduction::wire_bytes: PowerSGD's P and Q, an allgather's payload once, although
+  // a ring allgather forwards each rank's payload to W - 1 ranks).
   torch::ScalarType reduced_dtype = torch::kFloat32;
   size_t reduced_bytes = 0;
   // From the moment the bucket's gradients were all ready (its reduction was started) to the

@@ -26,6 +26,7 @@ struct PowerSgdHook::Matrix {
 // Round 1's buffer holds every P back to back, then the whole tensors; round 2's every Q.
 struct PowerSgdHook::BucketPlan {
   int64_t numel = 0;
+  std::vector<const void*> layout;  // CompressionHook::layout_of the bucket planned
   std::vector<Matrix> matrices;
   std::vector<std::pair<int64_t, int64_t>> whole;
   int64_t p_numel = 0;
@@ -127,10 +128,12 @@ PowerSgdHook::PowerSgdHook(PowerSgdOptions options) : options_(options) {
 std::shared_ptr<PowerSgdHook::BucketPlan> PowerSgdHook::plan_for(const GradBucket& bucket) {
   if (plans_.size() <= bucket.index) plans_.resize(bucket.index + 1);
   auto& plan = plans_[bucket.index];
-  if (plan && plan->numel == bucket.buffer.numel()) return plan;
+  auto layout = layout_of(bucket);
+  if (plan && plan->numel == bucket.buffer.numel() && plan->layout == layout) return plan;
   // First use, or the bucket was rebuilt (GradBucket::iteration): plan it again.
   plan = std::make_shared<BucketPlan>();
   plan->numel = bucket.buffer.numel();
+  plan->layout = std::move(layout);
   if (bucket.gradients.empty())
     fail(bucket, "the bucket lists no gradients to shape matrices from");
   for (const auto& gradient : bucket.gradients) {
@@ -157,12 +160,7 @@ std::shared_ptr<PowerSgdHook::BucketPlan> PowerSgdHook::plan_for(const GradBucke
 
 PendingReduction PowerSgdHook::start(Group& group, GradBucket& bucket) {
   require_float32(bucket);
-  if (bucket.iteration < options_.start_iter) {
-    CollectiveOptions average = sum_options(bucket.buffer);
-    average.op = ReduceOp::kAvg;
-    return {
-        group.allreduce_async(tensor_buffer(bucket.buffer), average), nullptr, {}, std::nullopt};
-  }
+  if (bucket.iteration < options_.start_iter) return allreduce_->start(group, bucket);
   auto plan = plan_for(bucket);
   if (!options_.warm_start) {
     draw_q(*plan, shared_generator(options_, bucket.iteration, bucket.index),

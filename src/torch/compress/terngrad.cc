@@ -3,7 +3,7 @@
 // (0: 0, 1: +1, 2: -1) packed 4 to a byte: E[scale * t] = c, unbiased, with variance
 // scale * |c| - c^2 <= scale^2 / 4. 4 + ceil(n / 4) bytes per rank, one allgather. On the
 // bucket's device, random numbers from a CPU generator (Note [Compression on the device],
-// gathered_payloads.h). A zero bucket sends scale 0 and no codes; a non-finite one decodes to
+// gathered_payloads.h). A zero bucket sends scale 0 and all codes 0; a non-finite one decodes to
 // NaN (0 * inf), as QSGD does.
 #include <ATen/CPUGeneratorImpl.h>
 

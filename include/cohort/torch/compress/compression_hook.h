@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "cohort/torch/comm_hook.h"
 
@@ -27,21 +28,31 @@ class CompressionHook : public CommHook {
   torch::Tensor residual(size_t bucket) const;
 
  protected:
-  // gradient + residual(bucket) in a new float32 tensor (the residual is created, as zeros, at
-  // the bucket's first use, and again if the bucket's size changed: the rebuild after the
-  // first iteration).
+  // gradient + residual(bucket) in a new float32 tensor. The residual is created, as zeros, at
+  // the bucket's first use, and again if the bucket now holds other parameters or holds them in
+  // another order (DDP's rebuild after the first iteration): iteration 0's residual is dropped
+  // then, the only one that is.
   torch::Tensor compensated(const GradBucket& bucket);
   // residual(bucket) = compensated - sent, where sent is this rank's decompressed contribution.
+  // A residual that is not finite (an inf or NaN gradient: an overflow the GradScaler skips)
+  // is dropped instead of being carried into every later step.
   void keep_residual(const GradBucket& bucket, const torch::Tensor& compensated,
                      const torch::Tensor& sent);
+  // The bucket's parameters in order, as identities: two layouts of one bucket index differ
+  // here when the bucket was rebuilt, even at the same size.
+  static std::vector<const void*> layout_of(const GradBucket& bucket);
   // Throws InvalidArgument "<name()> hook, bucket <index> (<numel> x <dtype>): <what>".
   [[noreturn]] void fail(const GradBucket& bucket, const std::string& what) const;
   // The bucket must be a float32 tensor (every compressor here works in float32).
   void require_float32(const GradBucket& bucket) const;
 
  private:
+  struct Residual {
+    torch::Tensor values;
+    std::vector<const void*> layout;  // layout_of() the bucket it belongs to
+  };
   mutable std::mutex mutex_;  // residuals are written on the autograd thread, read by anyone
-  std::map<size_t, torch::Tensor> residuals_;
+  std::map<size_t, Residual> residuals_;
 };
 
 // A seed for random choices that ranks must make alike (Random-K's indices) or differently

@@ -65,7 +65,8 @@ class PowerSgdHook final : public CompressionHook {
                         const torch::Tensor& compensated_gradient, const torch::Tensor& round1);
 
   PowerSgdOptions options_;
-  std::vector<std::shared_ptr<BucketPlan>> plans_;  // by bucket index
+  std::shared_ptr<CommHook> allreduce_ = allreduce_hook();  // before start_iter
+  std::vector<std::shared_ptr<BucketPlan>> plans_;          // by bucket index
 };
 
 std::shared_ptr<PowerSgdHook> powersgd_hook(PowerSgdOptions options = {});
