@@ -59,7 +59,8 @@ struct LocalSgdOptions {
   // optimizer (the state is walked through its serialize() entries, so optimizers cohort does
   // not know work too). Not averaged: integer and bool tensors and non-tensor entries (Adam's
   // `step` count, which is the same on every rank anyway), and lists of tensors (LBFGS's
-  // history); unaveraged_state() names them.
+  // history), and the state of a parameter some rank has not stepped yet (a step its
+  // GradScaler skipped); unaveraged_state() names them.
   bool average_optimizer_state = false;
 };
 

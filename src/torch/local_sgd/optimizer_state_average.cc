@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cohort/core/check.h"
+#include "cohort/torch/tensor_buffer.h"
 #include "local_sgd/averaging.h"
 
 namespace cohort::local_sgd {
@@ -26,6 +27,26 @@ std::string describe(const c10::IValue& value) {
   return value.tagKind();
 }
 
+// Whether each parameter (in param_groups order) has state on every rank. A rank that skipped
+// a step the others took (a GradScaler overflow on it alone, in local SGD's local phase) may
+// lack some, and the fused allreduce must pair the same tensors on every rank.
+std::vector<bool> stepped_everywhere(Group& group, torch::optim::Optimizer& optimizer) {
+  std::vector<int32_t> has_state;
+  for (auto& param_group : optimizer.param_groups()) {
+    for (const auto& parameter : param_group.params()) {
+      auto found = optimizer.state().find(state_key(parameter));
+      has_state.push_back(found != optimizer.state().end() && found->second != nullptr);
+    }
+  }
+  auto flags = torch::tensor(has_state, torch::kInt32);
+  CollectiveOptions everywhere;
+  everywhere.op = ReduceOp::kMin;
+  group.allreduce(tensor_buffer(flags), everywhere);
+  std::vector<bool> result;
+  for (int64_t i = 0; i < flags.numel(); ++i) result.push_back(flags[i].item<int32_t>() != 0);
+  return result;
+}
+
 }  // namespace
 
 std::vector<std::string> average_optimizer_state(Group& group, torch::optim::Optimizer& optimizer,
@@ -34,12 +55,17 @@ std::vector<std::string> average_optimizer_state(Group& group, torch::optim::Opt
   std::vector<std::pair<torch::optim::OptimizerParamState*, torch::serialize::InputArchive>> read;
   std::vector<torch::Tensor> tensors;
   auto& states = optimizer.state();
+  const std::vector<bool> everywhere = stepped_everywhere(group, optimizer);
   size_t index = 0;
   for (auto& param_group : optimizer.param_groups()) {
     for (const auto& parameter : param_group.params()) {
       const size_t this_index = index++;
       auto found = states.find(state_key(parameter));
       if (found == states.end() || found->second == nullptr) continue;  // not stepped yet
+      if (!everywhere[this_index]) {
+        unaveraged.push_back(detail::concat("param ", this_index, ": no state on some rank yet"));
+        continue;
+      }
       torch::serialize::OutputArchive out;
       found->second->serialize(out);
       std::stringstream bytes;
