@@ -1,0 +1,48 @@
+// The messages between a parameter server and one of its clients (Note [Parameter server
+// protocol]), over the two-rank group of the pair (pair_groups.h).
+//
+// Note [Parameter server protocol]
+// Every exchange is started by the client and answered by the server, in order, on the pair's
+// own group (so a pair whose peer dies fails alone):
+//   client -> server  Header{kPull}                        the first parameters
+//   client -> server  Header{kPush, computed_on, clock} + the gradient of the server's shard
+//   client -> server  Header{kDone}                        no more gradients
+//   server -> client  Header{kParameters, version} + the shard's parameters, once per request;
+//                     for kPush when the consistency rule lets the client go on
+//                     (server_shard.h), for kDone when every client is done.
+// Headers travel on kHeaderTag and payloads on kPayloadTag; both sizes are known to both
+// sides, since a payload is always the whole shard in the model's dtype.
+#pragma once
+
+#include <cstdint>
+
+#include "cohort/comm/group.h"
+
+namespace cohort::ps {
+
+enum class MessageKind : int64_t { kPull = 1, kPush = 2, kDone = 3, kParameters = 4 };
+
+struct Header {
+  MessageKind kind = MessageKind::kPull;
+  int64_t computed_on = 0;  // kPush: the version of the parameters the gradient came from
+  int64_t clock = 0;        // kPush: how many gradients this client pushed before this one
+  int64_t version = 0;      // kParameters: the version of the parameters that follow
+};
+static_assert(sizeof(Header) == 4 * sizeof(int64_t), "headers travel as four int64");
+
+inline constexpr uint32_t kHeaderTag = 1;
+inline constexpr uint32_t kPayloadTag = 2;
+
+inline ConstBuffer header_buffer(const Header& header) {
+  return ConstBuffer(&header, 4, DType::kInt64);
+}
+inline Buffer header_buffer(Header& header) { return Buffer{&header, 4, DType::kInt64}; }
+
+inline CollectiveOptions on_tag(uint32_t tag, Milliseconds timeout) {
+  CollectiveOptions options;
+  options.tag = tag;
+  options.timeout = timeout;
+  return options;
+}
+
+}  // namespace cohort::ps
