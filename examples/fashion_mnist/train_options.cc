@@ -78,6 +78,25 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--local-sgd-warmup", o.local_sgd_warmup,
                  "Post-local SGD: steps of ordinary DDP before local SGD starts")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--mode", o.mode,
+                 "sync: every step together (--strategy); ps: parameter server, asynchronous; "
+                 "ssp: parameter server with bounded staleness --staleness (docs/async.md)")
+      ->check(CLI::IsMember(kModeNames))
+      ->capture_default_str();
+  app.add_option("--staleness", o.staleness,
+                 "ssp: how many steps behind a gradient's parameters may be (0: synchronous)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--servers", o.servers, "ps, ssp: how many of the last ranks serve parameters")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--backup-workers", o.backup_workers,
+                 "ssp with --staleness 0: a step goes on once all but this many workers pushed")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--staleness-lr-scaling", o.staleness_lr_scaling,
+               "ps, ssp: scale each gradient by 1/staleness (the learning rate, for SGD)");
+  app.add_flag("--hybrid", o.hybrid,
+               "ps, ssp: the workers of a node average with an allreduce, one of them pushes");
+  app.add_option("--time-limit", o.time_limit_s, "Stop training after this many seconds")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--checkpoint", o.checkpoint, "Checkpoint written after each epoch ('' for none)");
   app.add_flag("--resume", o.resume,
                "Continue from --checkpoint when it exists, even when an earlier job wrote it (a "

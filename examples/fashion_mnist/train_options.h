@@ -12,6 +12,7 @@
 namespace fashion_mnist {
 
 inline const std::vector<std::string> kLrScheduleNames = {"constant", "cosine", "poly"};
+inline const std::vector<std::string> kModeNames = {"sync", "ps", "ssp"};
 
 struct TrainOptions {
   std::string data_dir;       // default: kDefaultDataDir
@@ -52,6 +53,19 @@ struct TrainOptions {
   // averaged every local_sgd steps, after local_sgd_warmup steps of ordinary DDP.
   int64_t local_sgd = 0;
   int64_t local_sgd_warmup = 0;
+  // How the workers agree on the parameters (docs/async.md): "sync" (every step together:
+  // --strategy), "ps" (a parameter server, asynchronous) or "ssp" (a parameter server with
+  // bounded staleness --staleness; 0 is synchronous). Parameter-server jobs: the last
+  // --servers ranks serve, the others train.
+  std::string mode = "sync";
+  int staleness = 0;
+  int servers = 1;
+  int backup_workers = 0;  // ssp with --staleness 0: a step goes on without the last b
+  bool staleness_lr_scaling = false;
+  bool hybrid = false;  // the workers of a node allreduce, one of them pushes
+  // > 0: training stops after this many seconds (benchmarks at a fixed time), on every rank
+  // at the same step under sync.
+  double time_limit_s = 0;
   std::string checkpoint = "fashion_mnist.ckpt";  // written after each epoch; "" for none
   bool resume = false;
   std::string metrics;     // per-step figures: .csv, else JSON lines

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "checkpointing.h"
+#include "cohort/comm/straggler.h"
 #include "cohort/comm/timeline.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/checkpoint.h"
@@ -13,10 +14,12 @@
 #include "cohort/torch/nn/sync_batch_norm.h"
 #include "cohort/torch/optim/lr_schedule.h"
 #include "dataset.h"
+#include "evaluation.h"
 #include "fmnist_models.h"
 #include "optimizers.h"
 #include "precision.h"
 #include "progress.h"
+#include "ps_trainer.h"
 #include "ranks.h"
 #include "step_metrics.h"
 #include "strategy.h"
@@ -36,11 +39,6 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-struct Evaluation {
-  double accuracy = 0;
-  double loss = 0;
-};
-
 class Trainer {
  public:
   Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group);
@@ -56,8 +54,12 @@ class Trainer {
   void convert_batch_norms();
   Evaluation evaluate();
   void report_epoch(const std::vector<StepRecord>& steps, const std::optional<Evaluation>& eval);
+  void report_step_times();
   int64_t planned_steps() const;
-  bool out_of_steps() const { return options_.max_steps > 0 && state_.step >= options_.max_steps; }
+  bool out_of_steps() const {
+    return out_of_time_ || (options_.max_steps > 0 && state_.step >= options_.max_steps);
+  }
+  void check_time_limit();
   bool rank0() const { return group_->rank() == 0; }
 
   TrainOptions options_;
@@ -76,6 +78,11 @@ class Trainer {
   Progress progress_;
   int64_t samples_run_ = 0;
   double ms_run_ = 0;
+  // --time-limit, COHORT_SLOW_RANKS and the per-rank step-time report (docs/async.md).
+  Clock::time_point started_ = Clock::now();
+  bool out_of_time_ = false;
+  cohort::SlowDown slow_ = cohort::SlowDown::from_env(group_->rank());
+  cohort::StepTimes step_times_;
 };
 
 int64_t per_rank_batch(const TrainOptions& options, const cohort::Group& group) {
@@ -157,8 +164,19 @@ void Trainer::convert_batch_norms() {
   }
 }
 
+// Every rank stops at the same step: the ranks agree with one tiny allreduce per step, only
+// when a limit is set.
+void Trainer::check_time_limit() {
+  if (options_.time_limit_s <= 0) return;
+  const double elapsed_s = std::chrono::duration<double>(Clock::now() - started_).count();
+  int32_t over = elapsed_s >= options_.time_limit_s ? 1 : 0;
+  group_->allreduce(cohort::Buffer{&over, 1, cohort::DType::kInt32}, {cohort::ReduceOp::kMax});
+  out_of_time_ = over != 0;
+}
+
 TrainResult Trainer::run() {
   strategy_->resume(options_.checkpoint, options_.resume, state_);
+  started_ = Clock::now();
   TrainResult result;
   for (; state_.epoch < options_.epochs && !out_of_steps(); ++state_.epoch) {
     if (sampler_->epoch() != static_cast<uint64_t>(state_.epoch)) sampler_->set_epoch(state_.epoch);
@@ -168,6 +186,7 @@ TrainResult Trainer::run() {
     if (!options_.skip_eval) eval = evaluate();
     if (eval) result.test_accuracy = eval->accuracy;
     report_epoch(steps, eval);
+    report_step_times();
     cohort_examples::print_memory_of_ranks(*strategy_, *optimizer_, *group_);
     strategy_->save(options_.checkpoint, state_, *sampler_, !out_of_steps());
   }
@@ -187,6 +206,7 @@ std::vector<StepRecord> Trainer::train_epoch() {
   for (auto it = loader_->begin(); it != loader_->end() && !out_of_steps();) {
     const double data_ms = ms_since(fetch);
     records.push_back(train_step(*it, data_ms));
+    check_time_limit();
     progress_.update(static_cast<int64_t>(records.size()), records.back().samples,
                      records.back().loss);
     fetch = Clock::now();
@@ -214,7 +234,9 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
     auto span = trace(timeline_.get(), "backward");
     precision_.scaler().scale(loss).backward();
   }
+  slow_.after_compute(Clock::now() - start);
   r.backward_ms = ms_since(start) - r.forward_ms;
+  step_times_.add(r.forward_ms + r.backward_ms);
   {
     auto span = trace(timeline_.get(), "optimizer step");
     r.loss_scale = precision_.scaler().get_scale();  // the scale this step's loss was scaled by
@@ -239,30 +261,18 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   return r;
 }
 
-// Each rank evaluates its slice of the test set; the counts are summed over the group. The
-// slices may take different numbers of forwards, so a sharded model is gathered whole first.
+// The slices may take different numbers of forwards, so a sharded model is gathered whole
+// first.
 Evaluation Trainer::evaluate() {
   auto span = trace(timeline_.get(), "evaluate");
   const auto whole = strategy_->whole_parameters();
-  torch::NoGradGuard no_grad;
   model_->eval();
-  const int64_t n = test_.size(), w = group_->size(), r = group_->rank();
-  const int64_t begin = n * r / w, end = n * (r + 1) / w;
-  std::vector<double> sums = {0.0, 0.0};  // correct, loss
-  for (int64_t i = begin; i < end; i += 1000) {
-    const int64_t stop = std::min(end, i + 1000);
-    torch::Tensor out;
-    {
-      const auto autocast = precision_.forward_scope();
-      out = model_->forward(test_.images.slice(0, i, stop)).to(torch::kFloat32);
-    }
-    const torch::Tensor labels = test_.labels.slice(0, i, stop);
-    sums[0] += out.argmax(1).eq(labels).sum().item<double>();
-    sums[1] += torch::nll_loss(out, labels, {}, at::Reduction::Sum).item<double>();
-  }
-  group_->allreduce(cohort::make_buffer(sums));
+  const Evaluation result = evaluate_slices(test_, *group_, [&](const torch::Tensor& images) {
+    const auto autocast = precision_.forward_scope();
+    return model_->forward(images).to(torch::kFloat32);
+  });
   model_->train();
-  return {sums[0] / double(n), sums[1] / double(n)};
+  return result;
 }
 
 void Trainer::report_epoch(const std::vector<StepRecord>& steps,
@@ -277,9 +287,35 @@ void Trainer::report_epoch(const std::vector<StepRecord>& steps,
   std::fflush(stdout);
 }
 
+// Collective: which rank computes slowest (a straggler holds every step of every rank back).
+void Trainer::report_step_times() {
+  const cohort::StepTimes::Report report = step_times_.report(*group_);
+  if (rank0() && group_->size() > 1) {
+    std::printf("%s\n", report.describe().c_str());
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
+// Options of the parameter-server modes given to --mode sync.
+void refuse_parameter_server_options(const TrainOptions& o) {
+  auto refuse = [](bool given, const char* what) {
+    if (given) {
+      throw cohort::InvalidArgument(std::string(what) +
+                                    " is for --mode ps or ssp (docs/async.md), not --mode sync");
+    }
+  };
+  refuse(o.staleness != 0, "--staleness");
+  refuse(o.servers != 1, "--servers");
+  refuse(o.backup_workers != 0, "--backup-workers");
+  refuse(o.staleness_lr_scaling, "--staleness-lr-scaling");
+  refuse(o.hybrid, "--hybrid");
+}
+
 TrainResult train(const TrainOptions& options, std::shared_ptr<cohort::Group> group) {
+  if (options.mode != "sync") return train_with_parameter_server(options, std::move(group));
+  refuse_parameter_server_options(options);
   return Trainer(options, std::move(group)).run();
 }
 

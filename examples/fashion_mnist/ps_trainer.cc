@@ -1,0 +1,237 @@
+#include "ps_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "cohort/comm/straggler.h"
+#include "cohort/comm/timeline.h"
+#include "cohort/core/check.h"
+#include "cohort/core/error.h"
+#include "cohort/torch/distributed_sampler.h"
+#include "cohort/torch/parameter_server.h"
+#include "dataset.h"
+#include "evaluation.h"
+#include "fmnist_models.h"
+#include "optimizers.h"
+#include "ranks.h"
+
+namespace fashion_mnist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// What the data-parallel strategies have and a parameter-server job does not.
+void refuse_what_does_not_apply(const TrainOptions& o) {
+  auto refuse = [&](bool given, const std::string& what) {
+    if (given) {
+      throw cohort::InvalidArgument(what + " does not apply to --mode " + o.mode +
+                                    " (docs/async.md): leave it out, or use --mode sync");
+    }
+  };
+  refuse(o.strategy != "ddp", "--strategy " + o.strategy);
+  refuse(o.precision != "fp32" || o.master_weights, "--precision/--master-weights");
+  refuse(o.sync_bn, "--sync-bn");
+  refuse(!o.comm_hook.name.empty() && o.comm_hook.name != "allreduce", "--comm-hook");
+  refuse(o.local_sgd > 0, "--local-sgd");
+  refuse(o.lr_schedule != "constant" || o.warmup() > 0, "--lr-schedule/--warmup-steps");
+  refuse(o.resume, "--resume");
+  refuse(o.mode == "ps" && o.staleness > 0, "--staleness (it is for --mode ssp)");
+}
+
+cohort::ParameterServerOptions server_options(const TrainOptions& o,
+                                              std::shared_ptr<cohort::Timeline> timeline) {
+  cohort::ParameterServerOptions p;
+  p.num_servers = o.servers;
+  p.consistency =
+      o.mode == "ps" ? cohort::Consistency::kAsynchronous : cohort::Consistency::kBoundedStaleness;
+  p.staleness = o.staleness;
+  p.backup_workers = o.backup_workers;
+  p.staleness_lr_scaling = o.staleness_lr_scaling;
+  p.hybrid = o.hybrid;
+  p.timeline = std::move(timeline);
+  return p;
+}
+
+std::string staleness_histogram(const cohort::ServerStats& stats) {
+  std::string text;
+  double sum = 0;
+  for (size_t t = 0; t < stats.staleness_counts.size(); ++t) {
+    if (stats.staleness_counts[t] == 0) continue;
+    text += " " + std::to_string(t) + ":" + std::to_string(stats.staleness_counts[t]);
+    sum += static_cast<double>(t) * static_cast<double>(stats.staleness_counts[t]);
+  }
+  char mean[48];
+  std::snprintf(mean, sizeof mean, " (mean %.2f)",
+                stats.applied > 0 ? sum / static_cast<double>(stats.applied) : 0.0);
+  return text + mean;
+}
+
+void print_server_report(int rank, const cohort::ServerStats& s) {
+  std::printf("server rank %d: %lld steps, %lld gradients applied, %lld dropped late; "
+              "staleness:%s\n",
+              rank, (long long)s.version, (long long)s.applied, (long long)s.dropped,
+              staleness_histogram(s).c_str());
+  if (s.slowest_worker >= 0) {
+    std::printf("server rank %d: slowest worker: rank %d, pushes %.2fx as far apart as the "
+                "median\n",
+                rank, s.slowest_worker, s.slowest_ratio);
+  }
+  for (int dead : s.dead_workers) {
+    std::printf("server rank %d: worker rank %d died; the others went on\n", rank, dead);
+  }
+  std::fflush(stdout);
+}
+
+class PsTrainer {
+ public:
+  PsTrainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group)
+      : options_(options), group_(std::move(group)) {
+    refuse_what_does_not_apply(options_);
+    const int workers = group_->size() - options_.servers;
+    COHORT_CHECK(workers > 0, "--servers ", options_.servers, " leaves no worker in a job of ",
+                 group_->size(), " ranks");
+    COHORT_CHECK(options_.batch_size % workers == 0, "--batch-size ", options_.batch_size,
+                 " does not split evenly over the ", workers,
+                 " workers (the ranks that are not --servers): give a multiple of ", workers);
+    torch::set_num_threads(cohort_examples::threads_per_rank(options_.threads, *group_));
+    const bool worker = group_->rank() < group_->size() - options_.servers;
+    workers_ = group_->split(worker ? 0 : -1, group_->rank());
+    torch::manual_seed(options_.seed);  // the same initial weights everywhere
+    model_ = make_fmnist_model(options_.model);
+    ps_ = cohort::ParameterServer::create(
+        group_, *model_, [this](std::vector<torch::Tensor> shard) { return optimizer_of(shard); },
+        server_options(options_, timeline_));
+  }
+
+  TrainResult run() {
+    TrainResult result = ps_->is_server() ? serve() : work();
+    if (timeline_) timeline_->write(*group_);
+    return result;
+  }
+
+ private:
+  // The optimizer of a server's shard; its tensors keep the names of the model's parameters.
+  std::unique_ptr<torch::optim::Optimizer> optimizer_of(const std::vector<torch::Tensor>& shard) {
+    cohort_examples::NamedParameters named;
+    for (const auto& item : model_->named_parameters()) {
+      for (const auto& t : shard) {
+        if (t.is_same(item.value())) named.insert(item.key(), t);
+      }
+    }
+    cohort_examples::OptimizerSettings settings;
+    settings.lr = options_.scaled_lr();
+    settings.momentum = options_.momentum;
+    settings.weight_decay = options_.weight_decay;
+    settings.module = model_.get();
+    return cohort_examples::make_optimizer(options_.optimizer, named, settings);
+  }
+
+  TrainResult serve() {
+    ps_->serve();
+    print_server_report(group_->rank(), ps_->stats());
+    return {};
+  }
+
+  TrainResult work();
+  void train_epoch(torch::data::StatelessDataLoader<FashionMnist, cohort::DistributedSampler>&
+                       loader,
+                   int64_t epoch);
+  bool out_of_budget() const {
+    return (options_.max_steps > 0 && steps_ >= options_.max_steps) ||
+           (options_.time_limit_s > 0 && seconds_since(start_) >= options_.time_limit_s);
+  }
+
+  TrainOptions options_;
+  std::shared_ptr<cohort::Group> group_;
+  std::shared_ptr<cohort::Group> workers_;  // null on servers
+  std::shared_ptr<cohort::Timeline> timeline_ = cohort::Timeline::from_env();
+  std::shared_ptr<FmnistModel> model_;
+  std::unique_ptr<cohort::ParameterServer> ps_;
+  cohort::SlowDown slow_ = cohort::SlowDown::from_env(group_->rank());
+  Clock::time_point start_;
+  int64_t steps_ = 0;
+  int64_t samples_ = 0;
+};
+
+TrainResult PsTrainer::work() {
+  FashionMnist train_set(load_split(options_.data_dir, Split::kTrain));
+  const Images test = options_.skip_eval ? Images{} : load_split(options_.data_dir, Split::kTest);
+  const int64_t batch = cohort_examples::per_rank_batch(options_.batch_size, *workers_);
+  cohort::DistributedSamplerOptions sampling;
+  sampling.seed = options_.seed;
+  sampling.drop_last = true;
+  cohort::DistributedSampler sampler(static_cast<size_t>(train_set.data().size()), *workers_,
+                                     sampling);
+  auto loader = torch::data::make_data_loader(std::move(train_set), sampler,
+                                              torch::data::DataLoaderOptions(batch).drop_last(true));
+  torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
+  model_->train();
+  start_ = Clock::now();
+  for (int64_t epoch = 0; epoch < options_.epochs && !out_of_budget(); ++epoch) {
+    sampler.set_epoch(static_cast<uint64_t>(epoch));
+    train_epoch(*loader, epoch);
+  }
+  // The job's samples over the longest time a worker trained.
+  double trained_s = seconds_since(start_);
+  ps_->finish();
+  double samples = static_cast<double>(samples_);
+  workers_->allreduce(cohort::Buffer{&samples, 1, cohort::DType::kFloat64});
+  workers_->allreduce(cohort::Buffer{&trained_s, 1, cohort::DType::kFloat64},
+                      {cohort::ReduceOp::kMax});
+  TrainResult result;
+  result.samples_per_s = trained_s > 0 ? samples / trained_s : 0;
+  result.steps = steps_;
+  if (!options_.skip_eval) {
+    model_->eval();
+    result.test_accuracy =
+        evaluate_slices(test, *workers_, [&](const torch::Tensor& images) {
+          return model_->forward(images);
+        }).accuracy;
+  }
+  return result;
+}
+
+void PsTrainer::train_epoch(
+    torch::data::StatelessDataLoader<FashionMnist, cohort::DistributedSampler>& loader,
+    int64_t epoch) {
+  double loss_sum = 0;
+  int64_t steps = 0;
+  const Clock::time_point epoch_start = Clock::now();
+  for (auto it = loader.begin(); it != loader.end() && !out_of_budget(); ++it) {
+    const Clock::time_point compute_start = Clock::now();
+    model_->zero_grad();
+    const torch::Tensor loss = torch::nll_loss(model_->forward(it->data), it->target);
+    loss.backward();
+    slow_.after_compute(Clock::now() - compute_start);
+    ps_->push();
+    loss_sum += loss.item<double>();  // while the gradients travel
+    samples_ += it->data.size(0);
+    ++steps;
+    ++steps_;
+    ps_->wait_for_parameters();
+  }
+  if (workers_->rank() == 0 && steps > 0) {
+    std::printf("epoch %lld/%lld (worker rank %d): %lld steps, train loss %.4f, %.1f steps/s, "
+                "parameters at version %lld\n",
+                (long long)epoch + 1, (long long)options_.epochs, group_->rank(), (long long)steps,
+                loss_sum / double(steps), double(steps) / seconds_since(epoch_start),
+                (long long)ps_->parameter_version());
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+TrainResult train_with_parameter_server(const TrainOptions& options,
+                                        std::shared_ptr<cohort::Group> group) {
+  return PsTrainer(options, std::move(group)).run();
+}
+
+}  // namespace fashion_mnist
