@@ -11,6 +11,8 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <unistd.h>
+#include <cstdio>
 
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp.h"
@@ -35,7 +37,7 @@ struct PsResult {
 
 // Per-worker hooks into the training loop (worker index, step).
 struct WorkerHooks {
-  std::function<void(int worker, int step)> before_push;
+  std::function<void(int worker, int step, ParameterServer& ps)> before_push;
   std::function<void(int worker, int step, ParameterServer& ps)> after_wait;
   // Leaves the job (destroys its ParameterServer without finish()) before this step.
   std::function<bool(int worker, int step)> dies_at;
@@ -44,6 +46,7 @@ struct WorkerHooks {
 struct PsJob {
   int world = 3;
   int steps = 20;
+  int first_step = 0;  // of the data: a resumed job trains steps first_step..first_step+steps-1
   ParameterServerOptions options;
   WorkerHooks hooks;
   std::vector<std::string> node_of;  // hybrid: over TCP, rank r on node node_of[r]
@@ -52,7 +55,7 @@ struct PsJob {
 PsResult run_ps(const PsJob& job) {
   torch::set_num_threads(1);
   const int workers = job.world - job.options.num_servers;
-  const auto data = make_step_data(job.steps, workers * kPerWorker);
+  const auto data = make_step_data(job.first_step + job.steps, workers * kPerWorker);
   torch::manual_seed(99);
   auto initial = small_mlp();
   std::vector<torch::nn::Sequential> models;
@@ -71,7 +74,7 @@ PsResult run_ps(const PsJob& job) {
       return;
     }
     const int w = ps->worker_index();
-    for (int s = 0; s < job.steps; ++s) {
+    for (int s = job.first_step; s < job.first_step + job.steps; ++s) {
       if (job.hooks.dies_at && job.hooks.dies_at(w, s)) {
         ps.reset();
         return;
@@ -79,7 +82,7 @@ PsResult run_ps(const PsJob& job) {
       model->zero_grad();
       loss_of(model, data.inputs_of(s, w, kPerWorker), data.targets_of(s, w, kPerWorker))
           .backward();
-      if (job.hooks.before_push) job.hooks.before_push(w, s);
+      if (job.hooks.before_push) job.hooks.before_push(w, s, *ps);
       ps->push();
       ps->wait_for_parameters();
       if (job.hooks.after_wait) job.hooks.after_wait(w, s, *ps);
@@ -236,7 +239,7 @@ void expect_bound_holds(int staleness, int servers) {
   std::vector<int> delays_us;
   for (int i = 0; i < 3 * job.steps; ++i) delays_us.push_back(static_cast<int>(random() % 3000));
   std::atomic<int64_t> worst_lag{0};
-  job.hooks.before_push = [&](int w, int s) {
+  job.hooks.before_push = [&](int w, int s, ParameterServer&) {
     // Simulated compute time of uneven length: the input of the property, not a wait on
     // anything.
     std::this_thread::sleep_for(std::chrono::microseconds(delays_us[static_cast<size_t>(
@@ -276,26 +279,33 @@ TEST(ParameterServer, AsynchronousAppliesEveryGradientAlone) {
 
 // ---------------------------------------------------------------- backup workers
 
-// Worker 2 pushes each gradient only after the other two have their next parameters: with one
-// backup worker it is always too late, so the job trains exactly as two workers would.
+// Worker 2 pushes each gradient only once the other two hold parameters newer than the ones
+// it computed on, and they start each step only once worker 2 has its answer for the step
+// before: with one backup worker it is always too late, so the job trains exactly as the two
+// others would.
 TEST(ParameterServer, BackupWorkerDropsTheLateGradient) {
   PsJob job;
   job.world = 4;
   job.options = synchronous(1);
   job.options.backup_workers = 1;
   std::mutex mutex;
-  std::condition_variable done;
-  std::vector<int> steps_done(2, 0);
+  std::condition_variable changed;
+  std::vector<int64_t> steps_done(3, 0);  // steps whose wait_for_parameters returned
   job.hooks.after_wait = [&](int w, int s, ParameterServer&) {
-    if (w == 2) return;
     std::lock_guard<std::mutex> lock(mutex);
     steps_done[static_cast<size_t>(w)] = s + 1;
-    done.notify_all();
+    changed.notify_all();
   };
-  job.hooks.before_push = [&](int w, int s) {
-    if (w != 2) return;
+  job.hooks.before_push = [&](int w, int s, ParameterServer& ps) {
     std::unique_lock<std::mutex> lock(mutex);
-    done.wait(lock, [&] { return steps_done[0] > s && steps_done[1] > s; });
+    if (w != 2) {
+      changed.wait(lock, [&] { return steps_done[2] >= s; });
+      return;
+    }
+    // A fast worker that finished step k holds version k + 1.
+    const int64_t computed_on = ps.parameter_version();
+    changed.wait(lock,
+                 [&] { return steps_done[0] > computed_on && steps_done[1] > computed_on; });
   };
   const PsResult r = run_ps(job);
   EXPECT_EQ(r.server_stats[0].dropped, job.steps);
@@ -323,6 +333,75 @@ TEST(ParameterServer, HybridSynchronousEqualsDdp) {
   }
   EXPECT_EQ(r.server_stats[0].client_ranks, (std::vector<int>{0, 2}));
   EXPECT_EQ(r.server_stats[0].applied, 2 * job.steps);
+}
+
+// ---------------------------------------------------------------- server checkpoints
+
+// A job stopped after 10 steps and started again from the servers' checkpoints ends where one
+// job of 20 steps ends: the parameters, the momentum and the step count were all restored.
+TEST(ParameterServer, ServerCheckpointsResumeTheJob) {
+  const std::string path = ::testing::TempDir() + "/ps_resume_" + std::to_string(::getpid());
+  PsJob whole;
+  whole.world = 4;
+  whole.options = synchronous(2);
+  const PsResult uninterrupted = run_ps(whole);
+  PsJob first = whole;
+  first.steps = 10;
+  first.options.checkpoint = path;
+  first.options.checkpoint_every = 5;
+  run_ps(first);
+  PsJob second = first;
+  second.first_step = 10;
+  const PsResult resumed = run_ps(second);
+  EXPECT_EQ(resumed.server_stats[0].version, 20);
+  EXPECT_TRUE(bitwise_equal(resumed.worker_final[0], uninterrupted.worker_final[0]));
+  for (int i = 0; i < 2; ++i) std::remove((path + ".server" + std::to_string(i)).c_str());
+}
+
+// Under bounded staleness a resumed server counts its clients' clocks from its restored step:
+// none of their gradients is taken for a late one.
+TEST(ParameterServer, ResumedBoundedStalenessAppliesEveryGradient) {
+  const std::string path = ::testing::TempDir() + "/ps_ssp_" + std::to_string(::getpid());
+  PsJob job;
+  job.world = 3;
+  job.steps = 8;
+  job.options.staleness = 2;
+  job.options.checkpoint = path;
+  job.options.checkpoint_every = 4;
+  run_ps(job);
+  job.first_step = 8;
+  const PsResult resumed = run_ps(job);
+  EXPECT_EQ(resumed.server_stats[0].version, 16);
+  EXPECT_EQ(resumed.server_stats[0].applied, 2 * 8);
+  EXPECT_EQ(resumed.server_stats[0].dropped, 0);
+  std::remove((path + ".server0").c_str());
+}
+
+TEST(ParameterServer, ACheckpointOfAnotherModelIsRefused) {
+  const std::string path = ::testing::TempDir() + "/ps_other_" + std::to_string(::getpid());
+  PsJob job;
+  job.world = 2;
+  job.steps = 2;
+  job.options = synchronous(1);
+  job.options.checkpoint = path;
+  job.options.checkpoint_every = 1;
+  run_ps(job);
+  std::vector<std::string> errors(2);
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    auto model = layers({10, 8, 4});
+    try {
+      ParameterServer::create(group, *model, make_sgd, job.options);
+    } catch (const std::exception& e) {
+      errors[static_cast<size_t>(rank)] = e.what();
+    }
+  });
+  EXPECT_NE(errors[1].find("cannot restore the server checkpoint " + path + ".server0"),
+            std::string::npos)
+      << errors[1];
+  // The worker hears of it at once, not at its deadline.
+  EXPECT_NE(errors[0].find("parameter server rank 1 failed to start"), std::string::npos)
+      << errors[0];
+  std::remove((path + ".server0").c_str());
 }
 
 // ---------------------------------------------------------------- faults

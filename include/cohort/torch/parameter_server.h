@@ -72,6 +72,13 @@ struct ParameterServerOptions {
   // Deadline of every exchange with a server or a worker, and of a wait for the staleness
   // bound. 0: the group's timeout.
   Milliseconds timeout{0};
+  // Server checkpoints: when not empty, server i saves its parameters, its optimizer's state
+  // and its version to "<checkpoint>.server<i>" every checkpoint_every steps (written to a
+  // temporary file and renamed, so a crash leaves the previous one), and loads that file when
+  // it exists at create(): a job restarted after a crash (cohortrun --max-restarts) goes on
+  // from there. The file must come from the same model and optimizer (else InvalidArgument).
+  std::string checkpoint;
+  int64_t checkpoint_every = 100;
   // When set: workers record "push" and "wait for parameters", servers "apply step k"
   // (docs/timeline.md).
   std::shared_ptr<Timeline> timeline;

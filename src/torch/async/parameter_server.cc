@@ -40,6 +40,8 @@ void check_options(const Group& group, const ParameterServerOptions& o) {
   COHORT_CHECK(o.consistency != Consistency::kSynchronous || o.staleness == 0,
                "ParameterServer: staleness = ", o.staleness,
                " is for Consistency::kBoundedStaleness; kSynchronous is staleness 0");
+  COHORT_CHECK(o.checkpoint.empty() || o.checkpoint_every >= 1,
+               "ParameterServer: checkpoint_every = ", o.checkpoint_every, " must be 1 or more");
   const int workers = group.size() - o.num_servers;
   COHORT_CHECK(o.backup_workers >= 0 && o.backup_workers < workers,
                "ParameterServer: backup_workers = ", o.backup_workers, " must be in [0, ",
@@ -185,9 +187,19 @@ std::unique_ptr<ParameterServer> ParameterServer::create(std::shared_ptr<Group> 
     for (int i : layout.parameters_of_server[static_cast<size_t>(index)]) {
       shard.push_back(tensors[static_cast<size_t>(i)]);
     }
-    auto optimizer = make_optimizer(shard);
-    return std::make_unique<ps::ServerRole>(std::move(group), layout, index, std::move(shard),
-                                            std::move(optimizer), options, std::move(pairs));
+    const auto connected = pairs;
+    try {
+      auto optimizer = make_optimizer(shard);
+      return std::make_unique<ps::ServerRole>(std::move(group), layout, index, std::move(shard),
+                                              std::move(optimizer), options, std::move(pairs));
+    } catch (const std::exception& e) {
+      // The workers wait for their first parameters: they must hear of this now.
+      for (auto& pair : connected) {
+        pair->abort("parameter server rank " + std::to_string(rank) + " failed to start: " +
+                    e.what());
+      }
+      throw;
+    }
   }
   return std::make_unique<ps::WorkerRole>(std::move(group), layout, std::move(tensors), options,
                                           std::move(pairs), std::move(node));

@@ -1,5 +1,6 @@
 #include "async/server_role.h"
 
+#include <fstream>
 #include <stdexcept>
 #include <string>
 
@@ -36,6 +37,15 @@ ServerRole::ServerRole(std::shared_ptr<Group> group, Layout layout, int server_i
       shard_(std::move(shard), std::move(optimizer), rule_of(options), layout_.clients,
              options.timeline),
       pairs_(std::move(pairs)) {
+  if (!options.checkpoint.empty()) {
+    const std::string path = options.checkpoint + ".server" + std::to_string(server_index);
+    if (std::ifstream(path).good()) {
+      shard_.load(path);
+      COHORT_LOG(kInfo, "ParameterServer: server ", server_index, " resumed from ", path,
+                 " at step ", shard_.stats().version);
+    }
+    shard_.save_to(path, options.checkpoint_every);
+  }
   for (int c = 0; c < static_cast<int>(pairs_.size()); ++c) {
     sessions_.emplace_back([this, c] { session(c); });
   }

@@ -1,6 +1,7 @@
 #include "async/server_shard.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "cohort/core/check.h"
@@ -45,7 +46,7 @@ void ServerShard::add_gradient(int client, int64_t computed_on, int64_t clock,
     apply({{client, computed_on, flat}});
   } else {
     // Note [Consistency]: steps are keyed by clock, or at s = 0 by the version computed on.
-    const int64_t key = rule_.staleness == 0 ? computed_on : clock;
+    const int64_t key = rule_.staleness == 0 ? computed_on : base_version_ + clock;
     if (key < version_) {
       ++dropped_;  // a backup worker's gradient for a step already taken
     } else {
@@ -118,6 +119,60 @@ void ServerShard::apply(std::vector<Contribution> contributions) {
     optimizer_->step();
   }
   ++version_;
+  if (checkpoint_every_ > 0 && version_ % checkpoint_every_ == 0) save_locked();
+}
+
+void ServerShard::save_to(const std::string& path, int64_t save_every) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  checkpoint_path_ = path;
+  checkpoint_every_ = save_every;
+}
+
+// Under the lock, between two steps: the file holds one consistent version.
+void ServerShard::save_locked() const {
+  torch::serialize::OutputArchive archive;
+  archive.write("version", torch::tensor(version_, torch::kInt64));
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    archive.write("parameter." + std::to_string(i), parameters_[i].detach());
+  }
+  torch::serialize::OutputArchive optimizer;
+  optimizer_->save(optimizer);
+  archive.write("optimizer", optimizer);
+  const std::string temporary = checkpoint_path_ + ".tmp";
+  archive.save_to(temporary);
+  if (std::rename(temporary.c_str(), checkpoint_path_.c_str()) != 0) {
+    throw Error("ParameterServer: cannot rename " + temporary + " to " + checkpoint_path_);
+  }
+}
+
+void ServerShard::load(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+    torch::Tensor version;
+    archive.read("version", version);
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      torch::Tensor saved;
+      archive.read("parameter." + std::to_string(i), saved);
+      COHORT_CHECK(saved.sizes() == parameters_[i].sizes() &&
+                       saved.scalar_type() == parameters_[i].scalar_type(),
+                   "parameter ", i, " of the shard is ", saved.dtype(), " ", saved.sizes(),
+                   " in the file but ", parameters_[i].dtype(), " ", parameters_[i].sizes(),
+                   " in the model");
+      parameters_[i].copy_(saved);
+    }
+    torch::serialize::InputArchive optimizer;
+    archive.read("optimizer", optimizer);
+    optimizer_->load(optimizer);
+    version_ = base_version_ = version.item<int64_t>();
+  } catch (const std::exception& e) {
+    throw InvalidArgument("ParameterServer: cannot restore the server checkpoint " + path +
+                          ": " + e.what() +
+                          " (it must come from the same model and optimizer; delete it to "
+                          "start afresh)");
+  }
 }
 
 bool ServerShard::may_go_on(int client) const {
@@ -128,7 +183,7 @@ bool ServerShard::may_go_on(int client) const {
     case Consistency::kSynchronous:
     case Consistency::kBoundedStaleness:
       if (rule_.staleness == 0) return version_ > state.last_computed_on;
-      return version_ >= state.pushes - rule_.staleness;
+      return version_ >= base_version_ + state.pushes - rule_.staleness;
   }
   return true;
 }

@@ -10,7 +10,8 @@
 //    alive), so that N gradients move the parameters as far as one synchronous step of their
 //    average; a client never waits.
 //  - bounded staleness s > 0 (stale-synchronous parallel): step k averages every live client's
-//    gradient of clock k, in client order. A client about to compute its gradient of clock c
+//    gradient of clock k, in client order (clocks count from the version the server started
+//    from, which a restored checkpoint sets). A client about to compute its gradient of clock c
 //    waits until version >= c - s, so that gradient is at most s steps stale when step c
 //    applies it. A client that runs ahead blocks; the bound is never exceeded.
 //  - synchronous (s = 0) with b backup workers: step v averages the first (alive - b)
@@ -28,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "cohort/comm/timeline.h"
@@ -70,6 +72,12 @@ class ServerShard {
 
   ServerStats stats() const;
 
+  // Server checkpoints (ParameterServerOptions::checkpoint): the parameters, the optimizer's
+  // state and the version. save_every > 0 saves after every save_every-th step.
+  void save_to(const std::string& path, int64_t save_every);
+  // Restores a file written by save; the steps go on from its version.
+  void load(const std::string& path);
+
  private:
   struct Contribution {
     int client;
@@ -92,6 +100,7 @@ class ServerShard {
   void copy_parameters(torch::Tensor& out) const;
   std::string holding_up(int client) const;
   int alive_locked() const;
+  void save_locked() const;
 
   std::vector<torch::Tensor> parameters_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
@@ -104,6 +113,11 @@ class ServerShard {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   int64_t version_ = 0;
+  // The version the server (re)started from: a client's clocks count from it (Note
+  // [Consistency]).
+  int64_t base_version_ = 0;
+  std::string checkpoint_path_;
+  int64_t checkpoint_every_ = 0;
   std::map<int64_t, std::vector<Contribution>> pending_;  // by clock, or by computed_on (s = 0)
   std::vector<ClientState> clients_;
   std::vector<int64_t> staleness_counts_;
