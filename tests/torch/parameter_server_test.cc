@@ -13,6 +13,7 @@
 #include <thread>
 #include <unistd.h>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp.h"
@@ -401,6 +402,28 @@ TEST(ParameterServer, ACheckpointOfAnotherModelIsRefused) {
   // The worker hears of it at once, not at its deadline.
   EXPECT_NE(errors[0].find("parameter server rank 1 failed to start"), std::string::npos)
       << errors[0];
+  std::remove((path + ".server0").c_str());
+}
+
+// Without resume_any_job a file of another job (COHORT_JOB_ID) is passed over: the job starts
+// afresh and replaces it.
+TEST(ParameterServer, AnotherJobsServerCheckpointIsNotResumed) {
+  const std::string path = ::testing::TempDir() + "/ps_job_" + std::to_string(::getpid());
+  PsJob job;
+  job.world = 3;
+  job.steps = 4;
+  job.options = synchronous(1);
+  job.options.checkpoint = path;
+  job.options.checkpoint_every = 2;
+  const char* before = std::getenv("COHORT_JOB_ID");
+  const std::string saved = before ? before : "";
+  setenv("COHORT_JOB_ID", "ps-job-a", 1);
+  const PsResult first = run_ps(job);
+  setenv("COHORT_JOB_ID", "ps-job-b", 1);
+  const PsResult again = run_ps(job);
+  setenv("COHORT_JOB_ID", saved.c_str(), 1);
+  EXPECT_EQ(again.server_stats[0].version, 4);
+  EXPECT_TRUE(bitwise_equal(again.worker_final[0], first.worker_final[0]));
   std::remove((path + ".server0").c_str());
 }
 

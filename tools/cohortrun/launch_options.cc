@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
@@ -45,6 +46,10 @@ Milliseconds LaunchOptions::stop_timeout() const {
   return seconds_to_ms(stop_timeout_s);
 }
 
+bool LaunchOptions::is_expendable(int rank) const {
+  return std::find(expendable.begin(), expendable.end(), rank) != expendable.end();
+}
+
 void add_launch_options(CLI::App& app, LaunchOptions& o) {
   app.add_option("--nproc-per-node", o.nproc_per_node, "Ranks to start on this machine")
       ->check(CLI::Range(1, 1024));
@@ -66,6 +71,10 @@ void add_launch_options(CLI::App& app, LaunchOptions& o) {
   app.add_option("--stop-timeout", o.stop_timeout_s,
                  "Seconds ranks get to exit after SIGTERM before SIGKILL")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--expendable", o.expendable,
+                 "Ranks whose failure does not stop the others (parameter-server workers), "
+                 "e.g. --expendable 1,2")
+      ->delimiter(',');
   app.add_flag("!--no-prefix", o.prefix_output, "Do not prefix output lines with '[rank] '");
   app.add_option("--tail-lines", o.tail_lines,
                  "Lines of a failed rank's output repeated in the summary")
@@ -82,6 +91,12 @@ void finish_launch_options(CLI::App& app, LaunchOptions& o) {
   if (o.node_rank >= o.nnodes) {
     throw ConfigError("--node-rank " + std::to_string(o.node_rank) + " must be below --nnodes " +
                       std::to_string(o.nnodes));
+  }
+  for (int rank : o.expendable) {
+    if (rank < 0 || rank >= o.world_size()) {
+      throw ConfigError("--expendable " + std::to_string(rank) + " is not a rank of this job of " +
+                        std::to_string(o.world_size()) + " ranks");
+    }
   }
   if (o.multi_node() && o.master_port < 0) o.master_port = LaunchOptions::kDefaultMasterPort;
   o.command.front() = resolve_program(o.command.front());

@@ -22,12 +22,16 @@ struct LaunchOptions {
   double stop_timeout_s = 5;
   bool prefix_output = true;
   int tail_lines = 10;               // of each failed rank's output, in the failure summary
+  // Ranks whose failure does not stop the job (parameter-server workers: the servers go on
+  // without them; docs/async.md). The job succeeds when every other rank does.
+  std::vector<int> expendable;
   std::vector<std::string> command;  // the program and its arguments
 
   static constexpr int kDefaultMasterPort = 29500;
 
   int world_size() const { return nproc_per_node * nnodes; }
   bool multi_node() const { return nnodes > 1; }
+  bool is_expendable(int rank) const;
   Milliseconds rdzv_timeout() const;
   Milliseconds stop_timeout() const;
 };

@@ -86,6 +86,7 @@ class LocalAttempt {
   //  5. ranks that exited non-zero.
   void collect_failures() {
     std::vector<RankProcess*> failed = reap_failed();
+    let_expendable_go(failed);
     if (failed.empty()) return;
     if (!stopping()) {
       const Deadline settle = Deadline::after(kSettle);
@@ -102,6 +103,26 @@ class LocalAttempt {
     });
     for (RankProcess* rank : failed) result_.failures.push_back(failure_of(*rank, blamed));
     stop(Outcome::kRanksFailed, SIGTERM);
+  }
+
+  // --expendable: a failed rank the job can do without is reported and left out; the others
+  // go on.
+  void let_expendable_go(std::vector<RankProcess*>& failed) {
+    if (stopping()) return;
+    for (auto it = failed.begin(); it != failed.end();) {
+      RankProcess& rank = **it;
+      if (!options_.is_expendable(rank.rank())) {
+        ++it;
+        continue;
+      }
+      reported_.push_back(rank.rank());
+      std::fprintf(stderr,
+                   "cohortrun: rank %d %s (local rank %d, pid %d); it is --expendable: the "
+                   "others go on without it\n",
+                   rank.rank(), rank.describe().c_str(), rank.rank() - global_rank(options_, 0),
+                   rank.pid());
+      it = failed.erase(it);
+    }
   }
 
   std::vector<RankProcess*> reap_failed() {

@@ -76,9 +76,12 @@ struct ParameterServerOptions {
   // and its version to "<checkpoint>.server<i>" every checkpoint_every steps (written to a
   // temporary file and renamed, so a crash leaves the previous one), and loads that file when
   // it exists at create(): a job restarted after a crash (cohortrun --max-restarts) goes on
-  // from there. The file must come from the same model and optimizer (else InvalidArgument).
+  // from there. As for every checkpoint (docs/checkpoints.md, "Job identity"), only a file of
+  // this job is loaded, unless resume_any_job; the file must come from the same model and
+  // optimizer (else InvalidArgument).
   std::string checkpoint;
   int64_t checkpoint_every = 100;
+  bool resume_any_job = false;
   // When set: workers record "push" and "wait for parameters", servers "apply step k"
   // (docs/timeline.md).
   std::shared_ptr<Timeline> timeline;

@@ -5,7 +5,9 @@
 #include <string>
 
 #include "cohort/core/check.h"
+#include "checkpoint_state.h"
 #include "cohort/core/error.h"
+#include "cohort/core/logging.h"
 
 namespace cohort::ps {
 
@@ -132,6 +134,8 @@ void ServerShard::save_to(const std::string& path, int64_t save_every) {
 void ServerShard::save_locked() const {
   torch::serialize::OutputArchive archive;
   archive.write("version", torch::tensor(version_, torch::kInt64));
+  const std::string job = detail::current_job_id();
+  archive.write("job", torch::tensor(std::vector<uint8_t>(job.begin(), job.end()), torch::kUInt8));
   for (size_t i = 0; i < parameters_.size(); ++i) {
     archive.write("parameter." + std::to_string(i), parameters_[i].detach());
   }
@@ -145,13 +149,22 @@ void ServerShard::save_locked() const {
   }
 }
 
-void ServerShard::load(const std::string& path) {
+bool ServerShard::load(const std::string& path, bool any_job) {
   std::lock_guard<std::mutex> lock(mutex_);
   torch::serialize::InputArchive archive;
   try {
     archive.load_from(path);
-    torch::Tensor version;
+    torch::Tensor version, job;
     archive.read("version", version);
+    archive.read("job", job);
+    const std::string saved_by(static_cast<const char*>(job.data_ptr()),
+                               static_cast<size_t>(job.numel()));
+    if (!any_job && (saved_by.empty() || saved_by != detail::current_job_id())) {
+      COHORT_LOG(kWarn, "ParameterServer: ", path,
+                 " is not resumed: it was written by another job (resume_any_job resumes it); "
+                 "this job starts afresh and replaces it");
+      return false;
+    }
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < parameters_.size(); ++i) {
       torch::Tensor saved;
@@ -167,6 +180,7 @@ void ServerShard::load(const std::string& path) {
     archive.read("optimizer", optimizer);
     optimizer_->load(optimizer);
     version_ = base_version_ = version.item<int64_t>();
+    return true;
   } catch (const std::exception& e) {
     throw InvalidArgument("ParameterServer: cannot restore the server checkpoint " + path +
                           ": " + e.what() +

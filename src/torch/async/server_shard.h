@@ -75,8 +75,9 @@ class ServerShard {
   // Server checkpoints (ParameterServerOptions::checkpoint): the parameters, the optimizer's
   // state and the version. save_every > 0 saves after every save_every-th step.
   void save_to(const std::string& path, int64_t save_every);
-  // Restores a file written by save; the steps go on from its version.
-  void load(const std::string& path);
+  // Restores a file written by save, when the same job wrote it or `any_job` (Note [Job
+  // identity] in checkpoint.cc); the steps go on from its version. Whether it loaded.
+  bool load(const std::string& path, bool any_job);
 
  private:
   struct Contribution {
