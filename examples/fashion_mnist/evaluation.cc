@@ -5,11 +5,14 @@
 
 namespace fashion_mnist {
 
-Evaluation evaluate_slices(const Images& test, cohort::Group& group,
-                           const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
+namespace {
+
+using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
+
+// Correct predictions and summed loss over test samples [begin, end).
+std::vector<double> sums_over(const Images& test, int64_t begin, int64_t end,
+                              const Forward& forward) {
   torch::NoGradGuard no_grad;
-  const int64_t n = test.size(), w = group.size(), r = group.rank();
-  const int64_t begin = n * r / w, end = n * (r + 1) / w;
   std::vector<double> sums = {0.0, 0.0};  // correct, loss
   for (int64_t i = begin; i < end; i += 1000) {
     const int64_t stop = std::min(end, i + 1000);
@@ -18,8 +21,21 @@ Evaluation evaluate_slices(const Images& test, cohort::Group& group,
     sums[0] += out.argmax(1).eq(labels).sum().item<double>();
     sums[1] += torch::nll_loss(out, labels, {}, at::Reduction::Sum).item<double>();
   }
+  return sums;
+}
+
+}  // namespace
+
+Evaluation evaluate_slices(const Images& test, cohort::Group& group, const Forward& forward) {
+  const int64_t n = test.size(), w = group.size(), r = group.rank();
+  std::vector<double> sums = sums_over(test, n * r / w, n * (r + 1) / w, forward);
   group.allreduce(cohort::make_buffer(sums));
   return {sums[0] / double(n), sums[1] / double(n)};
+}
+
+Evaluation evaluate_all(const Images& test, const Forward& forward) {
+  const std::vector<double> sums = sums_over(test, 0, test.size(), forward);
+  return {sums[0] / double(test.size()), sums[1] / double(test.size())};
 }
 
 }  // namespace fashion_mnist

@@ -19,5 +19,8 @@ struct Evaluation {
 // `forward` runs the model on a batch of images and returns float32 log-probabilities.
 Evaluation evaluate_slices(const Images& test, cohort::Group& group,
                            const std::function<torch::Tensor(const torch::Tensor&)>& forward);
+// The whole test set on this rank alone.
+Evaluation evaluate_all(const Images& test,
+                        const std::function<torch::Tensor(const torch::Tensor&)>& forward);
 
 }  // namespace fashion_mnist

@@ -16,12 +16,15 @@
 #include "evaluation.h"
 #include "fmnist_models.h"
 #include "optimizers.h"
+#include "progress.h"
 #include "ranks.h"
 
 namespace fashion_mnist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kServerCheckpointEvery = 50;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -41,7 +44,6 @@ void refuse_what_does_not_apply(const TrainOptions& o) {
   refuse(!o.comm_hook.name.empty() && o.comm_hook.name != "allreduce", "--comm-hook");
   refuse(o.local_sgd > 0, "--local-sgd");
   refuse(o.lr_schedule != "constant" || o.warmup() > 0, "--lr-schedule/--warmup-steps");
-  refuse(o.resume, "--resume");
   refuse(o.mode == "ps" && o.staleness > 0, "--staleness (it is for --mode ssp)");
 }
 
@@ -56,6 +58,10 @@ cohort::ParameterServerOptions server_options(const TrainOptions& o,
   p.staleness_lr_scaling = o.staleness_lr_scaling;
   p.hybrid = o.hybrid;
   p.timeline = std::move(timeline);
+  // The servers' checkpoints: <--checkpoint>.server<i>, every kServerCheckpointEvery steps.
+  p.checkpoint = o.checkpoint;
+  p.checkpoint_every = kServerCheckpointEvery;
+  p.resume_any_job = o.resume;
   return p;
 }
 
@@ -142,7 +148,9 @@ class PsTrainer {
   TrainResult work();
   void train_epoch(torch::data::StatelessDataLoader<FashionMnist, cohort::DistributedSampler>&
                        loader,
-                   int64_t epoch);
+                   int64_t epoch, int64_t steps_in_epoch, int64_t skip);
+  int64_t steps_done_before() const;
+  void finish_figures(const Images& test, TrainResult& result);
   bool out_of_budget() const {
     return (options_.max_steps > 0 && steps_ >= options_.max_steps) ||
            (options_.time_limit_s > 0 && seconds_since(start_) >= options_.time_limit_s);
@@ -158,7 +166,16 @@ class PsTrainer {
   Clock::time_point start_;
   int64_t steps_ = 0;
   int64_t samples_ = 0;
+  std::unique_ptr<cohort_examples::Progress> progress_;
 };
+
+// A job restarted from the servers' checkpoints goes on where they were: each worker has
+// made about version steps (bounded staleness) or version / workers (asynchronous).
+int64_t PsTrainer::steps_done_before() const {
+  const int64_t version = ps_->parameter_version();
+  return options_.mode == "ps" ? version / static_cast<int64_t>(ps_->worker_ranks().size())
+                               : version;
+}
 
 TrainResult PsTrainer::work() {
   FashionMnist train_set(load_split(options_.data_dir, Split::kTrain));
@@ -169,54 +186,85 @@ TrainResult PsTrainer::work() {
   sampling.drop_last = true;
   cohort::DistributedSampler sampler(static_cast<size_t>(train_set.data().size()), *workers_,
                                      sampling);
+  const int64_t steps_per_epoch = static_cast<int64_t>(sampler.num_samples()) / batch;
   auto loader = torch::data::make_data_loader(std::move(train_set), sampler,
                                               torch::data::DataLoaderOptions(batch).drop_last(true));
+  progress_ = std::make_unique<cohort_examples::Progress>(
+      options_.progress && workers_->rank() == 0, options_.log_every);
+  steps_ = steps_done_before();
+  if (steps_ > 0 && workers_->rank() == 0) {
+    std::printf("resumed from the servers' checkpoints at step %lld\n", (long long)steps_);
+  }
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
   model_->train();
   start_ = Clock::now();
-  for (int64_t epoch = 0; epoch < options_.epochs && !out_of_budget(); ++epoch) {
+  for (int64_t epoch = steps_ / steps_per_epoch; epoch < options_.epochs && !out_of_budget();
+       ++epoch) {
     sampler.set_epoch(static_cast<uint64_t>(epoch));
-    train_epoch(*loader, epoch);
+    const int64_t skip = epoch == steps_ / steps_per_epoch ? steps_ % steps_per_epoch : 0;
+    train_epoch(*loader, epoch, steps_per_epoch, skip);
   }
-  // The job's samples over the longest time a worker trained.
+  TrainResult result;
+  result.steps = steps_;
+  finish_figures(test, result);
+  return result;
+}
+
+// After the last step: every worker gets the final parameters; the job's samples over the
+// longest time a worker trained, and the test accuracy. A worker that died breaks the
+// workers' group: each survivor then reports its own figures.
+void PsTrainer::finish_figures(const Images& test, TrainResult& result) {
   double trained_s = seconds_since(start_);
   ps_->finish();
   double samples = static_cast<double>(samples_);
-  workers_->allreduce(cohort::Buffer{&samples, 1, cohort::DType::kFloat64});
-  workers_->allreduce(cohort::Buffer{&trained_s, 1, cohort::DType::kFloat64},
-                      {cohort::ReduceOp::kMax});
-  TrainResult result;
-  result.samples_per_s = trained_s > 0 ? samples / trained_s : 0;
-  result.steps = steps_;
-  if (!options_.skip_eval) {
-    model_->eval();
-    result.test_accuracy =
-        evaluate_slices(test, *workers_, [&](const torch::Tensor& images) {
-          return model_->forward(images);
-        }).accuracy;
+  cohort::Group* over = workers_.get();
+  try {
+    workers_->allreduce(cohort::Buffer{&samples, 1, cohort::DType::kFloat64});
+    workers_->allreduce(cohort::Buffer{&trained_s, 1, cohort::DType::kFloat64},
+                        {cohort::ReduceOp::kMax});
+  } catch (const cohort::PeerError& e) {
+    std::printf("worker rank %d: %s; the figures below are this worker's alone\n",
+                group_->rank(), e.what());
+    over = nullptr;
   }
-  return result;
+  result.samples_per_s = trained_s > 0 ? samples / trained_s : 0;
+  if (options_.skip_eval) return;
+  model_->eval();
+  const auto forward = [&](const torch::Tensor& images) { return model_->forward(images); };
+  if (over != nullptr) {
+    result.test_accuracy = evaluate_slices(test, *over, forward).accuracy;
+  } else {
+    result.test_accuracy = evaluate_all(test, forward).accuracy;
+  }
 }
 
 void PsTrainer::train_epoch(
     torch::data::StatelessDataLoader<FashionMnist, cohort::DistributedSampler>& loader,
-    int64_t epoch) {
+    int64_t epoch, int64_t steps_in_epoch, int64_t skip) {
   double loss_sum = 0;
   int64_t steps = 0;
   const Clock::time_point epoch_start = Clock::now();
+  progress_->start_epoch(epoch + 1, options_.epochs, steps_in_epoch - skip);
   for (auto it = loader.begin(); it != loader.end() && !out_of_budget(); ++it) {
+    if (skip > 0) {  // done before the restart
+      --skip;
+      continue;
+    }
     const Clock::time_point compute_start = Clock::now();
     model_->zero_grad();
     const torch::Tensor loss = torch::nll_loss(model_->forward(it->data), it->target);
     loss.backward();
     slow_.after_compute(Clock::now() - compute_start);
     ps_->push();
-    loss_sum += loss.item<double>();  // while the gradients travel
+    const double loss_value = loss.item<double>();  // while the gradients travel
+    loss_sum += loss_value;
     samples_ += it->data.size(0);
     ++steps;
     ++steps_;
+    progress_->update(steps, it->data.size(0), loss_value);
     ps_->wait_for_parameters();
   }
+  progress_->finish_epoch();
   if (workers_->rank() == 0 && steps > 0) {
     std::printf("epoch %lld/%lld (worker rank %d): %lld steps, train loss %.4f, %.1f steps/s, "
                 "parameters at version %lld\n",

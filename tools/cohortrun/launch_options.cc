@@ -71,10 +71,9 @@ void add_launch_options(CLI::App& app, LaunchOptions& o) {
   app.add_option("--stop-timeout", o.stop_timeout_s,
                  "Seconds ranks get to exit after SIGTERM before SIGKILL")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--expendable", o.expendable,
+  app.add_option("--expendable", o.expendable_list,
                  "Ranks whose failure does not stop the others (parameter-server workers), "
-                 "e.g. --expendable 1,2")
-      ->delimiter(',');
+                 "e.g. --expendable 1,2");
   app.add_flag("!--no-prefix", o.prefix_output, "Do not prefix output lines with '[rank] '");
   app.add_option("--tail-lines", o.tail_lines,
                  "Lines of a failed rank's output repeated in the summary")
@@ -92,11 +91,21 @@ void finish_launch_options(CLI::App& app, LaunchOptions& o) {
     throw ConfigError("--node-rank " + std::to_string(o.node_rank) + " must be below --nnodes " +
                       std::to_string(o.nnodes));
   }
-  for (int rank : o.expendable) {
-    if (rank < 0 || rank >= o.world_size()) {
-      throw ConfigError("--expendable " + std::to_string(rank) + " is not a rank of this job of " +
-                        std::to_string(o.world_size()) + " ranks");
+  std::istringstream ranks(o.expendable_list);
+  for (std::string item; std::getline(ranks, item, ',');) {
+    size_t used = 0;
+    int rank = -1;
+    try {
+      rank = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
     }
+    if (used != item.size() || rank < 0 || rank >= o.world_size()) {
+      throw ConfigError("--expendable " + o.expendable_list + ": '" + item +
+                        "' is not a rank of this job of " + std::to_string(o.world_size()) +
+                        " ranks");
+    }
+    o.expendable.push_back(rank);
   }
   if (o.multi_node() && o.master_port < 0) o.master_port = LaunchOptions::kDefaultMasterPort;
   o.command.front() = resolve_program(o.command.front());

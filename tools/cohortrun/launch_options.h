@@ -25,6 +25,7 @@ struct LaunchOptions {
   // Ranks whose failure does not stop the job (parameter-server workers: the servers go on
   // without them; docs/async.md). The job succeeds when every other rank does.
   std::vector<int> expendable;
+  std::string expendable_list;  // as given: "1,2"
   std::vector<std::string> command;  // the program and its arguments
 
   static constexpr int kDefaultMasterPort = 29500;

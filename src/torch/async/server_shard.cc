@@ -283,18 +283,20 @@ ServerStats ServerShard::stats() const {
     stats.mean_push_interval_ms.push_back(
         state.pushes > 1 ? span_ms / static_cast<double>(state.pushes - 1) : 0.0);
   }
+  // The straggler among the clients that finished (a dead one's last interval means little).
   std::vector<double> known;
-  for (double ms : stats.mean_push_interval_ms) {
-    if (ms > 0) known.push_back(ms);
+  size_t slowest = 0;
+  for (size_t c = 0; c < clients_.size(); ++c) {
+    const double ms = stats.mean_push_interval_ms[c];
+    if (ms <= 0 || clients_[c].died) continue;
+    if (known.empty() || ms > stats.mean_push_interval_ms[slowest]) slowest = c;
+    known.push_back(ms);
   }
   if (!known.empty()) {
     std::sort(known.begin(), known.end());
     const double median = known[known.size() / 2];
-    const auto slowest = std::max_element(stats.mean_push_interval_ms.begin(),
-                                          stats.mean_push_interval_ms.end());
-    stats.slowest_worker = client_ranks_[static_cast<size_t>(
-        slowest - stats.mean_push_interval_ms.begin())];
-    stats.slowest_ratio = median > 0 ? *slowest / median : 0;
+    stats.slowest_worker = client_ranks_[slowest];
+    stats.slowest_ratio = median > 0 ? stats.mean_push_interval_ms[slowest] / median : 0;
   }
   return stats;
 }
