@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "async/pair_groups.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp.h"
 #include "ddp_harness.h"
@@ -557,6 +558,14 @@ TEST(ParameterServer, WorkerCallsOnAServerAreRefused) {
   });
   EXPECT_NE(errors[0].find("serve() is for servers"), std::string::npos) << errors[0];
   EXPECT_NE(errors[1].find("push() is for workers"), std::string::npos) << errors[1];
+}
+
+TEST(PairErrors, NameTheRanksOfTheGroup) {
+  EXPECT_EQ(ps::with_group_ranks("recv failed on rank 1: lost the connection to rank 0 (x); "
+                                 "receive from rank 0; server rank 1 failed; on rank 10 stays",
+                                 7, 3),
+            "recv failed on rank 3: lost the connection to rank 7 (x); receive from rank 7; "
+            "server rank 1 failed; on rank 10 stays");
 }
 
 TEST(Consistency, NamesRoundTrip) {

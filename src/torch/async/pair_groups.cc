@@ -1,6 +1,7 @@
 #include "async/pair_groups.h"
 
 #include <algorithm>
+#include <regex>
 
 namespace cohort::ps {
 namespace {
@@ -48,6 +49,22 @@ std::vector<std::shared_ptr<Group>> connect_pairs(Group& group, const std::vecto
     if (slot >= 0) pairs[slot] = std::move(pair);
   }
   return pairs;
+}
+
+std::string with_group_ranks(const std::string& pair_message, int server_rank, int client_rank) {
+  // Only where the transports name a peer: "failed on rank 1", "connection to rank 0", "from
+  // rank 0". Other ranks in the text (relayed messages) are already the group's.
+  static const std::regex pair_rank(R"(\b(on|to|from) rank ([01])\b)");
+  std::string out;
+  auto last = pair_message.cbegin();
+  for (std::sregex_iterator it(pair_message.begin(), pair_message.end(), pair_rank), end;
+       it != end; ++it) {
+    out.append(last, (*it)[0].first);
+    out += (*it)[1].str() + " rank " + std::to_string((*it)[2] == "0" ? server_rank : client_rank);
+    last = (*it)[0].second;
+  }
+  out.append(last, pair_message.cend());
+  return out;
 }
 
 }  // namespace cohort::ps

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cohort/comm/group.h"
@@ -17,5 +18,10 @@ namespace cohort::ps {
 // only its pairs: the server goes on with the others (Note [Parameter server protocol]).
 std::vector<std::shared_ptr<Group>> connect_pairs(Group& group, const std::vector<int>& servers,
                                                   const std::vector<int>& clients);
+
+// A pair's transport names the ranks of the pair in its errors ("on rank 1", "connection to
+// rank 0": 0 is the server, 1 the client); this names them by their ranks in the whole group
+// instead, so that a reader (and cohortrun's blame) sees which process failed.
+std::string with_group_ranks(const std::string& pair_message, int server_rank, int client_rank);
 
 }  // namespace cohort::ps

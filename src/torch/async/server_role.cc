@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "async/pair_groups.h"
 #include "async/protocol.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
@@ -86,7 +87,8 @@ void ServerRole::session(int client) noexcept {
     serve_client(client);
   } catch (const ClientLost& e) {
     shard_.leave(client, true);
-    COHORT_LOG(kWarn, "ParameterServer: worker rank ", rank, " is gone (", e.what(),
+    COHORT_LOG(kWarn, "ParameterServer: worker rank ", rank, " is gone (",
+               with_group_ranks(e.what(), group_->rank(), rank),
                "); going on with ", shard_.clients_alive(), " of ", layout_.clients.size(),
                " workers");
   } catch (const TimeoutError& e) {

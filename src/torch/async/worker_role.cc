@@ -4,6 +4,7 @@
 #include <numeric>
 #include <string>
 
+#include "async/pair_groups.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/tensor_buffer.h"
@@ -212,12 +213,13 @@ ServerStats WorkerRole::stats() const {
 
 [[noreturn]] void WorkerRole::server_failed(int server, const std::exception& error) const {
   const int rank = layout_.servers[static_cast<size_t>(server)];
+  const std::string what = with_group_ranks(error.what(), rank, group_->rank());
   if (dynamic_cast<const TimeoutError*>(&error) != nullptr) {
     throw TimeoutError("ParameterServer: no answer in time from parameter server rank " +
-                       std::to_string(rank) + ": " + error.what());
+                       std::to_string(rank) + ": " + what);
   }
   throw PeerError(rank, "ParameterServer: lost parameter server rank " + std::to_string(rank) +
-                            " (server " + std::to_string(server) + "): " + error.what());
+                            " (server " + std::to_string(server) + "): " + what);
 }
 
 }  // namespace cohort::ps
