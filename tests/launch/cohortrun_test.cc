@@ -197,6 +197,32 @@ TEST(Cohortrun, APortInUseIsAClearError) {
   EXPECT_TRUE(contains(run.output(), "already in use")) << run.output();
 }
 
+// --expendable: the rank's death is reported, and the job succeeds when the others do.
+TEST(Cohortrun, AnExpendableRankMayFail) {
+  auto run = cohortrun({"--nproc-per-node", "3", "--expendable", "1,2", LAUNCH_TEST_RANK,
+                        "kill-alone", "1"});
+  ASSERT_EQ(run.wait(kDeadline), 0) << run.output();
+  EXPECT_TRUE(contains(run.output(),
+                       "cohortrun: rank 1 was killed by signal 9 (Killed) (local rank 1, pid "))
+      << run.output();
+  EXPECT_TRUE(contains(run.output(), "it is --expendable: the others go on without it"))
+      << run.output();
+}
+
+TEST(Cohortrun, ARankNotExpendableStillStopsTheJob) {
+  auto run = cohortrun({"--nproc-per-node", "3", "--expendable", "2", LAUNCH_TEST_RANK, "kill",
+                        "1"});
+  ASSERT_EQ(run.wait(kDeadline), 128 + SIGKILL) << run.output();
+  EXPECT_TRUE(contains(run.output(), "job failed: rank 1 was killed by signal 9")) << run.output();
+}
+
+TEST(Cohortrun, AnExpendableRankOutsideTheJobIsRefused) {
+  auto run = cohortrun({"--nproc-per-node", "2", "--expendable", "1,5", LAUNCH_TEST_RANK});
+  ASSERT_EQ(run.wait(kDeadline), 2) << run.output();
+  EXPECT_TRUE(contains(run.output(), "--expendable 1,5: '5' is not a rank of this job of 2 ranks"))
+      << run.output();
+}
+
 TEST(Cohortrun, BadOptionsAreRefused) {
   auto run = cohortrun({"--nnodes", "2", "--node-rank", "2", LAUNCH_TEST_RANK});
   ASSERT_EQ(run.wait(kDeadline), 2) << run.output();

@@ -364,5 +364,84 @@ TEST(FashionMnistExampleErrors, AMalformedFileIsAClearError) {
       << run.result.output;
 }
 
+// ---------------------------------------------------------------- parameter server (--mode)
+
+// The last rank serves, the others train with bounded staleness: the servers' report says
+// how stale the applied gradients were, and the bound held.
+TEST(FashionMnistExampleParameterServer, BoundedStalenessTrainsAndReportsStaleness) {
+  const ExampleRun run =
+      run_example(3, "--model mlp --mode ssp --staleness 2 --skip-eval");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const std::string& out = run.result.output;
+  EXPECT_NE(out.find("[2] server rank 2: 12 steps, 24 gradients applied, 0 dropped late"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("staleness: 0:"), std::string::npos) << out;
+  EXPECT_EQ(out.find(" 3:"), std::string::npos) << out;  // no gradient 3 steps stale
+  EXPECT_NE(out.find("on 3 rank(s), 12 steps"), std::string::npos) << out;
+}
+
+// A worker killed mid-run under --expendable: the server and the other workers finish.
+TEST(FashionMnistExampleParameterServer, AKilledWorkerLeavesTheOthersTraining) {
+  testing::ChildProcess job(
+      {"/bin/sh", "-c",
+       "exec " COHORTRUN " --nproc-per-node 4 --expendable 0,1,2 " FASHION_MNIST
+       " --model mlp --mode ps --batch-size 63 --skip-eval --log-every 10 --max-steps 400"
+       " --checkpoint '' 2>&1"},
+      {"OMP_NUM_THREADS=1"});
+  ASSERT_FALSE(job.wait_for_line("[0] epoch 1/1 step 20/", kDeadline).empty()) << job.output();
+  const std::vector<int> ranks = children_of(job.pid());
+  ASSERT_EQ(ranks.size(), 4u) << job.output();
+  ::kill(ranks[1], SIGKILL);
+  ASSERT_EQ(job.wait(kDeadline), 0) << job.output();
+  const std::string& out = job.output();
+  EXPECT_NE(out.find("rank 1 was killed by signal 9"), std::string::npos) << out;
+  EXPECT_NE(out.find("it is --expendable: the others go on without it"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[3] server rank 3: worker rank 1 died; the others went on"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[0] final:"), std::string::npos) << out;
+}
+
+// A server killed mid-run: the job fails naming it, and the restart goes on from the servers'
+// last checkpoint (every 50 steps) instead of from the start.
+TEST(FashionMnistExampleParameterServer, AKilledServerRestartsFromItsCheckpoint) {
+  const std::string dir = testing::fresh_temp_dir("fmnist_ps_restart");
+  testing::ChildProcess job(
+      {"/bin/sh", "-c",
+       "exec " COHORTRUN " --nproc-per-node 3 --max-restarts 1 " FASHION_MNIST
+       " --model mlp --mode ssp --skip-eval --log-every 10 --max-steps 300 --checkpoint " +
+           dir + "/ck 2>&1"},
+      {"OMP_NUM_THREADS=1"});
+  ASSERT_FALSE(job.wait_for_line("[0] epoch 1/1 step 120/", kDeadline).empty()) << job.output();
+  const std::vector<int> ranks = children_of(job.pid());
+  ASSERT_EQ(ranks.size(), 3u) << job.output();
+  ::kill(ranks[2], SIGKILL);
+  ASSERT_EQ(job.wait(kDeadline), 0) << job.output();
+  const std::string& out = job.output();
+  EXPECT_NE(out.find("cohortrun: rank 2 was killed by signal 9"), std::string::npos) << out;
+  EXPECT_NE(out.find("lost parameter server rank 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("restarting every rank (restart 1 of 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("[0] resumed from the servers' checkpoints at step 100"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[2] server rank 2: 300 steps"), std::string::npos) << out;
+}
+
+TEST(FashionMnistExampleErrors, ParameterServerOptionsNeedTheirMode) {
+  const ExampleRun run = run_example(2, "--staleness 4");
+  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find("--staleness is for --mode ps or ssp"), std::string::npos)
+      << run.result.output;
+}
+
+TEST(FashionMnistExampleErrors, ParameterServerRefusesStrategies) {
+  const ExampleRun run = run_example(2, "--mode ps --strategy zero1");
+  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find("--strategy zero1 does not apply to --mode ps"),
+            std::string::npos)
+      << run.result.output;
+}
+
 }  // namespace
 }  // namespace cohort
