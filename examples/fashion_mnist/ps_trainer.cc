@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -18,6 +20,7 @@
 #include "optimizers.h"
 #include "progress.h"
 #include "ranks.h"
+#include "step_metrics.h"
 
 namespace fashion_mnist {
 namespace {
@@ -28,6 +31,10 @@ constexpr int64_t kServerCheckpointEvery = 50;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double ms_between(Clock::time_point start, Clock::time_point end) {
+  return std::chrono::duration<double, std::milli>(end - start).count();
 }
 
 // What the data-parallel strategies have and a parameter-server job does not.
@@ -77,6 +84,26 @@ std::string staleness_histogram(const cohort::ServerStats& stats) {
   std::snprintf(mean, sizeof mean, " (mean %.2f)",
                 stats.applied > 0 ? sum / static_cast<double>(stats.applied) : 0.0);
   return text + mean;
+}
+
+// --metrics under ps and ssp: each server's figures, the staleness histogram among them, in
+// "<metrics>.server<i>.json".
+void write_server_metrics(const std::string& metrics, int index, int rank,
+                          const cohort::ServerStats& s) {
+  const nlohmann::json figures = {{"rank", rank},
+                                  {"steps", s.version},
+                                  {"applied", s.applied},
+                                  {"dropped", s.dropped},
+                                  {"staleness_counts", s.staleness_counts},
+                                  {"dead_workers", s.dead_workers},
+                                  {"client_ranks", s.client_ranks},
+                                  {"mean_push_interval_ms", s.mean_push_interval_ms},
+                                  {"slowest_worker", s.slowest_worker},
+                                  {"slowest_ratio", s.slowest_ratio}};
+  const std::string path = metrics + ".server" + std::to_string(index) + ".json";
+  std::ofstream out(path);
+  out << figures.dump() << '\n';
+  if (!out) throw std::runtime_error("cannot write " + path);
 }
 
 void print_server_report(int rank, const cohort::ServerStats& s) {
@@ -141,7 +168,11 @@ class PsTrainer {
 
   TrainResult serve() {
     ps_->serve();
-    print_server_report(group_->rank(), ps_->stats());
+    const cohort::ServerStats stats = ps_->stats();
+    print_server_report(group_->rank(), stats);
+    if (!options_.metrics.empty()) {
+      write_server_metrics(options_.metrics, ps_->server_index(), group_->rank(), stats);
+    }
     return {};
   }
 
@@ -167,6 +198,7 @@ class PsTrainer {
   int64_t steps_ = 0;
   int64_t samples_ = 0;
   std::unique_ptr<cohort_examples::Progress> progress_;
+  std::unique_ptr<cohort_examples::MetricsFile> metrics_;  // the first worker's steps
 };
 
 // A job restarted from the servers' checkpoints goes on where they were: each worker has
@@ -191,6 +223,9 @@ TrainResult PsTrainer::work() {
                                               torch::data::DataLoaderOptions(batch).drop_last(true));
   progress_ = std::make_unique<cohort_examples::Progress>(
       options_.progress && workers_->rank() == 0, options_.log_every);
+  if (!options_.metrics.empty() && workers_->rank() == 0) {
+    metrics_ = std::make_unique<cohort_examples::MetricsFile>(options_.metrics);
+  }
   steps_ = steps_done_before();
   if (steps_ > 0 && workers_->rank() == 0) {
     std::printf("resumed from the servers' checkpoints at step %lld\n", (long long)steps_);
@@ -255,6 +290,7 @@ void PsTrainer::train_epoch(
     const torch::Tensor loss = torch::nll_loss(model_->forward(it->data), it->target);
     loss.backward();
     slow_.after_compute(Clock::now() - compute_start);
+    const Clock::time_point push_start = Clock::now();
     ps_->push();
     const double loss_value = loss.item<double>();  // while the gradients travel
     loss_sum += loss_value;
@@ -262,7 +298,20 @@ void PsTrainer::train_epoch(
     ++steps;
     ++steps_;
     progress_->update(steps, it->data.size(0), loss_value);
+    const Clock::time_point wait_start = Clock::now();
     ps_->wait_for_parameters();
+    if (metrics_) {
+      cohort_examples::StepRecord r;
+      r.epoch = epoch + 1;
+      r.step = steps_;
+      r.samples = options_.batch_size;
+      r.loss = loss_value;
+      r.lr = options_.scaled_lr();
+      r.backward_ms = ms_between(compute_start, push_start);  // forward, backward, slow-down
+      r.exposed_comm_ms = ms_between(wait_start, Clock::now());
+      r.step_ms = ms_between(compute_start, Clock::now());
+      metrics_->write(r);
+    }
   }
   progress_->finish_epoch();
   if (workers_->rank() == 0 && steps > 0) {

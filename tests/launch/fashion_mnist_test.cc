@@ -379,6 +379,15 @@ TEST(FashionMnistExampleParameterServer, BoundedStalenessTrainsAndReportsStalene
   EXPECT_NE(out.find("staleness: 0:"), std::string::npos) << out;
   EXPECT_EQ(out.find(" 3:"), std::string::npos) << out;  // no gradient 3 steps stale
   EXPECT_NE(out.find("on 3 rank(s), 12 steps"), std::string::npos) << out;
+  // --metrics: the first worker's steps, and the server's figures with the histogram.
+  EXPECT_EQ(read_lines(run.dir + "/steps.jsonl").size(), size_t(kSteps));
+  const std::vector<json> server = read_lines(run.dir + "/steps.jsonl.server0.json");
+  ASSERT_EQ(server.size(), 1u);
+  const auto counts = server[0]["staleness_counts"].get<std::vector<int64_t>>();
+  EXPECT_LE(counts.size(), 3u);
+  int64_t applied = 0;
+  for (int64_t c : counts) applied += c;
+  EXPECT_EQ(applied, 24);
 }
 
 // A worker killed mid-run under --expendable: the server and the other workers finish.

@@ -486,6 +486,44 @@ TEST(ParameterServer, DeadServerFailsTheWorkersNamingIt) {
   }
 }
 
+// A server that fails by itself (its optimizer throws) fails serve() with that error and every
+// worker with a PeerError naming it.
+TEST(ParameterServer, AFailingServerFailsTheWorkersNamingIt) {
+  struct Exploding : torch::optim::SGD {
+    using torch::optim::SGD::SGD;
+    torch::Tensor step(LossClosure) override { throw std::runtime_error("optimizer exploded"); }
+  };
+  auto exploding = [](std::vector<torch::Tensor> p) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<Exploding>(std::move(p), torch::optim::SGDOptions(0.1));
+  };
+  torch::set_num_threads(1);
+  torch::manual_seed(99);
+  auto initial = small_mlp();
+  std::vector<torch::nn::Sequential> models;
+  for (int r = 0; r < 4; ++r) models.push_back(copy_of(initial));
+  const auto data = make_step_data(1, 3 * kPerWorker);
+  std::vector<std::string> errors(4);
+  std::vector<int> failed_rank(4, -2);
+  run_with_groups(4, [&](int rank, std::shared_ptr<Group> group) {
+    auto& model = models[static_cast<size_t>(rank)];
+    auto ps = ParameterServer::create(group, *model, exploding, synchronous(1));
+    try {
+      if (ps->is_server()) return ps->serve();
+      model->zero_grad();
+      loss_of(model, data.inputs_of(0, rank, kPerWorker), data.targets_of(0, rank, kPerWorker))
+          .backward();
+      ps->step();
+    } catch (const PeerError& e) {
+      errors[static_cast<size_t>(rank)] = e.what();
+      failed_rank[static_cast<size_t>(rank)] = e.failed_rank();
+    } catch (const std::exception& e) {
+      errors[static_cast<size_t>(rank)] = e.what();
+    }
+  });
+  EXPECT_EQ(errors[3], "optimizer exploded");
+  for (int w = 0; w < 3; ++w) EXPECT_EQ(failed_rank[static_cast<size_t>(w)], 3) << errors[w];
+}
+
 // ---------------------------------------------------------------- bad input
 
 TEST(ParameterServer, ModelThatDiffersIsRefusedNamingTheParameter) {

@@ -102,6 +102,7 @@ void ServerRole::session(int client) noexcept {
       if (!fatal_) fatal_ = std::current_exception();
     }
     shard_.leave(client, true);
+    shard_.stop();  // the other sessions stop waiting
     for (auto& pair : pairs_) {
       pair->abort("parameter server rank " + std::to_string(group_->rank()) + " failed");
     }

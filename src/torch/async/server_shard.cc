@@ -91,9 +91,12 @@ double ServerShard::scale_for_staleness(int64_t staleness) const {
 // One optimizer step with the mean of the contributions (each scaled for its staleness),
 // summed in client order so that every run sums alike.
 void ServerShard::apply(std::vector<Contribution> contributions) {
-  auto span = trace(timeline_.get(), "apply step " + std::to_string(version_), "compute", "server");
   std::sort(contributions.begin(), contributions.end(),
             [](const Contribution& a, const Contribution& b) { return a.client < b.client; });
+  // The timeline shows each step's staleness: "apply step 12, staleness 0 1 1".
+  std::string name = "apply step " + std::to_string(version_) + ", staleness";
+  for (const Contribution& c : contributions) name += " " + std::to_string(version_ - c.computed_on);
+  auto span = trace(timeline_.get(), std::move(name), "compute", "server");
   torch::Tensor sum;
   for (const Contribution& c : contributions) {
     const int64_t staleness = version_ - c.computed_on;
@@ -216,14 +219,21 @@ std::string ServerShard::holding_up(int client) const {
   return who.empty() ? "none" : who;
 }
 
+void ServerShard::stop() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stopped_ = true;
+  changed_.notify_all();
+}
+
 int64_t ServerShard::parameters_for(int client, torch::Tensor& out, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!changed_.wait_until(lock, deadline.at(), [&] { return may_go_on(client); })) {
+  if (!changed_.wait_until(lock, deadline.at(), [&] { return stopped_ || may_go_on(client); })) {
     throw TimeoutError("parameter server: rank " + std::to_string(client_ranks_[client]) +
                        " waited for step " + std::to_string(version_) +
                        " past its deadline; ranks that have not pushed their gradient for it: " +
                        holding_up(client) + " (a straggler, or raise the timeout)");
   }
+  if (stopped_) throw Error("ParameterServer: the server stopped");
   copy_parameters(out);
   return version_;
 }
@@ -236,7 +246,8 @@ int64_t ServerShard::current_parameters(torch::Tensor& out) {
 
 int64_t ServerShard::final_parameters(torch::Tensor& out, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!changed_.wait_until(lock, deadline.at(), [&] { return alive_locked() == 0; })) {
+  if (!changed_.wait_until(lock, deadline.at(),
+                           [&] { return stopped_ || alive_locked() == 0; })) {
     std::string left;
     for (size_t c = 0; c < clients_.size(); ++c) {
       if (clients_[c].alive) left += (left.empty() ? "" : ", ") + std::to_string(client_ranks_[c]);
@@ -244,6 +255,7 @@ int64_t ServerShard::final_parameters(torch::Tensor& out, Deadline deadline) {
     throw TimeoutError("parameter server: ranks " + left +
                        " had not finished by the deadline of the last exchange");
   }
+  if (stopped_) throw Error("ParameterServer: the server stopped");
   copy_parameters(out);
   return version_;
 }

@@ -69,6 +69,8 @@ class ServerShard {
   // The client is done (died: its connection failed). Steps that waited only for it go on.
   void leave(int client, bool died);
   int clients_alive() const;
+  // The server failed: every wait above throws Error now instead of waiting for its deadline.
+  void stop();
 
   ServerStats stats() const;
 
@@ -124,6 +126,7 @@ class ServerShard {
   std::vector<int64_t> staleness_counts_;
   int64_t applied_ = 0;
   int64_t dropped_ = 0;
+  bool stopped_ = false;
 };
 
 }  // namespace cohort::ps
