@@ -206,7 +206,6 @@ std::vector<StepRecord> Trainer::train_epoch() {
   for (auto it = loader_->begin(); it != loader_->end() && !out_of_steps();) {
     const double data_ms = ms_since(fetch);
     records.push_back(train_step(*it, data_ms));
-    check_time_limit();
     progress_.update(static_cast<int64_t>(records.size()), records.back().samples,
                      records.back().loss);
     fetch = Clock::now();
@@ -244,6 +243,7 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
     precision_.scaler().update();
     scheduler_->step();  // the next step's LR
   }
+  check_time_limit();  // its wait for a slow rank is part of the step
   r.step_ms = ms_since(start) + data_ms;
   r.optimizer_ms = r.step_ms - data_ms - r.forward_ms - r.backward_ms;
   r.data_ms = data_ms;
