@@ -167,6 +167,11 @@ class PsTrainer {
   }
 
   TrainResult serve() {
+    if (const int64_t resumed = ps_->stats().version; resumed > 0) {
+      std::printf("server rank %d: resumed from its checkpoint at step %lld\n", group_->rank(),
+                  (long long)resumed);
+      std::fflush(stdout);
+    }
     ps_->serve();
     const cohort::ServerStats stats = ps_->stats();
     print_server_report(group_->rank(), stats);
@@ -202,10 +207,11 @@ class PsTrainer {
 };
 
 // A job restarted from the servers' checkpoints goes on where they were: each worker has
-// made about version steps (bounded staleness) or version / workers (asynchronous).
+// made about version steps (bounded staleness) or version / (workers that push)
+// (asynchronous).
 int64_t PsTrainer::steps_done_before() const {
   const int64_t version = ps_->parameter_version();
-  return options_.mode == "ps" ? version / static_cast<int64_t>(ps_->worker_ranks().size())
+  return options_.mode == "ps" ? version / static_cast<int64_t>(ps_->client_ranks().size())
                                : version;
 }
 

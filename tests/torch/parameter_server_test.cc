@@ -337,11 +337,52 @@ TEST(ParameterServer, HybridSynchronousEqualsDdp) {
   EXPECT_EQ(r.server_stats[0].applied, 2 * job.steps);
 }
 
+// Nodes of 3 workers and 1 worker: the server weighs each node's mean by its workers, so the
+// step is still the mean of all four gradients.
+TEST(ParameterServer, HybridWeighsNodesByTheirWorkers) {
+  PsJob job;
+  job.world = 5;
+  job.options = synchronous(1);
+  job.options.hybrid = true;
+  job.node_of = {"a", "a", "a", "b", "c"};
+  const PsResult r = run_ps(job);
+  const auto ddp = train_ddp(4, job.steps);
+  for (int w = 0; w < 4; ++w) {
+    EXPECT_EQ(compare(r.worker_final[static_cast<size_t>(w)], ddp, 1e-5, 1e-6), "") << w;
+  }
+}
+
 // ---------------------------------------------------------------- server checkpoints
+
+// Sets COHORT_JOB_ID (server checkpoints record it and resume only their own job's) for its
+// lifetime, and puts back what was there.
+class ScopedJobId {
+ public:
+  explicit ScopedJobId(const char* id) {
+    const char* before = std::getenv("COHORT_JOB_ID");
+    had_ = before != nullptr;
+    if (had_) before_ = before;
+    setenv("COHORT_JOB_ID", id, 1);
+  }
+  ~ScopedJobId() {
+    if (had_) {
+      setenv("COHORT_JOB_ID", before_.c_str(), 1);
+    } else {
+      unsetenv("COHORT_JOB_ID");
+    }
+  }
+  ScopedJobId(const ScopedJobId&) = delete;
+  ScopedJobId& operator=(const ScopedJobId&) = delete;
+
+ private:
+  bool had_ = false;
+  std::string before_;
+};
 
 // A job stopped after 10 steps and started again from the servers' checkpoints ends where one
 // job of 20 steps ends: the parameters, the momentum and the step count were all restored.
 TEST(ParameterServer, ServerCheckpointsResumeTheJob) {
+  const ScopedJobId job_id("ps-resume");
   const std::string path = ::testing::TempDir() + "/ps_resume_" + std::to_string(::getpid());
   PsJob whole;
   whole.world = 4;
@@ -363,6 +404,7 @@ TEST(ParameterServer, ServerCheckpointsResumeTheJob) {
 // Under bounded staleness a resumed server counts its clients' clocks from its restored step:
 // none of their gradients is taken for a late one.
 TEST(ParameterServer, ResumedBoundedStalenessAppliesEveryGradient) {
+  const ScopedJobId job_id("ps-ssp");
   const std::string path = ::testing::TempDir() + "/ps_ssp_" + std::to_string(::getpid());
   PsJob job;
   job.world = 3;
@@ -380,6 +422,7 @@ TEST(ParameterServer, ResumedBoundedStalenessAppliesEveryGradient) {
 }
 
 TEST(ParameterServer, ACheckpointOfAnotherModelIsRefused) {
+  const ScopedJobId job_id("ps-other-model");
   const std::string path = ::testing::TempDir() + "/ps_other_" + std::to_string(::getpid());
   PsJob job;
   job.world = 2;
@@ -416,13 +459,15 @@ TEST(ParameterServer, AnotherJobsServerCheckpointIsNotResumed) {
   job.options = synchronous(1);
   job.options.checkpoint = path;
   job.options.checkpoint_every = 2;
-  const char* before = std::getenv("COHORT_JOB_ID");
-  const std::string saved = before ? before : "";
-  setenv("COHORT_JOB_ID", "ps-job-a", 1);
-  const PsResult first = run_ps(job);
-  setenv("COHORT_JOB_ID", "ps-job-b", 1);
-  const PsResult again = run_ps(job);
-  setenv("COHORT_JOB_ID", saved.c_str(), 1);
+  PsResult first, again;
+  {
+    const ScopedJobId job_id("ps-job-a");
+    first = run_ps(job);
+  }
+  {
+    const ScopedJobId job_id("ps-job-b");
+    again = run_ps(job);
+  }
   EXPECT_EQ(again.server_stats[0].version, 4);
   EXPECT_TRUE(bitwise_equal(again.worker_final[0], first.worker_final[0]));
   std::remove((path + ".server0").c_str());
@@ -567,6 +612,21 @@ TEST(ParameterServer, OptionsThatDoNotFitAreRefused) {
   too_many_backups.backup_workers = 2;
   refused(too_many_backups);
   ASSERT_EQ(errors.size(), 9u);
+  // More servers than trained tensors: 2 servers for a model of one tensor.
+  std::vector<std::string> one_tensor(3);
+  run_with_groups(3, [&](int rank, std::shared_ptr<Group> group) {
+    torch::nn::Linear model(torch::nn::LinearOptions(4, 2).bias(false));
+    try {
+      ParameterServer::create(group, *model, make_sgd, synchronous(2));
+    } catch (const InvalidArgument& e) {
+      one_tensor[static_cast<size_t>(rank)] = e.what();
+    }
+  });
+  for (const auto& e : one_tensor) {
+    EXPECT_NE(e.find("num_servers = 2 but the model has only 1 trained parameters"),
+              std::string::npos)
+        << e;
+  }
   EXPECT_NE(errors[0].find("num_servers = 3"), std::string::npos) << errors[0];
   EXPECT_NE(errors[3].find("backup_workers = 1 needs synchronous"), std::string::npos)
       << errors[3];

@@ -130,9 +130,11 @@ class ParameterServer {
   // server).
   virtual int server_index() const = 0;
   virtual int worker_index() const = 0;
-  // The group ranks of the servers, and of the workers.
+  // The group ranks of the servers, of the workers, and of the workers that push to the
+  // servers (every worker; with hybrid, each node's lowest).
   virtual std::vector<int> server_ranks() const = 0;
   virtual std::vector<int> worker_ranks() const = 0;
+  virtual std::vector<int> client_ranks() const = 0;
   // Which server holds each of the model's parameters (model.parameters() order).
   virtual const std::vector<int>& server_of_parameter() const = 0;
 
@@ -155,7 +157,9 @@ class ParameterServer {
     wait_for_parameters();
   }
   // Tells the servers this worker is done; returns with the final parameters in the model,
-  // once every worker has finished. Call it once, after the last step.
+  // once every worker has finished (however long the others train: it fails only when none of
+  // them pushed or finished for `timeout`, or a server died). Call it once, after the last
+  // step.
   virtual void finish() = 0;
   // The version (optimizer steps applied) of the parameters now in the model: the lowest over
   // the servers.

@@ -164,8 +164,15 @@ std::unique_ptr<ParameterServer> ParameterServer::create(std::shared_ptr<Group> 
   check_same_model(*group, model);
   const std::vector<Parameter> trained = trained_parameters(model);
   check_one_dtype(trained);
+  COHORT_CHECK(static_cast<size_t>(options.num_servers) <= trained.size(),
+               "ParameterServer: num_servers = ", options.num_servers, " but the model has only ",
+               trained.size(), " trained parameters; a server needs at least one");
   options.timeout = resolved_timeout(*group, options);
   const ps::Layout layout = lay_out(*group, options, trained, nodes_of_ranks(*group));
+  // With hybrid the servers wait for nodes, not workers.
+  COHORT_CHECK(options.backup_workers < static_cast<int>(layout.clients.size()),
+               "ParameterServer: backup_workers = ", options.backup_workers, " must be below the ",
+               layout.clients.size(), " nodes that push with hybrid");
 
   const int rank = group->rank();
   const auto is = [rank](const std::vector<int>& ranks) {

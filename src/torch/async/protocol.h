@@ -5,7 +5,8 @@
 // Every exchange is started by the client and answered by the server, in order, on the pair's
 // own group (so a pair whose peer dies fails alone):
 //   client -> server  Header{kPull}                        the first parameters
-//   client -> server  Header{kPush, computed_on, clock} + the gradient of the server's shard
+//   client -> server  Header{kPush, computed_on, clock, weight} + the gradient of the server's
+//                     shard (with hybrid, the mean of `weight` workers' gradients)
 //   client -> server  Header{kDone}                        no more gradients
 //   server -> client  Header{kParameters, version} + the shard's parameters, once per request;
 //                     for kPush when the consistency rule lets the client go on
@@ -27,16 +28,22 @@ struct Header {
   int64_t computed_on = 0;  // kPush: the version of the parameters the gradient came from
   int64_t clock = 0;        // kPush: how many gradients this client pushed before this one
   int64_t version = 0;      // kParameters: the version of the parameters that follow
+  int64_t weight = 1;       // kPush: how many workers' gradients the pushed one averages
 };
-static_assert(sizeof(Header) == 4 * sizeof(int64_t), "headers travel as four int64");
+static_assert(sizeof(Header) == 5 * sizeof(int64_t), "headers travel as five int64");
+
+// How a server's staleness timeout opens: the server aborts the pair with that message, and
+// the worker throws it as a TimeoutError (not as the server's failure).
+inline constexpr const char* kHeldUp = "parameter server held up";
 
 inline constexpr uint32_t kHeaderTag = 1;
 inline constexpr uint32_t kPayloadTag = 2;
 
+inline constexpr size_t kHeaderWords = sizeof(Header) / sizeof(int64_t);
 inline ConstBuffer header_buffer(const Header& header) {
-  return ConstBuffer(&header, 4, DType::kInt64);
+  return ConstBuffer(&header, kHeaderWords, DType::kInt64);
 }
-inline Buffer header_buffer(Header& header) { return Buffer{&header, 4, DType::kInt64}; }
+inline Buffer header_buffer(Header& header) { return Buffer{&header, kHeaderWords, DType::kInt64}; }
 
 inline CollectiveOptions on_tag(uint32_t tag, Milliseconds timeout) {
   CollectiveOptions options;

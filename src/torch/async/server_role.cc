@@ -84,28 +84,35 @@ void with_client(Exchange&& exchange) {
 void ServerRole::session(int client) noexcept {
   const int rank = layout_.clients[static_cast<size_t>(client)];
   try {
-    serve_client(client);
-  } catch (const ClientLost& e) {
-    shard_.leave(client, true);
-    COHORT_LOG(kWarn, "ParameterServer: worker rank ", rank, " is gone (",
-               with_group_ranks(e.what(), group_->rank(), rank),
-               "); going on with ", shard_.clients_alive(), " of ", layout_.clients.size(),
-               " workers");
-  } catch (const TimeoutError& e) {
-    // Waiting for the staleness bound took too long: the client times out too.
-    shard_.leave(client, true);
-    COHORT_LOG(kWarn, "ParameterServer: dropped worker rank ", rank, ": ", e.what());
+    try {
+      serve_client(client);
+    } catch (const ClientLost& e) {
+      shard_.leave(client, true);  // may complete a step: may throw like any step
+      COHORT_LOG(kWarn, "ParameterServer: worker rank ", rank, " is gone (",
+                 with_group_ranks(e.what(), group_->rank(), rank), "); going on with ",
+                 shard_.clients_alive(), " of ", layout_.clients.size(), " workers");
+    } catch (const TimeoutError& e) {
+      // The staleness bound kept this worker waiting past the deadline: it hears why (the
+      // ranks that held the step up) and throws TimeoutError (kHeldUp, protocol.h).
+      pairs_[static_cast<size_t>(client)]->abort(e.what());
+      shard_.leave(client, true);
+      COHORT_LOG(kWarn, "ParameterServer: dropped worker rank ", rank, ": ", e.what());
+    }
   } catch (...) {
-    // The server itself failed (its optimizer threw, a malformed message): no client can go on.
-    {
-      std::lock_guard<std::mutex> lock(error_mutex_);
-      if (!fatal_) fatal_ = std::current_exception();
-    }
-    shard_.leave(client, true);
-    shard_.stop();  // the other sessions stop waiting
-    for (auto& pair : pairs_) {
-      pair->abort("parameter server rank " + std::to_string(group_->rank()) + " failed");
-    }
+    fail(std::current_exception());
+  }
+}
+
+// The server itself failed (its optimizer threw, a checkpoint could not be written, a
+// malformed message): no worker can go on.
+void ServerRole::fail(std::exception_ptr error) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    if (!fatal_) fatal_ = error;
+  }
+  shard_.stop();  // the other sessions stop waiting
+  for (auto& pair : pairs_) {
+    pair->abort("parameter server rank " + std::to_string(group_->rank()) + " failed");
   }
 }
 
@@ -125,14 +132,14 @@ void ServerRole::serve_client(int client) {
         with_client([&] {
           pair.recv(tensor_buffer(gradient), kClient, on_tag(kPayloadTag, timeout_));
         });
-        shard_.add_gradient(client, header.computed_on, header.clock, gradient);
+        shard_.add_gradient(client, header.computed_on, header.clock, header.weight, gradient);
         reply(pair, shard_.parameters_for(client, parameters, Deadline::after(timeout_)),
               parameters);
         break;
       }
       case MessageKind::kDone:
         shard_.leave(client, false);
-        reply(pair, shard_.final_parameters(parameters, Deadline::after(timeout_)), parameters);
+        reply(pair, shard_.final_parameters(parameters, timeout_), parameters);
         return;
       default:
         throw ProtocolError("ParameterServer: message of unknown kind " +

@@ -26,6 +26,7 @@ class ServerRole final : public ParameterServer {
   int worker_index() const override { return -1; }
   std::vector<int> server_ranks() const override { return layout_.servers; }
   std::vector<int> worker_ranks() const override { return layout_.workers; }
+  std::vector<int> client_ranks() const override { return layout_.clients; }
   const std::vector<int>& server_of_parameter() const override {
     return layout_.server_of_parameter;
   }
@@ -43,6 +44,7 @@ class ServerRole final : public ParameterServer {
   void serve_client(int client);
   void reply(Group& pair, int64_t version, const torch::Tensor& parameters);
   void join_sessions() noexcept;
+  void fail(std::exception_ptr error) noexcept;
   [[noreturn]] void not_on_a_server(const char* call) const;
 
   std::shared_ptr<Group> group_;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cohort/core/check.h"
+#include "async/protocol.h"
 #include "checkpoint_state.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
@@ -30,29 +31,37 @@ int ServerShard::alive_locked() const {
       std::count_if(clients_.begin(), clients_.end(), [](const ClientState& c) { return c.alive; }));
 }
 
+int64_t ServerShard::alive_weight_locked() const {
+  int64_t weight = 0;
+  for (const ClientState& c : clients_) weight += c.alive ? c.weight : 0;
+  return weight;
+}
+
 int ServerShard::clients_alive() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return alive_locked();
 }
 
-void ServerShard::add_gradient(int client, int64_t computed_on, int64_t clock,
+void ServerShard::add_gradient(int client, int64_t computed_on, int64_t clock, int64_t weight,
                                const torch::Tensor& flat) {
   std::lock_guard<std::mutex> lock(mutex_);
+  ++events_;
   ClientState& state = clients_.at(static_cast<size_t>(client));
+  state.weight = std::max<int64_t>(1, weight);
   const Clock::time_point now = Clock::now();
   if (state.pushes == 0) state.first_push = now;
   state.last_push = now;
   state.pushes = clock + 1;
   state.last_computed_on = computed_on;
   if (rule_.mode == Consistency::kAsynchronous) {
-    apply({{client, computed_on, flat}});
+    apply({{client, computed_on, state.weight, flat}});
   } else {
     // Note [Consistency]: steps are keyed by clock, or at s = 0 by the version computed on.
     const int64_t key = rule_.staleness == 0 ? computed_on : base_version_ + clock;
     if (key < version_) {
       ++dropped_;  // a backup worker's gradient for a step already taken
     } else {
-      pending_[key].push_back({client, computed_on, flat});
+      pending_[key].push_back({client, computed_on, state.weight, flat});
       apply_ready_steps();
     }
   }
@@ -88,8 +97,8 @@ double ServerShard::scale_for_staleness(int64_t staleness) const {
   return rule_.lr_scaling && staleness > 1 ? 1.0 / static_cast<double>(staleness) : 1.0;
 }
 
-// One optimizer step with the mean of the contributions (each scaled for its staleness),
-// summed in client order so that every run sums alike.
+// One optimizer step with the mean of the contributions (each scaled for its staleness and
+// weighted by the workers it averages), summed in client order so that every run sums alike.
 void ServerShard::apply(std::vector<Contribution> contributions) {
   std::sort(contributions.begin(), contributions.end(),
             [](const Contribution& a, const Contribution& b) { return a.client < b.client; });
@@ -98,21 +107,24 @@ void ServerShard::apply(std::vector<Contribution> contributions) {
   for (const Contribution& c : contributions) name += " " + std::to_string(version_ - c.computed_on);
   auto span = trace(timeline_.get(), std::move(name), "compute", "server");
   torch::Tensor sum;
+  int64_t weights = 0;
   for (const Contribution& c : contributions) {
     const int64_t staleness = version_ - c.computed_on;
     if (static_cast<size_t>(staleness) >= staleness_counts_.size()) {
       staleness_counts_.resize(static_cast<size_t>(staleness) + 1, 0);
     }
     ++staleness_counts_[static_cast<size_t>(staleness)];
-    const double scale = scale_for_staleness(staleness);
+    const double scale = scale_for_staleness(staleness) * static_cast<double>(c.weight);
     torch::Tensor term = scale == 1.0 ? c.flat : c.flat * scale;
     sum = sum.defined() ? sum.add(term) : term.clone();
+    weights += c.weight;
   }
   applied_ += static_cast<int64_t>(contributions.size());
-  // Asynchronous: one gradient is 1/N of a synchronous step; else the mean of the step's.
+  // Asynchronous: one gradient is its workers' share of a synchronous step (1/N for one of N
+  // workers); else the mean of the step's.
   const int64_t divisor = rule_.mode == Consistency::kAsynchronous
-                              ? std::max(1, alive_locked())
-                              : static_cast<int64_t>(contributions.size());
+                              ? std::max<int64_t>(1, alive_weight_locked())
+                              : weights;
   if (divisor != 1) sum.div_(static_cast<double>(divisor));
   int64_t offset = 0;
   for (auto& p : parameters_) {
@@ -228,7 +240,7 @@ void ServerShard::stop() {
 int64_t ServerShard::parameters_for(int client, torch::Tensor& out, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!changed_.wait_until(lock, deadline.at(), [&] { return stopped_ || may_go_on(client); })) {
-    throw TimeoutError("parameter server: rank " + std::to_string(client_ranks_[client]) +
+    throw TimeoutError(std::string(kHeldUp) + ": rank " + std::to_string(client_ranks_[client]) +
                        " waited for step " + std::to_string(version_) +
                        " past its deadline; ranks that have not pushed their gradient for it: " +
                        holding_up(client) + " (a straggler, or raise the timeout)");
@@ -244,16 +256,22 @@ int64_t ServerShard::current_parameters(torch::Tensor& out) {
   return version_;
 }
 
-int64_t ServerShard::final_parameters(torch::Tensor& out, Deadline deadline) {
+int64_t ServerShard::final_parameters(torch::Tensor& out, Milliseconds quiet) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!changed_.wait_until(lock, deadline.at(),
-                           [&] { return stopped_ || alive_locked() == 0; })) {
+  for (;;) {
+    const int64_t seen = events_;
+    if (changed_.wait_until(lock, Deadline::after(quiet).at(),
+                            [&] { return stopped_ || alive_locked() == 0 || events_ != seen; }) &&
+        (stopped_ || alive_locked() == 0)) {
+      break;
+    }
+    if (events_ != seen) continue;  // someone is still training
     std::string left;
     for (size_t c = 0; c < clients_.size(); ++c) {
       if (clients_[c].alive) left += (left.empty() ? "" : ", ") + std::to_string(client_ranks_[c]);
     }
-    throw TimeoutError("parameter server: ranks " + left +
-                       " had not finished by the deadline of the last exchange");
+    throw TimeoutError("parameter server: ranks " + left + " neither pushed nor finished for " +
+                       std::to_string(quiet.count()) + " ms while the others waited to finish");
   }
   if (stopped_) throw Error("ParameterServer: the server stopped");
   copy_parameters(out);
@@ -273,6 +291,7 @@ void ServerShard::leave(int client, bool died) {
   std::lock_guard<std::mutex> lock(mutex_);
   ClientState& state = clients_.at(static_cast<size_t>(client));
   if (!state.alive) return;
+  ++events_;
   state.alive = false;
   state.died = died;
   if (rule_.mode != Consistency::kAsynchronous) apply_ready_steps();

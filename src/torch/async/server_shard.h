@@ -56,16 +56,20 @@ class ServerShard {
   torch::ScalarType dtype() const { return dtype_; }
 
   // Client `client` pushed `flat` (numel() elements), its gradient of `clock` computed on
-  // parameters of version `computed_on`. Applies every step that became complete.
-  void add_gradient(int client, int64_t computed_on, int64_t clock, const torch::Tensor& flat);
+  // parameters of version `computed_on`, the mean of `weight` workers' gradients (hybrid: the
+  // workers of its node). Applies every step that became complete.
+  void add_gradient(int client, int64_t computed_on, int64_t clock, int64_t weight,
+                    const torch::Tensor& flat);
   // Waits until `client` may compute its next gradient (Note [Consistency]), then copies the
   // parameters into `out` and returns their version. TimeoutError at `deadline`, naming the
   // clients that hold the step up.
   int64_t parameters_for(int client, torch::Tensor& out, Deadline deadline);
   // The current parameters, whatever the rule (the first pull).
   int64_t current_parameters(torch::Tensor& out);
-  // Waits until every client has left, then copies the final parameters.
-  int64_t final_parameters(torch::Tensor& out, Deadline deadline);
+  // Waits until every client has left, then copies the final parameters. The clients still
+  // training may take longer than one exchange's deadline: the wait fails only when nothing
+  // happened (no push, no client leaving) for `quiet`.
+  int64_t final_parameters(torch::Tensor& out, Milliseconds quiet);
   // The client is done (died: its connection failed). Steps that waited only for it go on.
   void leave(int client, bool died);
   int clients_alive() const;
@@ -85,6 +89,7 @@ class ServerShard {
   struct Contribution {
     int client;
     int64_t computed_on;
+    int64_t weight;
     torch::Tensor flat;
   };
   struct ClientState {
@@ -92,6 +97,7 @@ class ServerShard {
     bool died = false;
     int64_t pushes = 0;
     int64_t last_computed_on = -1;  // of its last push; -1 before the first
+    int64_t weight = 1;             // workers its pushes average
     Clock::time_point first_push{}, last_push{};
   };
 
@@ -103,6 +109,7 @@ class ServerShard {
   void copy_parameters(torch::Tensor& out) const;
   std::string holding_up(int client) const;
   int alive_locked() const;
+  int64_t alive_weight_locked() const;
   void save_locked() const;
 
   std::vector<torch::Tensor> parameters_;
@@ -127,6 +134,7 @@ class ServerShard {
   int64_t applied_ = 0;
   int64_t dropped_ = 0;
   bool stopped_ = false;
+  int64_t events_ = 0;  // pushes and departures: progress, for final_parameters
 };
 
 }  // namespace cohort::ps

@@ -14,6 +14,17 @@ namespace {
 
 constexpr int kServer = 0;  // a pair's server is its rank 0 (pair_groups.h)
 
+// A reply may come up to the server's own deadline after the request: the worker waits a
+// little longer, so that the server's explanation (a straggler held the step up) comes first.
+Milliseconds reply_deadline(Milliseconds timeout) {
+  return timeout + std::max(Milliseconds(1000), timeout / 10);
+}
+
+// finish() waits for the other workers to end their training, which may be long; the server
+// answers by then or fails (Note [Parameter server protocol]), and a dead server is noticed
+// at once.
+constexpr Milliseconds kFinishDeadline{24LL * 3600 * 1000};
+
 std::vector<int> all_of(size_t n) {
   std::vector<int> all(n);
   std::iota(all.begin(), all.end(), 0);
@@ -54,7 +65,9 @@ WorkerRole::WorkerRole(std::shared_ptr<Group> group, Layout layout,
   }
   try {
     if (is_client()) {
-      for (int s = 0; s < static_cast<int>(pairs_.size()); ++s) request(s, MessageKind::kPull);
+      for (int s = 0; s < static_cast<int>(pairs_.size()); ++s) {
+        request(s, MessageKind::kPull, reply_deadline(timeout_));
+      }
       receive_replies();
     }
     if (node_) share_within_node();
@@ -68,6 +81,9 @@ WorkerRole::~WorkerRole() {
   if (!finished_) {
     abandon("worker rank " + std::to_string(group_->rank()) + " left without finish()");
   }
+  // The groups first: their queued operations use the buffers below until they end.
+  pairs_.clear();
+  node_.reset();
 }
 
 // The servers must learn at once that this worker is gone: a pair that is only closed
@@ -86,11 +102,12 @@ std::vector<torch::Tensor> WorkerRole::gradients() const {
   return grads;
 }
 
-void WorkerRole::request(int server, MessageKind kind) {
+void WorkerRole::request(int server, MessageKind kind, Milliseconds reply_timeout) {
   auto exchange = std::make_shared<Exchange>();
   exchange->request.kind = kind;
   exchange->request.computed_on = versions_[static_cast<size_t>(server)];
   exchange->request.clock = clock_;
+  exchange->request.weight = node_ ? node_->size() : 1;
   Group& pair = *pairs_[static_cast<size_t>(server)];
   try {
     exchange->sends.push_back(
@@ -99,10 +116,10 @@ void WorkerRole::request(int server, MessageKind kind) {
       exchange->sends.push_back(pair.send_async(tensor_buffer(outgoing_[server]), kServer,
                                                 on_tag(kPayloadTag, timeout_)));
     }
-    exchange->reply_header =
-        pair.recv_async(header_buffer(exchange->reply), kServer, on_tag(kHeaderTag, timeout_));
+    exchange->reply_header = pair.recv_async(header_buffer(exchange->reply), kServer,
+                                             on_tag(kHeaderTag, reply_timeout));
     exchange->reply_payload = pair.recv_async(tensor_buffer(incoming_[server]), kServer,
-                                              on_tag(kPayloadTag, timeout_));
+                                              on_tag(kPayloadTag, reply_timeout));
   } catch (const std::exception& e) {
     server_failed(server, e);
   }
@@ -143,6 +160,10 @@ void WorkerRole::share_within_node() {
 }
 
 void WorkerRole::check_usable(const char* call) const {
+  if (broken_) {
+    throw InvalidArgument(std::string("ParameterServer::") + call +
+                          " after an exchange with a server failed: this worker has left the job");
+  }
   if (finished_) {
     throw InvalidArgument(std::string("ParameterServer::") + call +
                           " after finish(): this worker has left the job");
@@ -170,7 +191,7 @@ void WorkerRole::push() {
     for (int s = 0; s < static_cast<int>(pairs_.size()); ++s) {
       outgoing_[static_cast<size_t>(s)] =
           flatten(grads, layout_.parameters_of_server[static_cast<size_t>(s)]).contiguous();
-      request(s, MessageKind::kPush);
+      request(s, MessageKind::kPush, reply_deadline(timeout_));
     }
   }
   ++clock_;
@@ -189,12 +210,14 @@ void WorkerRole::wait_for_parameters() {
 void WorkerRole::finish() {
   check_usable("finish()");
   wait_for_parameters();
-  finished_ = true;
   if (is_client()) {
-    for (int s = 0; s < static_cast<int>(pairs_.size()); ++s) request(s, MessageKind::kDone);
+    for (int s = 0; s < static_cast<int>(pairs_.size()); ++s) {
+      request(s, MessageKind::kDone, kFinishDeadline);
+    }
     receive_replies();
   }
   if (node_) share_within_node();
+  finished_ = true;
 }
 
 int64_t WorkerRole::parameter_version() const {
@@ -211,9 +234,13 @@ ServerStats WorkerRole::stats() const {
                         std::to_string(group_->rank()) + " is a worker");
 }
 
-[[noreturn]] void WorkerRole::server_failed(int server, const std::exception& error) const {
+[[noreturn]] void WorkerRole::server_failed(int server, const std::exception& error) {
   const int rank = layout_.servers[static_cast<size_t>(server)];
   const std::string what = with_group_ranks(error.what(), rank, group_->rank());
+  broken_ = true;
+  abandon("worker rank " + std::to_string(group_->rank()) + " lost parameter server rank " +
+          std::to_string(rank));
+  if (what.find(kHeldUp) != std::string::npos) throw TimeoutError("ParameterServer: " + what);
   if (dynamic_cast<const TimeoutError*>(&error) != nullptr) {
     throw TimeoutError("ParameterServer: no answer in time from parameter server rank " +
                        std::to_string(rank) + ": " + what);

@@ -28,6 +28,7 @@ class WorkerRole final : public ParameterServer {
   int worker_index() const override { return worker_index_; }
   std::vector<int> server_ranks() const override { return layout_.servers; }
   std::vector<int> worker_ranks() const override { return layout_.workers; }
+  std::vector<int> client_ranks() const override { return layout_.clients; }
   const std::vector<int>& server_of_parameter() const override {
     return layout_.server_of_parameter;
   }
@@ -43,12 +44,14 @@ class WorkerRole final : public ParameterServer {
  private:
   bool is_client() const { return !pairs_.empty(); }
   std::vector<torch::Tensor> gradients() const;
-  void request(int server, MessageKind kind);
+  void request(int server, MessageKind kind, Milliseconds reply_timeout);
   void receive_replies();
   void share_within_node();
   void check_usable(const char* call) const;
   void abandon(const std::string& reason) noexcept;
-  [[noreturn]] void server_failed(int server, const std::exception& error) const;
+  // Gives up every exchange (the servers and the node hear of it) and throws `error` as this
+  // worker's failure, naming the server.
+  [[noreturn]] void server_failed(int server, const std::exception& error);
 
   std::shared_ptr<Group> group_;
   const Layout layout_;
@@ -66,7 +69,8 @@ class WorkerRole final : public ParameterServer {
   struct Exchange;
   std::vector<std::shared_ptr<Exchange>> exchanges_;  // per server: the request in flight
   bool awaiting_ = false;  // a push's parameters have not been waited for yet
-  bool finished_ = false;
+  bool finished_ = false;  // finish() returned
+  bool broken_ = false;    // an exchange failed: the pairs are given up
 };
 
 }  // namespace cohort::ps
