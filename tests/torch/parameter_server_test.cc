@@ -569,6 +569,58 @@ TEST(ParameterServer, AFailingServerFailsTheWorkersNamingIt) {
   for (int w = 0; w < 3; ++w) EXPECT_EQ(failed_rank[static_cast<size_t>(w)], 3) << errors[w];
 }
 
+// A worker that stops pushing is dropped after the timeout, and the steps it held up go on
+// without it: the bound never leaves the others waiting for good.
+TEST(ParameterServer, AStalledWorkerIsDroppedAndTheOthersGoOn) {
+  torch::set_num_threads(1);
+  torch::manual_seed(99);
+  auto initial = small_mlp();
+  std::vector<torch::nn::Sequential> models;
+  for (int r = 0; r < 3; ++r) models.push_back(copy_of(initial));
+  const auto data = make_step_data(1, 2 * kPerWorker);
+  ParameterServerOptions options;
+  options.staleness = 1;
+  options.timeout = std::chrono::milliseconds(1500);
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool worker0_done = false;
+  ServerStats stats;
+  std::string error;
+  run_with_groups(3, [&](int rank, std::shared_ptr<Group> group) {
+    auto& model = models[static_cast<size_t>(rank)];
+    auto ps = ParameterServer::create(group, *model, make_sgd, options);
+    if (ps->is_server()) {
+      ps->serve();
+      stats = ps->stats();
+      return;
+    }
+    auto step = [&] {
+      model->zero_grad();
+      loss_of(model, data.inputs_of(0, rank, kPerWorker), data.targets_of(0, rank, kPerWorker))
+          .backward();
+      ps->step();
+    };
+    step();  // clock 0: step 0 is taken
+    if (rank == 1) {  // then stalls until worker 0 is done, and leaves
+      std::unique_lock<std::mutex> lock(mutex);
+      changed.wait(lock, [&] { return worker0_done; });
+      return;
+    }
+    try {
+      for (int s = 1; s < 4; ++s) step();  // clock 2 needs step 1, held up by worker 1
+      ps->finish();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    worker0_done = true;
+    changed.notify_all();
+  });
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(stats.dead_workers, (std::vector<int>{1}));
+  EXPECT_EQ(stats.version, 4);
+}
+
 // ---------------------------------------------------------------- bad input
 
 TEST(ParameterServer, ModelThatDiffersIsRefusedNamingTheParameter) {
