@@ -65,7 +65,7 @@ run() {
 row() {
   local log=$work/$1.log
   local final samples acc stale
-  final=$(grep '\] final:' "$log" | tail -1)
+  final=$(grep -E '(^|\] )final:' "$log" | tail -1)
   samples=$(sed -E 's/.* ([0-9.]+) samples\/s.*/\1/' <<< "$final")
   acc=$(sed -E 's/.*test accuracy ([0-9.]+)%.*/\1/' <<< "$final")
   stale=$(grep -o '(mean [0-9.]*)' "$log" | head -1 | tr -d '()mean ' || true)
