@@ -10,7 +10,6 @@
 #include <mutex>
 #include <random>
 #include <set>
-#include <thread>
 #include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +27,25 @@ constexpr int kPerWorker = 3;
 
 std::unique_ptr<torch::optim::Optimizer> make_sgd(std::vector<torch::Tensor> parameters) {
   return std::make_unique<torch::optim::SGD>(std::move(parameters), sgd_momentum());
+}
+
+// `world` copies of one model, made on this (the main) thread: rank threads never draw from
+// torch's global generator.
+std::vector<torch::nn::Sequential> copies_of_one_model(int world) {
+  torch::set_num_threads(1);
+  torch::manual_seed(99);
+  auto initial = small_mlp();
+  std::vector<torch::nn::Sequential> models;
+  for (int r = 0; r < world; ++r) models.push_back(copy_of(initial));
+  return models;
+}
+
+// The gradient of `model` on worker `worker`'s rows of step `step`, in its .grad.
+void compute_gradient(torch::nn::Sequential& model, const StepData& data, int step, int worker) {
+  model->zero_grad();
+  loss_of(model, data.inputs_of(step, worker, kPerWorker),
+          data.targets_of(step, worker, kPerWorker))
+      .backward();
 }
 
 // What a job of servers and workers ended with.
@@ -55,13 +73,9 @@ struct PsJob {
 };
 
 PsResult run_ps(const PsJob& job) {
-  torch::set_num_threads(1);
   const int workers = job.world - job.options.num_servers;
   const auto data = make_step_data(job.first_step + job.steps, workers * kPerWorker);
-  torch::manual_seed(99);
-  auto initial = small_mlp();
-  std::vector<torch::nn::Sequential> models;
-  for (int r = 0; r < job.world; ++r) models.push_back(copy_of(initial));
+  std::vector<torch::nn::Sequential> models = copies_of_one_model(job.world);
   PsResult result;
   result.worker_final.resize(static_cast<size_t>(workers));
   result.server_stats.resize(static_cast<size_t>(job.options.num_servers));
@@ -81,9 +95,7 @@ PsResult run_ps(const PsJob& job) {
         ps.reset();
         return;
       }
-      model->zero_grad();
-      loss_of(model, data.inputs_of(s, w, kPerWorker), data.targets_of(s, w, kPerWorker))
-          .backward();
+      compute_gradient(model, data, s, w);
       if (job.hooks.before_push) job.hooks.before_push(w, s, *ps);
       ps->push();
       ps->wait_for_parameters();
@@ -103,12 +115,8 @@ PsResult run_ps(const PsJob& job) {
 // DDP over `workers` ranks on the same slices (of batches of `samples` rows; default: the
 // workers' rows), with the same optimizer.
 std::vector<torch::Tensor> train_ddp(int workers, int steps, int64_t samples = 0) {
-  torch::set_num_threads(1);
   const auto data = make_step_data(steps, samples > 0 ? samples : workers * kPerWorker);
-  torch::manual_seed(99);
-  auto initial = small_mlp();
-  std::vector<torch::nn::Sequential> models;
-  for (int r = 0; r < workers; ++r) models.push_back(copy_of(initial));
+  std::vector<torch::nn::Sequential> models = copies_of_one_model(workers);
   run_with_groups(workers, [&](int rank, std::shared_ptr<Group> group) {
     auto& model = models[static_cast<size_t>(rank)];
     DistributedDataParallel ddp(model, group);
@@ -196,12 +204,8 @@ TEST(ParameterServer, StalenessZeroEqualsDdpWithTwoServers) {
 // With plain SGD at lr 1 and one worker, the parameters pulled after a push are the server's
 // current ones: the old parameters minus the gradient just pushed.
 TEST(ParameterServer, PullAfterPushReturnsTheServersValues) {
-  torch::set_num_threads(1);
   const auto data = make_step_data(4, kPerWorker);
-  torch::manual_seed(99);
-  auto initial = small_mlp();
-  std::vector<torch::nn::Sequential> models = {copy_of(initial), copy_of(initial),
-                                               copy_of(initial)};
+  std::vector<torch::nn::Sequential> models = copies_of_one_model(3);
   auto plain_sgd = [](std::vector<torch::Tensor> p) -> std::unique_ptr<torch::optim::Optimizer> {
     return std::make_unique<torch::optim::SGD>(std::move(p), torch::optim::SGDOptions(1.0));
   };
@@ -213,9 +217,7 @@ TEST(ParameterServer, PullAfterPushReturnsTheServersValues) {
     auto ps = ParameterServer::create(group, *model, plain_sgd, options);
     if (ps->is_server()) return ps->serve();
     for (int s = 0; s < 4; ++s) {
-      model->zero_grad();
-      loss_of(model, data.inputs_of(s, 0, kPerWorker), data.targets_of(s, 0, kPerWorker))
-          .backward();
+      compute_gradient(model, data, s, 0);
       std::vector<torch::Tensor> expected;
       for (const auto& p : model->parameters()) expected.push_back((p - p.grad()).detach());
       ps->step();
@@ -238,14 +240,14 @@ void expect_bound_holds(int staleness, int servers) {
   job.options.staleness = staleness;
   std::mutex mutex;
   std::mt19937 random(7);
-  std::vector<int> delays_us;
-  for (int i = 0; i < 3 * job.steps; ++i) delays_us.push_back(static_cast<int>(random() % 3000));
+  std::vector<int> work;  // per worker and step, made here (the input of the property)
+  for (int i = 0; i < 3 * job.steps; ++i) work.push_back(static_cast<int>(random() % 200000));
   std::atomic<int64_t> worst_lag{0};
   job.hooks.before_push = [&](int w, int s, ParameterServer&) {
-    // Simulated compute time of uneven length: the input of the property, not a wait on
-    // anything.
-    std::this_thread::sleep_for(std::chrono::microseconds(delays_us[static_cast<size_t>(
-        w * job.steps + s)]));
+    // Uneven compute: a random amount of arithmetic before each push, so the workers reach
+    // the servers in ever different orders.
+    volatile double sink = 0;
+    for (int i = 0; i < work[static_cast<size_t>(w * job.steps + s)]; ++i) sink = sink + i;
   };
   job.hooks.after_wait = [&](int, int s, ParameterServer& ps) {
     // The next gradient (clock s + 1) is computed on this version.
@@ -489,11 +491,7 @@ TEST(ParameterServer, DeadWorkerLeavesTheOthersTraining) {
 }
 
 TEST(ParameterServer, DeadServerFailsTheWorkersNamingIt) {
-  torch::set_num_threads(1);
-  torch::manual_seed(99);
-  auto initial = small_mlp();
-  std::vector<torch::nn::Sequential> models;
-  for (int r = 0; r < 4; ++r) models.push_back(copy_of(initial));
+  std::vector<torch::nn::Sequential> models = copies_of_one_model(4);
   const auto data = make_step_data(1, 2 * kPerWorker);
   std::vector<std::string> errors(4);
   std::vector<int> failed_rank(4, -2);
@@ -513,9 +511,7 @@ TEST(ParameterServer, DeadServerFailsTheWorkersNamingIt) {
     try {
       auto ps = ParameterServer::create(group, *model, make_sgd, options);
       for (int s = 0; s < 3; ++s) {
-        model->zero_grad();
-        loss_of(model, data.inputs_of(0, rank, kPerWorker), data.targets_of(0, rank, kPerWorker))
-            .backward();
+        compute_gradient(model, data, 0, rank);
         ps->step();
       }
     } catch (const PeerError& e) {
@@ -541,11 +537,7 @@ TEST(ParameterServer, AFailingServerFailsTheWorkersNamingIt) {
   auto exploding = [](std::vector<torch::Tensor> p) -> std::unique_ptr<torch::optim::Optimizer> {
     return std::make_unique<Exploding>(std::move(p), torch::optim::SGDOptions(0.1));
   };
-  torch::set_num_threads(1);
-  torch::manual_seed(99);
-  auto initial = small_mlp();
-  std::vector<torch::nn::Sequential> models;
-  for (int r = 0; r < 4; ++r) models.push_back(copy_of(initial));
+  std::vector<torch::nn::Sequential> models = copies_of_one_model(4);
   const auto data = make_step_data(1, 3 * kPerWorker);
   std::vector<std::string> errors(4);
   std::vector<int> failed_rank(4, -2);
@@ -554,9 +546,7 @@ TEST(ParameterServer, AFailingServerFailsTheWorkersNamingIt) {
     auto ps = ParameterServer::create(group, *model, exploding, synchronous(1));
     try {
       if (ps->is_server()) return ps->serve();
-      model->zero_grad();
-      loss_of(model, data.inputs_of(0, rank, kPerWorker), data.targets_of(0, rank, kPerWorker))
-          .backward();
+      compute_gradient(model, data, 0, rank);
       ps->step();
     } catch (const PeerError& e) {
       errors[static_cast<size_t>(rank)] = e.what();
@@ -572,11 +562,7 @@ TEST(ParameterServer, AFailingServerFailsTheWorkersNamingIt) {
 // A worker that stops pushing is dropped after the timeout, and the steps it held up go on
 // without it: the bound never leaves the others waiting for good.
 TEST(ParameterServer, AStalledWorkerIsDroppedAndTheOthersGoOn) {
-  torch::set_num_threads(1);
-  torch::manual_seed(99);
-  auto initial = small_mlp();
-  std::vector<torch::nn::Sequential> models;
-  for (int r = 0; r < 3; ++r) models.push_back(copy_of(initial));
+  std::vector<torch::nn::Sequential> models = copies_of_one_model(3);
   const auto data = make_step_data(1, 2 * kPerWorker);
   ParameterServerOptions options;
   options.staleness = 1;
@@ -595,9 +581,7 @@ TEST(ParameterServer, AStalledWorkerIsDroppedAndTheOthersGoOn) {
       return;
     }
     auto step = [&] {
-      model->zero_grad();
-      loss_of(model, data.inputs_of(0, rank, kPerWorker), data.targets_of(0, rank, kPerWorker))
-          .backward();
+      compute_gradient(model, data, 0, rank);
       ps->step();
     };
     step();  // clock 0: step 0 is taken

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cohort/comm/group.h"
+#include "cohort/torch/parameter_server.h"
 
 namespace cohort::ps {
 
@@ -19,6 +20,21 @@ struct Layout {
   // Over the trained parameters (model.parameters() with requires_grad, in that order).
   std::vector<int> server_of_parameter;
   std::vector<std::vector<int>> parameters_of_server;
+};
+
+// What both roles (server_role.h, worker_role.h) answer from the layout.
+class RoleWithLayout : public ParameterServer {
+ public:
+  explicit RoleWithLayout(Layout layout) : layout_(std::move(layout)) {}
+  std::vector<int> server_ranks() const override { return layout_.servers; }
+  std::vector<int> worker_ranks() const override { return layout_.workers; }
+  std::vector<int> client_ranks() const override { return layout_.clients; }
+  const std::vector<int>& server_of_parameter() const override {
+    return layout_.server_of_parameter;
+  }
+
+ protected:
+  const Layout layout_;
 };
 
 // The elements of parameters `which` of `tensors`, flattened one after another.

@@ -31,8 +31,8 @@ ServerRole::ServerRole(std::shared_ptr<Group> group, Layout layout, int server_i
                        std::unique_ptr<torch::optim::Optimizer> optimizer,
                        const ParameterServerOptions& options,
                        std::vector<std::shared_ptr<Group>> pairs)
-    : group_(std::move(group)),
-      layout_(std::move(layout)),
+    : RoleWithLayout(std::move(layout)),
+      group_(std::move(group)),
       server_index_(server_index),
       timeout_(options.timeout),
       shard_(std::move(shard), std::move(optimizer), rule_of(options), layout_.clients,

@@ -14,7 +14,7 @@
 
 namespace cohort::ps {
 
-class ServerRole final : public ParameterServer {
+class ServerRole final : public RoleWithLayout {
  public:
   // Starts the sessions at once: workers pull their first parameters inside create().
   ServerRole(std::shared_ptr<Group> group, Layout layout, int server_index,
@@ -24,12 +24,6 @@ class ServerRole final : public ParameterServer {
 
   int server_index() const override { return server_index_; }
   int worker_index() const override { return -1; }
-  std::vector<int> server_ranks() const override { return layout_.servers; }
-  std::vector<int> worker_ranks() const override { return layout_.workers; }
-  std::vector<int> client_ranks() const override { return layout_.clients; }
-  const std::vector<int>& server_of_parameter() const override {
-    return layout_.server_of_parameter;
-  }
 
   void serve() override;
   ServerStats stats() const override { return shard_.stats(); }
@@ -48,7 +42,6 @@ class ServerRole final : public ParameterServer {
   [[noreturn]] void not_on_a_server(const char* call) const;
 
   std::shared_ptr<Group> group_;
-  const Layout layout_;
   const int server_index_;
   const Milliseconds timeout_;
   ServerShard shard_;

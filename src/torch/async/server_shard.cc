@@ -103,8 +103,13 @@ void ServerShard::apply(std::vector<Contribution> contributions) {
   std::sort(contributions.begin(), contributions.end(),
             [](const Contribution& a, const Contribution& b) { return a.client < b.client; });
   // The timeline shows each step's staleness: "apply step 12, staleness 0 1 1".
-  std::string name = "apply step " + std::to_string(version_) + ", staleness";
-  for (const Contribution& c : contributions) name += " " + std::to_string(version_ - c.computed_on);
+  std::string name;
+  if (timeline_) {
+    name = "apply step " + std::to_string(version_) + ", staleness";
+    for (const Contribution& c : contributions) {
+      name += " " + std::to_string(version_ - c.computed_on);
+    }
+  }
   auto span = trace(timeline_.get(), std::move(name), "compute", "server");
   torch::Tensor sum;
   int64_t weights = 0;

@@ -45,8 +45,8 @@ WorkerRole::WorkerRole(std::shared_ptr<Group> group, Layout layout,
                        std::vector<torch::Tensor> parameters,
                        const ParameterServerOptions& options,
                        std::vector<std::shared_ptr<Group>> pairs, std::shared_ptr<Group> node)
-    : group_(std::move(group)),
-      layout_(std::move(layout)),
+    : RoleWithLayout(std::move(layout)),
+      group_(std::move(group)),
       worker_index_(static_cast<int>(
           std::find(layout_.workers.begin(), layout_.workers.end(), group_->rank()) -
           layout_.workers.begin())),

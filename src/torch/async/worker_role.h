@@ -14,7 +14,7 @@
 
 namespace cohort::ps {
 
-class WorkerRole final : public ParameterServer {
+class WorkerRole final : public RoleWithLayout {
  public:
   // `node`: with hybrid, the group of this node's workers (its rank 0 is the client), else
   // null. `pairs`: one per server on a client, empty otherwise. Pulls the first parameters.
@@ -26,12 +26,6 @@ class WorkerRole final : public ParameterServer {
 
   int server_index() const override { return -1; }
   int worker_index() const override { return worker_index_; }
-  std::vector<int> server_ranks() const override { return layout_.servers; }
-  std::vector<int> worker_ranks() const override { return layout_.workers; }
-  std::vector<int> client_ranks() const override { return layout_.clients; }
-  const std::vector<int>& server_of_parameter() const override {
-    return layout_.server_of_parameter;
-  }
 
   void serve() override;
   ServerStats stats() const override;
@@ -54,7 +48,6 @@ class WorkerRole final : public ParameterServer {
   [[noreturn]] void server_failed(int server, const std::exception& error);
 
   std::shared_ptr<Group> group_;
-  const Layout layout_;
   const int worker_index_;
   const Milliseconds timeout_;
   std::shared_ptr<Timeline> timeline_;
