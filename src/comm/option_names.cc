@@ -42,6 +42,7 @@ const char* call_site_name(CallSite site) {
     case CallSite::kGradScaler: return "GradScaler's overflow check";
     case CallSite::kSyncBatchNormForward: return "SyncBatchNorm's forward (batch statistics)";
     case CallSite::kSyncBatchNormBackward: return "SyncBatchNorm's backward (gradient sums)";
+    case CallSite::kRegisteredMemory: return "Group::allocate_registered";
   }
   return "";
 }

@@ -1,7 +1,6 @@
 // The shared-memory collectives (algorithms/*_shm.cc) that Group::create picks when every rank
 // runs on this host: every dtype, op and size across round boundaries, and no segment left
 // behind in /dev/shm however the ranks end (Note [Shared-memory lifetime]).
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -9,7 +8,6 @@
 #include <atomic>
 #include <chrono>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -168,18 +166,6 @@ TEST(ShmCollectives, BarrierWaitsForTheLastRank) {
   });
 }
 
-std::set<std::string> cohort_segments() {
-  std::set<std::string> names;
-  if (DIR* dir = ::opendir("/dev/shm")) {
-    while (dirent* entry = ::readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name.rfind("cohort-", 0) == 0) names.insert(name);
-    }
-    ::closedir(dir);
-  }
-  return names;
-}
-
 std::shared_ptr<TcpStore> store_server() {
   TcpStoreOptions options;
   options.is_server = true;
@@ -199,24 +185,13 @@ std::vector<testing::ChildProcess> start_ranks(const TcpStore& store, int size,
   return ranks;
 }
 
-// The segments rank 0 (the creator, pid `creator`) named: "cohort-<token>-<pid>-<nonce>", hex.
-std::set<std::string> segments_of(pid_t creator) {
-  std::ostringstream pid;
-  pid << "-" << std::hex << creator << "-";
-  std::set<std::string> names;
-  for (const std::string& name : cohort_segments()) {
-    if (name.find(pid.str()) != std::string::npos) names.insert(name);
-  }
-  return names;
-}
-
 // These look only at the names this job's creator made: other tests running beside this one
 // (ctest -j) create and unlink segments of their own in the same /dev/shm.
 TEST(ShmSegments, NothingIsLeftAfterANormalExit) {
   auto store = store_server();
   auto ranks = start_ranks(*store, 3, "allreduce_once");
   for (auto& r : ranks) EXPECT_EQ(r.wait(60s), 0) << r.output();
-  EXPECT_EQ(segments_of(ranks[0].pid()), std::set<std::string>{});
+  EXPECT_EQ(testing::shm_segments_of(ranks[0].pid()), std::set<std::string>{});
 }
 
 TEST(ShmSegments, NothingIsLeftWhenARankIsKilled) {
@@ -224,7 +199,7 @@ TEST(ShmSegments, NothingIsLeftWhenARankIsKilled) {
   auto ranks = start_ranks(*store, 3, "allreduce_loop");
   for (auto& r : ranks) ASSERT_EQ(r.wait_for_line("READY", 30s), "READY") << r.output();
   // Unlinked as soon as every rank attached.
-  EXPECT_EQ(segments_of(ranks[0].pid()), std::set<std::string>{});
+  EXPECT_EQ(testing::shm_segments_of(ranks[0].pid()), std::set<std::string>{});
   ranks[2].kill(SIGKILL);
   for (int r = 0; r < 2; ++r) {
     const std::string line = ranks[r].wait_for_line("RESULT ", 15s);
@@ -232,7 +207,7 @@ TEST(ShmSegments, NothingIsLeftWhenARankIsKilled) {
                                                                               << ranks[r].output();
     ranks[r].wait(10s);
   }
-  EXPECT_EQ(segments_of(ranks[0].pid()), std::set<std::string>{});
+  EXPECT_EQ(testing::shm_segments_of(ranks[0].pid()), std::set<std::string>{});
 }
 
 // Note [Shared-memory lifetime]: a rank ended at any step of the window's creation, by SIGKILL
@@ -276,8 +251,8 @@ TEST(ShmSegments, NothingIsLeftWhenRanksAreEndedDuringCreation) {
     }
     // The step was reached and the signal ended the rank there: the case did happen.
     EXPECT_EQ(status[static_cast<size_t>(k.rank)], 128 + k.signal) << ranks[k.rank].output();
-    EXPECT_EQ(segments_of(ranks[0].pid()), std::set<std::string>{});
-    for (const std::string& name : segments_of(ranks[0].pid())) {
+    EXPECT_EQ(testing::shm_segments_of(ranks[0].pid()), std::set<std::string>{});
+    for (const std::string& name : testing::shm_segments_of(ranks[0].pid())) {
       ::shm_unlink(("/" + name).c_str());  // one failing case must not fail the next ones
     }
   }

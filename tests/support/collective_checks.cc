@@ -12,13 +12,42 @@ namespace {
 // Written after the end of separate outputs; a collective that overruns its buffer changes it.
 constexpr uint8_t kSentinel = 0xEE;
 
+// A rank's buffer of a check: private memory, or registered with the group (collective, so
+// every rank makes the same ones in the same order).
+class CheckBuffer {
+ public:
+  CheckBuffer(Group& group, size_t bytes, Memory memory, uint8_t fill = 0) : bytes_(bytes) {
+    if (memory == Memory::kRegistered) {
+      registered_ = group.allocate_registered(bytes);
+      data_ = static_cast<uint8_t*>(registered_->data());
+      std::memset(data_, fill, bytes);
+    } else {
+      owned_.assign(bytes, fill);
+      data_ = owned_.data();
+    }
+  }
+  uint8_t* data() { return data_; }
+  size_t size() const { return bytes_; }
+  uint8_t back() const { return data_[bytes_ - 1]; }
+  std::vector<uint8_t> copy() const { return std::vector<uint8_t>(data_, data_ + bytes_); }
+  bool operator==(const std::vector<uint8_t>& other) const { return copy() == other; }
+  bool operator!=(const std::vector<uint8_t>& other) const { return copy() != other; }
+  uint8_t operator[](size_t i) const { return data_[i]; }
+
+ private:
+  std::shared_ptr<RegisteredMemory> registered_;
+  std::vector<uint8_t> owned_;
+  uint8_t* data_ = nullptr;
+  size_t bytes_;
+};
+
 }  // namespace
 
 // Element i of every rank's buffer is sweep_value(op, rank, i); afterwards each must hold
 // sweep_expected(op, size, i).
 std::string check_allreduce(Group& group, size_t count, DType dtype, ReduceOp op,
-                            Algorithm algorithm) {
-  std::vector<uint8_t> data(count * dtype_size(dtype) + 1);
+                            Algorithm algorithm, Memory memory) {
+  CheckBuffer data(group, count * dtype_size(dtype) + 1, memory);
   fill_sweep(data.data(), count, dtype, op, group.rank());
   CollectiveOptions opts;
   opts.op = op;
@@ -30,8 +59,8 @@ std::string check_allreduce(Group& group, size_t count, DType dtype, ReduceOp op
 
 // Every rank starts with its own values; returns "" when all hold the root's afterwards.
 std::string check_broadcast(Group& group, size_t count, DType dtype, int root,
-                            Algorithm algorithm) {
-  std::vector<uint8_t> data(count * dtype_size(dtype) + 1);
+                            Algorithm algorithm, Memory memory) {
+  CheckBuffer data(group, count * dtype_size(dtype) + 1, memory);
   fill_movement(data.data(), count, dtype, group.rank());
   CollectiveOptions opts;
   opts.root = root;
@@ -61,11 +90,12 @@ std::string check_reduce(Group& group, size_t count, DType dtype, ReduceOp op, i
 // Rank r contributes movement values of r at 0..count-1; block r of every output must hold
 // them. In place, the input is the rank's own block of the output.
 std::string check_allgather(Group& group, size_t count, DType dtype, Algorithm algorithm,
-                            bool in_place) {
+                            bool in_place, Memory memory) {
   const size_t esize = dtype_size(dtype);
   const auto n = static_cast<size_t>(group.size());
-  std::vector<uint8_t> in(count * esize + 1);
-  std::vector<uint8_t> out(n * count * esize + 1, kSentinel);
+  // Registered, the input is: in place, as the rank's block of a registered output.
+  CheckBuffer in(group, count * esize + 1, in_place ? Memory::kPrivate : memory);
+  CheckBuffer out(group, n * count * esize + 1, in_place ? memory : Memory::kPrivate, kSentinel);
   fill_movement(in.data(), count, dtype, group.rank());
   const void* input = in.data();
   if (in_place) {
@@ -86,13 +116,13 @@ std::string check_allgather(Group& group, size_t count, DType dtype, Algorithm a
 // input is sweep_value(op, rank, j), so block r of the result is sweep_expected at r*count+i.
 // The input must be left as it was.
 std::string check_reduce_scatter(Group& group, size_t count, DType dtype, ReduceOp op,
-                                 Algorithm algorithm) {
+                                 Algorithm algorithm, Memory memory) {
   const size_t esize = dtype_size(dtype);
   const auto n = static_cast<size_t>(group.size());
-  std::vector<uint8_t> in(n * count * esize + 1);
+  CheckBuffer in(group, n * count * esize + 1, memory);
   std::vector<uint8_t> out(count * esize + 1, kSentinel);
   fill_sweep(in.data(), n * count, dtype, op, group.rank());
-  const std::vector<uint8_t> before = in;
+  const std::vector<uint8_t> before = in.copy();
   CollectiveOptions opts;
   opts.op = op;
   opts.algorithm = algorithm;
@@ -107,13 +137,13 @@ std::string check_reduce_scatter(Group& group, size_t count, DType dtype, Reduce
 // As check_reduce_scatter, with the output at block r of rank r's input: that block must hold
 // the result, the other blocks must be left as they were, and nothing past the input written.
 std::string check_reduce_scatter_in_place(Group& group, size_t count, DType dtype, ReduceOp op,
-                                          Algorithm algorithm) {
+                                          Algorithm algorithm, Memory memory) {
   const size_t esize = dtype_size(dtype);
   const auto n = static_cast<size_t>(group.size());
   const auto me = static_cast<size_t>(group.rank());
-  std::vector<uint8_t> data(n * count * esize + 1, kSentinel);
+  CheckBuffer data(group, n * count * esize + 1, memory, kSentinel);
   fill_sweep(data.data(), n * count, dtype, op, group.rank());
-  const std::vector<uint8_t> before = data;
+  const std::vector<uint8_t> before = data.copy();
   uint8_t* own = data.data() + me * count * esize;
   CollectiveOptions opts;
   opts.op = op;

@@ -1,5 +1,6 @@
 #include "support/process.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -145,6 +147,22 @@ std::string fresh_temp_dir(const std::string& name) {
   const std::string command = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
   if (std::system(command.c_str()) != 0) throw std::runtime_error("cannot create " + dir);
   return dir;
+}
+
+std::set<std::string> shm_segments_of(pid_t creator) {
+  std::ostringstream pid;
+  pid << "-" << std::hex << creator << "-";
+  std::set<std::string> names;
+  if (DIR* dir = ::opendir("/dev/shm")) {
+    while (dirent* entry = ::readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name.rfind("cohort-", 0) == 0 && name.find(pid.str()) != std::string::npos) {
+        names.insert(name);
+      }
+    }
+    ::closedir(dir);
+  }
+  return names;
 }
 
 }  // namespace cohort::testing

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,11 @@ struct ShellResult {
 };
 ShellResult run_shell(const std::string& command, const std::vector<std::string>& extra_env,
                       std::chrono::milliseconds deadline);
+
+// The names in /dev/shm that cohort made for a window whose creator (local rank 0) has pid
+// `creator`: "cohort-<token>-<pid>-<nonce>", hex (shm_names.h). Other tests running beside
+// (ctest -j) make names of their own, so tests look only at their own ranks'.
+std::set<std::string> shm_segments_of(pid_t creator);
 
 // A new empty directory under the test temporary directory, named after `name` and this
 // process.

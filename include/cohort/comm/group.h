@@ -20,6 +20,7 @@
 
 #include "cohort/comm/buffer.h"
 #include "cohort/comm/options.h"
+#include "cohort/comm/registered_memory.h"
 #include "cohort/comm/store.h"
 #include "cohort/comm/transport.h"
 #include "cohort/comm/work.h"
@@ -155,6 +156,15 @@ class Group : public std::enable_shared_from_this<Group> {
   void recv(Buffer data, int peer, const CollectiveOptions& opts = {});
   std::shared_ptr<Work> send_async(ConstBuffer data, int peer, const CollectiveOptions& opts = {});
   std::shared_ptr<Work> recv_async(Buffer data, int peer, const CollectiveOptions& opts = {});
+
+  // Collective: `bytes` of zero-filled memory on every rank (the same size on every rank, else
+  // MismatchError), shared with the other ranks of this rank's node where it can be
+  // (RegisteredMemory::shared). Collectives on buffers inside it run in place on shared memory:
+  // every rank of a node must then pass a buffer of the same allocation (at any offset), or
+  // every rank private memory (else MismatchError). Freed when the last handle (and every
+  // tensor made over it) is gone; the group may be destroyed before.
+  std::shared_ptr<RegisteredMemory> allocate_registered(size_t bytes,
+                                                        const CollectiveOptions& opts = {});
 
   // Collective over this group: ranks with the same color form a subgroup, ordered by
   // (key, rank). A negative color returns nullptr (the rank joins no subgroup).

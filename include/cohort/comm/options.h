@@ -42,9 +42,9 @@ enum class CallSite : uint8_t {
   kUser, kDdpConstructor, kDdpGradients, kDdpUnusedParameters, kDdpJoin, kDdpBuffers,
   kCheckpointSave, kCheckpointLoad, kGroupSetup, kZeroGradients, kZeroParameters, kGradNorm,
   kFsdpConstructor, kFsdpParameters, kFsdpGradients, kFsdpEndOfBackward, kGradScaler,
-  kSyncBatchNormForward, kSyncBatchNormBackward
+  kSyncBatchNormForward, kSyncBatchNormBackward, kRegisteredMemory
 };
-inline constexpr int kNumCallSites = 19;
+inline constexpr int kNumCallSites = 20;
 // "DistributedDataParallel's constructor", ...; "" for kUser.
 const char* call_site_name(CallSite site);
 

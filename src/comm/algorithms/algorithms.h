@@ -13,13 +13,16 @@
 
 namespace cohort::algo {
 
+class RegisteredView;  // algorithms/registered_view.h
+
 // ---- allreduce: data[count] on every rank becomes op over all ranks. Each algorithm finishes
 // kAvg itself (ring and halving-doubling divide only the piece each rank owns).
 void allreduce_ring(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduce_tree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduce_halving_doubling(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduce_direct(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
-// Needs ctx.shm() spanning the whole group (every rank on one node).
+// Needs ctx.shm() spanning the whole group (every rank on one node). Runs in place
+// (allreduce_registered) when data is registered memory, else staged through the window.
 void allreduce_shm(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 // Needs ctx.topology() with the same number of ranks on every node, and ctx.shm() when that
 // number is above 1: shared-memory reduce-scatter in each node, allreduce of each piece across
@@ -62,6 +65,16 @@ void reduce_scatter_shm(Context& ctx, const void* in, void* out, size_t count, D
 void gather_direct(Context& ctx, const void* in, void* out, size_t bytes, int root);
 void scatter_direct(Context& ctx, const void* in, void* out, size_t bytes, int root);
 void all_to_all_direct(Context& ctx, const void* in, void* out, size_t bytes_per_rank);
+
+// ---- in place on registered buffers of one node (algorithms/registered_view.h): what the
+// shared-memory algorithms above run when the view of their buffer is registered.
+void allreduce_registered(Context& ctx, RegisteredView& view, uint8_t* data, size_t count,
+                          DType dtype, ReduceOp op);
+void broadcast_registered(Context& ctx, RegisteredView& view, uint8_t* data, size_t bytes,
+                          int root);
+void allgather_registered(Context& ctx, RegisteredView& input, uint8_t* out, size_t bytes);
+void reduce_scatter_registered(Context& ctx, RegisteredView& input, uint8_t* out, size_t count,
+                               DType dtype, ReduceOp op);
 
 // ---- barrier: dissemination, ceil(log2 n) rounds of empty messages.
 void barrier_dissemination(Context& ctx);

@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/registered_view.h"
 #include "algorithms/shm_rounds.h"
 #include "kernels/reduce_kernels.h"
 #include "transport/shm/shm_window.h"
@@ -49,6 +50,11 @@ void allreduce_shm(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
   const int n = ctx.shm()->size();
   if (n == 1 || count == 0) return;
   auto* bytes = static_cast<uint8_t*>(data);
+  RegisteredView view(ctx, data, count * dtype_size(dtype));
+  if (view.registered()) {
+    allreduce_registered(ctx, view, bytes, count, dtype, op);
+    return;
+  }
   if (count * dtype_size(dtype) * static_cast<size_t>(n - 1) <= kOneRoundBytes) {
     allreduce_shm_one_round(ctx, bytes, count, dtype, op);
     return;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/registered_view.h"
 #include "transport/shm/shm_window.h"
 
 namespace cohort::algo {
@@ -12,6 +13,11 @@ namespace cohort::algo {
 void broadcast_shm(Context& ctx, void* data, size_t bytes, int root) {
   ShmWindow& window = *ctx.shm();
   auto* base = static_cast<uint8_t*>(data);
+  RegisteredView view(ctx, data, bytes);
+  if (view.registered()) {
+    broadcast_registered(ctx, view, base, bytes, root);
+    return;
+  }
   for (size_t offset = 0; offset < bytes; offset += window.slot_bytes()) {
     const size_t length = std::min(window.slot_bytes(), bytes - offset);
     const uint64_t round = window.next_round();

@@ -8,4 +8,8 @@ void Context::post_shm_round(uint64_t round, const char* what) {
   shm_->post_and_wait(round, ShmRoundCall{sequence_, stamp_}, deadline_, what);
 }
 
+void Context::post_shm_round(uint64_t round, const char* what, const ShmPlace& place) {
+  shm_->post_and_wait(round, ShmRoundCall{sequence_, stamp_}, deadline_, what, place);
+}
+
 }  // namespace cohort::algo

@@ -13,6 +13,7 @@
 namespace cohort {
 class ShmWindow;
 class Topology;
+struct ShmPlace;
 }  // namespace cohort
 
 namespace cohort::algo {
@@ -32,6 +33,7 @@ class Context {
   int rank() const { return transport_.rank(); }
   int size() const { return transport_.size(); }
   Deadline deadline() const { return deadline_; }
+  uint64_t sequence() const { return sequence_; }
   Transport& transport() const { return transport_; }
   // The shared memory window of this rank's node (its local ranks), else null.
   ShmWindow* shm() const { return shm_; }
@@ -50,6 +52,8 @@ class Context {
   // Posts this rank's part of shared-memory round `round` and waits for the others'; throws
   // MismatchError when a local rank is in another call (Note [Call stamps]).
   void post_shm_round(uint64_t round, const char* what);
+  // The same, saying where this rank's buffer is (Note [Registered buffers]).
+  void post_shm_round(uint64_t round, const char* what, const ShmPlace& place);
 
   // `step` tells apart the messages of one collective between the same two ranks
   // (Note [Message steps]).

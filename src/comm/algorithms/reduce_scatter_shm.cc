@@ -3,6 +3,7 @@
 // blocks in its slot, and (all posted) rank r reduces its part of block r into `out`, reading
 // the peers' staged copies in place. Each rank copies (n-1)/n of `in` and reads as much.
 #include "algorithms/algorithms.h"
+#include "algorithms/registered_view.h"
 #include "algorithms/shm_rounds.h"
 #include "transport/shm/shm_window.h"
 
@@ -12,6 +13,11 @@ void reduce_scatter_shm(Context& ctx, const void* in, void* out, size_t count, D
                         ReduceOp op) {
   const int n = ctx.shm()->size();
   if (count == 0) return;
+  RegisteredView input(ctx, in, static_cast<size_t>(n) * count * dtype_size(dtype));
+  if (input.registered()) {
+    reduce_scatter_registered(ctx, input, static_cast<uint8_t*>(out), count, dtype, op);
+    return;
+  }
   ShmRounds rounds(ctx, block_pieces(count, n), dtype_size(dtype),
                    "reduce_scatter over shared memory");
   for (size_t j = 0; j < rounds.rounds(); ++j) {

@@ -50,6 +50,28 @@ void allreduce_loop(cohort::Group& group, long iterations) {
   }
 }
 
+// As allreduce_loop, on registered memory (Group::allocate_registered): the ranks read and
+// write each other's buffers in place. Prints "SHARED" or "PRIVATE" (what the node made of it)
+// before "LOOPING".
+void registered_loop(cohort::Group& group, long iterations) {
+  constexpr size_t kCount = 1 << 20;
+  auto memory = group.allocate_registered(kCount * sizeof(float));
+  std::printf("%s\n", memory->shared() ? "SHARED" : "PRIVATE");
+  float* data = memory->as<float>();
+  for (long it = 0; it < iterations; ++it) {
+    std::fill(data, data + kCount, 1.0f);
+    group.allreduce(memory->buffer<float>(0, kCount));
+    if (data[0] != static_cast<float>(group.size()) ||
+        data[kCount - 1] != static_cast<float>(group.size())) {
+      throw cohort::Error("wrong allreduce result");
+    }
+    if (it == 0) {
+      std::printf("LOOPING\n");
+      std::fflush(stdout);
+    }
+  }
+}
+
 // Every rank but `skipped` calls an allreduce and says in the store when it is over (it times
 // out); `skipped` stays away until they all have, so it never joins late however slow the
 // machine is. A fixed sleep here once had to outlast the others' deadline.
@@ -100,6 +122,8 @@ void run_scenario(cohort::Group& group, cohort::Store& store, const std::string&
     allreduce_loop(group, 1000000);
   } else if (scenario == "allreduce_once") {
     allreduce_loop(group, 3);
+  } else if (scenario == "registered_loop") {
+    registered_loop(group, 1000000);
   } else if (scenario == "skip_rank") {  // every rank but <param> calls an allreduce
     skip_rank(group, store, std::atoi(param.c_str()));
   } else if (scenario == "count_mismatch") {  // rank <param> passes one element more

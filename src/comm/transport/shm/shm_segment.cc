@@ -15,15 +15,25 @@
 namespace cohort {
 namespace {
 
-void* map(int fd, size_t bytes, const std::string& name) {
+void* map_keeping_fd(int fd, size_t bytes, const std::string& name) {
   void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int error = errno;
-  ::close(fd);
   if (data == MAP_FAILED) {
+    const int error = errno;
     throw ConfigError(detail::concat("cannot map shared memory segment ", name, " (", bytes,
                                      " bytes): ", std::strerror(error)));
   }
   return data;
+}
+
+void* map(int fd, size_t bytes, const std::string& name) {
+  try {
+    void* data = map_keeping_fd(fd, bytes, name);
+    ::close(fd);
+    return data;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
 }
 
 }  // namespace
@@ -69,25 +79,73 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
   return ShmSegment(name, map(fd, bytes, name), bytes);
 }
 
+ShmSegment ShmSegment::create_anonymous(size_t bytes) {
+  const int fd = ::memfd_create("cohort-registered", MFD_CLOEXEC);
+  if (fd < 0) {
+    throw ConfigError(detail::concat("cannot create anonymous shared memory: ",
+                                     std::strerror(errno)));
+  }
+  // As in create(): reserve the pages now rather than meet a SIGBUS in a collective.
+  const int error = ::ftruncate(fd, static_cast<off_t>(bytes)) == 0
+                        ? ::posix_fallocate(fd, 0, static_cast<off_t>(bytes))
+                        : errno;
+  if (error != 0) {
+    ::close(fd);
+    throw ConfigError(detail::concat("cannot reserve ", bytes,
+                                     " bytes of anonymous shared memory: ", std::strerror(error)));
+  }
+  try {
+    return ShmSegment(std::string(), map_keeping_fd(fd, bytes, "(anonymous)"), bytes, fd);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
+ShmSegment ShmSegment::open_peer(int pid, int fd, size_t bytes) {
+  const std::string path = detail::concat("/proc/", pid, "/fd/", fd);
+  const int opened = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (opened < 0) {
+    throw ConfigError(detail::concat("cannot open ", path, ": ", std::strerror(errno),
+                                     " (the ranks of a node must run as one user, in one pid "
+                                     "namespace)"));
+  }
+  struct stat info {};
+  if (::fstat(opened, &info) != 0 || static_cast<size_t>(info.st_size) < bytes) {
+    ::close(opened);
+    throw ConfigError(detail::concat(path, " is smaller than the ", bytes, " bytes expected"));
+  }
+  return ShmSegment(std::string(), map(opened, bytes, path), bytes);
+}
+
+void ShmSegment::close_fd() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
 ShmSegment::ShmSegment(ShmSegment&& other) noexcept
     : name_(std::move(other.name_)),
       data_(std::exchange(other.data_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
-      unlinked_(other.unlinked_) {}
+      unlinked_(other.unlinked_),
+      fd_(std::exchange(other.fd_, -1)) {}
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   if (this != &other) {
     if (data_ != nullptr) ::munmap(data_, bytes_);
+    close_fd();
     name_ = std::move(other.name_);
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     unlinked_ = other.unlinked_;
+    fd_ = std::exchange(other.fd_, -1);
   }
   return *this;
 }
 
 ShmSegment::~ShmSegment() {
   if (data_ != nullptr) ::munmap(data_, bytes_);
+  close_fd();
 }
 
 void ShmSegment::unlink() noexcept {

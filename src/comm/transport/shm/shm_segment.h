@@ -13,7 +13,15 @@ class ShmSegment {
   static ShmSegment create(const std::string& name, size_t bytes);
   // Maps an existing segment; throws ConfigError when it is missing or smaller than `bytes`.
   static ShmSegment open(const std::string& name, size_t bytes);
+  // A segment without a name (memfd_create): nothing of it is ever in /dev/shm, and its
+  // memory is freed with the last mapping however the processes end. fd() stays open for
+  // peers to map it (open_peer) until close_fd(). Throws ConfigError when it cannot be made.
+  static ShmSegment create_anonymous(size_t bytes);
+  // Maps descriptor `fd` of process `pid` (an anonymous segment of at least `bytes` bytes)
+  // through /proc/<pid>/fd; throws ConfigError when that process, or this system, refuses.
+  static ShmSegment open_peer(int pid, int fd, size_t bytes);
 
+  ShmSegment() = default;  // maps nothing
   ShmSegment(ShmSegment&& other) noexcept;
   ShmSegment& operator=(ShmSegment&& other) noexcept;
   ShmSegment(const ShmSegment&) = delete;
@@ -23,18 +31,22 @@ class ShmSegment {
   // Removes the name from /dev/shm; mappings stay valid. Idempotent, never throws.
   void unlink() noexcept;
 
+  int fd() const { return fd_; }  // anonymous segments until close_fd(), else -1
+  void close_fd() noexcept;
+
   void* data() const { return data_; }
   size_t size() const { return bytes_; }
   const std::string& name() const { return name_; }
 
  private:
-  ShmSegment(std::string name, void* data, size_t bytes)
-      : name_(std::move(name)), data_(data), bytes_(bytes) {}
+  ShmSegment(std::string name, void* data, size_t bytes, int fd = -1)
+      : name_(std::move(name)), data_(data), bytes_(bytes), fd_(fd) {}
 
   std::string name_;
   void* data_ = nullptr;
   size_t bytes_ = 0;
   bool unlinked_ = false;
+  int fd_ = -1;
 };
 
 }  // namespace cohort

@@ -23,6 +23,7 @@
 #include "cohort/core/logging.h"
 #include "transport/shm/shm_name_guard.h"
 #include "transport/shm/shm_names.h"
+#include "transport/shm/shm_registry.h"
 
 namespace cohort {
 
@@ -47,14 +48,19 @@ constexpr int32_t kRunning = 0;
 constexpr int32_t kAborting = 1;
 constexpr int32_t kAborted = 2;
 
+// The first line is what every wait reads; the second what only registered collectives,
+// registrations and the liveness checks do.
 struct alignas(kLine) ShmRankLine {
   std::atomic<uint64_t> posted;
-  std::atomic<int32_t> pid;
-  // The call of round g is in calls[g % 2], written before `posted` says g is done (as the
-  // slots are, and reused on the same terms: Note [Slot reuse]).
+  // The call of round g is in calls[g % 2] and its region in regions[g % 2], written before
+  // `posted` says g is done (as the slots are, and reused on the same terms: Note [Slot reuse]).
   ShmRoundCall calls[2];
+  uint32_t regions[2];
+  alignas(kLine) std::atomic<int32_t> pid;
+  uint64_t offsets[2];  // of round g's buffer in its region, as regions[g % 2]
+  ShmOffer offers[2];   // of round g, as regions[g % 2]
 };
-static_assert(sizeof(ShmRankLine) == kLine, "a rank's control line is one cache line");
+static_assert(sizeof(ShmRankLine) % kLine == 0, "a rank's control lines are whole cache lines");
 
 namespace {
 
@@ -171,7 +177,8 @@ ShmWindow::ShmWindow(ShmSegment segment, int rank, int size, std::vector<int> gr
       rank_(rank),
       size_(size),
       group_ranks_(std::move(group_ranks)),
-      slot_bytes_(slot_bytes) {
+      slot_bytes_(slot_bytes),
+      registry_(std::make_shared<ShmRegistry>()) {
   auto* base = static_cast<uint8_t*>(segment_.data());
   header_ = reinterpret_cast<ShmHeader*>(base);
   lines_ = reinterpret_cast<ShmRankLine*>(base + kHeaderBytes);
@@ -261,14 +268,34 @@ void ShmWindow::post_and_wait(uint64_t round, Deadline deadline, const char* wha
   post_and_wait(round, ShmRoundCall{}, deadline, what);
 }
 
+ShmPlace ShmWindow::place(int rank, uint64_t round) const {
+  const ShmRankLine& line = lines_[rank];
+  return ShmPlace{line.regions[round & 1], line.offsets[round & 1]};
+}
+
+void ShmWindow::set_offer(uint64_t round, const ShmOffer& offer) {
+  lines_[rank_].offers[round & 1] = offer;
+}
+
+ShmOffer ShmWindow::offer(int rank, uint64_t round) const {
+  return lines_[rank].offers[round & 1];
+}
+
+int ShmWindow::pid(int rank) const {
+  return lines_[rank].pid.load(std::memory_order_relaxed);
+}
+
 // Note [Shared-memory waits].
 void ShmWindow::post_and_wait(uint64_t round, const ShmRoundCall& call, Deadline deadline,
-                              const char* what) {
+                              const char* what, ShmPlace place) {
   // A rank that failed may have posted a round it never finished: after an abort nothing that
   // is in the slots may be used, even when every counter says the round is complete.
   rethrow_if_aborted();
-  lines_[rank_].calls[round & 1] = call;
-  lines_[rank_].posted.store(round + 1, std::memory_order_release);
+  ShmRankLine& mine = lines_[rank_];
+  mine.calls[round & 1] = call;
+  mine.regions[round & 1] = place.region;
+  if (place.region != 0) mine.offsets[round & 1] = place.offset;
+  mine.posted.store(round + 1, std::memory_order_release);
   constexpr int kSpins = 4000;
   constexpr int kPollsBetweenChecks = 256;
   int polls = 0;
@@ -286,6 +313,27 @@ void ShmWindow::post_and_wait(uint64_t round, const ShmRoundCall& call, Deadline
     }
   }
   if (call.stamp.stamped()) check_same_call(round, call);
+  check_same_region(round, call, what);
+}
+
+// Note [Registered buffers]: a round in which ranks disagree on where the buffers are would
+// read private memory as if it were shared, so it is an error whether or not calls are checked.
+void ShmWindow::check_same_region(uint64_t round, const ShmRoundCall& call,
+                                  const char* what) const {
+  const uint32_t mine = lines_[rank_].regions[round & 1];
+  for (int r = 0; r < size_; ++r) {
+    const uint32_t theirs = lines_[r].regions[round & 1];
+    if (theirs == mine) continue;
+    const auto describe = [](uint32_t region) {
+      return region == 0 ? std::string("private memory")
+                         : "registered memory #" + std::to_string(region);
+    };
+    throw MismatchError(detail::concat(
+        what, " (collective #", call.sequence, "): rank ", group_ranks_[static_cast<size_t>(rank_)],
+        " passed ", describe(mine), " but rank ", group_ranks_[static_cast<size_t>(r)], " passed ",
+        describe(theirs), "; the ranks of a node must all pass buffers of the same "
+        "Group::allocate_registered call, or all pass private memory"));
+  }
 }
 
 // Note [Call stamps]: every local rank compares every other's call of the round, so each one

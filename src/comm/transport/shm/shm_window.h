@@ -4,7 +4,9 @@
 //
 // Layout (every part cache-line aligned):
 //   Header: magic, the creator's nonce, sizes, an attach counter and an abort flag;
-//   per rank a control line: pid, and the counters `posted` and `reduced` (rounds done);
+//   per rank two control lines: the counter `posted` (rounds done) with the round's call and
+//   where its buffer is (Note [Registered buffers] in shm_registry.h), then the pid and the
+//   fields of a registration;
 //   per rank two staging slots of slot_bytes (double buffering: round g uses slot g % 2).
 //
 // Note [Shared-memory lifetime]
@@ -48,12 +50,30 @@
 namespace cohort {
 
 class Store;
+class ShmRegistry;
 struct ShmHeader;
 
 // The call a rank makes in one round (Note [Call stamps] in call_stamp.h).
 struct ShmRoundCall {
   uint64_t sequence = 0;  // the group's collective sequence number
   CallStamp stamp{};      // unstamped: not checked (attaching, COHORT_CHECK_CALLS=0)
+};
+
+// Where a rank's buffer of a round is: `region` of the node's registered memory (0: private
+// memory, read by no peer) at `offset` bytes into this rank's copy. Every rank of a round
+// must post the same region (Note [Registered buffers] in shm_registry.h).
+struct ShmPlace {
+  uint32_t region = 0;
+  uint64_t offset = 0;
+};
+
+// What a rank offers in a registration round: its copy of the region (a descriptor its peers
+// map through /proc/<pid>/fd) and, one round later, whether it mapped every peer's.
+struct ShmOffer {
+  uint32_t region = 0;
+  int32_t fd = -1;  // -1: this rank has no copy to share
+  uint64_t bytes = 0;
+  int32_t mapped_all = 0;
 };
 
 struct ShmRankLine;
@@ -86,8 +106,24 @@ class ShmWindow {
   // has. Note [Slot reuse] in algorithms/shm_rounds.h says why one wait per round suffices.
   // Every rank that posts a stamped `call` checks that the others posted the same one, and
   // throws MismatchError when not.
-  void post_and_wait(uint64_t round, const ShmRoundCall& call, Deadline deadline, const char* what);
+  // `place` is where this rank's buffer of the round is; every rank must post the same
+  // region (else MismatchError on every rank), and place(r, round) tells where rank r's is.
+  void post_and_wait(uint64_t round, const ShmRoundCall& call, Deadline deadline, const char* what,
+                     ShmPlace place = {});
   void post_and_wait(uint64_t round, Deadline deadline, const char* what);  // unstamped
+  // Rank r's place of `round`, once post_and_wait(round) has returned.
+  ShmPlace place(int rank, uint64_t round) const;
+
+  // Registration (shm_registry.cc): this rank's offer of `round`, written before it posts the
+  // round, and rank r's, read after the wait (reused on the terms of Note [Slot reuse]).
+  void set_offer(uint64_t round, const ShmOffer& offer);
+  ShmOffer offer(int rank, uint64_t round) const;
+  int pid(int rank) const;
+  // The local ranks' rank in the group, for errors.
+  int group_rank(int rank) const { return group_ranks_[static_cast<size_t>(rank)]; }
+  // The node's registered memory (shm_registry.h); it outlives the window while any region
+  // allocated through it is alive.
+  ShmRegistry& registry() const { return *registry_; }
 
   // Tests only: called with the step's name ("named", "created", "published" on rank 0;
   // "opened", "attached" on every rank) and the local rank as create() passes each step, so
@@ -105,6 +141,7 @@ class ShmWindow {
   void check_alive(Deadline deadline, const char* what) const;
   void rethrow_if_aborted() const;  // the error a rank stored with abort(), if any
   void check_same_call(uint64_t round, const ShmRoundCall& mine) const;
+  void check_same_region(uint64_t round, const ShmRoundCall& call, const char* what) const;
 
   ShmSegment segment_;
   int rank_;
@@ -115,6 +152,7 @@ class ShmWindow {
   ShmRankLine* lines_;
   uint8_t* slots_;
   uint64_t round_ = 0;
+  std::shared_ptr<ShmRegistry> registry_;
 };
 
 }  // namespace cohort

@@ -1,0 +1,24 @@
+// Reduce-scatter of registered inputs of the ranks of one node (algorithms/registered_view.h):
+//   ready round;
+//   rank r combines block r of all n inputs, in rank order, into its output (which may be
+//     block r of its own input);
+//   done round: nobody reads this rank's input any more.
+// Rank r reads block r of every input and writes only its own output: (1/n) of n inputs.
+#include "algorithms/algorithms.h"
+#include "algorithms/registered_view.h"
+
+namespace cohort::algo {
+
+void reduce_scatter_registered(Context& ctx, RegisteredView& view, uint8_t* out, size_t count,
+                               DType dtype, ReduceOp op) {
+  constexpr const char* kWhat = "reduce_scatter over registered shared memory";
+  const int n = view.size();
+  const size_t own_block = static_cast<size_t>(view.rank()) * count * dtype_size(dtype);
+  view.post_ready(kWhat);
+  std::vector<const uint8_t*> sources(static_cast<size_t>(n));
+  for (int q = 0; q < n; ++q) sources[static_cast<size_t>(q)] = view.buffer(q) + own_block;
+  reduce_in_rank_order(sources, out, count, dtype, op, ctx);
+  view.post_done(kWhat);
+}
+
+}  // namespace cohort::algo
