@@ -39,6 +39,10 @@ struct BenchConfig {
   int iters = 20;
   int warmup = 5;
   int trials = 1;
+  // --registered: buffers from Group::allocate_registered, which the shared-memory algorithms
+  // work on in place (the data of allreduce, broadcast and reduce, the input of allgather and
+  // reduce_scatter).
+  bool registered = false;
   double timeout_s = 60;    // deadline of every collective, and the watchdog's base
   std::string json_path;    // empty: no JSON
   std::string command_line; // recorded in the JSON

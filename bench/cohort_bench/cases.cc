@@ -25,7 +25,7 @@ CollectiveKind kind_of(Collective collective) {
   return CollectiveKind::kBarrier;
 }
 
-void zero(std::vector<uint8_t>& storage) { std::memset(storage.data(), 0, storage.size()); }
+void zero(Storage& storage) { std::memset(storage.data(), 0, storage.size()); }
 
 size_t block_of(const Group& group, size_t count) {
   return count / static_cast<size_t>(group.size());
@@ -49,14 +49,14 @@ class InPlaceCase : public Case {
   InPlaceCase(Group& group, const BenchConfig& config, size_t count, std::optional<Pattern> input,
               Pattern expected)
       : Case(group, config, count),
-        data_(bytes()),
+        data_(group, bytes(), config.registered),
         input_(std::move(input)),
         expected_(std::move(expected)) {}
 
   Buffer data() { return view(data_, count_); }
 
  private:
-  std::vector<uint8_t> data_;
+  Storage data_;
   std::optional<Pattern> input_;
   Pattern expected_;
 };
@@ -111,8 +111,8 @@ class InOutCase : public Case {
       : Case(group, config, count),
         in_count_(in_count),
         out_count_(out_count),
-        in_(in_count * dtype_size(config.dtype)),
-        out_(out_count * dtype_size(config.dtype)),
+        in_(group, in_count * dtype_size(config.dtype), config.registered),
+        out_(group, out_count * dtype_size(config.dtype), false),
         input_(std::move(input)) {}
 
   Buffer in() { return view(in_, in_count_); }
@@ -130,8 +130,8 @@ class InOutCase : public Case {
 
   const size_t in_count_;
   const size_t out_count_;
-  std::vector<uint8_t> in_;
-  std::vector<uint8_t> out_;
+  Storage in_;   // registered with --registered: what the in-place algorithms read
+  Storage out_;
   Pattern input_;
 };
 
@@ -201,7 +201,17 @@ Case::Case(Group& group, const BenchConfig& config, size_t count)
   options_.algorithm = config.algorithm;
 }
 
-Buffer Case::view(std::vector<uint8_t>& storage, size_t count) const {
+Storage::Storage(Group& group, size_t bytes, bool registered) : bytes_(bytes) {
+  if (registered) {
+    registered_ = group.allocate_registered(bytes);
+    data_ = static_cast<uint8_t*>(registered_->data());
+  } else {
+    owned_.resize(bytes);
+    data_ = owned_.data();
+  }
+}
+
+Buffer Case::view(Storage& storage, size_t count) const {
   return Buffer{storage.data(), count, config_.dtype};
 }
 

@@ -18,6 +18,20 @@
 
 namespace cohort::bench {
 
+// A rank's buffer of a case: private memory, or registered with the group (--registered).
+class Storage {
+ public:
+  Storage(Group& group, size_t bytes, bool registered);
+  uint8_t* data() const { return data_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  std::shared_ptr<RegisteredMemory> registered_;
+  std::vector<uint8_t> owned_;
+  uint8_t* data_;
+  size_t bytes_;
+};
+
 class Case {
  public:
   virtual ~Case() = default;
@@ -43,7 +57,7 @@ class Case {
   DType dtype() const { return config_.dtype; }
   size_t block() const { return count_ / static_cast<size_t>(ranks()); }
   // Typed views of raw storage.
-  Buffer view(std::vector<uint8_t>& storage, size_t count) const;
+  Buffer view(Storage& storage, size_t count) const;
 
   Group& group_;
   const BenchConfig& config_;

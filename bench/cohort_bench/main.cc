@@ -58,6 +58,9 @@ void add_options(CLI::App& app, Arguments& a, BenchConfig& c) {
   app.add_option("-n,--iters", c.iters, "timed collectives per trial")->capture_default_str();
   app.add_option("-w,--warmup", c.warmup, "untimed collectives before timing each size")
       ->capture_default_str();
+  app.add_flag("--registered", c.registered,
+               "buffers in registered memory (Group::allocate_registered): in place on shared "
+               "memory");
   app.add_option("--trials", c.trials, "timed loops per size; the median is reported")
       ->capture_default_str();
   app.add_option("--timeout", c.timeout_s,

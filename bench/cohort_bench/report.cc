@@ -33,11 +33,11 @@ void Reporter::header(Algorithm algorithm, const std::vector<std::string>& notes
   algorithm_ = algorithm;
   std::fprintf(out_,
                "# cohort-bench %s  ranks %d  transport %s  algo %s  dtype %s  op %s  iters %d  "
-               "warmup %d  trials %d\n",
+               "warmup %d  trials %d%s\n",
                collective_name(config_.collective), config_.ranks,
                transport_name(config_.transport), algorithm_name(algorithm),
                dtype_name(config_.dtype), op_label(config_), config_.iters, config_.warmup,
-               config_.trials);
+               config_.trials, config_.registered ? "  registered" : "");
   std::fprintf(out_,
                "# time: per op, max over ranks of the mean over iters back-to-back calls "
                "(median of trials); busbw factor %.4g\n",
@@ -92,6 +92,7 @@ bool Reporter::write_json(const std::string& error) const {
       {"iters", config_.iters},
       {"warmup", config_.warmup},
       {"trials", config_.trials},
+      {"registered", config_.registered},
       {"timeout_s", config_.timeout_s},
       {"min_bytes", config_.min_bytes},
       {"max_bytes", config_.max_bytes},

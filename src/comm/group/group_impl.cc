@@ -40,6 +40,7 @@ Group::Impl::Impl(std::shared_ptr<Transport> transport, std::shared_ptr<Store> s
 void Group::Impl::attach_engine(std::shared_ptr<CollectiveEngine> engine) {
   COHORT_INTERNAL_ASSERT(engine_ == nullptr, "a group's engine is attached once");
   engine_ = std::move(engine);
+  forget_choices();
 }
 
 Group::Impl::~Impl() {
@@ -55,11 +56,29 @@ Milliseconds Group::Impl::timeout_for(const CollectiveOptions& opts) const {
   return opts.timeout.count() > 0 ? opts.timeout : options_.timeout;
 }
 
+// Note [Remembered choices]: the choice depends only on (kind, requested, bytes) once the
+// group's shape and cost model are set, and weighing the cost model is a good part of a small
+// collective's time. A slot holds bytes, kind, request and choice in one atomic word, so that
+// concurrent callers read either a whole entry or another key.
 Algorithm Group::Impl::algorithm_for(CollectiveKind kind, size_t bytes,
                                      const CollectiveOptions& opts) const {
   const Algorithm requested =
       opts.algorithm != Algorithm::kAuto ? opts.algorithm : options_.algorithm;
-  return choose_algorithm(kind, requested, bytes, shape(), cost_model_);
+  constexpr int kKeyShift = 16;
+  const bool fits = bytes < (uint64_t{1} << (64 - kKeyShift - 1));
+  const uint64_t key = (uint64_t{bytes} << kKeyShift) | (static_cast<uint64_t>(kind) << 8) |
+                       (static_cast<uint64_t>(requested) << 4) | uint64_t{1} << 63;
+  std::atomic<uint64_t>& slot =
+      choices_[(bytes * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(kind)) % choices_.size()];
+  const uint64_t seen = slot.load(std::memory_order_relaxed);
+  if (fits && (seen & ~uint64_t{0xF}) == key) return static_cast<Algorithm>(seen & 0xF);
+  const Algorithm chosen = choose_algorithm(kind, requested, bytes, shape(), cost_model_);
+  if (fits) slot.store(key | static_cast<uint64_t>(chosen), std::memory_order_relaxed);
+  return chosen;
+}
+
+void Group::Impl::forget_choices() {
+  for (auto& slot : choices_) slot.store(0, std::memory_order_relaxed);
 }
 
 GroupShape Group::Impl::shape() const {

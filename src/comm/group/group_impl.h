@@ -3,6 +3,8 @@
 // stall reports that let a timeout name the ranks that never joined (Note [Stall reports]).
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -152,6 +154,8 @@ class Group::Impl {
   void agree_on_cost_model(Deadline deadline);
   void open_shared_memory(const std::vector<HostInfo>& hosts, Deadline deadline);
   GroupShape shape() const;
+  // After anything that algorithm_for's choice depends on changes (Note [Remembered choices]).
+  void forget_choices();
 
   std::shared_ptr<Transport> transport_;
   std::shared_ptr<CollectiveEngine> engine_;  // may be transport_ itself (MPI)
@@ -163,6 +167,7 @@ class Group::Impl {
   bool shared_memory_everywhere_ = false;  // every node with several ranks has a window
   std::vector<uint8_t> scratch_;           // used only by the thread running an operation
   mutable NativeBackend native_;           // cohort's algorithms over transport_
+  mutable std::array<std::atomic<uint64_t>, 64> choices_{};  // Note [Remembered choices]
 
   mutable std::mutex mutex_;  // guards the queue, counters and failure state
   std::condition_variable queue_cv_;

@@ -28,6 +28,7 @@ void Group::Impl::discover_topology() {
   topology_ = Topology::from_node_keys(node_keys, rank());
   agree_on_cost_model(deadline);
   open_shared_memory(hosts, deadline);
+  forget_choices();
   report_creation();
 }
 
@@ -35,18 +36,21 @@ void Group::Impl::discover_topology_through_engine() {
   const Deadline deadline = Deadline::after(options_.timeout);
   topology_ = Topology::from_node_keys(engine_->node_keys(deadline), rank());
   agree_on_cost_model(deadline);
+  forget_choices();
   report_creation();
 }
 
 void Group::Impl::share_one_process() {
   topology_ = Topology::single_node(rank(), size());
   agree_on_cost_model(Deadline::after(options_.timeout));
+  forget_choices();
   report_creation();
 }
 
 void Group::Impl::inherit(Topology topology, CostModel model) {
   topology_ = std::move(topology);
   cost_model_ = model;
+  forget_choices();
 }
 
 // Every rank must choose the same algorithm for the same call, so all take rank 0's model

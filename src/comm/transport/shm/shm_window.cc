@@ -294,7 +294,10 @@ void ShmWindow::post_and_wait(uint64_t round, const ShmRoundCall& call, Deadline
   ShmRankLine& mine = lines_[rank_];
   mine.calls[round & 1] = call;
   mine.regions[round & 1] = place.region;
-  if (place.region != 0) mine.offsets[round & 1] = place.offset;
+  // Written only when it changes: the line then stays in the peers' caches across rounds.
+  if (place.region != 0 && mine.offsets[round & 1] != place.offset) {
+    mine.offsets[round & 1] = place.offset;
+  }
   mine.posted.store(round + 1, std::memory_order_release);
   constexpr int kSpins = 4000;
   constexpr int kPollsBetweenChecks = 256;
