@@ -49,8 +49,13 @@ std::string bytes_text(double bytes) {
 
 torch::Tensor GradientMemory::allocate(const std::shared_ptr<GradientMemory>& memory, int64_t numel,
                                        const torch::TensorOptions& options) {
-  auto real = torch::empty({numel}, options.requires_grad(false));
+  return track(memory, torch::empty({numel}, options.requires_grad(false)));
+}
+
+torch::Tensor GradientMemory::track(const std::shared_ptr<GradientMemory>& memory,
+                                    torch::Tensor real) {
   if (memory == nullptr) return real;
+  const int64_t numel = real.numel();
   const size_t bytes = real.nbytes();
   memory->add(bytes);
   // The returned tensor's storage keeps `real` alive; freeing it frees `real` and counts.
@@ -183,7 +188,18 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
 // writes every parameter's part before the bucket is reduced.
 void Reducer::allocate(Bucket& bucket) const {
   const auto& first = parameters_[bucket.members.front()].tensor;
-  bucket.grads.buffer = GradientMemory::allocate(sharding_.memory, bucket.numel, first.options());
+  // Transient buckets are made when their first gradient arrives, in an order that differs
+  // across ranks: they cannot be a collective's.
+  const bool registered =
+      options_.registered_buckets && !sharding_.transient_buckets && first.device().is_cpu();
+  bucket.shared_memory = false;
+  if (registered) {
+    bucket.grads.buffer =
+        GradientMemory::track(sharding_.memory, registered_bucket(bucket, first.options()));
+  } else {
+    bucket.grads.buffer =
+        GradientMemory::allocate(sharding_.memory, bucket.numel, first.options());
+  }
   bucket.grads.gradients.clear();
   int64_t offset = 0;
   for (size_t p : bucket.members) {
@@ -198,6 +214,23 @@ void Reducer::allocate(Bucket& bucket) const {
   } else {
     bucket.grads.buffer.zero_();
   }
+}
+
+// Note [Registered buckets]: a bucket in registered memory is allreduced in place through the
+// node's shared memory (docs/algorithms.md, "Registered buffers"): each rank reduces its piece
+// straight out of the peers' buckets and stores the result into them, instead of copying every
+// byte into a staging window and back. Collective: every rank allocates the same buckets in
+// the same order (build_buckets). The tensor's storage keeps the memory, and this rank's
+// mappings of the peers' buckets, alive.
+torch::Tensor Reducer::registered_bucket(Bucket& bucket,
+                                         const torch::TensorOptions& options) const {
+  const size_t bytes = static_cast<size_t>(bucket.numel) *
+                       c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+  std::shared_ptr<RegisteredMemory> memory = group_->allocate_registered(bytes);
+  bucket.shared_memory = memory->shared();
+  void* data = memory->data();
+  return torch::from_blob(
+      data, {bucket.numel}, [memory](void*) {}, options.requires_grad(false));
 }
 
 void Reducer::free_memory(Bucket& bucket) {
@@ -482,6 +515,7 @@ void Reducer::account(size_t bucket, const PendingReduction& reduction) {
   using Ms = std::chrono::duration<double, std::milli>;
   const Work& work = *reduction.work;
   BucketStats stats;
+  stats.shared_memory = buckets_[bucket].shared_memory;
   stats.bytes = bucket_nbytes(buckets_[bucket]);
   if (reduction.reduced.defined()) {
     stats.reduced_dtype = reduction.reduced.scalar_type();

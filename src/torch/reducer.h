@@ -54,6 +54,8 @@ class GradientMemory {
   // Thread-safe; the tensor may outlive this object's owner (it keeps the counter alive).
   static torch::Tensor allocate(const std::shared_ptr<GradientMemory>& memory, int64_t numel,
                                 const torch::TensorOptions& options);
+  // The same for a 1-D tensor made elsewhere (registered memory): it counts from now.
+  static torch::Tensor track(const std::shared_ptr<GradientMemory>& memory, torch::Tensor real);
   // Bytes of gradients held outside the allocations above, called at each allocation.
   void set_untracked(std::function<size_t()> untracked);
   size_t held() const;  // the allocations alive now (without the untracked bytes)
@@ -146,6 +148,7 @@ class Reducer {
     Clock::time_point launched_at;
     // ZeRO-1: on_reduced left the bucket as it was; before_rewrite runs before the next write.
     bool holds_reduced = false;
+    bool shared_memory = false;  // buffer is registered memory the node shares
   };
   struct Location {
     size_t bucket = 0;
@@ -154,6 +157,7 @@ class Reducer {
 
   void install_hooks();
   void build_buckets(const std::vector<size_t>& order);
+  torch::Tensor registered_bucket(Bucket& bucket, const torch::TensorOptions& options) const;
   void log_buckets(const char* what) const;  // at COHORT_LOG_LEVEL=info, on rank 0
   std::vector<size_t> reverse_registration_order() const;
 

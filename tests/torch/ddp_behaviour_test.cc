@@ -191,6 +191,28 @@ TEST(DdpBehaviour, IterationStatsAndTimelineDescribeEveryBucket) {
   EXPECT_EQ(waits, 1u);
 }
 
+// Note [Registered buckets]: on ranks that share a host, the buckets are registered memory
+// (reduced in place) unless the option turns it off; the parity tests check the numbers.
+TEST(DdpBehaviour, BucketsAreSharedMemoryOnOneHostUnlessTurnedOff) {
+  for (const bool registered : {true, false}) {
+    SCOPED_TRACE(registered ? "registered buckets" : "private buckets");
+    run_with_groups(3, [&](int, std::shared_ptr<Group> group) {
+      auto net = layers({10, 64, 64, 4});
+      DdpOptions options;
+      options.bucket_cap_mb = 0.01;  // several buckets
+      options.first_bucket_cap_mb = 0.01;
+      options.registered_buckets = registered;
+      DistributedDataParallel ddp(net, group, options);
+      for (int step = 0; step < 2; ++step) {  // the second after the buckets' rebuild
+        net->forward(torch::ones({3, 10})).sum().backward();
+        const IterationStats& stats = ddp.last_iteration_stats();
+        ASSERT_GT(stats.buckets.size(), 1u);
+        for (const BucketStats& b : stats.buckets) EXPECT_EQ(b.shared_memory, registered);
+      }
+    }, /*over_tcp=*/true, /*shared_memory=*/true);
+  }
+}
+
 TEST(DdpBehaviour, AWorldOfOneReportsNoBuckets) {
   run_with_groups(1, [](int, std::shared_ptr<Group> group) {
     auto net = layers({10, 4});

@@ -63,12 +63,24 @@ TEST(DdpParity, OverTcp) {
   expect_parity(c);
 }
 
+// The buckets are registered memory (DdpOptions::registered_buckets): reduced in place.
 TEST(DdpParity, OverSharedMemory) {
   ParityCase c;
   c.world = 3;
   c.over_tcp = true;
   c.shared_memory = true;
   c.options.bucket_cap_mb = 0.01;  // several buckets in flight
+  expect_parity(c);
+}
+
+// The same with private buckets: staged through the shared-memory window.
+TEST(DdpParity, OverSharedMemoryWithPrivateBuckets) {
+  ParityCase c;
+  c.world = 3;
+  c.over_tcp = true;
+  c.shared_memory = true;
+  c.options.bucket_cap_mb = 0.01;
+  c.options.registered_buckets = false;
   expect_parity(c);
 }
 

@@ -56,6 +56,10 @@ struct DdpOptions {
   bool gradient_as_bucket_view = true;
   // Rebuild the buckets after the first iteration in the order gradients became ready.
   bool rebuild_buckets = true;
+  // CPU buckets live in memory the ranks of a node share (Group::allocate_registered), so that
+  // their allreduce inside a node runs in place, without staging copies (docs/algorithms.md,
+  // "Registered buffers"). false: private memory, staged through the shared-memory window.
+  bool registered_buckets = true;
   // How a bucket is reduced (comm_hook.h); null: allreduce_hook().
   std::shared_ptr<CommHook> comm_hook;
   // Where to record each bucket's reduction (track "comm") and the end of backward's wait for
@@ -81,6 +85,9 @@ struct BucketStats {
   double latency_ms = 0;
   // On the group's communication thread, from start to end.
   double comm_ms = 0;
+  // The bucket lives in memory shared with the other ranks of this node
+  // (DdpOptions::registered_buckets), so its reduction inside the node runs in place.
+  bool shared_memory = false;
 };
 struct IterationStats {
   // Time the end of backward waited for communication (the buckets' reductions, and the
