@@ -16,12 +16,20 @@ class ReduceScatterSweep : public ::testing::TestWithParam<int> {};
 
 TEST_P(ReduceScatterSweep, EveryDTypeOpAlgorithmAndCount) {
   testing::sweep_reductions(GetParam(), "reduce_scatter", kAlgorithms, 8009,
-                            testing::check_reduce_scatter);
+                            [](Group& group, size_t count, DType dtype, ReduceOp op,
+                               Algorithm algorithm) {
+                              return testing::check_reduce_scatter(group, count, dtype, op,
+                                                                   algorithm);
+                            });
 }
 
 TEST_P(ReduceScatterSweep, InPlaceEveryDTypeOpAlgorithmAndCount) {
   testing::sweep_reductions(GetParam(), "reduce_scatter in place", kAlgorithms, 8009,
-                            testing::check_reduce_scatter_in_place);
+                            [](Group& group, size_t count, DType dtype, ReduceOp op,
+                               Algorithm algorithm) {
+                              return testing::check_reduce_scatter_in_place(group, count, dtype,
+                                                                            op, algorithm);
+                            });
 }
 
 // Blocks of more pipeline segments than the landing window holds, so the windows wrap around:
