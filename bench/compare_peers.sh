@@ -8,8 +8,12 @@
 #                                                the peer sources in ../shared/peers; installs the
 #                                                peers' packages)
 # tcp: cohort with COHORT_SHM=0 and OpenMPI restricted to TCP (btl self,tcp).
-# shm: cohort as it runs by default on one host (shared memory) and OpenMPI with its
-#      shared-memory transport (btl self,vader).
+# shm: cohort as it runs by default on one host (shared memory), on private buffers (staged
+#      through the window) and on registered ones (cohort-bench --registered: in place), OpenMPI
+#      with its shared-memory transport (btl self,vader), and the machine's floor: the two
+#      variants of ../shared/peers/shm_allreduce.cpp (shmbuf: both buffers in one shared
+#      mapping; staged: private buffers copied through one). The ratios are then taken against
+#      cohort on registered buffers.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -40,19 +44,26 @@ mkdir -p "$work/build" "$out"
 cp -r "$peers"/. "$work"/
 g++ -O3 -march=native -pthread "$work/gloo_allreduce.cpp" -lgloo -o "$work/build/gloo_allreduce"
 mpicxx -O3 -march=native "$work/mpi_allreduce.cpp" -o "$work/build/mpi_allreduce"
+[ "$mode" = shm ] && g++ -O3 -march=native "$work/shm_allreduce.cpp" -o "$work/build/shm_allreduce"
 bench=$here/build/bin/cohort-bench
 
 # cohort-bench with enough iterations per size for ~0.1-0.3 s per timed loop, 5 trials.
+# Extra arguments (--registered) go to every cohort-bench call.
 run_cohort() {
   for spec in 4K:10000 64K:1000 1M:200 16M:20 64M:8 256M:3; do
     env "${cohort_env[@]}" "$bench" allreduce --ranks 2 --min-bytes "${spec%%:*}" --max-bytes "${spec%%:*}" \
-      --iters "${spec##*:}" --warmup 3 --trials 5 | grep -E '^ +[0-9]'
+      --iters "${spec##*:}" --warmup 3 --trials 5 "$@" | grep -E '^ +[0-9]'
   done
 }
 
 for r in $(seq "$rounds"); do
   echo "round $r/$rounds" >&2
   run_cohort > "$out/cohort.$r.txt"
+  if [ "$mode" = shm ]; then
+    run_cohort --registered > "$out/cohort_registered.$r.txt"
+    "$work/build/shm_allreduce" shmbuf 5 0.2 > "$out/floor_shmbuf.$r.txt" 2>&1
+    "$work/build/shm_allreduce" staged 5 0.2 > "$out/floor_staged.$r.txt" 2>&1
+  fi
   "$work/build/gloo_allreduce" ring 5 0.2 > "$out/gloo_cpp.$r.txt" 2>&1
   mpirun --allow-run-as-root --oversubscribe -np 2 --mca btl "$mpi_btl" \
     "$work/build/mpi_allreduce" 5 0.2 > "$out/mpi_$mode.$r.txt" 2>&1
@@ -60,7 +71,12 @@ for r in $(seq "$rounds"); do
     > "$out/torch_gloo.$r.txt" 2>&1
 done
 
-where="loopback TCP"
-[ "$mode" = shm ] && where="cohort and OpenMPI through shared memory, gloo over TCP"
-"$here/bench/summarize_allreduce.py" "$out" "$rounds" "2 ranks, $where, float32 sum" cohort \
-  cohort gloo_cpp:peer torch_gloo:peer "mpi_$mode:peer"
+if [ "$mode" = shm ]; then
+  "$here/bench/summarize_allreduce.py" "$out" "$rounds" \
+    "2 ranks, cohort and OpenMPI through shared memory, gloo over TCP, float32 sum" \
+    cohort_registered cohort_registered cohort floor_shmbuf:peer floor_staged:peer \
+    gloo_cpp:peer torch_gloo:peer "mpi_$mode:peer"
+else
+  "$here/bench/summarize_allreduce.py" "$out" "$rounds" "2 ranks, loopback TCP, float32 sum" \
+    cohort cohort gloo_cpp:peer torch_gloo:peer "mpi_$mode:peer"
+fi

@@ -45,6 +45,7 @@ struct Config {
   std::string model = "cnn";
   std::string mode = "ddp";
   bool no_sync = false;
+  bool private_buckets = false;
   int world = 1;  // from the launcher (cohort::read_launch_env)
   int rank = 0;
   int threads = 1;
@@ -73,6 +74,9 @@ void add_options(CLI::App& app, Config& c) {
                  "no DDP (the libtorch baseline)")
       ->check(CLI::IsMember({"ddp", "plain"}))
       ->capture_default_str();
+  app.add_flag("--private-buckets", c.private_buckets,
+               "ddp: DdpOptions::registered_buckets = false (buckets staged through the "
+               "shared-memory window instead of reduced in place)");
   app.add_flag("--no-sync", c.no_sync,
                "ddp: every step inside ddp.no_sync(): the same processes, no gradient "
                "allreduce (isolates compute; the replicas diverge)");
@@ -273,6 +277,7 @@ class Bench {
     group_ = cohort::init(init);
     cohort::DdpOptions options;
     options.bucket_cap_mb = config_.bucket_mb;
+    options.registered_buckets = !config_.private_buckets;
     ddp_ = std::make_unique<cohort::DistributedDataParallel>(
         std::static_pointer_cast<torch::nn::Module>(model_), group_, options);
   }
@@ -309,6 +314,7 @@ void report(const Config& c, const Bench& bench, const std::vector<double>& per_
   const double fastest = *std::min_element(per_step.begin(), per_step.end());
   const double slowest = *std::max_element(per_step.begin(), per_step.end());
   std::string tag = "model=" + c.model + " mode=" + c.mode + (c.no_sync ? "-nosync" : "") +
+                    (c.private_buckets ? "-private" : "") +
                     " world=" + std::to_string(c.world) +
                     " threads/rank=" + std::to_string(c.threads) +
                     " global_batch=" + std::to_string(c.batch) +

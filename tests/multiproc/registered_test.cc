@@ -130,6 +130,35 @@ TEST(RegisteredMemory, AllreduceIntoARegisteredOutputAtAnyOffset) {
   });
 }
 
+// An output over the start of the rank's own input, where the peers read it (not its own block,
+// which is the in-place form): the staged path allows it, and so must the in-place one.
+TEST(RegisteredMemory, OutputsOverlappingTheInputElsewhere) {
+  constexpr size_t kCount = 5003;  // per rank's block
+  auto groups = testing::make_tcp_groups(3, testing::quick_options());
+  testing::run_ranks(3, [&](int rank) {
+    Group& group = *groups[static_cast<size_t>(rank)];
+    auto memory = group.allocate_registered(3 * kCount * sizeof(int32_t));
+    auto* data = memory->as<int32_t>();
+    for (size_t i = 0; i < 3 * kCount; ++i) data[i] = static_cast<int32_t>((rank + 1) * i);
+    group.reduce_scatter(ConstBuffer{data, 3 * kCount, DType::kInt32},
+                         Buffer{data, kCount, DType::kInt32});
+    size_t wrong = 0;
+    for (size_t i = 0; i < kCount; ++i) {
+      wrong += data[i] != static_cast<int32_t>(6 * (rank * kCount + i));
+    }
+    testing::fail_if(group, wrong ? std::to_string(wrong) + " wrong" : "", "reduce_scatter, rank ",
+                     rank);
+    for (size_t i = 0; i < kCount; ++i) data[i] = static_cast<int32_t>(rank * 100000 + i);
+    group.allgather(ConstBuffer{data, kCount, DType::kInt32},
+                    Buffer{data, 3 * kCount, DType::kInt32});
+    for (size_t i = 0; i < 3 * kCount; ++i) {
+      wrong += data[i] != static_cast<int32_t>((i / kCount) * 100000 + i % kCount);
+    }
+    testing::fail_if(group, wrong ? std::to_string(wrong) + " wrong" : "", "allgather, rank ",
+                     rank);
+  });
+}
+
 // Note [Registered buffers]: private memory on one rank and registered on another, or two
 // allocations, would have a rank read memory that is not there; every rank says so instead.
 TEST(RegisteredMemory, MixedMemoryIsAnErrorOnEveryRank) {

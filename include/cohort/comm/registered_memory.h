@@ -2,7 +2,7 @@
 // Group::allocate_registered. The group's shared-memory collectives read and write the peers'
 // registered buffers in place instead of copying every byte through a staging window
 // (docs/algorithms.md, "Registered buffers"). DistributedDataParallel keeps its gradient
-// buckets, and ZeRO/FSDP their flat buffers, in it.
+// buckets in it (and ZeRO stage 1 its persistent buckets).
 #pragma once
 
 #include <cstddef>

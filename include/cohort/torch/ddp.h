@@ -86,7 +86,9 @@ struct BucketStats {
   // On the group's communication thread, from start to end.
   double comm_ms = 0;
   // The bucket lives in memory shared with the other ranks of this node
-  // (DdpOptions::registered_buckets), so its reduction inside the node runs in place.
+  // (DdpOptions::registered_buckets): the shared-memory algorithms (on one host, and the
+  // hierarchical allreduce's phases inside each host) reduce it in place. A comm hook that
+  // reduces a copy (compression) does not.
   bool shared_memory = false;
 };
 struct IterationStats {

@@ -68,8 +68,11 @@ Algorithm Group::Impl::algorithm_for(CollectiveKind kind, size_t bytes,
   const bool fits = bytes < (uint64_t{1} << (64 - kKeyShift - 1));
   const uint64_t key = (uint64_t{bytes} << kKeyShift) | (static_cast<uint64_t>(kind) << 8) |
                        (static_cast<uint64_t>(requested) << 4) | uint64_t{1} << 63;
+  static_assert(static_cast<int>(Algorithm::kEngine) < 16, "an algorithm fits 4 bits of a slot");
+  static_assert(std::tuple_size<decltype(choices_)>::value == 64, "slots are picked by 6 bits");
+  // Fibonacci hashing: the top bits of the product depend on every bit of the key.
   std::atomic<uint64_t>& slot =
-      choices_[(bytes * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(kind)) % choices_.size()];
+      choices_[((key & ~(uint64_t{1} << 63)) * 0x9E3779B97F4A7C15ull) >> 58];
   const uint64_t seen = slot.load(std::memory_order_relaxed);
   if (fits && (seen & ~uint64_t{0xF}) == key) return static_cast<Algorithm>(seen & 0xF);
   const Algorithm chosen = choose_algorithm(kind, requested, bytes, shape(), cost_model_);

@@ -45,7 +45,10 @@ std::shared_ptr<RegisteredMemory> allocate_on_node(algo::Context& ctx, size_t by
 std::shared_ptr<RegisteredMemory> Group::allocate_registered(size_t bytes,
                                                              const CollectiveOptions& opts) {
   Operation op;
-  op.signature = {CollectiveKind::kBarrier, bytes, DType::kUInt8, ReduceOp::kSum, 0};
+  // Stamped as a barrier of `bytes` int8 elements: the dtype tells it from a real barrier
+  // (uint8, count 0) in the call checks, so a rank allocating while another is in a barrier is
+  // a MismatchError, not shifted window rounds.
+  op.signature = {CollectiveKind::kBarrier, bytes, DType::kInt8, ReduceOp::kSum, 0};
   op.signature.site = CallSite::kRegisteredMemory;
   op.timeout = impl_->timeout_for(opts);
   auto result = std::make_shared<std::shared_ptr<RegisteredMemory>>();

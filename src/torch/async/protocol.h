@@ -15,6 +15,7 @@
 // sides, since a payload is always the whole shard in the model's dtype.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cohort/comm/group.h"
@@ -44,6 +45,21 @@ inline ConstBuffer header_buffer(const Header& header) {
   return ConstBuffer(&header, kHeaderWords, DType::kInt64);
 }
 inline Buffer header_buffer(Header& header) { return Buffer{&header, kHeaderWords, DType::kInt64}; }
+
+// Note [Held-up deadlines]: a straggler is dropped `timeout` after the server last heard from
+// it, which may be about when another worker's wait for the step it holds up begins. That wait
+// lasts a grace period longer, so that the drop, and the steps going on without it, come
+// first however the threads are scheduled; a worker waits one more grace period for the reply,
+// so that the server's explanation comes before its own timeout.
+inline Milliseconds grace_period(Milliseconds timeout) {
+  return std::max(Milliseconds(1000), timeout / 10);
+}
+inline Milliseconds held_up_deadline(Milliseconds timeout) {
+  return timeout + grace_period(timeout);
+}
+inline Milliseconds reply_deadline(Milliseconds timeout) {
+  return held_up_deadline(timeout) + grace_period(timeout);
+}
 
 inline CollectiveOptions on_tag(uint32_t tag, Milliseconds timeout) {
   CollectiveOptions options;

@@ -133,7 +133,9 @@ void ServerRole::serve_client(int client) {
           pair.recv(tensor_buffer(gradient), kClient, on_tag(kPayloadTag, timeout_));
         });
         shard_.add_gradient(client, header.computed_on, header.clock, header.weight, gradient);
-        reply(pair, shard_.parameters_for(client, parameters, Deadline::after(timeout_)),
+        reply(pair,
+              shard_.parameters_for(client, parameters,
+                                    Deadline::after(held_up_deadline(timeout_))),
               parameters);
         break;
       }

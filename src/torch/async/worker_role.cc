@@ -14,12 +14,6 @@ namespace {
 
 constexpr int kServer = 0;  // a pair's server is its rank 0 (pair_groups.h)
 
-// A reply may come up to the server's own deadline after the request: the worker waits a
-// little longer, so that the server's explanation (a straggler held the step up) comes first.
-Milliseconds reply_deadline(Milliseconds timeout) {
-  return timeout + std::max(Milliseconds(1000), timeout / 10);
-}
-
 // finish() waits for the other workers to end their training, which may be long; the server
 // answers by then or fails (Note [Parameter server protocol]), and a dead server is noticed
 // at once.

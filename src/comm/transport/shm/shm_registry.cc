@@ -104,12 +104,17 @@ std::shared_ptr<ShmRegion> ShmRegistry::allocate(ShmWindow& window, size_t bytes
 
 std::shared_ptr<const ShmRegion> ShmRegistry::find(const void* data, size_t bytes) const {
   const auto address = reinterpret_cast<uintptr_t>(data);
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = regions_.upper_bound(address);
-  if (it == regions_.begin()) return nullptr;
-  --it;
-  std::shared_ptr<const ShmRegion> region = it->second.lock();
-  if (!region || address + bytes > it->first + region->bytes()) return nullptr;
+  std::shared_ptr<const ShmRegion> region;  // released after the lock: ~ShmRegion takes it
+  uintptr_t base = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = regions_.upper_bound(address);
+    if (it == regions_.begin()) return nullptr;
+    --it;
+    region = it->second.lock();
+    base = it->first;
+  }
+  if (!region || address + bytes > base + region->bytes()) return nullptr;
   return region;
 }
 

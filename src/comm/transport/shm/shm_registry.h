@@ -1,6 +1,6 @@
 // Registered memory: buffers that the ranks of a node share, so that the shared-memory
 // collectives read and write the peers' data in place instead of staging it through the
-// window's slots (algorithms/shm_inplace.h).
+// window's slots (algorithms/registered_view.h).
 //
 // Note [Registered buffers]
 // Group::allocate_registered is collective. On a node with a shared-memory window each local

@@ -15,6 +15,8 @@
 namespace cohort {
 namespace {
 
+constexpr const char* kAnonymousName = "cohort-registered";
+
 void* map_keeping_fd(int fd, size_t bytes, const std::string& name) {
   void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) {
@@ -80,7 +82,7 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
 }
 
 ShmSegment ShmSegment::create_anonymous(size_t bytes) {
-  const int fd = ::memfd_create("cohort-registered", MFD_CLOEXEC);
+  const int fd = ::memfd_create(kAnonymousName, MFD_CLOEXEC);
   if (fd < 0) {
     throw ConfigError(detail::concat("cannot create anonymous shared memory: ",
                                      std::strerror(errno)));
@@ -104,11 +106,19 @@ ShmSegment ShmSegment::create_anonymous(size_t bytes) {
 
 ShmSegment ShmSegment::open_peer(int pid, int fd, size_t bytes) {
   const std::string path = detail::concat("/proc/", pid, "/fd/", fd);
+  // The descriptor must still be the peer's segment: a peer that failed may have closed it and
+  // another file taken its number.
+  char target[128] = {};
+  const ssize_t length = ::readlink(path.c_str(), target, sizeof(target) - 1);
+  const std::string expected = std::string("/memfd:") + kAnonymousName;
+  if (length < 0 || std::string(target, static_cast<size_t>(length)).rfind(expected, 0) != 0) {
+    throw ConfigError(detail::concat(path, " is not a cohort registered segment (",
+                                     length < 0 ? std::strerror(errno) : target, ")"));
+  }
   const int opened = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (opened < 0) {
     throw ConfigError(detail::concat("cannot open ", path, ": ", std::strerror(errno),
-                                     " (the ranks of a node must run as one user, in one pid "
-                                     "namespace)"));
+                                     " (the ranks of a node must run as one user)"));
   }
   struct stat info {};
   if (::fstat(opened, &info) != 0 || static_cast<size_t>(info.st_size) < bytes) {

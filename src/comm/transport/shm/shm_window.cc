@@ -28,7 +28,9 @@
 namespace cohort {
 
 constexpr size_t kLine = 64;
-constexpr uint64_t kMagic = 0x636f686f72747368ull;  // "cohortsh"
+// "cohorts" and a layout version: ranks built with another layout of the rank lines never
+// take each other's segments.
+constexpr uint64_t kMagic = 0x636f686f72747302ull;
 
 struct ShmHeader {
   uint64_t magic;

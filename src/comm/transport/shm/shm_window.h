@@ -4,7 +4,7 @@
 //
 // Layout (every part cache-line aligned):
 //   Header: magic, the creator's nonce, sizes, an attach counter and an abort flag;
-//   per rank two control lines: the counter `posted` (rounds done) with the round's call and
+//   per rank three control lines: the counter `posted` (rounds done) with the round's call and
 //   where its buffer is (Note [Registered buffers] in shm_registry.h), then the pid and the
 //   fields of a registration;
 //   per rank two staging slots of slot_bytes (double buffering: round g uses slot g % 2).
