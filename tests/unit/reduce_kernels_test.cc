@@ -250,6 +250,28 @@ void check_avg(size_t n, int world, PairFn pair, DivideFn divide, const char* pa
   EXPECT_EQ(first_mismatch(acc, want, a, b, ReduceOp::kAvg), "");
 }
 
+using BothFn = void (*)(void*, void*, size_t, DType, ReduceOp, int);
+
+// reduce_pair_into_both: both buffers end with what reduce_pair (and divide, for kAvg) computes.
+template <typename T>
+void check_into_both(size_t n, ReduceOp op, int world, BothFn both, const char* path) {
+  const DType dtype = dtype_of<T>;
+  SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + reduce_op_name(op) + " into both n=" +
+               std::to_string(n) + " world=" + std::to_string(world) + " via " + path);
+  const auto a = random_elements<T>(n, 41 + static_cast<uint32_t>(n));
+  const auto b = random_elements<T>(n, 2000 + static_cast<uint32_t>(op));
+  std::vector<T> want(n);
+  for (size_t i = 0; i < n; ++i) {
+    want[i] = reference_combine(a[i], b[i], op);
+    if (op == ReduceOp::kAvg) want[i] = reference_divide(want[i], world);
+  }
+  std::vector<T> x = a;
+  std::vector<T> y = b;
+  both(x.data(), y.data(), n, dtype, op, world);
+  EXPECT_EQ(first_mismatch(x, want, a, b, op), "") << "a";
+  EXPECT_EQ(first_mismatch(y, want, a, b, op), "") << "b";
+}
+
 template <typename T>
 void check_every_op() {
   for (const size_t n : kLengths) {
@@ -261,6 +283,17 @@ void check_every_op() {
       check_avg<T>(n, world, &kernels::reduce_pair, &kernels::divide, "reduce_pair");
       check_avg<T>(n, world, &kernels::detail::reduce_pair_generic,
                    &kernels::detail::divide_generic, "generic loops");
+    }
+  }
+  // Past the 16-bit loops' chunk of 2048 elements too.
+  for (const size_t n : {size_t{0}, size_t{1}, size_t{17}, size_t{1003}, size_t{4099}}) {
+    for (const ReduceOp op :
+         {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct, ReduceOp::kAvg}) {
+      for (const int world : {1, 2, 3}) {
+        check_into_both<T>(n, op, world, &kernels::reduce_pair_into_both, "public");
+        check_into_both<T>(n, op, world, &kernels::detail::reduce_pair_into_both_generic,
+                           "generic loops");
+      }
     }
   }
 }

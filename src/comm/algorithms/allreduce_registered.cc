@@ -3,7 +3,9 @@
 //   ready round;
 //   rank r, a block (16 KiB) of its piece at a time: combines the block of all n buffers in
 //     rank order (into its own buffer, or a scratch block when it cannot), divides it for
-//     kAvg, and stores the result into the same block of every other rank's buffer;
+//     kAvg, and stores the result into the same block of every other rank's buffer; two
+//     ranks do all of it in one pass over their two buffers (kernels::reduce_pair_into_both),
+//     which in cache is about 1.5x faster than a combine followed by a copy;
 //   done round: every piece of every buffer holds its result.
 // Piece r of any buffer is read and written by rank r alone, so no rank waits inside. Each
 // rank reads the buffer once (its piece of n buffers) and writes it once; no byte is staged,
@@ -17,14 +19,13 @@
 
 namespace cohort::algo {
 
-void allreduce_registered(Context& ctx, RegisteredView& view, uint8_t* data, size_t count,
-                          DType dtype, ReduceOp op) {
-  constexpr const char* kWhat = "allreduce over registered shared memory";
+namespace {
+
+// Rank `me`'s piece of n > 2 buffers, a block at a time.
+void reduce_piece_in_blocks(Context& ctx, RegisteredView& view, uint8_t* data, Range own,
+                            DType dtype, ReduceOp op) {
   const int n = view.size();
-  const int me = view.rank();
   const size_t esize = dtype_size(dtype);
-  view.post_ready(kWhat);
-  const Range own = chunk_range(count, static_cast<size_t>(n), static_cast<size_t>(me));
   const size_t block = registered_block_elems(dtype);
   std::vector<const uint8_t*> sources(static_cast<size_t>(n));
   for (size_t begin = own.begin; begin < own.begin + own.count; begin += block) {
@@ -35,8 +36,25 @@ void allreduce_registered(Context& ctx, RegisteredView& view, uint8_t* data, siz
     reduce_in_rank_order(sources, result, length, dtype, op, ctx);
     if (op == ReduceOp::kAvg) kernels::divide(result, length, dtype, n);
     for (int q = 0; q < n; ++q) {
-      if (q != me) std::memcpy(view.buffer(q) + at, result, length * esize);
+      if (q != view.rank()) std::memcpy(view.buffer(q) + at, result, length * esize);
     }
+  }
+}
+
+}  // namespace
+
+void allreduce_registered(Context& ctx, RegisteredView& view, uint8_t* data, size_t count,
+                          DType dtype, ReduceOp op) {
+  constexpr const char* kWhat = "allreduce over registered shared memory";
+  const int n = view.size();
+  view.post_ready(kWhat);
+  const Range own = chunk_range(count, static_cast<size_t>(n), static_cast<size_t>(view.rank()));
+  if (n == 2) {
+    const size_t at = own.begin * dtype_size(dtype);
+    kernels::reduce_pair_into_both(view.buffer(0) + at, view.buffer(1) + at, own.count, dtype, op,
+                                   n);
+  } else {
+    reduce_piece_in_blocks(ctx, view, data, own, dtype, op);
   }
   view.post_done(kWhat);
 }

@@ -1,5 +1,6 @@
 #include "kernels/reduce_kernels.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -18,8 +19,7 @@
 #define COHORT_WIDE16 1
 #include <immintrin.h>
 #define COHORT_AVX2_F16C __attribute__((target("avx2,f16c")))
-#if defined(__gnu_linux__) && !defined(__clang__) && __GNUC__ >= 11 && \
-    !defined(__SANITIZE_THREAD__)
+#if defined(__gnu_linux__) && !defined(__clang__) && __GNUC__ >= 11 && !defined(__SANITIZE_THREAD__)
 #define COHORT_KERNEL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 #endif
@@ -52,8 +52,12 @@ template <typename T>
 inline typename Math<T>::type load(T v) {
   return v;
 }
-inline float load(Half v) { return half_to_float(v); }
-inline float load(BFloat16 v) { return bfloat16_to_float(v); }
+inline float load(Half v) {
+  return half_to_float(v);
+}
+inline float load(BFloat16 v) {
+  return bfloat16_to_float(v);
+}
 
 template <typename T>
 inline T store(typename Math<T>::type v) {
@@ -106,24 +110,32 @@ inline bool is_nan(M v) {
 
 struct SumOp {
   template <typename M>
-  static M apply(M a, M b) { return add(a, b); }
+  static M apply(M a, M b) {
+    return add(a, b);
+  }
 };
 struct ProductOp {
   template <typename M>
-  static M apply(M a, M b) { return mul(a, b); }
+  static M apply(M a, M b) {
+    return mul(a, b);
+  }
 };
 struct MinOp {
   template <typename M>
-  static M apply(M a, M b) { return (b < a || is_nan(b)) ? b : a; }
+  static M apply(M a, M b) {
+    return (b < a || is_nan(b)) ? b : a;
+  }
 };
 struct MaxOp {
   template <typename M>
-  static M apply(M a, M b) { return (a < b || is_nan(b)) ? b : a; }
+  static M apply(M a, M b) {
+    return (a < b || is_nan(b)) ? b : a;
+  }
 };
 
 template <typename T, typename Op>
-COHORT_KERNEL_CLONES void pair_loop(T* __restrict out, const T* __restrict a,
-                                    const T* __restrict b, size_t n) {
+COHORT_KERNEL_CLONES void pair_loop(T* __restrict out, const T* __restrict a, const T* __restrict b,
+                                    size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = store<T>(Op::apply(load(a[i]), load(b[i])));
 }
 
@@ -191,7 +203,9 @@ struct Lanes16<BFloat16> {
   }
 };
 
-COHORT_AVX2_F16C inline __m256 apply8(SumOp, __m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+COHORT_AVX2_F16C inline __m256 apply8(SumOp, __m256 a, __m256 b) {
+  return _mm256_add_ps(a, b);
+}
 COHORT_AVX2_F16C inline __m256 apply8(ProductOp, __m256 a, __m256 b) {
   return _mm256_mul_ps(a, b);
 }
@@ -269,16 +283,96 @@ void dispatch_pair(void* out, const void* a, const void* b, size_t n, bool wide)
   pair_loop<T, Op>(o, x, y, n);
 }
 
+// One element of divide(): v / divisor in T, as one process averaging would compute it.
 template <typename T>
-void by_op(void* out, const void* a, const void* b, size_t n, ReduceOp op, bool wide) {
-  switch (combine_op(op)) {
-    case ReduceOp::kSum: return dispatch_pair<T, SumOp>(out, a, b, n, wide);
-    case ReduceOp::kProduct: return dispatch_pair<T, ProductOp>(out, a, b, n, wide);
-    case ReduceOp::kMin: return dispatch_pair<T, MinOp>(out, a, b, n, wide);
-    case ReduceOp::kMax: return dispatch_pair<T, MaxOp>(out, a, b, n, wide);
-    case ReduceOp::kAvg: break;
+inline T divided(T v, int divisor) {
+  using M = typename Math<T>::type;
+  if constexpr (std::is_floating_point_v<M>) {
+    // Divide rather than multiply by the reciprocal: the result is then identical to one
+    // process summing and dividing, which parity tests compare against.
+    return store<T>(load(v) / static_cast<M>(divisor));
+  } else if constexpr (sizeof(T) <= sizeof(int32_t)) {
+    // SIMD has no integer division, but double division truncated toward zero is exact here:
+    // when a/d is not an integer it lies at least 1/d from the next integer, more than its
+    // rounding error |a/d| * 2^-53 for any |a| < 2^53. The divisor is converted as an int, not
+    // as T (256 would become 0 in uint8).
+    return static_cast<T>(static_cast<double>(v) / static_cast<double>(divisor));
+  } else {
+    // int64 does not fit a double's mantissa: plain (scalar) integer division.
+    return static_cast<T>(v / static_cast<int64_t>(divisor));
   }
-  COHORT_INTERNAL_ASSERT(false, "unhandled reduce op ", reduce_op_name(op));
+}
+
+// x[i] = y[i] = op(x[i], y[i]), then divided (kAvg's last step) when kDivide: the two-rank
+// in-place allreduce, which stores each result into both ranks' buffers in one pass.
+template <typename T, typename Op, bool kDivide>
+COHORT_KERNEL_CLONES void both_loop(T* __restrict x, T* __restrict y, size_t n, int divisor) {
+  for (size_t i = 0; i < n; ++i) {
+    T v = store<T>(Op::apply(load(x[i]), load(y[i])));
+    if constexpr (kDivide) v = divided(v, divisor);
+    x[i] = v;
+    y[i] = v;
+  }
+}
+
+template <typename T, typename Op>
+void dispatch_both(T* x, T* y, size_t n, int divisor, bool wide) {
+#if COHORT_WIDE16
+  if constexpr (kIs16BitFloat<T>) {
+    if (wide && cpu_has_avx2_f16c()) {
+      // The AVX2 loops a chunk at a time (still in L1 when it is copied to y), so that every
+      // element rounds as reduce_pair and divide round it.
+      constexpr size_t kChunk = 2048;
+      for (size_t i = 0; i < n; i += kChunk) {
+        const size_t length = std::min(kChunk, n - i);
+        wide16_loop(x + i, x + i, y + i, length, Op{});
+        if (divisor > 1) {
+          wide16_loop(x + i, x + i, x + i, length, DivideBy{static_cast<float>(divisor)});
+        }
+        std::memcpy(y + i, x + i, length * sizeof(T));
+      }
+      return;
+    }
+  }
+#endif
+  if (divisor > 1) return both_loop<T, Op, true>(x, y, n, divisor);
+  both_loop<T, Op, false>(x, y, n, divisor);
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// f(TypeTag<T>{}) with the element type of dtype.
+template <typename F>
+void with_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: return f(TypeTag<float>{});
+    case DType::kFloat64: return f(TypeTag<double>{});
+    case DType::kFloat16: return f(TypeTag<Half>{});
+    case DType::kBFloat16: return f(TypeTag<BFloat16>{});
+    case DType::kInt8: return f(TypeTag<int8_t>{});
+    case DType::kUInt8: return f(TypeTag<uint8_t>{});
+    case DType::kInt32: return f(TypeTag<int32_t>{});
+    case DType::kInt64: return f(TypeTag<int64_t>{});
+  }
+  COHORT_INTERNAL_ASSERT(false, "unhandled dtype ", static_cast<int>(dtype));
+}
+
+// f(TypeTag<T>{}, Op{}) with the element type of dtype and the op that combines for op.
+template <typename F>
+void with_types(DType dtype, ReduceOp op, F&& f) {
+  with_dtype(dtype, [&](auto type) {
+    switch (combine_op(op)) {
+      case ReduceOp::kSum: return f(type, SumOp{});
+      case ReduceOp::kProduct: return f(type, ProductOp{});
+      case ReduceOp::kMin: return f(type, MinOp{});
+      case ReduceOp::kMax: return f(type, MaxOp{});
+      case ReduceOp::kAvg: break;
+    }
+    COHORT_INTERNAL_ASSERT(false, "unhandled reduce op ", reduce_op_name(op));
+  });
 }
 
 // True when [p, p + bytes) and [q, q + bytes) overlap without being the same range. Compared as
@@ -289,26 +383,16 @@ bool partially_overlap(const void* p, const void* q, size_t bytes) {
   return x != y && x < y + bytes && y < x + bytes;
 }
 
+// True when [p, p + bytes) and [q, q + bytes) share a byte.
+bool overlap(const void* p, const void* q, size_t bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(p);
+  const auto y = reinterpret_cast<uintptr_t>(q);
+  return bytes > 0 && x < y + bytes && y < x + bytes;
+}
+
 template <typename T>
 COHORT_KERNEL_CLONES void divide_loop(T* __restrict data, size_t n, int divisor) {
-  using M = typename Math<T>::type;
-  if constexpr (std::is_floating_point_v<M>) {
-    // Divide rather than multiply by the reciprocal: the result is then identical to one
-    // process summing and dividing, which parity tests compare against.
-    const M d = static_cast<M>(divisor);
-    for (size_t i = 0; i < n; ++i) data[i] = store<T>(load(data[i]) / d);
-  } else if constexpr (sizeof(T) <= sizeof(int32_t)) {
-    // SIMD has no integer division, but double division truncated toward zero is exact here:
-    // when a/d is not an integer it lies at least 1/d from the next integer, more than its
-    // rounding error |a/d| * 2^-53 for any |a| < 2^53. The divisor is converted as an int, not
-    // as T (256 would become 0 in uint8).
-    const double d = divisor;
-    for (size_t i = 0; i < n; ++i) data[i] = static_cast<T>(static_cast<double>(data[i]) / d);
-  } else {
-    // int64 does not fit a double's mantissa: plain (scalar) integer division.
-    const int64_t d = divisor;
-    for (size_t i = 0; i < n; ++i) data[i] = static_cast<T>(data[i] / d);
-  }
+  for (size_t i = 0; i < n; ++i) data[i] = divided(data[i], divisor);
 }
 
 template <typename T>
@@ -329,40 +413,38 @@ void reduce_pair_impl(void* out, const void* a, const void* b, size_t count, DTy
   const size_t bytes = count * dtype_size(dtype);
   COHORT_INTERNAL_ASSERT(!partially_overlap(out, a, bytes) && !partially_overlap(out, b, bytes),
                          "reduce_pair: out must be a, b or a separate buffer");
-  switch (dtype) {
-    case DType::kFloat32: return by_op<float>(out, a, b, count, op, wide);
-    case DType::kFloat64: return by_op<double>(out, a, b, count, op, wide);
-    case DType::kFloat16: return by_op<Half>(out, a, b, count, op, wide);
-    case DType::kBFloat16: return by_op<BFloat16>(out, a, b, count, op, wide);
-    case DType::kInt8: return by_op<int8_t>(out, a, b, count, op, wide);
-    case DType::kUInt8: return by_op<uint8_t>(out, a, b, count, op, wide);
-    case DType::kInt32: return by_op<int32_t>(out, a, b, count, op, wide);
-    case DType::kInt64: return by_op<int64_t>(out, a, b, count, op, wide);
-  }
-  COHORT_INTERNAL_ASSERT(false, "unhandled dtype ", static_cast<int>(dtype));
+  with_types(dtype, op, [&](auto type, auto combine) {
+    using T = typename decltype(type)::type;
+    dispatch_pair<T, decltype(combine)>(out, a, b, count, wide);
+  });
+}
+
+void reduce_pair_into_both_impl(void* a, void* b, size_t count, DType dtype, ReduceOp op, int world,
+                                bool wide) {
+  if (count == 0) return;
+  COHORT_CHECK(world > 0, "reduce_pair_into_both: the world size must be positive, got ", world);
+  COHORT_INTERNAL_ASSERT(!overlap(a, b, count * dtype_size(dtype)),
+                         "reduce_pair_into_both: a and b must not overlap");
+  const int divisor = op == ReduceOp::kAvg ? world : 1;
+  with_types(dtype, op, [&](auto type, auto combine) {
+    using T = typename decltype(type)::type;
+    dispatch_both<T, decltype(combine)>(static_cast<T*>(a), static_cast<T*>(b), count, divisor,
+                                        wide);
+  });
 }
 
 void divide_impl(void* data, size_t count, DType dtype, int divisor, bool wide) {
   COHORT_CHECK(divisor > 0, "divide: the divisor (a group size) must be positive, got ", divisor);
   if (count == 0 || divisor == 1) return;
-  switch (dtype) {
-    case DType::kFloat32: return divide_typed(static_cast<float*>(data), count, divisor, wide);
-    case DType::kFloat64: return divide_typed(static_cast<double*>(data), count, divisor, wide);
-    case DType::kFloat16: return divide_typed(static_cast<Half*>(data), count, divisor, wide);
-    case DType::kBFloat16:
-      return divide_typed(static_cast<BFloat16*>(data), count, divisor, wide);
-    case DType::kInt8: return divide_typed(static_cast<int8_t*>(data), count, divisor, wide);
-    case DType::kUInt8: return divide_typed(static_cast<uint8_t*>(data), count, divisor, wide);
-    case DType::kInt32: return divide_typed(static_cast<int32_t*>(data), count, divisor, wide);
-    case DType::kInt64: return divide_typed(static_cast<int64_t*>(data), count, divisor, wide);
-  }
-  COHORT_INTERNAL_ASSERT(false, "unhandled dtype ", static_cast<int>(dtype));
+  with_dtype(dtype, [&](auto type) {
+    using T = typename decltype(type)::type;
+    divide_typed(static_cast<T*>(data), count, divisor, wide);
+  });
 }
 
 }  // namespace
 
-void reduce_pair(void* out, const void* a, const void* b, size_t count, DType dtype,
-                 ReduceOp op) {
+void reduce_pair(void* out, const void* a, const void* b, size_t count, DType dtype, ReduceOp op) {
   reduce_pair_impl(out, a, b, count, dtype, op, true);
 }
 
@@ -374,6 +456,10 @@ void divide(void* data, size_t count, DType dtype, int divisor) {
   divide_impl(data, count, dtype, divisor, true);
 }
 
+void reduce_pair_into_both(void* a, void* b, size_t count, DType dtype, ReduceOp op, int world) {
+  reduce_pair_into_both_impl(a, b, count, dtype, op, world, true);
+}
+
 namespace detail {
 
 void reduce_pair_generic(void* out, const void* a, const void* b, size_t count, DType dtype,
@@ -383,6 +469,11 @@ void reduce_pair_generic(void* out, const void* a, const void* b, size_t count, 
 
 void divide_generic(void* data, size_t count, DType dtype, int divisor) {
   divide_impl(data, count, dtype, divisor, false);
+}
+
+void reduce_pair_into_both_generic(void* a, void* b, size_t count, DType dtype, ReduceOp op,
+                                   int world) {
+  reduce_pair_into_both_impl(a, b, count, dtype, op, world, false);
 }
 
 }  // namespace detail

@@ -23,8 +23,16 @@ void reduce_pair(void* out, const void* a, const void* b, size_t count, DType dt
 // divisor must be positive (InvalidArgument otherwise).
 void divide(void* data, size_t count, DType dtype, int divisor);
 
+// a[i] = b[i] = op(a[i], b[i]), and divided by `world` for kAvg, bit for bit what
+// reduce_pair(a, a, b) and divide(a, world) followed by a copy into b compute, in one pass: the
+// two-rank in-place allreduce stores each result into both ranks' buffers. a and b must not
+// overlap.
+void reduce_pair_into_both(void* a, void* b, size_t count, DType dtype, ReduceOp op, int world);
+
 // The op algorithms combine with: kAvg sums first and divides at the end.
-inline ReduceOp combine_op(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
+inline ReduceOp combine_op(ReduceOp op) {
+  return op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+}
 
 namespace detail {
 // The compiler-vectorized loops alone, without the hand-written AVX2/F16C loops that serve
@@ -33,6 +41,8 @@ namespace detail {
 void reduce_pair_generic(void* out, const void* a, const void* b, size_t count, DType dtype,
                          ReduceOp op);
 void divide_generic(void* data, size_t count, DType dtype, int divisor);
+void reduce_pair_into_both_generic(void* a, void* b, size_t count, DType dtype, ReduceOp op,
+                                   int world);
 }  // namespace detail
 
 }  // namespace cohort::kernels
