@@ -1,8 +1,8 @@
 // Pairwise all-to-all: rank r sends block j of its input to rank j and receives rank j's block
 // r into out + j B. All n-1 exchanges are in flight at once; (n-1) B bytes each way per rank.
-#include <cstring>
 
 #include "algorithms/algorithms.h"
+#include "kernels/copy_kernel.h"
 
 namespace cohort::algo {
 
@@ -20,7 +20,7 @@ void all_to_all_direct(Context& ctx, const void* in, void* out, size_t bytes) {
     const int to = (me + k) % n;
     requests.push_back(ctx.isend(to, 0, input + to * bytes, bytes));
   }
-  if (bytes > 0) std::memcpy(output + me * bytes, input + me * bytes, bytes);
+  if (bytes > 0) kernels::copy(output + me * bytes, input + me * bytes, bytes);
   wait_all(requests);
 }
 

@@ -7,10 +7,10 @@
 // A final rotation copies slot i to output block (r + i) mod n.
 // Bytes sent per rank: (n-1) B, like the ring, in ceil(log2 n) latency terms instead of n-1;
 // the staging copy costs n B of scratch and one local copy. Suits small and mid messages.
-#include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/primitives.h"
+#include "kernels/copy_kernel.h"
 
 namespace cohort::algo {
 
@@ -20,11 +20,11 @@ void allgather_doubling(Context& ctx, const void* in, void* out, size_t bytes) {
   auto* blocks = static_cast<uint8_t*>(out);
   if (bytes == 0) return;
   if (n == 1) {
-    if (out != in) std::memcpy(out, in, bytes);
+    if (out != in) kernels::copy(out, in, bytes);
     return;
   }
   uint8_t* staging = ctx.scratch(static_cast<size_t>(n) * bytes);
-  std::memcpy(staging, in, bytes);
+  kernels::copy(staging, in, bytes);
   const size_t seg = kPipelineSegmentBytes;
   uint64_t round = 0;
   for (int d = 1; d < n; d *= 2, ++round) {
@@ -36,8 +36,8 @@ void allgather_doubling(Context& ctx, const void* in, void* out, size_t bytes) {
   }
   // Rotation: slot i is the block of rank (me + i) mod n.
   const size_t head = static_cast<size_t>(n - me) * bytes;  // slots 0 .. n-me-1: ranks me..n-1
-  std::memcpy(blocks + me * bytes, staging, head);
-  std::memcpy(blocks, staging + head, static_cast<size_t>(me) * bytes);
+  kernels::copy(blocks + me * bytes, staging, head);
+  kernels::copy(blocks, staging + head, static_cast<size_t>(me) * bytes);
 }
 
 }  // namespace cohort::algo

@@ -6,10 +6,10 @@
 // Each rank reads the (n-1) other inputs once and writes its output once. An output that
 // overlaps the rank's input other than as its own block (the peers read the input until the
 // done round) is gathered in scratch memory and copied out after it.
-#include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/registered_view.h"
+#include "kernels/copy_kernel.h"
 
 namespace cohort::algo {
 
@@ -18,15 +18,15 @@ void allgather_registered(Context& ctx, RegisteredView& view, uint8_t* out, size
   const size_t total = static_cast<size_t>(view.size()) * bytes;
   view.post_ready(kWhat);
   const uint8_t* in = view.buffer(view.rank());
-  const bool out_in_peers_way = in != out + static_cast<size_t>(view.rank()) * bytes &&
-                                overlaps(out, total, in, bytes);
+  const bool out_in_peers_way =
+      in != out + static_cast<size_t>(view.rank()) * bytes && overlaps(out, total, in, bytes);
   uint8_t* target = out_in_peers_way ? ctx.scratch(total) : out;
   for (int q = 0; q < view.size(); ++q) {
     uint8_t* block = target + static_cast<size_t>(q) * bytes;
-    if (block != view.buffer(q)) std::memcpy(block, view.buffer(q), bytes);
+    if (block != view.buffer(q)) kernels::copy(block, view.buffer(q), bytes);
   }
   view.post_done(kWhat);
-  if (target != out) std::memcpy(out, target, total);
+  if (target != out) kernels::copy(out, target, total);
 }
 
 }  // namespace cohort::algo

@@ -6,10 +6,10 @@
 // Bytes sent per rank: (n-1) B, the minimum; n-1 latency terms. Only neighbours talk, one
 // stream each way, which is what large messages want; small ones lose to Bruck
 // (allgather_doubling.cc, ceil(log2 n) terms) or the direct exchange (one term).
-#include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/ring.h"
+#include "kernels/copy_kernel.h"
 
 namespace cohort::algo {
 
@@ -17,7 +17,7 @@ void allgather_ring(Context& ctx, const void* in, void* out, size_t bytes) {
   const int n = ctx.size();
   const int me = ctx.rank();
   auto* blocks = static_cast<uint8_t*>(out);
-  if (bytes > 0 && blocks + me * bytes != in) std::memcpy(blocks + me * bytes, in, bytes);
+  if (bytes > 0 && blocks + me * bytes != in) kernels::copy(blocks + me * bytes, in, bytes);
   if (n == 1 || bytes == 0) return;
   auto block = [&](int index) {
     return blocks + static_cast<size_t>(ring_index(index, n)) * bytes;

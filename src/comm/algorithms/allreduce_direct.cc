@@ -4,9 +4,9 @@
 // then combines all n inputs in rank order 0, 1, ..., n-1, so every rank computes the same
 // bitwise result. Bytes sent per rank: (n-1) N; one latency term. Wins when N is so small that
 // latency dominates (a few KiB), loses badly beyond.
-#include <cstring>
 
 #include "algorithms/algorithms.h"
+#include "kernels/copy_kernel.h"
 #include "kernels/reduce_kernels.h"
 
 namespace cohort::algo {
@@ -25,12 +25,12 @@ void allreduce_direct(Context& ctx, void* data, size_t count, DType dtype, Reduc
   for (int peer = 0; peer < n; ++peer) {
     if (peer != me) requests.push_back(ctx.isend(peer, 0, data, bytes));
   }
-  std::memcpy(slots + me * bytes, data, bytes);
+  kernels::copy(slots + me * bytes, data, bytes);
   wait_all(requests);
   for (int r = 1; r < n; ++r) {
     kernels::reduce_into(slots, slots + r * bytes, count, dtype, kernels::combine_op(op));
   }
-  std::memcpy(data, slots, bytes);
+  kernels::copy(data, slots, bytes);
   if (op == ReduceOp::kAvg) kernels::divide(data, count, dtype, n);
 }
 

@@ -16,14 +16,14 @@
 //   3. local rank l stores its piece into piece l of every other local buffer; done round.
 // Piece l of every local buffer is read and written by local rank l alone, so phase 3 needs
 // no round before it. Nothing is staged; two rounds in all instead of two per slot.
-#include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/registered_view.h"
 #include "algorithms/shm_rounds.h"
 #include "cohort/core/check.h"
-#include "kernels/reduce_kernels.h"
 #include "group/topology.h"
+#include "kernels/copy_kernel.h"
+#include "kernels/reduce_kernels.h"
 #include "transport/rank_subset_transport.h"
 #include "transport/shm/shm_window.h"
 
@@ -53,7 +53,7 @@ void allreduce_hierarchical_registered(Context& ctx, RegisteredView& view, uint8
   reduce_in_rank_order(sources, data + at, own.count, dtype, kernels::combine_op(op), ctx);
   allreduce_across_nodes(ctx, data + at, own.count, dtype, op, across);
   for (int q = 0; q < view.size(); ++q) {
-    if (q != view.rank()) std::memcpy(view.buffer(q) + at, data + at, own.count * esize);
+    if (q != view.rank()) kernels::copy(view.buffer(q) + at, data + at, own.count * esize);
   }
   view.post_done(kWhat);
 }

@@ -10,11 +10,11 @@
 // Piece r of any buffer is read and written by rank r alone, so no rank waits inside. Each
 // rank reads the buffer once (its piece of n buffers) and writes it once; no byte is staged,
 // and every rank ends with the same bits (each piece is computed once).
-#include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/chunking.h"
 #include "algorithms/registered_view.h"
+#include "kernels/copy_kernel.h"
 #include "kernels/reduce_kernels.h"
 
 namespace cohort::algo {
@@ -36,7 +36,7 @@ void reduce_piece_in_blocks(Context& ctx, RegisteredView& view, uint8_t* data, R
     reduce_in_rank_order(sources, result, length, dtype, op, ctx);
     if (op == ReduceOp::kAvg) kernels::divide(result, length, dtype, n);
     for (int q = 0; q < n; ++q) {
-      if (q != view.rank()) std::memcpy(view.buffer(q) + at, result, length * esize);
+      if (q != view.rank()) kernels::copy(view.buffer(q) + at, result, length * esize);
     }
   }
 }

@@ -14,11 +14,11 @@
 // slot and (all posted) reduces all n copies itself, in rank order so that every rank computes
 // the same bytes. That costs (n-1) buffers of reduction per rank but saves a hand-off, which is
 // most of the time of a few KiB.
-#include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/registered_view.h"
 #include "algorithms/shm_rounds.h"
+#include "kernels/copy_kernel.h"
 #include "kernels/reduce_kernels.h"
 #include "transport/shm/shm_window.h"
 
@@ -28,20 +28,19 @@ namespace {
 
 constexpr size_t kOneRoundBytes = 16 * 1024;  // of reduction per rank: below a hand-off's cost
 
-void allreduce_shm_one_round(Context& ctx, uint8_t* data, size_t count, DType dtype,
-                             ReduceOp op) {
+void allreduce_shm_one_round(Context& ctx, uint8_t* data, size_t count, DType dtype, ReduceOp op) {
   ShmWindow& window = *ctx.shm();
   const size_t bytes = count * dtype_size(dtype);
   const uint64_t round = window.next_round();
-  std::memcpy(window.slot(window.rank(), round), data, bytes);
+  kernels::copy(window.slot(window.rank(), round), data, bytes);
   ctx.post_shm_round(round, "allreduce over shared memory");
   uint8_t* sum = ctx.scratch(bytes);
-  std::memcpy(sum, window.slot(0, round), bytes);
+  kernels::copy(sum, window.slot(0, round), bytes);
   for (int r = 1; r < window.size(); ++r) {
     kernels::reduce_into(sum, window.slot(r, round), count, dtype, kernels::combine_op(op));
   }
   if (op == ReduceOp::kAvg) kernels::divide(sum, count, dtype, window.size());
-  std::memcpy(data, sum, bytes);
+  kernels::copy(data, sum, bytes);
 }
 
 }  // namespace

@@ -2,10 +2,10 @@
 // chunk into its slot, and (all posted) every other rank copies it out. One post-and-wait per
 // chunk; Note [Slot reuse] in shm_rounds.h says why the root may refill the slot two rounds on.
 #include <algorithm>
-#include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/registered_view.h"
+#include "kernels/copy_kernel.h"
 #include "transport/shm/shm_window.h"
 
 namespace cohort::algo {
@@ -21,9 +21,9 @@ void broadcast_shm(Context& ctx, void* data, size_t bytes, int root) {
   for (size_t offset = 0; offset < bytes; offset += window.slot_bytes()) {
     const size_t length = std::min(window.slot_bytes(), bytes - offset);
     const uint64_t round = window.next_round();
-    if (window.rank() == root) std::memcpy(window.slot(root, round), base + offset, length);
+    if (window.rank() == root) kernels::copy(window.slot(root, round), base + offset, length);
     ctx.post_shm_round(round, "broadcast over shared memory");
-    if (window.rank() != root) std::memcpy(base + offset, window.slot(root, round), length);
+    if (window.rank() != root) kernels::copy(base + offset, window.slot(root, round), length);
   }
 }
 

@@ -1,8 +1,8 @@
 // Linear gather: every rank sends its block to the root, which places block r at out + r B.
 // The root receives (n-1) B bytes; every message is one latency term, all in flight at once.
-#include <cstring>
 
 #include "algorithms/algorithms.h"
+#include "kernels/copy_kernel.h"
 
 namespace cohort::algo {
 
@@ -17,7 +17,7 @@ void gather_direct(Context& ctx, const void* in, void* out, size_t bytes, int ro
   for (int peer = 0; peer < n; ++peer) {
     if (peer != root) recvs.push_back(ctx.irecv(peer, 0, blocks + peer * bytes, bytes));
   }
-  if (bytes > 0 && blocks + root * bytes != in) std::memcpy(blocks + root * bytes, in, bytes);
+  if (bytes > 0 && blocks + root * bytes != in) kernels::copy(blocks + root * bytes, in, bytes);
   wait_all(recvs);
 }
 

@@ -1,8 +1,7 @@
 #include "algorithms/primitives.h"
 
-#include <cstring>
-
 #include "cohort/core/check.h"
+#include "kernels/copy_kernel.h"
 #include "kernels/reduce_kernels.h"
 
 namespace cohort::algo {
@@ -63,7 +62,7 @@ const uint8_t* SegmentReceiver::next() {
 bool reduce_scatter_without_peers(Context& ctx, const void* in, void* out, size_t block_bytes) {
   if (block_bytes == 0) return true;
   if (ctx.size() > 1) return false;
-  if (out != in) std::memcpy(out, in, block_bytes);
+  if (out != in) kernels::copy(out, in, block_bytes);
   return true;
 }
 

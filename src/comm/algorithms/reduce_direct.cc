@@ -1,9 +1,9 @@
 // Direct reduce: every rank sends its buffer to the root, which combines the n inputs in rank
 // order (so the result matches allreduce_direct bit for bit). One round; the root receives
 // (n-1) N bytes.
-#include <cstring>
 
 #include "algorithms/algorithms.h"
+#include "kernels/copy_kernel.h"
 #include "kernels/reduce_kernels.h"
 
 namespace cohort::algo {
@@ -21,12 +21,12 @@ void reduce_direct(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
   for (int peer = 0; peer < n; ++peer) {
     if (peer != root) recvs.push_back(ctx.irecv(peer, 0, slots + peer * bytes, bytes));
   }
-  if (bytes > 0) std::memcpy(slots + root * bytes, data, bytes);
+  if (bytes > 0) kernels::copy(slots + root * bytes, data, bytes);
   wait_all(recvs);
   for (int r = 1; r < n; ++r) {
     kernels::reduce_into(slots, slots + r * bytes, count, dtype, kernels::combine_op(op));
   }
-  if (bytes > 0) std::memcpy(data, slots, bytes);
+  if (bytes > 0) kernels::copy(data, slots, bytes);
 }
 
 }  // namespace cohort::algo

@@ -1,8 +1,8 @@
 // Direct reduce-scatter: rank r sends block j of its input to rank j, for every j != r, and
 // combines the n copies of its own block in rank order. One round; (n-1)/n N bytes per rank.
-#include <cstring>
 
 #include "algorithms/algorithms.h"
+#include "kernels/copy_kernel.h"
 #include "kernels/reduce_kernels.h"
 
 namespace cohort::algo {
@@ -21,12 +21,12 @@ void reduce_scatter_direct(Context& ctx, const void* in, void* out, size_t count
   for (int peer = 0; peer < n; ++peer) {
     if (peer != me) requests.push_back(ctx.isend(peer, 0, input + peer * bytes, bytes));
   }
-  if (bytes > 0) std::memcpy(slots + me * bytes, input + me * bytes, bytes);
+  if (bytes > 0) kernels::copy(slots + me * bytes, input + me * bytes, bytes);
   wait_all(requests);
   for (int r = 1; r < n; ++r) {
     kernels::reduce_into(slots, slots + r * bytes, count, dtype, kernels::combine_op(op));
   }
-  if (bytes > 0) std::memcpy(out, slots, bytes);
+  if (bytes > 0) kernels::copy(out, slots, bytes);
 }
 
 }  // namespace cohort::algo

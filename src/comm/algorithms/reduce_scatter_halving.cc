@@ -12,10 +12,10 @@
 // Bytes sent per participant: about (p-1)/p N (halves of halves; exact when rem = 0), plus B
 // on the unfolding ones; the folded even ranks send N. log2 p latency terms (+ 2 with a fold).
 // Suits small and mid messages, where the ring's n-1 latency terms dominate.
-#include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/primitives.h"
+#include "kernels/copy_kernel.h"
 #include "kernels/reduce_kernels.h"
 
 namespace cohort::algo {
@@ -66,7 +66,7 @@ void reduce_scatter_halving(Context& ctx, const void* in, void* out, size_t coun
     post_sends(ctx, me - 1, kUnfoldRound, work + (me - 1) * block_bytes, count, esize, seg,
                requests);
   }
-  std::memcpy(out, work + me * block_bytes, block_bytes);
+  kernels::copy(out, work + me * block_bytes, block_bytes);
   wait_all(requests);
 }
 

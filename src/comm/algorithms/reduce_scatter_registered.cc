@@ -6,10 +6,10 @@
 // Rank r reads block r of every input and writes only its own output: (1/n) of n inputs. An
 // output that overlaps the rank's input anywhere else (the peers read those blocks until the
 // done round) is written from scratch memory after it.
-#include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/registered_view.h"
+#include "kernels/copy_kernel.h"
 
 namespace cohort::algo {
 
@@ -28,7 +28,7 @@ void reduce_scatter_registered(Context& ctx, RegisteredView& view, uint8_t* out,
   for (int q = 0; q < n; ++q) sources[static_cast<size_t>(q)] = view.buffer(q) + own_block;
   reduce_in_rank_order(sources, target, count, dtype, op, ctx);
   view.post_done(kWhat);
-  if (target != out) std::memcpy(out, target, block_bytes);
+  if (target != out) kernels::copy(out, target, block_bytes);
 }
 
 }  // namespace cohort::algo

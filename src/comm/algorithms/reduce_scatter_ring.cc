@@ -11,11 +11,10 @@
 // input block, and received segments are combined into it as they land. Large messages; small
 // ones lose to halving (reduce_scatter_halving.cc) or the direct exchange.
 
-#include <cstring>
-
 #include "algorithms/algorithms.h"
 #include "algorithms/primitives.h"
 #include "algorithms/ring.h"
+#include "kernels/copy_kernel.h"
 #include "kernels/reduce_kernels.h"
 
 namespace cohort::algo {
@@ -40,7 +39,7 @@ void reduce_scatter_ring(Context& ctx, const void* in, void* out, size_t count, 
                uint8_t* building = s == n - 2 ? static_cast<uint8_t*>(out) : partial[s % 2];
                const uint8_t* own = input_block(me - s - 2);
                if (building != own)
-                 std::memcpy(building, own, block_bytes);  // in place: out is block me
+                 kernels::copy(building, own, block_bytes);  // in place: out is block me
                const RingStep step{outgoing, count, building, count};
                outgoing = building;
                return step;

@@ -1,9 +1,9 @@
 #include "algorithms/registered_view.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "cohort/core/check.h"
+#include "kernels/copy_kernel.h"
 #include "kernels/reduce_kernels.h"
 #include "transport/shm/shm_registry.h"
 #include "transport/shm/shm_window.h"
@@ -42,9 +42,9 @@ void RegisteredView::post_ready(const char* what) {
   for (int r = 0; r < window.size(); ++r) {
     const ShmPlace place = window.place(r, round);
     // The region is the same on every rank (checked by the wait); the offset is each rank's.
-    COHORT_CHECK(place.offset + bytes_ <= region_->bytes(), what, ": rank ",
-                 window.group_rank(r), " passed ", bytes_, " bytes at offset ", place.offset,
-                 " of registered memory #", region_->id(), " of ", region_->bytes(), " bytes");
+    COHORT_CHECK(place.offset + bytes_ <= region_->bytes(), what, ": rank ", window.group_rank(r),
+                 " passed ", bytes_, " bytes at offset ", place.offset, " of registered memory #",
+                 region_->id(), " of ", region_->bytes(), " bytes");
     buffers_[static_cast<size_t>(r)] = region_->copy(r) + place.offset;
   }
 }
@@ -62,7 +62,7 @@ void reduce_in_rank_order(const std::vector<const uint8_t*>& sources, uint8_t* d
   const ReduceOp combine = kernels::combine_op(op);
   const size_t n = sources.size();
   if (n == 1) {
-    if (dst != sources[0]) std::memcpy(dst, sources[0], count * dtype_size(dtype));
+    if (dst != sources[0]) kernels::copy(dst, sources[0], count * dtype_size(dtype));
     return;
   }
   const bool aliases_later_source =
@@ -83,7 +83,7 @@ void reduce_in_rank_order(const std::vector<const uint8_t*>& sources, uint8_t* d
     for (size_t q = 2; q < n; ++q) {
       kernels::reduce_into(tmp, sources[q] + at, length, dtype, combine);
     }
-    std::memcpy(dst + at, tmp, length * esize);
+    kernels::copy(dst + at, tmp, length * esize);
   }
 }
 

@@ -1,7 +1,7 @@
 // Linear scatter: the root sends block r of its input to rank r. The root sends (n-1) B bytes.
-#include <cstring>
 
 #include "algorithms/algorithms.h"
+#include "kernels/copy_kernel.h"
 
 namespace cohort::algo {
 
@@ -16,7 +16,7 @@ void scatter_direct(Context& ctx, const void* in, void* out, size_t bytes, int r
   for (int peer = 0; peer < n; ++peer) {
     if (peer != root) sends.push_back(ctx.isend(peer, 0, blocks + peer * bytes, bytes));
   }
-  if (bytes > 0 && blocks + root * bytes != out) std::memcpy(out, blocks + root * bytes, bytes);
+  if (bytes > 0 && blocks + root * bytes != out) kernels::copy(out, blocks + root * bytes, bytes);
   wait_all(sends);
 }
 

@@ -1,8 +1,8 @@
 #include "algorithms/shm_rounds.h"
 
 #include <algorithm>
-#include <cstring>
 
+#include "kernels/copy_kernel.h"
 #include "kernels/reduce_kernels.h"
 #include "transport/shm/shm_window.h"
 
@@ -34,14 +34,14 @@ void ShmRounds::reduce_scatter(size_t j, const uint8_t* in, uint8_t* own_out, DT
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     const Range r = part(p, j);
-    std::memcpy(staging + static_cast<size_t>(p) * part_elems_ * esize_, in + r.begin * esize_,
-                r.count * esize_);
+    kernels::copy(staging + static_cast<size_t>(p) * part_elems_ * esize_, in + r.begin * esize_,
+                  r.count * esize_);
   }
   ctx_.post_shm_round(round, what_);
   const Range own = part(me, j);
   uint8_t* target = own_out + (own.begin - pieces_[static_cast<size_t>(me)].begin) * esize_;
   if (target != in + own.begin * esize_) {
-    std::memcpy(target, in + own.begin * esize_, own.count * esize_);
+    kernels::copy(target, in + own.begin * esize_, own.count * esize_);
   }
   const size_t my_offset = static_cast<size_t>(me) * part_elems_ * esize_;
   for (int p = 0; p < n; ++p) {
@@ -59,15 +59,15 @@ void ShmRounds::all_gather(size_t j, const uint8_t* own_in, uint8_t* out) {
   const uint64_t round = window.next_round();
   const Range own = part(me, j);
   const uint8_t* source = own_in + (own.begin - pieces_[static_cast<size_t>(me)].begin) * esize_;
-  std::memcpy(window.slot(me, round), source, own.count * esize_);
+  kernels::copy(window.slot(me, round), source, own.count * esize_);
   if (out + own.begin * esize_ != source) {
-    std::memcpy(out + own.begin * esize_, source, own.count * esize_);
+    kernels::copy(out + own.begin * esize_, source, own.count * esize_);
   }
   ctx_.post_shm_round(round, what_);
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     const Range r = part(p, j);
-    std::memcpy(out + r.begin * esize_, window.slot(p, round), r.count * esize_);
+    kernels::copy(out + r.begin * esize_, window.slot(p, round), r.count * esize_);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "cohort/core/check.h"
+#include "kernels/copy_kernel.h"
 
 // Note [Kernel clones]: on x86-64 Linux with g++ each generic loop is compiled twice, for the
 // portable baseline (SSE2) and for x86-64-v3 (AVX2), and the dynamic loader picks one per CPU at
@@ -329,7 +330,7 @@ void dispatch_both(T* x, T* y, size_t n, int divisor, bool wide) {
         if (divisor > 1) {
           wide16_loop(x + i, x + i, x + i, length, DivideBy{static_cast<float>(divisor)});
         }
-        std::memcpy(y + i, x + i, length * sizeof(T));
+        copy(y + i, x + i, length * sizeof(T));
       }
       return;
     }

@@ -4,6 +4,7 @@
 
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
+#include "kernels/copy_kernel.h"
 
 namespace cohort {
 
@@ -147,7 +148,7 @@ std::unique_ptr<Request> InprocTransport::isend(int peer, Tag tag, const void* d
       it->second.pop_front();
       if (it->second.empty()) box.posted.erase(it);
       if (posted->bytes == bytes) {
-        if (bytes > 0) std::memcpy(posted->data, data, bytes);
+        if (bytes > 0) kernels::copy(posted->data, data, bytes);
       } else {
         posted->error = size_mismatch(rank_, peer, bytes, posted->bytes);
       }
@@ -174,7 +175,7 @@ std::unique_ptr<Request> InprocTransport::irecv(int peer, Tag tag, void* data, s
     if (it->second.empty()) box.unexpected.erase(it);
     if (message.size() != bytes)
       std::rethrow_exception(size_mismatch(peer, rank_, message.size(), bytes));
-    if (bytes > 0) std::memcpy(data, message.data(), bytes);
+    if (bytes > 0) kernels::copy(data, message.data(), bytes);
     return std::make_unique<CompletedRequest>();
   }
   auto posted = std::make_shared<InprocFabric::Posted>();
