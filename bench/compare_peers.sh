@@ -47,10 +47,17 @@ mpicxx -O3 -march=native "$work/mpi_allreduce.cpp" -o "$work/build/mpi_allreduce
 [ "$mode" = shm ] && g++ -O3 -march=native "$work/shm_allreduce.cpp" -o "$work/build/shm_allreduce"
 bench=$here/build/bin/cohort-bench
 
-# cohort-bench with enough iterations per size for ~0.1-0.3 s per timed loop, 5 trials.
-# Extra arguments (--registered) go to every cohort-bench call.
+# cohort-bench with enough iterations per size for ~0.1-0.3 s per timed loop, 5 trials, as the
+# peers calibrate theirs (the first call after each trial's fill finds the peers' data in their
+# caches; over a short loop that one call would weigh). Extra arguments (--registered) go to
+# every cohort-bench call.
+if [ "$mode" = shm ]; then
+  specs="4K:200000 64K:50000 1M:5000 16M:150 64M:30 256M:5"
+else
+  specs="4K:5000 64K:1000 1M:200 16M:20 64M:8 256M:3"
+fi
 run_cohort() {
-  for spec in 4K:10000 64K:1000 1M:200 16M:20 64M:8 256M:3; do
+  for spec in $specs; do
     env "${cohort_env[@]}" "$bench" allreduce --ranks 2 --min-bytes "${spec%%:*}" --max-bytes "${spec%%:*}" \
       --iters "${spec##*:}" --warmup 3 --trials 5 "$@" | grep -E '^ +[0-9]'
   done
