@@ -392,6 +392,21 @@ TEST(ReduceKernelsTest, DivideRejectsNonPositiveDivisor) {
   EXPECT_EQ(x, 1.0f);
 }
 
+TEST(ReduceKernelsTest, IntoBothRejectsNonPositiveWorldAndOverlappingBuffers) {
+  std::vector<float> v(32, 1.0f);
+  EXPECT_THROW(kernels::reduce_pair_into_both(v.data(), v.data() + 16, 8, DType::kFloat32,
+                                              ReduceOp::kAvg, 0),
+               InvalidArgument);
+  EXPECT_THROW(
+      kernels::reduce_pair_into_both(v.data(), v.data() + 4, 8, DType::kFloat32, ReduceOp::kSum, 2),
+      Error);
+  EXPECT_EQ(v, std::vector<float>(32, 1.0f));
+  // Adjacent (touching, not overlapping) buffers are fine.
+  kernels::reduce_pair_into_both(v.data(), v.data() + 8, 8, DType::kFloat32, ReduceOp::kSum, 2);
+  EXPECT_EQ(v[0], 2.0f);
+  EXPECT_EQ(v[8], 2.0f);
+}
+
 // ---- floating special cases
 
 template <typename T>

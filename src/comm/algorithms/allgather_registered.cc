@@ -9,6 +9,7 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/registered_view.h"
+#include "kernels/byte_ranges.h"
 #include "kernels/copy_kernel.h"
 
 namespace cohort::algo {
@@ -18,8 +19,8 @@ void allgather_registered(Context& ctx, RegisteredView& view, uint8_t* out, size
   const size_t total = static_cast<size_t>(view.size()) * bytes;
   view.post_ready(kWhat);
   const uint8_t* in = view.buffer(view.rank());
-  const bool out_in_peers_way =
-      in != out + static_cast<size_t>(view.rank()) * bytes && overlaps(out, total, in, bytes);
+  const bool out_in_peers_way = in != out + static_cast<size_t>(view.rank()) * bytes &&
+                                kernels::ranges_overlap(out, total, in, bytes);
   uint8_t* target = out_in_peers_way ? ctx.scratch(total) : out;
   for (int q = 0; q < view.size(); ++q) {
     uint8_t* block = target + static_cast<size_t>(q) * bytes;

@@ -9,6 +9,7 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/registered_view.h"
+#include "kernels/byte_ranges.h"
 #include "kernels/copy_kernel.h"
 
 namespace cohort::algo {
@@ -22,7 +23,8 @@ void reduce_scatter_registered(Context& ctx, RegisteredView& view, uint8_t* out,
   view.post_ready(kWhat);
   const uint8_t* in = view.buffer(view.rank());
   const bool out_in_peers_way =
-      out != in + own_block && overlaps(out, block_bytes, in, static_cast<size_t>(n) * block_bytes);
+      out != in + own_block &&
+      kernels::ranges_overlap(out, block_bytes, in, static_cast<size_t>(n) * block_bytes);
   uint8_t* target = out_in_peers_way ? ctx.scratch(block_bytes) : out;
   std::vector<const uint8_t*> sources(static_cast<size_t>(n));
   for (int q = 0; q < n; ++q) sources[static_cast<size_t>(q)] = view.buffer(q) + own_block;

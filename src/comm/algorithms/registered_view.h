@@ -55,11 +55,6 @@ class RegisteredView {
 void reduce_in_rank_order(const std::vector<const uint8_t*>& sources, uint8_t* dst, size_t count,
                           DType dtype, ReduceOp op, Context& ctx);
 
-// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
-inline bool overlaps(const uint8_t* a, size_t a_bytes, const uint8_t* b, size_t b_bytes) {
-  return a_bytes > 0 && b_bytes > 0 && a < b + b_bytes && b < a + a_bytes;
-}
-
 // Elements per block of the in-place loops: a block's result is still in L1 when it is
 // copied out to the peers.
 size_t registered_block_elems(DType dtype);

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "cohort/core/check.h"
+#include "kernels/byte_ranges.h"
 #include "kernels/copy_kernel.h"
 
 // Note [Kernel clones]: on x86-64 Linux with g++ each generic loop is compiled twice, for the
@@ -376,19 +377,9 @@ void with_types(DType dtype, ReduceOp op, F&& f) {
   });
 }
 
-// True when [p, p + bytes) and [q, q + bytes) overlap without being the same range. Compared as
-// integers: relational operators on pointers into different objects are unspecified.
+// True when [p, p + bytes) and [q, q + bytes) overlap without being the same range.
 bool partially_overlap(const void* p, const void* q, size_t bytes) {
-  const auto x = reinterpret_cast<uintptr_t>(p);
-  const auto y = reinterpret_cast<uintptr_t>(q);
-  return x != y && x < y + bytes && y < x + bytes;
-}
-
-// True when [p, p + bytes) and [q, q + bytes) share a byte.
-bool overlap(const void* p, const void* q, size_t bytes) {
-  const auto x = reinterpret_cast<uintptr_t>(p);
-  const auto y = reinterpret_cast<uintptr_t>(q);
-  return bytes > 0 && x < y + bytes && y < x + bytes;
+  return p != q && ranges_overlap(p, bytes, q, bytes);
 }
 
 template <typename T>
@@ -424,7 +415,8 @@ void reduce_pair_into_both_impl(void* a, void* b, size_t count, DType dtype, Red
                                 bool wide) {
   if (count == 0) return;
   COHORT_CHECK(world > 0, "reduce_pair_into_both: the world size must be positive, got ", world);
-  COHORT_INTERNAL_ASSERT(!overlap(a, b, count * dtype_size(dtype)),
+  const size_t bytes = count * dtype_size(dtype);
+  COHORT_INTERNAL_ASSERT(!ranges_overlap(a, bytes, b, bytes),
                          "reduce_pair_into_both: a and b must not overlap");
   const int divisor = op == ReduceOp::kAvg ? world : 1;
   with_types(dtype, op, [&](auto type, auto combine) {

@@ -10,6 +10,7 @@
 #include "backends/nccl/nccl_engine.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
+#include "kernels/byte_ranges.h"
 
 namespace cohort {
 
@@ -22,17 +23,11 @@ uint8_t* bytes_at(void* base, size_t offset) {
   return static_cast<uint8_t*>(base) + offset;
 }
 
-bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  const auto* x = static_cast<const uint8_t*>(a);
-  const auto* y = static_cast<const uint8_t*>(b);
-  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
-}
-
 // NCCL takes an input that is this rank's block of the output (its in-place form) and inputs
 // apart from the output, nothing in between.
 void check_in_place_form(const void* in, size_t in_bytes, const void* block, const void* out,
                          size_t out_bytes, const char* what) {
-  COHORT_CHECK(in == block || !overlap(in, in_bytes, out, out_bytes), what,
+  COHORT_CHECK(in == block || !kernels::ranges_overlap(in, in_bytes, out, out_bytes), what,
                " on NCCL: the input overlaps the output other than as this rank's block of it; "
                "use separate buffers or that in-place layout");
 }
@@ -131,10 +126,10 @@ void NcclEngine::reduce_scatter(const void* in, void* out, size_t count, DType d
   const size_t block = count * dtype_size(dtype);
   const size_t total = block * static_cast<size_t>(size_);
   // NCCL's in-place form has the output at this rank's block of the input.
-  COHORT_CHECK(
-      out == bytes_at(in, block * static_cast<size_t>(rank_)) || !overlap(in, total, out, block),
-      "reduce_scatter on NCCL: the output overlaps the input other than as this rank's "
-      "block of it; use separate buffers or that in-place layout");
+  COHORT_CHECK(out == bytes_at(in, block * static_cast<size_t>(rank_)) ||
+                   !kernels::ranges_overlap(in, total, out, block),
+               "reduce_scatter on NCCL: the output overlaps the input other than as this rank's "
+               "block of it; use separate buffers or that in-place layout");
   on_comm_stream(call, "ncclReduceScatter", [&](cudaStream_t stream) {
     nccl::check(ncclReduceScatter(in, out, count, nccl::datatype(dtype), nccl::reduction(op), comm_,
                                   stream),
@@ -174,7 +169,7 @@ void NcclEngine::scatter(const void* in, void* out, size_t count, DType dtype, i
   const size_t total = bytes * static_cast<size_t>(size_);
   const void* own_block = rank_ == root ? bytes_at(in, bytes * static_cast<size_t>(root)) : nullptr;
   if (rank_ == root) {
-    COHORT_CHECK(out == own_block || !overlap(in, total, out, bytes),
+    COHORT_CHECK(out == own_block || !kernels::ranges_overlap(in, total, out, bytes),
                  "scatter on NCCL: the output overlaps the root's input other than as the root's "
                  "block of it; use separate buffers or that in-place layout");
   }
