@@ -54,7 +54,7 @@ bench=$here/build/bin/cohort-bench
 if [ "$mode" = shm ]; then
   specs="4K:200000 64K:50000 1M:5000 16M:150 64M:30 256M:5"
 else
-  specs="4K:5000 64K:1000 1M:200 16M:20 64M:8 256M:3"
+  specs="4K:10000 64K:1000 1M:200 16M:20 64M:8 256M:3"
 fi
 run_cohort() {
   for spec in $specs; do
