@@ -237,7 +237,7 @@ TEST_P(LambShardedParity, RefusesToStepShardsWithoutTheReduction) {
 
 INSTANTIATE_TEST_SUITE_P(Wrappers, LambShardedParity,
                          ::testing::Values(Wrap::kZero1, Wrap::kZero2, Wrap::kFullShard),
-                         [](const auto& info) { return wrap_test_name(info.param); });
+                         [](const auto& param_info) { return wrap_test_name(param_info.param); });
 
 TEST(LambParity, HybridShardMatchesOneProcess) {
   auto c = lamb_case(Wrap::kHybridShard, 4);

@@ -323,7 +323,7 @@ TEST_P(LarsShardedParity, RefusesToStepShardsWithoutTheReduction) {
 
 INSTANTIATE_TEST_SUITE_P(Wrappers, LarsShardedParity,
                          ::testing::Values(Wrap::kZero1, Wrap::kZero2, Wrap::kFullShard),
-                         [](const auto& info) { return wrap_test_name(info.param); });
+                         [](const auto& param_info) { return wrap_test_name(param_info.param); });
 
 // Two nodes of two ranks: the norms are summed over a node's ranks, not over the replicas. A
 // large eps makes a double count show (the ratio is otherwise invariant to scaling both norms).
