@@ -1,12 +1,15 @@
 // The command line of the char_lm example (docs/char_lm.md).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
 
 #include "cohort/torch/optim/lr_schedule.h"
 #include "gpt.h"
+
+namespace CLI {
+class App;  // CLI11's, included only by the files that build the command line
+}  // namespace CLI
 
 namespace char_lm {
 

@@ -1,5 +1,6 @@
 #include "comm_hooks.h"
 
+#include <CLI/CLI.hpp>
 #include <functional>
 
 #include "cohort/core/error.h"

@@ -4,12 +4,15 @@
 // applies to it.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cohort/torch/comm_hook.h"
+
+namespace CLI {
+class App;  // CLI11's, included only by the files that build the command line
+}  // namespace CLI
 
 namespace cohort_examples {
 

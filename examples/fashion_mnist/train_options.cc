@@ -1,5 +1,6 @@
 #include "train_options.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <limits>
 

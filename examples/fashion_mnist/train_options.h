@@ -1,13 +1,16 @@
 // The command line of the Fashion-MNIST example (docs/fashion_mnist.md).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "cohort/torch/optim/lr_schedule.h"
 #include "comm_hooks.h"
+
+namespace CLI {
+class App;  // CLI11's, included only by the files that build the command line
+}  // namespace CLI
 
 namespace fashion_mnist {
 

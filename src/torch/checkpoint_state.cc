@@ -24,7 +24,7 @@ using torch::serialize::OutputArchive;
 
 constexpr const char* kRefitAdvice =
     "; load it into the model, optimizer and sampler of the run that saved it";
-constexpr const char* kCorruptAdvice =
+constexpr const char* kMalformedAdvice =
     "; the file passed its checksum, so it was written wrong or by something else: load an older "
     "checkpoint, or start the run over";
 
@@ -297,7 +297,7 @@ void throw_mismatch(const std::string& path, const std::string& what) {
 
 void throw_malformed(const std::string& path, const std::string& what) {
   throw CheckpointError(concat("checkpoint '", path,
-                               "' is not a cohort training checkpoint: ", what, kCorruptAdvice));
+                               "' is not a cohort training checkpoint: ", what, kMalformedAdvice));
 }
 
 void throw_missing_section(const std::string& path, const std::string& key) {
@@ -480,7 +480,7 @@ std::string encode_training_state(const std::string& path, const TrainingState& 
 bool decode_training_state(const std::string& path, const std::string& payload, int rank,
                            const JobCheck& job, TrainingState& state, std::string& passed_over) {
   InputArchive archive;
-  or_checkpoint_error(concat("checkpoint '", path, "' cannot be deserialized"), kCorruptAdvice,
+  or_checkpoint_error(concat("checkpoint '", path, "' cannot be deserialized"), kMalformedAdvice,
                       [&] { archive.load_from(payload.data(), payload.size()); });
   passed_over = passed_over_because(path, read_text(archive, "job_id"), job);
   if (!passed_over.empty()) return false;

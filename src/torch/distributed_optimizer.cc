@@ -11,7 +11,7 @@
 namespace cohort {
 namespace {
 
-constexpr const char* kWho = "DistributedOptimizer";
+constexpr const char* kDistributedOptimizer = "DistributedOptimizer";
 
 struct NamedParameter {
   std::string name;
@@ -57,7 +57,7 @@ class DistributedOptimizer::Impl {
         optimizer_(optimizer),
         group_(std::move(group)),
         options_(std::move(options)) {
-    COHORT_CHECK(group_ != nullptr, kWho, ": the group is null");
+    COHORT_CHECK(group_ != nullptr, kDistributedOptimizer, ": the group is null");
     const auto every_parameter = parameters_of(optimizer_);
     check_same_parameters(every_parameter);
     std::vector<Reducer::Parameter> reduced;
@@ -66,7 +66,7 @@ class DistributedOptimizer::Impl {
       all.push_back(p.tensor);
       if (p.tensor.requires_grad()) reduced.push_back({p.name, p.tensor});
     }
-    COHORT_CHECK(!reduced.empty(), kWho,
+    COHORT_CHECK(!reduced.empty(), kDistributedOptimizer,
                  ": the optimizer has no parameter that requires grad; give it the parameters "
                  "to train");
     if (options_.broadcast_parameters) {
@@ -86,7 +86,8 @@ class DistributedOptimizer::Impl {
             << c10::toString(p.tensor.scalar_type()) << " " << p.tensor.sizes();
       entries.push_back(entry.str());
     }
-    check_same_on_all_ranks(*group_, entries, "parameter", CallSite::kDdpConstructor, kWho);
+    check_same_on_all_ranks(*group_, entries, "parameter", CallSite::kDdpConstructor,
+                            kDistributedOptimizer);
   }
 
   std::shared_ptr<torch::optim::Optimizer> owned_;  // null when the caller owns the optimizer
@@ -104,7 +105,7 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
 DistributedOptimizer::DistributedOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
                                            std::shared_ptr<Group> group,
                                            DistributedOptimizerOptions options) {
-  COHORT_CHECK(optimizer != nullptr, kWho, ": the optimizer is null");
+  COHORT_CHECK(optimizer != nullptr, kDistributedOptimizer, ": the optimizer is null");
   auto& ref = *optimizer;
   impl_ = std::make_unique<Impl>(ref, std::move(optimizer), std::move(group), std::move(options));
 }
@@ -114,7 +115,7 @@ DistributedOptimizer::DistributedOptimizer(DistributedOptimizer&&) noexcept = de
 DistributedOptimizer& DistributedOptimizer::operator=(DistributedOptimizer&&) noexcept = default;
 
 torch::Tensor DistributedOptimizer::step(torch::optim::Optimizer::LossClosure closure) {
-  COHORT_CHECK(!impl_->reducer_->no_sync(), kWho,
+  COHORT_CHECK(!impl_->reducer_->no_sync(), kDistributedOptimizer,
                ": step() inside a no_sync() guard would apply this rank's own gradients; end "
                "the guard and run the last micro-batch's backward outside it first");
   return impl_->optimizer_.step(std::move(closure));
@@ -158,7 +159,8 @@ void DistributedOptimizer::NoSync::release() noexcept {
   reducer_ = nullptr;
 }
 DistributedOptimizer::NoSync DistributedOptimizer::no_sync() {
-  COHORT_CHECK(!impl_->reducer_->no_sync(), kWho, ": already inside a no_sync() guard");
+  COHORT_CHECK(!impl_->reducer_->no_sync(), kDistributedOptimizer,
+               ": already inside a no_sync() guard");
   return NoSync(impl_->reducer_.get());
 }
 

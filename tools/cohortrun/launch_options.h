@@ -1,11 +1,14 @@
 // What cohortrun was asked to do: its command line (docs/launch.md, "cohortrun").
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
 #include "cohort/core/deadline.h"
+
+namespace CLI {
+class App;  // CLI11's, included only by the files that build the command line
+}  // namespace CLI
 
 namespace cohort::run {
 
@@ -21,11 +24,11 @@ struct LaunchOptions {
   // Between the SIGTERM that asks ranks to stop and the SIGKILL that makes them.
   double stop_timeout_s = 5;
   bool prefix_output = true;
-  int tail_lines = 10;               // of each failed rank's output, in the failure summary
+  int tail_lines = 10;  // of each failed rank's output, in the failure summary
   // Ranks whose failure does not stop the job (parameter-server workers: the servers go on
   // without them; docs/async.md). The job succeeds when every other rank does.
   std::vector<int> expendable;
-  std::string expendable_list;  // as given: "1,2"
+  std::string expendable_list;       // as given: "1,2"
   std::vector<std::string> command;  // the program and its arguments
 
   static constexpr int kDefaultMasterPort = 29500;

@@ -5,33 +5,34 @@
 namespace cohort {
 namespace {
 
-constexpr const char* kWho = "HierarchicalModelAverager";
+constexpr const char* kHierarchicalAverager = "HierarchicalModelAverager";
 
 }  // namespace
 
 HierarchicalModelAverager::HierarchicalModelAverager(std::shared_ptr<Group> group,
                                                      HierarchicalLocalSgdOptions options)
     : group_(std::move(group)), options_(options) {
-  COHORT_CHECK(group_ != nullptr, kWho, ": the group is null");
-  COHORT_CHECK(options_.period >= 1, kWho,
+  COHORT_CHECK(group_ != nullptr, kHierarchicalAverager, ": the group is null");
+  COHORT_CHECK(options_.period >= 1, kHierarchicalAverager,
                ": period (steps between averages over the whole group) must be >= 1, got ",
                options_.period);
-  COHORT_CHECK(options_.local_period >= 1, kWho,
+  COHORT_CHECK(options_.local_period >= 1, kHierarchicalAverager,
                ": local_period (steps between averages inside a node) must be >= 1, got ",
                options_.local_period, "; use 1 to average inside nodes after every step");
-  COHORT_CHECK(options_.warmup_steps >= 0, kWho, ": warmup_steps must be >= 0, got ",
-               options_.warmup_steps, "; use 0 to average from the first step");
+  COHORT_CHECK(options_.warmup_steps >= 0, kHierarchicalAverager,
+               ": warmup_steps must be >= 0, got ", options_.warmup_steps,
+               "; use 0 to average from the first step");
   // Collective; made once: a split is a round of the whole group.
   node_group_ = group_->split(group_->node_rank(), group_->rank());
 }
 
 AveragingScope HierarchicalModelAverager::average(const std::vector<torch::Tensor>& parameters,
                                                   torch::optim::Optimizer* optimizer) {
-  COHORT_CHECK(!options_.average_optimizer_state || optimizer != nullptr, kWho,
+  COHORT_CHECK(!options_.average_optimizer_state || optimizer != nullptr, kHierarchicalAverager,
                ": average_optimizer_state is on but no optimizer was passed to average(); pass "
                "the optimizer whose state to average");
   if (!checked_) {
-    local_sgd::check_same_parameters(*group_, parameters, kWho);
+    local_sgd::check_same_parameters(*group_, parameters, kHierarchicalAverager);
     checked_ = true;
   }
   const int64_t step = step_++;
@@ -43,9 +44,10 @@ AveragingScope HierarchicalModelAverager::average(const std::vector<torch::Tenso
   }
   if (scope == AveragingScope::kNone) return scope;
   Group& group = scope == AveragingScope::kGlobal ? *group_ : *node_group_;
-  local_sgd::average_fused(group, parameters, kWho);
+  local_sgd::average_fused(group, parameters, kHierarchicalAverager);
   if (options_.average_optimizer_state) {
-    unaveraged_state_ = local_sgd::average_optimizer_state(group, *optimizer, kWho);
+    unaveraged_state_ =
+        local_sgd::average_optimizer_state(group, *optimizer, kHierarchicalAverager);
   }
   return scope;
 }

@@ -5,29 +5,29 @@
 namespace cohort {
 namespace {
 
-constexpr const char* kWho = "PeriodicModelAverager";
+constexpr const char* kPeriodicAverager = "PeriodicModelAverager";
 
 }  // namespace
 
 PeriodicModelAverager::PeriodicModelAverager(std::shared_ptr<Group> group, LocalSgdOptions options)
     : group_(std::move(group)), options_(options) {
-  COHORT_CHECK(group_ != nullptr, kWho, ": the group is null");
-  COHORT_CHECK(options_.period >= 1, kWho,
+  COHORT_CHECK(group_ != nullptr, kPeriodicAverager, ": the group is null");
+  COHORT_CHECK(options_.period >= 1, kPeriodicAverager,
                ": period must be >= 1 (average every period steps), got ", options_.period,
                "; use 1 to average after every step");
-  COHORT_CHECK(options_.warmup_steps >= 0, kWho, ": warmup_steps must be >= 0, got ",
+  COHORT_CHECK(options_.warmup_steps >= 0, kPeriodicAverager, ": warmup_steps must be >= 0, got ",
                options_.warmup_steps, "; use 0 to average from the first step");
 }
 
 bool PeriodicModelAverager::average(const std::vector<torch::Tensor>& parameters,
                                     torch::optim::Optimizer* optimizer) {
-  COHORT_CHECK(!options_.average_optimizer_state || optimizer != nullptr, kWho,
+  COHORT_CHECK(!options_.average_optimizer_state || optimizer != nullptr, kPeriodicAverager,
                ": average_optimizer_state is on but no optimizer was passed to average(); pass "
                "the optimizer whose state to average");
   // The first call, on every rank (averaging or not), so that a mismatch shows before the
   // first averaging round, naming the parameter.
   if (!checked_) {
-    local_sgd::check_same_parameters(*group_, parameters, kWho);
+    local_sgd::check_same_parameters(*group_, parameters, kPeriodicAverager);
     checked_ = true;
   }
   const bool now = local_sgd::due(step_++, options_.warmup_steps, options_.period);
@@ -42,9 +42,9 @@ bool PeriodicModelAverager::average(torch::nn::Module& module, torch::optim::Opt
 
 void PeriodicModelAverager::average_now(const std::vector<torch::Tensor>& parameters,
                                         torch::optim::Optimizer* optimizer) {
-  local_sgd::average_fused(*group_, parameters, kWho);
+  local_sgd::average_fused(*group_, parameters, kPeriodicAverager);
   if (options_.average_optimizer_state && optimizer != nullptr) {
-    unaveraged_state_ = local_sgd::average_optimizer_state(*group_, *optimizer, kWho);
+    unaveraged_state_ = local_sgd::average_optimizer_state(*group_, *optimizer, kPeriodicAverager);
   }
 }
 

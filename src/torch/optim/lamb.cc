@@ -68,7 +68,7 @@ void check_options(const LambOptions& o, size_t group) {
                o.trust_clip(), group);
 }
 
-void check_groups(const torch::optim::Optimizer& optimizer) {
+void check_lamb_groups(const torch::optim::Optimizer& optimizer) {
   const auto& groups = optimizer.param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     check_options(static_cast<const LambOptions&>(groups[g].options()), g);
@@ -106,13 +106,13 @@ Lamb::Lamb(std::vector<torch::optim::OptimizerParamGroup> param_groups, LambOpti
            NormReduction reduction)
     : TrustRatioOptimizer(std::move(param_groups), std::make_unique<LambOptions>(defaults),
                           std::move(reduction)) {
-  check_groups(*this);
+  check_lamb_groups(*this);
 }
 
 torch::Tensor Lamb::step(LossClosure closure) {
   const torch::Tensor loss = evaluate(closure);
   torch::NoGradGuard no_grad;
-  check_groups(*this);  // a schedule or the caller may have changed them since
+  check_lamb_groups(*this);  // a schedule or the caller may have changed them since
   // The directions first (they need the moments), then, Note [One allreduce per step]
   // (trust_ratio.cc), ||w||^2 of every adapted tensor followed by ||u||^2 of each.
   std::vector<std::vector<torch::Tensor>> directions;

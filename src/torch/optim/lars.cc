@@ -65,7 +65,7 @@ void check_options(const LarsOptions& o, size_t group) {
                o.momentum(), group);
 }
 
-void check_groups(const torch::optim::Optimizer& optimizer) {
+void check_lars_groups(const torch::optim::Optimizer& optimizer) {
   const auto& groups = optimizer.param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     check_options(static_cast<const LarsOptions&>(groups[g].options()), g);
@@ -84,13 +84,13 @@ Lars::Lars(std::vector<torch::optim::OptimizerParamGroup> param_groups, LarsOpti
            NormReduction reduction)
     : TrustRatioOptimizer(std::move(param_groups), std::make_unique<LarsOptions>(defaults),
                           std::move(reduction)) {
-  check_groups(*this);
+  check_lars_groups(*this);
 }
 
 torch::Tensor Lars::step(LossClosure closure) {
   const torch::Tensor loss = evaluate(closure);
   torch::NoGradGuard no_grad;
-  check_groups(*this);  // a schedule or the caller may have changed them since
+  check_lars_groups(*this);  // a schedule or the caller may have changed them since
   // Note [One allreduce per step] (trust_ratio.cc): ||w||^2 of every adapted tensor, then
   // ||g||^2 of each.
   std::vector<torch::Tensor> weights, grads;

@@ -9,7 +9,7 @@
 namespace cohort::optim {
 namespace {
 
-using detail::concat;
+using cohort::detail::concat;
 
 constexpr double kPi = 3.14159265358979323846;
 

@@ -21,7 +21,7 @@ int64_t parameter_count(const torch::nn::Module& module) {
   return count;
 }
 
-std::string join(const std::string& prefix, const std::string& name) {
+std::string module_path(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
@@ -31,7 +31,7 @@ void auto_wrap(const torch::nn::Module& module, const std::string& path,
                const AutoWrapPolicy& policy, std::vector<std::string>& units) {
   const bool children_are_units = policy.container_children && is_container(module);
   for (const auto& child : module.named_children()) {
-    const std::string name = join(path, child.key());
+    const std::string name = module_path(path, child.key());
     const torch::nn::Module& m = *child.value();
     const bool pick = children_are_units ||
                       (policy.min_parameters > 0 && parameter_count(m) >= policy.min_parameters) ||
