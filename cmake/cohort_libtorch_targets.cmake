@@ -19,7 +19,10 @@
 #    kUnityBatch (COHORT_UNITY_BUILD; CMake's UNITY_BUILD). A change to one file recompiles its
 #    batch, about 10-20 s. The files of a batch share one scope: names at file scope, also in
 #    anonymous namespaces, must differ between the files of a target (a clash is a compile
-#    error naming both places). A file that cannot share one sets SKIP_UNITY_BUILD_INCLUSION.
+#    error naming both places); test files keep their helpers in a namespace named after the
+#    file instead of an anonymous one. A file that cannot share one sets
+#    SKIP_UNITY_BUILD_INCLUSION; a target whose files are programs of their own is compiled
+#    FILE_BY_FILE.
 #
 # COHORT_PCH=OFF for a compiler or tool that cannot read GCC's precompiled headers;
 # COHORT_UNITY_BUILD=OFF to compile file by file (clang-tidy, or to find where a name clashes).

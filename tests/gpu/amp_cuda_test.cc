@@ -16,7 +16,7 @@
 #include "gpu/gpu_support.h"
 
 namespace cohort {
-namespace {
+namespace amp_cuda_test {
 
 constexpr int kSteps = 12;
 constexpr int kOverflowStep = 5;
@@ -91,7 +91,7 @@ TEST_F(CudaAmp, Float16AutocastTrainsCloseToFloat32) {
   }
 }
 
-}  // namespace
+}  // namespace amp_cuda_test
 }  // namespace cohort
 
 #endif  // COHORT_TEST_WITH_TORCH

@@ -17,7 +17,7 @@
 #include "gpu/gpu_support.h"
 
 namespace cohort {
-namespace {
+namespace ddp_cuda_test {
 
 using testing::with_nccl_groups;
 
@@ -104,7 +104,7 @@ TEST_P(NcclDdp, CudaModelMatchesOneProcess) {
 INSTANTIATE_TEST_SUITE_P(World, NcclDdp, ::testing::Values(1, 2),
                          [](const auto& world) { return "world" + std::to_string(world.param); });
 
-}  // namespace
+}  // namespace ddp_cuda_test
 }  // namespace cohort
 
 #endif  // COHORT_TEST_WITH_TORCH

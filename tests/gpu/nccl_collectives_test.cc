@@ -13,7 +13,7 @@
 #include "gpu/gpu_support.h"
 
 namespace cohort {
-namespace {
+namespace nccl_collectives_test {
 
 using testing::DeviceArray;
 using testing::with_nccl_groups;
@@ -210,5 +210,5 @@ TEST(NcclSendRecv, DeviceBuffersBetweenTwoGpus) {
   });
 }
 
-}  // namespace
+}  // namespace nccl_collectives_test
 }  // namespace cohort

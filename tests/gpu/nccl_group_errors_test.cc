@@ -11,7 +11,7 @@
 #include "support/test_support.h"
 
 namespace cohort {
-namespace {
+namespace nccl_group_errors_test {
 
 using testing::make_inproc_groups;
 using testing::run_ranks;
@@ -45,5 +45,5 @@ TEST(NcclGroupErrors, NullBootstrapIsRefused) {
   }
 }
 
-}  // namespace
+}  // namespace nccl_group_errors_test
 }  // namespace cohort

@@ -29,7 +29,7 @@
 #include "support/process.h"
 
 namespace cohort {
-namespace {
+namespace sync_batch_norm_cuda_test {
 
 #define COHORT_REQUIRE_TORCH_CUDA()                                                \
   do {                                                                             \
@@ -170,7 +170,7 @@ TEST(SyncBatchNormCuda, OneRankOverNccl) {
   });
 }
 
-}  // namespace
+}  // namespace sync_batch_norm_cuda_test
 }  // namespace cohort
 
 #endif  // COHORT_TEST_WITH_TORCH

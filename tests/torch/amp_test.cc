@@ -18,7 +18,7 @@
 #include "ddp_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace amp_test {
 
 TEST(Autocast, ComputesMatmulsInBfloat16InsideTheScopeOnly) {
   auto a = torch::ones({4, 4});
@@ -288,5 +288,5 @@ TEST(GradScalerCheckpoint, ShardedCheckpointsKeepTheScale) {
   });
 }
 
-}  // namespace
+}  // namespace amp_test
 }  // namespace cohort::testing

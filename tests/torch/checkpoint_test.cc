@@ -30,7 +30,7 @@
 #include "ddp_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace checkpoint_test {
 
 namespace fs = std::filesystem;
 
@@ -787,5 +787,5 @@ TEST(CheckpointGroup, LargeCheckpointRoundTrips) {
   });
 }
 
-}  // namespace
+}  // namespace checkpoint_test
 }  // namespace cohort::testing

@@ -25,7 +25,7 @@
 #include "ddp_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace compression_hooks_test {
 
 GradBucket bucket_of(const torch::Tensor& values, size_t index = 0, int64_t iteration = 0) {
   GradBucket bucket;
@@ -525,5 +525,5 @@ TEST(CompressionHooks, NonFloat32BucketsAreRefusedNamingHookAndBucket) {
   });
 }
 
-}  // namespace
+}  // namespace compression_hooks_test
 }  // namespace cohort::testing

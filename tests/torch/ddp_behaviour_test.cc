@@ -12,7 +12,7 @@
 #include "support/log_capture.h"
 
 namespace cohort::testing {
-namespace {
+namespace ddp_behaviour_test {
 
 // The user's most common out-of-step bug (Note [Call stamps]): the constructor is collective,
 // but only rank 0 calls it, and rank 1 goes on to its own allreduce. Every rank is told, in
@@ -305,5 +305,5 @@ TEST(DdpBehaviour, CpuOnlyAndReducibleTypesAreChecked) {
   });
 }
 
-}  // namespace
+}  // namespace ddp_behaviour_test
 }  // namespace cohort::testing

@@ -6,7 +6,7 @@
 #include "ddp_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace ddp_parity_test {
 
 TEST(DdpParity, MlpAtEveryWorldSize) {
   for (int world : {1, 2, 3, 4}) {
@@ -168,5 +168,5 @@ TEST(DdpParity, UnevenInputsWithJoinOverTcpAndSharedMemory) {
   }
 }
 
-}  // namespace
+}  // namespace ddp_parity_test
 }  // namespace cohort::testing

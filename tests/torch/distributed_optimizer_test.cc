@@ -12,7 +12,7 @@
 #include "local_training.h"
 
 namespace cohort::testing {
-namespace {
+namespace distributed_optimizer_test {
 
 constexpr int kPerRank = 3;
 
@@ -212,5 +212,5 @@ TEST(DistributedOptimizer, FusionThresholdSetsTheBuckets) {
   });
 }
 
-}  // namespace
+}  // namespace distributed_optimizer_test
 }  // namespace cohort::testing

@@ -16,7 +16,7 @@
 #include "support/test_support.h"
 
 namespace cohort {
-namespace {
+namespace distributed_sampler_test {
 
 DistributedSamplerOptions make_options(bool shuffle, uint64_t seed = 0, bool drop_last = false) {
   DistributedSamplerOptions options;
@@ -427,5 +427,5 @@ TEST(DistributedSamplerTest, InvalidArgumentsThrow) {
   EXPECT_THROW(sampler.next(0), InvalidArgument);
 }
 
-}  // namespace
+}  // namespace distributed_sampler_test
 }  // namespace cohort

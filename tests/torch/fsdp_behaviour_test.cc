@@ -13,7 +13,7 @@
 #include "support/test_support.h"
 
 namespace cohort::testing {
-namespace {
+namespace fsdp_behaviour_test {
 
 // Eight equal Linear blocks (and their activations) in a Sequential: its children are the
 // default units (the activations have no parameters and form none).
@@ -597,5 +597,5 @@ TEST(FsdpErrors, HybridShardOnUnevenNodes) {
   }
 }
 
-}  // namespace
+}  // namespace fsdp_behaviour_test
 }  // namespace cohort::testing

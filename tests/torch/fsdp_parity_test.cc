@@ -7,7 +7,7 @@
 #include "ddp_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace fsdp_parity_test {
 
 // Tolerances as for ZeRO: the reduce-scatter sums in another order than one process, and AdamW
 // magnifies that rounding.
@@ -286,5 +286,5 @@ TEST(FsdpHybridParity, NoSyncAccumulationWithNodesNumberedOutOfOrder) {
   expect_parity(c);
 }
 
-}  // namespace
+}  // namespace fsdp_parity_test
 }  // namespace cohort::testing

@@ -18,7 +18,7 @@
 #include "ddp_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace grad_scaler_parity_test {
 
 constexpr int kSteps = 10;
 constexpr int kOverflowStep = 4;
@@ -241,5 +241,5 @@ TEST(GradScalerParity, HybridShardOverflowInOneShardOfOneReplica) {
   expect_every_rank_skips_with_the_reference({Wrapper::kHybridShard, 0.5, 4});
 }
 
-}  // namespace
+}  // namespace grad_scaler_parity_test
 }  // namespace cohort::testing

@@ -19,7 +19,7 @@
 #include "ddp_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace grad_scaler_test {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -209,5 +209,5 @@ TEST(Unscale, TheFusedKernelIsUsedWhereLibtorchHasOne) {
 #endif
 }
 
-}  // namespace
+}  // namespace grad_scaler_test
 }  // namespace cohort::testing

@@ -16,7 +16,7 @@
 #include "trust_ratio_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace lamb_test {
 
 using optim::Lamb;
 using optim::LambOptions;
@@ -263,5 +263,5 @@ TEST(LambParity, CheckpointsContinueIdentically) {
   }
 }
 
-}  // namespace
+}  // namespace lamb_test
 }  // namespace cohort::testing

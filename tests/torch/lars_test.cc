@@ -17,7 +17,7 @@
 #include "trust_ratio_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace lars_test {
 
 using optim::Lars;
 using optim::LarsOptions;
@@ -356,5 +356,5 @@ TEST(LarsParity, CheckpointsContinueIdentically) {
   }
 }
 
-}  // namespace
+}  // namespace lars_test
 }  // namespace cohort::testing

@@ -10,7 +10,7 @@
 #include "local_training.h"
 
 namespace cohort::testing {
-namespace {
+namespace local_sgd_test {
 
 constexpr int kPerRank = 3;
 
@@ -417,5 +417,5 @@ TEST(LocalSgd, AverageNowAveragesOffScheduleWithoutCountingAStep) {
   }
 }
 
-}  // namespace
+}  // namespace local_sgd_test
 }  // namespace cohort::testing

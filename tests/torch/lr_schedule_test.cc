@@ -18,7 +18,7 @@
 #include "ddp_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace lr_schedule_test {
 
 using optim::LrDecay;
 using optim::LrScheduleOptions;
@@ -447,5 +447,5 @@ TEST(WarmupDecayLR, LoadStateRefusesBadStates) {
   EXPECT_EQ(lrs_of(optimizer)[0], scheduled_lr(warmup_cosine(), 0.3, 5));
 }
 
-}  // namespace
+}  // namespace lr_schedule_test
 }  // namespace cohort::testing

@@ -22,7 +22,7 @@
 #include "ddp_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace master_weights_test {
 
 torch::Tensor batch_inputs(int step, int rows) {
   return torch::sin(torch::arange(rows * 32, torch::kFloat32).view({rows, 32}) * 0.29 * (step + 1));
@@ -461,5 +461,5 @@ TEST(MasterWeightsErrors, AnOptimizerOverTheModelsParametersIsRefused) {
   EXPECT_TRUE(all_equal(values(net->parameters()), before));  // nothing stepped
 }
 
-}  // namespace
+}  // namespace master_weights_test
 }  // namespace cohort::testing

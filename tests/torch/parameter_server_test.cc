@@ -21,7 +21,7 @@
 #include "local_training.h"
 
 namespace cohort::testing {
-namespace {
+namespace parameter_server_test {
 
 constexpr int kPerWorker = 3;
 
@@ -710,5 +710,5 @@ TEST(Consistency, NamesRoundTrip) {
   EXPECT_THROW(parse_consistency("bsp"), InvalidArgument);
 }
 
-}  // namespace
+}  // namespace parameter_server_test
 }  // namespace cohort::testing

@@ -13,7 +13,7 @@
 #include "ddp_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace powersgd_test {
 
 // A bucket of three gradients back to back: a 6 x 4 matrix, a bias of 5 and a 3 x 7 matrix,
 // with values that differ by rank and step.
@@ -215,5 +215,5 @@ TEST(PowerSgd, RefusesBadOptionsAndDtypesNamingHookAndBucket) {
       << errors[0];
 }
 
-}  // namespace
+}  // namespace powersgd_test
 }  // namespace cohort::testing

@@ -14,7 +14,7 @@
 #include "ddp_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace reduction_dtype_test {
 
 torch::nn::Sequential two_layers() {
   return torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::Tanh(),
@@ -200,5 +200,5 @@ TEST(Float32ReductionHook, ReducesAFloat32BucketInPlaceAsTheDefaultHook) {
   });
 }
 
-}  // namespace
+}  // namespace reduction_dtype_test
 }  // namespace cohort::testing

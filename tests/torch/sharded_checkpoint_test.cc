@@ -29,7 +29,7 @@
 #include "shard/parameter_shard.h"
 
 namespace cohort::testing {
-namespace {
+namespace sharded_checkpoint_test {
 
 namespace fs = std::filesystem;
 
@@ -1046,5 +1046,5 @@ TEST(ShardedCheckpointOneProcess, RoundTripsGeneratorAndCounters) {
   EXPECT_FALSE(load_sharded_checkpoint(dir.file("nothing"), none));
 }
 
-}  // namespace
+}  // namespace sharded_checkpoint_test
 }  // namespace cohort::testing

@@ -15,7 +15,7 @@
 #include "ddp_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace sync_batch_norm_test {
 
 using cohort::nn::SyncBatchNorm;
 using cohort::nn::SyncBatchNormImpl;
@@ -406,5 +406,5 @@ TEST(SyncBatchNormDdp, BufferBroadcastChangesNothing) {
   expect_training_parity({conv2d_model, {2, 6, 6}, {3, 2}, /*broadcast_buffers=*/true});
 }
 
-}  // namespace
+}  // namespace sync_batch_norm_test
 }  // namespace cohort::testing

@@ -17,7 +17,7 @@
 #include "shard/shard_layout.h"
 
 namespace cohort::testing {
-namespace {
+namespace zero_behaviour_test {
 
 TEST(ShardLayout, BlocksSplitParametersThatCrossThem) {
   // A bucket of 10 elements padded to 12 over 3 ranks (blocks of 4): a parameter at [2, 9).
@@ -410,5 +410,5 @@ TEST(ZeroErrors, DifferentModelsOnTheRanksAreNamed) {
   for (const auto& e : errors) EXPECT_NE(e.find("'0.weight'"), std::string::npos) << e;
 }
 
-}  // namespace
+}  // namespace zero_behaviour_test
 }  // namespace cohort::testing

@@ -7,7 +7,7 @@
 #include "ddp_harness.h"
 
 namespace cohort::testing {
-namespace {
+namespace zero_parity_test {
 
 // Tolerances: reduce-scatter sums in another order than one process's backward, and AdamW
 // divides by the square root of small second moments, which magnifies that rounding.
@@ -181,5 +181,5 @@ TEST(DdpParity, FrozenParametersStartEqualAndStayUntouched) {
   expect_parity(c);
 }
 
-}  // namespace
+}  // namespace zero_parity_test
 }  // namespace cohort::testing
