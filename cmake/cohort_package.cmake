@@ -4,9 +4,16 @@
 # examples and the docs. Included by the top-level CMakeLists.txt after every target exists.
 
 # ---- pkg-config: cohort-comm (no libtorch) and, with the libtorch layer, cohort.
-# Relative to the .pc file's own place, so that an unpacked or relocated tree works with
-# `pkg-config --define-prefix` as well as the installed one.
-set(COHORT_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+# The prefix is found from the .pc file's own place (${pcfiledir}, which pkg-config and pkgconf
+# both know), so that a tree unpacked or installed anywhere works as it is: --define-prefix
+# would relocate Open MPI's and zlib's .pc files too.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(COHORT_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+else()
+  file(RELATIVE_PATH _pc_up "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+  string(REGEX REPLACE "/$" "" _pc_up "${_pc_up}")
+  set(COHORT_PC_PREFIX "\${pcfiledir}/${_pc_up}")
+endif()
 set(COHORT_PC_COMM_REQUIRES "")
 if(COHORT_WITH_MPI)
   set(COHORT_PC_COMM_REQUIRES "mpi-cxx")  # cohort_comm links MPI (Open MPI's mpi-cxx.pc)

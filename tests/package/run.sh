@@ -4,7 +4,8 @@
 # checked for what it promises, then two consumers are built against the unpacked tree and run:
 #   1. CMake: find_package(cohort) through CMAKE_PREFIX_PATH (tests/install's consumer);
 #   2. pkg-config: g++ with `pkg-config --cflags --libs cohort-comm` (and `cohort` where the
-#      package has the libtorch layer), the .pc files relocated with --define-prefix.
+#      package has the libtorch layer), the .pc files found where they were unpacked, their
+#      prefix taken from their own place.
 # Arguments: the build folder, whether it has the libtorch layer (ON/OFF).
 set -euo pipefail
 build_dir=$(cd "$1" && pwd); with_torch=${2:-OFF}
@@ -59,8 +60,10 @@ cmake --build "$scratch/cmake" >"$scratch/cmake-build.log" 2>&1 ||
 "$scratch/cmake/consumer"
 
 # ---- 2. pkg-config consumers of the unpacked tree
-pc() { PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix "$@"; }
+pc() { PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config "$@"; }
 pc --exists cohort-comm || fail "pkg-config cannot read cohort-comm.pc: $(pc --print-errors cohort-comm 2>&1)"
+[[ $(pc --variable=includedir cohort-comm) -ef $root/usr/include ]] ||
+  fail "cohort-comm.pc points at $(pc --variable=includedir cohort-comm), not the unpacked tree"
 # shellcheck disable=SC2046  # the flags are words
 g++ "$source_dir/install/consumer.cc" -o "$scratch/pc_consumer" $(pc --cflags --libs cohort-comm) ||
   fail "g++ with pkg-config's cohort-comm flags failed"
