@@ -16,7 +16,7 @@
 # 2. What is left: loading the 570 MB header (about 3 s) and instantiating the same libtorch
 #    templates in every file. Seven files of src/torch/compress/ take 40 s one by one and 9 s
 #    as one translation unit, so the files of a target are compiled in unity batches of
-#    kUnityBatch (COHORT_UNITY_BUILD; CMake's UNITY_BUILD). A change to one file recompiles its
+#    COHORT_UNITY_BATCH files (COHORT_UNITY_BUILD; CMake's UNITY_BUILD). A change to one file recompiles its
 #    batch, about 10-20 s. The files of a batch share one scope: names at file scope, also in
 #    anonymous namespaces, must differ between the files of a target (a clash is a compile
 #    error naming both places); test files keep their helpers in a namespace named after the

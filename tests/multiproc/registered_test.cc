@@ -32,7 +32,7 @@ const size_t kCounts[] = {0, 1, 5, 4099, 65537, 300001};
 // kCounts, without the largest at COHORT_TEST_SCALE=small (the sanitizer legs), where it alone
 // takes minutes under TSan; 65537 elements still cross the staged rounds in every dtype but one
 // byte wide ones.
-std::vector<size_t> sweep_counts() {
+std::vector<size_t> registered_counts() {
   std::vector<size_t> counts(std::begin(kCounts), std::end(kCounts));
   if (testing::small_scale()) counts.pop_back();
   return counts;
@@ -56,7 +56,7 @@ TEST(RegisteredMemory, AllreduceEveryDtypeOpAndSize) {
     auto groups = testing::make_tcp_groups(world, testing::quick_options());
     testing::run_ranks(world, [&](int rank) {
       Group& group = *groups[static_cast<size_t>(rank)];
-      for (size_t count : sweep_counts()) {
+      for (size_t count : registered_counts()) {
         for (DType dtype : testing::all_dtypes()) {
           for (ReduceOp op : testing::all_ops()) {
             testing::fail_if(group,
@@ -76,7 +76,7 @@ TEST(RegisteredMemory, ReduceScatterEveryDtypeOpAndSizeInAndOutOfPlace) {
     auto groups = testing::make_tcp_groups(world, testing::quick_options());
     testing::run_ranks(world, [&](int rank) {
       Group& group = *groups[static_cast<size_t>(rank)];
-      for (size_t count : sweep_counts()) {
+      for (size_t count : registered_counts()) {
         for (DType dtype : testing::all_dtypes()) {
           for (ReduceOp op : testing::all_ops()) {
             testing::fail_if(group,
@@ -101,7 +101,7 @@ TEST(RegisteredMemory, AllgatherAndBroadcastInAndOutOfPlace) {
     auto groups = testing::make_tcp_groups(world, testing::quick_options());
     testing::run_ranks(world, [&](int rank) {
       Group& group = *groups[static_cast<size_t>(rank)];
-      for (size_t count : sweep_counts()) {
+      for (size_t count : registered_counts()) {
         for (DType dtype : {DType::kUInt8, DType::kFloat16, DType::kFloat64}) {
           for (bool in_place : {false, true}) {
             testing::fail_if(group,
@@ -260,7 +260,7 @@ TEST(RegisteredMemory, HierarchicalAllreduceAcrossTwoNodes) {
     Group& group = *groups[static_cast<size_t>(rank)];
     auto probe = group.allocate_registered(64);
     testing::fail_if(group, probe->shared() ? "" : "not shared", "rank ", rank);
-    for (size_t count : sweep_counts()) {
+    for (size_t count : registered_counts()) {
       for (DType dtype : {DType::kFloat32, DType::kInt64, DType::kBFloat16}) {
         for (ReduceOp op : testing::all_ops()) {
           testing::fail_if(group,

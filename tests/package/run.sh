@@ -26,9 +26,8 @@ deb=${debs[0]}
 depends=$(dpkg-deb -f "$deb" Depends)
 expected=(zlib1g-dev)
 [[ $with_torch == ON ]] && expected+=(libtorch-dev)
-for package in "${expected[@]}"; do
-  [[ ",$depends," == *", $package"* || ",$depends," == *",$package"* ]] ||
-    fail "Depends lacks $package: $depends"
+for package in "${expected[@]}"; do  # a whole entry of the list, with or without a version
+  grep -qE "(^|, )$package( |,|$)" <<<"$depends" || fail "Depends lacks $package: $depends"
 done
 if [[ $with_torch == ON ]]; then
   [[ $depends == *libtorch1* || $depends == *libtorch2* ]] ||

@@ -9,8 +9,9 @@ source_dir=$1; generator=$2
 scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
 fail() { echo "subproject test: $*" >&2; exit 1; }
 
-cmake -S "$(dirname "$0")" -B "$scratch" -G "$generator" -DFETCHCONTENT_SOURCE_DIR_COHORT="$source_dir" \
-  -DCOHORT_WITH_TORCH=OFF -DCOHORT_WITH_NCCL=OFF >"$scratch/configure.log" 2>&1 ||
+cmake -S "$(dirname "$0")" -B "$scratch" -G "$generator" \
+  -DFETCHCONTENT_SOURCE_DIR_COHORT="$source_dir" -DCOHORT_WITH_TORCH=OFF -DCOHORT_WITH_NCCL=OFF \
+  >"$scratch/configure.log" 2>&1 ||
   { cat "$scratch/configure.log"; fail "the user's project could not configure (log above)"; }
 cmake --build "$scratch" >"$scratch/build.log" 2>&1 ||
   { cat "$scratch/build.log"; fail "the user's project could not build (log above)"; }
