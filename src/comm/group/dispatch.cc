@@ -35,10 +35,16 @@ Group::Impl::Dispatch Group::Impl::dispatch(const CollectiveCall& call,
     check_device(call, *engine_);
     return {engine_.get(), Plan{Algorithm::kEngine, Algorithm::kRing}};
   }
-  const size_t bytes = bytes_for_choice(call, size());
+  const bool staged = call.device != kHostMemory && staging_ != nullptr;
+  size_t bytes = bytes_for_choice(call, size());
+  if (staged) bytes = staging_->bytes_for_choice(call, bytes);
   Algorithm algorithm = algorithm_for(call.kind, bytes, opts);
   CollectiveBackend* backend = &native_;
-  if (algorithm == Algorithm::kEngine) {  // only offered by an engine of host memory (MPI)
+  if (staged) {
+    // Note [Staged device buffers]: the staging runs the plan on host copies, on the engine
+    // where the plan says kEngine.
+    backend = staging_.get();
+  } else if (algorithm == Algorithm::kEngine) {  // only offered by an engine of host memory (MPI)
     if (engine_->supports(call.kind, call.dtype, kernels::combine_op(call.op), call.count)) {
       backend = engine_.get();
     } else {
@@ -54,20 +60,26 @@ Group::Impl::Dispatch Group::Impl::dispatch(const CollectiveCall& call,
   return {backend, Plan{algorithm, across}};
 }
 
-// Note [Device buffers]: only an engine that handles device memory (NCCL) takes buffers on a
+// Note [Device buffers]: only an engine that handles device memory (NCCL), or a group that
+// stages device buffers through host memory (Note [Staged device buffers]), takes buffers on a
 // CUDA device. cohort's own algorithms read and write buffers with the CPU (memcpy, reduce
-// kernels), which would fault on device pointers, so they refuse them up front.
+// kernels), which would fault on device pointers, so other groups refuse them up front.
 void Group::Impl::check_device(const CollectiveCall& call, const CollectiveBackend& backend) const {
   if (call.device == kHostMemory) return;
   const char* what = collective_name(call.kind);
   COHORT_CHECK(call.device >= 0, what, ": buffer device ", call.device,
                " is neither kHostMemory (-1) nor a CUDA device index");
+  if (&backend == staging_.get()) {
+    staging_->staging().check_device(call.device, what);
+    return;
+  }
   const bool engine_takes_it = &backend == engine_.get() && engine_->handles_device_memory();
   COHORT_CHECK(engine_takes_it, what, ": the buffer is on ", place_name(call.device),
                ", but this group moves host memory only (",
                engine_ != nullptr ? engine_->engine_name() : "cohort's own algorithms",
-               "): run it on an NCCL group (cohort::create_nccl_group, cohort/comm/nccl.h) or "
-               "copy the data to the host first");
+               "): run it on an NCCL group (cohort::create_nccl_group, cohort/comm/nccl.h), on "
+               "a group that stages device buffers (cohort::create_cuda_staged_group, "
+               "cohort/comm/cuda_staging.h), or copy the data to the host first");
   engine_->check_device(call.device, what);
 }
 
@@ -102,10 +114,22 @@ std::shared_ptr<Work> Group::Impl::point_to_point(const CollectiveCall& call, in
                                                   const CollectiveOptions& opts) {
   CollectiveEngine* engine = engine_.get();
   const bool on_engine = on_device_engine(call);
-  check_device(call, on_engine ? static_cast<const CollectiveBackend&>(*engine) : native_);
+  const bool staged = !on_engine && call.device != kHostMemory && staging_ != nullptr;
+  const CollectiveBackend& backend = on_engine ? static_cast<const CollectiveBackend&>(*engine)
+                                     : staged  ? static_cast<const CollectiveBackend&>(*staging_)
+                                               : native_;
+  check_device(call, backend);
   const bool sending = call.kind == CollectiveKind::kSend;
   std::function<void(algo::Context&, uint64_t)> body;
-  if (on_engine) {
+  if (staged) {
+    body = [call, peer, staging = staging_.get(), sending](algo::Context& ctx, uint64_t index) {
+      if (sending) {
+        staging->send(call, peer, index, ctx);
+      } else {
+        staging->recv(call, peer, index, ctx);
+      }
+    };
+  } else if (on_engine) {
     body = [call, peer, engine, sending](algo::Context& ctx, uint64_t) {
       const EngineCall on{ctx.deadline(), call.device, call.stream};
       if (sending) {

@@ -54,8 +54,7 @@ int Group::num_nodes() const {
 }
 
 bool Group::takes_device_buffers() const {
-  const CollectiveEngine* engine = impl_->engine();
-  return engine != nullptr && engine->handles_device_memory();
+  return impl_->takes_device_buffers();
 }
 
 Algorithm Group::algorithm_for(CollectiveKind kind, size_t bytes,

@@ -43,6 +43,16 @@ void Group::Impl::attach_engine(std::shared_ptr<CollectiveEngine> engine) {
   forget_choices();
 }
 
+void Group::Impl::attach_staging(std::shared_ptr<DeviceStaging> staging) {
+  COHORT_INTERNAL_ASSERT(staging_ == nullptr, "a group's staging is attached once");
+  staging_ = std::make_unique<StagingBackend>(std::move(staging), native_, engine_.get());
+  forget_choices();
+}
+
+bool Group::Impl::takes_device_buffers() const {
+  return staging_ != nullptr || (engine_ != nullptr && engine_->handles_device_memory());
+}
+
 Group::Impl::~Impl() {
   {
     std::lock_guard<std::mutex> lock(mutex_);

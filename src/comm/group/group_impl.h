@@ -17,6 +17,7 @@
 #include "algorithms/context.h"
 #include "backends/collective_engine.h"
 #include "backends/native_backend.h"
+#include "backends/staging_backend.h"
 #include "choice/algorithm_choice.h"
 #include "choice/cost_model.h"
 #include "cohort/comm/group.h"
@@ -71,6 +72,11 @@ class Group::Impl {
   // Once, before the group is handed out (its own set-up calls may come before: NCCL's id
   // travels through the group's host collectives).
   void attach_engine(std::shared_ptr<CollectiveEngine> engine);
+  // Once, before the group is handed out: device buffers are staged through host memory and
+  // run by cohort's algorithms (Note [Staged device buffers]; create_cuda_staged_group).
+  void attach_staging(std::shared_ptr<DeviceStaging> staging);
+  // Whether the group takes device buffers: on an engine of device memory, or staged.
+  bool takes_device_buffers() const;
 
   // The subgroup of `members` (ranks of this group, in the subgroup's rank order), called by
   // them only: its transport split from this one's, its store a prefix of this one's, this
@@ -167,6 +173,7 @@ class Group::Impl {
   bool shared_memory_everywhere_ = false;  // every node with several ranks has a window
   std::vector<uint8_t> scratch_;           // used only by the thread running an operation
   mutable NativeBackend native_;           // cohort's algorithms over transport_
+  std::unique_ptr<StagingBackend> staging_;  // device buffers through host memory, or null
   mutable std::array<std::atomic<uint64_t>, 64> choices_{};  // Note [Remembered choices]
 
   mutable std::mutex mutex_;  // guards the queue, counters and failure state

@@ -49,6 +49,7 @@ std::shared_ptr<Group> Group::Impl::make_subgroup(const std::vector<int>& member
   } else if (engine_) {
     group->impl().attach_engine(engine_->for_subgroup(*group, deadline));
   }
+  if (staging_) group->impl().attach_staging(staging_->staging().for_subgroup());
   group->impl().report_creation();
   return group;
 }

@@ -21,12 +21,6 @@ void check(ncclResult_t rc, const char* call, ncclComm_t comm) {
   throw Error(text);
 }
 
-void check_cuda(cudaError_t rc, const char* call) {
-  if (rc == cudaSuccess) return;
-  throw Error(std::string(call) + " failed: " + cudaGetErrorName(rc) + ": " +
-              cudaGetErrorString(rc));
-}
-
 ncclDataType_t datatype(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: return ncclFloat32;
@@ -50,16 +44,6 @@ ncclRedOp_t reduction(ReduceOp op) {
     case ReduceOp::kProduct: return ncclProd;
   }
   throw InvalidArgument("NCCL: unknown reduce op " + std::to_string(static_cast<int>(op)));
-}
-
-DeviceGuard::DeviceGuard(int device) {
-  check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
-  if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
-}
-
-DeviceGuard::~DeviceGuard() {
-  int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
 }
 
 }  // namespace cohort::nccl

@@ -1,11 +1,11 @@
-// Small pieces every part of the NCCL backend uses: NCCL's and CUDA's return codes as cohort
-// errors that name the call, cohort's dtypes and ops as NCCL's, and a guard that makes the
-// group's device current for the calls in its scope.
+// Small pieces every part of the NCCL backend uses: NCCL's return codes as cohort errors that
+// name the call, and cohort's dtypes and ops as NCCL's. CUDA's return codes and the device
+// guard are shared with the staged groups (backends/cuda/cuda_call.h).
 #pragma once
 
-#include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "backends/cuda/cuda_call.h"
 #include "cohort/core/dtype.h"
 
 // Nonblocking communicators (NCCL 2.14) bound every wait with a deadline, and
@@ -21,23 +21,11 @@ namespace cohort::nccl {
 // ncclInvalidUsage, Error otherwise, naming `call`, ncclGetErrorString and, with a
 // communicator, ncclGetLastError.
 void check(ncclResult_t rc, const char* call, ncclComm_t comm = nullptr);
-// Throws Error naming `call` and cudaGetErrorString when rc is not cudaSuccess.
-void check_cuda(cudaError_t rc, const char* call);
+
+using cuda::check_cuda;
+using cuda::DeviceGuard;
 
 ncclDataType_t datatype(DType dtype);
 ncclRedOp_t reduction(ReduceOp op);  // kAvg: ncclAvg
-
-// Makes `device` current and restores the previous one at the end of the scope (the program's
-// thread may be working on another device; the group's worker thread is shared by no one).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device);
-  ~DeviceGuard();
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
 
 }  // namespace cohort::nccl
