@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a machine with a CUDA GPU and PyTorch's Python wheel (libtorch 2.x with CUDA, NCCL from the
-# nvidia-nccl wheel): builds cohort's libraries and its torch and gpu tests against them, and
-# runs those tests. Dependencies the machine lacks come from scripts/gpu/stage_deps.sh's folder.
+# nvidia-nccl wheel): builds cohort's libraries, its torch and gpu tests and the GPU benchmarks
+# (bench/gpu/run.sh runs those) against them, and runs the tests. Dependencies the machine
+# lacks come from scripts/gpu/stage_deps.sh's folder.
 # Usage: scripts/gpu/build_and_test.sh [build-dir] [deps-dir] [ctest -R regex]
 # Writes the logs to $OUT (or the build dir) as it goes.
 set -uo pipefail
@@ -36,10 +37,11 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$(realpath "$build")/gtest;$deps" \
   -DCOHORT_WITH_MPI=OFF -DCOHORT_WITH_NCCL=ON -DNCCL_INCLUDE_DIR="$nccl_dir/include" \
   -DNCCL_LIBRARY="$nccl_lib" -DCOHORT_BUILD_TOOLS=OFF -DCOHORT_BUILD_EXAMPLES=OFF \
-  -DCOHORT_BUILD_BENCH=OFF -DCMAKE_CUDA_ARCHITECTURES=90 "${zlib_args[@]}" \
+  -DCOHORT_BUILD_BENCH=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${zlib_args[@]}" \
   >"$logs/configure.log" 2>&1 || { echo "configure failed"; tail -40 "$logs/configure.log"; exit 1; }
 grep -E "Torch|CUDA|NCCL" "$logs/configure.log" | head -20
-cmake --build "$build" -j "$jobs" --target cohort_gpu_tests cohort_torch_tests -- -k \
+cmake --build "$build" -j "$jobs" --target cohort_gpu_tests cohort_torch_tests cohort-ddp-bench \
+  cohort-staged-bench -- -k \
   >"$logs/build.log" 2>&1 || { echo "build failed"; grep -E "error|Error" "$logs/build.log" | head -60; exit 1; }
 echo "build done"
 (cd "$build" && ctest -L "gpu|torch" ${regex:+-R "$regex"} -j 8 --output-on-failure \

@@ -1,8 +1,13 @@
 #include "gpu/gpu_support.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <stdexcept>
 
 #include "cohort/comm/nccl.h"
+#include "support/process.h"
 #include "support/test_support.h"
 
 namespace cohort::testing {
@@ -16,6 +21,42 @@ int visible_gpus() {
 void cuda_ok(cudaError_t rc, const char* call) {
   if (rc != cudaSuccess) {
     throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(rc));
+  }
+}
+
+namespace {
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+void run_rank_processes(int world, const std::string& filter,
+                        const std::vector<std::string>& env) {
+  const std::string port = std::to_string(free_port());
+  std::vector<ChildProcess> ranks;
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> rank_env{"RANK=" + std::to_string(r),
+                                      "WORLD_SIZE=" + std::to_string(world),
+                                      "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port};
+    rank_env.insert(rank_env.end(), env.begin(), env.end());
+    ranks.emplace_back(std::vector<std::string>{"/proc/self/exe", "--gtest_also_run_disabled_tests",
+                                                "--gtest_filter=" + filter},
+                       rank_env);
+  }
+  for (int r = 0; r < world; ++r) {
+    const int status = ranks[r].wait(std::chrono::seconds(120));
+    EXPECT_EQ(status, 0) << "rank " << r << " of " << world << " (" << filter << "):\n"
+                         << ranks[r].output();
   }
 }
 

@@ -62,6 +62,14 @@ class DeviceArray {
   size_t count_ = 0;
 };
 
+// Starts `world` processes of this test binary running the (disabled) test `filter`, with
+// RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (a free port on loopback) for cohort::init()
+// plus `env` ("K=V"); each must exit 0 within two minutes (failures name the rank and show its
+// output). Processes, not threads, for ranks that share a GPU: the autograd engine runs every
+// CUDA backward of a process on one thread per device, so two thread ranks blocked in a
+// collective inside their backward would wait for each other forever.
+void run_rank_processes(int world, const std::string& filter, const std::vector<std::string>& env);
+
 // Runs fn(rank, nccl_group) on `world` threads, rank r on CUDA device r, with NCCL groups made
 // from in-process bootstrap groups.
 void with_nccl_groups(int world, const std::function<void(int, Group&)>& fn);

@@ -1,6 +1,7 @@
 // SyncBatchNorm on CUDA tensors against torch's own BatchNorm on the whole global batch, on the
 // same GPU: W rank processes (this binary again) over a TCP group (the statistics travel
-// through host memory), and a world of one over an NCCL group. Processes, not threads: the
+// through host memory) or a staged group of it (device buffers staged by cohort), and a world
+// of one over an NCCL group. Processes, not threads: the
 // autograd engine runs every CUDA backward of a process on one thread per device, so two thread
 // ranks blocked in SyncBatchNorm's backward allreduce would wait for each other forever.
 // Tolerance |got - want| <= tol/10 + tol |want|: 1e-4 in float32 (cuDNN's and cohort's sums in
@@ -10,10 +11,7 @@
 #ifdef COHORT_TEST_WITH_TORCH
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -21,12 +19,12 @@
 #include <sstream>
 #include <vector>
 
+#include "cohort/comm/cuda_staging.h"
 #include "cohort/comm/init.h"
 #include "cohort/comm/nccl.h"
 #include "cohort/torch/nn/sync_batch_norm.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "gpu/gpu_support.h"
-#include "support/process.h"
 
 namespace cohort {
 namespace sync_batch_norm_cuda_test {
@@ -69,6 +67,10 @@ TEST(SyncBatchNormCuda, DISABLED_RankOfAJob) {
   const bool bf16 = std::string(std::getenv("COHORT_TEST_DTYPE")) == "bf16";
   const double tol = bf16 ? 3e-2 : 1e-4;
   auto group = cohort::init();
+  if (std::string(std::getenv("COHORT_TEST_GROUP")) == "staged") {
+    group = create_cuda_staged_group(group);
+    EXPECT_TRUE(group->takes_device_buffers());
+  }
   const int rank = group->rank();
   const torch::Device gpu(torch::kCUDA, 0);
   const int64_t global = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
@@ -109,42 +111,32 @@ TEST(SyncBatchNormCuda, DISABLED_RankOfAJob) {
   std::exit(::testing::Test::HasFailure() ? 1 : 0);
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // Starts one process per entry of `sizes` running DISABLED_RankOfAJob; each must exit 0.
-void run_job(const std::string& sizes, const std::string& dtype) {
+// group: "host" (the statistics through host memory) or "staged" (create_cuda_staged_group:
+// device buffers staged by cohort).
+void run_job(const std::string& sizes, const std::string& dtype, const std::string& group = "host") {
   const int world = static_cast<int>(parse_sizes(sizes).size());
-  const std::string port = std::to_string(free_port());
-  std::vector<testing::ChildProcess> ranks;
-  for (int r = 0; r < world; ++r) {
-    ranks.emplace_back(
-        std::vector<std::string>{"/proc/self/exe", "--gtest_also_run_disabled_tests",
-                                 "--gtest_filter=SyncBatchNormCuda.DISABLED_RankOfAJob"},
-        std::vector<std::string>{"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world),
-                                 "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
-                                 "COHORT_TEST_SIZES=" + sizes, "COHORT_TEST_DTYPE=" + dtype});
-  }
-  for (int r = 0; r < world; ++r) {
-    const int status = ranks[r].wait(std::chrono::seconds(120));
-    EXPECT_EQ(status, 0) << "rank " << r << " of " << sizes << " " << dtype << ":\n"
-                         << ranks[r].output();
-  }
+  testing::run_rank_processes(world, "SyncBatchNormCuda.DISABLED_RankOfAJob",
+                              {"COHORT_TEST_SIZES=" + sizes, "COHORT_TEST_DTYPE=" + dtype,
+                               "COHORT_TEST_GROUP=" + group});
 }
 
 TEST(SyncBatchNormCuda, Float32ThroughAHostGroup) {
   COHORT_REQUIRE_TORCH_CUDA();
   run_job("4,4", "fp32");
   run_job("3,0,5,2", "fp32");
+}
+
+// Statistics and gradients reduced on the device buffers, staged by cohort through host memory.
+TEST(SyncBatchNormCuda, Float32ThroughAStagedGroup) {
+  COHORT_REQUIRE_TORCH_CUDA();
+  run_job("4,4", "fp32", "staged");
+  run_job("3,0,5,2", "fp32", "staged");
+}
+
+TEST(SyncBatchNormCuda, BFloat16ThroughAStagedGroup) {
+  COHORT_REQUIRE_TORCH_CUDA();
+  run_job("5,3", "bf16", "staged");
 }
 
 TEST(SyncBatchNormCuda, BFloat16ThroughAHostGroup) {

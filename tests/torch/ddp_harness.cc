@@ -87,11 +87,13 @@ std::vector<std::vector<Batch>> make_data(const ParityCase& c) {
   return data;
 }
 
-// The inputs are cast to the parameters' dtype (a no-op but under mixed precision).
+// The inputs go to the parameters' device and dtype (a no-op but on a GPU or under mixed
+// precision).
 torch::Tensor loss_of(TestModel& model, const Batch& batch, int step, int rank) {
-  const auto dtype = model.parameters().front().scalar_type();
-  return torch::nn::functional::cross_entropy(model.forward(batch.inputs.to(dtype), step, rank),
-                                              batch.targets);
+  const torch::Tensor first = model.parameters().front();
+  const auto inputs = batch.inputs.to(first.device(), first.scalar_type());
+  return torch::nn::functional::cross_entropy(model.forward(inputs, step, rank),
+                                              batch.targets.to(first.device()));
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const ParityCase& c,
@@ -115,11 +117,12 @@ std::vector<torch::Tensor> trainable(TestModel& model) {
   return parameters;
 }
 
-// Parameters then buffers, copied.
+// Parameters then buffers, copied to the CPU.
 std::vector<torch::Tensor> snapshot(TestModel& model) {
+  const auto copy = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, false, true); };
   std::vector<torch::Tensor> state;
-  for (const auto& p : model.parameters()) state.push_back(p.detach().clone());
-  for (const auto& b : model.buffers()) state.push_back(b.detach().clone());
+  for (const auto& p : model.parameters()) state.push_back(copy(p));
+  for (const auto& b : model.buffers()) state.push_back(copy(b));
   return state;
 }
 
@@ -264,7 +267,9 @@ int steps_of(const ParityCase& c, int rank) {
 class ComputeCopy {
  public:
   ComputeCopy(const ParityCase& c, TestModel& master)
-      : master_(master), copy_(c.make_model()), dtype_(*c.reference_param_dtype) {}
+      : master_(master), copy_(c.make_model()), dtype_(*c.reference_param_dtype) {
+    copy_->to(c.device);
+  }
 
   // The master's parameters cast to the dtype, without gradients; its buffers as they are.
   TestModel& load() {
@@ -323,7 +328,7 @@ std::vector<std::vector<torch::Tensor>> train_reference(
       }
       // Each rank's slice on its own, averaged over the whole world (finished ranks count as
       // zeros). Buffers end as the lowest training rank's (DDP broadcasts them from it).
-      torch::Tensor loss = torch::zeros({});
+      torch::Tensor loss = torch::zeros({}, c.device);
       std::vector<torch::Tensor> authority_buffers;
       for (int rank = 0; rank < c.world; ++rank) {
         if (step >= steps_of(c, rank)) continue;
@@ -350,6 +355,7 @@ std::vector<std::vector<torch::Tensor>> train_rank(const ParityCase& c, int rank
                                                    std::shared_ptr<Group> group,
                                                    std::shared_ptr<TestModel> model,
                                                    const std::vector<std::vector<Batch>>& data) {
+  if (c.wrap_group) group = c.wrap_group(std::move(group));
   auto trainer = make_trainer(c, model, std::move(group), rank);
   std::vector<std::vector<torch::Tensor>> states;
   auto loop = [&] {
@@ -516,7 +522,9 @@ std::shared_ptr<TestModel> make_model(const ParityCase& c) {
 
 std::shared_ptr<TestModel> model_of_rank(const ParityCase& c, int rank) {
   torch::manual_seed(100 + rank);
-  return make_model(c);
+  auto model = make_model(c);
+  model->to(c.device);
+  return model;
 }
 
 struct Reference {
@@ -527,6 +535,7 @@ struct Reference {
 Reference reference_run(const ParityCase& c, const std::vector<std::vector<Batch>>& data) {
   torch::manual_seed(100);
   auto model = make_model(c);
+  model->to(c.device);
   return {state_names(*model), train_reference(c, *model, data)};
 }
 

@@ -88,6 +88,12 @@ struct ParityCase {
   c10::optional<torch::Dtype> reference_param_dtype;
   // Called on each rank after each step with its FSDP object (FSDP strategies only).
   std::function<void(int rank, int step, FullyShardedDataParallel& fsdp)> inspect_fsdp;
+  // Where the models (the reference's too) train and the batches go: the CPU, or a CUDA
+  // device (tests/gpu). States are compared on the CPU.
+  torch::Device device = torch::kCPU;
+  // When set: each rank's group is made from the harness's host group by this (collective over
+  // the ranks), e.g. a staged or NCCL group for CUDA models.
+  std::function<std::shared_ptr<Group>(std::shared_ptr<Group> host)> wrap_group;
 };
 
 // Runs the case; failures are reported through gtest (naming rank, step and tensor).
