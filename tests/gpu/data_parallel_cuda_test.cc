@@ -1,4 +1,5 @@
-// DDP, ZeRO-2 and FULL_SHARD on a CUDA model against one process training the whole batch on
+// DDP, ZeRO-2 and FULL_SHARD (also with cpu_offload: shards, gradients and AdamW's state in
+// page-locked host memory) on a CUDA model against one process training the whole batch on
 // the same GPU (tests/torch/ddp_harness.h, compared after every step), and float16 autocast
 // with the GradScaler under DDP: at a world of one over NCCL, and at 2 and 4 rank processes
 // sharing one GPU over a staged group (create_cuda_staged_group: device buffers through
@@ -23,6 +24,7 @@
 #include "cohort/torch/amp/grad_scaler.h"
 #include "cohort/torch/comm_hook.h"
 #include "cohort/torch/ddp.h"
+#include "cohort/torch/fsdp.h"
 #include "gpu/gpu_support.h"
 #include "torch/ddp_harness.h"
 
@@ -61,6 +63,21 @@ ParityCase case_named(const std::string& name, int world) {
   }
   if (name == "zero2") c.strategy = Strategy::kZero2;
   if (name == "full_shard") c.strategy = Strategy::kFullShard;
+  if (name == "full_shard_offload" || name == "shard_grad_op_offload") {
+    c.strategy = name == "full_shard_offload" ? Strategy::kFullShard : Strategy::kShardGradOp;
+    c.fsdp.cpu_offload = true;
+    c.optimizer = testing::OptimizerKind::kAdamW;  // state that stays in host memory
+    c.rtol = 1e-4;
+    c.atol = 1e-5;
+    c.inspect_fsdp = [](int rank, int step, FullyShardedDataParallel& fsdp) {
+      for (const auto& shard : fsdp.parameters()) {
+        EXPECT_TRUE(shard.is_cpu() && shard.is_pinned()) << "rank " << rank << " step " << step;
+        if (shard.grad().defined()) {
+          EXPECT_TRUE(shard.grad().is_cpu()) << "rank " << rank;
+        }
+      }
+    };
+  }
   if (name == "full_shard_adamw") {
     c.strategy = Strategy::kFullShard;
     c.optimizer = testing::OptimizerKind::kAdamW;
@@ -190,6 +207,9 @@ INSTANTIATE_TEST_SUITE_P(
                       JobCase{"ddp", "staged", 2}, JobCase{"ddp_batchnorm", "staged", 2},
                       JobCase{"zero2", "staged", 2}, JobCase{"full_shard", "staged", 2},
                       JobCase{"full_shard_adamw", "staged", 2}, JobCase{"amp", "staged", 2},
+                      JobCase{"full_shard_offload", "nccl", 1},
+                      JobCase{"full_shard_offload", "staged", 2},
+                      JobCase{"shard_grad_op_offload", "staged", 2},
                       JobCase{"ddp", "staged", 4}, JobCase{"full_shard", "staged", 4}),
     [](const auto& job) {
       return job.param.name + "_" + job.param.group + std::to_string(job.param.world);

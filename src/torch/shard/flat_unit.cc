@@ -26,7 +26,7 @@ void check_parameters(const UnitPlan& plan) {
 
 }  // namespace
 
-FlatUnit::FlatUnit(UnitPlan plan, int world, int rank, torch::Dtype compute_dtype)
+FlatUnit::FlatUnit(UnitPlan plan, int world, int rank, torch::Dtype compute_dtype, bool offload)
     : plan_(std::move(plan)), rank_(rank), compute_dtype_(compute_dtype) {
   check_parameters(plan_);
   torch::NoGradGuard no_grad;
@@ -44,6 +44,7 @@ FlatUnit::FlatUnit(UnitPlan plan, int world, int rank, torch::Dtype compute_dtyp
     whole.narrow(0, offsets_[i], p.numel()).copy_(p.detach().reshape({-1}));
   }
   shard_ = whole.narrow(0, rank * (padded_ / world), padded_ / world).clone();
+  if (offload) shard_ = shard_.to(torch::kCPU).pin_memory();  // Note [FSDP CPU offload]
   flat_ = torch::empty({padded_}, options.dtype(compute_dtype));
   alias_parameters();
   autograd_compat::release_storage(flat_);
@@ -94,8 +95,12 @@ void FlatUnit::start_gather(Group& group, const CollectiveOptions& options) {
   autograd_compat::allocate_storage(flat_, gathered_bytes());
   state_ = State::kGathering;
   torch::NoGradGuard no_grad;
-  staging_ = shard_.scalar_type() == flat_.scalar_type() ? shard_ : shard_.to(flat_.scalar_type());
-  gather_ = group.allgather_async(tensor_buffer(staging_), tensor_buffer(flat_), options);
+  // A copy to the device under offload: asynchronous from page-locked memory, on the current
+  // stream, which the all-gather is ordered after.
+  staging_ = shard_.to(flat_.device(), flat_.scalar_type(), /*non_blocking=*/true);
+  CollectiveOptions on_stream = options;
+  on_stream.stream = current_stream(flat_);
+  gather_ = group.allgather_async(tensor_buffer(staging_), tensor_buffer(flat_), on_stream);
 }
 
 void FlatUnit::wait_gathered() {

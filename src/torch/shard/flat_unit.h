@@ -23,6 +23,16 @@
 // left, in its own dtype with the master values, not their rounded copies. A view of a
 // parameter taken in one dtype must not be kept across a switch (it would read the storage
 // with the wrong element size).
+//
+// Note [FSDP CPU offload]
+// With FsdpOptions::cpu_offload (a model on a CUDA device), the shard is kept in page-locked
+// host memory, and so are the views the optimizer holds, their gradients and the optimizer's
+// state (torch's optimizers make their state where the parameters are): only the gathered
+// units and the gradients in flight take device memory. A gather first copies the shard to
+// the device (asynchronously from page-locked memory, on the caller's stream: a prefetch's copy
+// overlaps the compute of the unit before), cast to the compute dtype, then all-gathers it
+// there; a reduce-scatter's block is copied back to host memory when it lands in the shards'
+// .grad, and the optimizer steps on the CPU.
 #pragma once
 
 #include <torch/torch.h>
@@ -49,7 +59,8 @@ class FlatUnit {
 
   // The parameters must hold the values every rank starts from. compute_dtype: the dtype the
   // gathered parameters have (the parameters' own unless mixed precision asks otherwise).
-  FlatUnit(UnitPlan plan, int world, int rank, torch::Dtype compute_dtype);
+  // offload: the shard in page-locked host memory (Note [FSDP CPU offload]).
+  FlatUnit(UnitPlan plan, int world, int rank, torch::Dtype compute_dtype, bool offload = false);
 
   const std::string& name() const { return plan_.name; }
   const std::vector<UnitParameter>& parameters() const { return plan_.parameters; }
@@ -68,6 +79,8 @@ class FlatUnit {
   size_t gathered_bytes() const { return padded_ * flat_.element_size(); }
   size_t shard_bytes() const { return shard_.nbytes(); }
   torch::Dtype shard_dtype() const { return shard_.scalar_type(); }
+  // Where the shard is: the parameters' device, or the CPU under offload.
+  torch::Device shard_device() const { return shard_.device(); }
   // The dtype the parameters have (gathered or not): the compute dtype, or the shard's while
   // set_full_precision(true).
   torch::Dtype gathered_dtype() const { return flat_.scalar_type(); }

@@ -82,9 +82,10 @@ void check_options(const FsdpOptions& options, const torch::nn::Module& module) 
                "with NO_SHARD (DistributedDataParallel underneath computes with the parameters' "
                "own dtype and keeps no master copy). Use SHARD_GRAD_OP with param_dtype (each "
                "unit gathered once per step, in param_dtype), or leave param_dtype unset");
-  COHORT_CHECK(!options.cpu_offload,
-               "FullyShardedDataParallel: cpu_offload for models on a CUDA device is not "
-               "available in this build of cohort yet");
+  COHORT_CHECK(!options.cpu_offload || options.strategy != ShardingStrategy::kNoShard,
+               "FullyShardedDataParallel: cpu_offload is not available with NO_SHARD "
+               "(DistributedDataParallel underneath keeps the whole model and its gradients on "
+               "the device); use FULL_SHARD or SHARD_GRAD_OP with cpu_offload");
 }
 
 // kNoShard is DistributedDataParallel: a 16-bit reduce_dtype becomes DDP's compression hook
@@ -200,7 +201,8 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       const auto own = plan.parameters.front().tensor.scalar_type();
       const auto compute = options_.mixed_precision.param_dtype.value_or(own);
       units_.push_back(std::make_unique<FlatUnit>(std::move(plan), shard_group_->size(),
-                                                  shard_group_->rank(), compute));
+                                                  shard_group_->rank(), compute,
+                                                  options_.cpu_offload));
     }
     const size_t n = units_.size();
     for (size_t u = 0; u < n; ++u) {
@@ -445,6 +447,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       CollectiveOptions options;
       options.op = ReduceOp::kAvg;
       options.site = CallSite::kFsdpGradients;
+      options.stream = current_stream(rs.input);
       rs.work = reduce_group_->reduce_scatter_async(tensor_buffer(rs.input),
                                                     tensor_buffer(rs.output), options);
       rs.ready_at = iteration_.ready_at[u];
@@ -569,9 +572,8 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
                       size_t first) {
     torch::NoGradGuard no_grad;
     const auto& parts = units_[u]->shard_parts();
-    const torch::Tensor own = block.scalar_type() == units_[u]->shard_dtype()
-                                  ? block
-                                  : block.to(units_[u]->shard_dtype());
+    // To host memory under offload (Note [FSDP CPU offload]); else a no-op but for the dtype.
+    const torch::Tensor own = block.to(units_[u]->shard_device(), units_[u]->shard_dtype());
     for (size_t i = 0; i < parts.size(); ++i) {
       const ShardPart& part = parts[i];
       if (!used[first + i] || part.range.length == 0) continue;
