@@ -109,8 +109,13 @@ struct FsdpOptions {
   // synchronized backward, so that every rank ends the step with the same model.
   bool broadcast_buffers = true;
   MixedPrecisionPolicy mixed_precision;
-  // Keep shards and optimizer state in host memory for a model on a CUDA device. A model on
-  // the CPU has nothing to offload: asking for it is an error.
+  // For a model on a CUDA device: keep this rank's shards (the master weights), their
+  // gradients and the optimizer's state in page-locked host memory, and step the optimizer on
+  // the CPU; only the gathered units and the gradients in flight take device memory. Each
+  // gather copies the shard to the device first (asynchronously: a prefetch's copy overlaps
+  // the compute before it), each reduce-scatter's block is copied back (Note [FSDP CPU
+  // offload]). FULL_SHARD, SHARD_GRAD_OP and HYBRID_SHARD only. A model on the CPU has nothing
+  // to offload: asking for it is an error.
   bool cpu_offload = false;
   // Where the all-gathers ("unit NAME all-gather") and reduce-scatters ("unit NAME
   // reduce-scatter") are recorded, on the "comm" track; may be null.
