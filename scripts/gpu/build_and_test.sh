@@ -4,6 +4,7 @@
 # (bench/gpu/run.sh runs those) against them, and runs the tests. Dependencies the machine
 # lacks come from scripts/gpu/stage_deps.sh's folder.
 # Usage: scripts/gpu/build_and_test.sh [build-dir] [deps-dir] [ctest -R regex]
+# Env: LABELS (ctest labels, "gpu|torch"), CTEST_LOG (ctest.log), PYTHON (python3).
 # Writes the logs to $OUT (or the build dir) as it goes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,9 +17,14 @@ python=${PYTHON:-python3}
 jobs=$(nproc)
 
 torch_prefix=$($python -c 'import torch; print(torch.utils.cmake_prefix_path)')
-nccl_dir=$($python -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])')
-nccl_lib=$(ls "$nccl_dir"/lib/libnccl.so* | head -1)
-echo "torch $($python -c 'import torch; print(torch.__version__, torch.version.cuda)'), nccl $nccl_lib"
+# NCCL from the nvidia-nccl wheel beside torch; where there is none (a dry run on a machine
+# with the CUDA toolkit's NCCL), CMake finds it as usual.
+nccl_args=()
+nccl_dir=$($python -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+if [ -n "$nccl_dir" ]; then
+  nccl_args=(-DNCCL_INCLUDE_DIR="$nccl_dir/include" -DNCCL_LIBRARY="$(ls "$nccl_dir"/lib/libnccl.so* | head -1)")
+fi
+echo "torch $($python -c 'import torch; print(torch.__version__, torch.version.cuda)'), nccl ${nccl_args[*]:-found by CMake}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
 # GoogleTest from its sources, installed beside the build.
@@ -35,8 +41,8 @@ zlib_args=()
   -DZLIB_LIBRARY="$(ls /usr/lib/x86_64-linux-gnu/libz.so* /lib/x86_64-linux-gnu/libz.so* 2>/dev/null | head -1)")
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$(realpath "$build")/gtest;$deps" \
-  -DCOHORT_WITH_MPI=OFF -DCOHORT_WITH_NCCL=ON -DNCCL_INCLUDE_DIR="$nccl_dir/include" \
-  -DNCCL_LIBRARY="$nccl_lib" -DCOHORT_BUILD_TOOLS=OFF -DCOHORT_BUILD_EXAMPLES=OFF \
+  -DCOHORT_WITH_MPI=OFF -DCOHORT_WITH_NCCL=ON "${nccl_args[@]}" \
+  -DCOHORT_BUILD_TOOLS=OFF -DCOHORT_BUILD_EXAMPLES=OFF \
   -DCOHORT_BUILD_BENCH=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${zlib_args[@]}" \
   >"$logs/configure.log" 2>&1 || { echo "configure failed"; tail -40 "$logs/configure.log"; exit 1; }
 grep -E "Torch|CUDA|NCCL" "$logs/configure.log" | head -20
@@ -44,7 +50,9 @@ cmake --build "$build" -j "$jobs" --target cohort_gpu_tests cohort_torch_tests c
   cohort-staged-bench -- -k \
   >"$logs/build.log" 2>&1 || { echo "build failed"; grep -E "error|Error" "$logs/build.log" | head -60; exit 1; }
 echo "build done"
-(cd "$build" && ctest -L "gpu|torch" ${regex:+-R "$regex"} -j 8 --output-on-failure \
-  --timeout 300 >"$logs/ctest.log" 2>&1); rc=$?
-grep -E "tests passed|Skipped|\*\*\*|Failed|Not Run" "$logs/ctest.log" | tail -60
+labels=${LABELS:-gpu|torch}
+ctest_log=$logs/${CTEST_LOG:-ctest.log}
+(cd "$build" && ctest -L "$labels" ${regex:+-R "$regex"} -j 8 --output-on-failure \
+  --timeout 300 >"$ctest_log" 2>&1); rc=$?
+grep -E "tests passed|Skipped|\*\*\*|Failed|Not Run" "$ctest_log" | tail -60
 exit $rc

@@ -39,18 +39,24 @@ std::string env_of(const char* name) {
   return value == nullptr ? "" : value;
 }
 
-// The rank process's group: "nccl" or "staged", made from cohort::init()'s host group.
+// The rank process's group: "nccl" or "staged", made from cohort::init()'s host group; "host"
+// is that group itself, with the model on the CPU (to try a job's plumbing without a GPU).
 std::shared_ptr<Group> group_named(const std::string& kind) {
   auto host = cohort::init();
+  if (kind == "host") return host;
   if (kind == "nccl") return create_nccl_group(host, {/*device=*/0});
   return create_cuda_staged_group(host, {/*device=*/0});
 }
 
-ParityCase case_named(const std::string& name, int world) {
+torch::Device device_of(const std::string& group) {
+  return group == "host" ? torch::Device(torch::kCPU) : torch::Device(torch::kCUDA, 0);
+}
+
+ParityCase case_named(const std::string& name, int world, torch::Device device) {
   ParityCase c;
   c.world = world;
   c.steps = 8;
-  c.device = torch::Device(torch::kCUDA, 0);
+  c.device = device;
   c.options.bucket_cap_mb = 0.002;  // several buckets
   // Alone, DDP skips the default hook's reduction: this one reduces through the group anyway.
   if (world == 1) c.options.comm_hook = allreduce_hook();
@@ -169,12 +175,15 @@ void expect_amp_parity(int world, std::shared_ptr<Group> group) {
 // One rank of a job started by expect_job.
 TEST(DataParallelCuda, DISABLED_RankOfAJob) {
   const std::string name = env_of("COHORT_TEST_CASE");
-  auto group = group_named(env_of("COHORT_TEST_GROUP"));
-  ASSERT_TRUE(group->takes_device_buffers());
+  const std::string kind = env_of("COHORT_TEST_GROUP");
+  auto group = group_named(kind);
+  if (kind != "host") {
+    ASSERT_TRUE(group->takes_device_buffers());
+  }
   if (name == "amp") {
     expect_amp_parity(group->size(), group);
   } else {
-    testing::expect_parity_as_rank(case_named(name, group->size()), group);
+    testing::expect_parity_as_rank(case_named(name, group->size(), device_of(kind)), group);
   }
   // The exit code tells the parent (gtest's result alone would not fail the process).
   std::exit(::testing::Test::HasFailure() ? 1 : 0);
