@@ -48,8 +48,11 @@ cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCOHORT_BUILD_BENCH=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${zlib_args[@]}" \
   >"$logs/configure.log" 2>&1 || { echo "configure failed"; tail -40 "$logs/configure.log"; exit 1; }
 grep -E "Torch|CUDA|NCCL" "$logs/configure.log" | head -20
-cmake --build "$build" -j "$jobs" --target cohort_gpu_tests cohort_torch_tests \
-  >"$logs/build.log" 2>&1 || { echo "build failed"; grep -E "error|Error" "$logs/build.log" | head -60; exit 1; }
+# Keep going past a failed file, so that one run shows every error.
+keep_going=(-- -k)
+[ -f "$build/build.ninja" ] && keep_going=(-- -k 0)
+cmake --build "$build" -j "$jobs" --target cohort_gpu_tests cohort_torch_tests "${keep_going[@]}" \
+  >"$logs/build.log" 2>&1 || { echo "build failed"; grep -E "error|Error" "$logs/build.log" | head -80; exit 1; }
 echo "tests built"
 # The benchmarks (bench/gpu/run.sh) apart: a failure there must not keep the tests from running.
 cmake --build "$build" -j "$jobs" --target cohort-ddp-bench cohort-staged-bench \
