@@ -4,7 +4,8 @@
 # (bench/gpu/run.sh runs those) against them, and runs the tests. Dependencies the machine
 # lacks come from scripts/gpu/stage_deps.sh's folder.
 # Usage: scripts/gpu/build_and_test.sh [build-dir] [deps-dir] [ctest -R regex]
-# Env: LABELS (ctest labels, "gpu|torch"), CTEST_LOG (ctest.log), PYTHON (python3).
+# Env: LABELS (ctest labels, "gpu|torch"), CTEST_LOG (ctest.log), PYTHON (python3),
+# TEST_TARGETS ("cohort_gpu_tests cohort_torch_tests"), BENCH (1; 0: the benchmarks not built).
 # Writes the logs to $OUT (or the build dir) as it goes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -51,12 +52,15 @@ grep -E "Torch|CUDA|NCCL" "$logs/configure.log" | head -20
 # Keep going past a failed file, so that one run shows every error.
 keep_going=(-- -k)
 [ -f "$build/build.ninja" ] && keep_going=(-- -k 0)
-cmake --build "$build" -j "$jobs" --target cohort_gpu_tests cohort_torch_tests "${keep_going[@]}" \
+read -r -a test_targets <<<"${TEST_TARGETS:-cohort_gpu_tests cohort_torch_tests}"
+cmake --build "$build" -j "$jobs" --target "${test_targets[@]}" "${keep_going[@]}" \
   >"$logs/build.log" 2>&1 || { echo "build failed"; grep -E "error|Error" "$logs/build.log" | head -80; exit 1; }
 echo "tests built"
 # The benchmarks (bench/gpu/run.sh) apart: a failure there must not keep the tests from running.
-cmake --build "$build" -j "$jobs" --target cohort-ddp-bench cohort-staged-bench \
-  >>"$logs/build.log" 2>&1 || { echo "benchmarks' build failed"; grep -E "error" "$logs/build.log" | tail -20; }
+if [ "${BENCH:-1}" != 0 ]; then
+  cmake --build "$build" -j "$jobs" --target cohort-ddp-bench cohort-staged-bench \
+    >>"$logs/build.log" 2>&1 || { echo "benchmarks' build failed"; grep -E "error" "$logs/build.log" | tail -20; }
+fi
 labels=${LABELS:-gpu|torch}
 ctest_log=$logs/${CTEST_LOG:-ctest.log}
 (cd "$build" && ctest -L "$labels" ${regex:+-R "$regex"} -j 8 --output-on-failure \

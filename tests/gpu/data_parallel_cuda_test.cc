@@ -58,9 +58,11 @@ ParityCase case_named(const std::string& name, int world, torch::Device device) 
   c.steps = 8;
   c.device = device;
   c.options.bucket_cap_mb = 0.002;  // several buckets
-  // Alone, DDP skips the default hook's reduction: this one reduces through the group anyway.
-  if (world == 1) c.options.comm_hook = allreduce_hook();
-  if (name == "ddp") c.strategy = Strategy::kDdp;
+  if (name == "ddp") {
+    c.strategy = Strategy::kDdp;
+    // Alone, DDP skips the default hook's reduction: this one reduces through the group anyway.
+    if (world == 1) c.options.comm_hook = allreduce_hook();
+  }
   if (name == "ddp_batchnorm") {
     c.strategy = Strategy::kDdp;
     c.make_model = testing::conv_batchnorm();
@@ -194,6 +196,11 @@ struct JobCase {
   std::string group;  // "nccl" or "staged"
   int world;
 };
+
+// For gtest's messages: "zero2 over nccl, 1 rank(s)".
+void PrintTo(const JobCase& job, std::ostream* out) {
+  *out << job.name << " over " << job.group << ", " << job.world << " rank(s)";
+}
 
 class DataParallelCuda : public ::testing::TestWithParam<JobCase> {
  protected:
