@@ -40,6 +40,7 @@
 #include "cohort/torch/fsdp.h"
 #include "fmnist_models.h"  // models/
 #include "gpt.h"            // models/
+#include "launched_main.h"  // main()
 
 // Each set by bench/CMakeLists.txt where the build has it: libtorch's CUDA allocator (peak GPU
 // memory; a libtorch without CUDA, such as Debian's 1.13, has no c10_cuda), and cohort's two
@@ -60,9 +61,9 @@ namespace {
 using bench_stats::Clock;
 using fashion_mnist::FmnistModel;
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;  // the run failed (this rank or a peer)
-constexpr int kExitUsage = 2;    // bad arguments
+using launched_main::kExitFailure;
+using launched_main::kExitOk;
+using launched_main::kExitUsage;
 
 // --gpt-size large: width 768, 8 blocks of 12 heads, context 128, byte vocabulary: 57,196,032
 // parameters, 218 MiB of float32; with their gradients and AdamW's two moments about 0.85 GiB of
@@ -768,27 +769,14 @@ int main(int argc, char** argv) {
   CLI::App app{"cohort-ddp-bench: cohort DistributedDataParallel against a plain libtorch loop",
                "cohort-ddp-bench"};
   add_options(app, config);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
-  }
-  try {
-    const cohort::LaunchEnv env = cohort::read_launch_env();
-    config.world = env.world_size;
-    config.rank = env.rank;
-    config.local_rank = env.local_rank;
-    apply_gpt_size(app, config);
-    validate(config);
-  } catch (const cohort::Error& e) {
-    std::fprintf(stderr, "cohort-ddp-bench: error: %s\nRun with --help for more information.\n",
-                 e.what());
-    return kExitUsage;
-  }
-  try {
-    return run(config);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cohort-ddp-bench: rank %d: error: %s\n", config.rank, e.what());
-    return kExitFailure;
-  }
+  return launched_main::run_main(
+      argc, argv, app,
+      [&](const cohort::LaunchEnv& env) {
+        config.world = env.world_size;
+        config.rank = env.rank;
+        config.local_rank = env.local_rank;
+        apply_gpt_size(app, config);
+        validate(config);
+      },
+      [&] { return run(config); }, [&] { return config.rank; });
 }

@@ -27,14 +27,15 @@
 #include "cohort/comm/init.h"
 #include "cohort/comm/launch_env.h"
 #include "cohort/core/error.h"
+#include "launched_main.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;  // the run failed, or a result was wrong
-constexpr int kExitUsage = 2;    // bad arguments
+using launched_main::kExitFailure;
+using launched_main::kExitOk;
+using launched_main::kExitUsage;
 
 struct Config {
   size_t min_bytes = size_t{4} << 10;
@@ -320,26 +321,13 @@ int main(int argc, char** argv) {
   CLI::App app{"cohort-staged-bench: allreduce of CUDA buffers through cohort's staged group",
                "cohort-staged-bench"};
   add_options(app, config);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
-  }
-  try {
-    const cohort::LaunchEnv env = cohort::read_launch_env();
-    config.world = env.world_size;
-    config.rank = env.rank;
-    config.local_rank = env.local_rank;
-    validate(config);
-  } catch (const cohort::Error& e) {
-    std::fprintf(stderr, "cohort-staged-bench: error: %s\nRun with --help for more information.\n",
-                 e.what());
-    return kExitUsage;
-  }
-  try {
-    return run(config);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cohort-staged-bench: rank %d: error: %s\n", config.rank, e.what());
-    return kExitFailure;
-  }
+  return launched_main::run_main(
+      argc, argv, app,
+      [&](const cohort::LaunchEnv& env) {
+        config.world = env.world_size;
+        config.rank = env.rank;
+        config.local_rank = env.local_rank;
+        validate(config);
+      },
+      [&] { return run(config); }, [&] { return config.rank; });
 }

@@ -29,16 +29,17 @@
 #include "cohort/torch/ddp.h"
 #include "cohort/torch/fsdp.h"
 #include "cohort/torch/zero.h"
-#include "gpt.h"  // models/
+#include "gpt.h"            // models/
+#include "launched_main.h"  // main()
 
 namespace {
 
 using bench_stats::Clock;
 using bench_stats::median;
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;  // the run failed (this rank or a peer)
-constexpr int kExitUsage = 2;    // bad arguments
+using launched_main::kExitFailure;
+using launched_main::kExitOk;
+using launched_main::kExitUsage;
 
 struct Config {
   std::string strategy = "ddp";
@@ -481,25 +482,12 @@ int main(int argc, char** argv) {
   CLI::App app{"cohort-zero-bench: DDP, ZeRO stages 1 and 2 and FSDP on a GPT language model",
                "cohort-zero-bench"};
   add_options(app, config);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
-  }
-  try {
-    const cohort::LaunchEnv env = cohort::read_launch_env();
-    config.world = env.world_size;
-    config.rank = env.rank;
-    validate(config);
-  } catch (const cohort::Error& e) {
-    std::fprintf(stderr, "cohort-zero-bench: error: %s\nRun with --help for more information.\n",
-                 e.what());
-    return kExitUsage;
-  }
-  try {
-    return run(config);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cohort-zero-bench: rank %d: error: %s\n", config.rank, e.what());
-    return kExitFailure;
-  }
+  return launched_main::run_main(
+      argc, argv, app,
+      [&](const cohort::LaunchEnv& env) {
+        config.world = env.world_size;
+        config.rank = env.rank;
+        validate(config);
+      },
+      [&] { return run(config); }, [&] { return config.rank; });
 }
