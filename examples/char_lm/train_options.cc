@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "checkpointing.h"
 #include "fortune_files.h"
 #include "precision.h"
 #include "strategy.h"
@@ -63,10 +64,7 @@ void add_optimizer_options(CLI::App& app, TrainOptions& o) {
 void add_run_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP gradient bucket size (MiB)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--checkpoint", o.checkpoint, "Checkpoint written after each epoch ('' for none)");
-  app.add_flag("--resume", o.resume,
-               "Continue from --checkpoint when it exists, even when an earlier job wrote it (a "
-               "restart by cohortrun resumes its own job's checkpoint without it)");
+  cohort_examples::add_checkpoint_flags(app, o.checkpoint, o.resume, o.overwrite_checkpoint);
   app.add_option("--metrics", o.metrics, "Write every step's figures here (.csv or JSON lines)");
   app.add_option("--max-steps", o.max_steps, "Stop after this many steps in all")
       ->check(CLI::PositiveNumber);

@@ -36,6 +36,7 @@ struct TrainOptions {
   double bucket_cap_mb = 25.0;
   std::string checkpoint = "char_lm.ckpt";  // written after each epoch; "" for none
   bool resume = false;
+  bool overwrite_checkpoint = false;  // --overwrite-checkpoint
   std::string metrics;     // per-step figures: .csv, else JSON lines
   int64_t max_steps = -1;  // stop after this many steps in all; -1: no limit
   bool skip_eval = false;

@@ -7,6 +7,7 @@
 #include "cohort/comm/timeline.h"
 #include "cohort/torch/distributed_sampler.h"
 #include "cohort/torch/optim/lr_schedule.h"
+#include "checkpointing.h"
 #include "dataset.h"
 #include "gpt.h"
 #include "precision.h"
@@ -185,7 +186,9 @@ int64_t Trainer::planned_steps() const {
 
 TrainResult Trainer::run() {
   describe();
-  strategy_->resume(options_.checkpoint, options_.resume, state_);
+  strategy_->resume(options_.checkpoint,
+                    cohort_examples::load_options(options_.resume, options_.overwrite_checkpoint),
+                    state_);
   TrainResult result;
   result.unigram_entropy = data_.unigram_entropy;
   for (; state_.epoch < options_.epochs && !out_of_steps(); ++state_.epoch) {

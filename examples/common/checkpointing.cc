@@ -1,14 +1,34 @@
 #include "checkpointing.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
 namespace cohort_examples {
 
-bool resume_from_checkpoint(const std::string& path, bool any_job, cohort::Group& group,
-                            cohort::TrainingState& state, const LoadFunction& load) {
-  if (path.empty()) return false;
+void add_checkpoint_flags(CLI::App& app, std::string& path, bool& resume, bool& overwrite) {
+  app.add_option("--checkpoint", path, "Checkpoint written after each epoch ('' for none)");
+  auto* resume_flag = app.add_flag(
+      "--resume", resume,
+      "Continue from --checkpoint when it exists, even when an earlier job wrote it (a restart "
+      "by cohortrun resumes its own job's checkpoint without it)");
+  app.add_flag("--overwrite-checkpoint", overwrite,
+               "Start afresh even when --checkpoint holds an earlier job's checkpoint (or one "
+               "that cannot be read), which the first save then replaces; without it or "
+               "--resume such a start is refused")
+      ->excludes(resume_flag);
+}
+
+cohort::LoadOptions load_options(bool resume, bool overwrite) {
   cohort::LoadOptions options;
-  options.any_job = any_job;
+  options.any_job = resume;
+  options.start_afresh = overwrite;
+  return options;
+}
+
+bool resume_from_checkpoint(const std::string& path, const cohort::LoadOptions& options,
+                            cohort::Group& group, cohort::TrainingState& state,
+                            const LoadFunction& load) {
+  if (path.empty()) return false;
   const bool loaded =
       load ? load(state, options) : cohort::load_checkpoint(path, group, state, options);
   if (!loaded) return false;

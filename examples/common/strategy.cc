@@ -139,11 +139,12 @@ class DdpStrategy : public Strategy {
 
   // Under --master-weights the checkpoint holds the float32 masters under the model's names
   // (MasterWeights::checkpoint_module), not the model's 16-bit rounding of them.
-  bool resume(const std::string& path, bool any_job, cohort::TrainingState& state) override {
-    if (!master_) return resume_from_checkpoint(path, any_job, *group_, state);
+  bool resume(const std::string& path, const cohort::LoadOptions& options,
+              cohort::TrainingState& state) override {
+    if (!master_) return resume_from_checkpoint(path, options, *group_, state);
     torch::nn::Module* model = state.module;
     state.module = master_->checkpoint_module().get();
-    const bool resumed = resume_from_checkpoint(path, any_job, *group_, state);
+    const bool resumed = resume_from_checkpoint(path, options, *group_, state);
     state.module = model;
     if (resumed) master_->loaded_into_masters();
     return resumed;
@@ -224,8 +225,9 @@ class ShardedStrategy : public Strategy {
 
   std::shared_ptr<void> whole_parameters() override;
 
-  bool resume(const std::string& path, bool any_job, cohort::TrainingState& state) override {
-    return resume_from_checkpoint(path, any_job, *group_, state,
+  bool resume(const std::string& path, const cohort::LoadOptions& options,
+              cohort::TrainingState& state) override {
+    return resume_from_checkpoint(path, options, *group_, state,
                                   [&](cohort::TrainingState& s, const cohort::LoadOptions& load) {
                                     return cohort::load_sharded_checkpoint(path, wrapper_, s, load);
                                   });

@@ -87,7 +87,8 @@ class Strategy {
   // The checkpoint idiom of the examples (checkpointing.h): DDP saves one file; ZeRO and
   // FSDP a sharded checkpoint, a directory at `path` that loads at any number of ranks and
   // under any strategy (docs/checkpoints.md). Collective.
-  virtual bool resume(const std::string& path, bool any_job, cohort::TrainingState& state) = 0;
+  virtual bool resume(const std::string& path, const cohort::LoadOptions& options,
+                      cohort::TrainingState& state) = 0;
   virtual void save(const std::string& path, const cohort::TrainingState& state,
                     cohort::DistributedSampler& sampler, bool epoch_finished) = 0;
 };

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "checkpointing.h"
 #include "dataset.h"
 #include "optimizers.h"
 #include "precision.h"
@@ -98,10 +99,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                "ps, ssp: the workers of a node average with an allreduce, one of them pushes");
   app.add_option("--time-limit", o.time_limit_s, "Stop training after this many seconds")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--checkpoint", o.checkpoint, "Checkpoint written after each epoch ('' for none)");
-  app.add_flag("--resume", o.resume,
-               "Continue from --checkpoint when it exists, even when an earlier job wrote it (a "
-               "restart by cohortrun resumes its own job's checkpoint without it)");
+  cohort_examples::add_checkpoint_flags(app, o.checkpoint, o.resume, o.overwrite_checkpoint);
   app.add_option("--metrics", o.metrics, "Write every step's figures here (.csv or JSON lines)");
   app.add_option("--max-steps", o.max_steps, "Stop after this many steps in all")
       ->check(CLI::PositiveNumber);

@@ -71,6 +71,7 @@ struct TrainOptions {
   double time_limit_s = 0;
   std::string checkpoint = "fashion_mnist.ckpt";  // written after each epoch; "" for none
   bool resume = false;
+  bool overwrite_checkpoint = false;  // --overwrite-checkpoint
   std::string metrics;     // per-step figures: .csv, else JSON lines
   int64_t max_steps = -1;  // stop after this many steps in all (tests, sweeps); -1: no limit
   bool skip_eval = false;

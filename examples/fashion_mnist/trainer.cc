@@ -175,7 +175,9 @@ void Trainer::check_time_limit() {
 }
 
 TrainResult Trainer::run() {
-  strategy_->resume(options_.checkpoint, options_.resume, state_);
+  strategy_->resume(options_.checkpoint,
+                    cohort_examples::load_options(options_.resume, options_.overwrite_checkpoint),
+                    state_);
   started_ = Clock::now();
   TrainResult result;
   for (; state_.epoch < options_.epochs && !out_of_steps(); ++state_.epoch) {

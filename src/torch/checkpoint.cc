@@ -18,8 +18,9 @@
 // identity (COHORT_JOB_ID: cohortrun gives every job a fresh one, the same in each restart)
 // and a load resumes only a checkpoint of the loading job, unless LoadOptions::any_job says
 // any will do. A process without a job id cannot tell its checkpoints from others', so it
-// resumes only when asked. Passing one over is not an error (the job starts afresh and its
-// first save replaces the file) but it is logged, since a user may have expected a resume.
+// resumes only when asked. A checkpoint it does not resume, or cannot read, is not replaced
+// by accident: the load throws, naming both ways on (LoadOptions::any_job resumes it,
+// LoadOptions::start_afresh passes it over with a warning so that the first save replaces it).
 #include "cohort/torch/checkpoint.h"
 
 #include <cstdint>
@@ -51,14 +52,11 @@ detail::JobCheck job_check(const LoadOptions& options) {
   return {detail::current_job_id(), options.any_job};
 }
 
-void warn_passed_over(const std::string& why) {
-  COHORT_LOG(kWarn, why);
-}
-
 // Restores on every rank, or passes the checkpoint over on every rank (returns false); throws
 // on every rank if it failed on any (Note [Checkpoint collectives]).
 bool restore_everywhere(const std::string& path, Group& group, const std::string& payload,
-                        const detail::JobCheck& job, TrainingState& state) {
+                        const detail::JobCheck& job, const LoadOptions& options,
+                        TrainingState& state) {
   std::string error, passed_over;
   bool restored = false;
   try {
@@ -78,7 +76,8 @@ bool restore_everywhere(const std::string& path, Group& group, const std::string
           "optimizer and sampler"));
     }
   }
-  if (!restored && group.rank() == 0) warn_passed_over(passed_over);
+  // Every rank decided from the same bytes and JobCheck: all pass over, or all throw.
+  if (!restored) detail::pass_over(passed_over, options, group.rank() == 0);
   return restored;
 }
 
@@ -94,14 +93,20 @@ void save_checkpoint(const std::string& path, const TrainingState& state) {
 
 bool load_checkpoint(const std::string& path, TrainingState& state, const LoadOptions& options) {
   detail::check_training_state(state, "load_checkpoint");
-  std::optional<std::string> payload = detail::read_checkpoint_file(path);
+  std::optional<std::string> payload;
+  try {
+    payload = detail::read_checkpoint_file(path);
+  } catch (const CheckpointError& unreadable) {
+    detail::pass_over(unreadable.what(), options, /*log=*/true);
+    return false;
+  }
   if (!payload) return false;
   std::string passed_over;
   if (detail::decode_training_state(path, *payload, /*rank=*/0, job_check(options), state,
                                     passed_over)) {
     return true;
   }
-  warn_passed_over(passed_over);
+  detail::pass_over(passed_over, options, /*log=*/true);
   return false;
 }
 
@@ -133,9 +138,12 @@ bool load_checkpoint(const std::string& path, Group& group, TrainingState& state
   if (group.rank() == 0) detail::read_file_outcome(path, status, bytes);
   detail::broadcast_outcome(group, status, bytes);
   if (status == detail::kStatusMissing) return false;
-  if (status == detail::kStatusFailed) throw CheckpointError(bytes);
+  if (status == detail::kStatusFailed) {  // rank 0's message, on every rank
+    detail::pass_over(bytes, options, group.rank() == 0);
+    return false;
+  }
   const detail::JobCheck job = detail::broadcast_job_check(group, job_check(options));
-  return restore_everywhere(path, group, bytes, job, state);
+  return restore_everywhere(path, group, bytes, job, options, state);
 }
 
 }  // namespace cohort

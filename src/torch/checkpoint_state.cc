@@ -15,6 +15,7 @@
 #include "cohort/core/check.h"
 #include "cohort/core/env.h"
 #include "cohort/core/error.h"
+#include "cohort/core/logging.h"
 
 namespace cohort::detail {
 namespace {
@@ -310,11 +311,22 @@ void throw_missing_section(const std::string& path, const std::string& key) {
 std::string passed_over_because(const std::string& path, const std::string& saved_job,
                                 const JobCheck& job) {
   if (job.any_job || (!job.job_id.empty() && saved_job == job.job_id)) return "";
-  return concat("checkpoint '", path, "' is not resumed: it was written by another job (",
-                quoted_job(saved_job), "; this process has ", quoted_job(job.job_id),
-                ", COHORT_JOB_ID). A job resumes only the checkpoints it wrote itself, after a "
-                "restart; to go on from another job's, load it with LoadOptions::any_job = true "
-                "(docs/checkpoints.md). The next save replaces it");
+  return concat("checkpoint '", path, "' was written by another job (", quoted_job(saved_job),
+                "; this process has ", quoted_job(job.job_id),
+                ", COHORT_JOB_ID), and a job resumes only the checkpoints it wrote itself, after "
+                "a restart");
+}
+
+void pass_over(const std::string& why, const LoadOptions& options, bool log) {
+  if (!options.start_afresh) {
+    throw CheckpointError(concat(
+        why,
+        ". Nothing was loaded, and nothing is replaced: to go on from it, load with "
+        "LoadOptions::any_job = true (the examples' --resume); to start afresh and let the next "
+        "save replace it, LoadOptions::start_afresh = true (the examples' "
+        "--overwrite-checkpoint); or give this job another path (docs/checkpoints.md)"));
+  }
+  if (log) COHORT_LOG(kWarn, why, ". Starting afresh (LoadOptions::start_afresh): the next save replaces it");
 }
 
 void check_lr_scheduler_state(const std::string& path, const optim::LrSchedulerState& saved,

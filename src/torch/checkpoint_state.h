@@ -56,6 +56,12 @@ struct JobCheck {
 std::string passed_over_because(const std::string& path, const std::string& saved_job,
                                 const JobCheck& job);
 
+// A checkpoint the load does not resume, for `why` (another job's, one it cannot read, shards
+// without their manifest; Note [Job identity]): with LoadOptions::start_afresh, logged when
+// `log` (rank 0 of a group), and the load returns false, so that the job's first save replaces
+// it; else CheckpointError, with the ways on.
+void pass_over(const std::string& why, const LoadOptions& options, bool log);
+
 // ---- Pieces shared with the sharded checkpoints (src/torch/shard/sharded_checkpoint.cc).
 
 // torch's one-line reason for an exception (a c10::Error without its backtrace).

@@ -148,9 +148,31 @@ std::vector<int> children_of(int parent) {
   return pids;
 }
 
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A new job that finds an earlier job's checkpoint at its path, with neither --resume nor
+// --overwrite-checkpoint, refuses to start, naming both, and leaves the checkpoint as it was
+// (it used to start afresh, and its first save replaced the earlier job's work).
+TEST(FashionMnistExampleRestart, ANewJobRefusesToStartOverAnEarlierJobsCheckpoint) {
+  const std::string checkpoint = testing::fresh_temp_dir("fmnist_refuse") + "/ck";
+  const testing::ShellResult earlier = finished_job(checkpoint, 8);
+  ASSERT_EQ(earlier.exit_code, 0) << earlier.output;
+  const std::string before = file_bytes(checkpoint);
+  const testing::ShellResult again = finished_job(checkpoint, 12);
+  EXPECT_NE(again.exit_code, 0) << again.output;
+  for (const char* word : {"was written by another job", "--resume", "--overwrite-checkpoint"}) {
+    EXPECT_NE(again.output.find(word), std::string::npos) << word << ":\n" << again.output;
+  }
+  EXPECT_EQ(again.output.find("on 2 rank(s), 12 steps"), std::string::npos) << again.output;
+  EXPECT_EQ(file_bytes(checkpoint), before);
+}
+
 // A checkpoint left at the path by an earlier, finished job must not be resumed by a restart
-// of a new job that started without it: the restart would find the old job's run done and
-// train nothing ("final: 0 samples/s ... 12 steps").
+// of a new job that started afresh over it (--overwrite-checkpoint): the restart would find
+// the old job's run done and train nothing ("final: 0 samples/s ... 12 steps").
 TEST(FashionMnistExampleRestart, ARestartDoesNotResumeAnEarlierJobsCheckpoint) {
   const std::string dir = testing::fresh_temp_dir("fmnist_restart");
   const std::string checkpoint = dir + "/ck";
@@ -159,7 +181,8 @@ TEST(FashionMnistExampleRestart, ARestartDoesNotResumeAnEarlierJobsCheckpoint) {
   testing::ChildProcess job(
       {"/bin/sh", "-c",
        "exec " COHORTRUN " --nproc-per-node 2 --max-restarts 1 " FASHION_MNIST
-       " --model mlp --skip-eval --log-every 4 --max-steps 400 --checkpoint " +
+       " --model mlp --skip-eval --log-every 4 --max-steps 400 --overwrite-checkpoint "
+       "--checkpoint " +
            checkpoint + " 2>&1"},
       {"OMP_NUM_THREADS=1"});
   // Killed on its way, before it saved anything: the restart finds only the earlier job's file.
@@ -171,17 +194,18 @@ TEST(FashionMnistExampleRestart, ARestartDoesNotResumeAnEarlierJobsCheckpoint) {
   const std::string& out = job.output();
   EXPECT_NE(out.find("restarting every rank (restart 1 of 1"), std::string::npos) << out;
   EXPECT_EQ(out.find("resumed from"), std::string::npos) << out;
-  EXPECT_NE(out.find("is not resumed: it was written by another job"), std::string::npos) << out;
+  EXPECT_NE(out.find("was written by another job"), std::string::npos) << out;
+  EXPECT_NE(out.find("Starting afresh"), std::string::npos) << out;
   EXPECT_NE(out.find("on 2 rank(s), 400 steps"), std::string::npos) << out;
   EXPECT_EQ(out.find("final: 0 samples/s"), std::string::npos) << out;
 }
 
-// --resume goes on from an earlier job's checkpoint.
+// --resume goes on from an earlier job's checkpoint; --overwrite-checkpoint starts afresh over it.
 TEST(FashionMnistExampleRestart, ResumeContinuesAnEarlierJob) {
   const std::string checkpoint = testing::fresh_temp_dir("fmnist_resume") + "/ck";
   const testing::ShellResult earlier = finished_job(checkpoint, 8);
   ASSERT_EQ(earlier.exit_code, 0) << earlier.output;
-  const testing::ShellResult again = finished_job(checkpoint, 12);
+  const testing::ShellResult again = finished_job(checkpoint, 12, "--overwrite-checkpoint");
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_EQ(again.output.find("resumed from"), std::string::npos) << again.output;
   EXPECT_NE(again.output.find("on 2 rank(s), 12 steps"), std::string::npos) << again.output;

@@ -509,19 +509,26 @@ TEST(JobIdentity, OnlyTheJobThatWroteACheckpointResumesItUnlessAskedForAny) {
   auto optimizer = make_sgd(*net);
   const auto before = snapshot(*net);
   TrainingState state{net.get(), optimizer.get()};
-  {
-    AsJob other("job-b");
-    EXPECT_FALSE(load_checkpoint(path, state));
-  }
-  {
-    AsJob none("");
-    EXPECT_FALSE(load_checkpoint(path, state));
+  LoadOptions afresh;
+  afresh.start_afresh = true;
+  for (const char* job : {"job-b", ""}) {
+    AsJob other(job);
+    // Not resumed, and not to be replaced by accident: an error that names both ways on.
+    try {
+      load_checkpoint(path, state);
+      ADD_FAILURE() << "another job's checkpoint loaded without any_job (job '" << job << "')";
+    } catch (const CheckpointError& e) {
+      for (const char* word : {"another job", "any_job", "start_afresh", "--overwrite-checkpoint"}) {
+        EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << word << ": " << e.what();
+      }
+    }
+    EXPECT_FALSE(load_checkpoint(path, state, afresh));  // a deliberate fresh start
   }
   EXPECT_EQ(bitwise_difference(snapshot(*net), before), "");
   EXPECT_EQ(state.step, 0);
   {
-    AsJob same("job-a");  // a restart of the job that wrote it
-    EXPECT_TRUE(load_checkpoint(path, state));
+    AsJob same("job-a");  // a restart of the job that wrote it, with or without start_afresh
+    EXPECT_TRUE(load_checkpoint(path, state, afresh));
     EXPECT_EQ(state.step, 30);
   }
   TrainingState any{net.get(), optimizer.get()};
@@ -542,10 +549,10 @@ TEST(JobIdentity, ACheckpointWithoutAJobIdResumesOnlyWhenAskedForAny) {
     AsJob none("");
     save_checkpoint(path, TrainingState{net.get(), nullptr, nullptr, 7});
     TrainingState state{net.get()};
-    EXPECT_FALSE(load_checkpoint(path, state));
+    EXPECT_THROW(load_checkpoint(path, state), CheckpointError);
   }
   TrainingState state{net.get()};
-  EXPECT_FALSE(load_checkpoint(path, state));
+  EXPECT_THROW(load_checkpoint(path, state), CheckpointError);
   LoadOptions any_job;
   any_job.any_job = true;
   EXPECT_TRUE(load_checkpoint(path, state, any_job));
@@ -661,8 +668,9 @@ TEST(CheckpointGroup, SavedAtTwoRanksLoadsAtOneTwoAndThree) {
   }
 }
 
-// Rank 0's job decides for every rank, so the ranks never disagree.
-TEST(CheckpointGroup, AnotherJobsCheckpointIsPassedOverOnEveryRank) {
+// Rank 0's job decides for every rank, so the ranks never disagree: every rank throws, passes
+// it over (start_afresh) or resumes it (any_job).
+TEST(CheckpointGroup, AnotherJobsCheckpointIsRefusedOrPassedOverOnEveryRank) {
   TempDir dir;
   const std::string path = dir.file("run.ckpt");
   {
@@ -670,16 +678,40 @@ TEST(CheckpointGroup, AnotherJobsCheckpointIsPassedOverOnEveryRank) {
     auto net = std::make_shared<Net>();
     save_checkpoint(path, TrainingState{net.get(), nullptr, nullptr, 9});
   }
-  for (const bool any_job : {false, true}) {
-    run_with_groups(3, [&](int rank, std::shared_ptr<Group> group) {
-      auto net = std::make_shared<Net>();
-      TrainingState state{net.get()};
-      LoadOptions options;
-      options.any_job = any_job;
-      EXPECT_EQ(load_checkpoint(path, *group, state, options), any_job) << "rank " << rank;
-      EXPECT_EQ(state.step, any_job ? 9 : 0) << "rank " << rank;
-    });
-  }
+  run_with_groups(3, [&](int rank, std::shared_ptr<Group> group) {
+    auto net = std::make_shared<Net>();
+    TrainingState state{net.get()};
+    EXPECT_THROW(load_checkpoint(path, *group, state), CheckpointError) << "rank " << rank;
+    LoadOptions afresh;
+    afresh.start_afresh = true;
+    EXPECT_FALSE(load_checkpoint(path, *group, state, afresh)) << "rank " << rank;
+    EXPECT_EQ(state.step, 0) << "rank " << rank;
+    LoadOptions any;
+    any.any_job = true;
+    EXPECT_TRUE(load_checkpoint(path, *group, state, any)) << "rank " << rank;
+    EXPECT_EQ(state.step, 9) << "rank " << rank;
+  });
+}
+
+// A file that cannot be read is not replaced by a fresh start unless it was asked for.
+TEST(CheckpointGroup, AnUnreadableFileIsRefusedUnlessStartingAfresh) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  std::ofstream(path) << "not a checkpoint";
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    auto net = std::make_shared<Net>();
+    TrainingState state{net.get()};
+    EXPECT_THROW(load_checkpoint(path, *group, state), CheckpointError) << "rank " << rank;
+    LoadOptions afresh;
+    afresh.start_afresh = true;
+    EXPECT_FALSE(load_checkpoint(path, *group, state, afresh)) << "rank " << rank;
+  });
+  auto net = std::make_shared<Net>();
+  TrainingState state{net.get()};
+  EXPECT_THROW(load_checkpoint(path, state), CheckpointError);
+  LoadOptions afresh;
+  afresh.start_afresh = true;
+  EXPECT_FALSE(load_checkpoint(path, state, afresh));
 }
 
 TEST(CheckpointGroup, MissingFileReturnsFalseOnEveryRank) {

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -197,11 +198,11 @@ class RankRun {
     }
   }
 
-  bool load(const std::string& directory, TrainingState& s) {
-    if (zero_) return load_sharded_checkpoint(directory, *zero_, s);
-    if (fsdp_) return load_sharded_checkpoint(directory, *fsdp_, s);
-    if (group_) return load_sharded_checkpoint(directory, *group_, s);
-    return load_sharded_checkpoint(directory, s);
+  bool load(const std::string& directory, TrainingState& s, const LoadOptions& options = {}) {
+    if (zero_) return load_sharded_checkpoint(directory, *zero_, s, options);
+    if (fsdp_) return load_sharded_checkpoint(directory, *fsdp_, s, options);
+    if (group_) return load_sharded_checkpoint(directory, *group_, s, options);
+    return load_sharded_checkpoint(directory, s, options);
   }
 
   detail::RankHoldings holdings() const {
@@ -715,13 +716,17 @@ TEST(ShardedCheckpointFiles, SavesReplaceEachOtherAndUnfinishedOnesAreIgnored) {
     EXPECT_TRUE(run.load(dir.path(), state));
     EXPECT_EQ(state.step, 2);
   });
-  // A directory with shard files but no manifest is no checkpoint.
+  // Shard files without a manifest are a damaged checkpoint, refused on every rank, and no
+  // checkpoint at all only to a job that asked to start afresh (whose save then replaces them).
   fs::remove(dir.file("manifest.ckpt"));
   run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
     RankRun run(Wrap::kZero2, mlp()(), group, OptimizerKind::kAdamW);
     const auto before = snapshot(run.model());
     TrainingState state = run.state(7);
-    EXPECT_FALSE(run.load(dir.path(), state)) << "rank " << rank;
+    EXPECT_THROW(run.load(dir.path(), state), CheckpointError) << "rank " << rank;
+    LoadOptions afresh;
+    afresh.start_afresh = true;
+    EXPECT_FALSE(run.load(dir.path(), state, afresh)) << "rank " << rank;
     EXPECT_EQ(state.step, 7);
     EXPECT_EQ(bitwise_difference(snapshot(run.model()), before), "");
   });
@@ -1009,8 +1014,9 @@ TEST_F(ShardedCheckpointErrorsFsdp, ModelOfAnotherShapeNamesTheParameter) {
   expect_every_rank_names(errors, {dir_.path(), "'fc2.weight'", "[32, 32]", "[33, 32]"});
 }
 
-// As checkpoint.h's: a job resumes only its own checkpoints unless asked for any.
-TEST(ShardedCheckpointOneProcess, AnotherJobsCheckpointIsPassedOverUnlessAnyJob) {
+// As checkpoint.h's: a job resumes only its own checkpoints unless asked for any, and passes
+// another's over only when asked to start afresh.
+TEST(ShardedCheckpointOneProcess, AnotherJobsCheckpointIsRefusedUnlessAnyJobOrStartAfresh) {
   TempDir dir;
   RankRun saving(Wrap::kOneProcess, mlp()(), nullptr, OptimizerKind::kSgdMomentum);
   ::setenv("COHORT_JOB_ID", "an-earlier-job", 1);
@@ -1018,12 +1024,36 @@ TEST(ShardedCheckpointOneProcess, AnotherJobsCheckpointIsPassedOverUnlessAnyJob)
   ::setenv("COHORT_JOB_ID", "sharded-checkpoint-test-job", 1);
   RankRun loading(Wrap::kOneProcess, mlp()(), nullptr, OptimizerKind::kSgdMomentum);
   TrainingState state = loading.state(0);
-  EXPECT_FALSE(load_sharded_checkpoint(dir.path(), state));
+  EXPECT_THROW(load_sharded_checkpoint(dir.path(), state), CheckpointError);
+  LoadOptions afresh;
+  afresh.start_afresh = true;
+  EXPECT_FALSE(load_sharded_checkpoint(dir.path(), state, afresh));
   EXPECT_EQ(state.step, 0);
   LoadOptions any;
   any.any_job = true;
   EXPECT_TRUE(load_sharded_checkpoint(dir.path(), state, any));
   EXPECT_EQ(state.step, 9);
+}
+
+// Shards whose manifest is gone are a damaged checkpoint, not an empty directory: a load says
+// so instead of starting afresh (whose first save would remove the shards), unless asked to.
+TEST(ShardedCheckpointOneProcess, ShardsWithoutTheirManifestAreRefusedUnlessStartingAfresh) {
+  TempDir dir;
+  RankRun saving(Wrap::kOneProcess, mlp()(), nullptr, OptimizerKind::kSgdMomentum);
+  save_sharded_checkpoint(dir.path(), saving.state(9));
+  ASSERT_EQ(::unlink((dir.path() + "/manifest.ckpt").c_str()), 0);
+  RankRun loading(Wrap::kOneProcess, mlp()(), nullptr, OptimizerKind::kSgdMomentum);
+  TrainingState state = loading.state(0);
+  try {
+    load_sharded_checkpoint(dir.path(), state);
+    ADD_FAILURE() << "shards without a manifest loaded as no checkpoint";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("no manifest.ckpt"), std::string::npos) << e.what();
+  }
+  LoadOptions afresh;
+  afresh.start_afresh = true;
+  EXPECT_FALSE(load_sharded_checkpoint(dir.path(), state, afresh));
+  EXPECT_EQ(state.step, 0);
 }
 
 // One process: the generator, counters and the model round-trip exactly.

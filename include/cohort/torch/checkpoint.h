@@ -66,10 +66,16 @@ struct TrainingState {
 
 // Which checkpoint a load resumes.
 struct LoadOptions {
-  // false: only one this job wrote (the same non-empty COHORT_JOB_ID): a load of another job's
-  // checkpoint, or in a process without a job id, returns false and changes nothing, with a
-  // warning that says why. true: whichever checkpoint is at the path.
+  // false: only one this job wrote (the same non-empty COHORT_JOB_ID). true: whichever
+  // checkpoint is at the path.
   bool any_job = false;
+  // What a load does with a checkpoint at the path that it does not resume: another job's (or,
+  // in a process without a job id, any), one it cannot read (corrupt, truncated, unreadable),
+  // or a sharded directory whose shards have no manifest. false: throws CheckpointError saying
+  // so and naming the ways on, and changes nothing, so that a fresh start never replaces
+  // another run's work by accident. true: returns false with a warning, and the job's first
+  // save replaces it. A checkpoint this job wrote (a restart's) is resumed either way.
+  bool start_afresh = false;
 };
 
 // The file is a torch archive followed by this footer, written last:
@@ -84,8 +90,9 @@ inline constexpr size_t kCheckpointFooterBytes = 24;
 void save_checkpoint(const std::string& path, const TrainingState& state);
 
 // Restores `state` from `path`. Returns false, changing nothing, when there is no file at
-// `path` (a first run) or the file is another job's (LoadOptions). Throws CheckpointError naming
-// `path` when the file cannot be read, is corrupt or truncated, or does not fit the module,
+// `path` (a first run), or with LoadOptions::start_afresh when the file is another job's or
+// cannot be read. Throws CheckpointError naming `path` when the file is another job's or cannot
+// be read (without start_afresh), is corrupt or truncated, or does not fit the module,
 // optimizer or sampler. The module is checked whole before any of it is changed; a later failure
 // (the optimizer's state) may leave the module restored and the rest not.
 bool load_checkpoint(const std::string& path, TrainingState& state,

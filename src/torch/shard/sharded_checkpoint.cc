@@ -229,16 +229,42 @@ void save_sharded(const std::string& directory, Group& group, const RankHoldings
 
 // ---- sharded load (Note [Sharded load])
 
-// Rank 0's manifest on every rank; nullopt when there is none. Throws rank 0's error on every
-// rank.
-std::optional<Manifest> broadcast_manifest(const std::string& directory, Group& group) {
+// A shard file of some save in `directory`, or "" (a directory with none is no checkpoint).
+std::string some_shard_file(const std::string& directory) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    if (detail::token_of_shard_file(name)) return name;
+  }
+  return "";
+}
+
+// Rank 0's manifest on every rank; nullopt when there is none, and when there is none to resume
+// under LoadOptions::start_afresh (Note [Job identity]): a manifest that cannot be read, or
+// shards without one (a save cut short before its manifest, or a manifest removed), which
+// otherwise throw on every rank.
+std::optional<Manifest> broadcast_manifest(const std::string& directory, Group& group,
+                                           const LoadOptions& options) {
   const std::string path = join(directory, detail::kManifestName);
   int64_t status = detail::kStatusOk;
   std::string text;
-  if (group.rank() == 0) detail::read_file_outcome(path, status, text);
+  if (group.rank() == 0) {
+    detail::read_file_outcome(path, status, text);
+    const std::string shard = status == detail::kStatusMissing ? some_shard_file(directory) : "";
+    if (!shard.empty()) {
+      status = detail::kStatusFailed;
+      text = detail::concat("sharded checkpoint '", directory, "' holds shard files ('", shard,
+                            "', ...) but no ", detail::kManifestName,
+                            ": a save was cut short before its manifest, or the manifest was "
+                            "removed, and the shards cannot be loaded without it");
+    }
+  }
   detail::broadcast_outcome(group, status, text, /*root=*/0, kLoad);
   if (status == detail::kStatusMissing) return std::nullopt;
-  if (status == detail::kStatusFailed) throw CheckpointError(text);
+  if (status == detail::kStatusFailed) {
+    detail::pass_over(text, options, group.rank() == 0);
+    return std::nullopt;
+  }
   return detail::parse_manifest(path, text);  // the same bytes: the same outcome everywhere
 }
 
@@ -567,14 +593,14 @@ bool load_sharded(const std::string& directory, Group& group, const RankHoldings
                   const torch::nn::Module* expected_module) {
   const OptimizerCodec* codec = detail::agree_on_arguments(group, state, holdings, expected_module,
                                                            "load_sharded_checkpoint", kLoad);
-  const std::optional<Manifest> manifest = broadcast_manifest(directory, group);
+  const std::optional<Manifest> manifest = broadcast_manifest(directory, group, options);
   if (!manifest) return false;
   const Manifest& m = *manifest;
   const detail::JobCheck job =
       detail::broadcast_job_check(group, {detail::current_job_id(), options.any_job}, kLoad);
   const std::string passed_over = detail::passed_over_because(directory, m.job_id, job);
-  if (!passed_over.empty()) {
-    if (group.rank() == 0) COHORT_LOG(kWarn, passed_over);
+  if (!passed_over.empty()) {  // the same on every rank: all return or all throw
+    detail::pass_over(passed_over, options, group.rank() == 0);
     return false;
   }
   LoadPlan plan;
