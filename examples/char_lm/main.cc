@@ -8,6 +8,7 @@
 
 #include "cohort/comm/init.h"
 #include "cohort/core/error.h"
+#include "option_agreement.h"
 #include "fortune_files.h"
 #include "trainer.h"
 
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     auto group = cohort::init();
+    cohort_examples::agree_on_options(*group, app);
     const char_lm::TrainResult result = char_lm::train(options, group);
     if (group->rank() == 0) print_result(result, group->size());
     return 0;

@@ -8,6 +8,7 @@
 
 #include "cohort/comm/init.h"
 #include "cohort/core/error.h"
+#include "option_agreement.h"
 #include "idx_file.h"
 #include "trainer.h"
 
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     auto group = cohort::init();
+    cohort_examples::agree_on_options(*group, app);
     const fashion_mnist::TrainResult result = fashion_mnist::train(options, group);
     if (group->rank() == 0) {
       std::printf("final: ");

@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "coalesced_broadcast.h"
+#include "cohort/comm/agreement.h"
 #include "cohort/core/check.h"
 #include "model_check.h"
 #include "reducer.h"
@@ -59,6 +60,7 @@ class DistributedDataParallel::Impl {
     const auto every_parameter = unique_tensors(module_->named_parameters(/*recurse=*/true), false);
     buffers_ = unique_tensors(module_->named_buffers(/*recurse=*/true), false);
     check_same_model(every_parameter);
+    check_same_options();
     broadcast_coalesced(*group_, tensors_of(every_parameter), 0, CallSite::kDdpConstructor);
     broadcast_coalesced(*group_, tensors_of(buffers_), 0, CallSite::kDdpConstructor);
     std::vector<Reducer::Parameter> reduced;
@@ -74,6 +76,29 @@ class DistributedDataParallel::Impl {
     }
     for (const auto& b : buffers_) entries.push_back(describe("buffer", b));
     check_same_on_all_ranks(*group_, entries, "parameter/buffer", CallSite::kDdpConstructor);
+  }
+
+  // Options under which the ranks' gradients, buckets or buffers would differ if the ranks
+  // disagreed on them (the collectives would stay in step, so nothing else would say so).
+  void check_same_options() {
+    const DdpOptions& o = options_;
+    const std::vector<std::string> settings = {
+        detail::concat("comm_hook=", o.comm_hook ? o.comm_hook->name() : "(default allreduce)"),
+        detail::concat("bucket_cap_mb=", o.bucket_cap_mb),
+        detail::concat("first_bucket_cap_mb=", o.first_bucket_cap_mb),
+        detail::concat("broadcast_buffers=", o.broadcast_buffers),
+        detail::concat("find_unused_parameters=", o.find_unused_parameters),
+        detail::concat("static_graph=", o.static_graph),
+        detail::concat("gradient_as_bucket_view=", o.gradient_as_bucket_view),
+        detail::concat("rebuild_buckets=", o.rebuild_buckets),
+    };
+    CollectiveOptions options;
+    options.site = CallSite::kDdpConstructor;
+    const std::string difference = first_disagreement(*group_, settings, "option", options);
+    if (difference.empty()) return;
+    throw ConfigError(detail::concat("DistributedDataParallel: the ranks were given different "
+                                     "DdpOptions: ",
+                                     difference, ". Give every rank the same options"));
   }
 
   void sync_buffers(int root) {

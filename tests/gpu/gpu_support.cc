@@ -1,9 +1,5 @@
 #include "gpu/gpu_support.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <stdexcept>
 
 #include "cohort/comm/nccl.h"
@@ -24,25 +20,9 @@ void cuda_ok(cudaError_t rc, const char* call) {
   }
 }
 
-namespace {
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-}  // namespace
-
 void run_rank_processes(int world, const std::string& filter,
                         const std::vector<std::string>& env) {
-  const std::string port = std::to_string(free_port());
+  const std::string port = std::to_string(testing::free_port());
   std::vector<ChildProcess> ranks;
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> rank_env{"RANK=" + std::to_string(r),

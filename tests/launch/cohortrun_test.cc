@@ -24,6 +24,7 @@ namespace {
 
 using std::chrono::seconds;
 using testing::ChildProcess;
+using testing::free_port;
 
 constexpr seconds kDeadline{60};
 
@@ -49,10 +50,6 @@ void expect_all_gone(const std::vector<int>& pids) {
   for (int pid : pids) {
     EXPECT_TRUE(::kill(pid, 0) != 0 && errno == ESRCH) << "rank process " << pid << " still runs";
   }
-}
-
-uint16_t free_port() {
-  return net::Listener::bind("127.0.0.1", 0).port();
 }
 
 bool contains(const std::string& text, const std::string& part) {

@@ -153,6 +153,33 @@ std::string file_bytes(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// Ranks started (torchrun-style, each with its own command line) with different options would
+// train different replicas to the end while their collectives stay in step: both refuse at
+// start, naming the option and both values.
+TEST(FashionMnistExample, RanksStartedWithDifferentOptionsRefuseToTrain) {
+  const std::string port = std::to_string(testing::free_port());
+  std::vector<testing::ChildProcess> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string precision = rank == 0 ? "fp32" : "bf16";
+    ranks.emplace_back(
+        std::vector<std::string>{"/bin/sh", "-c",
+                                 "exec " FASHION_MNIST " --model mlp --skip-eval --max-steps 4 "
+                                 "--checkpoint '' --precision " +
+                                     precision + " 2>&1"},
+        std::vector<std::string>{"RANK=" + std::to_string(rank), "WORLD_SIZE=2",
+                                 "LOCAL_RANK=" + std::to_string(rank), "LOCAL_WORLD_SIZE=2",
+                                 "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
+                                 "OMP_NUM_THREADS=1"});
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(ranks[rank].wait(kDeadline), 1) << ranks[rank].output();
+    for (const char* word : {"different options", "precision=\"fp32\"", "precision=\"bf16\""}) {
+      EXPECT_NE(ranks[rank].output().find(word), std::string::npos)
+          << "rank " << rank << ", " << word << ": " << ranks[rank].output();
+    }
+  }
+}
+
 // A new job that finds an earlier job's checkpoint at its path, with neither --resume nor
 // --overwrite-checkpoint, refuses to start, naming both, and leaves the checkpoint as it was
 // (it used to start afresh, and its first save replaced the earlier job's work).

@@ -16,6 +16,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "net/socket.h"
+
 namespace cohort::testing {
 
 namespace {
@@ -163,6 +165,10 @@ std::set<std::string> shm_segments_of(pid_t creator) {
     ::closedir(dir);
   }
   return names;
+}
+
+uint16_t free_port() {
+  return net::Listener::bind("127.0.0.1", 0).port();
 }
 
 }  // namespace cohort::testing

@@ -2,6 +2,8 @@
 // children still running when a ChildProcess is destroyed are killed.
 #pragma once
 
+#include <cstdint>
+
 #include <sys/types.h>
 
 #include <chrono>
@@ -57,5 +59,8 @@ std::set<std::string> shm_segments_of(pid_t creator);
 // A new empty directory under the test temporary directory, named after `name` and this
 // process.
 std::string fresh_temp_dir(const std::string& name);
+
+// A TCP port on loopback that was free a moment ago (for MASTER_PORT).
+uint16_t free_port();
 
 }  // namespace cohort::testing

@@ -689,6 +689,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   }
 
   void step(torch::optim::Optimizer& optimizer) {
+    agree_on_optimizer(*group_, optimizer, "FullyShardedDataParallel", agreed_optimizer_);
     if (ddp_) {
       optimizer.step();
       return;
@@ -802,6 +803,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   int full_parameters_scopes_ = 0;
   std::exception_ptr pending_error_;
   size_t peak_gathered_ = 0;
+  const void* agreed_optimizer_ = nullptr;  // the optimizer every rank was found to share
   size_t peak_gradients_ = 0;
   IterationStats last_stats_;
 };

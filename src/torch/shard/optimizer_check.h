@@ -8,6 +8,9 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "cohort/comm/group.h"
 
 namespace cohort {
 
@@ -32,5 +35,17 @@ std::optional<ForeignTensor> find_foreign_tensor(
 void check_sharded_optimizer(const torch::optim::Optimizer& optimizer, const std::string& wrapper,
                              const std::string& object, int shard_ranks,
                              const std::function<bool(const torch::Tensor&)>& is_shard);
+
+// The optimizer's type and each param group's size (tensors) and options, one line each: what
+// every rank's optimizer must share. Options of torch's SGD, Adam, AdamW, RMSprop, Adagrad and
+// cohort's Lars and Lamb in full; of any other optimizer, the learning rate.
+std::vector<std::string> describe_optimizer(const torch::optim::Optimizer& optimizer);
+
+// Collective, the first time `optimizer` is stepped (`agreed`: the optimizer last agreed on):
+// throws ConfigError on every rank, naming the first difference, when the ranks' optimizers
+// differ (describe_optimizer). A step's collectives stay in step when they do, so nothing else
+// would say so while the replicas drift apart.
+void agree_on_optimizer(Group& group, const torch::optim::Optimizer& optimizer,
+                        const std::string& wrapper, const void*& agreed);
 
 }  // namespace cohort

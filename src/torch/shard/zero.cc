@@ -224,6 +224,7 @@ class ZeroDataParallel::Impl {
   // Note [ZeRO step].
   void step(torch::optim::Optimizer& optimizer) {
     check_optimizer(optimizer);
+    agree_on_optimizer(*group_, optimizer, "ZeroDataParallel", agreed_optimizer_);
     torch::NoGradGuard no_grad;
     if (group_->size() == 1) {  // the shards are the whole parameters
       optimizer.step();
@@ -330,6 +331,7 @@ class ZeroDataParallel::Impl {
   std::vector<Shard> shards_;        // by parameter index
   std::unordered_map<const void*, size_t> shard_index_;
   std::vector<torch::Tensor> blocks_;  // per bucket, between its reduce-scatter and its pickup
+  const void* agreed_optimizer_ = nullptr;  // the optimizer every rank was found to share
 };
 
 ZeroDataParallel::ZeroDataParallel(std::shared_ptr<torch::nn::Module> module,
