@@ -769,14 +769,11 @@ int main(int argc, char** argv) {
   CLI::App app{"cohort-ddp-bench: cohort DistributedDataParallel against a plain libtorch loop",
                "cohort-ddp-bench"};
   add_options(app, config);
-  return launched_main::run_main(
-      argc, argv, app,
-      [&](const cohort::LaunchEnv& env) {
-        config.world = env.world_size;
-        config.rank = env.rank;
-        config.local_rank = env.local_rank;
-        apply_gpt_size(app, config);
-        validate(config);
+  return launched_main::run_main<Config>(
+      argc, argv, app, config,
+      [&](Config& c) {
+        apply_gpt_size(app, c);
+        validate(c);
       },
-      [&] { return run(config); }, [&] { return config.rank; });
+      run);
 }

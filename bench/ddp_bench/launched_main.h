@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <string>
+#include <type_traits>
+#include <utility>
 
 #include "cohort/comm/launch_env.h"
 #include "cohort/core/error.h"
@@ -19,12 +22,26 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
-// prepare: takes the launch environment into the program's options and checks them (throws
-// cohort::Error for bad arguments); run: the benchmark, returning the exit code; rank: this
-// process's rank, for the error message.
-inline int run_main(int argc, char** argv, CLI::App& app,
-                    const std::function<void(const cohort::LaunchEnv&)>& prepare,
-                    const std::function<int()>& run, const std::function<int()>& rank) {
+template <typename Config, typename = void>
+struct HasLocalRank : std::false_type {};
+template <typename Config>
+struct HasLocalRank<Config, std::void_t<decltype(std::declval<Config&>().local_rank)>>
+    : std::true_type {};
+
+// Where this process sits in the job: world, rank and, where the program has one, local_rank.
+template <typename Config>
+void take_place(Config& config, const cohort::LaunchEnv& env) {
+  config.world = env.world_size;
+  config.rank = env.rank;
+  if constexpr (HasLocalRank<Config>::value) config.local_rank = env.local_rank;
+}
+
+// check(config): the program's own checks of its options (throws cohort::Error for bad
+// arguments); run(config): the benchmark, returning the exit code.
+template <typename Config>
+int run_main(int argc, char** argv, CLI::App& app, Config& config,
+             const std::function<void(Config&)>& check,
+             const std::function<int(const Config&)>& run) {
   const std::string name = app.get_name();
   try {
     app.parse(argc, argv);
@@ -32,16 +49,17 @@ inline int run_main(int argc, char** argv, CLI::App& app,
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
   try {
-    prepare(cohort::read_launch_env());
+    take_place(config, cohort::read_launch_env());
+    check(config);
   } catch (const cohort::Error& e) {
     std::fprintf(stderr, "%s: error: %s\nRun with --help for more information.\n", name.c_str(),
                  e.what());
     return kExitUsage;
   }
   try {
-    return run();
+    return run(config);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: rank %d: error: %s\n", name.c_str(), rank(), e.what());
+    std::fprintf(stderr, "%s: rank %d: error: %s\n", name.c_str(), config.rank, e.what());
     return kExitFailure;
   }
 }

@@ -321,13 +321,6 @@ int main(int argc, char** argv) {
   CLI::App app{"cohort-staged-bench: allreduce of CUDA buffers through cohort's staged group",
                "cohort-staged-bench"};
   add_options(app, config);
-  return launched_main::run_main(
-      argc, argv, app,
-      [&](const cohort::LaunchEnv& env) {
-        config.world = env.world_size;
-        config.rank = env.rank;
-        config.local_rank = env.local_rank;
-        validate(config);
-      },
-      [&] { return run(config); }, [&] { return config.rank; });
+  return launched_main::run_main<Config>(
+      argc, argv, app, config, [](Config& c) { validate(c); }, run);
 }

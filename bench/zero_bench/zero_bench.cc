@@ -482,12 +482,6 @@ int main(int argc, char** argv) {
   CLI::App app{"cohort-zero-bench: DDP, ZeRO stages 1 and 2 and FSDP on a GPT language model",
                "cohort-zero-bench"};
   add_options(app, config);
-  return launched_main::run_main(
-      argc, argv, app,
-      [&](const cohort::LaunchEnv& env) {
-        config.world = env.world_size;
-        config.rank = env.rank;
-        validate(config);
-      },
-      [&] { return run(config); }, [&] { return config.rank; });
+  return launched_main::run_main<Config>(
+      argc, argv, app, config, [](Config& c) { validate(c); }, run);
 }

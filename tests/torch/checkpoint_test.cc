@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <iterator>
 #include <mutex>
@@ -668,6 +669,15 @@ TEST(CheckpointGroup, SavedAtTwoRanksLoadsAtOneTwoAndThree) {
   }
 }
 
+// A checkpoint a load does not resume: CheckpointError by default, false with start_afresh.
+void expect_refused_unless_starting_afresh(const std::function<bool(const LoadOptions&)>& load,
+                                           const std::string& where) {
+  EXPECT_THROW(load(LoadOptions{}), CheckpointError) << where;
+  LoadOptions afresh;
+  afresh.start_afresh = true;
+  EXPECT_FALSE(load(afresh)) << where;
+}
+
 // Rank 0's job decides for every rank, so the ranks never disagree: every rank throws, passes
 // it over (start_afresh) or resumes it (any_job).
 TEST(CheckpointGroup, AnotherJobsCheckpointIsRefusedOrPassedOverOnEveryRank) {
@@ -681,10 +691,9 @@ TEST(CheckpointGroup, AnotherJobsCheckpointIsRefusedOrPassedOverOnEveryRank) {
   run_with_groups(3, [&](int rank, std::shared_ptr<Group> group) {
     auto net = std::make_shared<Net>();
     TrainingState state{net.get()};
-    EXPECT_THROW(load_checkpoint(path, *group, state), CheckpointError) << "rank " << rank;
-    LoadOptions afresh;
-    afresh.start_afresh = true;
-    EXPECT_FALSE(load_checkpoint(path, *group, state, afresh)) << "rank " << rank;
+    expect_refused_unless_starting_afresh(
+        [&](const LoadOptions& o) { return load_checkpoint(path, *group, state, o); },
+        "rank " + std::to_string(rank));
     EXPECT_EQ(state.step, 0) << "rank " << rank;
     LoadOptions any;
     any.any_job = true;
@@ -701,17 +710,14 @@ TEST(CheckpointGroup, AnUnreadableFileIsRefusedUnlessStartingAfresh) {
   run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
     auto net = std::make_shared<Net>();
     TrainingState state{net.get()};
-    EXPECT_THROW(load_checkpoint(path, *group, state), CheckpointError) << "rank " << rank;
-    LoadOptions afresh;
-    afresh.start_afresh = true;
-    EXPECT_FALSE(load_checkpoint(path, *group, state, afresh)) << "rank " << rank;
+    expect_refused_unless_starting_afresh(
+        [&](const LoadOptions& o) { return load_checkpoint(path, *group, state, o); },
+        "rank " + std::to_string(rank));
   });
   auto net = std::make_shared<Net>();
   TrainingState state{net.get()};
-  EXPECT_THROW(load_checkpoint(path, state), CheckpointError);
-  LoadOptions afresh;
-  afresh.start_afresh = true;
-  EXPECT_FALSE(load_checkpoint(path, state, afresh));
+  expect_refused_unless_starting_afresh(
+      [&](const LoadOptions& o) { return load_checkpoint(path, state, o); }, "one process");
 }
 
 TEST(CheckpointGroup, MissingFileReturnsFalseOnEveryRank) {
