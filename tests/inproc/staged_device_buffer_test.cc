@@ -75,7 +75,6 @@ class DeferredCopies final : public DeviceCopies {
 class HostStandInStaging final : public DeviceStaging {
  public:
   explicit HostStandInStaging(size_t chunk_bytes) : chunk_bytes_(chunk_bytes) {}
-  const char* runtime_name() const override { return "stand-in"; }
   void check_device(int device, const char* what) const override {
     if (device != kDevice) throw InvalidArgument(std::string(what) + ": not the staged device");
   }

@@ -32,16 +32,10 @@ struct RankSetup {
 using MakeSetup =
     std::function<RankSetup(int rank, std::shared_ptr<Group> group, torch::nn::Sequential& model)>;
 
-// The key of p's state in the optimizer (a string in libtorch 1.13, the TensorImpl later).
-auto state_key(torch::optim::Optimizer& optimizer, const torch::Tensor& p) {
-  using Key = typename std::decay_t<decltype(optimizer.state())>::key_type;
-  return optim::detail::state_key<Key>(p);
-}
-
 std::vector<torch::Tensor> momenta(torch::optim::SGD& sgd, torch::nn::Sequential& model) {
   std::vector<torch::Tensor> buffers;
   for (const auto& p : model->parameters()) {
-    auto& state = sgd.state().at(state_key(sgd, p));
+    auto& state = sgd.state().at(optim::detail::state_key(sgd, p));
     buffers.push_back(static_cast<torch::optim::SGDParamState&>(*state).momentum_buffer().clone());
   }
   return buffers;
@@ -337,7 +331,7 @@ TEST(LocalSgd, AveragesAdamMomentsAndNamesTheStepCountAsNotAveraged) {
     unaveraged[rank] = averager.unaveraged_state();
     for (const auto& p : model->parameters()) {
       auto& state = static_cast<torch::optim::AdamParamState&>(
-          *adam.state().at(state_key(adam, p)));
+          *adam.state().at(optim::detail::state_key(adam, p)));
       moments[rank].push_back(state.exp_avg().clone());
       moments[rank].push_back(state.exp_avg_sq().clone());
     }

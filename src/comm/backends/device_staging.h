@@ -33,8 +33,6 @@ class DeviceCopies {
 class DeviceStaging {
  public:
   virtual ~DeviceStaging() = default;
-  // "CUDA", for errors.
-  virtual const char* runtime_name() const = 0;
   // Throws InvalidArgument for a buffer on a device this rank does not stage (another GPU
   // than the group's). Called on the caller's thread, before the call is queued.
   virtual void check_device(int device, const char* what) const = 0;

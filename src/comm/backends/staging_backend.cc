@@ -79,10 +79,6 @@ void StagingBackend::run(const CollectiveCall& call, const Plan& plan, algo::Con
   CollectiveBackend& host = plan.algorithm == Algorithm::kEngine && engine_ != nullptr
                                 ? *engine_
                                 : host_;
-  if (call.kind == CollectiveKind::kBarrier) {  // no buffers
-    host.run(call, plan, ctx);
-    return;
-  }
   const auto copies = staging_->begin(call.device, call.stream);
   if (staged_in_chunks(call.kind)) {
     run_in_chunks(call, plan, host, *copies, ctx);

@@ -17,13 +17,6 @@
 namespace cohort::local_sgd {
 namespace {
 
-// The key torch::optim's optimizers file `parameter`'s state under (a string in libtorch 1.13,
-// the TensorImpl pointer later).
-auto state_key(torch::optim::Optimizer& optimizer, const torch::Tensor& parameter) {
-  using Key = typename std::decay_t<decltype(optimizer.state())>::key_type;
-  return optim::detail::state_key<Key>(parameter);
-}
-
 std::string describe(const c10::IValue& value) {
   if (value.isTensor())
     return std::string(c10::toString(value.toTensor().scalar_type())) + " tensor";
@@ -37,7 +30,7 @@ std::vector<bool> stepped_everywhere(Group& group, torch::optim::Optimizer& opti
   std::vector<int32_t> has_state;
   for (auto& param_group : optimizer.param_groups()) {
     for (const auto& parameter : param_group.params()) {
-      auto found = optimizer.state().find(state_key(optimizer, parameter));
+      auto found = optimizer.state().find(optim::detail::state_key(optimizer, parameter));
       has_state.push_back(found != optimizer.state().end() && found->second != nullptr);
     }
   }
@@ -63,7 +56,7 @@ std::vector<std::string> average_optimizer_state(Group& group, torch::optim::Opt
   for (auto& param_group : optimizer.param_groups()) {
     for (const auto& parameter : param_group.params()) {
       const size_t this_index = index++;
-      auto found = states.find(state_key(optimizer, parameter));
+      auto found = states.find(optim::detail::state_key(optimizer, parameter));
       if (found == states.end() || found->second == nullptr) continue;  // not stepped yet
       if (!everywhere[this_index]) {
         unaveraged.push_back(detail::concat("param ", this_index, ": no state on some rank yet"));

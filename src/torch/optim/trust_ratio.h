@@ -27,12 +27,17 @@ Key state_key(const torch::Tensor& p) {
   }
 }
 
+// `p`'s key in `optimizer`'s state map, of whichever key type this libtorch has.
+inline auto state_key(const torch::optim::Optimizer& optimizer, const torch::Tensor& p) {
+  using Key = typename std::decay_t<decltype(optimizer.state())>::key_type;
+  return state_key<Key>(p);
+}
+
 // The state the optimizer keeps for `p`, made empty if it has none.
 template <typename State>
 State* state_for(torch::optim::Optimizer& optimizer, const torch::Tensor& p) {
   auto& state = optimizer.state();
-  using Key = typename std::decay_t<decltype(state)>::key_type;
-  const Key key = state_key<Key>(p);
+  const auto key = state_key(optimizer, p);
   auto it = state.find(key);
   if (it == state.end()) it = state.emplace(key, std::make_unique<State>()).first;
   return static_cast<State*>(it->second.get());

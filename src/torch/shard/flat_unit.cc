@@ -43,8 +43,9 @@ FlatUnit::FlatUnit(UnitPlan plan, int world, int rank, torch::Dtype compute_dtyp
     const auto& p = plan_.parameters[i].tensor;
     whole.narrow(0, offsets_[i], p.numel()).copy_(p.detach().reshape({-1}));
   }
-  shard_ = whole.narrow(0, rank * (padded_ / world), padded_ / world).clone();
-  if (offload) shard_ = shard_.to(torch::kCPU).pin_memory();  // Note [FSDP CPU offload]
+  const auto block = whole.narrow(0, rank * (padded_ / world), padded_ / world);
+  // Note [FSDP CPU offload]: the shard in page-locked host memory.
+  shard_ = offload ? block.to(torch::kCPU).pin_memory() : block.clone();
   flat_ = torch::empty({padded_}, options.dtype(compute_dtype));
   alias_parameters();
   autograd_compat::release_storage(flat_);

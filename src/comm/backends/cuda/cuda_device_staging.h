@@ -19,7 +19,6 @@ class CudaDeviceStaging final : public DeviceStaging {
   CudaDeviceStaging(const CudaDeviceStaging&) = delete;
   CudaDeviceStaging& operator=(const CudaDeviceStaging&) = delete;
 
-  const char* runtime_name() const override { return "CUDA"; }
   void check_device(int device, const char* what) const override;
   size_t chunk_bytes() const override { return chunk_bytes_; }
   uint8_t* host_area(size_t bytes) override;
