@@ -57,6 +57,26 @@ TEST(GroupReport, WithoutSharedMemoryInsideANodeItIsTcp) {
       << line_of(capture, "report-noshm");
 }
 
+// Issue 35: a subgroup whose ranks share a host shares memory too, whatever ranks it leaves out.
+TEST(GroupReport, SubgroupsOfOneHostShareMemory) {
+  LogCapture capture;
+  auto groups = testing::make_tcp_groups(4, named("report-split"));
+  std::vector<std::shared_ptr<Group>> subs(4);
+  testing::run_ranks(4, [&](int rank) {
+    auto& group = *groups[static_cast<size_t>(rank)];
+    subs[static_cast<size_t>(rank)] = group.split(rank % 2, -rank);  // {2, 0} and {3, 1}
+    std::vector<float> data(1 << 16, static_cast<float>(rank));  // past the small sizes
+    subs[static_cast<size_t>(rank)]->allreduce(make_buffer(data));
+    EXPECT_EQ(data.front(), rank % 2 == 0 ? 2.0f : 4.0f);
+    EXPECT_EQ(data.back(), rank % 2 == 0 ? 2.0f : 4.0f);
+    EXPECT_TRUE(subs[static_cast<size_t>(rank)]->allocate_registered(4096)->shared());
+  });
+  for (const char* name : {"report-split/split0/c0", "report-split/split0/c1"}) {
+    EXPECT_TRUE(has(line_of(capture, name), "inside a node: shared memory for allreduce"))
+        << line_of(capture, name);
+  }
+}
+
 TEST(GroupReport, TwoNodesNameTheirRanksAndTcpAcross) {
   LogCapture capture;
   auto store = std::make_shared<MemoryStore>();

@@ -125,8 +125,10 @@ class Group::Impl {
   // Collective, for a group without a store (the MPI backend): the engine says which ranks
   // share a host, and rank 0's cost model is broadcast through it.
   void discover_topology_through_engine();
-  // A subgroup's view: its members' part of the parent's topology, the parent's cost model.
-  void inherit(Topology topology, CostModel model);
+  // Collective over a subgroup of `parent` (`members`: their ranks there, in this group's
+  // order): its members' part of the parent's topology and hosts, the parent's cost model, and
+  // a shared memory window among the members of each node that can share one.
+  void inherit(const Impl& parent, const std::vector<int>& members, Deadline deadline);
   void report_creation();  // at COHORT_LOG_LEVEL=info (group_report.h)
 
  private:
@@ -158,7 +160,8 @@ class Group::Impl {
   // Rank 0's `text` on every rank, through the store (under `key`) or else the engine.
   std::string share_from_rank0(const std::string& text, const std::string& key, Deadline deadline);
   void agree_on_cost_model(Deadline deadline);
-  void open_shared_memory(const std::vector<HostInfo>& hosts, Deadline deadline);
+  // Collective over the group's store: a window among the ranks of each node that can share one.
+  void open_shared_memory(Deadline deadline);
   GroupShape shape() const;
   // After anything that algorithm_for's choice depends on changes (Note [Remembered choices]).
   void forget_choices();
@@ -169,6 +172,7 @@ class Group::Impl {
   GroupOptions options_;
   Topology topology_;
   CostModel cost_model_ = CostModel::defaults();
+  std::vector<HostInfo> hosts_;  // every rank's host, by rank; empty where none were exchanged
   std::unique_ptr<ShmWindow> shm_;         // this rank's node's window, when it has several ranks
   bool shared_memory_everywhere_ = false;  // every node with several ranks has a window
   std::vector<uint8_t> scratch_;           // used only by the thread running an operation

@@ -40,9 +40,8 @@ std::shared_ptr<Group> Group::Impl::make_subgroup(const std::vector<int>& member
   SplitSpec spec{members, key, nullptr, deadline};
   // A group without a store (MPI) splits its communicator instead of exchanging addresses.
   if (store_) spec.store = std::make_shared<PrefixStore>(key, store_);
-  const int new_rank = spec.new_rank(rank());
   auto impl = std::make_unique<Impl>(transport_->split(spec), spec.store, std::move(options));
-  impl->inherit(topology_.restricted_to(members, new_rank), cost_model_);
+  impl->inherit(*this, members, deadline);
   auto group = std::make_shared<Group>(std::move(impl));
   if (engine) {
     group->impl().attach_engine(engine(*group));

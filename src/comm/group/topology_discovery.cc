@@ -21,13 +21,12 @@ Milliseconds left(Deadline deadline) {
 
 void Group::Impl::discover_topology() {
   const Deadline deadline = Deadline::after(options_.timeout);
-  const std::vector<HostInfo> hosts =
-      exchange_host_info(*store_, rank(), size(), options_.node_id, deadline);
+  hosts_ = exchange_host_info(*store_, rank(), size(), options_.node_id, deadline);
   std::vector<std::string> node_keys;
-  for (const HostInfo& host : hosts) node_keys.push_back(host.node_key);
+  for (const HostInfo& host : hosts_) node_keys.push_back(host.node_key);
   topology_ = Topology::from_node_keys(node_keys, rank());
   agree_on_cost_model(deadline);
-  open_shared_memory(hosts, deadline);
+  open_shared_memory(deadline);
   forget_choices();
   report_creation();
 }
@@ -47,9 +46,15 @@ void Group::Impl::share_one_process() {
   report_creation();
 }
 
-void Group::Impl::inherit(Topology topology, CostModel model) {
-  topology_ = std::move(topology);
-  cost_model_ = model;
+void Group::Impl::inherit(const Impl& parent, const std::vector<int>& members, Deadline deadline) {
+  topology_ = parent.topology_.restricted_to(members, rank());
+  cost_model_ = parent.cost_model_;
+  if (!parent.hosts_.empty()) {
+    for (int member : members) hosts_.push_back(parent.hosts_[static_cast<size_t>(member)]);
+  }
+  // A subgroup's ranks on one host share memory as the whole group's do (issue 35: FSDP's
+  // reduce-scatter group ran over loopback TCP). Not without a store (MPI: its engine's own).
+  if (store_ && !hosts_.empty()) open_shared_memory(deadline);
   forget_choices();
 }
 
@@ -118,11 +123,11 @@ std::string Group::Impl::share_from_rank0(const std::string& text, const std::st
 // Note [Shared-memory lifetime] in shm_window.h. The ranks of a node share a window when they
 // see the same memory (same boot and namespaces: COHORT_NODE_ID may group ranks that do not).
 // Whether every node got one decides which algorithms may run, so all ranks agree on it.
-void Group::Impl::open_shared_memory(const std::vector<HostInfo>& hosts, Deadline deadline) {
+void Group::Impl::open_shared_memory(Deadline deadline) {
   const std::vector<int>& mates = topology_.ranks_of_node(topology_.node_rank());
   bool possible = options_.shared_memory && mates.size() > 1;
   for (int r : mates) {
-    if (hosts[static_cast<size_t>(r)].identity != hosts[static_cast<size_t>(rank())].identity) {
+    if (hosts_[static_cast<size_t>(r)].identity != hosts_[static_cast<size_t>(rank())].identity) {
       possible = false;
     }
   }
