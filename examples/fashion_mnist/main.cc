@@ -21,11 +21,11 @@ int main(int argc, char** argv) {
     auto group = cohort::init();
     cohort_examples::agree_on_options(*group, app);
     const fashion_mnist::TrainResult result = fashion_mnist::train(options, group);
-    if (group->rank() == 0) {
+    if (result.reports) {
       std::printf("final: ");
       if (result.test_accuracy) std::printf("test accuracy %.2f%%, ", 100 * *result.test_accuracy);
-      std::printf("%.0f samples/s on %d rank(s), %lld steps\n", result.samples_per_s, group->size(),
-                  (long long)result.steps);
+      std::printf("%.0f samples/s on %s, %lld steps\n", result.samples_per_s,
+                  result.covers.c_str(), (long long)result.steps);
     }
     return 0;
   } catch (const fashion_mnist::DataError& e) {

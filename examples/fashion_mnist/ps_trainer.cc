@@ -187,6 +187,7 @@ class PsTrainer {
                    int64_t epoch, int64_t steps_in_epoch, int64_t skip);
   int64_t steps_done_before() const;
   void finish_figures(const Images& test, TrainResult& result);
+  cohort::Group* report_alone(const cohort::Error& error, TrainResult& result) const;
   bool out_of_budget() const {
     return (options_.max_steps > 0 && steps_ >= options_.max_steps) ||
            (options_.time_limit_s > 0 && seconds_since(start_) >= options_.time_limit_s);
@@ -252,21 +253,29 @@ TrainResult PsTrainer::work() {
 }
 
 // After the last step: every worker gets the final parameters; the job's samples over the
-// longest time a worker trained, and the test accuracy. A worker that died breaks the
-// workers' group: each survivor then reports its own figures.
+// longest time a worker trained, and the test accuracy, reported by the first worker. A worker
+// that died, or stays stopped past the group's timeout, breaks the workers' group: each
+// survivor then reports its own figures (issue 35: the job ended with rc 0 and no final line).
 void PsTrainer::finish_figures(const Images& test, TrainResult& result) {
-  double trained_s = seconds_since(start_);
+  const double own_s = seconds_since(start_);
   ps_->finish();
   double samples = static_cast<double>(samples_);
+  double trained_s = own_s;
   cohort::Group* over = workers_.get();
+  result.reports = workers_->rank() == 0;
+  result.covers = std::to_string(group_->size()) + " rank(s)";
   try {
     workers_->allreduce(cohort::Buffer{&samples, 1, cohort::DType::kFloat64});
     workers_->allreduce(cohort::Buffer{&trained_s, 1, cohort::DType::kFloat64},
                         {cohort::ReduceOp::kMax});
   } catch (const cohort::PeerError& e) {
-    std::printf("worker rank %d: %s; the figures below are this worker's alone\n",
-                group_->rank(), e.what());
-    over = nullptr;
+    over = report_alone(e, result);
+  } catch (const cohort::TimeoutError& e) {
+    over = report_alone(e, result);
+  }
+  if (over == nullptr) {  // a sum that failed half-way means nothing
+    samples = static_cast<double>(samples_);
+    trained_s = own_s;
   }
   result.samples_per_s = trained_s > 0 ? samples / trained_s : 0;
   if (options_.skip_eval) return;
@@ -277,6 +286,15 @@ void PsTrainer::finish_figures(const Images& test, TrainResult& result) {
   } else {
     result.test_accuracy = evaluate_all(test, forward).accuracy;
   }
+}
+
+// When the workers' group broke at the end: this worker's own figures, reported by itself.
+cohort::Group* PsTrainer::report_alone(const cohort::Error& error, TrainResult& result) const {
+  std::printf("worker rank %d: %s; the figures below are this worker's alone\n", group_->rank(),
+              error.what());
+  result.reports = true;
+  result.covers = "worker rank " + std::to_string(group_->rank()) + " alone";
+  return nullptr;
 }
 
 void PsTrainer::train_epoch(

@@ -195,6 +195,8 @@ TrainResult Trainer::run() {
   if (timeline_) timeline_->write(*group_);
   result.samples_per_s = ms_run_ > 0 ? double(samples_run_) / (ms_run_ / 1000.0) : 0;
   result.steps = state_.step;
+  result.reports = rank0();
+  result.covers = std::to_string(group_->size()) + " rank(s)";
   return result;
 }
 

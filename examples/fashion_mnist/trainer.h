@@ -17,6 +17,10 @@ struct TrainResult {
   std::optional<double> test_accuracy;  // after the last epoch; none when not evaluated
   double samples_per_s = 0;             // over every step run
   int64_t steps = 0;
+  // Whether this rank prints the job's final line (rank 0; under ps and ssp, every surviving
+  // worker when a worker was lost), and which ranks its figures cover.
+  bool reports = false;
+  std::string covers;  // "4 rank(s)", "worker rank 2 alone"
 };
 
 // Collective over `group`. Throws DataError for missing or malformed data, cohort::Error for

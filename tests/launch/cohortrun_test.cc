@@ -213,6 +213,31 @@ TEST(Cohortrun, ARankNotExpendableStillStopsTheJob) {
   EXPECT_TRUE(contains(run.output(), "job failed: rank 1 was killed by signal 9")) << run.output();
 }
 
+// Issue 35: a rank left stopped after every other rank ended kept cohortrun waiting forever.
+// --expendable, it is killed after --stopped-timeout and the job succeeds.
+TEST(Cohortrun, AnExpendableRankLeftStoppedIsEnded) {
+  auto run = cohortrun({"--nproc-per-node", "3", "--expendable", "1", "--stopped-timeout", "1",
+                        LAUNCH_TEST_RANK, "stop-alone", "1"});
+  ASSERT_EQ(run.wait(kDeadline), 0) << run.output();
+  EXPECT_TRUE(contains(run.output(),
+                       "cohortrun: rank 1 stayed stopped by signal 19 (Stopped (signal)) for 1 s "
+                       "after every other rank ended (--stopped-timeout); it is --expendable: "
+                       "killed it\n"))
+      << run.output();
+  ASSERT_EQ(printed_pids(run.output()).size(), 3u) << run.output();
+  expect_all_gone(printed_pids(run.output()));
+}
+
+// Not --expendable: the same rank is the job's failure.
+TEST(Cohortrun, ARankLeftStoppedFailsTheJob) {
+  auto run = cohortrun({"--nproc-per-node", "2", "--stopped-timeout", "0", LAUNCH_TEST_RANK,
+                        "stop-alone", "0"});
+  ASSERT_EQ(run.wait(kDeadline), 128 + SIGSTOP) << run.output();
+  EXPECT_TRUE(contains(run.output(), "job failed: rank 0 stayed stopped by signal 19"))
+      << run.output();
+  expect_all_gone(printed_pids(run.output()));
+}
+
 TEST(Cohortrun, AnExpendableRankOutsideTheJobIsRefused) {
   auto run = cohortrun({"--nproc-per-node", "2", "--expendable", "1,5", LAUNCH_TEST_RANK});
   ASSERT_EQ(run.wait(kDeadline), 2) << run.output();

@@ -46,6 +46,9 @@ Milliseconds LaunchOptions::rdzv_timeout() const {
 Milliseconds LaunchOptions::stop_timeout() const {
   return seconds_to_ms(stop_timeout_s);
 }
+Milliseconds LaunchOptions::stopped_timeout() const {
+  return seconds_to_ms(stopped_timeout_s);
+}
 
 bool LaunchOptions::is_expendable(int rank) const {
   return std::find(expendable.begin(), expendable.end(), rank) != expendable.end();
@@ -71,6 +74,10 @@ void add_launch_options(CLI::App& app, LaunchOptions& o) {
       ->check(CLI::PositiveNumber);
   app.add_option("--stop-timeout", o.stop_timeout_s,
                  "Seconds ranks get to exit after SIGTERM before SIGKILL")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--stopped-timeout", o.stopped_timeout_s,
+                 "Seconds ranks stopped by a signal (SIGSTOP) may stay stopped once every other "
+                 "rank has ended; then cohortrun ends them")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--expendable", o.expendable_list,
                  "Ranks whose failure does not stop the others (parameter-server workers), "

@@ -23,6 +23,9 @@ struct LaunchOptions {
   double rdzv_timeout_s = 300;
   // Between the SIGTERM that asks ranks to stop and the SIGKILL that makes them.
   double stop_timeout_s = 5;
+  // How long ranks stopped by a signal (SIGSTOP) may stay stopped once every other rank has
+  // ended: nothing in the job can continue them, so cohortrun then ends them.
+  double stopped_timeout_s = 30;
   bool prefix_output = true;
   int tail_lines = 10;  // of each failed rank's output, in the failure summary
   // Ranks whose failure does not stop the job (parameter-server workers: the servers go on
@@ -38,6 +41,7 @@ struct LaunchOptions {
   bool is_expendable(int rank) const;
   Milliseconds rdzv_timeout() const;
   Milliseconds stop_timeout() const;
+  Milliseconds stopped_timeout() const;
 };
 
 // Declares the options on `app`; the first positional argument and everything after it is

@@ -43,6 +43,7 @@ class LocalAttempt {
       collect_failures();
       watch_stop_signal();
       watch_other_nodes();
+      end_ranks_left_stopped();
       if (kill_at_ && kill_at_->expired()) signal_all(SIGKILL);
     }
     relay_.drain(Deadline::after(kDrainTimeout));
@@ -123,6 +124,51 @@ class LocalAttempt {
                    rank.pid());
       it = failed.erase(it);
     }
+  }
+
+  // A rank stopped by a signal never fails by itself, and once every other rank has ended
+  // nothing in the job waits for it, so nothing would end the attempt (issue 35: a stopped
+  // --expendable worker kept cohortrun waiting after the servers and the other workers were
+  // done). After --stopped-timeout such ranks are killed: an --expendable one is reported and
+  // the job goes on to succeed; any other is the attempt's failure.
+  void end_ranks_left_stopped() {
+    if (stopping()) return;
+    std::vector<RankProcess*> left;
+    bool any_ended = false;
+    for (auto& rank : ranks_) {
+      if (!rank->running() || was_reported(rank->rank())) {  // ended, or being killed
+        any_ended = true;
+      } else if (rank->stop_signal() != 0) {
+        left.push_back(rank.get());
+      } else {
+        left_stopped_until_.reset();
+        return;  // a rank still works: it may yet need them (or continue them)
+      }
+    }
+    if (!any_ended || left.empty()) return;
+    if (!left_stopped_until_) left_stopped_until_ = Deadline::after(options_.stopped_timeout());
+    if (!left_stopped_until_->expired()) return;
+    bool failed = false;
+    for (RankProcess* rank : left) {
+      char what[160];
+      std::snprintf(what, sizeof what,
+                    "stayed stopped by signal %d (%s) for %g s after every other rank ended "
+                    "(--stopped-timeout)",
+                    rank->stop_signal(), strsignal(rank->stop_signal()),
+                    options_.stopped_timeout_s);
+      if (options_.is_expendable(rank->rank())) {
+        std::fprintf(stderr, "cohortrun: rank %d %s; it is --expendable: killed it\n",
+                     rank->rank(), what);
+        reported_.push_back(rank->rank());
+        rank->signal(SIGKILL);
+        continue;
+      }
+      RankFailure failure = failure_of(*rank, {});
+      failure.what = what;
+      result_.failures.push_back(std::move(failure));
+      failed = true;
+    }
+    if (failed) stop(Outcome::kRanksFailed, SIGKILL);
   }
 
   std::vector<RankProcess*> reap_failed() {
@@ -249,6 +295,7 @@ class LocalAttempt {
   AttemptResult result_;
   std::vector<int> reported_;  // ranks in result_.failures
   std::optional<Deadline> kill_at_;
+  std::optional<Deadline> left_stopped_until_;  // end_ranks_left_stopped
   Deadline remote_check_ = Deadline::after(Milliseconds(0));
 };
 

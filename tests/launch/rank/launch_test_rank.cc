@@ -5,6 +5,7 @@
 //   launch_test_rank exit R CODE         rank R exits with CODE, the others sleep
 //   launch_test_rank kill R              rank R kills itself (SIGKILL), the others sleep
 //   launch_test_rank kill-alone R        rank R kills itself (SIGKILL), the others exit 0
+//   launch_test_rank stop-alone R        rank R stops itself (SIGSTOP), the others exit 0
 //   launch_test_rank sleep               every rank sleeps (to be stopped by a signal)
 //   launch_test_rank fail-once R         rank R exits 3 unless COHORT_RESTART_COUNT > 0
 //   launch_test_rank stop R              rank R stops itself (SIGSTOP), the others wait for it
@@ -62,6 +63,8 @@ int main(int argc, char** argv) {
     sleep_long();
   } else if (mode == "kill-alone") {
     if (me) ::raise(SIGKILL);
+  } else if (mode == "stop-alone") {
+    if (me) ::raise(SIGSTOP);
   } else if (mode == "kill") {
     if (me) ::raise(SIGKILL);
     sleep_long();
