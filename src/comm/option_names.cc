@@ -43,6 +43,7 @@ const char* call_site_name(CallSite site) {
     case CallSite::kSyncBatchNormForward: return "SyncBatchNorm's forward (batch statistics)";
     case CallSite::kSyncBatchNormBackward: return "SyncBatchNorm's backward (gradient sums)";
     case CallSite::kRegisteredMemory: return "Group::allocate_registered";
+    case CallSite::kZeroConstructor: return "ZeroDataParallel's constructor";
   }
   return "";
 }

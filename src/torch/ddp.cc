@@ -51,7 +51,11 @@ class DistributedDataParallel::Impl {
  public:
   Impl(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Group> group, DdpOptions options,
        const ReducerSharding& sharding = {})
-      : module_(std::move(module)), group_(std::move(group)), options_(std::move(options)) {
+      : module_(std::move(module)),
+        group_(std::move(group)),
+        options_(std::move(options)),
+        owner_(sharding.owner),
+        constructor_(sharding.constructor) {
     COHORT_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null");
     COHORT_CHECK(group_ != nullptr, "DistributedDataParallel: the group is null");
     tune_malloc_for_training();
@@ -61,8 +65,8 @@ class DistributedDataParallel::Impl {
     buffers_ = unique_tensors(module_->named_buffers(/*recurse=*/true), false);
     check_same_model(every_parameter);
     check_same_options();
-    broadcast_coalesced(*group_, tensors_of(every_parameter), 0, CallSite::kDdpConstructor);
-    broadcast_coalesced(*group_, tensors_of(buffers_), 0, CallSite::kDdpConstructor);
+    broadcast_coalesced(*group_, tensors_of(every_parameter), 0, constructor_);
+    broadcast_coalesced(*group_, tensors_of(buffers_), 0, constructor_);
     std::vector<Reducer::Parameter> reduced;
     for (const auto& p : parameters_) reduced.push_back({p.name, p.tensor});
     reducer_ = std::make_unique<Reducer>(
@@ -75,7 +79,7 @@ class DistributedDataParallel::Impl {
       entries.push_back(describe(p.tensor.requires_grad() ? "parameter" : "frozen parameter", p));
     }
     for (const auto& b : buffers_) entries.push_back(describe("buffer", b));
-    check_same_on_all_ranks(*group_, entries, "parameter/buffer", CallSite::kDdpConstructor);
+    check_same_on_all_ranks(*group_, entries, "parameter/buffer", constructor_, owner_);
   }
 
   // Options under which the ranks' gradients, buckets or buffers would differ if the ranks
@@ -93,11 +97,10 @@ class DistributedDataParallel::Impl {
         detail::concat("rebuild_buckets=", o.rebuild_buckets),
     };
     CollectiveOptions options;
-    options.site = CallSite::kDdpConstructor;
+    options.site = constructor_;
     const std::string difference = first_disagreement(*group_, settings, "option", options);
     if (difference.empty()) return;
-    throw ConfigError(detail::concat("DistributedDataParallel: the ranks were given different "
-                                     "DdpOptions: ",
+    throw ConfigError(detail::concat(owner_, ": the ranks were given different DdpOptions: ",
                                      difference, ". Give every rank the same options"));
   }
 
@@ -129,6 +132,8 @@ class DistributedDataParallel::Impl {
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Group> group_;
   DdpOptions options_;
+  std::string owner_;       // "DistributedDataParallel", or ZeRO's class (ReducerSharding)
+  CallSite constructor_;    // the site of the constructor's collectives
   std::vector<NamedTensor> parameters_;
   std::vector<NamedTensor> buffers_;
   std::unique_ptr<Reducer> reducer_;

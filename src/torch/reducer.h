@@ -96,6 +96,9 @@ struct ReducerSharding {
   std::string collective = "allreduce";
   // Where the buckets' memory is counted (Note [Gradient memory]); null: not counted.
   std::shared_ptr<GradientMemory> memory;
+  // The class the user constructed, which errors and the constructor's collectives name.
+  std::string owner = "DistributedDataParallel";
+  CallSite constructor = CallSite::kDdpConstructor;
 };
 
 // One bucket's place in the parameters, for ZeRO's shards (Reducer::layout()).

@@ -45,6 +45,26 @@ TEST(ConfigurationAgreement, DdpRanksWithDifferentCommHooksAreTold) {
   expect_every_rank_names(errors, {"comm_hook=", "on rank 2"});
 }
 
+// Issue 35: the stages differed and the error named DistributedDataParallel's constructor.
+TEST(ConfigurationAgreement, ZeroRanksOfDifferentStagesAreTold) {
+  const auto errors = errors_of(2, [](int rank, std::shared_ptr<Group> group) {
+    ZeroOptions options;
+    options.stage = rank == 0 ? 1 : 2;
+    ZeroDataParallel zero(layers({10, 8, 4}), group, options);
+  });
+  expect_every_rank_names(errors, {"ZeroDataParallel: ", "ZeroOptions", "stage=1", "stage=2"});
+}
+
+TEST(ConfigurationAgreement, ZeroRanksWithDifferentModelsNameZerosConstructor) {
+  const auto errors = errors_of(2, [](int rank, std::shared_ptr<Group> group) {
+    ZeroDataParallel zero(layers({10, rank == 0 ? 8 : 6, 4}), group, ZeroOptions{});
+  });
+  expect_every_rank_names(errors, {"ZeroDataParallel", "[8, 10]", "[6, 10]"});
+  for (const std::string& error : errors) {
+    EXPECT_EQ(error.find("DistributedDataParallel"), std::string::npos) << error;
+  }
+}
+
 // One backward on the model, then `step`: the first step is where the optimizers are compared.
 void train_one_step(torch::nn::Sequential net, const std::function<void()>& step) {
   torch::manual_seed(3);

@@ -42,9 +42,9 @@ enum class CallSite : uint8_t {
   kUser, kDdpConstructor, kDdpGradients, kDdpUnusedParameters, kDdpJoin, kDdpBuffers,
   kCheckpointSave, kCheckpointLoad, kGroupSetup, kZeroGradients, kZeroParameters, kGradNorm,
   kFsdpConstructor, kFsdpParameters, kFsdpGradients, kFsdpEndOfBackward, kGradScaler,
-  kSyncBatchNormForward, kSyncBatchNormBackward, kRegisteredMemory
+  kSyncBatchNormForward, kSyncBatchNormBackward, kRegisteredMemory, kZeroConstructor
 };
-inline constexpr int kNumCallSites = 20;
+inline constexpr int kNumCallSites = 21;
 // "DistributedDataParallel's constructor", ...; "" for kUser.
 const char* call_site_name(CallSite site);
 

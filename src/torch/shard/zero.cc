@@ -36,6 +36,7 @@
 #include <unordered_set>
 
 #include "autograd_compat.h"
+#include "cohort/comm/agreement.h"
 #include "cohort/comm/timeline.h"
 #include "cohort/core/check.h"
 #include "cohort/torch/tensor_buffer.h"
@@ -87,6 +88,19 @@ void check_options(const ZeroOptions& options) {
                "bucket with its own reduce-scatter");
 }
 
+// Ranks of different stages would keep different buckets and run different collectives; say
+// so at once, in ZeRO's words (issue 35: the mismatch surfaced in "DistributedDataParallel's
+// constructor").
+void check_same_stage(Group& group, int stage) {
+  CollectiveOptions options;
+  options.site = CallSite::kZeroConstructor;
+  const std::string difference =
+      first_disagreement(group, {detail::concat("stage=", stage)}, "option", options);
+  if (difference.empty()) return;
+  throw ConfigError(detail::concat("ZeroDataParallel: the ranks were given different ZeroOptions: ",
+                                   difference, ". Give every rank the same options"));
+}
+
 }  // namespace
 
 class ZeroDataParallel::Impl {
@@ -97,6 +111,8 @@ class ZeroDataParallel::Impl {
         timeline_(options.ddp.timeline),
         gradient_memory_(std::make_shared<GradientMemory>()) {
     check_options(options);
+    COHORT_CHECK(group != nullptr, "ZeroDataParallel: the group is null");
+    check_same_stage(*group, stage_);
     DdpOptions ddp = options.ddp;
     ddp.comm_hook = std::make_shared<ReduceScatterHook>(
         [this](const GradBucket& bucket) { return reduced_block_of(bucket); });
@@ -113,6 +129,8 @@ class ZeroDataParallel::Impl {
     }
     sharding.collective = "reduce_scatter";
     sharding.memory = gradient_memory_;
+    sharding.owner = "ZeroDataParallel";
+    sharding.constructor = CallSite::kZeroConstructor;
     ddp_ = std::make_unique<DistributedDataParallel>(
         make_sharded_ddp(std::move(module), std::move(group), std::move(ddp), sharding));
     const Reducer* reducer = &reducer_of(*ddp_);
