@@ -89,6 +89,15 @@ Milliseconds left(Deadline deadline) {
 
 bool process_is_gone(pid_t pid);  // below, with the waits
 
+// Note [Shared-memory waits]: spin only where every rank of the node can have a CPU.
+int spins_before_yield(int ranks) {
+  constexpr int kSpins = 4000;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (::sched_getaffinity(0, sizeof cpus, &cpus) != 0) return kSpins;
+  return ranks > CPU_COUNT(&cpus) ? 0 : kSpins;
+}
+
 std::atomic<ShmWindow::CreationHook> g_creation_hook{nullptr};
 
 void reached(const char* step, int rank) {
@@ -188,6 +197,7 @@ ShmWindow::ShmWindow(ShmSegment segment, int rank, int size, std::vector<int> gr
       group_ranks_(std::move(group_ranks)),
       known_pids_(std::move(pids)),
       slot_bytes_(slot_bytes),
+      spins_(spins_before_yield(size)),
       registry_(std::make_shared<ShmRegistry>()) {
   auto* base = static_cast<uint8_t*>(segment_.data());
   header_ = reinterpret_cast<ShmHeader*>(base);
@@ -315,13 +325,12 @@ void ShmWindow::post_and_wait(uint64_t round, const ShmRoundCall& call, Deadline
     mine.offsets[round & 1] = place.offset;
   }
   mine.posted.store(round + 1, std::memory_order_release);
-  constexpr int kSpins = 4000;
   constexpr int kPollsBetweenChecks = 256;
   int polls = 0;
   for (int r = 0; r < size_; ++r) {
     const auto& value = lines_[r].posted;
     while (value.load(std::memory_order_acquire) <= round) {
-      if (++polls < kSpins) {
+      if (++polls < spins_) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif

@@ -29,7 +29,10 @@
 // the creator's pid.
 // Note [Shared-memory waits]
 // A wait spins briefly (a peer usually answers within a microsecond), then yields the CPU
-// between polls so that oversubscribed ranks make progress. Every few milliseconds it checks
+// between polls so that oversubscribed ranks make progress. When the node has more ranks than
+// this process may run on CPUs (16 ranks on 2 cores), it yields from the first poll: the peer
+// it waits for is then most likely descheduled, and a spin only holds the CPU that peer needs
+// (16 ranks on 2 cores spun through every round, and lost to loopback TCP's blocking waits). Every few milliseconds it checks
 // the deadline, the abort flag (set by any rank's Group::abort) and whether each peer process
 // still exists, so a dead peer is a PeerError naming it within milliseconds.
 #pragma once
@@ -156,6 +159,7 @@ class ShmWindow {
   std::vector<int> group_ranks_;
   std::vector<pid_t> known_pids_;  // create()'s `pids`: empty, or one per local rank
   size_t slot_bytes_;
+  int spins_;  // polls before a wait yields (Note [Shared-memory waits])
   ShmHeader* header_;
   ShmRankLine* lines_;
   uint8_t* slots_;
