@@ -207,6 +207,7 @@ std::string fake_peer_sends(const tcp::FrameHeader& frame) {
   ChildProcess rank0 = start_rank(*store, 0, 2, "allreduce_once", "", {"COHORT_SHM=0"});
   store->set("g/world/host/1/node", std::string("fake-host"));
   store->set("g/world/host/1/identity", std::string("fake-host"));
+  store->set("g/world/host/1/pid", std::string("0"));  // unknown: not on rank 0's host
   store->set("g/world/shm-ready/1", std::string("1"));
   const auto endpoint = rank0_endpoint(*store);
   const Bytes secret = store->get("g/world/tcp/secret", 20s);

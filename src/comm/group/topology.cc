@@ -86,6 +86,7 @@ HostInfo this_host(const std::string& node_id) {
   info.identity = boot_id + "|" + read_link("/proc/self/ns/pid") + "|" +
                   read_link("/proc/self/ns/ipc") + "|" + read_link("/proc/self/ns/net");
   info.node_key = node_id.empty() ? info.identity : node_id;
+  info.pid = ::getpid();
   return info;
 }
 
@@ -94,11 +95,14 @@ std::vector<HostInfo> exchange_host_info(Store& store, int rank, int size,
   const HostInfo mine = this_host(node_id);
   store.set("host/" + std::to_string(rank) + "/node", mine.node_key);
   store.set("host/" + std::to_string(rank) + "/identity", mine.identity);
+  store.set("host/" + std::to_string(rank) + "/pid", std::to_string(mine.pid));
   std::vector<HostInfo> all(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
     const std::string prefix = "host/" + std::to_string(r);
     all[static_cast<size_t>(r)].node_key = store.get_string(prefix + "/node", left(deadline));
     all[static_cast<size_t>(r)].identity = store.get_string(prefix + "/identity", left(deadline));
+    all[static_cast<size_t>(r)].pid =
+        static_cast<pid_t>(std::stol(store.get_string(prefix + "/pid", left(deadline))));
   }
   return all;
 }

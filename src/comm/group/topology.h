@@ -5,6 +5,8 @@
 // `local_rank` and `node_rank` follow torchrun's meaning (LOCAL_RANK, GROUP_RANK).
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -56,6 +58,9 @@ class Topology {
 struct HostInfo {
   std::string node_key;  // GroupOptions::node_id when set, else `identity`
   std::string identity;  // boot id and PID/IPC/network namespaces: same value, same memory
+  // The rank's process, for ranks of the same identity to watch each other's (a rank that
+  // dies before it attaches to shared memory is named at once, Note [Shared-memory lifetime]).
+  pid_t pid = 0;
 };
 
 // This process's host; `node_id`, when not empty, names the node.

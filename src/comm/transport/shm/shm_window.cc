@@ -89,6 +89,15 @@ Milliseconds left(Deadline deadline) {
 
 bool process_is_gone(pid_t pid);  // below, with the waits
 
+// Note [Shared-memory waits]: spin only where every rank of the node can have a CPU.
+int spins_before_yield(int ranks) {
+  constexpr int kSpins = 4000;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (::sched_getaffinity(0, sizeof cpus, &cpus) != 0) return kSpins;
+  return ranks > CPU_COUNT(&cpus) ? 0 : kSpins;
+}
+
 std::atomic<ShmWindow::CreationHook> g_creation_hook{nullptr};
 
 void reached(const char* step, int rank) {
@@ -129,13 +138,15 @@ std::optional<ShmSegment> create_and_publish(Store& store, const std::string& na
   return created;
 }
 
-// Other ranks: the nonce rank 0 publishes once its segment is ready ("" when it has none).
-// Rank 0 may die before: its pid is watched meanwhile, so that this is a PeerError at once.
-std::string wait_for_nonce(Store& store, pid_t creator, int creator_rank, Deadline deadline) {
+// Other ranks: a key rank 0 publishes, such as the nonce it publishes once its segment is ready
+// ("" when it has none). Rank 0 may die before: its pid is watched meanwhile, so that this is a
+// PeerError at once.
+std::string wait_for_creator(Store& store, const std::string& key, pid_t creator,
+                             int creator_rank, Deadline deadline) {
   constexpr Milliseconds kPoll{20};
   for (;;) {
     try {
-      return store.get_string("shm/nonce", std::min(kPoll, left(deadline)));
+      return store.get_string(key, std::min(kPoll, left(deadline)));
     } catch (const TimeoutError&) {
       if (deadline.expired()) {
         throw TimeoutError(detail::concat("creating shared memory: rank ", creator_rank, " (pid ",
@@ -151,13 +162,18 @@ std::string wait_for_nonce(Store& store, pid_t creator, int creator_rank, Deadli
 }
 
 // Other ranks: the segment rank 0 published, checked to be this job's; nullopt if none. The
-// guard watches its name from the moment it is known.
+// guard watches its name from the moment it is known. `known_creator` is rank 0's pid when
+// the caller knows it (0: read what rank 0 publishes).
 std::optional<ShmSegment> open_published(Store& store, size_t bytes, int creator_rank,
-                                         ShmNameGuard& guard, Deadline deadline) {
-  const pid_t creator = static_cast<pid_t>(std::stol(store.get_string("shm/pid", left(deadline))));
-  const std::string name = store.get_string("shm/name", left(deadline));
+                                         pid_t known_creator, ShmNameGuard& guard,
+                                         Deadline deadline) {
+  const pid_t creator =
+      known_creator > 0
+          ? known_creator
+          : static_cast<pid_t>(std::stol(store.get_string("shm/pid", left(deadline))));
+  const std::string name = wait_for_creator(store, "shm/name", creator, creator_rank, deadline);
   guard.watch(name);
-  const std::string nonce = wait_for_nonce(store, creator, creator_rank, deadline);
+  const std::string nonce = wait_for_creator(store, "shm/nonce", creator, creator_rank, deadline);
   if (nonce.empty()) {
     guard.release();  // rank 0 made nothing under this name
     return std::nullopt;
@@ -174,12 +190,14 @@ std::optional<ShmSegment> open_published(Store& store, size_t bytes, int creator
 }  // namespace
 
 ShmWindow::ShmWindow(ShmSegment segment, int rank, int size, std::vector<int> group_ranks,
-                     size_t slot_bytes)
+                     std::vector<pid_t> pids, size_t slot_bytes)
     : segment_(std::move(segment)),
       rank_(rank),
       size_(size),
       group_ranks_(std::move(group_ranks)),
+      known_pids_(std::move(pids)),
       slot_bytes_(slot_bytes),
+      spins_(spins_before_yield(size)),
       registry_(std::make_shared<ShmRegistry>()) {
   auto* base = static_cast<uint8_t*>(segment_.data());
   header_ = reinterpret_cast<ShmHeader*>(base);
@@ -196,12 +214,16 @@ void ShmWindow::set_creation_hook(CreationHook hook) {
 // Note [Shared-memory lifetime].
 std::unique_ptr<ShmWindow> ShmWindow::create(Store& store, int rank, int size,
                                              std::vector<int> group_ranks,
+                                             std::vector<pid_t> pids,
                                              const std::string& job_token, size_t slot_bytes,
                                              Deadline deadline) {
   COHORT_CHECK(size >= 1 && size <= kMaxRanks, "shared memory supports up to ", kMaxRanks,
                " ranks on a host, got ", size);
   COHORT_INTERNAL_ASSERT(group_ranks.size() == static_cast<size_t>(size),
                          "a shared memory window needs the group rank of each of its ranks");
+  COHORT_INTERNAL_ASSERT(pids.empty() || pids.size() == static_cast<size_t>(size),
+                         "a shared memory window watches the pid of each of its ranks, or none");
+  reached("joining", rank);
   slot_bytes = round_up(slot_bytes);
   const size_t bytes = segment_bytes(size, slot_bytes);
   ShmNameGuard guard;  // removes the name when this function ends, however it ends
@@ -215,14 +237,16 @@ std::unique_ptr<ShmWindow> ShmWindow::create(Store& store, int rank, int size,
     reached("named", 0);
     segment = create_and_publish(store, name, nonce, size, slot_bytes, bytes);
   } else {
-    segment = open_published(store, bytes, group_ranks[0], guard, deadline);
+    segment = open_published(store, bytes, group_ranks[0], pids.empty() ? 0 : pids[0], guard,
+                             deadline);
   }
   if (!segment) {
     guard.release();  // no segment was made under this name: it may not be ours
     return nullptr;
   }
   std::unique_ptr<ShmWindow> window(
-      new ShmWindow(std::move(*segment), rank, size, std::move(group_ranks), slot_bytes));
+      new ShmWindow(std::move(*segment), rank, size, std::move(group_ranks), std::move(pids),
+                    slot_bytes));
   window->lines_[rank].pid.store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
   reached("opened", rank);
   // The last rank to attach removes the name; then every rank does (in the guard), and a rank
@@ -301,20 +325,19 @@ void ShmWindow::post_and_wait(uint64_t round, const ShmRoundCall& call, Deadline
     mine.offsets[round & 1] = place.offset;
   }
   mine.posted.store(round + 1, std::memory_order_release);
-  constexpr int kSpins = 4000;
   constexpr int kPollsBetweenChecks = 256;
   int polls = 0;
   for (int r = 0; r < size_; ++r) {
     const auto& value = lines_[r].posted;
     while (value.load(std::memory_order_acquire) <= round) {
-      if (++polls < kSpins) {
+      if (++polls < spins_) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
         continue;
       }
       ::sched_yield();
-      if (polls % kPollsBetweenChecks == 0) check_alive(deadline, what);
+      if (polls % kPollsBetweenChecks == 0) check_alive(round, deadline, what);
     }
   }
   if (call.stamp.stamped()) check_same_call(round, call);
@@ -362,19 +385,40 @@ void ShmWindow::rethrow_if_aborted() const {
   wire.rethrow(header_->error_reporter);
 }
 
-void ShmWindow::check_alive(Deadline deadline, const char* what) const {
+pid_t ShmWindow::watched_pid(int rank) const {
+  const pid_t opened = lines_[rank].pid.load(std::memory_order_relaxed);
+  if (opened > 0 || known_pids_.empty()) return opened;
+  return known_pids_[static_cast<size_t>(rank)];
+}
+
+// A rank that has not opened the window yet has no pid in its line: the one the host exchange
+// gave create() stands for it, so a rank that dies before it attaches is named too.
+void ShmWindow::check_alive(uint64_t round, Deadline deadline, const char* what) const {
   rethrow_if_aborted();
   for (int r = 0; r < size_; ++r) {
-    const pid_t pid = lines_[r].pid.load(std::memory_order_relaxed);
-    if (r != rank_ && pid > 0 && pid != ::getpid() && process_is_gone(pid)) {
-      const int peer = group_ranks_[static_cast<size_t>(r)];
-      throw PeerError(peer, detail::concat(what, ": rank ", peer, " (pid ", pid,
-                                           ") died; its shared memory peers cannot go on"));
-    }
+    const pid_t pid = watched_pid(r);
+    if (r == rank_ || pid <= 0 || pid == ::getpid() || !process_is_gone(pid)) continue;
+    const int peer = group_ranks_[static_cast<size_t>(r)];
+    const bool attached = lines_[r].pid.load(std::memory_order_relaxed) > 0;
+    throw PeerError(peer, detail::concat(what, ": rank ", peer, " (pid ", pid, ") ",
+                                         attached ? "died" : "never attached and its process is gone",
+                                         "; its shared memory peers cannot go on"));
   }
   if (deadline.expired()) {
-    throw TimeoutError(detail::concat(what, ": waited for shared memory peers past the deadline"));
+    throw TimeoutError(detail::concat(what, ": waited past the deadline for shared memory peers ",
+                                      describe_late(round)));
   }
+}
+
+std::string ShmWindow::describe_late(uint64_t round) const {
+  std::string late;
+  for (int r = 0; r < size_; ++r) {
+    if (lines_[r].posted.load(std::memory_order_acquire) > round) continue;
+    const bool attached = lines_[r].pid.load(std::memory_order_relaxed) > 0;
+    late += detail::concat(late.empty() ? "" : ", ", "rank ", group_ranks_[static_cast<size_t>(r)],
+                           " (pid ", watched_pid(r), attached ? "" : ", never attached", ")");
+  }
+  return late;
 }
 
 }  // namespace cohort

@@ -29,7 +29,10 @@
 // the creator's pid.
 // Note [Shared-memory waits]
 // A wait spins briefly (a peer usually answers within a microsecond), then yields the CPU
-// between polls so that oversubscribed ranks make progress. Every few milliseconds it checks
+// between polls so that oversubscribed ranks make progress. When the node has more ranks than
+// this process may run on CPUs (16 ranks on 2 cores), it yields from the first poll: the peer
+// it waits for is then most likely descheduled, and a spin only holds the CPU that peer needs
+// (16 ranks on 2 cores spun through every round, and lost to loopback TCP's blocking waits). Every few milliseconds it checks
 // the deadline, the abort flag (set by any rank's Group::abort) and whether each peer process
 // still exists, so a dead peer is a PeerError naming it within milliseconds.
 #pragma once
@@ -86,11 +89,14 @@ class ShmWindow {
 
   // Collective over the ranks of one node: `rank` and `size` are local to the node, `store` is
   // the node's own view of the group's store, and `group_ranks[i]` is local rank i's rank in
-  // the group (errors name those). Returns null on every rank of the node when its local rank
-  // 0 cannot make the segment (it logs why; the group then stays on TCP). Throws ConfigError
-  // when another rank cannot map it, TimeoutError when a rank does not attach by the deadline.
+  // the group (errors name those). `pids[i]`, when not empty, is local rank i's process as
+  // the group's host exchange saw it (0: unknown); it is watched until that rank attaches, so
+  // that a rank that dies before is a PeerError naming it at once instead of a timeout.
+  // Returns null on every rank of the node when its local rank 0 cannot make the segment (it
+  // logs why; the group then stays on TCP). Throws ConfigError when another rank cannot map
+  // it, TimeoutError (naming the ranks) when a rank does not attach by the deadline.
   static std::unique_ptr<ShmWindow> create(Store& store, int rank, int size,
-                                           std::vector<int> group_ranks,
+                                           std::vector<int> group_ranks, std::vector<pid_t> pids,
                                            const std::string& job_token, size_t slot_bytes,
                                            Deadline deadline);
   ~ShmWindow();
@@ -125,8 +131,8 @@ class ShmWindow {
   // allocated through it is alive.
   ShmRegistry& registry() const { return *registry_; }
 
-  // Tests only: called with the step's name ("named", "created", "published" on rank 0;
-  // "opened", "attached" on every rank) and the local rank as create() passes each step, so
+  // Tests only: called with the step's name ("joining" on every rank as it enters; "named",
+  // "created", "published" on rank 0; "opened", "attached" on every rank) and the local rank as create() passes each step, so
   // that a test can end a rank exactly there. Null: none (the default).
   using CreationHook = void (*)(const char* step, int rank);
   static void set_creation_hook(CreationHook hook);
@@ -137,8 +143,12 @@ class ShmWindow {
 
  private:
   ShmWindow(ShmSegment segment, int rank, int size, std::vector<int> group_ranks,
-            size_t slot_bytes);
-  void check_alive(Deadline deadline, const char* what) const;
+            std::vector<pid_t> pids, size_t slot_bytes);
+  void check_alive(uint64_t round, Deadline deadline, const char* what) const;
+  // Rank r's process: the pid in its rank line once it has opened the window, else the one
+  // create() was given (0: unknown).
+  pid_t watched_pid(int rank) const;
+  std::string describe_late(uint64_t round) const;  // the ranks that have not posted `round`
   void rethrow_if_aborted() const;  // the error a rank stored with abort(), if any
   void check_same_call(uint64_t round, const ShmRoundCall& mine) const;
   void check_same_region(uint64_t round, const ShmRoundCall& call, const char* what) const;
@@ -147,7 +157,9 @@ class ShmWindow {
   int rank_;
   int size_;
   std::vector<int> group_ranks_;
+  std::vector<pid_t> known_pids_;  // create()'s `pids`: empty, or one per local rank
   size_t slot_bytes_;
+  int spins_;  // polls before a wait yields (Note [Shared-memory waits])
   ShmHeader* header_;
   ShmRankLine* lines_;
   uint8_t* slots_;
