@@ -134,7 +134,7 @@ void Group::Impl::open_shared_memory(Deadline deadline) {
   if (possible) {
     PrefixStore node_store("node" + std::to_string(topology_.node_rank()), store_);
     std::vector<pid_t> pids;  // watched until each rank attaches: one may die before it does
-    for (int r : mates) pids.push_back(hosts[static_cast<size_t>(r)].pid);
+    for (int r : mates) pids.push_back(hosts_[static_cast<size_t>(r)].pid);
     shm_ = ShmWindow::create(node_store, topology_.local_rank(), topology_.local_size(), mates,
                              pids, options_.job_token, ShmWindow::kSlotBytes, deadline);
   }

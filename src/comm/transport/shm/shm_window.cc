@@ -141,8 +141,8 @@ std::optional<ShmSegment> create_and_publish(Store& store, const std::string& na
 // Other ranks: a key rank 0 publishes, such as the nonce it publishes once its segment is ready
 // ("" when it has none). Rank 0 may die before: its pid is watched meanwhile, so that this is a
 // PeerError at once.
-std::string wait_for_creator(Store& store, const std::string& key, pid_t creator,
-                             int creator_rank, Deadline deadline) {
+std::string wait_for_creator(Store& store, const std::string& key, pid_t creator, int creator_rank,
+                             Deadline deadline) {
   constexpr Milliseconds kPoll{20};
   for (;;) {
     try {
@@ -213,8 +213,7 @@ void ShmWindow::set_creation_hook(CreationHook hook) {
 
 // Note [Shared-memory lifetime].
 std::unique_ptr<ShmWindow> ShmWindow::create(Store& store, int rank, int size,
-                                             std::vector<int> group_ranks,
-                                             std::vector<pid_t> pids,
+                                             std::vector<int> group_ranks, std::vector<pid_t> pids,
                                              const std::string& job_token, size_t slot_bytes,
                                              Deadline deadline) {
   COHORT_CHECK(size >= 1 && size <= kMaxRanks, "shared memory supports up to ", kMaxRanks,
@@ -237,16 +236,15 @@ std::unique_ptr<ShmWindow> ShmWindow::create(Store& store, int rank, int size,
     reached("named", 0);
     segment = create_and_publish(store, name, nonce, size, slot_bytes, bytes);
   } else {
-    segment = open_published(store, bytes, group_ranks[0], pids.empty() ? 0 : pids[0], guard,
-                             deadline);
+    segment =
+        open_published(store, bytes, group_ranks[0], pids.empty() ? 0 : pids[0], guard, deadline);
   }
   if (!segment) {
     guard.release();  // no segment was made under this name: it may not be ours
     return nullptr;
   }
-  std::unique_ptr<ShmWindow> window(
-      new ShmWindow(std::move(*segment), rank, size, std::move(group_ranks), std::move(pids),
-                    slot_bytes));
+  std::unique_ptr<ShmWindow> window(new ShmWindow(
+      std::move(*segment), rank, size, std::move(group_ranks), std::move(pids), slot_bytes));
   window->lines_[rank].pid.store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
   reached("opened", rank);
   // The last rank to attach removes the name; then every rank does (in the guard), and a rank
@@ -359,7 +357,8 @@ void ShmWindow::check_same_region(uint64_t round, const ShmRoundCall& call,
     throw MismatchError(detail::concat(
         what, " (collective #", call.sequence, "): rank ", group_ranks_[static_cast<size_t>(rank_)],
         " passed ", describe(mine), " but rank ", group_ranks_[static_cast<size_t>(r)], " passed ",
-        describe(theirs), "; the ranks of a node must all pass buffers of the same "
+        describe(theirs),
+        "; the ranks of a node must all pass buffers of the same "
         "Group::allocate_registered call, or all pass private memory"));
   }
 }
@@ -400,9 +399,10 @@ void ShmWindow::check_alive(uint64_t round, Deadline deadline, const char* what)
     if (r == rank_ || pid <= 0 || pid == ::getpid() || !process_is_gone(pid)) continue;
     const int peer = group_ranks_[static_cast<size_t>(r)];
     const bool attached = lines_[r].pid.load(std::memory_order_relaxed) > 0;
-    throw PeerError(peer, detail::concat(what, ": rank ", peer, " (pid ", pid, ") ",
-                                         attached ? "died" : "never attached and its process is gone",
-                                         "; its shared memory peers cannot go on"));
+    throw PeerError(peer,
+                    detail::concat(what, ": rank ", peer, " (pid ", pid, ") ",
+                                   attached ? "died" : "never attached and its process is gone",
+                                   "; its shared memory peers cannot go on"));
   }
   if (deadline.expired()) {
     throw TimeoutError(detail::concat(what, ": waited past the deadline for shared memory peers ",

@@ -32,9 +32,10 @@
 // between polls so that oversubscribed ranks make progress. When the node has more ranks than
 // this process may run on CPUs (16 ranks on 2 cores), it yields from the first poll: the peer
 // it waits for is then most likely descheduled, and a spin only holds the CPU that peer needs
-// (16 ranks on 2 cores spun through every round, and lost to loopback TCP's blocking waits). Every few milliseconds it checks
-// the deadline, the abort flag (set by any rank's Group::abort) and whether each peer process
-// still exists, so a dead peer is a PeerError naming it within milliseconds.
+// (16 ranks on 2 cores spun through every round, and lost to loopback TCP's blocking waits). Every
+// few milliseconds it checks the deadline, the abort flag (set by any rank's Group::abort) and
+// whether each peer process still exists, so a dead peer is a PeerError naming it within
+// milliseconds.
 #pragma once
 
 #include <sys/types.h>
@@ -132,8 +133,9 @@ class ShmWindow {
   ShmRegistry& registry() const { return *registry_; }
 
   // Tests only: called with the step's name ("joining" on every rank as it enters; "named",
-  // "created", "published" on rank 0; "opened", "attached" on every rank) and the local rank as create() passes each step, so
-  // that a test can end a rank exactly there. Null: none (the default).
+  // "created", "published" on rank 0; "opened", "attached" on every rank) and the local rank as
+  // create() passes each step, so that a test can end a rank exactly there. Null: none (the
+  // default).
   using CreationHook = void (*)(const char* step, int rank);
   static void set_creation_hook(CreationHook hook);
 
@@ -149,7 +151,7 @@ class ShmWindow {
   // create() was given (0: unknown).
   pid_t watched_pid(int rank) const;
   std::string describe_late(uint64_t round) const;  // the ranks that have not posted `round`
-  void rethrow_if_aborted() const;  // the error a rank stored with abort(), if any
+  void rethrow_if_aborted() const;                  // the error a rank stored with abort(), if any
   void check_same_call(uint64_t round, const ShmRoundCall& mine) const;
   void check_same_region(uint64_t round, const ShmRoundCall& call, const char* what) const;
 
