@@ -12,10 +12,10 @@ const char* base_name(const char* path) {
 }
 }  // namespace
 
-void throw_check_failure(const char* file, int line, const std::string& condition,
-                         const std::string& message) {
-  throw InvalidArgument(concat(message, " [check failed: ", condition, " at ", base_name(file),
-                               ":", line, "]"));
+// The message is written for the user: the condition and cohort's source line would only
+// distract from it (issue 35), so they are left out. Bugs go through throw_internal_failure.
+void throw_check_failure(const std::string& message) {
+  throw InvalidArgument(message);
 }
 
 void throw_internal_failure(const char* file, int line, const char* condition,

@@ -418,6 +418,43 @@ TEST(FsdpErrors, ModelsThatDifferAcrossRanksAreNamed) {
   for (const auto& e : errors) EXPECT_NE(e.find("0.weight"), std::string::npos) << e;
 }
 
+// Issue 35: under COHORT_DEBUG=detail the mismatch named an allgather and a barrier, not
+// FSDP's constructor.
+TEST(FsdpErrors, ARankThatSkipsTheConstructorIsToldWhatTheOthersCalled) {
+  GroupOptions checked;
+  checked.debug_checks = true;
+  const auto groups = make_inproc_groups(2, checked);
+  std::vector<std::string> errors(2);
+  run_ranks(2, [&](int rank) {
+    try {
+      if (rank == 1) {
+        groups[1]->barrier();
+      } else {
+        FullyShardedDataParallel fsdp(layers({8, 16, 4}), groups[0]);
+      }
+    } catch (const std::exception& e) {
+      errors[static_cast<size_t>(rank)] = e.what();
+    }
+  });
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("FullyShardedDataParallel's constructor"), std::string::npos) << e;
+  }
+}
+
+// Issue 35: unwinding from an error, the destructor tried to gather over the broken group and
+// printed a warning before the error itself.
+TEST(FsdpErrors, AnErrorUnwindingThroughFsdpIsTheFirstThingSaid) {
+  ::testing::internal::CaptureStderr();
+  const auto errors = errors_of(2, [](int rank, std::shared_ptr<Group> group) {
+    FullyShardedDataParallel fsdp(layers({8, 16, 4}), group);
+    if (rank == 1) group->abort("rank 1 gave up");
+    throw std::runtime_error("the training failed");
+  });
+  const std::string printed = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(printed.find("could not gather the parameters back"), std::string::npos) << printed;
+  for (const auto& e : errors) EXPECT_NE(e.find("the training failed"), std::string::npos) << e;
+}
+
 TEST(FsdpErrors, OptimizerOverTheModelsParameters) {
   const auto errors = errors_of(2, [](int, std::shared_ptr<Group> group) {
     auto net = layers({8, 16, 4});
@@ -541,6 +578,8 @@ TEST(FsdpErrors, ParamDtypeUnderNoShardOrNotFloating) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("Use SHARD_GRAD_OP with param_dtype"), std::string::npos)
         << e.what();
+    // Issue 35: cohort's source line was appended to the message.
+    EXPECT_EQ(std::string(e.what()).find("check failed"), std::string::npos) << e.what();
   }
   FsdpOptions integer;
   integer.mixed_precision.param_dtype = torch::kInt;

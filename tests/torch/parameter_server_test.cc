@@ -700,6 +700,9 @@ TEST(PairErrors, NameTheRanksOfTheGroup) {
                                  7, 3),
             "recv failed on rank 3: lost the connection to rank 7 (x); receive from rank 7; "
             "server rank 1 failed; on rank 10 stays");
+  // Issue 35: "rank 0 aborted the group" meant the server, rank 2 of the job.
+  EXPECT_EQ(ps::with_group_ranks("rank 0 aborted the group: rank 1 (pid 12) died; rank 1 ok", 2, 5),
+            "rank 2 aborted the group: rank 5 (pid 12) died; rank 1 ok");
 }
 
 TEST(Consistency, NamesRoundTrip) {

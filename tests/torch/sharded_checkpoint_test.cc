@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint_file.h"
 #include "checkpoint_files.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp.h"
@@ -839,6 +840,28 @@ TEST_F(ShardedCheckpointErrors, MissingShardFileNamesIt) {
   const std::string file = shard_file(3);
   ASSERT_TRUE(fs::remove(file));
   expect_every_rank_names(load_errors(), {file, "missing"});
+}
+
+// Issue 35: a directory or a FIFO in a shard file's place was reported as a missing file.
+TEST_F(ShardedCheckpointErrors, SomethingElseInAShardFilesPlaceIsNamed) {
+  const std::string file = shard_file(1);
+  ASSERT_TRUE(fs::remove(file));
+  ASSERT_TRUE(fs::create_directory(file));
+  expect_every_rank_names(load_errors(), {file, "is not a regular file"});
+  ASSERT_TRUE(fs::remove(file));
+  ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+  expect_every_rank_names(load_errors(), {file, "is not a regular file"});
+}
+
+// Issue 35: a manifest whose size of a file is wrong loaded (its CRC matched the file).
+TEST_F(ShardedCheckpointErrors, AShardFileOfAnotherSizeThanItsManifestSaysIsRefused) {
+  const std::string manifest_path = dir_.file("manifest.ckpt");
+  std::string text = read_bytes(manifest_path);
+  text.resize(text.size() - kCheckpointFooterBytes);
+  nlohmann::json manifest = nlohmann::json::parse(text);
+  manifest.at("files").at(2).at("bytes") = manifest.at("files").at(2).at("bytes").get<int>() + 8;
+  detail::write_checkpoint_file(manifest_path, manifest.dump());
+  expect_every_rank_names(load_errors(), {shard_file(2), "bytes but the manifest says"});
 }
 
 // A shard file replaced by another save's file of the same name: its own footer is fine, the

@@ -16,33 +16,29 @@ std::string concat(const Args&... args) {
   return out.str();
 }
 
-[[noreturn]] void throw_check_failure(const char* file, int line, const std::string& condition,
-                                      const std::string& message);
+[[noreturn]] void throw_check_failure(const std::string& message);
 [[noreturn]] void throw_internal_failure(const char* file, int line, const char* condition,
                                          const std::string& message);
 
 }  // namespace cohort::detail
 
-// COHORT_CHECK(cond, "message", more...) -> InvalidArgument("message more... (cond)")
+// COHORT_CHECK(cond, "message", more...) -> InvalidArgument("message more..."): a message that
+// tells the user what was wrong and what to do.
 #define COHORT_CHECK(cond, ...)                                                        \
   do {                                                                                 \
     if (!(cond)) {                                                                     \
-      ::cohort::detail::throw_check_failure(__FILE__, __LINE__, #cond,                 \
-                                            ::cohort::detail::concat(__VA_ARGS__));    \
+      ::cohort::detail::throw_check_failure(::cohort::detail::concat(__VA_ARGS__));    \
     }                                                                                  \
   } while (0)
 
-// COHORT_CHECK_EQ(a, b, "message") -> InvalidArgument naming both values.
+// COHORT_CHECK_EQ(a, b, "message") -> InvalidArgument("message (A vs B)"), naming both values.
 #define COHORT_CHECK_EQ(a, b, ...)                                                     \
   do {                                                                                 \
     const auto& cohort_check_a_ = (a);                                                 \
     const auto& cohort_check_b_ = (b);                                                 \
     if (!(cohort_check_a_ == cohort_check_b_)) {                                       \
-      ::cohort::detail::throw_check_failure(                                           \
-          __FILE__, __LINE__,                                                          \
-          ::cohort::detail::concat(#a " == " #b " (", cohort_check_a_, " vs ",         \
-                                   cohort_check_b_, ")"),                              \
-          ::cohort::detail::concat(__VA_ARGS__));                                      \
+      ::cohort::detail::throw_check_failure(::cohort::detail::concat(                  \
+          __VA_ARGS__, " (", cohort_check_a_, " vs ", cohort_check_b_, ")"));          \
     }                                                                                  \
   } while (0)
 

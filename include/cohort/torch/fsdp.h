@@ -150,7 +150,9 @@ class FullyShardedDataParallel {
       : FullyShardedDataParallel(std::static_pointer_cast<torch::nn::Module>(module.ptr()),
                                  std::move(group), std::move(options)) {}
   // Restores every parameter whole (gathered) and stops watching operators. Collective when
-  // units are sharded.
+  // units are sharded. Not while an exception unwinds the stack: the error that ends the
+  // training most likely broke the group too, so the parameters are left without memory, and
+  // nothing is printed before that error.
   ~FullyShardedDataParallel();
   FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
   FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;

@@ -15,10 +15,23 @@ constexpr size_t kSignatureRecordBytes = 256;
 std::string signature_key(uint64_t sequence, int rank) {
   return "debug/" + std::to_string(sequence) + "/" + std::to_string(rank);
 }
+
+// What a rank publishes: its call, then where cohort issued it ("" for the user's own). Ranks
+// are compared on the call alone (a finished rank's join shadows the others' gradient
+// allreduces from another site), and the site is named in the error (issue 35: a rank that
+// skipped FSDP's constructor saw only "allgather" against "barrier").
+std::string record_of(const Signature& signature) {
+  return signature.describe() + '\n' + call_site_name(signature.site);
+}
+std::string call_of(const std::string& record) { return record.substr(0, record.find('\n')); }
+std::string site_of(const std::string& record) {
+  const size_t newline = record.find('\n');
+  return newline == std::string::npos ? "" : record.substr(newline + 1);
+}
 }  // namespace
 
 std::vector<std::string> Group::Impl::gather_signatures(const Operation& op, Deadline deadline) {
-  const std::string mine = op.signature.describe();
+  const std::string mine = record_of(op.signature);
   std::vector<std::string> calls;
   if (!store_) {
     // Fixed-size records through the engine's all-gather (every description is far shorter).
@@ -45,17 +58,21 @@ std::vector<std::string> Group::Impl::gather_signatures(const Operation& op, Dea
 }
 
 void Group::Impl::check_signatures(const Operation& op, Deadline deadline) {
-  const std::vector<std::string> calls = gather_signatures(op, deadline);
+  const std::vector<std::string> records = gather_signatures(op, deadline);
   std::map<std::string, std::string> ranks_by_call;  // call -> "0, 2"
+  std::map<std::string, std::string> site_of_call;   // call -> its first rank's site
   for (int r = 0; r < size(); ++r) {
-    auto& ranks = ranks_by_call[calls[static_cast<size_t>(r)]];
+    const std::string& record = records[static_cast<size_t>(r)];
+    auto& ranks = ranks_by_call[call_of(record)];
     ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    site_of_call.emplace(call_of(record), site_of(record));
   }
   if (ranks_by_call.size() == 1) return;
 
   std::string detail;
   for (const auto& [call, ranks] : ranks_by_call) {
-    detail += "\n  ranks " + ranks + " called " + call;
+    const std::string& site = site_of_call[call];
+    detail += "\n  ranks " + ranks + " called " + call + (site.empty() ? "" : " in " + site);
   }
   throw InvalidArgument("COHORT_DEBUG=detail: ranks disagree on collective #" +
                         std::to_string(op.sequence) + ":" + detail);

@@ -52,16 +52,23 @@ std::vector<std::shared_ptr<Group>> connect_pairs(Group& group, const std::vecto
 }
 
 std::string with_group_ranks(const std::string& pair_message, int server_rank, int client_rank) {
-  // Only where the transports name a peer: "failed on rank 1", "connection to rank 0", "from
-  // rank 0". Other ranks in the text (relayed messages) are already the group's.
-  static const std::regex pair_rank(R"(\b(on|to|from) rank ([01])\b)");
+  // Only where the pair's transports name a peer: "failed on rank 1", "connection to rank 0",
+  // "from rank 0", "rank 0 aborted the group", "rank 1 (pid 12) died". Other ranks in the text
+  // (relayed messages) are already the group's.
+  static const std::regex pair_rank(
+      R"(\b(on|to|from) rank ([01])\b|\brank ([01])(?= aborted the group| \(pid ))");
+  const auto group_rank = [&](const std::string& pair) {
+    return std::to_string(pair == "0" ? server_rank : client_rank);
+  };
   std::string out;
   auto last = pair_message.cbegin();
   for (std::sregex_iterator it(pair_message.begin(), pair_message.end(), pair_rank), end;
        it != end; ++it) {
-    out.append(last, (*it)[0].first);
-    out += (*it)[1].str() + " rank " + std::to_string((*it)[2] == "0" ? server_rank : client_rank);
-    last = (*it)[0].second;
+    const std::smatch& match = *it;
+    out.append(last, match[0].first);
+    out += match[2].matched ? match[1].str() + " rank " + group_rank(match[2].str())
+                            : "rank " + group_rank(match[3].str());
+    last = match[0].second;
   }
   out.append(last, pair_message.cend());
   return out;

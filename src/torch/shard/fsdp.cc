@@ -158,12 +158,16 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   ~Impl() override {
     if (ddp_) return;
     unwatch_operators(this);
-    restore_whole_parameters();
+    // Issue 35: a gather over the broken group printed a warning before the real error.
+    if (std::uncaught_exceptions() == 0) restore_whole_parameters();
   }
 
   // ---- construction
 
+  // The splits are FSDP's first collectives: a rank that skipped the constructor is told so.
   void make_groups() {
+    CollectiveOptions constructor;
+    constructor.site = CallSite::kFsdpConstructor;
     shard_group_ = group_;
     if (options_.strategy == ShardingStrategy::kHybridShard) {
       COHORT_CHECK(group_->size() == group_->num_nodes() * group_->local_size(),
@@ -172,10 +176,10 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
                    "it has ranks); this group has ",
                    group_->size(), " ranks on ", group_->num_nodes(),
                    " nodes. Start as many ranks per node, or use FULL_SHARD");
-      shard_group_ = group_->split(group_->node_rank(), group_->rank());
-      replica_group_ = group_->split(group_->local_rank(), group_->rank());
+      shard_group_ = group_->split(group_->node_rank(), group_->rank(), constructor);
+      replica_group_ = group_->split(group_->local_rank(), group_->rank(), constructor);
     }
-    reduce_group_ = shard_group_->split(0, shard_group_->rank());
+    reduce_group_ = shard_group_->split(0, shard_group_->rank(), constructor);
   }
 
   void check_and_broadcast(const std::vector<UnitPlan>& plans) {

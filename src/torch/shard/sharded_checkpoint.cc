@@ -367,9 +367,25 @@ LoadPlan plan_load(const std::string& directory, const Manifest& m, const RankHo
   return plan;
 }
 
-bool is_regular_file(const std::string& path) {
+// What a rank sees at a shard file's path (step 3 of Note [Sharded load]); a FIFO or a
+// directory in a file's place is told apart from a missing file (issue 35).
+enum FileSight : uint8_t { kAbsent = 0, kRegularFile = 1, kNotAFile = 2 };
+
+uint8_t sight_of(const std::string& path) {
   struct stat info {};
-  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+  if (::stat(path.c_str(), &info) != 0) return kAbsent;
+  return S_ISREG(info.st_mode) ? kRegularFile : kNotAFile;
+}
+
+// The size the manifest gives must be the file's too (a manifest rewritten by hand or by a
+// tool loaded: issue 35). Checked after the file's own footer and CRC, which
+// say more about a truncated or replaced file.
+void check_size(const std::string& directory, const std::string& path, uint64_t expected) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0 || static_cast<uint64_t>(info.st_size) == expected) return;
+  throw CheckpointError(concat("shard file '", path, "' is not the one checkpoint '", directory,
+                               "' names: it holds ", info.st_size, " bytes but the manifest says ",
+                               expected, "; load an older checkpoint, or start the run over"));
 }
 
 // The verified payload of saved rank `rank`'s file.
@@ -389,6 +405,7 @@ std::string read_shard_file(const std::string& directory, const Manifest& m, int
                                  " but the manifest says ", detail::hex32(file.crc32),
                                  "; load an older checkpoint, or start the run over"));
   }
+  check_size(directory, path, file.bytes);
   return std::move(*payload);
 }
 
@@ -402,7 +419,7 @@ std::exception_ptr read_needed_files(Group& group, const std::string& directory,
   const int me = group.rank();
   const size_t files = m.files.size();
   auto at = [&](const std::vector<uint8_t>& flags, int r, size_t f) {
-    return flags[static_cast<size_t>(r) * files + f] != 0;
+    return flags[static_cast<size_t>(r) * files + f] == kRegularFile;  // needed: 1 or 0
   };
   std::exception_ptr first;
   for (size_t f = 0; f < files; ++f) {
@@ -448,12 +465,20 @@ void check_every_needed_file_seen(const std::string& directory, const Manifest& 
                                   const std::vector<uint8_t>& needed) {
   const size_t files = m.files.size();
   for (size_t f = 0; f < files; ++f) {
-    bool wanted = false, visible = false;
+    bool wanted = false, visible = false, other = false;
     for (int r = 0; r < world; ++r) {
       wanted |= needed[static_cast<size_t>(r) * files + f] != 0;
-      visible |= seen[static_cast<size_t>(r) * files + f] != 0;
+      visible |= seen[static_cast<size_t>(r) * files + f] == kRegularFile;
+      other |= seen[static_cast<size_t>(r) * files + f] == kNotAFile;
     }
     if (!wanted || visible) continue;
+    if (other) {
+      throw CheckpointError(concat(
+          "checkpoint '", directory, "' is damaged: its shard file '",
+          join(directory, m.files[f].name), "' (saved by rank ", f,
+          ") is not a regular file (a directory, FIFO, device or socket is in its place). "
+          "Put the file back, or load an older checkpoint"));
+    }
     throw CheckpointError(concat(
         "checkpoint '", directory, "' is incomplete: its shard file '",
         join(directory, m.files[f].name), "' (saved by rank ", f,
@@ -609,7 +634,7 @@ bool load_sharded(const std::string& directory, Group& group, const RankHoldings
     plan = plan_load(directory, m, holdings, state, codec, group.rank());
     needed = plan.pieces->files_needed(m.world_size);
     for (size_t f = 0; f < m.files.size(); ++f) {
-      seen[f] = is_regular_file(join(directory, m.files[f].name)) ? 1 : 0;
+      seen[f] = sight_of(join(directory, m.files[f].name));
     }
   });
   detail::rethrow_on_every_rank(group, error, kLoad);
