@@ -130,7 +130,8 @@ struct FsdpMemoryReport {
   size_t gathered = 0;          // units gathered now (full parameters)
   size_t peak_gathered = 0;     // the most gathered at once since construction or reset_peak
   size_t gradients = 0;         // this rank's averaged gradient shards + buffers in flight now
-  size_t peak_gradients = 0;
+  size_t peak_gradients = 0;    // at most: the shards + three units' flat gradients + 1/W of
+                                // the model's blocks waiting to land (docs/fsdp.md, "Memory")
   size_t optimizer_state = 0;  // of the optimizer passed in (0 without one)
   size_t model_state() const { return parameter_shards + gathered + gradients + optimizer_state; }
 };

@@ -114,8 +114,9 @@ std::string describe(const std::string& kind, const std::string& name, const tor
 }
 
 struct ReduceScatter {
-  torch::Tensor input;   // the unit's flat gradient, released once the collective has ended
-  torch::Tensor output;  // this rank's block
+  torch::Tensor input;  // the unit's flat gradient, reduced in place; released once it has ended
+  torch::Tensor block;  // this rank's block: a view of input, else a copy waiting to land
+  bool landed = false;  // the block is in the shards' .grad already
   size_t input_bytes = 0;
   torch::ScalarType input_dtype = torch::kFloat32;  // what went on the wire
   std::shared_ptr<Work> work;
@@ -129,6 +130,16 @@ struct ReduceScatter {
 // time a unit's gradients arrive, the flat gradients of finished reduce-scatters are released,
 // and while more than this many are still in flight, backward waits for the oldest (counted in
 // exposed_comm_ms). Two keeps one reduce-scatter running while the next unit's is queued.
+// Nothing else of the reductions is held: a reduce-scatter writes this rank's block inside its
+// own input (in place, docs/algorithms.md), and when it has ended the block lands in the
+// shards' .grad at once if every part's .grad is there already (adding the zeros of a part no
+// rank used leaves that .grad as it was, so the end of backward's used map is not needed). Only
+// where it cannot (a first backward, .grad set to none, or HYBRID_SHARD, whose blocks are still
+// to be averaged over the replicas) is the block copied out to wait for the end of backward.
+// Separate output blocks, kept to the end of backward, held another 1/W of the model: twice
+// DDP's whole gradient at 2 ranks for a model of one large unit.
+// The bound (docs/fsdp.md, "Memory"): the shards' .grad, at most three units' flat gradients,
+// and the blocks that wait (1/W of the model at most).
 constexpr size_t kMaxReductionsInFlight = 2;
 
 }  // namespace
@@ -443,24 +454,30 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       rs.input = std::move(iteration_.ready[u]);
       rs.input_bytes = rs.input.nbytes();
       rs.input_dtype = rs.input.scalar_type();
-      rs.output = torch::empty({units_[u]->shard_numel()}, rs.input.options());
-      CollectiveOptions options;
-      options.op = ReduceOp::kAvg;
-      options.site = CallSite::kFsdpGradients;
-      options.stream = current_stream(rs.input);
-      rs.work = reduce_group_->reduce_scatter_async(tensor_buffer(rs.input),
-                                                    tensor_buffer(rs.output), options);
+      const int64_t block = units_[u]->shard_numel();
+      rs.block = rs.input.narrow(0, reduce_group_->rank() * block, block);
+      rs.work = start_reduce_scatter(rs);
       rs.ready_at = iteration_.ready_at[u];
       iteration_.reductions[u] = std::move(rs);
       ++iteration_.next_reduction;
     }
   }
 
+  std::shared_ptr<Work> start_reduce_scatter(const ReduceScatter& rs) {
+    CollectiveOptions options;
+    options.op = ReduceOp::kAvg;
+    options.site = CallSite::kFsdpGradients;
+    options.stream = current_stream(rs.input);
+    return reduce_group_->reduce_scatter_async(tensor_buffer(rs.input), tensor_buffer(rs.block),
+                                               options);
+  }
+
   // Note [FSDP gradients in flight].
   void release_finished_inputs() {
     size_t in_flight = 0;
     for (size_t i = iteration_.next_reduction; i-- > 0;) {
-      ReduceScatter& rs = iteration_.reductions[reduce_order_[i]];
+      const size_t u = reduce_order_[i];
+      ReduceScatter& rs = iteration_.reductions[u];
       if (!rs.input.defined()) continue;
       if (in_flight == kMaxReductionsInFlight) {
         const auto start = Clock::now();
@@ -468,11 +485,35 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
         iteration_.waited += Clock::now() - start;
       }
       if (rs.work->is_completed()) {
-        rs.input = torch::Tensor();
+        settle(u, rs);
       } else {
         ++in_flight;
       }
     }
+  }
+
+  // Note [FSDP gradients in flight]: the ended reduce-scatter's block lands in the shards'
+  // .grad now if it can, else it is copied out of the flat gradient (unless it is all of it,
+  // at one rank); the flat gradient is released.
+  void settle(size_t u, ReduceScatter& rs) {
+    rs.work->wait();  // ended: rethrows its error, if any
+    if (lands_early(u)) {
+      land_in_shards(u, rs.block, std::vector<char>(units_[u]->shard_parts().size(), 1), 0);
+      rs.landed = true;
+      rs.block = torch::Tensor();
+    } else if (rs.block.numel() < rs.input.numel()) {
+      rs.block = rs.block.clone();
+    }
+    rs.input = torch::Tensor();
+  }
+
+  // Whether unit u's block may land before the end of backward without the used map.
+  bool lands_early(size_t u) const {
+    if (replica_group_ && replica_group_->size() > 1) return false;
+    for (const ShardPart& part : units_[u]->shard_parts()) {
+      if (part.range.length > 0 && !part.tensor.grad().defined()) return false;
+    }
+    return true;
   }
 
   void end_of_backward() {
@@ -512,8 +553,11 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       ReduceScatter& rs = iteration_.reductions[u];
       rs.work->wait();
       stats.buckets.push_back(reduction_stats(u, rs));
-      if (replica_group_ && replica_group_->size() > 1) average_over_replicas(rs.output);
-      land_in_shards(u, rs.output, used, first_part[u]);
+      if (rs.input.defined()) settle(u, rs);
+      if (!rs.landed) {
+        if (replica_group_ && replica_group_->size() > 1) average_over_replicas(rs.block);
+        land_in_shards(u, rs.block, used, first_part[u]);
+      }
       note_gradients();
       rs = ReduceScatter();
     }
@@ -619,27 +663,24 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
 
   void note_gradients() { peak_gradients_ = std::max(peak_gradients_, gradient_bytes()); }
 
+  // Each storage once: a .grad and a reduce-scatter's block may be views of another tensor.
   size_t gradient_bytes() const {
     size_t bytes = 0;
     std::unordered_set<const void*> storages;
-    for (const auto& unit : units_) {
-      for (const ShardPart& part : unit->shard_parts()) {
-        const auto& grad = part.tensor.grad();
-        if (grad.defined() && storages.insert(grad.storage().unsafeGetStorageImpl()).second) {
-          bytes += grad.storage().nbytes();
-        }
+    const auto count = [&](const torch::Tensor& t) {
+      if (t.defined() && storages.insert(t.storage().unsafeGetStorageImpl()).second) {
+        bytes += t.storage().nbytes();
       }
+    };
+    for (const auto& unit : units_) {
+      for (const ShardPart& part : unit->shard_parts()) count(part.tensor.grad());
     }
-    for (const auto& [u, local] : accumulated_) {
-      if (local.defined()) bytes += local.nbytes();
-    }
+    for (const auto& [u, local] : accumulated_) count(local);
     for (const auto& rs : iteration_.reductions) {
-      if (rs.input.defined()) bytes += rs.input.nbytes();
-      if (rs.output.defined()) bytes += rs.output.nbytes();
+      count(rs.input);
+      count(rs.block);
     }
-    for (const auto& ready : iteration_.ready) {
-      if (ready.defined()) bytes += ready.nbytes();
-    }
+    for (const auto& ready : iteration_.ready) count(ready);
     return bytes;
   }
 
