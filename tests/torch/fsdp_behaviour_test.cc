@@ -121,6 +121,29 @@ TEST(Fsdp, PeakGradientsAreTheShardsAndAFewUnits) {
   }
 }
 
+// At world size 1 a gather is a copy and a reduce-scatter nothing at all: no collective is
+// issued, and no time is reported as exposed communication.
+TEST(Fsdp, AloneIssuesNoCollectives) {
+  run_with_groups(1, [](int, std::shared_ptr<Group> group) {
+    torch::manual_seed(3);
+    auto net = interleaved_blocks();
+    FullyShardedDataParallel fsdp(net, group, with(ShardingStrategy::kFullShard));
+    torch::optim::AdamW optimizer(fsdp.parameters());
+    const auto step = [&] {
+      optimizer.zero_grad();
+      net->forward(torch::randn({4, 32})).pow(2).mean().backward();
+      fsdp.step(optimizer);
+    };
+    step();  // the first step also checks the ranks' optimizers (one small collective)
+    const uint64_t issued = group->sequence_number();
+    for (int i = 0; i < 3; ++i) {
+      step();
+      EXPECT_EQ(fsdp.last_iteration_stats().exposed_comm_ms, 0.0) << "step " << i;
+    }
+    EXPECT_EQ(group->sequence_number(), issued);
+  });
+}
+
 // With Adam, model state per rank is 16/W bytes per parameter plus what is gathered
 // (docs/sharding.md): 4/W of shards, 4/W of gradient shards, 8/W of optimizer state.
 TEST(Fsdp, MemoryReportMatchesTheFormula) {

@@ -214,8 +214,9 @@ class FullyShardedDataParallel {
   FullParameters full_parameters(bool writeback = false);
 
   // The last synchronized iteration (from its forward to the end of its backward):
-  // exposed_comm_ms is the time this rank waited for all-gathers and at the end of backward
-  // for the reduce-scatters; buckets: one per unit reduced, in reduction order, bytes of its
+  // exposed_comm_ms is the time this rank was blocked on communication: all-gathers not yet
+  // done when needed, reduce-scatters (in flight or at the end of backward) and the end of
+  // backward's small collectives (0 at world size 1, which issues none); buckets: one per unit reduced, in reduction order, bytes of its
   // flat gradient and latency from its gradient node to the end of its reduce-scatter.
   // kNoShard: DistributedDataParallel's.
   const IterationStats& last_iteration_stats() const;

@@ -142,6 +142,14 @@ struct ReduceScatter {
 // and the blocks that wait (1/W of the model at most).
 constexpr size_t kMaxReductionsInFlight = 2;
 
+// What stands for a reduce-scatter over one rank: the average of one gradient is itself.
+std::shared_ptr<Work> nothing_to_reduce() {
+  auto done = std::make_shared<Work>("FSDP reduce-scatter over one rank (nothing to send)");
+  done->mark_started();
+  done->mark_done();
+  return done;
+}
+
 }  // namespace
 
 class FullyShardedDataParallel::Impl final : public UnitWatcher {
@@ -333,11 +341,24 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   }
 
   void wait_for_gather(int u) {
-    const auto start = Clock::now();
     std::shared_ptr<Work> work = units_[u]->gather_work();
+    wait_for(*work);
     units_[u]->wait_gathered();
-    iteration_.waited += Clock::now() - start;
     record(u, "all-gather", *work);
+  }
+
+  // Waits for `work` (rethrowing its error), counting the time in exposed_comm_ms when it had
+  // not ended yet.
+  void wait_for(const Work& work) {
+    if (work.is_completed()) return work.wait();
+    waiting([&] { work.wait(); });
+  }
+
+  template <typename Blocking>
+  void waiting(Blocking&& blocking) {
+    const auto start = Clock::now();
+    blocking();
+    iteration_.waited += Clock::now() - start;
   }
 
   void record(int u, const char* what, const Work& work) const {
@@ -456,7 +477,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       rs.input_dtype = rs.input.scalar_type();
       const int64_t block = units_[u]->shard_numel();
       rs.block = rs.input.narrow(0, reduce_group_->rank() * block, block);
-      rs.work = start_reduce_scatter(rs);
+      rs.work = reduce_group_->size() == 1 ? nothing_to_reduce() : start_reduce_scatter(rs);
       rs.ready_at = iteration_.ready_at[u];
       iteration_.reductions[u] = std::move(rs);
       ++iteration_.next_reduction;
@@ -479,11 +500,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       const size_t u = reduce_order_[i];
       ReduceScatter& rs = iteration_.reductions[u];
       if (!rs.input.defined()) continue;
-      if (in_flight == kMaxReductionsInFlight) {
-        const auto start = Clock::now();
-        rs.work->wait();
-        iteration_.waited += Clock::now() - start;
-      }
+      if (in_flight == kMaxReductionsInFlight) wait_for(*rs.work);
       if (rs.work->is_completed()) {
         settle(u, rs);
       } else {
@@ -542,7 +559,6 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       local = torch::Tensor();
     }
     issue_ready_reductions();
-    const auto start = Clock::now();
     const std::vector<char> used = used_anywhere();
     std::vector<size_t> first_part(units_.size(), 0);
     for (size_t u = 1; u < units_.size(); ++u) {
@@ -551,7 +567,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     IterationStats stats;
     for (size_t u : reduce_order_) {
       ReduceScatter& rs = iteration_.reductions[u];
-      rs.work->wait();
+      wait_for(*rs.work);
       stats.buckets.push_back(reduction_stats(u, rs));
       if (rs.input.defined()) settle(u, rs);
       if (!rs.landed) {
@@ -561,10 +577,9 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       note_gradients();
       rs = ReduceScatter();
     }
-    if (options_.broadcast_buffers && !buffers_.empty()) {
-      broadcast_coalesced(*group_, buffers_, 0, CallSite::kFsdpEndOfBackward);
+    if (options_.broadcast_buffers && !buffers_.empty() && group_->size() > 1) {
+      waiting([&] { broadcast_coalesced(*group_, buffers_, 0, CallSite::kFsdpEndOfBackward); });
     }
-    iteration_.waited += Clock::now() - start;
     stats.exposed_comm_ms = std::chrono::duration<double, std::milli>(iteration_.waited).count();
     stats.allgather_bytes = iteration_.allgather_bytes;
     last_stats_ = std::move(stats);
@@ -572,7 +587,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
 
   BucketStats reduction_stats(size_t u, const ReduceScatter& rs) const {
     using Ms = std::chrono::duration<double, std::milli>;
-    record(static_cast<int>(u), "reduce-scatter", *rs.work);
+    if (reduce_group_->size() > 1) record(static_cast<int>(u), "reduce-scatter", *rs.work);
     BucketStats stats;
     stats.bytes = rs.input_bytes;
     stats.reduced_dtype = rs.input_dtype;
@@ -586,7 +601,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     CollectiveOptions options;
     options.op = ReduceOp::kAvg;
     options.site = CallSite::kFsdpGradients;
-    replica_group_->allreduce(tensor_buffer(block), options);
+    waiting([&] { replica_group_->allreduce(tensor_buffer(block), options); });
   }
 
   // Whether any rank's backward gave each trainable parameter a gradient since the last
@@ -602,11 +617,11 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     }
     auto map =
         torch::from_blob(mine.data(), {static_cast<int64_t>(mine.size())}, torch::kUInt8).clone();
-    if (!mine.empty()) {
+    if (!mine.empty() && group_->size() > 1) {  // the max over one rank is its own map
       CollectiveOptions options;
       options.op = ReduceOp::kMax;
       options.site = CallSite::kFsdpEndOfBackward;
-      group_->allreduce(tensor_buffer(map), options);
+      waiting([&] { group_->allreduce(tensor_buffer(map), options); });
     }
     return std::vector<char>(map.data_ptr<uint8_t>(), map.data_ptr<uint8_t>() + map.numel());
   }
