@@ -15,6 +15,7 @@ struct ModelStateBytes {
   int64_t parameters = 0;     // whole parameters (DDP, ZeRO) or this rank's shards (FSDP)
   int64_t peak_gathered = 0;  // FSDP: the most bytes of whole units held at once
   int64_t gradients = 0;
+  int64_t peak_gradients = 0;  // ZeRO, FSDP: the most gradient bytes held at once (in backward)
   int64_t optimizer_state = 0;
   int64_t total() const { return parameters + peak_gathered + gradients + optimizer_state; }
 };

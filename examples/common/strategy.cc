@@ -171,6 +171,7 @@ ModelStateBytes bytes_of(const cohort::MemoryReport& memory) {
   ModelStateBytes bytes;
   bytes.parameters = static_cast<int64_t>(memory.parameters);
   bytes.gradients = static_cast<int64_t>(memory.gradients);
+  bytes.peak_gradients = static_cast<int64_t>(memory.peak_gradients);
   bytes.optimizer_state = static_cast<int64_t>(memory.optimizer_state);
   return bytes;
 }
@@ -180,6 +181,7 @@ ModelStateBytes bytes_of(const cohort::FsdpMemoryReport& memory) {
   bytes.parameters = static_cast<int64_t>(memory.parameter_shards);
   bytes.peak_gathered = static_cast<int64_t>(memory.peak_gathered);
   bytes.gradients = static_cast<int64_t>(memory.gradients);
+  bytes.peak_gradients = static_cast<int64_t>(memory.peak_gradients);
   bytes.optimizer_state = static_cast<int64_t>(memory.optimizer_state);
   return bytes;
 }
@@ -319,7 +321,7 @@ void print_memory_of_ranks(const Strategy& strategy, const torch::optim::Optimiz
                            cohort::Group& group) {
   // The ranks' figures are gathered with one allreduce: each rank fills its own slots of a
   // zeroed vector.
-  constexpr size_t kFigures = 5;
+  constexpr size_t kFigures = 6;
   const ModelStateBytes state = strategy.model_state_bytes(optimizer);
   std::vector<double> figures(kFigures * static_cast<size_t>(group.size()), 0.0);
   double* mine = figures.data() + kFigures * static_cast<size_t>(group.rank());
@@ -328,6 +330,7 @@ void print_memory_of_ranks(const Strategy& strategy, const torch::optim::Optimiz
   mine[2] = double(state.gradients);
   mine[3] = double(state.optimizer_state);
   mine[4] = double(peak_rss_bytes());
+  mine[5] = double(state.peak_gradients);
   group.allreduce(cohort::make_buffer(figures));
   if (group.rank() != 0) return;
   const auto mib = [](double bytes) { return bytes / (1024.0 * 1024.0); };
@@ -336,8 +339,9 @@ void print_memory_of_ranks(const Strategy& strategy, const torch::optim::Optimiz
     std::printf("  memory of rank %d: model state %.2f MiB (parameters %.2f", r,
                 mib(f[0] + f[1] + f[2] + f[3]), mib(f[0]));
     if (f[1] > 0) std::printf(" + units gathered at once %.2f", mib(f[1]));
-    std::printf(" + gradients %.2f + optimizer state %.2f), peak RSS %.1f MiB\n", mib(f[2]),
-                mib(f[3]), mib(f[4]));
+    std::printf(" + gradients %.2f", mib(f[2]));
+    if (f[5] > f[2]) std::printf(" (peak %.2f in backward)", mib(f[5]));
+    std::printf(" + optimizer state %.2f), peak RSS %.1f MiB\n", mib(f[3]), mib(f[4]));
   }
   std::fflush(stdout);
 }

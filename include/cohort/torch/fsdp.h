@@ -130,7 +130,8 @@ struct FsdpMemoryReport {
   size_t gathered = 0;          // units gathered now (full parameters)
   size_t peak_gathered = 0;     // the most gathered at once since construction or reset_peak
   size_t gradients = 0;         // this rank's averaged gradient shards + buffers in flight now
-  size_t peak_gradients = 0;
+  size_t peak_gradients = 0;    // at most: the shards + three units' flat gradients + 1/W of
+                                // the model's blocks waiting to land (docs/fsdp.md, "Memory")
   size_t optimizer_state = 0;  // of the optimizer passed in (0 without one)
   size_t model_state() const { return parameter_shards + gathered + gradients + optimizer_state; }
 };
@@ -215,8 +216,9 @@ class FullyShardedDataParallel {
   FullParameters full_parameters(bool writeback = false);
 
   // The last synchronized iteration (from its forward to the end of its backward):
-  // exposed_comm_ms is the time this rank waited for all-gathers and at the end of backward
-  // for the reduce-scatters; buckets: one per unit reduced, in reduction order, bytes of its
+  // exposed_comm_ms is the time this rank was blocked on communication: all-gathers not yet
+  // done when needed, reduce-scatters (in flight or at the end of backward) and the end of
+  // backward's small collectives (0 at world size 1, which issues none); buckets: one per unit reduced, in reduction order, bytes of its
   // flat gradient and latency from its gradient node to the end of its reduce-scatter.
   // kNoShard: DistributedDataParallel's.
   const IterationStats& last_iteration_stats() const;

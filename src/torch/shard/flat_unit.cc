@@ -94,8 +94,13 @@ ShardPart FlatUnit::part_of(size_t p) const {
 void FlatUnit::start_gather(Group& group, const CollectiveOptions& options) {
   COHORT_CHECK(state_ == State::kFreed, "FlatUnit::start_gather: unit '", name(), "' is not freed");
   autograd_compat::allocate_storage(flat_, gathered_bytes());
-  state_ = State::kGathering;
   torch::NoGradGuard no_grad;
+  if (group.size() == 1) {  // the shard is the whole unit: a copy (a cast), no collective
+    flat_.copy_(shard_);
+    state_ = State::kGathered;
+    return;
+  }
+  state_ = State::kGathering;
   // A copy to the device under offload: asynchronous from page-locked memory, on the current
   // stream, which the all-gather is ordered after.
   staging_ = shard_.to(flat_.device(), flat_.scalar_type(), /*non_blocking=*/true);

@@ -89,7 +89,8 @@ class FlatUnit {
   // (Note [FSDP param dtype]). Only while freed.
   void set_full_precision(bool full);
 
-  // kFreed -> kGathering: allocates the flat storage and starts the all-gather.
+  // kFreed -> kGathering: allocates the flat storage and starts the all-gather (-> kGathered
+  // at once over a group of one rank, which copies the shard).
   void start_gather(Group& group, const CollectiveOptions& options);
   // -> kGathered, waiting for the all-gather if one is in flight (rethrows its error).
   void wait_gathered();

@@ -114,8 +114,9 @@ std::string describe(const std::string& kind, const std::string& name, const tor
 }
 
 struct ReduceScatter {
-  torch::Tensor input;   // the unit's flat gradient, released once the collective has ended
-  torch::Tensor output;  // this rank's block
+  torch::Tensor input;  // the unit's flat gradient, reduced in place; released once it has ended
+  torch::Tensor block;  // this rank's block: a view of input, else a copy waiting to land
+  bool landed = false;  // the block is in the shards' .grad already
   size_t input_bytes = 0;
   torch::ScalarType input_dtype = torch::kFloat32;  // what went on the wire
   std::shared_ptr<Work> work;
@@ -129,7 +130,25 @@ struct ReduceScatter {
 // time a unit's gradients arrive, the flat gradients of finished reduce-scatters are released,
 // and while more than this many are still in flight, backward waits for the oldest (counted in
 // exposed_comm_ms). Two keeps one reduce-scatter running while the next unit's is queued.
+// Nothing else of the reductions is held: a reduce-scatter writes this rank's block inside its
+// own input (in place, docs/algorithms.md), and when it has ended the block lands in the
+// shards' .grad at once if every part's .grad is there already (adding the zeros of a part no
+// rank used leaves that .grad as it was, so the end of backward's used map is not needed). Only
+// where it cannot (a first backward, .grad set to none, or HYBRID_SHARD, whose blocks are still
+// to be averaged over the replicas) is the block copied out to wait for the end of backward.
+// Separate output blocks, kept to the end of backward, held another 1/W of the model: twice
+// DDP's whole gradient at 2 ranks for a model of one large unit.
+// The bound (docs/fsdp.md, "Memory"): the shards' .grad, at most three units' flat gradients,
+// and the blocks that wait (1/W of the model at most).
 constexpr size_t kMaxReductionsInFlight = 2;
+
+// What stands for a reduce-scatter over one rank: the average of one gradient is itself.
+std::shared_ptr<Work> nothing_to_reduce() {
+  auto done = std::make_shared<Work>("FSDP reduce-scatter over one rank (nothing to send)");
+  done->mark_started();
+  done->mark_done();
+  return done;
+}
 
 }  // namespace
 
@@ -326,11 +345,24 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   }
 
   void wait_for_gather(int u) {
-    const auto start = Clock::now();
     std::shared_ptr<Work> work = units_[u]->gather_work();
+    wait_for(*work);
     units_[u]->wait_gathered();
-    iteration_.waited += Clock::now() - start;
     record(u, "all-gather", *work);
+  }
+
+  // Waits for `work` (rethrowing its error), counting the time in exposed_comm_ms when it had
+  // not ended yet.
+  void wait_for(const Work& work) {
+    if (work.is_completed()) return work.wait();
+    waiting([&] { work.wait(); });
+  }
+
+  template <typename Blocking>
+  void waiting(Blocking&& blocking) {
+    const auto start = Clock::now();
+    blocking();
+    iteration_.waited += Clock::now() - start;
   }
 
   void record(int u, const char* what, const Work& work) const {
@@ -447,36 +479,62 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       rs.input = std::move(iteration_.ready[u]);
       rs.input_bytes = rs.input.nbytes();
       rs.input_dtype = rs.input.scalar_type();
-      rs.output = torch::empty({units_[u]->shard_numel()}, rs.input.options());
-      CollectiveOptions options;
-      options.op = ReduceOp::kAvg;
-      options.site = CallSite::kFsdpGradients;
-      options.stream = current_stream(rs.input);
-      rs.work = reduce_group_->reduce_scatter_async(tensor_buffer(rs.input),
-                                                    tensor_buffer(rs.output), options);
+      const int64_t block = units_[u]->shard_numel();
+      rs.block = rs.input.narrow(0, reduce_group_->rank() * block, block);
+      rs.work = reduce_group_->size() == 1 ? nothing_to_reduce() : start_reduce_scatter(rs);
       rs.ready_at = iteration_.ready_at[u];
       iteration_.reductions[u] = std::move(rs);
       ++iteration_.next_reduction;
     }
   }
 
+  std::shared_ptr<Work> start_reduce_scatter(const ReduceScatter& rs) {
+    CollectiveOptions options;
+    options.op = ReduceOp::kAvg;
+    options.site = CallSite::kFsdpGradients;
+    options.stream = current_stream(rs.input);
+    return reduce_group_->reduce_scatter_async(tensor_buffer(rs.input), tensor_buffer(rs.block),
+                                               options);
+  }
+
   // Note [FSDP gradients in flight].
   void release_finished_inputs() {
     size_t in_flight = 0;
     for (size_t i = iteration_.next_reduction; i-- > 0;) {
-      ReduceScatter& rs = iteration_.reductions[reduce_order_[i]];
+      const size_t u = reduce_order_[i];
+      ReduceScatter& rs = iteration_.reductions[u];
       if (!rs.input.defined()) continue;
-      if (in_flight == kMaxReductionsInFlight) {
-        const auto start = Clock::now();
-        rs.work->wait();
-        iteration_.waited += Clock::now() - start;
-      }
+      if (in_flight == kMaxReductionsInFlight) wait_for(*rs.work);
       if (rs.work->is_completed()) {
-        rs.input = torch::Tensor();
+        settle(u, rs);
       } else {
         ++in_flight;
       }
     }
+  }
+
+  // Note [FSDP gradients in flight]: the ended reduce-scatter's block lands in the shards'
+  // .grad now if it can, else it is copied out of the flat gradient (unless it is all of it,
+  // at one rank); the flat gradient is released.
+  void settle(size_t u, ReduceScatter& rs) {
+    rs.work->wait();  // ended: rethrows its error, if any
+    if (lands_early(u)) {
+      land_in_shards(u, rs.block, std::vector<char>(units_[u]->shard_parts().size(), 1), 0);
+      rs.landed = true;
+      rs.block = torch::Tensor();
+    } else if (rs.block.numel() < rs.input.numel()) {
+      rs.block = rs.block.clone();
+    }
+    rs.input = torch::Tensor();
+  }
+
+  // Whether unit u's block may land before the end of backward without the used map.
+  bool lands_early(size_t u) const {
+    if (replica_group_ && replica_group_->size() > 1) return false;
+    for (const ShardPart& part : units_[u]->shard_parts()) {
+      if (part.range.length > 0 && !part.tensor.grad().defined()) return false;
+    }
+    return true;
   }
 
   void end_of_backward() {
@@ -505,7 +563,6 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       local = torch::Tensor();
     }
     issue_ready_reductions();
-    const auto start = Clock::now();
     const std::vector<char> used = used_anywhere();
     std::vector<size_t> first_part(units_.size(), 0);
     for (size_t u = 1; u < units_.size(); ++u) {
@@ -514,17 +571,19 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     IterationStats stats;
     for (size_t u : reduce_order_) {
       ReduceScatter& rs = iteration_.reductions[u];
-      rs.work->wait();
+      wait_for(*rs.work);
       stats.buckets.push_back(reduction_stats(u, rs));
-      if (replica_group_ && replica_group_->size() > 1) average_over_replicas(rs.output);
-      land_in_shards(u, rs.output, used, first_part[u]);
+      if (rs.input.defined()) settle(u, rs);
+      if (!rs.landed) {
+        if (replica_group_ && replica_group_->size() > 1) average_over_replicas(rs.block);
+        land_in_shards(u, rs.block, used, first_part[u]);
+      }
       note_gradients();
       rs = ReduceScatter();
     }
-    if (options_.broadcast_buffers && !buffers_.empty()) {
-      broadcast_coalesced(*group_, buffers_, 0, CallSite::kFsdpEndOfBackward);
+    if (options_.broadcast_buffers && !buffers_.empty() && group_->size() > 1) {
+      waiting([&] { broadcast_coalesced(*group_, buffers_, 0, CallSite::kFsdpEndOfBackward); });
     }
-    iteration_.waited += Clock::now() - start;
     stats.exposed_comm_ms = std::chrono::duration<double, std::milli>(iteration_.waited).count();
     stats.allgather_bytes = iteration_.allgather_bytes;
     last_stats_ = std::move(stats);
@@ -532,7 +591,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
 
   BucketStats reduction_stats(size_t u, const ReduceScatter& rs) const {
     using Ms = std::chrono::duration<double, std::milli>;
-    record(static_cast<int>(u), "reduce-scatter", *rs.work);
+    if (reduce_group_->size() > 1) record(static_cast<int>(u), "reduce-scatter", *rs.work);
     BucketStats stats;
     stats.bytes = rs.input_bytes;
     stats.reduced_dtype = rs.input_dtype;
@@ -546,7 +605,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     CollectiveOptions options;
     options.op = ReduceOp::kAvg;
     options.site = CallSite::kFsdpGradients;
-    replica_group_->allreduce(tensor_buffer(block), options);
+    waiting([&] { replica_group_->allreduce(tensor_buffer(block), options); });
   }
 
   // Whether any rank's backward gave each trainable parameter a gradient since the last
@@ -562,11 +621,11 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     }
     auto map =
         torch::from_blob(mine.data(), {static_cast<int64_t>(mine.size())}, torch::kUInt8).clone();
-    if (!mine.empty()) {
+    if (!mine.empty() && group_->size() > 1) {  // the max over one rank is its own map
       CollectiveOptions options;
       options.op = ReduceOp::kMax;
       options.site = CallSite::kFsdpEndOfBackward;
-      group_->allreduce(tensor_buffer(map), options);
+      waiting([&] { group_->allreduce(tensor_buffer(map), options); });
     }
     return std::vector<char>(map.data_ptr<uint8_t>(), map.data_ptr<uint8_t>() + map.numel());
   }
@@ -623,27 +682,24 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
 
   void note_gradients() { peak_gradients_ = std::max(peak_gradients_, gradient_bytes()); }
 
+  // Each storage once: a .grad and a reduce-scatter's block may be views of another tensor.
   size_t gradient_bytes() const {
     size_t bytes = 0;
     std::unordered_set<const void*> storages;
-    for (const auto& unit : units_) {
-      for (const ShardPart& part : unit->shard_parts()) {
-        const auto& grad = part.tensor.grad();
-        if (grad.defined() && storages.insert(grad.storage().unsafeGetStorageImpl()).second) {
-          bytes += grad.storage().nbytes();
-        }
+    const auto count = [&](const torch::Tensor& t) {
+      if (t.defined() && storages.insert(t.storage().unsafeGetStorageImpl()).second) {
+        bytes += t.storage().nbytes();
       }
+    };
+    for (const auto& unit : units_) {
+      for (const ShardPart& part : unit->shard_parts()) count(part.tensor.grad());
     }
-    for (const auto& [u, local] : accumulated_) {
-      if (local.defined()) bytes += local.nbytes();
-    }
+    for (const auto& [u, local] : accumulated_) count(local);
     for (const auto& rs : iteration_.reductions) {
-      if (rs.input.defined()) bytes += rs.input.nbytes();
-      if (rs.output.defined()) bytes += rs.output.nbytes();
+      count(rs.input);
+      count(rs.block);
     }
-    for (const auto& ready : iteration_.ready) {
-      if (ready.defined()) bytes += ready.nbytes();
-    }
+    for (const auto& ready : iteration_.ready) count(ready);
     return bytes;
   }
 
