@@ -69,8 +69,37 @@ class DistributedDataParallel::Impl {
     broadcast_coalesced(*group_, tensors_of(buffers_), 0, constructor_);
     std::vector<Reducer::Parameter> reduced;
     for (const auto& p : parameters_) reduced.push_back({p.name, p.tensor});
+    ReducerSharding counted = sharding;
+    if (!counted.memory) {  // plain DDP: its buckets are counted here, for memory()
+      counted.memory = gradient_memory_ = std::make_shared<GradientMemory>();
+    }
     reducer_ = std::make_unique<Reducer>(
-        group_, std::move(reduced), options_, [this](int root) { sync_buffers(root); }, sharding);
+        group_, std::move(reduced), options_, [this](int root) { sync_buffers(root); }, counted);
+    if (gradient_memory_) {
+      const Reducer* reducer = reducer_.get();
+      gradient_memory_->set_untracked([reducer] { return reducer->unbucketed_gradient_bytes(); });
+    }
+  }
+
+  ~Impl() {
+    if (gradient_memory_) gradient_memory_->set_untracked(nullptr);  // buckets may outlive us
+  }
+
+  MemoryReport memory(const torch::optim::Optimizer* optimizer) const {
+    MemoryReport report;
+    std::unordered_set<const void*> storages;
+    for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
+      const auto& storage = item.value().storage();
+      if (storages.insert(storage.unsafeGetStorageImpl()).second) {
+        report.parameters += storage.nbytes();
+      }
+    }
+    if (gradient_memory_) {
+      report.gradients = gradient_memory_->held() + reducer_->unbucketed_gradient_bytes();
+      report.peak_gradients = std::max(report.gradients, gradient_memory_->peak());
+    }
+    if (optimizer != nullptr) report.optimizer_state = optimizer_state_bytes(*optimizer);
+    return report;
   }
 
   void check_same_model(const std::vector<NamedTensor>& every_parameter) {
@@ -136,6 +165,7 @@ class DistributedDataParallel::Impl {
   CallSite constructor_;    // the site of the constructor's collectives
   std::vector<NamedTensor> parameters_;
   std::vector<NamedTensor> buffers_;
+  std::shared_ptr<GradientMemory> gradient_memory_;  // plain DDP's; ZeRO counts its own
   std::unique_ptr<Reducer> reducer_;
 };
 
@@ -151,6 +181,10 @@ DistributedDataParallel make_sharded_ddp(std::shared_ptr<torch::nn::Module> modu
                                          const ReducerSharding& sharding) {
   return DistributedDataParallel(std::make_unique<DistributedDataParallel::Impl>(
       std::move(module), std::move(group), std::move(options), sharding));
+}
+
+MemoryReport DistributedDataParallel::memory(const torch::optim::Optimizer* optimizer) const {
+  return impl_->memory(optimizer);
 }
 
 Reducer& reducer_of(const DistributedDataParallel& ddp) {

@@ -238,6 +238,25 @@ TEST(Cohortrun, ARankLeftStoppedFailsTheJob) {
   expect_all_gone(printed_pids(run.output()));
 }
 
+// Issue 35: HYBRID_SHARD could not be tried on one host, every rank having the same node.
+TEST(Cohortrun, SimulatedNodesSplitTheRanksOfThisMachine) {
+  auto run = cohortrun({"--nproc-per-node", "4", "--simulate-nodes", "2", LAUNCH_TEST_RANK,
+                        "nodes"});
+  ASSERT_EQ(run.wait(kDeadline), 0) << run.output();
+  EXPECT_TRUE(contains(run.output(), "[0] node 0 of 2, local rank 0 of 2")) << run.output();
+  EXPECT_TRUE(contains(run.output(), "[1] node 0 of 2, local rank 1 of 2")) << run.output();
+  EXPECT_TRUE(contains(run.output(), "[2] node 1 of 2, local rank 0 of 2")) << run.output();
+  EXPECT_TRUE(contains(run.output(), "[3] node 1 of 2, local rank 1 of 2")) << run.output();
+  EXPECT_TRUE(contains(run.output(), "[3] sum 10")) << run.output();
+}
+
+TEST(Cohortrun, SimulatedNodesMustSplitTheRanksEvenly) {
+  auto run = cohortrun({"--nproc-per-node", "4", "--simulate-nodes", "3", LAUNCH_TEST_RANK});
+  EXPECT_NE(run.wait(kDeadline), 0);
+  EXPECT_TRUE(contains(run.output(), "--simulate-nodes 3 must divide --nproc-per-node 4"))
+      << run.output();
+}
+
 TEST(Cohortrun, AnExpendableRankOutsideTheJobIsRefused) {
   auto run = cohortrun({"--nproc-per-node", "2", "--expendable", "1,5", LAUNCH_TEST_RANK});
   ASSERT_EQ(run.wait(kDeadline), 2) << run.output();

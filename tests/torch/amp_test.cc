@@ -3,7 +3,10 @@
 // equals the uninterrupted run).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <regex>
 #include <vector>
 
 #include "checkpoint_files.h"
@@ -16,6 +19,7 @@
 #include "cohort/torch/sharded_checkpoint.h"
 #include "cohort/torch/zero.h"
 #include "ddp_harness.h"
+#include "support/log_capture.h"
 
 namespace cohort::testing {
 namespace amp_test {
@@ -35,6 +39,25 @@ TEST(Autocast, ComputesMatmulsInBfloat16InsideTheScopeOnly) {
   }
   EXPECT_FALSE(amp::autocast_enabled(torch::kCPU));
   EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat32);
+}
+
+// Issue 35: on a CPU without native bfloat16 autocast is many times slower than float32;
+// Autocast says so once. The check must agree with what the kernel says of the CPU.
+TEST(Autocast, WarnsOnceWhereTheCpuHasNoNativeBfloat16) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  const std::string flags((std::istreambuf_iterator<char>(cpuinfo)), {});
+  const bool native = std::regex_search(flags, std::regex(R"(\b(avx512_bf16|amx_bf16)\b)"));
+  EXPECT_EQ(amp::cpu_has_native_bfloat16(), native);
+  // Once per process: counted in a fresh one, which exits with the number of warnings.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        testing::LogCapture capture(LogLevel::kWarn);
+        for (int i = 0; i < 2; ++i) amp::Autocast autocast(torch::kCPU, torch::kBFloat16);
+        std::exit(static_cast<int>(
+            capture.lines_containing(LogLevel::kWarn, "no native bfloat16").size()));
+      },
+      ::testing::ExitedWithCode(native ? 0 : 1), "");
 }
 
 TEST(AutocastErrors, Float16OnACpuNamesBfloat16) {

@@ -4,6 +4,7 @@
 // ZeroDataParallel and FullyShardedDataParallel.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,28 @@ TEST(ConfigurationAgreement, ZeroRanksSteppingDifferentOptimizersAreTold) {
     train_one_step(net, [&] { zero.step(*optimizer); });
   });
   expect_every_rank_names(errors, {"ZeroDataParallel::step", "AdamW", "SGD", "rank 1"});
+}
+
+// Issue 35: ranks clipping to different max_norm trained apart. The check rides on the norm's
+// own allreduce (Note [max_norm rides along]), for the 2-norm (a sum) and the inf-norm (a max).
+TEST(ConfigurationAgreement, RanksClippingToDifferentMaxNormsAreTold) {
+  for (const double norm_type : {2.0, std::numeric_limits<double>::infinity()}) {
+    const auto errors = errors_of(3, [&](int rank, std::shared_ptr<Group> group) {
+      auto net = layers({10, 8, 4});
+      ZeroDataParallel zero(net, group, ZeroOptions{});
+      torch::manual_seed(3);
+      net->forward(torch::randn({4, 10})).sum().backward();
+      clip_grad_norm(zero, rank == 2 ? 0.5 : 1.0, norm_type);
+    });
+    expect_every_rank_names(errors, {"clip_grad_norm", "different max_norm"});
+  }
+  const auto agreeing = errors_of(3, [&](int, std::shared_ptr<Group> group) {
+    auto net = layers({10, 8, 4});
+    FullyShardedDataParallel fsdp(net, group);
+    net->forward(torch::randn({4, 10})).sum().backward();
+    clip_grad_norm(fsdp, 0.3);
+  });
+  for (const auto& error : agreeing) EXPECT_EQ(error, "");
 }
 
 TEST(ConfigurationAgreement, FsdpRanksWithDifferentLearningRatesAreTold) {

@@ -258,6 +258,31 @@ TEST(DdpBehaviour, GradientsLiveInTheBuckets) {
   });
 }
 
+// Issue 35: DDP had no memory() report while ZeRO and FSDP had one.
+TEST(DdpBehaviour, MemoryReportCountsBucketsGradsAndOptimizerState) {
+  run_with_groups(2, [](int, std::shared_ptr<Group> group) {
+    for (const bool view : {true, false}) {
+      auto net = layers({10, 16, 4});
+      size_t model_bytes = 0;
+      for (const auto& p : net->parameters()) model_bytes += p.nbytes();
+      DdpOptions options;
+      options.gradient_as_bucket_view = view;
+      options.rebuild_buckets = false;  // which holds both sets of buckets for a moment
+      DistributedDataParallel ddp(net, group, options);
+      net->forward(torch::randn({3, 10})).sum().backward();
+      torch::optim::Adam adam(net->parameters());
+      adam.step();
+      const MemoryReport report = ddp.memory(&adam);
+      EXPECT_EQ(report.parameters, model_bytes);
+      // The buckets, and the .grad beside them unless they are views into them.
+      EXPECT_EQ(report.gradients, view ? model_bytes : 2 * model_bytes) << "view " << view;
+      EXPECT_EQ(report.peak_gradients, report.gradients) << "view " << view;
+      EXPECT_EQ(report.optimizer_state, 2 * model_bytes);  // Adam's two moments
+      EXPECT_EQ(ddp.memory().optimizer_state, 0u);
+    }
+  });
+}
+
 TEST(DdpBehaviour, JoinStopsTheOthersWhenALoopFails) {
   const auto errors = errors_of(3, [](int rank, std::shared_ptr<Group> group) {
     auto net = layers({10, 4});

@@ -4,6 +4,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include <map>
+#include <mutex>
 #include <set>
 
 #include "cohort/comm/memory_store.h"
@@ -62,6 +64,45 @@ TEST(Fsdp, ParametersHoldNoMemoryBetweenUses) {
       EXPECT_EQ(fsdp.memory().gathered, 0u);
     }
   });
+}
+
+// Issue 35: a shard did not say which part of its parameter it is. At 3 ranks (uneven cuts)
+// each span holds the parameter's own values there, and the ranks' spans cover each parameter
+// once.
+TEST(Fsdp, ShardSpansSayWhichPartOfItsParameterEachShardIs) {
+  for (auto strategy : {ShardingStrategy::kFullShard, ShardingStrategy::kNoShard}) {
+    std::mutex mutex;
+    std::map<std::string, std::vector<int64_t>> covered;  // name -> times each element is held
+    run_with_groups(3, [&](int, std::shared_ptr<Group> group) {
+      auto net = layers({7, 5, 3});
+      FullyShardedDataParallel fsdp(net, group, with(strategy));
+      const auto spans = fsdp.shard_spans();
+      const auto shards = fsdp.named_parameters();
+      std::map<std::string, torch::Tensor> whole;  // rank 0's values, which every rank took
+      {
+        auto full = fsdp.full_parameters();
+        for (const auto& p : net->named_parameters()) whole[p.key()] = p.value().detach().clone();
+      }
+      ASSERT_EQ(spans.size(), whole.size());
+      std::lock_guard<std::mutex> lock(mutex);
+      for (const auto& item : spans) {
+        const auto& span = item.value();
+        const torch::Tensor& full = whole.at(item.key());
+        EXPECT_EQ(span.shape, full.sizes().vec()) << item.key();
+        const torch::Tensor expected = full.reshape({-1}).narrow(0, span.offset, span.numel);
+        EXPECT_TRUE(torch::equal(shards[item.key()].detach().reshape({-1}), expected)) << item.key();
+        auto& counts = covered[item.key()];
+        counts.resize(static_cast<size_t>(full.numel()), 0);
+        for (int64_t i = span.offset; i < span.offset + span.numel; ++i) ++counts[i];
+      }
+    });
+    const int64_t copies = strategy == ShardingStrategy::kNoShard ? 3 : 1;
+    for (const auto& [name, counts] : covered) {
+      for (size_t i = 0; i < counts.size(); ++i) {
+        ASSERT_EQ(counts[i], copies) << name << " element " << i;
+      }
+    }
+  }
 }
 
 // FULL_SHARD keeps at most the unit in use and the one prefetched; SHARD_GRAD_OP keeps every

@@ -82,6 +82,10 @@ void add_launch_options(CLI::App& app, LaunchOptions& o) {
   app.add_option("--expendable", o.expendable_list,
                  "Ranks whose failure does not stop the others (parameter-server workers), "
                  "e.g. --expendable 1,2");
+  app.add_option("--simulate-nodes", o.simulate_nodes,
+                 "Split this machine's ranks into this many simulated nodes (COHORT_NODE_ID), "
+                 "e.g. to try HYBRID_SHARD on one host")
+      ->check(CLI::Range(1, 1024));
   app.add_flag("!--no-prefix", o.prefix_output, "Do not prefix output lines with '[rank] '");
   app.add_option("--tail-lines", o.tail_lines,
                  "Lines of a failed rank's output repeated in the summary")
@@ -98,6 +102,11 @@ void finish_launch_options(CLI::App& app, LaunchOptions& o) {
   if (o.node_rank >= o.nnodes) {
     throw ConfigError("--node-rank " + std::to_string(o.node_rank) + " must be below --nnodes " +
                       std::to_string(o.nnodes));
+  }
+  if (o.nproc_per_node % o.simulate_nodes != 0) {
+    throw ConfigError("--simulate-nodes " + std::to_string(o.simulate_nodes) +
+                      " must divide --nproc-per-node " + std::to_string(o.nproc_per_node) +
+                      ": every simulated node gets as many ranks");
   }
   std::istringstream ranks(o.expendable_list);
   for (std::string item; std::getline(ranks, item, ',');) {

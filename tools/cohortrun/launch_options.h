@@ -26,6 +26,9 @@ struct LaunchOptions {
   // How long ranks stopped by a signal (SIGSTOP) may stay stopped once every other rank has
   // ended: nothing in the job can continue them, so cohortrun then ends them.
   double stopped_timeout_s = 30;
+  // > 1: this machine's ranks stand for that many nodes (contiguous blocks of ranks), through
+  // COHORT_NODE_ID, to try HYBRID_SHARD, hierarchical allreduce or --hybrid on one host.
+  int simulate_nodes = 1;
   bool prefix_output = true;
   int tail_lines = 10;  // of each failed rank's output, in the failure summary
   // Ranks whose failure does not stop the job (parameter-server workers: the servers go on

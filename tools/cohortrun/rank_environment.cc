@@ -36,6 +36,11 @@ std::vector<std::string> launcher_variables(const LaunchOptions& o, const RankPl
       // Not secret: checkpoints record it, so that a restart resumes only its own job's.
       var("COHORT_JOB_ID", p.job_id),
   };
+  if (o.simulate_nodes > 1) {  // --simulate-nodes: blocks of this machine's ranks
+    const int block = p.local_rank / (o.nproc_per_node / o.simulate_nodes);
+    vars.push_back(var("COHORT_NODE_ID", "node" + std::to_string(o.node_rank) + ".simulated" +
+                                             std::to_string(block)));
+  }
   return vars;
 }
 

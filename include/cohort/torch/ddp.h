@@ -67,6 +67,22 @@ struct DdpOptions {
   std::shared_ptr<Timeline> timeline;
 };
 
+// Bytes one rank holds for the model's training state (DistributedDataParallel::memory(),
+// ZeroDataParallel::memory()).
+struct MemoryReport {
+  size_t parameters = 0;  // the model's parameters as this rank holds them
+  // Now: the gradient buckets and the .grad outside them (DDP: the whole model's, once with
+  // gradient_as_bucket_view, else twice); ZeRO also this rank's averaged blocks.
+  size_t gradients = 0;
+  size_t peak_gradients = 0;   // the most gradient memory held at once since construction
+  size_t optimizer_state = 0;  // of the optimizer passed in (0 without one)
+  size_t model_state() const { return parameters + gradients + optimizer_state; }
+};
+
+// The bytes of an optimizer's state tensors (SGD, Adam, AdamW, Adagrad, RMSprop,
+// cohort::optim::Lars and Lamb; others count 0).
+size_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
+
 // What the last synchronized backward spent on communication
 // (DistributedDataParallel::last_iteration_stats()).
 struct BucketStats {
@@ -162,6 +178,10 @@ class DistributedDataParallel {
   // After a synchronized backward: its communication figures (above). Not thread-safe
   // against a backward that is running.
   const IterationStats& last_iteration_stats() const;
+
+  // What this rank holds now (as ZeroDataParallel::memory() and FullyShardedDataParallel's);
+  // optimizer: the one that steps this model, for its state.
+  MemoryReport memory(const torch::optim::Optimizer* optimizer = nullptr) const;
 
   // Names of the parameters in each bucket, in reduction order (for tests and tuning).
   std::vector<std::vector<std::string>> bucket_parameter_names() const;

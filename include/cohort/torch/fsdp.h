@@ -166,6 +166,19 @@ class FullyShardedDataParallel {
   std::vector<torch::Tensor> parameters() const;
   torch::OrderedDict<std::string, torch::Tensor> named_parameters() const;
 
+  // Which part of its parameter each shard is, by the names of named_parameters(): elements
+  // [offset, offset + numel) of the parameter flattened in row-major order, whose whole shape is
+  // `shape`. With it, a shard's optimizer state maps back onto the parameter, e.g.
+  //   auto span = fsdp.shard_spans()["fc1.weight"];
+  //   full.view(-1).narrow(0, span.offset, span.numel).copy_(state_of_the_shard);
+  // numel 0 where none of the parameter is this rank's; kNoShard: the whole parameter.
+  struct ShardSpan {
+    int64_t offset = 0;
+    int64_t numel = 0;
+    std::vector<int64_t> shape;
+  };
+  torch::OrderedDict<std::string, ShardSpan> shard_spans() const;
+
   // optimizer.step(), after checking that the optimizer holds only this object's shards and
   // updates elementwise (LBFGS is refused). No communication: the next forward gathers the
   // updated shards.

@@ -47,15 +47,6 @@ struct ZeroOptions {
   DdpOptions ddp;
 };
 
-// Bytes one rank holds for the model's training state (ZeroDataParallel::memory()).
-struct MemoryReport {
-  size_t parameters = 0;       // the model's parameters as this rank holds them
-  size_t gradients = 0;        // now: gradient buckets + this rank's averaged blocks
-  size_t peak_gradients = 0;   // the most gradient memory held at once since construction
-  size_t optimizer_state = 0;  // of the optimizer passed in (0 without one)
-  size_t model_state() const { return parameters + gradients + optimizer_state; }
-};
-
 class ZeroDataParallel {
  public:
   // Collective, like DistributedDataParallel's constructor: the same model on every rank
@@ -109,9 +100,5 @@ class ZeroDataParallel {
 // torch::nn::utils::clip_grad_norm_ does on the whole gradients in one process, and returns
 // the total norm before clipping. norm_type: a p >= 1, or infinity. Collective.
 double clip_grad_norm(ZeroDataParallel& zero, double max_norm, double norm_type = 2.0);
-
-// The bytes of an optimizer's state tensors (SGD, Adam, AdamW, Adagrad, RMSprop,
-// cohort::optim::Lars and Lamb; others count 0).
-size_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
 
 }  // namespace cohort

@@ -733,12 +733,31 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
         by_name[unit->parameters()[part.parameter].name] = part.tensor;
       }
     }
-    torch::OrderedDict<std::string, torch::Tensor> named;
+    return in_module_order(by_name);
+  }
+
+  torch::OrderedDict<std::string, ShardSpan> shard_spans() const {
+    std::unordered_map<std::string, ShardSpan> by_name;
+    for (const auto& unit : units_) {
+      for (const ShardPart& part : unit->shard_parts()) {
+        const UnitParameter& p = unit->parameters()[part.parameter];
+        const int64_t offset = part.range.length > 0 ? part.range.parameter_offset : 0;
+        by_name[p.name] = ShardSpan{offset, part.range.length, p.tensor.sizes().vec()};
+      }
+    }
+    return in_module_order(by_name);
+  }
+
+  // `by_name` in the order of module_->named_parameters(), each name once.
+  template <typename Value>
+  torch::OrderedDict<std::string, Value> in_module_order(
+      const std::unordered_map<std::string, Value>& by_name) const {
+    torch::OrderedDict<std::string, Value> ordered;
     for (const auto& item : module_->named_parameters()) {
       auto it = by_name.find(item.key());
-      if (it != by_name.end() && !named.contains(item.key())) named.insert(item.key(), it->second);
+      if (it != by_name.end() && !ordered.contains(item.key())) ordered.insert(item.key(), it->second);
     }
-    return named;
+    return ordered;
   }
 
   void check_optimizer(const torch::optim::Optimizer& optimizer) const {
@@ -904,6 +923,16 @@ torch::OrderedDict<std::string, torch::Tensor> FullyShardedDataParallel::named_p
     return trainable;
   }
   return impl_->named_shards();
+}
+
+torch::OrderedDict<std::string, FullyShardedDataParallel::ShardSpan>
+FullyShardedDataParallel::shard_spans() const {
+  if (!impl_->ddp_) return impl_->shard_spans();
+  torch::OrderedDict<std::string, ShardSpan> whole;
+  for (const auto& item : named_parameters()) {
+    whole.insert(item.key(), ShardSpan{0, item.value().numel(), item.value().sizes().vec()});
+  }
+  return whole;
 }
 
 void FullyShardedDataParallel::step(torch::optim::Optimizer& optimizer) {

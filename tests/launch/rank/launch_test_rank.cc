@@ -6,6 +6,7 @@
 //   launch_test_rank kill R              rank R kills itself (SIGKILL), the others sleep
 //   launch_test_rank kill-alone R        rank R kills itself (SIGKILL), the others exit 0
 //   launch_test_rank stop-alone R        rank R stops itself (SIGSTOP), the others exit 0
+//   launch_test_rank nodes               print "node N of M, local rank L of S", allreduce, exit 0
 //   launch_test_rank sleep               every rank sleeps (to be stopped by a signal)
 //   launch_test_rank fail-once R         rank R exits 3 unless COHORT_RESTART_COUNT > 0
 //   launch_test_rank stop R              rank R stops itself (SIGSTOP), the others wait for it
@@ -63,6 +64,10 @@ int main(int argc, char** argv) {
     sleep_long();
   } else if (mode == "kill-alone") {
     if (me) ::raise(SIGKILL);
+  } else if (mode == "nodes") {
+    std::printf("node %d of %d, local rank %d of %d\n", group->node_rank(), group->num_nodes(),
+                group->local_rank(), group->local_size());
+    std::printf("sum %d\n", all_reduce_ranks(*group));
   } else if (mode == "stop-alone") {
     if (me) ::raise(SIGSTOP);
   } else if (mode == "kill") {
