@@ -189,6 +189,24 @@ std::vector<testing::ChildProcess> start_ranks(const TcpStore& store, int size,
 
 // These look only at the names this job's creator made: other tests running beside this one
 // (ctest -j) create and unlink segments of their own in the same /dev/shm.
+// Issue 35: a peer that had closed its group (destroyed it, or ended normally) was reported as
+// dead, or, in this process, only at the deadline.
+TEST(ShmCollectives, APeerThatClosedItsGroupIsNamedAsSuch) {
+  auto groups = testing::make_tcp_groups(2, testing::quick_options(std::chrono::seconds(60)));
+  groups[1].reset();
+  std::vector<float> data(1024, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    groups[0]->allreduce(make_buffer(data));
+    FAIL() << "the allreduce went through without rank 1";
+  } catch (const PeerError& e) {
+    EXPECT_EQ(e.failed_rank(), 1);
+    EXPECT_NE(std::string(e.what()).find("rank 1 (pid "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(") closed its group"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
 TEST(ShmSegments, NothingIsLeftAfterANormalExit) {
   auto store = store_server();
   auto ranks = start_ranks(*store, 3, "allreduce_once");

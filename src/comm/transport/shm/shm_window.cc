@@ -59,6 +59,9 @@ struct alignas(kLine) ShmRankLine {
   ShmRoundCall calls[2];
   uint32_t regions[2];
   alignas(kLine) std::atomic<int32_t> pid;
+  // 1 once the rank closed its window (its group destroyed, the process ending normally): a
+  // peer that waits for it then says so instead of that it died (issue 35).
+  std::atomic<int32_t> closed;
   uint64_t offsets[2];  // of round g's buffer in its region, as regions[g % 2]
   ShmOffer offers[2];   // of round g, as regions[g % 2]
 };
@@ -205,7 +208,9 @@ ShmWindow::ShmWindow(ShmSegment segment, int rank, int size, std::vector<int> gr
   slots_ = base + kHeaderBytes + kLinesBytes;
 }
 
-ShmWindow::~ShmWindow() = default;
+ShmWindow::~ShmWindow() {
+  lines_[rank_].closed.store(1, std::memory_order_release);
+}
 
 void ShmWindow::set_creation_hook(CreationHook hook) {
   g_creation_hook.store(hook);
@@ -395,9 +400,16 @@ pid_t ShmWindow::watched_pid(int rank) const {
 void ShmWindow::check_alive(uint64_t round, Deadline deadline, const char* what) const {
   rethrow_if_aborted();
   for (int r = 0; r < size_; ++r) {
-    const pid_t pid = watched_pid(r);
-    if (r == rank_ || pid <= 0 || pid == ::getpid() || !process_is_gone(pid)) continue;
+    if (r == rank_ || lines_[r].posted.load(std::memory_order_acquire) > round) continue;
     const int peer = group_ranks_[static_cast<size_t>(r)];
+    if (lines_[r].closed.load(std::memory_order_acquire) != 0) {
+      throw PeerError(peer, detail::concat(what, ": rank ", peer, " (pid ", watched_pid(r),
+                                           ") closed its group (it destroyed it, or its process "
+                                           "ended) without taking part; its shared memory peers "
+                                           "cannot go on"));
+    }
+    const pid_t pid = watched_pid(r);
+    if (pid <= 0 || pid == ::getpid() || !process_is_gone(pid)) continue;
     const bool attached = lines_[r].pid.load(std::memory_order_relaxed) > 0;
     throw PeerError(peer,
                     detail::concat(what, ": rank ", peer, " (pid ", pid, ") ",
