@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cohort/torch/amp/grad_scaler.h"
 #include "cohort/torch/comm_hook.h"
 #include "cohort/torch/ddp.h"
 #include "cohort/torch/fsdp.h"
@@ -101,7 +102,7 @@ TEST(ConfigurationAgreement, RanksClippingToDifferentMaxNormsAreTold) {
       net->forward(torch::randn({4, 10})).sum().backward();
       clip_grad_norm(zero, rank == 2 ? 0.5 : 1.0, norm_type);
     });
-    expect_every_rank_names(errors, {"clip_grad_norm", "different max_norm"});
+    expect_every_rank_names(errors, {"the ranks hold different clip_grad_norm's max_norm"});
   }
   const auto agreeing = errors_of(3, [&](int, std::shared_ptr<Group> group) {
     auto net = layers({10, 8, 4});
@@ -110,6 +111,25 @@ TEST(ConfigurationAgreement, RanksClippingToDifferentMaxNormsAreTold) {
     clip_grad_norm(fsdp, 0.3);
   });
   for (const auto& error : agreeing) EXPECT_EQ(error, "");
+}
+
+// Issue 35: the GradScaler's state was not compared. Under ZeRO and FSDP it rides on the
+// overflow flag's allreduce (a max), or on the norm's when clipping (a sum).
+TEST(ConfigurationAgreement, RanksWithDifferentGradScalersAreTold) {
+  for (const bool clip : {false, true}) {
+    const auto errors = errors_of(2, [&](int rank, std::shared_ptr<Group> group) {
+      auto net = layers({10, 8, 4});
+      FullyShardedDataParallel fsdp(net, group);
+      torch::optim::SGD sgd(fsdp.parameters(), 0.1);
+      amp::GradScalerOptions options;
+      options.init_scale = rank == 0 ? 1024 : 512;
+      amp::GradScaler scaler(options);
+      scaler.scale(net->forward(torch::randn({4, 10})).sum()).backward();
+      if (clip) scaler.clip_grad_norm(fsdp, sgd, 1.0);
+      scaler.step(fsdp, sgd);
+    });
+    expect_every_rank_names(errors, {"GradScaler scale"});
+  }
 }
 
 TEST(ConfigurationAgreement, FsdpRanksWithDifferentLearningRatesAreTold) {

@@ -27,14 +27,31 @@ std::vector<torch::Tensor> gradients_of(const torch::optim::Optimizer& optimizer
   return grads;
 }
 
-// True on every rank when `local` is true on any rank of `group`. Collective.
-bool any_rank(Group& group, bool local) {
-  auto flag = torch::tensor({local ? 1.0f : 0.0f});
+// True on every rank when `local` is true on any rank of `group`; and the `agreed` values
+// checked on the same allreduce (Note [Values that ride along]). Collective.
+bool any_rank(Group& group, bool local, const std::vector<AgreedValue>& agreed) {
+  std::vector<double> message = {local ? 1.0 : 0.0};
+  append_agreed(message, agreed, /*max=*/true);
+  auto reduced = torch::tensor(message, torch::kFloat64);
   CollectiveOptions options;
   options.op = ReduceOp::kMax;
   options.site = CallSite::kGradScaler;
-  group.allreduce(tensor_buffer(flag), options);
-  return flag.item<float>() > 0;
+  group.allreduce(tensor_buffer(reduced), options);
+  const std::vector<double> values(reduced.data_ptr<double>(),
+                                   reduced.data_ptr<double>() + reduced.numel());
+  check_agreed(values, 1, agreed, /*max=*/true, group.size());
+  return values[0] > 0;
+}
+
+// What the ranks' scalers must agree on under ZeRO and FSDP, where each unscales its own shards:
+// a rank of another scale or schedule would step parameters the others do not (issue 35).
+std::vector<AgreedValue> scaler_values(const GradScalerOptions& options, float scale,
+                                       int64_t growth_tracker) {
+  return {{"GradScaler scale", scale},
+          {"GradScaler growth_tracker", static_cast<double>(growth_tracker)},
+          {"GradScalerOptions::growth_factor", options.growth_factor},
+          {"GradScalerOptions::backoff_factor", options.backoff_factor},
+          {"GradScalerOptions::growth_interval", static_cast<double>(options.growth_interval)}};
 }
 
 }  // namespace
@@ -121,9 +138,10 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer) {
   return step_through(optimizer, nullptr, [&optimizer] { optimizer.step(); });
 }
 
-void GradScaler::decide(Record& record) {
+void GradScaler::decide(Record& record) const {
   if (record.undecided == nullptr) return;
-  record.found_inf = any_rank(*record.undecided, record.found_inf);
+  record.found_inf = any_rank(*record.undecided, record.found_inf,
+                              scaler_values(options_, scale_, growth_tracker_));
   record.undecided = nullptr;
 }
 
@@ -134,8 +152,9 @@ double GradScaler::clip_sharded(const Sharded& sharded, torch::optim::Optimizer&
     if (!record.unscaled) unscale(optimizer, sharded.flag_group, "clip_grad_norm");
     if (record.undecided != nullptr) {  // Note [One allreduce for the norm and the overflow]
       bool any_overflow = record.found_inf;
-      const double norm = clip_sharded_grad_norm(sharded.shards, *sharded.norm_group, max_norm,
-                                                 norm_type, &any_overflow);
+      const double norm =
+          clip_sharded_grad_norm(sharded.shards, *sharded.norm_group, max_norm, norm_type,
+                                 &any_overflow, scaler_values(options_, scale_, growth_tracker_));
       record.found_inf = any_overflow;
       record.undecided = nullptr;
       return norm;

@@ -10,10 +10,10 @@
 namespace cohort {
 namespace {
 
-constexpr int kBits = 1;
+constexpr int kSignBits = 1;
 
 // scale * (2 bit - 1).
-torch::Tensor decode(const torch::Tensor& bits, const torch::Tensor& scale) {
+torch::Tensor decode_signs(const torch::Tensor& bits, const torch::Tensor& scale) {
   return bits.to(torch::kFloat32).mul_(2).sub_(1).mul_(scale);
 }
 
@@ -27,12 +27,12 @@ PendingReduction SignHook::start(Group& group, GradBucket& bucket) {
   const int64_t n = c.numel();
   const torch::Tensor scale = n > 0 ? c.abs().mean().reshape({1}) : torch::zeros({1}, c.options());
   const torch::Tensor bits = (c >= 0).to(torch::kUInt8);  // NaN: 0, but the scale is NaN then
-  if (options_.error_feedback) keep_residual(bucket, c, decode(bits, scale));
-  auto payload = torch::cat({as_bytes(scale), pack_codes(bits, kBits)});
+  if (options_.error_feedback) keep_residual(bucket, c, decode_signs(bits, scale));
+  auto payload = torch::cat({as_bytes(scale), pack_codes(bits, kSignBits)});
   return allgather_payloads(group, bucket, payload,
                             [n](const torch::Tensor& theirs, torch::Tensor& sum) {
                               auto packed = theirs.narrow(0, 4, theirs.numel() - 4);
-                              sum.add_(decode(unpack_codes(packed, n, kBits), float_at(theirs, 0)));
+                              sum.add_(decode_signs(unpack_codes(packed, n, kSignBits), float_at(theirs, 0)));
                             });
 }
 

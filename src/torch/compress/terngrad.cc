@@ -14,12 +14,12 @@
 namespace cohort {
 namespace {
 
-constexpr int kBits = 2;
+constexpr int kTernaryBits = 2;
 constexpr int kPlus = 1;
 constexpr int kMinus = 2;
 
 // scale * t for codes in {0, kPlus, kMinus}.
-torch::Tensor decode(const torch::Tensor& codes, const torch::Tensor& scale) {
+torch::Tensor decode_ternary(const torch::Tensor& codes, const torch::Tensor& scale) {
   return (codes == kPlus)
       .to(torch::kFloat32)
       .sub_((codes == kMinus).to(torch::kFloat32))
@@ -45,12 +45,12 @@ PendingReduction TernGradHook::start(Group& group, GradBucket& bucket) {
       torch::where(keep & (c > 0), torch::full_like(c, kPlus),
                    torch::where(keep & (c < 0), torch::full_like(c, kMinus), torch::zeros_like(c)))
           .to(torch::kUInt8);
-  if (options_.error_feedback) keep_residual(bucket, c, decode(codes, scale));
-  auto payload = torch::cat({as_bytes(scale), pack_codes(codes, kBits)});
+  if (options_.error_feedback) keep_residual(bucket, c, decode_ternary(codes, scale));
+  auto payload = torch::cat({as_bytes(scale), pack_codes(codes, kTernaryBits)});
   return allgather_payloads(group, bucket, payload,
                             [n](const torch::Tensor& theirs, torch::Tensor& sum) {
                               auto packed = theirs.narrow(0, 4, theirs.numel() - 4);
-                              sum.add_(decode(unpack_codes(packed, n, kBits), float_at(theirs, 0)));
+                              sum.add_(decode_ternary(unpack_codes(packed, n, kTernaryBits), float_at(theirs, 0)));
                             });
 }
 

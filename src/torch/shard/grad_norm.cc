@@ -3,11 +3,9 @@
 #include <cmath>
 #include <algorithm>
 #include <limits>
-#include <optional>
 #include <vector>
 
 #include "cohort/core/check.h"
-#include "cohort/core/error.h"
 #include "cohort/torch/fsdp.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "cohort/torch/zero.h"
@@ -23,36 +21,8 @@ Group* shard_norm_group(FullyShardedDataParallel& fsdp) {
   return &fsdp.shard_group();
 }
 
-namespace {
-
-// Note [max_norm rides along]: ranks that clip to different max_norm train apart with their
-// collectives in step (issue 35). Each rank's max_norm rides on the norm's allreduce, at no
-// extra collective: as (m, -m) under a max, where the two results agree only if every m does,
-// and as (m, m^2) under a sum, where W * sum(m^2) = sum(m)^2 only if every m is the same
-// (Cauchy-Schwarz). Every rank sees the same sums, so every rank decides alike.
-void append_agreement(std::vector<double>& values, double max_norm, bool infinity) {
-  values.push_back(max_norm);
-  values.push_back(infinity ? -max_norm : max_norm * max_norm);
-}
-
-void check_agreement(const std::vector<double>& totals, size_t at, bool infinity, int world) {
-  const double first = totals[at], second = totals[at + 1];
-  const bool same = infinity ? first == -second
-                             : std::abs(world * second - first * first) <=
-                                   1e-9 * std::max(1.0, first * first);
-  if (same) return;
-  throw ConfigError(infinity ? detail::concat("clip_grad_norm: the ranks passed different max_norm, "
-                                              "from ",
-                                              -second, " to ", first,
-                                              ". Give every rank the same max_norm")
-                             : std::string("clip_grad_norm: the ranks passed different max_norm. "
-                                           "Give every rank the same max_norm"));
-}
-
-}  // namespace
-
 double sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group, double norm_type,
-                         bool* any_rank_flag, std::optional<double> max_norm) {
+                         bool* any_rank_flag, const std::vector<AgreedValue>& agreed) {
   COHORT_CHECK(norm_type >= 1 || std::isinf(norm_type),
                "clip_grad_norm: norm_type must be >= 1 or infinity, got ", norm_type);
   const bool infinity = std::isinf(norm_type);
@@ -68,23 +38,25 @@ double sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group
   // The flag rides along as 0 or 1: a sum or a max of them is > 0 when any rank's was 1.
   std::vector<double> values = {local};
   if (any_rank_flag != nullptr) values.push_back(*any_rank_flag ? 1.0 : 0.0);
-  const size_t agreement_at = values.size();
-  if (max_norm) append_agreement(values, *max_norm, infinity);
+  const size_t agreed_at = values.size();
+  append_agreed(values, agreed, infinity);
   auto total = torch::tensor(values, torch::kFloat64);
   CollectiveOptions options;
   options.op = infinity ? ReduceOp::kMax : ReduceOp::kSum;
   options.site = CallSite::kGradNorm;
   group.allreduce(tensor_buffer(total), options);
   const std::vector<double> totals(total.data_ptr<double>(), total.data_ptr<double>() + total.numel());
-  if (max_norm) check_agreement(totals, agreement_at, infinity, group.size());
+  check_agreed(totals, agreed_at, agreed, infinity, group.size());
   if (any_rank_flag != nullptr) *any_rank_flag = totals[1] > 0;
   const double combined = totals[0];
   return infinity ? combined : std::pow(combined, 1.0 / norm_type);
 }
 
 double clip_sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group,
-                              double max_norm, double norm_type, bool* any_rank_flag) {
-  const double norm = sharded_grad_norm(tensors, group, norm_type, any_rank_flag, max_norm);
+                              double max_norm, double norm_type, bool* any_rank_flag,
+                              std::vector<AgreedValue> agreed) {
+  agreed.push_back({"clip_grad_norm's max_norm", max_norm});
+  const double norm = sharded_grad_norm(tensors, group, norm_type, any_rank_flag, agreed);
   if (any_rank_flag != nullptr && *any_rank_flag) return norm;
   const double coefficient = max_norm / (norm + 1e-6);
   if (coefficient < 1) {

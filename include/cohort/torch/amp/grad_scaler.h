@@ -135,7 +135,7 @@ class GradScaler {
   // `step` unless an inf or NaN was found (on any rank of flag_group).
   bool step_through(torch::optim::Optimizer& optimizer, Group* flag_group,
                     const std::function<void()>& step);
-  static void decide(Record& record);
+  void decide(Record& record) const;
 
   GradScalerOptions options_;
   float scale_;  // float32, as PyTorch's scale tensor: growth and backoff round as it does
