@@ -464,42 +464,41 @@ TEST(FashionMnistExampleParameterServer, AKilledWorkerLeavesTheOthersTraining) {
   EXPECT_NE(out.find("[0] final:"), std::string::npos) << out;
 }
 
+// A 3-rank asynchronous parameter-server job (workers 0 and 1 --expendable, server 2) that
+// runs to 300 steps: once the first worker printed step 20, `signal` goes to `rank`. Returns
+// what it printed, after checking it ended with rc 0.
+std::string ps_job_after_signal(int rank, int signal, const std::string& launcher_options,
+                                const std::vector<std::string>& env) {
+  testing::ChildProcess job(
+      {"/bin/sh", "-c",
+       "exec " COHORTRUN " --nproc-per-node 3 --expendable 0,1 " + launcher_options +
+           " " FASHION_MNIST
+           " --model mlp --mode ps --batch-size 64 --log-every 10 --max-steps 300"
+           " --checkpoint '' 2>&1"},
+      env);
+  EXPECT_FALSE(job.wait_for_line("[0] epoch 1/1 step 20/", kDeadline).empty()) << job.output();
+  const std::vector<int> ranks = children_of(job.pid());
+  EXPECT_EQ(ranks.size(), 3u) << job.output();
+  if (ranks.size() == 3u) ::kill(ranks[static_cast<size_t>(rank)], signal);
+  EXPECT_EQ(job.wait(kDeadline), 0) << job.output();
+  return job.output();
+}
+
 // Issue 35: the first worker reports the job's figures; when it is the one killed, the
 // survivors still finish, evaluate and report (the job used to end with rc 0 and no final
 // line).
 TEST(FashionMnistExampleParameterServer, AKilledFirstWorkerLeavesTheOthersReporting) {
-  testing::ChildProcess job(
-      {"/bin/sh", "-c",
-       "exec " COHORTRUN " --nproc-per-node 3 --expendable 0,1 " FASHION_MNIST
-       " --model mlp --mode ps --batch-size 64 --log-every 10 --max-steps 300 --checkpoint ''"
-       " 2>&1"},
-      {"OMP_NUM_THREADS=1"});
-  ASSERT_FALSE(job.wait_for_line("[0] epoch 1/1 step 20/", kDeadline).empty()) << job.output();
-  const std::vector<int> ranks = children_of(job.pid());
-  ASSERT_EQ(ranks.size(), 3u) << job.output();
-  ::kill(ranks[0], SIGKILL);
-  ASSERT_EQ(job.wait(kDeadline), 0) << job.output();
-  EXPECT_NE(job.output().find("[1] final: test accuracy "), std::string::npos) << job.output();
-  EXPECT_NE(job.output().find(" samples/s on worker rank 1 alone, 300 steps"), std::string::npos)
-      << job.output();
+  const std::string out = ps_job_after_signal(0, SIGKILL, "", {"OMP_NUM_THREADS=1"});
+  EXPECT_NE(out.find("[1] final: test accuracy "), std::string::npos) << out;
+  EXPECT_NE(out.find(" samples/s on worker rank 1 alone, 300 steps"), std::string::npos) << out;
 }
 
 // Issue 35: a worker stopped for good (SIGSTOP) is dropped by the server, the others report
 // their own figures once their last allreduce times out, and cohortrun ends the stopped rank
 // after --stopped-timeout instead of waiting for it forever.
 TEST(FashionMnistExampleParameterServer, AStoppedWorkerIsEndedAndTheOthersReport) {
-  testing::ChildProcess job(
-      {"/bin/sh", "-c",
-       "exec " COHORTRUN " --nproc-per-node 3 --expendable 0,1 --stopped-timeout 1 " FASHION_MNIST
-       " --model mlp --mode ps --batch-size 64 --log-every 10 --max-steps 300 --checkpoint ''"
-       " 2>&1"},
-      {"OMP_NUM_THREADS=1", "COHORT_TIMEOUT_S=5"});
-  ASSERT_FALSE(job.wait_for_line("[0] epoch 1/1 step 20/", kDeadline).empty()) << job.output();
-  const std::vector<int> ranks = children_of(job.pid());
-  ASSERT_EQ(ranks.size(), 3u) << job.output();
-  ::kill(ranks[1], SIGSTOP);
-  ASSERT_EQ(job.wait(kDeadline), 0) << job.output();
-  const std::string& out = job.output();
+  const std::string out = ps_job_after_signal(1, SIGSTOP, "--stopped-timeout 1",
+                                              {"OMP_NUM_THREADS=1", "COHORT_TIMEOUT_S=5"});
   EXPECT_NE(out.find("[0] final: test accuracy "), std::string::npos) << out;
   EXPECT_NE(out.find("cohortrun: rank 1 stayed stopped by signal 19"), std::string::npos) << out;
 }
