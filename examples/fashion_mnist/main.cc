@@ -8,8 +8,8 @@
 
 #include "cohort/comm/init.h"
 #include "cohort/core/error.h"
-#include "option_agreement.h"
 #include "idx_file.h"
+#include "option_agreement.h"
 #include "trainer.h"
 
 int main(int argc, char** argv) {
@@ -24,8 +24,8 @@ int main(int argc, char** argv) {
     if (result.reports) {
       std::printf("final: ");
       if (result.test_accuracy) std::printf("test accuracy %.2f%%, ", 100 * *result.test_accuracy);
-      std::printf("%.0f samples/s on %s, %lld steps\n", result.samples_per_s,
-                  result.covers.c_str(), (long long)result.steps);
+      std::printf("%.0f samples/s on %s, %lld steps\n", result.samples_per_s, result.covers.c_str(),
+                  (long long)result.steps);
     }
     return 0;
   } catch (const fashion_mnist::DataError& e) {

@@ -107,14 +107,16 @@ void write_server_metrics(const std::string& metrics, int index, int rank,
 }
 
 void print_server_report(int rank, const cohort::ServerStats& s) {
-  std::printf("server rank %d: %lld steps, %lld gradients applied, %lld dropped late; "
-              "staleness:%s\n",
-              rank, (long long)s.version, (long long)s.applied, (long long)s.dropped,
-              staleness_histogram(s).c_str());
+  std::printf(
+      "server rank %d: %lld steps, %lld gradients applied, %lld dropped late; "
+      "staleness:%s\n",
+      rank, (long long)s.version, (long long)s.applied, (long long)s.dropped,
+      staleness_histogram(s).c_str());
   if (s.slowest_worker >= 0) {
-    std::printf("server rank %d: slowest worker: rank %d, pushes %.2fx as far apart as the "
-                "median\n",
-                rank, s.slowest_worker, s.slowest_ratio);
+    std::printf(
+        "server rank %d: slowest worker: rank %d, pushes %.2fx as far apart as the "
+        "median\n",
+        rank, s.slowest_worker, s.slowest_ratio);
   }
   for (int dead : s.dead_workers) {
     std::printf("server rank %d: worker rank %d died; the others went on\n", rank, dead);
@@ -182,9 +184,9 @@ class PsTrainer {
   }
 
   TrainResult work();
-  void train_epoch(torch::data::StatelessDataLoader<FashionMnist, cohort::DistributedSampler>&
-                       loader,
-                   int64_t epoch, int64_t steps_in_epoch, int64_t skip);
+  void train_epoch(
+      torch::data::StatelessDataLoader<FashionMnist, cohort::DistributedSampler>& loader,
+      int64_t epoch, int64_t steps_in_epoch, int64_t skip);
   int64_t steps_done_before() const;
   void finish_figures(const Images& test, TrainResult& result);
   cohort::Group* report_alone(const cohort::Error& error, TrainResult& result) const;
@@ -226,8 +228,8 @@ TrainResult PsTrainer::work() {
   cohort::DistributedSampler sampler(static_cast<size_t>(train_set.data().size()), *workers_,
                                      sampling);
   const int64_t steps_per_epoch = static_cast<int64_t>(sampler.num_samples()) / batch;
-  auto loader = torch::data::make_data_loader(std::move(train_set), sampler,
-                                              torch::data::DataLoaderOptions(batch).drop_last(true));
+  auto loader = torch::data::make_data_loader(
+      std::move(train_set), sampler, torch::data::DataLoaderOptions(batch).drop_last(true));
   progress_ = std::make_unique<cohort_examples::Progress>(
       options_.progress && workers_->rank() == 0, options_.log_every);
   if (!options_.metrics.empty() && workers_->rank() == 0) {
@@ -339,11 +341,12 @@ void PsTrainer::train_epoch(
   }
   progress_->finish_epoch();
   if (workers_->rank() == 0 && steps > 0) {
-    std::printf("epoch %lld/%lld (worker rank %d): %lld steps, train loss %.4f, %.1f steps/s, "
-                "parameters at version %lld\n",
-                (long long)epoch + 1, (long long)options_.epochs, group_->rank(), (long long)steps,
-                loss_sum / double(steps), double(steps) / seconds_since(epoch_start),
-                (long long)ps_->parameter_version());
+    std::printf(
+        "epoch %lld/%lld (worker rank %d): %lld steps, train loss %.4f, %.1f steps/s, "
+        "parameters at version %lld\n",
+        (long long)epoch + 1, (long long)options_.epochs, group_->rank(), (long long)steps,
+        loss_sum / double(steps), double(steps) / seconds_since(epoch_start),
+        (long long)ps_->parameter_version());
     std::fflush(stdout);
   }
 }

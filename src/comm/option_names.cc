@@ -1,5 +1,4 @@
 #include "cohort/comm/options.h"
-
 #include "cohort/core/error.h"
 
 namespace cohort {

@@ -20,8 +20,8 @@ void throw_check_failure(const std::string& message) {
 
 void throw_internal_failure(const char* file, int line, const char* condition,
                             const std::string& message) {
-  throw Error(concat("internal error in cohort (this is a bug, please report it): ", message,
-                     " [", condition, " at ", base_name(file), ":", line, "]"));
+  throw Error(concat("internal error in cohort (this is a bug, please report it): ", message, " [",
+                     condition, " at ", base_name(file), ":", line, "]"));
 }
 
 }  // namespace cohort::detail

@@ -8,8 +8,7 @@
 
 namespace cohort {
 
-void append_agreed(std::vector<double>& message, const std::vector<AgreedValue>& agreed,
-                   bool max) {
+void append_agreed(std::vector<double>& message, const std::vector<AgreedValue>& agreed, bool max) {
   for (const AgreedValue& a : agreed) {
     message.push_back(a.value);
     message.push_back(max ? -a.value : a.value * a.value);

@@ -161,8 +161,8 @@ class DistributedDataParallel::Impl {
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Group> group_;
   DdpOptions options_;
-  std::string owner_;       // "DistributedDataParallel", or ZeRO's class (ReducerSharding)
-  CallSite constructor_;    // the site of the constructor's collectives
+  std::string owner_;     // "DistributedDataParallel", or ZeRO's class (ReducerSharding)
+  CallSite constructor_;  // the site of the constructor's collectives
   std::vector<NamedTensor> parameters_;
   std::vector<NamedTensor> buffers_;
   std::shared_ptr<GradientMemory> gradient_memory_;  // plain DDP's; ZeRO counts its own

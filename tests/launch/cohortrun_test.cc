@@ -196,8 +196,8 @@ TEST(Cohortrun, APortInUseIsAClearError) {
 
 // --expendable: the rank's death is reported, and the job succeeds when the others do.
 TEST(Cohortrun, AnExpendableRankMayFail) {
-  auto run = cohortrun({"--nproc-per-node", "3", "--expendable", "1,2", LAUNCH_TEST_RANK,
-                        "kill-alone", "1"});
+  auto run = cohortrun(
+      {"--nproc-per-node", "3", "--expendable", "1,2", LAUNCH_TEST_RANK, "kill-alone", "1"});
   ASSERT_EQ(run.wait(kDeadline), 0) << run.output();
   EXPECT_TRUE(contains(run.output(),
                        "cohortrun: rank 1 was killed by signal 9 (Killed) (local rank 1, pid "))
@@ -207,8 +207,8 @@ TEST(Cohortrun, AnExpendableRankMayFail) {
 }
 
 TEST(Cohortrun, ARankNotExpendableStillStopsTheJob) {
-  auto run = cohortrun({"--nproc-per-node", "3", "--expendable", "2", LAUNCH_TEST_RANK, "kill",
-                        "1"});
+  auto run =
+      cohortrun({"--nproc-per-node", "3", "--expendable", "2", LAUNCH_TEST_RANK, "kill", "1"});
   ASSERT_EQ(run.wait(kDeadline), 128 + SIGKILL) << run.output();
   EXPECT_TRUE(contains(run.output(), "job failed: rank 1 was killed by signal 9")) << run.output();
 }
@@ -230,8 +230,8 @@ TEST(Cohortrun, AnExpendableRankLeftStoppedIsEnded) {
 
 // Not --expendable: the same rank is the job's failure.
 TEST(Cohortrun, ARankLeftStoppedFailsTheJob) {
-  auto run = cohortrun({"--nproc-per-node", "2", "--stopped-timeout", "0", LAUNCH_TEST_RANK,
-                        "stop-alone", "0"});
+  auto run = cohortrun(
+      {"--nproc-per-node", "2", "--stopped-timeout", "0", LAUNCH_TEST_RANK, "stop-alone", "0"});
   ASSERT_EQ(run.wait(kDeadline), 128 + SIGSTOP) << run.output();
   EXPECT_TRUE(contains(run.output(), "job failed: rank 0 stayed stopped by signal 19"))
       << run.output();
@@ -240,8 +240,8 @@ TEST(Cohortrun, ARankLeftStoppedFailsTheJob) {
 
 // Issue 35: HYBRID_SHARD could not be tried on one host, every rank having the same node.
 TEST(Cohortrun, SimulatedNodesSplitTheRanksOfThisMachine) {
-  auto run = cohortrun({"--nproc-per-node", "4", "--simulate-nodes", "2", LAUNCH_TEST_RANK,
-                        "nodes"});
+  auto run =
+      cohortrun({"--nproc-per-node", "4", "--simulate-nodes", "2", LAUNCH_TEST_RANK, "nodes"});
   ASSERT_EQ(run.wait(kDeadline), 0) << run.output();
   EXPECT_TRUE(contains(run.output(), "[0] node 0 of 2, local rank 0 of 2")) << run.output();
   EXPECT_TRUE(contains(run.output(), "[1] node 0 of 2, local rank 1 of 2")) << run.output();

@@ -420,8 +420,7 @@ TEST(FashionMnistExampleErrors, AMalformedFileIsAClearError) {
 // The last rank serves, the others train with bounded staleness: the servers' report says
 // how stale the applied gradients were, and the bound held.
 TEST(FashionMnistExampleParameterServer, BoundedStalenessTrainsAndReportsStaleness) {
-  const ExampleRun run =
-      run_example(3, "--model mlp --mode ssp --staleness 2 --skip-eval");
+  const ExampleRun run = run_example(3, "--model mlp --mode ssp --staleness 2 --skip-eval");
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
   const std::string& out = run.result.output;
   EXPECT_NE(out.find("[2] server rank 2: 12 steps, 24 gradients applied, 0 dropped late"),
@@ -456,8 +455,7 @@ TEST(FashionMnistExampleParameterServer, AKilledWorkerLeavesTheOthersTraining) {
   ASSERT_EQ(job.wait(kDeadline), 0) << job.output();
   const std::string& out = job.output();
   EXPECT_NE(out.find("rank 1 was killed by signal 9"), std::string::npos) << out;
-  EXPECT_NE(out.find("it is --expendable: the others go on without it"), std::string::npos)
-      << out;
+  EXPECT_NE(out.find("it is --expendable: the others go on without it"), std::string::npos) << out;
   EXPECT_NE(out.find("[3] server rank 3: worker rank 1 died; the others went on"),
             std::string::npos)
       << out;
@@ -472,8 +470,7 @@ std::string ps_job_after_signal(int rank, int signal, const std::string& launche
   testing::ChildProcess job(
       {"/bin/sh", "-c",
        "exec " COHORTRUN " --nproc-per-node 3 --expendable 0,1 " + launcher_options +
-           " " FASHION_MNIST
-           " --model mlp --mode ps --batch-size 64 --log-every 10 --max-steps 300"
+           " " FASHION_MNIST " --model mlp --mode ps --batch-size 64 --log-every 10 --max-steps 300"
            " --checkpoint '' 2>&1"},
       env);
   EXPECT_FALSE(job.wait_for_line("[0] epoch 1/1 step 20/", kDeadline).empty()) << job.output();

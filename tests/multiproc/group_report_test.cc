@@ -65,7 +65,7 @@ TEST(GroupReport, SubgroupsOfOneHostShareMemory) {
   testing::run_ranks(4, [&](int rank) {
     auto& group = *groups[static_cast<size_t>(rank)];
     subs[static_cast<size_t>(rank)] = group.split(rank % 2, -rank);  // {2, 0} and {3, 1}
-    std::vector<float> data(1 << 16, static_cast<float>(rank));  // past the small sizes
+    std::vector<float> data(1 << 16, static_cast<float>(rank));      // past the small sizes
     subs[static_cast<size_t>(rank)]->allreduce(make_buffer(data));
     EXPECT_EQ(data.front(), rank % 2 == 0 ? 2.0f : 4.0f);
     EXPECT_EQ(data.back(), rank % 2 == 0 ? 2.0f : 4.0f);

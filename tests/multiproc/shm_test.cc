@@ -291,7 +291,8 @@ TEST(ShmSegments, ARankThatDiesBeforeAttachingIsNamed) {
   for (int r = 0; r < 2; ++r) {
     const std::string line = ranks[r].wait_for_line("RESULT ", 30s);
     EXPECT_NE(line.find("RESULT PeerError failed_rank=2"), std::string::npos)
-        << "rank " << r << ": " << line << "\n" << ranks[r].output();
+        << "rank " << r << ": " << line << "\n"
+        << ranks[r].output();
     EXPECT_NE(line.find("rank 2 " + pid), std::string::npos) << line;
     EXPECT_NE(line.find("never attached"), std::string::npos) << line;
   }

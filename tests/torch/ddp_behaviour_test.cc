@@ -196,20 +196,23 @@ TEST(DdpBehaviour, IterationStatsAndTimelineDescribeEveryBucket) {
 TEST(DdpBehaviour, BucketsAreSharedMemoryOnOneHostUnlessTurnedOff) {
   for (const bool registered : {true, false}) {
     SCOPED_TRACE(registered ? "registered buckets" : "private buckets");
-    run_with_groups(3, [&](int, std::shared_ptr<Group> group) {
-      auto net = layers({10, 64, 64, 4});
-      DdpOptions options;
-      options.bucket_cap_mb = 0.01;  // several buckets
-      options.first_bucket_cap_mb = 0.01;
-      options.registered_buckets = registered;
-      DistributedDataParallel ddp(net, group, options);
-      for (int step = 0; step < 2; ++step) {  // the second after the buckets' rebuild
-        net->forward(torch::ones({3, 10})).sum().backward();
-        const IterationStats& stats = ddp.last_iteration_stats();
-        ASSERT_GT(stats.buckets.size(), 1u);
-        for (const BucketStats& b : stats.buckets) EXPECT_EQ(b.shared_memory, registered);
-      }
-    }, /*over_tcp=*/true, /*shared_memory=*/true);
+    run_with_groups(
+        3,
+        [&](int, std::shared_ptr<Group> group) {
+          auto net = layers({10, 64, 64, 4});
+          DdpOptions options;
+          options.bucket_cap_mb = 0.01;  // several buckets
+          options.first_bucket_cap_mb = 0.01;
+          options.registered_buckets = registered;
+          DistributedDataParallel ddp(net, group, options);
+          for (int step = 0; step < 2; ++step) {  // the second after the buckets' rebuild
+            net->forward(torch::ones({3, 10})).sum().backward();
+            const IterationStats& stats = ddp.last_iteration_stats();
+            ASSERT_GT(stats.buckets.size(), 1u);
+            for (const BucketStats& b : stats.buckets) EXPECT_EQ(b.shared_memory, registered);
+          }
+        },
+        /*over_tcp=*/true, /*shared_memory=*/true);
   }
 }
 

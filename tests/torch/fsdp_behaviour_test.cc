@@ -90,7 +90,8 @@ TEST(Fsdp, ShardSpansSayWhichPartOfItsParameterEachShardIs) {
         const torch::Tensor& full = whole.at(item.key());
         EXPECT_EQ(span.shape, full.sizes().vec()) << item.key();
         const torch::Tensor expected = full.reshape({-1}).narrow(0, span.offset, span.numel);
-        EXPECT_TRUE(torch::equal(shards[item.key()].detach().reshape({-1}), expected)) << item.key();
+        EXPECT_TRUE(torch::equal(shards[item.key()].detach().reshape({-1}), expected))
+            << item.key();
         auto& counts = covered[item.key()];
         counts.resize(static_cast<size_t>(full.numel()), 0);
         for (int64_t i = span.offset; i < span.offset + span.numel; ++i) ++counts[i];
@@ -390,12 +391,13 @@ TEST(FsdpParamDtype, ComputesWithBfloat16CopiesOfFloat32Shards) {
           EXPECT_EQ(shard.grad().scalar_type(), torch::kFloat);
         }
       }
-      const double expected_norm = torch::stack(
-          [&] {
-            std::vector<torch::Tensor> norms;
-            for (const auto& g : low_grads) norms.push_back(g.norm());
-            return norms;
-          }()).norm().item<double>();
+      const double expected_norm = torch::stack([&] {
+                                     std::vector<torch::Tensor> norms;
+                                     for (const auto& g : low_grads) norms.push_back(g.norm());
+                                     return norms;
+                                   }())
+                                       .norm()
+                                       .item<double>();
       const double norm = clip_grad_norm(fsdp, 1e9);  // over the float32 shard gradients
       EXPECT_NEAR(norm, expected_norm, 1e-5 * expected_norm);
     });
@@ -591,7 +593,8 @@ TEST(Fsdp, NoShardReducesInReduceDtypeAsDdpsCompressionHook) {
     options.mixed_precision.reduce_dtype = torch::kBFloat16;
     FullyShardedDataParallel fsdp(net, group, options);
     torch::optim::SGD optimizer(fsdp.parameters(), torch::optim::SGDOptions(0.1));
-    train(rank, *net, optimizer, [&] { fsdp.step(optimizer); }, 0);
+    train(
+        rank, *net, optimizer, [&] { fsdp.step(optimizer); }, 0);
   });
   for (int slot : {1, 2}) {
     run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
@@ -600,7 +603,8 @@ TEST(Fsdp, NoShardReducesInReduceDtypeAsDdpsCompressionHook) {
       if (slot == 1) options.comm_hook = bf16_compress_hook();
       DistributedDataParallel ddp(net, group, options);
       torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.1));
-      train(rank, *net, optimizer, [&] { optimizer.step(); }, slot);
+      train(
+          rank, *net, optimizer, [&] { optimizer.step(); }, slot);
     });
   }
   ASSERT_EQ(trained[0].size(), trained[1].size());

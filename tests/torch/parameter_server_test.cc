@@ -4,15 +4,15 @@
 #include "cohort/torch/parameter_server.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <random>
 #include <set>
-#include <unistd.h>
-#include <cstdio>
-#include <cstdlib>
 
 #include "async/pair_groups.h"
 #include "cohort/core/error.h"
@@ -266,8 +266,12 @@ void expect_bound_holds(int staleness, int servers) {
   EXPECT_TRUE(bitwise_equal(r.worker_final[0], r.worker_final[2]));
 }
 
-TEST(ParameterServer, StalenessBoundOneHoldsUnderRandomDelays) { expect_bound_holds(1, 1); }
-TEST(ParameterServer, StalenessBoundThreeHoldsUnderRandomDelays) { expect_bound_holds(3, 2); }
+TEST(ParameterServer, StalenessBoundOneHoldsUnderRandomDelays) {
+  expect_bound_holds(1, 1);
+}
+TEST(ParameterServer, StalenessBoundThreeHoldsUnderRandomDelays) {
+  expect_bound_holds(3, 2);
+}
 
 TEST(ParameterServer, AsynchronousAppliesEveryGradientAlone) {
   PsJob job;
@@ -308,8 +312,7 @@ TEST(ParameterServer, BackupWorkerDropsTheLateGradient) {
     }
     // A fast worker that finished step k holds version k + 1.
     const int64_t computed_on = ps.parameter_version();
-    changed.wait(lock,
-                 [&] { return steps_done[0] > computed_on && steps_done[1] > computed_on; });
+    changed.wait(lock, [&] { return steps_done[0] > computed_on && steps_done[1] > computed_on; });
   };
   const PsResult r = run_ps(job);
   EXPECT_EQ(r.server_stats[0].dropped, job.steps);
@@ -584,7 +587,7 @@ TEST(ParameterServer, AStalledWorkerIsDroppedAndTheOthersGoOn) {
       compute_gradient(model, data, 0, rank);
       ps->step();
     };
-    step();  // clock 0: step 0 is taken
+    step();           // clock 0: step 0 is taken
     if (rank == 1) {  // then stalls until worker 0 is done, and leaves
       std::unique_lock<std::mutex> lock(mutex);
       changed.wait(lock, [&] { return worker0_done; });
@@ -664,10 +667,8 @@ TEST(ParameterServer, OptionsThatDoNotFitAreRefused) {
         << e;
   }
   EXPECT_NE(errors[0].find("num_servers = 3"), std::string::npos) << errors[0];
-  EXPECT_NE(errors[3].find("backup_workers = 1 needs synchronous"), std::string::npos)
-      << errors[3];
-  EXPECT_NE(errors[6].find("backup_workers = 2 must be in [0, 2)"), std::string::npos)
-      << errors[6];
+  EXPECT_NE(errors[3].find("backup_workers = 1 needs synchronous"), std::string::npos) << errors[3];
+  EXPECT_NE(errors[6].find("backup_workers = 2 must be in [0, 2)"), std::string::npos) << errors[6];
 }
 
 TEST(ParameterServer, WorkerCallsOnAServerAreRefused) {
@@ -706,8 +707,8 @@ TEST(PairErrors, NameTheRanksOfTheGroup) {
 }
 
 TEST(Consistency, NamesRoundTrip) {
-  for (auto c : {Consistency::kSynchronous, Consistency::kBoundedStaleness,
-                 Consistency::kAsynchronous}) {
+  for (auto c :
+       {Consistency::kSynchronous, Consistency::kBoundedStaleness, Consistency::kAsynchronous}) {
     EXPECT_EQ(parse_consistency(consistency_name(c)), c);
   }
   EXPECT_THROW(parse_consistency("bsp"), InvalidArgument);

@@ -86,7 +86,8 @@ FsdpOptions fsdp_options(Wrap wrap) {
 // The nodes of a kHybridShard job: two ranks per node when the world is even, else one.
 std::vector<std::string> hybrid_nodes(int world) {
   std::vector<std::string> nodes;
-  for (int r = 0; r < world; ++r) nodes.push_back("node" + std::to_string(world % 2 == 0 ? r / 2 : r));
+  for (int r = 0; r < world; ++r)
+    nodes.push_back("node" + std::to_string(world % 2 == 0 ? r / 2 : r));
   return nodes;
 }
 
@@ -528,9 +529,7 @@ struct WithBuffers : TestModel {
     fc2 = register_module("fc2", torch::nn::Linear(16, 4));
     fc1->bias.set_requires_grad(false);
   }
-  torch::Tensor forward(torch::Tensor x, int, int) override {
-    return fc2(torch::relu(bn(fc1(x))));
-  }
+  torch::Tensor forward(torch::Tensor x, int, int) override { return fc2(torch::relu(bn(fc1(x)))); }
   torch::nn::Linear fc1{nullptr};
   torch::nn::BatchNorm1d bn{nullptr};
   torch::nn::Linear fc2{nullptr};
@@ -671,8 +670,7 @@ TEST(ShardedCheckpointFiles, HybridShardSavesEachRangeOnce) {
   const auto batches = make_batches();
   const auto reference = reference_run(OptimizerKind::kAdamW, batches);
   auto same = [&](int) { return dir.path(); };
-  const Saved saved =
-      train_and_save(Wrap::kHybridShard, 4, OptimizerKind::kAdamW, batches, same);
+  const Saved saved = train_and_save(Wrap::kHybridShard, 4, OptimizerKind::kAdamW, batches, same);
   EXPECT_EQ(expect_pieces_cover_mlp_once(read_manifest(dir)), (std::set<int>{0, 1, 2, 3}));
   for (const auto& [wrap, world] :
        std::vector<std::pair<Wrap, int>>{{Wrap::kOneProcess, 1}, {Wrap::kFullShard, 3}}) {
@@ -740,10 +738,10 @@ TEST(ShardedCheckpointFiles, SavesReplaceEachOtherAndUnfinishedOnesAreIgnored) {
 // training goes on as the reference.
 TEST(GatheredCheckpoint, LoadsWithPlainLoadCheckpoint) {
   torch::set_num_threads(1);
-  for (const auto& run_case : std::vector<std::pair<Wrap, OptimizerKind>>{
-           {Wrap::kZero2, OptimizerKind::kAdamW},
-           {Wrap::kZero2, OptimizerKind::kSgdMomentum},
-           {Wrap::kFullShard, OptimizerKind::kAdamW}}) {
+  for (const auto& run_case :
+       std::vector<std::pair<Wrap, OptimizerKind>>{{Wrap::kZero2, OptimizerKind::kAdamW},
+                                                   {Wrap::kZero2, OptimizerKind::kSgdMomentum},
+                                                   {Wrap::kFullShard, OptimizerKind::kAdamW}}) {
     const Wrap wrap = run_case.first;
     const OptimizerKind kind = run_case.second;
     SCOPED_TRACE(wrap_name(wrap));

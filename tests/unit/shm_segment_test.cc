@@ -36,7 +36,8 @@ TEST(ShmWindow, ASegmentOfAnotherJobIsRefused) {
   store.set("shm/name", name);
   store.set("shm/nonce", std::string("12345"));
   try {
-    ShmWindow::create(store, 1, 2, {0, 1}, {}, "token", 4096, Deadline::after(std::chrono::seconds(5)));
+    ShmWindow::create(store, 1, 2, {0, 1}, {}, "token", 4096,
+                      Deadline::after(std::chrono::seconds(5)));
     ADD_FAILURE() << "a foreign segment was accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("belongs to another job"), std::string::npos) << e.what();

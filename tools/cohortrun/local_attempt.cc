@@ -157,8 +157,8 @@ class LocalAttempt {
                     rank->stop_signal(), strsignal(rank->stop_signal()),
                     options_.stopped_timeout_s);
       if (options_.is_expendable(rank->rank())) {
-        std::fprintf(stderr, "cohortrun: rank %d %s; it is --expendable: killed it\n",
-                     rank->rank(), what);
+        std::fprintf(stderr, "cohortrun: rank %d %s; it is --expendable: killed it\n", rank->rank(),
+                     what);
         reported_.push_back(rank->rank());
         rank->signal(SIGKILL);
         continue;

@@ -1,4 +1,5 @@
-// Options every collective takes (docs/architecture.md: timeout, tag, algorithm override, reduce op).
+// Options every collective takes (docs/architecture.md: timeout, tag, algorithm override, reduce
+// op).
 #pragma once
 
 #include <cstdint>
@@ -29,8 +30,17 @@ const char* algorithm_name(Algorithm algorithm);
 Algorithm parse_algorithm(const std::string& name);
 
 enum class CollectiveKind : uint8_t {
-  kAllreduce, kBroadcast, kReduce, kAllgather, kReduceScatter, kGather, kScatter, kAllToAll,
-  kBarrier, kSend, kRecv
+  kAllreduce,
+  kBroadcast,
+  kReduce,
+  kAllgather,
+  kReduceScatter,
+  kGather,
+  kScatter,
+  kAllToAll,
+  kBarrier,
+  kSend,
+  kRecv
 };
 const char* collective_name(CollectiveKind kind);
 
@@ -39,21 +49,38 @@ const char* collective_name(CollectiveKind kind);
 // layers set it; user code leaves kUser. It is not compared across ranks: DDP's join() stands
 // in for the gradient allreduces of ranks still training, from another call site.
 enum class CallSite : uint8_t {
-  kUser, kDdpConstructor, kDdpGradients, kDdpUnusedParameters, kDdpJoin, kDdpBuffers,
-  kCheckpointSave, kCheckpointLoad, kGroupSetup, kZeroGradients, kZeroParameters, kGradNorm,
-  kFsdpConstructor, kFsdpParameters, kFsdpGradients, kFsdpEndOfBackward, kGradScaler,
-  kSyncBatchNormForward, kSyncBatchNormBackward, kRegisteredMemory, kZeroConstructor
+  kUser,
+  kDdpConstructor,
+  kDdpGradients,
+  kDdpUnusedParameters,
+  kDdpJoin,
+  kDdpBuffers,
+  kCheckpointSave,
+  kCheckpointLoad,
+  kGroupSetup,
+  kZeroGradients,
+  kZeroParameters,
+  kGradNorm,
+  kFsdpConstructor,
+  kFsdpParameters,
+  kFsdpGradients,
+  kFsdpEndOfBackward,
+  kGradScaler,
+  kSyncBatchNormForward,
+  kSyncBatchNormBackward,
+  kRegisteredMemory,
+  kZeroConstructor
 };
 inline constexpr int kNumCallSites = 21;
 // "DistributedDataParallel's constructor", ...; "" for kUser.
 const char* call_site_name(CallSite site);
 
 struct CollectiveOptions {
-  ReduceOp op = ReduceOp::kSum;             // allreduce, reduce, reduce_scatter
-  int root = 0;                             // broadcast, reduce, gather, scatter
-  Algorithm algorithm = Algorithm::kAuto;   // overrides COHORT_ALGO and the group's default
-  Milliseconds timeout{0};                  // 0: the group's timeout (COHORT_TIMEOUT_S)
-  uint32_t tag = 0;                         // send/recv: tells apart messages between two ranks
+  ReduceOp op = ReduceOp::kSum;            // allreduce, reduce, reduce_scatter
+  int root = 0;                            // broadcast, reduce, gather, scatter
+  Algorithm algorithm = Algorithm::kAuto;  // overrides COHORT_ALGO and the group's default
+  Milliseconds timeout{0};                 // 0: the group's timeout (COHORT_TIMEOUT_S)
+  uint32_t tag = 0;                        // send/recv: tells apart messages between two ranks
   // Device buffers (NCCL groups): the cudaStream_t the buffers are produced and consumed on.
   // The collective starts after the work queued on it so far and the stream's later work
   // waits for the collective; the host does not wait (docs/backends.md, "The NCCL backend").

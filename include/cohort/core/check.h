@@ -24,22 +24,22 @@ std::string concat(const Args&... args) {
 
 // COHORT_CHECK(cond, "message", more...) -> InvalidArgument("message more..."): a message that
 // tells the user what was wrong and what to do.
-#define COHORT_CHECK(cond, ...)                                                        \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      ::cohort::detail::throw_check_failure(::cohort::detail::concat(__VA_ARGS__));    \
-    }                                                                                  \
+#define COHORT_CHECK(cond, ...)                                                     \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
+      ::cohort::detail::throw_check_failure(::cohort::detail::concat(__VA_ARGS__)); \
+    }                                                                               \
   } while (0)
 
 // COHORT_CHECK_EQ(a, b, "message") -> InvalidArgument("message (A vs B)"), naming both values.
-#define COHORT_CHECK_EQ(a, b, ...)                                                     \
-  do {                                                                                 \
-    const auto& cohort_check_a_ = (a);                                                 \
-    const auto& cohort_check_b_ = (b);                                                 \
-    if (!(cohort_check_a_ == cohort_check_b_)) {                                       \
-      ::cohort::detail::throw_check_failure(::cohort::detail::concat(                  \
-          __VA_ARGS__, " (", cohort_check_a_, " vs ", cohort_check_b_, ")"));          \
-    }                                                                                  \
+#define COHORT_CHECK_EQ(a, b, ...)                                            \
+  do {                                                                        \
+    const auto& cohort_check_a_ = (a);                                        \
+    const auto& cohort_check_b_ = (b);                                        \
+    if (!(cohort_check_a_ == cohort_check_b_)) {                              \
+      ::cohort::detail::throw_check_failure(::cohort::detail::concat(         \
+          __VA_ARGS__, " (", cohort_check_a_, " vs ", cohort_check_b_, ")")); \
+    }                                                                         \
   } while (0)
 
 // Marks a condition that only a bug in cohort can break.

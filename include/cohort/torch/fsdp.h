@@ -132,7 +132,7 @@ struct FsdpMemoryReport {
   size_t gradients = 0;         // this rank's averaged gradient shards + buffers in flight now
   size_t peak_gradients = 0;    // at most: the shards + three units' flat gradients + 1/W of
                                 // the model's blocks waiting to land (docs/fsdp.md, "Memory")
-  size_t optimizer_state = 0;  // of the optimizer passed in (0 without one)
+  size_t optimizer_state = 0;   // of the optimizer passed in (0 without one)
   size_t model_state() const { return parameter_shards + gathered + gradients + optimizer_state; }
 };
 
@@ -231,9 +231,9 @@ class FullyShardedDataParallel {
   // The last synchronized iteration (from its forward to the end of its backward):
   // exposed_comm_ms is the time this rank was blocked on communication: all-gathers not yet
   // done when needed, reduce-scatters (in flight or at the end of backward) and the end of
-  // backward's small collectives (0 at world size 1, which issues none); buckets: one per unit reduced, in reduction order, bytes of its
-  // flat gradient and latency from its gradient node to the end of its reduce-scatter.
-  // kNoShard: DistributedDataParallel's.
+  // backward's small collectives (0 at world size 1, which issues none); buckets: one per unit
+  // reduced, in reduction order, bytes of its flat gradient and latency from its gradient node to
+  // the end of its reduce-scatter. kNoShard: DistributedDataParallel's.
   const IterationStats& last_iteration_stats() const;
 
   // What this rank holds now; optimizer: the one step() runs, for its state.

@@ -172,11 +172,11 @@ class Group::Impl {
   GroupOptions options_;
   Topology topology_;
   CostModel cost_model_ = CostModel::defaults();
-  std::vector<HostInfo> hosts_;  // every rank's host, by rank; empty where none were exchanged
-  std::unique_ptr<ShmWindow> shm_;         // this rank's node's window, when it has several ranks
-  bool shared_memory_everywhere_ = false;  // every node with several ranks has a window
-  std::vector<uint8_t> scratch_;           // used only by the thread running an operation
-  mutable NativeBackend native_;           // cohort's algorithms over transport_
+  std::vector<HostInfo> hosts_;     // every rank's host, by rank; empty where none were exchanged
+  std::unique_ptr<ShmWindow> shm_;  // this rank's node's window, when it has several ranks
+  bool shared_memory_everywhere_ = false;    // every node with several ranks has a window
+  std::vector<uint8_t> scratch_;             // used only by the thread running an operation
+  mutable NativeBackend native_;             // cohort's algorithms over transport_
   std::unique_ptr<StagingBackend> staging_;  // device buffers through host memory, or null
   mutable std::array<std::atomic<uint64_t>, 64> choices_{};  // Note [Remembered choices]
 

@@ -23,7 +23,9 @@ std::string signature_key(uint64_t sequence, int rank) {
 std::string record_of(const Signature& signature) {
   return signature.describe() + '\n' + call_site_name(signature.site);
 }
-std::string call_of(const std::string& record) { return record.substr(0, record.find('\n')); }
+std::string call_of(const std::string& record) {
+  return record.substr(0, record.find('\n'));
+}
 std::string site_of(const std::string& record) {
   const size_t newline = record.find('\n');
   return newline == std::string::npos ? "" : record.substr(newline + 1);

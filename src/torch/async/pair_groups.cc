@@ -24,7 +24,7 @@ std::vector<std::shared_ptr<Group>> connect_pairs(Group& group, const std::vecto
   const int n = std::max(num_servers, num_clients);
   const int server = index_in(servers, group.rank());
   const int client = index_in(clients, group.rank());
-  std::vector<std::shared_ptr<Group>> pairs(server >= 0 ? num_clients
+  std::vector<std::shared_ptr<Group>> pairs(server >= 0   ? num_clients
                                             : client >= 0 ? num_servers
                                                           : 0);
   for (int round = 0; round < n; ++round) {
@@ -62,8 +62,8 @@ std::string with_group_ranks(const std::string& pair_message, int server_rank, i
   };
   std::string out;
   auto last = pair_message.cbegin();
-  for (std::sregex_iterator it(pair_message.begin(), pair_message.end(), pair_rank), end;
-       it != end; ++it) {
+  for (std::sregex_iterator it(pair_message.begin(), pair_message.end(), pair_rank), end; it != end;
+       ++it) {
     const std::smatch& match = *it;
     out.append(last, match[0].first);
     out += match[2].matched ? match[1].str() + " rank " + group_rank(match[2].str())

@@ -29,11 +29,11 @@ PendingReduction SignHook::start(Group& group, GradBucket& bucket) {
   const torch::Tensor bits = (c >= 0).to(torch::kUInt8);  // NaN: 0, but the scale is NaN then
   if (options_.error_feedback) keep_residual(bucket, c, decode_signs(bits, scale));
   auto payload = torch::cat({as_bytes(scale), pack_codes(bits, kSignBits)});
-  return allgather_payloads(group, bucket, payload,
-                            [n](const torch::Tensor& theirs, torch::Tensor& sum) {
-                              auto packed = theirs.narrow(0, 4, theirs.numel() - 4);
-                              sum.add_(decode_signs(unpack_codes(packed, n, kSignBits), float_at(theirs, 0)));
-                            });
+  return allgather_payloads(
+      group, bucket, payload, [n](const torch::Tensor& theirs, torch::Tensor& sum) {
+        auto packed = theirs.narrow(0, 4, theirs.numel() - 4);
+        sum.add_(decode_signs(unpack_codes(packed, n, kSignBits), float_at(theirs, 0)));
+      });
 }
 
 std::shared_ptr<SignHook> sign_hook(SignOptions options) {

@@ -47,11 +47,11 @@ PendingReduction TernGradHook::start(Group& group, GradBucket& bucket) {
           .to(torch::kUInt8);
   if (options_.error_feedback) keep_residual(bucket, c, decode_ternary(codes, scale));
   auto payload = torch::cat({as_bytes(scale), pack_codes(codes, kTernaryBits)});
-  return allgather_payloads(group, bucket, payload,
-                            [n](const torch::Tensor& theirs, torch::Tensor& sum) {
-                              auto packed = theirs.narrow(0, 4, theirs.numel() - 4);
-                              sum.add_(decode_ternary(unpack_codes(packed, n, kTernaryBits), float_at(theirs, 0)));
-                            });
+  return allgather_payloads(
+      group, bucket, payload, [n](const torch::Tensor& theirs, torch::Tensor& sum) {
+        auto packed = theirs.narrow(0, 4, theirs.numel() - 4);
+        sum.add_(decode_ternary(unpack_codes(packed, n, kTernaryBits), float_at(theirs, 0)));
+      });
 }
 
 std::shared_ptr<TernGradHook> terngrad_hook(TernGradOptions options) {

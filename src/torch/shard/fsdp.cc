@@ -755,7 +755,8 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     torch::OrderedDict<std::string, Value> ordered;
     for (const auto& item : module_->named_parameters()) {
       auto it = by_name.find(item.key());
-      if (it != by_name.end() && !ordered.contains(item.key())) ordered.insert(item.key(), it->second);
+      if (it != by_name.end() && !ordered.contains(item.key()))
+        ordered.insert(item.key(), it->second);
     }
     return ordered;
   }

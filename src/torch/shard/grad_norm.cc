@@ -1,7 +1,7 @@
 #include "shard/grad_norm.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -45,7 +45,8 @@ double sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group
   options.op = infinity ? ReduceOp::kMax : ReduceOp::kSum;
   options.site = CallSite::kGradNorm;
   group.allreduce(tensor_buffer(total), options);
-  const std::vector<double> totals(total.data_ptr<double>(), total.data_ptr<double>() + total.numel());
+  const std::vector<double> totals(total.data_ptr<double>(),
+                                   total.data_ptr<double>() + total.numel());
   check_agreed(totals, agreed_at, agreed, infinity, group.size());
   if (any_rank_flag != nullptr) *any_rank_flag = totals[1] > 0;
   const double combined = totals[0];

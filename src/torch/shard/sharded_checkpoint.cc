@@ -473,11 +473,11 @@ void check_every_needed_file_seen(const std::string& directory, const Manifest& 
     }
     if (!wanted || visible) continue;
     if (other) {
-      throw CheckpointError(concat(
-          "checkpoint '", directory, "' is damaged: its shard file '",
-          join(directory, m.files[f].name), "' (saved by rank ", f,
-          ") is not a regular file (a directory, FIFO, device or socket is in its place). "
-          "Put the file back, or load an older checkpoint"));
+      throw CheckpointError(
+          concat("checkpoint '", directory, "' is damaged: its shard file '",
+                 join(directory, m.files[f].name), "' (saved by rank ", f,
+                 ") is not a regular file (a directory, FIFO, device or socket is in its place). "
+                 "Put the file back, or load an older checkpoint"));
     }
     throw CheckpointError(concat(
         "checkpoint '", directory, "' is incomplete: its shard file '",

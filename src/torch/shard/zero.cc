@@ -348,7 +348,7 @@ class ZeroDataParallel::Impl {
   std::vector<torch::Tensor> flat_;  // per bucket: the parameters' memory (Note [Flat parameters])
   std::vector<Shard> shards_;        // by parameter index
   std::unordered_map<const void*, size_t> shard_index_;
-  std::vector<torch::Tensor> blocks_;  // per bucket, between its reduce-scatter and its pickup
+  std::vector<torch::Tensor> blocks_;       // per bucket, between its reduce-scatter and its pickup
   const void* agreed_optimizer_ = nullptr;  // the optimizer every rank was found to share
 };
 
