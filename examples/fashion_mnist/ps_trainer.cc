@@ -69,6 +69,7 @@ cohort::ParameterServerOptions server_options(const TrainOptions& o,
   p.checkpoint = o.checkpoint;
   p.checkpoint_every = kServerCheckpointEvery;
   p.resume_any_job = o.resume;
+  p.start_afresh = o.overwrite_checkpoint;
   return p;
 }
 

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "async/pair_groups.h"
+#include "checkpoint_files.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp.h"
 #include "ddp_harness.h"
@@ -454,9 +455,41 @@ TEST(ParameterServer, ACheckpointOfAnotherModelIsRefused) {
   std::remove((path + ".server0").c_str());
 }
 
-// Without resume_any_job a file of another job (COHORT_JOB_ID) is passed over: the job starts
-// afresh and replaces it.
-TEST(ParameterServer, AnotherJobsServerCheckpointIsNotResumed) {
+// Issue 35: without resume_any_job a file of another job (COHORT_JOB_ID) was passed over with a
+// warning and replaced. Now the server refuses to start, naming both ways on, and the workers
+// hear it at once; the file is left as it was.
+TEST(ParameterServer, AnotherJobsServerCheckpointIsNeitherResumedNorReplacedUnasked) {
+  const ScopedJobId first_job("ps-job-x");
+  const std::string path = ::testing::TempDir() + "/ps_refuse_" + std::to_string(::getpid());
+  PsJob job;
+  job.world = 2;
+  job.steps = 2;
+  job.options = synchronous(1);
+  job.options.checkpoint = path;
+  job.options.checkpoint_every = 1;
+  run_ps(job);
+  const std::string saved = read_bytes(path + ".server0");
+  const ScopedJobId second_job("ps-job-y");
+  std::vector<std::string> errors(2);
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    auto model = layers({10, 8, 4});
+    try {
+      ParameterServer::create(group, *model, make_sgd, job.options);
+    } catch (const std::exception& e) {
+      errors[static_cast<size_t>(rank)] = e.what();
+    }
+  });
+  EXPECT_NE(errors[1].find("was written by another job"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[1].find("ParameterServerOptions::start_afresh"), std::string::npos)
+      << errors[1];
+  EXPECT_NE(errors[0].find("parameter server rank 1 failed to start"), std::string::npos)
+      << errors[0];
+  EXPECT_EQ(read_bytes(path + ".server0"), saved);
+  std::remove((path + ".server0").c_str());
+}
+
+// With start_afresh the job starts from the model and replaces the file.
+TEST(ParameterServer, AnotherJobsServerCheckpointIsReplacedWhenStartingAfresh) {
   const std::string path = ::testing::TempDir() + "/ps_job_" + std::to_string(::getpid());
   PsJob job;
   job.world = 3;
@@ -471,6 +504,7 @@ TEST(ParameterServer, AnotherJobsServerCheckpointIsNotResumed) {
   }
   {
     const ScopedJobId job_id("ps-job-b");
+    job.options.start_afresh = true;
     again = run_ps(job);
   }
   EXPECT_EQ(again.server_stats[0].version, 4);

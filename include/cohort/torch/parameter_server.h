@@ -78,10 +78,13 @@ struct ParameterServerOptions {
   // it exists at create(): a job restarted after a crash (cohortrun --max-restarts) goes on
   // from there. As for every checkpoint (docs/checkpoints.md, "Job identity"), only a file of
   // this job is loaded, unless resume_any_job; the file must come from the same model and
-  // optimizer (else InvalidArgument).
+  // optimizer (else InvalidArgument). Another job's file is never replaced unasked: create()
+  // throws CheckpointError on the server (its workers hear that it failed to start), unless
+  // start_afresh, which starts from the model and lets the first save replace the file.
   std::string checkpoint;
   int64_t checkpoint_every = 100;
   bool resume_any_job = false;
+  bool start_afresh = false;
   // When set: workers record "push" and "wait for parameters", servers "apply step k"
   // (docs/timeline.md).
   std::shared_ptr<Timeline> timeline;

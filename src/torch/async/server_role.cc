@@ -40,7 +40,7 @@ ServerRole::ServerRole(std::shared_ptr<Group> group, Layout layout, int server_i
       pairs_(std::move(pairs)) {
   if (!options.checkpoint.empty()) {
     const std::string path = options.checkpoint + ".server" + std::to_string(server_index);
-    if (std::ifstream(path).good() && shard_.load(path, options.resume_any_job)) {
+    if (std::ifstream(path).good() && shard_.load(path, options.resume_any_job, options.start_afresh)) {
       COHORT_LOG(kInfo, "ParameterServer: server ", server_index, " resumed from ", path,
                  " at step ", shard_.stats().version);
     }

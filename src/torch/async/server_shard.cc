@@ -169,7 +169,24 @@ void ServerShard::save_locked() const {
   }
 }
 
-bool ServerShard::load(const std::string& path, bool any_job) {
+// Another job's checkpoint is never replaced without being asked to (issue 35: a fresh start
+// replaced it with a warning): CheckpointError naming both ways on, unless start_afresh.
+bool ServerShard::pass_over(const std::string& why, bool start_afresh) {
+  if (!start_afresh) {
+    throw CheckpointError(
+        "ParameterServer: " + why +
+        ". Nothing was loaded, and nothing is replaced: to go on from it, set "
+        "ParameterServerOptions::resume_any_job (the examples' --resume); to start afresh and "
+        "let the first save replace it, ParameterServerOptions::start_afresh (the examples' "
+        "--overwrite-checkpoint); or give this job another checkpoint path");
+  }
+  COHORT_LOG(kWarn, "ParameterServer: ", why,
+             ". Starting afresh (ParameterServerOptions::start_afresh): the first save replaces "
+             "it");
+  return false;
+}
+
+bool ServerShard::load(const std::string& path, bool any_job, bool start_afresh) {
   std::lock_guard<std::mutex> lock(mutex_);
   torch::serialize::InputArchive archive;
   try {
@@ -179,12 +196,9 @@ bool ServerShard::load(const std::string& path, bool any_job) {
     archive.read("job", job);
     const std::string saved_by(static_cast<const char*>(job.data_ptr()),
                                static_cast<size_t>(job.numel()));
-    if (!any_job && (saved_by.empty() || saved_by != detail::current_job_id())) {
-      COHORT_LOG(kWarn, "ParameterServer: ", path,
-                 " is not resumed: it was written by another job (resume_any_job resumes it); "
-                 "this job starts afresh and replaces it");
-      return false;
-    }
+    const std::string why =
+        detail::passed_over_because(path, saved_by, {detail::current_job_id(), any_job});
+    if (!why.empty()) return pass_over(why, start_afresh);
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < parameters_.size(); ++i) {
       torch::Tensor saved;
@@ -201,6 +215,8 @@ bool ServerShard::load(const std::string& path, bool any_job) {
     optimizer_->load(optimizer);
     version_ = base_version_ = version.item<int64_t>();
     return true;
+  } catch (const CheckpointError&) {
+    throw;  // pass_over's, which says what to do
   } catch (const std::exception& e) {
     throw InvalidArgument("ParameterServer: cannot restore the server checkpoint " + path +
                           ": " + e.what() +

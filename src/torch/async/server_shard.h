@@ -82,10 +82,12 @@ class ServerShard {
   // state and the version. save_every > 0 saves after every save_every-th step.
   void save_to(const std::string& path, int64_t save_every);
   // Restores a file written by save, when the same job wrote it or `any_job` (Note [Job
-  // identity] in checkpoint.cc); the steps go on from its version. Whether it loaded.
-  bool load(const std::string& path, bool any_job);
+  // identity] in checkpoint.cc); the steps go on from its version. Whether it loaded. Another
+  // job's file: CheckpointError unless `start_afresh` (then false).
+  bool load(const std::string& path, bool any_job, bool start_afresh);
 
  private:
+  static bool pass_over(const std::string& why, bool start_afresh);
   struct Contribution {
     int client;
     int64_t computed_on;
