@@ -427,25 +427,38 @@ TEST(ParameterServer, ResumedBoundedStalenessAppliesEveryGradient) {
   std::remove((path + ".server0").c_str());
 }
 
-TEST(ParameterServer, ACheckpointOfAnotherModelIsRefused) {
-  const ScopedJobId job_id("ps-other-model");
-  const std::string path = ::testing::TempDir() + "/ps_other_" + std::to_string(::getpid());
+// A 2-rank job (worker 0, server 1) of two steps that saves its server checkpoint at `path`.
+PsJob two_step_job_saving_at(const std::string& path) {
   PsJob job;
   job.world = 2;
   job.steps = 2;
   job.options = synchronous(1);
   job.options.checkpoint = path;
   job.options.checkpoint_every = 1;
-  run_ps(job);
+  return job;
+}
+
+// What each rank of a 2-rank ParameterServer::create with `options` threw ("" for nothing),
+// every rank's model being layers({10, 8, 4}).
+std::vector<std::string> create_errors(const ParameterServerOptions& options) {
   std::vector<std::string> errors(2);
   run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
     auto model = layers({10, 8, 4});
     try {
-      ParameterServer::create(group, *model, make_sgd, job.options);
+      ParameterServer::create(group, *model, make_sgd, options);
     } catch (const std::exception& e) {
       errors[static_cast<size_t>(rank)] = e.what();
     }
   });
+  return errors;
+}
+
+TEST(ParameterServer, ACheckpointOfAnotherModelIsRefused) {
+  const ScopedJobId job_id("ps-other-model");
+  const std::string path = ::testing::TempDir() + "/ps_other_" + std::to_string(::getpid());
+  PsJob job = two_step_job_saving_at(path);
+  run_ps(job);
+  const std::vector<std::string> errors = create_errors(job.options);
   EXPECT_NE(errors[1].find("cannot restore the server checkpoint " + path + ".server0"),
             std::string::npos)
       << errors[1];
@@ -461,27 +474,13 @@ TEST(ParameterServer, ACheckpointOfAnotherModelIsRefused) {
 TEST(ParameterServer, AnotherJobsServerCheckpointIsNeitherResumedNorReplacedUnasked) {
   const ScopedJobId first_job("ps-job-x");
   const std::string path = ::testing::TempDir() + "/ps_refuse_" + std::to_string(::getpid());
-  PsJob job;
-  job.world = 2;
-  job.steps = 2;
-  job.options = synchronous(1);
-  job.options.checkpoint = path;
-  job.options.checkpoint_every = 1;
+  PsJob job = two_step_job_saving_at(path);
   run_ps(job);
   const std::string saved = read_bytes(path + ".server0");
   const ScopedJobId second_job("ps-job-y");
-  std::vector<std::string> errors(2);
-  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
-    auto model = layers({10, 8, 4});
-    try {
-      ParameterServer::create(group, *model, make_sgd, job.options);
-    } catch (const std::exception& e) {
-      errors[static_cast<size_t>(rank)] = e.what();
-    }
-  });
+  const std::vector<std::string> errors = create_errors(job.options);
   EXPECT_NE(errors[1].find("was written by another job"), std::string::npos) << errors[1];
-  EXPECT_NE(errors[1].find("ParameterServerOptions::start_afresh"), std::string::npos)
-      << errors[1];
+  EXPECT_NE(errors[1].find("ParameterServerOptions::start_afresh"), std::string::npos) << errors[1];
   EXPECT_NE(errors[0].find("parameter server rank 1 failed to start"), std::string::npos)
       << errors[0];
   EXPECT_EQ(read_bytes(path + ".server0"), saved);
