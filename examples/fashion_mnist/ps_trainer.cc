@@ -190,7 +190,7 @@ class PsTrainer {
       int64_t epoch, int64_t steps_in_epoch, int64_t skip);
   int64_t steps_done_before() const;
   void finish_figures(const Images& test, TrainResult& result);
-  cohort::Group* report_alone(const cohort::Error& error, TrainResult& result) const;
+  void report_alone(const cohort::Error& error, TrainResult& result) const;
   bool out_of_budget() const {
     return (options_.max_steps > 0 && steps_ >= options_.max_steps) ||
            (options_.time_limit_s > 0 && seconds_since(start_) >= options_.time_limit_s);
@@ -264,19 +264,21 @@ void PsTrainer::finish_figures(const Images& test, TrainResult& result) {
   ps_->finish();
   double samples = static_cast<double>(samples_);
   double trained_s = own_s;
-  cohort::Group* over = workers_.get();
   result.reports = workers_->rank() == 0;
   result.covers = std::to_string(group_->size()) + " rank(s)";
+  bool alone = false;
   try {
     workers_->allreduce(cohort::Buffer{&samples, 1, cohort::DType::kFloat64});
     workers_->allreduce(cohort::Buffer{&trained_s, 1, cohort::DType::kFloat64},
                         {cohort::ReduceOp::kMax});
   } catch (const cohort::PeerError& e) {
-    over = report_alone(e, result);
+    report_alone(e, result);
+    alone = true;
   } catch (const cohort::TimeoutError& e) {
-    over = report_alone(e, result);
+    report_alone(e, result);
+    alone = true;
   }
-  if (over == nullptr) {  // a sum that failed half-way means nothing
+  if (alone) {  // a sum that failed half-way means nothing
     samples = static_cast<double>(samples_);
     trained_s = own_s;
   }
@@ -284,20 +286,16 @@ void PsTrainer::finish_figures(const Images& test, TrainResult& result) {
   if (options_.skip_eval) return;
   model_->eval();
   const auto forward = [&](const torch::Tensor& images) { return model_->forward(images); };
-  if (over != nullptr) {
-    result.test_accuracy = evaluate_slices(test, *over, forward).accuracy;
-  } else {
-    result.test_accuracy = evaluate_all(test, forward).accuracy;
-  }
+  result.test_accuracy = alone ? evaluate_all(test, forward).accuracy
+                               : evaluate_slices(test, *workers_, forward).accuracy;
 }
 
 // When the workers' group broke at the end: this worker's own figures, reported by itself.
-cohort::Group* PsTrainer::report_alone(const cohort::Error& error, TrainResult& result) const {
+void PsTrainer::report_alone(const cohort::Error& error, TrainResult& result) const {
   std::printf("worker rank %d: %s; the figures below are this worker's alone\n", group_->rank(),
               error.what());
   result.reports = true;
   result.covers = "worker rank " + std::to_string(group_->rank()) + " alone";
-  return nullptr;
 }
 
 void PsTrainer::train_epoch(

@@ -2,13 +2,13 @@
 // options), checked on a small allreduce the caller makes anyway: Note [Values that ride along].
 #pragma once
 
-#include <string>
 #include <vector>
 
 namespace cohort {
 
 struct AgreedValue {
-  std::string name;  // "clip_grad_norm's max_norm": what the error names
+  const char* name;  // "clip_grad_norm's max_norm": what the error names (a literal: no
+                     // allocation on the step's path)
   double value = 0;
 };
 

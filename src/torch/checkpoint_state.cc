@@ -317,16 +317,19 @@ std::string passed_over_because(const std::string& path, const std::string& save
                 "a restart");
 }
 
-void pass_over(const std::string& why, const LoadOptions& options, bool log) {
+void pass_over(const std::string& why, const LoadOptions& options, bool log, const WaysOn& ways) {
   if (!options.start_afresh) {
     throw CheckpointError(concat(
-        why,
-        ". Nothing was loaded, and nothing is replaced: to go on from it, load with "
-        "LoadOptions::any_job = true (the examples' --resume); to start afresh and let the next "
-        "save replace it, LoadOptions::start_afresh = true (the examples' "
+        why, ". Nothing was loaded, and nothing is replaced: to go on from it, set ", ways.resume,
+        " (the examples' --resume); to start afresh and let the next "
+        "save replace it, ",
+        ways.start_afresh,
+        " (the examples' "
         "--overwrite-checkpoint); or give this job another path (docs/checkpoints.md)"));
   }
-  if (log) COHORT_LOG(kWarn, why, ". Starting afresh (LoadOptions::start_afresh): the next save replaces it");
+  if (log)
+    COHORT_LOG(kWarn, why, ". Starting afresh (", ways.start_afresh,
+               "): the next save replaces it");
 }
 
 void check_lr_scheduler_state(const std::string& path, const optim::LrSchedulerState& saved,

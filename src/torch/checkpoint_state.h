@@ -60,7 +60,13 @@ std::string passed_over_because(const std::string& path, const std::string& save
 // without their manifest; Note [Job identity]): with LoadOptions::start_afresh, logged when
 // `log` (rank 0 of a group), and the load returns false, so that the job's first save replaces
 // it; else CheckpointError, with the ways on.
-void pass_over(const std::string& why, const LoadOptions& options, bool log);
+// `ways` names the two options in the error, for an API whose options are not LoadOptions.
+struct WaysOn {
+  const char* resume = "LoadOptions::any_job = true";
+  const char* start_afresh = "LoadOptions::start_afresh = true";
+};
+void pass_over(const std::string& why, const LoadOptions& options, bool log,
+               const WaysOn& ways = {});
 
 // ---- Pieces shared with the sharded checkpoints (src/torch/shard/sharded_checkpoint.cc).
 

@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <string>
 
-#include "cohort/core/check.h"
 #include "async/protocol.h"
 #include "checkpoint_state.h"
+#include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
 
@@ -27,8 +27,8 @@ ServerShard::ServerShard(std::vector<torch::Tensor> parameters,
 }
 
 int ServerShard::alive_locked() const {
-  return static_cast<int>(
-      std::count_if(clients_.begin(), clients_.end(), [](const ClientState& c) { return c.alive; }));
+  return static_cast<int>(std::count_if(clients_.begin(), clients_.end(),
+                                        [](const ClientState& c) { return c.alive; }));
 }
 
 int64_t ServerShard::alive_weight_locked() const {
@@ -169,23 +169,6 @@ void ServerShard::save_locked() const {
   }
 }
 
-// Another job's checkpoint is never replaced without being asked to (issue 35: a fresh start
-// replaced it with a warning): CheckpointError naming both ways on, unless start_afresh.
-bool ServerShard::pass_over(const std::string& why, bool start_afresh) {
-  if (!start_afresh) {
-    throw CheckpointError(
-        "ParameterServer: " + why +
-        ". Nothing was loaded, and nothing is replaced: to go on from it, set "
-        "ParameterServerOptions::resume_any_job (the examples' --resume); to start afresh and "
-        "let the first save replace it, ParameterServerOptions::start_afresh (the examples' "
-        "--overwrite-checkpoint); or give this job another checkpoint path");
-  }
-  COHORT_LOG(kWarn, "ParameterServer: ", why,
-             ". Starting afresh (ParameterServerOptions::start_afresh): the first save replaces "
-             "it");
-  return false;
-}
-
 bool ServerShard::load(const std::string& path, bool any_job, bool start_afresh) {
   std::lock_guard<std::mutex> lock(mutex_);
   torch::serialize::InputArchive archive;
@@ -198,7 +181,15 @@ bool ServerShard::load(const std::string& path, bool any_job, bool start_afresh)
                                static_cast<size_t>(job.numel()));
     const std::string why =
         detail::passed_over_because(path, saved_by, {detail::current_job_id(), any_job});
-    if (!why.empty()) return pass_over(why, start_afresh);
+    if (!why.empty()) {
+      // Issue 35: it was passed over with a warning, and the first save replaced it.
+      LoadOptions options;
+      options.start_afresh = start_afresh;
+      detail::pass_over(
+          "ParameterServer: " + why, options, /*log=*/true,
+          {"ParameterServerOptions::resume_any_job", "ParameterServerOptions::start_afresh"});
+      return false;
+    }
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < parameters_.size(); ++i) {
       torch::Tensor saved;
@@ -218,8 +209,8 @@ bool ServerShard::load(const std::string& path, bool any_job, bool start_afresh)
   } catch (const CheckpointError&) {
     throw;  // pass_over's, which says what to do
   } catch (const std::exception& e) {
-    throw InvalidArgument("ParameterServer: cannot restore the server checkpoint " + path +
-                          ": " + e.what() +
+    throw InvalidArgument("ParameterServer: cannot restore the server checkpoint " + path + ": " +
+                          e.what() +
                           " (it must come from the same model and optimizer; delete it to "
                           "start afresh)");
   }
@@ -228,8 +219,7 @@ bool ServerShard::load(const std::string& path, bool any_job, bool start_afresh)
 bool ServerShard::may_go_on(int client) const {
   const ClientState& state = clients_[static_cast<size_t>(client)];
   switch (rule_.mode) {
-    case Consistency::kAsynchronous:
-      return true;
+    case Consistency::kAsynchronous: return true;
     case Consistency::kSynchronous:
     case Consistency::kBoundedStaleness:
       if (rule_.staleness == 0) return version_ > state.last_computed_on;

@@ -87,7 +87,6 @@ class ServerShard {
   bool load(const std::string& path, bool any_job, bool start_afresh);
 
  private:
-  static bool pass_over(const std::string& why, bool start_afresh);
   struct Contribution {
     int client;
     int64_t computed_on;

@@ -1,6 +1,5 @@
 #include "shard/grad_norm.h"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
