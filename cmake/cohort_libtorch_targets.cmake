@@ -5,7 +5,7 @@
 # g++ 12, -O3; docs/install.md has the whole build's):
 #
 # 1. Parsing libtorch's headers. An empty file with <torch/torch.h> takes 12 s, the same file
-#    with the header precompiled 3 s, and src/torch/ddp.cc 12 s against 6 s. One precompiled
+#    with the header precompiled 3 s, and src/torch/ddp/ddp.cc 12 s against 6 s. One precompiled
 #    <torch/torch.h> is built once (by cohort_torch_pch, about 25 s) and reused by every such
 #    target (COHORT_PCH).
 #    GCC uses a precompiled header only where it was built with the same -fPIC/-fPIE, the same

@@ -36,8 +36,8 @@
 #include "cohort/comm/init.h"
 #include "cohort/comm/launch_env.h"
 #include "cohort/core/error.h"
-#include "cohort/torch/ddp.h"
-#include "cohort/torch/fsdp.h"
+#include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/shard/fsdp.h"
 #include "fmnist_models.h"  // models/
 #include "gpt.h"            // models/
 #include "launched_main.h"  // main()
@@ -539,15 +539,8 @@ class Bench {
     for (int i = 0; i < config_.warmup; ++i) step();
     synchronize(device_);
     reset_peak_gpu_memory(device_);  // the peak of the timed steps, not of set-up
-    std::vector<double> per_step;
-    for (int w = 0; w < config_.windows; ++w) {
-      const auto start = Clock::now();
-      for (int i = 0; i < config_.steps; ++i) step();
-      synchronize(device_);
-      per_step.push_back(std::chrono::duration<double>(Clock::now() - start).count() /
-                         config_.steps);
-    }
-    return per_step;
+    return bench_stats::timed_windows(
+        config_.windows, config_.steps, [this] { step(); }, [this] { synchronize(device_); });
   }
 
   // Every rank's peak RSS in KiB, by rank (only this rank's in plain mode). Collective.
@@ -748,17 +741,14 @@ void report(const Config& c, const Bench& bench, const std::vector<double>& per_
 
 int run(const Config& c) {
   Bench bench(c);
-  try {
+  launched_main::aborting_on_failure(bench, "cohort-ddp-bench", c.rank, [&] {
     const auto per_step = bench.run();
     Memory memory;
     memory.rss_kib = bench.peak_rss_of_ranks();
     if (c.cuda()) memory.gpu_bytes = bench.peak_gpu_of_ranks();
     if (c.rank == 0) report(c, bench, per_step, memory);
     bench.finish();
-  } catch (const std::exception& e) {
-    bench.abort("cohort-ddp-bench rank " + std::to_string(c.rank) + " failed: " + e.what());
-    throw;
-  }
+  });
   return kExitOk;
 }
 

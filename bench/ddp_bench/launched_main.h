@@ -36,6 +36,18 @@ void take_place(Config& config, const cohort::LaunchEnv& env) {
   if constexpr (HasLocalRank<Config>::value) config.local_rank = env.local_rank;
 }
 
+// Runs body(); when it throws, bench.abort() breaks the benchmark's groups first, so that the
+// peers stop now instead of at their deadline, and the error goes on to run_main.
+template <typename Bench, typename Body>
+void aborting_on_failure(Bench& bench, const std::string& program, int rank, Body&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    bench.abort(program + " rank " + std::to_string(rank) + " failed: " + e.what());
+    throw;
+  }
+}
+
 // check(config): the program's own checks of its options (throws cohort::Error for bad
 // arguments); run(config): the benchmark, returning the exit code.
 template <typename Config>

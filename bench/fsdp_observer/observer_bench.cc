@@ -20,7 +20,7 @@
 
 #include "cohort/comm/group.h"
 #include "cohort/comm/inproc_transport.h"
-#include "cohort/torch/fsdp.h"
+#include "cohort/torch/shard/fsdp.h"
 
 namespace {
 

@@ -26,9 +26,9 @@
 #include "cohort/comm/launch_env.h"
 #include "cohort/comm/timeline.h"
 #include "cohort/core/error.h"
-#include "cohort/torch/ddp.h"
-#include "cohort/torch/fsdp.h"
-#include "cohort/torch/zero.h"
+#include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/shard/fsdp.h"
+#include "cohort/torch/shard/zero.h"
 #include "gpt.h"            // models/
 #include "launched_main.h"  // main()
 
@@ -175,14 +175,7 @@ class Bench {
     wrap_model();
     rss_before_steps_kib_ = last_rss_kib_ = bench_stats::peak_rss_kib();
     for (int i = 0; i < config_.warmup; ++i) step(false);
-    std::vector<double> per_step;
-    for (int w = 0; w < config_.windows; ++w) {
-      const auto start = Clock::now();
-      for (int i = 0; i < config_.steps; ++i) step(true);
-      per_step.push_back(std::chrono::duration<double>(Clock::now() - start).count() /
-                         config_.steps);
-    }
-    return per_step;
+    return bench_stats::timed_windows(config_.windows, config_.steps, [this] { step(true); });
   }
 
   // Every rank's figures, by rank (collective).
@@ -458,7 +451,7 @@ void report_memory(const Config& c, const std::vector<Figures>& ranks) {
 
 int run(const Config& c) {
   Bench bench(c);
-  try {
+  launched_main::aborting_on_failure(bench, "cohort-zero-bench", c.rank, [&] {
     const auto per_step = bench.run();
     const auto ranks = bench.figures_of_ranks();
     const auto hashes = c.checksum ? bench.parameter_hashes() : std::vector<int64_t>{};
@@ -468,10 +461,7 @@ int run(const Config& c) {
       if (c.checksum) report_hashes(c, hashes);
     }
     bench.finish();
-  } catch (const std::exception& e) {
-    bench.abort("cohort-zero-bench rank " + std::to_string(c.rank) + " failed: " + e.what());
-    throw;
-  }
+  });
   return kExitOk;
 }
 

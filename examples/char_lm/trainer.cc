@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "cohort/comm/timeline.h"
-#include "cohort/torch/distributed_sampler.h"
+#include "cohort/torch/data/distributed_sampler.h"
 #include "cohort/torch/optim/lr_schedule.h"
 #include "checkpointing.h"
 #include "dataset.h"

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "cohort/comm/group.h"
-#include "cohort/torch/checkpoint.h"
-#include "cohort/torch/distributed_sampler.h"
+#include "cohort/torch/checkpoint/checkpoint.h"
+#include "cohort/torch/data/distributed_sampler.h"
 
 namespace CLI {
 class App;  // CLI11's, included only by the files that build the command line

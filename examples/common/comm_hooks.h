@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cohort/torch/comm_hook.h"
+#include "cohort/torch/ddp/comm_hook.h"
 
 namespace CLI {
 class App;  // CLI11's, included only by the files that build the command line

@@ -17,12 +17,12 @@
 #include "cohort/torch/amp/autocast.h"
 #include "cohort/torch/amp/grad_scaler.h"
 #include "cohort/torch/amp/master_weights.h"
-#include "cohort/torch/checkpoint.h"
-#include "cohort/torch/comm_hook.h"
-#include "cohort/torch/ddp.h"
-#include "cohort/torch/distributed_sampler.h"
-#include "cohort/torch/fsdp.h"
-#include "cohort/torch/zero.h"
+#include "cohort/torch/checkpoint/checkpoint.h"
+#include "cohort/torch/ddp/comm_hook.h"
+#include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/data/distributed_sampler.h"
+#include "cohort/torch/shard/fsdp.h"
+#include "cohort/torch/shard/zero.h"
 #ifdef COHORT_SNIPPET_MPI
 #include "cohort/comm/mpi_comm.h"
 #endif

@@ -22,9 +22,9 @@
 #include "cohort/comm/nccl.h"
 #include "cohort/torch/amp/autocast.h"
 #include "cohort/torch/amp/grad_scaler.h"
-#include "cohort/torch/comm_hook.h"
-#include "cohort/torch/ddp.h"
-#include "cohort/torch/fsdp.h"
+#include "cohort/torch/ddp/comm_hook.h"
+#include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/shard/fsdp.h"
 #include "gpu/gpu_support.h"
 #include "torch/ddp_harness.h"
 

@@ -12,8 +12,8 @@
 
 #include <vector>
 
-#include "cohort/torch/comm_hook.h"
-#include "cohort/torch/ddp.h"
+#include "cohort/torch/ddp/comm_hook.h"
+#include "cohort/torch/ddp/ddp.h"
 #include "gpu/gpu_support.h"
 
 namespace cohort {

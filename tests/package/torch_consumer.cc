@@ -1,7 +1,7 @@
 // Built against the unpacked Debian package with pkg-config's `cohort` flags: a DDP step of a
 // linear model in a world of one, whose gradient must equal the closed form.
 #include <cohort/cohort.h>
-#include <cohort/torch/ddp.h>
+#include <cohort/torch/ddp/ddp.h>
 #include <torch/torch.h>
 
 #include <cstdio>

@@ -2,7 +2,7 @@
 // generator bit for bit (so resumed training equals uninterrupted training); a file cut short
 // or with a changed byte never loads; writes are atomic and leave no temporary file; the group
 // forms load at any world size and every rank returns or throws together.
-#include "cohort/torch/checkpoint.h"
+#include "cohort/torch/checkpoint/checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
@@ -27,7 +27,7 @@
 
 #include "checkpoint_files.h"
 #include "cohort/core/error.h"
-#include "cohort/torch/ddp.h"
+#include "cohort/torch/ddp/ddp.h"
 #include "ddp_harness.h"
 
 namespace cohort::testing {
@@ -36,7 +36,7 @@ namespace checkpoint_test {
 namespace fs = std::filesystem;
 
 // Every test here runs as one job, as a program does under cohortrun (Note [Job identity] in
-// src/torch/checkpoint.cc), except where a test says otherwise (JobIdentity).
+// src/torch/checkpoint/checkpoint.cc), except where a test says otherwise (JobIdentity).
 constexpr const char* kTestJob = "checkpoint-test-job";
 const bool job_id_set = ::setenv("COHORT_JOB_ID", kTestJob, 1) == 0;
 

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "cohort/torch/amp/grad_scaler.h"
-#include "cohort/torch/comm_hook.h"
-#include "cohort/torch/ddp.h"
-#include "cohort/torch/fsdp.h"
-#include "cohort/torch/zero.h"
+#include "cohort/torch/ddp/comm_hook.h"
+#include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/shard/fsdp.h"
+#include "cohort/torch/shard/zero.h"
 #include "ddp_harness.h"
 
 namespace cohort::testing {

@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "cohort/core/error.h"
-#include "cohort/torch/ddp.h"
+#include "cohort/torch/ddp/ddp.h"
 #include "ddp_harness.h"
 #include "support/log_capture.h"
 

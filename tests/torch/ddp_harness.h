@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "cohort/torch/ddp.h"
-#include "cohort/torch/fsdp.h"
-#include "cohort/torch/zero.h"
+#include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/shard/fsdp.h"
+#include "cohort/torch/shard/zero.h"
 
 namespace cohort::testing {
 

@@ -6,8 +6,8 @@
 #include <optional>
 
 #include "cohort/core/error.h"
-#include "cohort/torch/ddp.h"
-#include "cohort/torch/distributed_optimizer.h"
+#include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/ddp/distributed_optimizer.h"
 #include "ddp_harness.h"
 #include "local_training.h"
 

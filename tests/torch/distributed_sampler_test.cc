@@ -2,7 +2,7 @@
 // truncating the tail so every rank gets as many samples), every rank agrees on the shuffle,
 // the shuffle is pinned so that it never changes silently, and the sampler works with
 // torch::data's DataLoader and checkpoints.
-#include "cohort/torch/distributed_sampler.h"
+#include "cohort/torch/data/distributed_sampler.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -10,7 +10,7 @@
 
 #include "cohort/comm/memory_store.h"
 #include "cohort/core/error.h"
-#include "cohort/torch/fsdp.h"
+#include "cohort/torch/shard/fsdp.h"
 #include "ddp_harness.h"
 #include "support/test_support.h"
 

@@ -1,4 +1,4 @@
-// FullyShardedDataParallel (cohort/torch/fsdp.h) against one process training on the whole
+// FullyShardedDataParallel (cohort/torch/shard/fsdp.h) against one process training on the whole
 // batch: W ranks on disjoint slices, compared parameter by parameter after every step.
 #include <gtest/gtest.h>
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "cohort/torch/amp/grad_scaler.h"
-#include "cohort/torch/ddp.h"
-#include "cohort/torch/fsdp.h"
-#include "cohort/torch/zero.h"
+#include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/shard/fsdp.h"
+#include "cohort/torch/shard/zero.h"
 #include "ddp_harness.h"
 
 namespace cohort::testing {

@@ -13,9 +13,9 @@
 
 #include "amp/unscale.h"
 #include "cohort/core/error.h"
-#include "cohort/torch/ddp.h"
-#include "cohort/torch/fsdp.h"
-#include "cohort/torch/zero.h"
+#include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/shard/fsdp.h"
+#include "cohort/torch/shard/zero.h"
 #include "ddp_harness.h"
 
 namespace cohort::testing {

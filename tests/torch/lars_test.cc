@@ -11,8 +11,8 @@
 
 #include "checkpoint_files.h"
 #include "cohort/core/error.h"
-#include "cohort/torch/checkpoint.h"
-#include "cohort/torch/zero.h"
+#include "cohort/torch/checkpoint/checkpoint.h"
+#include "cohort/torch/shard/zero.h"
 #include "ddp_harness.h"
 #include "trust_ratio_harness.h"
 
@@ -24,10 +24,7 @@ using optim::LarsOptions;
 
 // ---- the reference: You et al. 2017, Algorithm 1, with the trust ratio scaling the decayed
 // gradient before momentum and the learning rate outside the buffer (lars.h), in float64.
-struct ReferenceGroup {
-  std::vector<std::string> names;
-  LarsOptions options;
-};
+using ReferenceGroup = NamedGroup<LarsOptions>;
 
 class ReferenceLars {
  public:
@@ -74,35 +71,6 @@ std::vector<ReferenceGroup> three_groups() {
            1e-3)},
       {{"0.bias", "2.bias", "4.bias"},
        LarsOptions(0.05).momentum(0.9).weight_decay(0).adapt(false)}};
-}
-
-std::vector<torch::optim::OptimizerParamGroup> param_groups(
-    torch::nn::Module& model, const std::vector<ReferenceGroup>& groups) {
-  auto named = model.named_parameters();
-  std::vector<torch::optim::OptimizerParamGroup> out;
-  for (const auto& group : groups) {
-    std::vector<torch::Tensor> params;
-    for (const auto& name : group.names) params.push_back(named[name]);
-    out.emplace_back(params, std::make_unique<LarsOptions>(group.options));
-  }
-  return out;
-}
-
-// One process on the whole batch: `step` updates `model` after each backward.
-void train(torch::nn::Sequential& model, int first, int last, const std::function<void()>& step) {
-  for (int s = first; s < last; ++s) {
-    auto [inputs, targets] = trust_ratio_batch(s, 12);
-    for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
-    const auto dtype = model->parameters().front().scalar_type();
-    trust_ratio_loss(model, inputs.to(dtype), targets.to(dtype)).backward();
-    step();
-  }
-}
-
-std::vector<torch::Tensor> parameters_of(torch::nn::Module& model) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : model.parameters()) out.push_back(p.detach().clone().to(torch::kFloat32));
-  return out;
 }
 
 TEST(Lars, MatchesThePaperRuleOverStepsAndParamGroups) {
@@ -197,24 +165,14 @@ TEST(Lars, AdaptationGroupsDecideByTheWholeParameter) {
   }
 }
 
-void expect_refused(const LarsOptions& options, const std::string& words) {
-  auto model = trust_ratio_model();
-  try {
-    Lars optimizer(model->parameters(), options);
-    ADD_FAILURE() << "no error; expected one about " << words;
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-  }
-}
-
 TEST(Lars, RefusesBadOptionsByName) {
-  expect_refused(LarsOptions(-0.1), "Lars: lr must be >= 0, got -0.1 (param group 0)");
-  expect_refused(LarsOptions().trust_coefficient(0), "trust_coefficient (eta) must be > 0");
-  expect_refused(LarsOptions().trust_coefficient(-1), "trust_coefficient (eta) must be > 0");
-  expect_refused(LarsOptions().momentum(-0.5), "momentum must be >= 0");
-  expect_refused(LarsOptions().weight_decay(-1e-4), "weight_decay must be >= 0");
-  expect_refused(LarsOptions().eps(-1), "eps must be >= 0");
-  expect_refused(LarsOptions().momentum(0).nesterov(true), "nesterov needs momentum > 0");
+  expect_refused<Lars>(LarsOptions(-0.1), "Lars: lr must be >= 0, got -0.1 (param group 0)");
+  expect_refused<Lars>(LarsOptions().trust_coefficient(0), "trust_coefficient (eta) must be > 0");
+  expect_refused<Lars>(LarsOptions().trust_coefficient(-1), "trust_coefficient (eta) must be > 0");
+  expect_refused<Lars>(LarsOptions().momentum(-0.5), "momentum must be >= 0");
+  expect_refused<Lars>(LarsOptions().weight_decay(-1e-4), "weight_decay must be >= 0");
+  expect_refused<Lars>(LarsOptions().eps(-1), "eps must be >= 0");
+  expect_refused<Lars>(LarsOptions().momentum(0).nesterov(true), "nesterov needs momentum > 0");
   // Changed after construction (e.g. by a schedule): step refuses it.
   auto model = trust_ratio_model();
   Lars optimizer(param_groups(*model, three_groups()));
@@ -224,25 +182,7 @@ TEST(Lars, RefusesBadOptionsByName) {
 
 // torch::save / torch::load of the optimizer: a restored optimizer continues as the original.
 TEST(Lars, SavedAndLoadedStateContinuesIdentically) {
-  auto model = trust_ratio_model();
-  Lars optimizer(param_groups(*model, three_groups()));
-  train(model, 0, 3, [&] { optimizer.step(); });
-  std::stringstream saved;
-  torch::save(optimizer, saved);
-
-  auto restored = trust_ratio_model();
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < model->parameters().size(); ++i) {
-      restored->parameters()[i].copy_(model->parameters()[i]);
-    }
-  }
-  Lars loaded(param_groups(*restored, three_groups()));
-  torch::load(loaded, saved);
-  train(model, 3, 6, [&] { optimizer.step(); });
-  train(restored, 3, 6, [&] { loaded.step(); });
-  const auto got = parameters_of(*restored), want = parameters_of(*model);
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
+  expect_saved_state_continues<Lars>(three_groups());
 }
 
 // cohort's one-process checkpoint restores the state and the param groups' options (a
@@ -275,86 +215,7 @@ TEST(Lars, CheckpointRestoresStateAndScheduledLearningRate) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
 }
 
-// ---- multi-rank
-
-MakeOptimizer make_lars(double eps = 1e-8) {
-  return [eps](const torch::OrderedDict<std::string, torch::Tensor>& named,
-               const torch::nn::Module& module, optim::NormReduction reduction) {
-    auto options =
-        LarsOptions(0.5).momentum(0.9).weight_decay(1e-2).trust_coefficient(0.02).eps(eps);
-    return std::make_unique<Lars>(optim::adaptation_param_groups(named, module, options),
-                                  LarsOptions(), std::move(reduction));
-  };
-}
-
-TrainCase lars_case(Wrap wrap, int world) {
-  TrainCase c;
-  c.wrap = wrap;
-  c.world = world;
-  c.make_optimizer = make_lars();
-  return c;
-}
-
-// Tolerance: the ranks average gradients of slices where one process has the whole batch's in
-// one sum; the trust ratios carry that rounding into every element.
-constexpr double kRtol = 1e-4, kAtol = 1e-6;
-
-TEST(LarsParity, DdpMatchesOneProcess) {
-  const auto expected = train_case(lars_case(Wrap::kOneProcess, 1));
-  for (int world : {2, 4}) {
-    SCOPED_TRACE("world " + std::to_string(world));
-    expect_close(train_case(lars_case(Wrap::kDdp, world)), expected, kRtol, kAtol);
-  }
-}
-
-class LarsShardedParity : public ::testing::TestWithParam<Wrap> {};
-
-TEST_P(LarsShardedParity, MatchesOneProcessWithTheNormReduction) {
-  const auto expected = train_case(lars_case(Wrap::kOneProcess, 1));
-  for (int world : {2, 3}) {
-    SCOPED_TRACE(std::string(wrap_name(GetParam())) + " at world " + std::to_string(world));
-    expect_close(train_case(lars_case(GetParam(), world)), expected, kRtol, kAtol);
-  }
-}
-
-TEST_P(LarsShardedParity, RefusesToStepShardsWithoutTheReduction) {
-  expect_refused_without_reduction(lars_case(GetParam(), 2));
-}
-
-INSTANTIATE_TEST_SUITE_P(Wrappers, LarsShardedParity,
-                         ::testing::Values(Wrap::kZero1, Wrap::kZero2, Wrap::kFullShard),
-                         [](const auto& param_info) { return wrap_test_name(param_info.param); });
-
-// Two nodes of two ranks: the norms are summed over a node's ranks, not over the replicas. A
-// large eps makes a double count show (the ratio is otherwise invariant to scaling both norms).
-TEST(LarsParity, HybridShardSumsOverOneReplica) {
-  auto c = lars_case(Wrap::kHybridShard, 4);
-  c.node_of = {"a", "a", "b", "b"};
-  c.make_optimizer = make_lars(0.05);
-  auto reference = lars_case(Wrap::kOneProcess, 1);
-  reference.make_optimizer = make_lars(0.05);
-  expect_close(train_case(c), train_case(reference), kRtol, kAtol);
-}
-
-// cohort's checkpoints: DDP's file and ZeRO's / FSDP's sharded directory, saved after 3 steps
-// and loaded into fresh ranks, continue as the run that did not stop.
-TEST(LarsParity, CheckpointsContinueIdentically) {
-  for (Wrap wrap : {Wrap::kDdp, Wrap::kZero2, Wrap::kFullShard}) {
-    SCOPED_TRACE(wrap_name(wrap));
-    TempDir dir;
-    auto whole = lars_case(wrap, 2);
-    whole.steps = 6;
-    const auto expected = train_case(whole);
-    auto first = whole;
-    first.steps = 3;
-    first.save_to = wrap == Wrap::kDdp ? dir.file("ddp.ckpt") : dir.file("sharded");
-    train_case(first);
-    auto second = whole;
-    second.first_step = 3;
-    second.load_from = first.save_to;
-    expect_close(train_case(second), expected, 0, 0);
-  }
-}
+// The multi-rank parity and checkpoint cases are in trust_ratio_parity_test.cc.
 
 }  // namespace lars_test
 }  // namespace cohort::testing

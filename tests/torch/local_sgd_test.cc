@@ -1,11 +1,11 @@
 // Local SGD (local_sgd.h): periodic and hierarchical model averaging and post-local SGD, on
 // thread ranks that each train a copy of one model on their own slice of every batch.
-#include "cohort/torch/local_sgd.h"
+#include "cohort/torch/local_sgd/local_sgd.h"
 
 #include <gtest/gtest.h>
 
 #include "cohort/core/error.h"
-#include "cohort/torch/ddp.h"
+#include "cohort/torch/ddp/ddp.h"
 #include "ddp_harness.h"
 #include "local_training.h"
 #include "optim/trust_ratio.h"

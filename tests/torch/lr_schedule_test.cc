@@ -13,8 +13,8 @@
 
 #include "checkpoint_files.h"
 #include "cohort/core/error.h"
-#include "cohort/torch/checkpoint.h"
-#include "cohort/torch/sharded_checkpoint.h"
+#include "cohort/torch/checkpoint/checkpoint.h"
+#include "cohort/torch/checkpoint/sharded_checkpoint.h"
 #include "ddp_harness.h"
 
 namespace cohort::testing {

@@ -16,9 +16,9 @@
 
 #include "cohort/core/error.h"
 #include "cohort/torch/amp/grad_scaler.h"
-#include "cohort/torch/comm_hook.h"
-#include "cohort/torch/ddp.h"
-#include "cohort/torch/fsdp.h"
+#include "cohort/torch/ddp/comm_hook.h"
+#include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/shard/fsdp.h"
 #include "ddp_harness.h"
 
 namespace cohort::testing {

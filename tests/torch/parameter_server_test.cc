@@ -1,7 +1,7 @@
 // The parameter server (parameter_server.h): synchronous steps against DDP, the staleness
 // bound under random delays, sharding, pulls, backup workers, hybrid, dead workers and
 // servers, and bad input. Ranks are threads; every model and batch is made on the main thread.
-#include "cohort/torch/parameter_server.h"
+#include "cohort/torch/async/parameter_server.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,7 +17,7 @@
 #include "async/pair_groups.h"
 #include "checkpoint_files.h"
 #include "cohort/core/error.h"
-#include "cohort/torch/ddp.h"
+#include "cohort/torch/ddp/ddp.h"
 #include "ddp_harness.h"
 #include "local_training.h"
 

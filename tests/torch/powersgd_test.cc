@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cohort/core/error.h"
-#include "cohort/torch/ddp.h"
+#include "cohort/torch/ddp/ddp.h"
 #include "ddp_harness.h"
 
 namespace cohort::testing {

@@ -1,10 +1,10 @@
-// Sharded and gathered checkpoints (cohort/torch/sharded_checkpoint.h): saved by ZeRO-2 at 4
+// Sharded and gathered checkpoints (cohort/torch/checkpoint/sharded_checkpoint.h): saved by ZeRO-2 at 4
 // ranks, loaded at other world sizes into ZeRO-1, ZeRO-2, DDP and one process; the loaded
 // parameters and optimizer state equal the saved ones bitwise, re-sliced to the new shards, and
 // training goes on as the uninterrupted one-process run does; the gathered save loads with
 // load_checkpoint; damaged, truncated, missing and mismatched checkpoints make every rank throw
 // a CheckpointError naming the file or the parameter, within the test's deadline.
-#include "cohort/torch/sharded_checkpoint.h"
+#include "cohort/torch/checkpoint/sharded_checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -19,16 +19,16 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint_file.h"
+#include "checkpoint/checkpoint_file.h"
 #include "checkpoint_files.h"
 #include "cohort/core/error.h"
-#include "cohort/torch/ddp.h"
-#include "cohort/torch/distributed_sampler.h"
-#include "cohort/torch/fsdp.h"
-#include "cohort/torch/zero.h"
+#include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/data/distributed_sampler.h"
+#include "cohort/torch/shard/fsdp.h"
+#include "cohort/torch/shard/zero.h"
 #include "ddp_harness.h"
-#include "shard/optimizer_codec.h"
-#include "shard/parameter_shard.h"
+#include "checkpoint/optimizer_codec.h"
+#include "shard/shard_holdings.h"
 
 namespace cohort::testing {
 namespace sharded_checkpoint_test {

@@ -11,7 +11,7 @@
 #include <numeric>
 
 #include "cohort/core/error.h"
-#include "cohort/torch/ddp.h"
+#include "cohort/torch/ddp/ddp.h"
 #include "ddp_harness.h"
 
 namespace cohort::testing {

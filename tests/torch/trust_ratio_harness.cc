@@ -6,11 +6,11 @@
 #include <mutex>
 
 #include "cohort/core/check.h"
-#include "cohort/torch/checkpoint.h"
-#include "cohort/torch/ddp.h"
-#include "cohort/torch/fsdp.h"
-#include "cohort/torch/sharded_checkpoint.h"
-#include "cohort/torch/zero.h"
+#include "cohort/torch/checkpoint/checkpoint.h"
+#include "cohort/torch/checkpoint/sharded_checkpoint.h"
+#include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/shard/fsdp.h"
+#include "cohort/torch/shard/zero.h"
 #include "ddp_harness.h"
 
 namespace cohort::testing {
@@ -196,6 +196,22 @@ void expect_close(const std::vector<torch::Tensor>& got, const std::vector<torch
         << "tensor " << i << " of shape " << want[i].sizes() << ": largest difference "
         << gap.max().item<double>() << " (rtol " << rtol << ", atol " << atol << ")";
   }
+}
+
+void train(torch::nn::Sequential& model, int first, int last, const std::function<void()>& step) {
+  for (int s = first; s < last; ++s) {
+    auto [inputs, targets] = trust_ratio_batch(s, 12);
+    for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+    const auto dtype = model->parameters().front().scalar_type();
+    trust_ratio_loss(model, inputs.to(dtype), targets.to(dtype)).backward();
+    step();
+  }
+}
+
+std::vector<torch::Tensor> parameters_of(torch::nn::Module& model) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : model.parameters()) out.push_back(p.detach().clone().to(torch::kFloat32));
+  return out;
 }
 
 }  // namespace cohort::testing

@@ -3,14 +3,17 @@
 // on thread ranks, from the same initial weights and data, so that the runs can be compared.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cohort/comm/group.h"
+#include "cohort/core/error.h"
 #include "cohort/torch/optim/trust_ratio.h"
 
 namespace cohort::testing {
@@ -66,5 +69,70 @@ void expect_refused_without_reduction(TrainCase c);
 // |got - want| <= atol + rtol * |want| elementwise, naming the tensor and the largest gap.
 void expect_close(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want,
                   double rtol, double atol);
+
+// ---- one process (lars_test.cc, lamb_test.cc)
+
+// A param group of the test model by parameter names, with its options.
+template <typename Options>
+struct NamedGroup {
+  std::vector<std::string> names;
+  Options options;
+};
+
+template <typename Options>
+std::vector<torch::optim::OptimizerParamGroup> param_groups(
+    torch::nn::Module& model, const std::vector<NamedGroup<Options>>& groups) {
+  auto named = model.named_parameters();
+  std::vector<torch::optim::OptimizerParamGroup> out;
+  for (const auto& group : groups) {
+    std::vector<torch::Tensor> params;
+    for (const auto& name : group.names) params.push_back(named[name]);
+    out.emplace_back(params, std::make_unique<Options>(group.options));
+  }
+  return out;
+}
+
+// One process on the whole batch, steps [first, last): `step` updates `model` after each
+// backward.
+void train(torch::nn::Sequential& model, int first, int last, const std::function<void()>& step);
+
+// The model's parameters, copied, as float32.
+std::vector<torch::Tensor> parameters_of(torch::nn::Module& model);
+
+// Constructing Optimizer with `options` throws InvalidArgument containing `words`.
+template <typename Optimizer, typename Options>
+void expect_refused(const Options& options, const std::string& words) {
+  auto model = trust_ratio_model();
+  try {
+    Optimizer optimizer(model->parameters(), options);
+    ADD_FAILURE() << "no error; expected one about " << words;
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+// torch::save / torch::load of the optimizer over `groups`: a restored optimizer continues
+// as the original, bit for bit.
+template <typename Optimizer, typename Options>
+void expect_saved_state_continues(const std::vector<NamedGroup<Options>>& groups) {
+  auto model = trust_ratio_model();
+  Optimizer optimizer(param_groups(*model, groups));
+  train(model, 0, 3, [&] { optimizer.step(); });
+  std::stringstream saved;
+  torch::save(optimizer, saved);
+  auto restored = trust_ratio_model();
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < model->parameters().size(); ++i) {
+      restored->parameters()[i].copy_(model->parameters()[i]);
+    }
+  }
+  Optimizer loaded(param_groups(*restored, groups));
+  torch::load(loaded, saved);
+  train(model, 3, 6, [&] { optimizer.step(); });
+  train(restored, 3, 6, [&] { loaded.step(); });
+  const auto got = parameters_of(*restored), want = parameters_of(*model);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
+}
 
 }  // namespace cohort::testing

@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <set>
 
-#include "bucket_plan.h"
+#include "ddp/bucket_plan.h"
 #include "cohort/comm/timeline.h"
 #include "cohort/core/error.h"
-#include "cohort/torch/checkpoint.h"
-#include "cohort/torch/zero.h"
+#include "cohort/torch/checkpoint/checkpoint.h"
+#include "cohort/torch/shard/zero.h"
 #include "ddp_harness.h"
 #include "shard/shard_layout.h"
 
@@ -60,7 +60,7 @@ int64_t numel_of(const std::vector<torch::Tensor>& tensors) {
   return total;
 }
 
-// The elements of each bucket the reducer makes for `net` (bucket_plan.h: reverse registration
+// The elements of each bucket the reducer makes for `net` (ddp/bucket_plan.h: reverse registration
 // order, DDP's caps), padded to a multiple of world as ZeRO pads them.
 std::vector<int64_t> padded_buckets(torch::nn::Module& net, const DdpOptions& ddp, int world) {
   const auto parameters = net.parameters();

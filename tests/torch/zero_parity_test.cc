@@ -1,4 +1,4 @@
-// ZeRO stages 1 and 2 (cohort/torch/zero.h) against one process training on the whole batch:
+// ZeRO stages 1 and 2 (cohort/torch/shard/zero.h) against one process training on the whole batch:
 // W ranks on disjoint slices, compared parameter by parameter after every step.
 #include <gtest/gtest.h>
 

@@ -9,10 +9,8 @@
 #include "cohort/comm/group.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
-#include "cohort/torch/fsdp.h"
 #include "cohort/torch/tensor_buffer.h"
-#include "cohort/torch/zero.h"
-#include "shard/grad_norm.h"
+#include "grad_norm.h"
 
 namespace cohort::amp {
 namespace {
@@ -63,12 +61,8 @@ std::vector<AgreedValue> scaler_values(const GradScalerOptions& options, float s
 // Under NO_SHARD (DDP inside) the averaged gradients are whole and equal on every rank: no
 // reduction. `norm_group` is where the gradient norm is summed (one replica's shards under
 // HYBRID_SHARD, whose replicas hold equal gradients after their average, so one replica's
-// finding is every replica's); null under NO_SHARD, whose gradients are whole.
-struct GradScaler::Sharded {
-  Group* flag_group = nullptr;  // null: the gradients are equal on every rank already
-  Group* norm_group = nullptr;
-  std::vector<torch::Tensor> shards;
-};
+// finding is every replica's); null under NO_SHARD, whose gradients are whole. Both groups come
+// from the wrapper's ShardedParameters (flag_group, norm_group).
 
 // Note [One allreduce for the norm and the overflow]: clipping under ZeRO/FSDP already
 // allreduces each rank's part of the norm; the overflow flag travels in the same message
@@ -145,8 +139,13 @@ void GradScaler::decide(Record& record) const {
   record.undecided = nullptr;
 }
 
-double GradScaler::clip_sharded(const Sharded& sharded, torch::optim::Optimizer& optimizer,
-                                double max_norm, double norm_type) {
+void GradScaler::unscale_(const ShardedParameters& sharded, torch::optim::Optimizer& optimizer) {
+  if (options_.enabled) unscale(optimizer, sharded.flag_group, "unscale_");
+}
+
+double GradScaler::clip_grad_norm(const ShardedParameters& sharded,
+                                  torch::optim::Optimizer& optimizer, double max_norm,
+                                  double norm_type) {
   if (options_.enabled) {
     Record& record = records_[&optimizer];
     if (!record.unscaled) unscale(optimizer, sharded.flag_group, "clip_grad_norm");
@@ -160,50 +159,11 @@ double GradScaler::clip_sharded(const Sharded& sharded, torch::optim::Optimizer&
       return norm;
     }
   }
-  if (sharded.norm_group == nullptr) {
-    return torch::nn::utils::clip_grad_norm_(sharded.shards, max_norm, norm_type);
-  }
-  return clip_sharded_grad_norm(sharded.shards, *sharded.norm_group, max_norm, norm_type);
+  return cohort::clip_grad_norm(sharded, max_norm, norm_type);
 }
 
-GradScaler::Sharded GradScaler::sharded(ZeroDataParallel& zero) {
-  Sharded sharded;
-  sharded.flag_group = zero.group().size() > 1 ? &zero.group() : nullptr;
-  sharded.norm_group = &zero.group();
-  sharded.shards = zero.parameters();
-  return sharded;
-}
-
-GradScaler::Sharded GradScaler::sharded(FullyShardedDataParallel& fsdp) {
-  Sharded sharded;
-  sharded.shards = fsdp.parameters();
-  if (fsdp.strategy() != ShardingStrategy::kNoShard) {
-    sharded.flag_group = fsdp.group().size() > 1 ? &fsdp.group() : nullptr;
-    sharded.norm_group = &fsdp.shard_group();
-  }
-  return sharded;
-}
-
-void GradScaler::unscale_(ZeroDataParallel& zero, torch::optim::Optimizer& optimizer) {
-  if (options_.enabled) unscale(optimizer, sharded(zero).flag_group, "unscale_");
-}
-void GradScaler::unscale_(FullyShardedDataParallel& fsdp, torch::optim::Optimizer& optimizer) {
-  if (options_.enabled) unscale(optimizer, sharded(fsdp).flag_group, "unscale_");
-}
-double GradScaler::clip_grad_norm(ZeroDataParallel& zero, torch::optim::Optimizer& optimizer,
-                                  double max_norm, double norm_type) {
-  return clip_sharded(sharded(zero), optimizer, max_norm, norm_type);
-}
-double GradScaler::clip_grad_norm(FullyShardedDataParallel& fsdp,
-                                  torch::optim::Optimizer& optimizer, double max_norm,
-                                  double norm_type) {
-  return clip_sharded(sharded(fsdp), optimizer, max_norm, norm_type);
-}
-bool GradScaler::step(ZeroDataParallel& zero, torch::optim::Optimizer& optimizer) {
-  return step_through(optimizer, sharded(zero).flag_group, [&] { zero.step(optimizer); });
-}
-bool GradScaler::step(FullyShardedDataParallel& fsdp, torch::optim::Optimizer& optimizer) {
-  return step_through(optimizer, sharded(fsdp).flag_group, [&] { fsdp.step(optimizer); });
+bool GradScaler::step(const ShardedParameters& sharded, torch::optim::Optimizer& optimizer) {
+  return step_through(optimizer, sharded.flag_group, [&] { sharded.step(optimizer); });
 }
 
 // PyTorch's _amp_update_scale_, on the host: the finding of every optimizer since the last

@@ -9,8 +9,8 @@
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/amp/grad_scaler.h"
-#include "shard/operator_observer.h"
-#include "shard/optimizer_check.h"
+#include "operator_observer.h"
+#include "optim/optimizer_check.h"
 
 namespace cohort::amp {
 namespace {

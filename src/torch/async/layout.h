@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "cohort/comm/group.h"
-#include "cohort/torch/parameter_server.h"
+#include "cohort/torch/async/parameter_server.h"
 
 namespace cohort::ps {
 

@@ -1,6 +1,6 @@
 // ParameterServer::create: checks the options and the model, lays the job out, connects the
 // pairs and builds this rank's role (server_role.h or worker_role.h).
-#include "cohort/torch/parameter_server.h"
+#include "cohort/torch/async/parameter_server.h"
 
 #include <algorithm>
 #include <numeric>

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "async/protocol.h"
-#include "checkpoint_state.h"
+#include "checkpoint/checkpoint_state.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"

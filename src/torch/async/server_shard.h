@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "cohort/comm/timeline.h"
-#include "cohort/torch/parameter_server.h"
+#include "cohort/torch/async/parameter_server.h"
 
 namespace cohort::ps {
 

@@ -10,7 +10,7 @@
 
 #include "async/layout.h"
 #include "async/protocol.h"
-#include "cohort/torch/parameter_server.h"
+#include "cohort/torch/async/parameter_server.h"
 
 namespace cohort::ps {
 

@@ -1,6 +1,7 @@
 #include "compress/gathered_payloads.h"
 
 #include "cohort/torch/tensor_buffer.h"
+#include "compress/bit_packing.h"
 
 namespace cohort {
 
@@ -34,6 +35,18 @@ torch::Tensor bytes_as(const torch::Tensor& bytes, torch::ScalarType type) {
 
 torch::Tensor float_at(const torch::Tensor& bytes, int64_t offset) {
   return bytes.narrow(0, offset, sizeof(float)).clone().view(torch::kFloat32);
+}
+
+PendingReduction allgather_scaled_codes(Group& group, GradBucket& bucket,
+                                        const torch::Tensor& scale, const torch::Tensor& codes,
+                                        int bits, DecodeScaled decode) {
+  const int64_t n = codes.numel();
+  auto payload = torch::cat({as_bytes(scale), pack_codes(codes, bits)});
+  return allgather_payloads(group, bucket, payload,
+                            [n, bits, decode](const torch::Tensor& theirs, torch::Tensor& sum) {
+                              auto packed = theirs.narrow(0, 4, theirs.numel() - 4);
+                              sum.add_(decode(unpack_codes(packed, n, bits), float_at(theirs, 0)));
+                            });
 }
 
 }  // namespace cohort

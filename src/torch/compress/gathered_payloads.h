@@ -15,7 +15,7 @@
 
 #include <functional>
 
-#include "cohort/torch/comm_hook.h"
+#include "cohort/torch/ddp/comm_hook.h"
 
 namespace cohort {
 
@@ -26,6 +26,17 @@ using AccumulatePayload = std::function<void(const torch::Tensor& payload, torch
 // sums the decoded payloads, divides by the world size and writes the bucket.
 PendingReduction allgather_payloads(Group& group, GradBucket& bucket, torch::Tensor payload,
                                     AccumulatePayload accumulate);
+
+// Turns a rank's codes (uint8, one per element, each below 2^bits) and its float32 scale back
+// into its contribution: scale times the value each code stands for.
+using DecodeScaled = torch::Tensor (*)(const torch::Tensor& codes, const torch::Tensor& scale);
+
+// allgather_payloads for the hooks whose payload is one float32 scale followed by the codes,
+// `bits` bits each, packed (compress/bit_packing.h): EF-SignSGD (1 bit) and TernGrad (2 bits).
+// `codes` holds one code per element of the bucket.
+PendingReduction allgather_scaled_codes(Group& group, GradBucket& bucket,
+                                        const torch::Tensor& scale, const torch::Tensor& codes,
+                                        int bits, DecodeScaled decode);
 
 // A float32 tensor's bytes as a uint8 tensor (a view when contiguous), and back.
 torch::Tensor as_bytes(const torch::Tensor& tensor);

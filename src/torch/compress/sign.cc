@@ -4,7 +4,6 @@
 // one allgather. Biased: error feedback (on by default) is what makes it converge. On the
 // bucket's device (Note [Compression on the device], gathered_payloads.h).
 #include "cohort/torch/compress/quantization.h"
-#include "compress/bit_packing.h"
 #include "compress/gathered_payloads.h"
 
 namespace cohort {
@@ -28,12 +27,7 @@ PendingReduction SignHook::start(Group& group, GradBucket& bucket) {
   const torch::Tensor scale = n > 0 ? c.abs().mean().reshape({1}) : torch::zeros({1}, c.options());
   const torch::Tensor bits = (c >= 0).to(torch::kUInt8);  // NaN: 0, but the scale is NaN then
   if (options_.error_feedback) keep_residual(bucket, c, decode_signs(bits, scale));
-  auto payload = torch::cat({as_bytes(scale), pack_codes(bits, kSignBits)});
-  return allgather_payloads(
-      group, bucket, payload, [n](const torch::Tensor& theirs, torch::Tensor& sum) {
-        auto packed = theirs.narrow(0, 4, theirs.numel() - 4);
-        sum.add_(decode_signs(unpack_codes(packed, n, kSignBits), float_at(theirs, 0)));
-      });
+  return allgather_scaled_codes(group, bucket, scale, bits, kSignBits, decode_signs);
 }
 
 std::shared_ptr<SignHook> sign_hook(SignOptions options) {

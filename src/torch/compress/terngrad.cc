@@ -8,7 +8,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "cohort/torch/compress/quantization.h"
-#include "compress/bit_packing.h"
 #include "compress/gathered_payloads.h"
 
 namespace cohort {
@@ -46,12 +45,7 @@ PendingReduction TernGradHook::start(Group& group, GradBucket& bucket) {
                    torch::where(keep & (c < 0), torch::full_like(c, kMinus), torch::zeros_like(c)))
           .to(torch::kUInt8);
   if (options_.error_feedback) keep_residual(bucket, c, decode_ternary(codes, scale));
-  auto payload = torch::cat({as_bytes(scale), pack_codes(codes, kTernaryBits)});
-  return allgather_payloads(
-      group, bucket, payload, [n](const torch::Tensor& theirs, torch::Tensor& sum) {
-        auto packed = theirs.narrow(0, 4, theirs.numel() - 4);
-        sum.add_(decode_ternary(unpack_codes(packed, n, kTernaryBits), float_at(theirs, 0)));
-      });
+  return allgather_scaled_codes(group, bucket, scale, codes, kTernaryBits, decode_ternary);
 }
 
 std::shared_ptr<TernGradHook> terngrad_hook(TernGradOptions options) {

@@ -58,6 +58,26 @@ void check_same_parameters(Group& group, const std::vector<torch::Tensor>& param
   check_same_on_all_ranks(group, entries, "parameter", CallSite::kUser, who);
 }
 
+void check_call(Group& group, const std::vector<torch::Tensor>& parameters,
+                const torch::optim::Optimizer* optimizer, bool average_state, bool& checked,
+                const std::string& who) {
+  COHORT_CHECK(!average_state || optimizer != nullptr, who,
+               ": average_optimizer_state is on but no optimizer was passed to average(); pass "
+               "the optimizer whose state to average");
+  if (checked) return;
+  check_same_parameters(group, parameters, who);
+  checked = true;
+}
+
+void average_round(Group& group, const std::vector<torch::Tensor>& parameters,
+                   torch::optim::Optimizer* optimizer, bool average_state,
+                   std::vector<std::string>& unaveraged_state, const std::string& who) {
+  average_fused(group, parameters, who);
+  if (average_state && optimizer != nullptr) {
+    unaveraged_state = average_optimizer_state(group, *optimizer, who);
+  }
+}
+
 std::vector<torch::Tensor> trainable_parameters(torch::nn::Module& module) {
   std::vector<torch::Tensor> parameters;
   std::unordered_set<const void*> seen;  // a parameter shared by two layers is listed twice

@@ -1,5 +1,5 @@
 #include "cohort/core/check.h"
-#include "cohort/torch/local_sgd.h"
+#include "cohort/torch/local_sgd/local_sgd.h"
 #include "local_sgd/averaging.h"
 
 namespace cohort {
@@ -28,13 +28,8 @@ HierarchicalModelAverager::HierarchicalModelAverager(std::shared_ptr<Group> grou
 
 AveragingScope HierarchicalModelAverager::average(const std::vector<torch::Tensor>& parameters,
                                                   torch::optim::Optimizer* optimizer) {
-  COHORT_CHECK(!options_.average_optimizer_state || optimizer != nullptr, kHierarchicalAverager,
-               ": average_optimizer_state is on but no optimizer was passed to average(); pass "
-               "the optimizer whose state to average");
-  if (!checked_) {
-    local_sgd::check_same_parameters(*group_, parameters, kHierarchicalAverager);
-    checked_ = true;
-  }
+  local_sgd::check_call(*group_, parameters, optimizer, options_.average_optimizer_state, checked_,
+                        kHierarchicalAverager);
   const int64_t step = step_++;
   AveragingScope scope = AveragingScope::kNone;
   if (local_sgd::due(step, options_.warmup_steps, options_.period)) {
@@ -44,11 +39,8 @@ AveragingScope HierarchicalModelAverager::average(const std::vector<torch::Tenso
   }
   if (scope == AveragingScope::kNone) return scope;
   Group& group = scope == AveragingScope::kGlobal ? *group_ : *node_group_;
-  local_sgd::average_fused(group, parameters, kHierarchicalAverager);
-  if (options_.average_optimizer_state) {
-    unaveraged_state_ =
-        local_sgd::average_optimizer_state(group, *optimizer, kHierarchicalAverager);
-  }
+  local_sgd::average_round(group, parameters, optimizer, options_.average_optimizer_state,
+                           unaveraged_state_, kHierarchicalAverager);
   return scope;
 }
 

@@ -1,5 +1,5 @@
 #include "cohort/core/check.h"
-#include "cohort/torch/local_sgd.h"
+#include "cohort/torch/local_sgd/local_sgd.h"
 #include "local_sgd/averaging.h"
 
 namespace cohort {
@@ -21,15 +21,8 @@ PeriodicModelAverager::PeriodicModelAverager(std::shared_ptr<Group> group, Local
 
 bool PeriodicModelAverager::average(const std::vector<torch::Tensor>& parameters,
                                     torch::optim::Optimizer* optimizer) {
-  COHORT_CHECK(!options_.average_optimizer_state || optimizer != nullptr, kPeriodicAverager,
-               ": average_optimizer_state is on but no optimizer was passed to average(); pass "
-               "the optimizer whose state to average");
-  // The first call, on every rank (averaging or not), so that a mismatch shows before the
-  // first averaging round, naming the parameter.
-  if (!checked_) {
-    local_sgd::check_same_parameters(*group_, parameters, kPeriodicAverager);
-    checked_ = true;
-  }
+  local_sgd::check_call(*group_, parameters, optimizer, options_.average_optimizer_state, checked_,
+                        kPeriodicAverager);
   const bool now = local_sgd::due(step_++, options_.warmup_steps, options_.period);
   if (!now) return false;
   average_now(parameters, optimizer);
@@ -42,10 +35,8 @@ bool PeriodicModelAverager::average(torch::nn::Module& module, torch::optim::Opt
 
 void PeriodicModelAverager::average_now(const std::vector<torch::Tensor>& parameters,
                                         torch::optim::Optimizer* optimizer) {
-  local_sgd::average_fused(*group_, parameters, kPeriodicAverager);
-  if (options_.average_optimizer_state && optimizer != nullptr) {
-    unaveraged_state_ = local_sgd::average_optimizer_state(*group_, *optimizer, kPeriodicAverager);
-  }
+  local_sgd::average_round(*group_, parameters, optimizer, options_.average_optimizer_state,
+                           unaveraged_state_, kPeriodicAverager);
 }
 
 void PeriodicModelAverager::average_now(torch::nn::Module& module,

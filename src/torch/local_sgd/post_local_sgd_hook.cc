@@ -1,5 +1,5 @@
 #include "cohort/core/check.h"
-#include "cohort/torch/local_sgd.h"
+#include "cohort/torch/local_sgd/local_sgd.h"
 
 namespace cohort {
 namespace {

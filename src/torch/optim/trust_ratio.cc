@@ -15,11 +15,8 @@
 #include "cohort/comm/group.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
-#include "cohort/torch/fsdp.h"
 #include "cohort/torch/tensor_buffer.h"
-#include "cohort/torch/zero.h"
 #include "optim/trust_ratio.h"
-#include "shard/grad_norm.h"
 
 namespace cohort::optim {
 namespace detail {
@@ -80,14 +77,9 @@ torch::Tensor TrustRatioOptimizer::reduce_norms(
   return all;
 }
 
-NormReduction shard_norm_reduction(ZeroDataParallel& zero) {
-  return sum_over(shard_norm_group(zero));
-}
-
-NormReduction shard_norm_reduction(FullyShardedDataParallel& fsdp) {
-  Group* group = shard_norm_group(fsdp);
-  if (group == nullptr) return {};
-  return sum_over(*group);
+NormReduction shard_norm_reduction(const ShardedParameters& sharded) {
+  if (sharded.norm_group == nullptr) return {};
+  return sum_over(*sharded.norm_group);
 }
 
 bool exclude_one_dimensional(const std::string&, const torch::Tensor& parameter) {

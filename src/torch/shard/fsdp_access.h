@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "cohort/torch/fsdp.h"
+#include "cohort/torch/shard/fsdp.h"
 #include "shard/flat_unit.h"
 
 namespace cohort::detail {

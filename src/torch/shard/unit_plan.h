@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "cohort/torch/fsdp.h"
+#include "cohort/torch/shard/fsdp.h"
 
 namespace cohort {
 

@@ -1,4 +1,4 @@
-// ZeroDataParallel (cohort/torch/zero.h): ZeRO stages 1 and 2 on top of the DDP reducer.
+// ZeroDataParallel (cohort/torch/shard/zero.h): ZeRO stages 1 and 2 on top of the DDP reducer.
 //
 // Note [ZeRO gradients]
 // The reducer's buckets hold each rank's own gradients since the last synchronization (the
@@ -30,7 +30,7 @@
 // stepping in pieces is the same as stepping at once). As soon as a bucket's shards are
 // updated, its flat tensor is all-gathered in place on the communication thread while the next
 // bucket steps. step() returns once every all-gather has ended.
-#include "cohort/torch/zero.h"
+#include "cohort/torch/shard/zero.h"
 
 #include <unordered_map>
 #include <unordered_set>
@@ -40,9 +40,10 @@
 #include "cohort/comm/timeline.h"
 #include "cohort/core/check.h"
 #include "cohort/torch/tensor_buffer.h"
-#include "reducer.h"
-#include "shard/grad_norm.h"
-#include "shard/optimizer_check.h"
+#include "ddp/reducer.h"
+#include "grad_norm.h"
+#include "optim/optimizer_check.h"
+#include "shard/shard_holdings.h"
 #include "shard/shard_layout.h"
 
 namespace cohort {
@@ -397,8 +398,16 @@ const IterationStats& ZeroDataParallel::last_iteration_stats() const {
   return impl_->ddp_->last_iteration_stats();
 }
 
-double clip_grad_norm(ZeroDataParallel& zero, double max_norm, double norm_type) {
-  return clip_sharded_grad_norm(zero.parameters(), shard_norm_group(zero), max_norm, norm_type);
+ShardedParameters ZeroDataParallel::sharded_parameters() {
+  ShardedParameters view;
+  view.shards = parameters();
+  view.group = &group();
+  view.norm_group = &group();
+  view.flag_group = group().size() > 1 ? &group() : nullptr;
+  view.module = &module();
+  view.step = [this](torch::optim::Optimizer& optimizer) { step(optimizer); };
+  view.holdings = [this] { return detail::zero_holdings(*this); };
+  return view;
 }
 
 }  // namespace cohort

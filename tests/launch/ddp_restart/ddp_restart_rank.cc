@@ -13,9 +13,9 @@
 #include <fstream>
 
 #include "cohort/comm/init.h"
-#include "cohort/torch/checkpoint.h"
-#include "cohort/torch/ddp.h"
-#include "cohort/torch/distributed_sampler.h"
+#include "cohort/torch/checkpoint/checkpoint.h"
+#include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/data/distributed_sampler.h"
 
 namespace {
 

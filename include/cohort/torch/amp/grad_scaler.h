@@ -17,7 +17,8 @@
 //   }
 //
 // Under ZeroDataParallel and FullyShardedDataParallel each rank holds only its shard of the
-// gradients, so an overflow is seen by some ranks only: pass the wrapper, and the ranks agree on
+// gradients, so an overflow is seen by some ranks only: pass the wrapper (or its
+// sharded_parameters(), the view these overloads take), and the ranks agree on
 // the overflow through one small allreduce per step, or through the gradient-norm allreduce
 // itself when clipping with the scaler's clip_grad_norm:
 //
@@ -38,11 +39,7 @@
 #include <functional>
 #include <unordered_map>
 
-namespace cohort {
-class Group;
-class ZeroDataParallel;
-class FullyShardedDataParallel;
-}  // namespace cohort
+#include "cohort/torch/sharded_parameters.h"
 
 namespace cohort::amp {
 
@@ -81,23 +78,20 @@ class GradScaler {
   // if unscale_ was not called). Returns whether it stepped. Once per optimizer per update().
   bool step(torch::optim::Optimizer& optimizer);
 
-  // ---- ZeroDataParallel and FullyShardedDataParallel: the optimizer over their shards.
+  // ---- ZeroDataParallel and FullyShardedDataParallel (ShardedParameters: pass the wrapper),
+  // the optimizer over their shards.
   // unscale_ divides this rank's shards of the gradients and records the local finding; the
   // ranks agree in clip_grad_norm or step. Collective: every rank calls the same ones.
-  void unscale_(ZeroDataParallel& zero, torch::optim::Optimizer& optimizer);
-  void unscale_(FullyShardedDataParallel& fsdp, torch::optim::Optimizer& optimizer);
+  void unscale_(const ShardedParameters& sharded, torch::optim::Optimizer& optimizer);
   // Unscales (unless unscale_ was called), then clips the whole gradient's norm to max_norm as
   // cohort::clip_grad_norm does, reducing the overflow flag in the same allreduce as the norm.
   // Returns the norm before clipping (inf or NaN when some rank overflowed; nothing is clipped
   // then, and step() will skip).
-  double clip_grad_norm(ZeroDataParallel& zero, torch::optim::Optimizer& optimizer, double max_norm,
-                        double norm_type = 2.0);
-  double clip_grad_norm(FullyShardedDataParallel& fsdp, torch::optim::Optimizer& optimizer,
+  double clip_grad_norm(const ShardedParameters& sharded, torch::optim::Optimizer& optimizer,
                         double max_norm, double norm_type = 2.0);
-  // zero.step(optimizer) / fsdp.step(optimizer) unless some rank's shards held an inf or NaN;
+  // The wrapper's step(optimizer) unless some rank's shards held an inf or NaN;
   // every rank takes the same decision. Returns whether it stepped.
-  bool step(ZeroDataParallel& zero, torch::optim::Optimizer& optimizer);
-  bool step(FullyShardedDataParallel& fsdp, torch::optim::Optimizer& optimizer);
+  bool step(const ShardedParameters& sharded, torch::optim::Optimizer& optimizer);
 
   // After the step(s) of an iteration: backoff_factor x scale if any optimizer's gradients held
   // an inf or NaN, growth_factor x scale after growth_interval clean steps in a row (unless that
@@ -123,15 +117,9 @@ class GradScaler {
     bool found_inf = false;
     Group* undecided = nullptr;  // sharded: found_inf is this rank's only, to be reduced here
   };
-  struct Sharded;  // what the ZeRO and FSDP overloads differ in (grad_scaler.cc)
-  static Sharded sharded(ZeroDataParallel& zero);
-  static Sharded sharded(FullyShardedDataParallel& fsdp);
-
   // Unscales the optimizer's gradients; `flag_group`: where the finding must still be reduced
   // (null: the gradients are the same on every rank). `call` names the API call in errors.
   Record& unscale(torch::optim::Optimizer& optimizer, Group* flag_group, const char* call);
-  double clip_sharded(const Sharded& sharded, torch::optim::Optimizer& optimizer, double max_norm,
-                      double norm_type);
   // `step` unless an inf or NaN was found (on any rank of flag_group).
   bool step_through(torch::optim::Optimizer& optimizer, Group* flag_group,
                     const std::function<void()>& step);

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "cohort/torch/comm_hook.h"
+#include "cohort/torch/ddp/comm_hook.h"
 
 namespace cohort {
 

@@ -12,11 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "cohort/torch/sharded_parameters.h"
+
 namespace cohort {
-
-class ZeroDataParallel;
-class FullyShardedDataParallel;
-
 namespace optim {
 
 // Sums, in place, a float64 CPU tensor of per-parameter squared norms over the ranks whose
@@ -25,14 +23,14 @@ namespace optim {
 // one allreduce per step() call. Empty: the optimizer holds whole tensors (one process, DDP).
 using NormReduction = std::function<void(torch::Tensor& squared_norms)>;
 
-// The reduction for an optimizer built over zero.parameters(): a sum over zero.group().
-// ZeroDataParallel::step runs the optimizer once per bucket at world size > 1, so it is one
-// allreduce per bucket. It refers to `zero`: do not use it after `zero` is gone.
-NormReduction shard_norm_reduction(ZeroDataParallel& zero);
-// The reduction for an optimizer built over fsdp.parameters(): a sum over fsdp.shard_group()
-// (under kHybridShard the ranks of this node; the other nodes hold replicas of the same shards
-// and must not be counted again). kNoShard: empty (the optimizer holds whole parameters).
-NormReduction shard_norm_reduction(FullyShardedDataParallel& fsdp);
+// The reduction for an optimizer built over a wrapper's parameters() (pass the wrapper, or its
+// sharded_parameters()): a sum over the view's norm_group. ZeroDataParallel: its group
+// (ZeroDataParallel::step runs the optimizer once per bucket at world size > 1, so it is one
+// allreduce per bucket). FullyShardedDataParallel: its shard_group() (under kHybridShard the
+// ranks of this node; the other nodes hold replicas of the same shards and must not be counted
+// again); kNoShard: empty (the optimizer holds whole parameters). It refers to the wrapper's
+// group: do not use it after the wrapper is gone.
+NormReduction shard_norm_reduction(const ShardedParameters& sharded);
 
 // The base of Lars and Lamb: a torch optimizer with a NormReduction. ZeroDataParallel::step and
 // FullyShardedDataParallel::step refuse one without a reduction when the shards are spread over
