@@ -48,6 +48,7 @@
 #include <unordered_set>
 
 #include "autograd_compat.h"
+#include "call_sites.h"
 #include "coalesced_broadcast.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
@@ -186,7 +187,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   // The splits are FSDP's first collectives: a rank that skipped the constructor is told so.
   void make_groups() {
     CollectiveOptions constructor;
-    constructor.site = CallSite::kFsdpConstructor;
+    constructor.site = call_sites::kFsdpConstructor;
     shard_group_ = group_;
     if (options_.strategy == ShardingStrategy::kHybridShard) {
       COHORT_CHECK(group_->size() == group_->num_nodes() * group_->local_size(),
@@ -214,9 +215,9 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     }
     for (const auto& b : module_->named_buffers())
       entries.push_back(describe("buffer", b.key(), b.value()));
-    check_same_on_all_ranks(*group_, entries, "parameter/buffer", CallSite::kFsdpConstructor);
-    broadcast_coalesced(*group_, tensors, 0, CallSite::kFsdpConstructor);
-    broadcast_coalesced(*group_, buffers_, 0, CallSite::kFsdpConstructor);
+    check_same_on_all_ranks(*group_, entries, "parameter/buffer", call_sites::kFsdpConstructor);
+    broadcast_coalesced(*group_, tensors, 0, call_sites::kFsdpConstructor);
+    broadcast_coalesced(*group_, buffers_, 0, call_sites::kFsdpConstructor);
   }
 
   void cut_units(std::vector<UnitPlan> plans) {
@@ -376,7 +377,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   // the destructor).
   void start_gather(int u, bool for_iteration = true) {
     CollectiveOptions options;
-    options.site = CallSite::kFsdpParameters;
+    options.site = call_sites::kFsdpParameters;
     units_[u]->start_gather(*shard_group_, options);
     if (for_iteration) iteration_.allgather_bytes += units_[u]->gathered_bytes();
     note_gathered();
@@ -491,7 +492,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   std::shared_ptr<Work> start_reduce_scatter(const ReduceScatter& rs) {
     CollectiveOptions options;
     options.op = ReduceOp::kAvg;
-    options.site = CallSite::kFsdpGradients;
+    options.site = call_sites::kFsdpGradients;
     options.stream = current_stream(rs.input);
     return reduce_group_->reduce_scatter_async(tensor_buffer(rs.input), tensor_buffer(rs.block),
                                                options);
@@ -582,7 +583,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
       rs = ReduceScatter();
     }
     if (options_.broadcast_buffers && !buffers_.empty() && group_->size() > 1) {
-      waiting([&] { broadcast_coalesced(*group_, buffers_, 0, CallSite::kFsdpEndOfBackward); });
+      waiting([&] { broadcast_coalesced(*group_, buffers_, 0, call_sites::kFsdpEndOfBackward); });
     }
     stats.exposed_comm_ms = std::chrono::duration<double, std::milli>(iteration_.waited).count();
     stats.allgather_bytes = iteration_.allgather_bytes;
@@ -604,7 +605,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   void average_over_replicas(torch::Tensor& block) {
     CollectiveOptions options;
     options.op = ReduceOp::kAvg;
-    options.site = CallSite::kFsdpGradients;
+    options.site = call_sites::kFsdpGradients;
     waiting([&] { replica_group_->allreduce(tensor_buffer(block), options); });
   }
 
@@ -624,7 +625,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
     if (!mine.empty() && group_->size() > 1) {  // the max over one rank is its own map
       CollectiveOptions options;
       options.op = ReduceOp::kMax;
-      options.site = CallSite::kFsdpEndOfBackward;
+      options.site = call_sites::kFsdpEndOfBackward;
       waiting([&] { group_->allreduce(tensor_buffer(map), options); });
     }
     return std::vector<char>(map.data_ptr<uint8_t>(), map.data_ptr<uint8_t>() + map.numel());
