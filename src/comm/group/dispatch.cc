@@ -111,7 +111,7 @@ namespace cohort {
 // Point-to-point: host buffers over the transport with the message's index in its (peer, tag)
 // stream; device buffers on the engine (NCCL), which has no tags and matches in issue order.
 std::shared_ptr<Work> Group::Impl::point_to_point(const CollectiveCall& call, int peer,
-                                                  const CollectiveOptions& opts) {
+                                                  const CollectiveOptions& opts, bool blocking) {
   CollectiveEngine* engine = engine_.get();
   const bool on_engine = on_device_engine(call);
   const bool staged = !on_engine && call.device != kHostMemory && staging_ != nullptr;
@@ -146,6 +146,10 @@ std::shared_ptr<Work> Group::Impl::point_to_point(const CollectiveCall& call, in
         ctx.recv_message(peer, index, call.out, call.bytes());
       }
     };
+  }
+  if (blocking) {
+    run_p2p_blocking(call.kind, call.count, call.dtype, peer, opts, std::move(body));
+    return nullptr;
   }
   return submit_p2p(call.kind, call.count, call.dtype, peer, opts, std::move(body));
 }

@@ -34,7 +34,7 @@ Group::Impl::Impl(std::shared_ptr<Transport> transport, std::shared_ptr<Store> s
   if (store_) {
     stalls_ = std::make_unique<StallReporter>(store_, rank(), size(), options_.timeout);
   }
-  worker_ = std::thread([this] { worker_loop(); });
+  // No worker yet: Note [Worker on demand].
 }
 
 void Group::Impl::attach_engine(std::shared_ptr<CollectiveEngine> engine) {
@@ -110,9 +110,15 @@ uint64_t Group::Impl::sequence_number() const {
   return next_sequence_;
 }
 
+// Note [Worker on demand]: a group starts its worker thread with its first queued operation.
+// Blocking calls (collectives and point-to-point alike) run on the caller's thread whenever
+// nothing is queued ahead of them, so a group used only that way (a parameter server's pair
+// groups on the server side, a group that only agrees on flags) never starts one: a server of
+// 63 workers would otherwise hold 63 idle threads.
 void Group::Impl::enqueue_locked(Operation op) {
   op.work = std::make_shared<Work>(op.describe());
   queue_.push_back(std::move(op));
+  if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
 }
 
 std::shared_ptr<Work> Group::Impl::submit(Operation op) {
@@ -127,25 +133,51 @@ std::shared_ptr<Work> Group::Impl::submit(Operation op) {
   return work;
 }
 
-std::shared_ptr<Work> Group::Impl::submit_p2p(CollectiveKind kind, size_t count, DType dtype,
-                                              int peer, const CollectiveOptions& opts,
-                                              std::function<void(algo::Context&, uint64_t)> body) {
+Operation Group::Impl::p2p_operation(CollectiveKind kind, size_t count, DType dtype, int peer,
+                                     const CollectiveOptions& opts) const {
   Operation op;
   op.collective = false;
   op.signature = {kind, count, dtype, opts.op, 0, peer};
   op.channel = kP2PChannelBit | opts.tag;
   op.timeout = timeout_for(opts);
+  return op;
+}
+
+void Group::Impl::number_p2p_locked(Operation& op, P2PBody body) {
+  auto& counters = op.signature.kind == CollectiveKind::kSend ? p2p_send_index_ : p2p_recv_index_;
+  const uint64_t index = counters[{op.signature.peer, op.channel}]++;
+  op.body = [body = std::move(body), index](algo::Context& ctx) { body(ctx, index); };
+}
+
+std::shared_ptr<Work> Group::Impl::submit_p2p(CollectiveKind kind, size_t count, DType dtype,
+                                              int peer, const CollectiveOptions& opts,
+                                              P2PBody body) {
+  Operation op = p2p_operation(kind, count, dtype, peer, opts);
   std::shared_ptr<Work> work;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto& counters = kind == CollectiveKind::kSend ? p2p_send_index_ : p2p_recv_index_;
-    const uint64_t index = counters[{peer, op.channel}]++;
-    op.body = [body = std::move(body), index](algo::Context& ctx) { body(ctx, index); };
+    number_p2p_locked(op, std::move(body));
     enqueue_locked(std::move(op));
     work = queue_.back().work;
   }
   queue_cv_.notify_all();
   return work;
+}
+
+void Group::Impl::run_p2p_blocking(CollectiveKind kind, size_t count, DType dtype, int peer,
+                                   const CollectiveOptions& opts, P2PBody body) {
+  Operation op = p2p_operation(kind, count, dtype, peer, opts);
+  std::unique_lock<std::mutex> lock(mutex_);
+  number_p2p_locked(op, std::move(body));
+  if (!queue_.empty() || busy_) {
+    enqueue_locked(std::move(op));
+    const std::shared_ptr<Work> work = queue_.back().work;
+    lock.unlock();
+    queue_cv_.notify_all();
+    work->wait();
+    return;
+  }
+  run_inline(op, lock);  // as run_blocking (Note [Worker on demand])
 }
 
 void Group::Impl::run_blocking(Operation op) {
@@ -155,10 +187,14 @@ void Group::Impl::run_blocking(Operation op) {
     submit(std::move(op))->wait();
     return;
   }
+  op.sequence = next_sequence_++;
+  run_inline(op, lock);
+}
+
+void Group::Impl::run_inline(Operation& op, std::unique_lock<std::mutex>& lock) {
   // Nothing ahead of us: run on this thread and save the hand-off to the worker (tens of
   // microseconds on a loaded machine, more than a small allreduce takes).
   // No Work either: nobody else can wait on this operation, so its error comes straight back.
-  op.sequence = next_sequence_++;
   busy_ = true;
   lock.unlock();
   const std::exception_ptr error = run(op);

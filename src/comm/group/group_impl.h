@@ -93,9 +93,12 @@ class Group::Impl {
   // As submit, then waits; runs on the calling thread when nothing else is queued.
   void run_blocking(Operation op);
   // Queues a send or recv; `body` gets the message's index in its (peer, tag) stream.
+  using P2PBody = std::function<void(algo::Context&, uint64_t)>;
   std::shared_ptr<Work> submit_p2p(CollectiveKind kind, size_t count, DType dtype, int peer,
-                                   const CollectiveOptions& opts,
-                                   std::function<void(algo::Context&, uint64_t)> body);
+                                   const CollectiveOptions& opts, P2PBody body);
+  // As submit_p2p, then waits; runs on the calling thread when nothing else is queued.
+  void run_p2p_blocking(CollectiveKind kind, size_t count, DType dtype, int peer,
+                        const CollectiveOptions& opts, P2PBody body);
 
   Milliseconds timeout_for(const CollectiveOptions& opts) const;
   // The algorithm a collective of `bytes` runs with (algorithm_choice.h).
@@ -105,9 +108,10 @@ class Group::Impl {
   // else cohort's own choice over the same transport. Throws InvalidArgument for buffers the
   // chosen backend cannot take.
   Operation collective_operation(const CollectiveCall& call, const CollectiveOptions& opts) const;
-  // Queues Group::send or recv (`call`: kSend's `in`, kRecv's `out`).
+  // Queues Group::send or recv (`call`: kSend's `in`, kRecv's `out`), or with `blocking` runs
+  // it as run_p2p_blocking does and returns null.
   std::shared_ptr<Work> point_to_point(const CollectiveCall& call, int peer,
-                                       const CollectiveOptions& opts);
+                                       const CollectiveOptions& opts, bool blocking = false);
   // Hierarchical allreduce of `bytes`: the flat algorithm of its phase across nodes.
   Algorithm algorithm_across_nodes(size_t bytes) const {
     return cheapest_across_nodes(bytes, shape(), cost_model_);
@@ -142,7 +146,13 @@ class Group::Impl {
   bool on_device_engine(const CollectiveCall& call) const;
   void check_device(const CollectiveCall& call, const CollectiveBackend& backend) const;
   void note_engine_fallback(const CollectiveCall& call, Algorithm algorithm) const;
-  void enqueue_locked(Operation op);
+  void enqueue_locked(Operation op);  // starts the worker if needed (Note [Worker on demand])
+  // Runs `op` on this thread; `lock` holds mutex_, nothing is queued and nothing runs.
+  void run_inline(Operation& op, std::unique_lock<std::mutex>& lock);
+  Operation p2p_operation(CollectiveKind kind, size_t count, DType dtype, int peer,
+                          const CollectiveOptions& opts) const;
+  // Under mutex_: gives `op` its index in its (peer, tag) stream and its body.
+  void number_p2p_locked(Operation& op, P2PBody body);
   void worker_loop();
   void execute(Operation& op) noexcept;  // run, then complete op.work
   std::exception_ptr run(Operation& op) noexcept;
@@ -193,7 +203,7 @@ class Group::Impl {
 
   // Null without a store (the MPI backend): then a timeout cannot name the ranks behind.
   std::unique_ptr<StallReporter> stalls_;
-  std::thread worker_;
+  std::thread worker_;  // started by the first queued operation (Note [Worker on demand])
 };
 
 }  // namespace cohort
