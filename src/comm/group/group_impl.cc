@@ -5,6 +5,7 @@
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
+#include "transport/wire_error.h"
 
 namespace cohort {
 

@@ -6,6 +6,7 @@
 #include "cohort/comm/group.h"
 #include "cohort/comm/prefix_store.h"
 #include "cohort/core/check.h"
+#include "group/group_access.h"
 #include "group/group_impl.h"
 
 namespace cohort {
@@ -44,12 +45,12 @@ std::shared_ptr<Group> Group::Impl::make_subgroup(const std::vector<int>& member
   impl->inherit(*this, members, deadline);
   auto group = std::make_shared<Group>(std::move(impl));
   if (engine) {
-    group->impl().attach_engine(engine(*group));
+    impl_of(*group).attach_engine(engine(*group));
   } else if (engine_) {
-    group->impl().attach_engine(engine_->for_subgroup(*group, deadline));
+    impl_of(*group).attach_engine(engine_->for_subgroup(*group, deadline));
   }
-  if (staging_) group->impl().attach_staging(staging_->staging().for_subgroup());
-  group->impl().report_creation();
+  if (staging_) impl_of(*group).attach_staging(staging_->staging().for_subgroup());
+  impl_of(*group).report_creation();
   return group;
 }
 

@@ -10,7 +10,9 @@
 #include "backends/polling.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
+#include "group/group_access.h"
 #include "group/group_impl.h"
+#include "transport/wire_error.h"
 
 namespace cohort {
 
@@ -337,7 +339,7 @@ std::unique_ptr<Transport> MpiTransport::split(const SplitSpec& spec) {
 }
 
 std::shared_ptr<CollectiveEngine> MpiTransport::for_subgroup(Group& subgroup, Deadline) {
-  auto engine = std::dynamic_pointer_cast<MpiTransport>(subgroup.impl().shared_transport());
+  auto engine = std::dynamic_pointer_cast<MpiTransport>(impl_of(subgroup).shared_transport());
   COHORT_INTERNAL_ASSERT(engine != nullptr, "a subgroup of an MPI group runs on MPI");
   return engine;
 }

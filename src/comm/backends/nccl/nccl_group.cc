@@ -13,6 +13,7 @@
 #include "cohort/comm/nccl.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
+#include "group/group_access.h"
 #include "group/group_impl.h"
 
 namespace cohort {
@@ -32,9 +33,9 @@ std::shared_ptr<Group> create_nccl_group(std::shared_ptr<Group> bootstrap, NcclO
   std::vector<int> everyone(static_cast<size_t>(bootstrap->size()));
   std::iota(everyone.begin(), everyone.end(), 0);
   group_options.name += "/nccl";
-  return bootstrap->impl().make_subgroup(
-      everyone, key, std::move(group_options), deadline,
-      [&](Group& host) { return NcclEngine::create(host, device, deadline); });
+  return impl_of(*bootstrap)
+      .make_subgroup(everyone, key, std::move(group_options), deadline,
+                     [&](Group& host) { return NcclEngine::create(host, device, deadline); });
 }
 
 }  // namespace cohort
