@@ -74,7 +74,7 @@ class DeviceOnlyEngine final : public CollectiveEngine {
     for (size_t i = 0; i < count; ++i) values[i] = kEngineMarker;
   }
   void abort(std::exception_ptr) noexcept override { aborted = true; }
-  std::shared_ptr<CollectiveEngine> for_subgroup(Group& subgroup, Deadline) override {
+  std::shared_ptr<CollectiveEngine> for_subgroup(HostCollectives& subgroup, Deadline) override {
     auto child = std::make_shared<DeviceOnlyEngine>(subgroup.rank(), subgroup.size());
     children.push_back(child);
     return child;

@@ -1,5 +1,5 @@
-// Dispatch to one allreduce algorithm: the Group uses it, and so does the hierarchical
-// allreduce for its phase across nodes.
+// One allreduce algorithm by name, for the hierarchical allreduce's phase across nodes. A
+// group's own allreduce is dispatched once, by NativeBackend's table (backends/native_backend.cc).
 #include "algorithms/algorithms.h"
 #include "cohort/core/check.h"
 

@@ -83,7 +83,7 @@ class Group::Impl {
   // group's topology restricted to it, and its engine made by `engine` when given, else from
   // this group's engine (Group::split, create_nccl_group). `key` must be the same on the
   // members and unique per subgroup.
-  using EngineMaker = std::function<std::shared_ptr<CollectiveEngine>(Group& subgroup)>;
+  using EngineMaker = std::function<std::shared_ptr<CollectiveEngine>(HostCollectives& subgroup)>;
   std::shared_ptr<Group> make_subgroup(const std::vector<int>& members, const std::string& key,
                                        GroupOptions options, Deadline deadline,
                                        const EngineMaker& engine = {});

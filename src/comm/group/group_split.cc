@@ -7,6 +7,7 @@
 #include "cohort/comm/prefix_store.h"
 #include "cohort/core/check.h"
 #include "group/group_access.h"
+#include "group/group_host_collectives.h"
 #include "group/group_impl.h"
 
 namespace cohort {
@@ -44,10 +45,11 @@ std::shared_ptr<Group> Group::Impl::make_subgroup(const std::vector<int>& member
   auto impl = std::make_unique<Impl>(transport_->split(spec), spec.store, std::move(options));
   impl->inherit(*this, members, deadline);
   auto group = std::make_shared<Group>(std::move(impl));
+  GroupHostCollectives host(*group);  // an engine sees only the subgroup's host collectives
   if (engine) {
-    impl_of(*group).attach_engine(engine(*group));
+    impl_of(*group).attach_engine(engine(host));
   } else if (engine_) {
-    impl_of(*group).attach_engine(engine_->for_subgroup(*group, deadline));
+    impl_of(*group).attach_engine(engine_->for_subgroup(host, deadline));
   }
   if (staging_) impl_of(*group).attach_staging(staging_->staging().for_subgroup());
   impl_of(*group).report_creation();

@@ -10,7 +10,6 @@
 #include "backends/polling.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
-#include "group/group_access.h"
 #include "group/group_impl.h"
 #include "transport/wire_error.h"
 
@@ -338,8 +337,8 @@ std::unique_ptr<Transport> MpiTransport::split(const SplitSpec& spec) {
   return transport;
 }
 
-std::shared_ptr<CollectiveEngine> MpiTransport::for_subgroup(Group& subgroup, Deadline) {
-  auto engine = std::dynamic_pointer_cast<MpiTransport>(impl_of(subgroup).shared_transport());
+std::shared_ptr<CollectiveEngine> MpiTransport::for_subgroup(HostCollectives& subgroup, Deadline) {
+  auto engine = std::dynamic_pointer_cast<MpiTransport>(subgroup.transport());
   COHORT_INTERNAL_ASSERT(engine != nullptr, "a subgroup of an MPI group runs on MPI");
   return engine;
 }

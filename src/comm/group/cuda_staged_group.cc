@@ -12,6 +12,7 @@
 #include "cohort/core/check.h"
 #include "cohort/core/env.h"
 #include "group/group_access.h"
+#include "group/group_host_collectives.h"
 #include "group/group_impl.h"
 
 namespace cohort {
@@ -46,7 +47,8 @@ std::shared_ptr<Group> create_cuda_staged_group(std::shared_ptr<Group> bootstrap
                                          : 0;
   // Unique among the bootstrap's subgroups: its sequence number before a collective of it.
   const std::string key = "staged" + std::to_string(bootstrap->sequence_number());
-  cuda::agree_on_devices(*bootstrap, cuda::device_problem(device), "create_cuda_staged_group",
+  GroupHostCollectives bootstrap_host(*bootstrap);
+  cuda::agree_on_devices(bootstrap_host, cuda::device_problem(device), "create_cuda_staged_group",
                          deadline);
 
   // A group of its own: the caller keeps using the bootstrap group for host buffers as it
