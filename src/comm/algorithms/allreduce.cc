@@ -20,7 +20,7 @@ void allreduce_with(Algorithm algorithm, Context& ctx, void* data, size_t count,
     case Algorithm::kDirect: allreduce_direct(ctx, data, count, dtype, op); break;
     case Algorithm::kAuto:
     case Algorithm::kEngine:
-      // The group chooses before it runs (group/dispatch.cc); an engine runs its own.
+      // The group chooses before it runs (group/dispatcher.cc); an engine runs its own.
       COHORT_INTERNAL_ASSERT(false, "allreduce_with needs one of cohort's algorithms, not ",
                              algorithm_name(algorithm));
   }

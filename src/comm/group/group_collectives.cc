@@ -1,6 +1,7 @@
 // The public collectives of cohort::Group. Each checks its arguments on the caller's thread and
-// describes itself as a CollectiveCall; Group::Impl::collective_operation (dispatch.cc) chooses
-// the backend and algorithm that run it, and group_impl.cc queues and runs it.
+// describes itself as a CollectiveCall; the group's Dispatcher (dispatcher.cc) chooses the
+// backend and algorithm that run it, its Scheduler (scheduler.cc) queues it, and group_impl.cc
+// runs it.
 #include <cstring>
 
 #include "backends/collective_engine.h"

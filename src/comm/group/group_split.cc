@@ -48,10 +48,12 @@ std::shared_ptr<Group> Group::Impl::make_subgroup(const std::vector<int>& member
   GroupHostCollectives host(*group);  // an engine sees only the subgroup's host collectives
   if (engine) {
     impl_of(*group).attach_engine(engine(host));
-  } else if (engine_) {
-    impl_of(*group).attach_engine(engine_->for_subgroup(host, deadline));
+  } else if (this->engine() != nullptr) {
+    impl_of(*group).attach_engine(this->engine()->for_subgroup(host, deadline));
   }
-  if (staging_) impl_of(*group).attach_staging(staging_->staging().for_subgroup());
+  if (dispatcher_.staging() != nullptr) {
+    impl_of(*group).attach_staging(dispatcher_.staging()->staging().for_subgroup());
+  }
   impl_of(*group).report_creation();
   return group;
 }
