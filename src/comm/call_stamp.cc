@@ -29,7 +29,7 @@ CallStamp make_stamp(CollectiveKind kind, size_t count, DType dtype, ReduceOp op
   // Parts that do not apply are left at zero, so that they cannot make two calls differ.
   stamp.op = has_op(kind) ? static_cast<uint8_t>(op) : 0;
   stamp.root = has_root(kind) ? root : 0;
-  stamp.site = static_cast<uint8_t>(site);
+  stamp.site = site.id;
   return stamp;
 }
 
@@ -50,9 +50,8 @@ std::string describe_call(const CallStamp& stamp) {
 
 std::string describe_call_and_site(const CallStamp& stamp) {
   std::string text = describe_call(stamp);
-  if (stamp.site < kNumCallSites && stamp.site != static_cast<uint8_t>(CallSite::kUser)) {
-    text += std::string(" in ") + call_site_name(static_cast<CallSite>(stamp.site));
-  }
+  const char* site = call_site_name(CallSite{stamp.site});
+  if (*site != '\0') text += std::string(" in ") + site;
   return text;
 }
 

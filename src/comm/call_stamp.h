@@ -30,6 +30,7 @@
 #include "cohort/comm/options.h"
 #include "cohort/comm/transport.h"
 #include "cohort/core/error.h"
+#include "transport/call_stamp.h"
 
 namespace cohort {
 

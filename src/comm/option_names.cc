@@ -20,33 +20,6 @@ const char* collective_name(CollectiveKind kind) {
   return "unknown-collective";
 }
 
-const char* call_site_name(CallSite site) {
-  switch (site) {
-    case CallSite::kUser: return "";
-    case CallSite::kDdpConstructor: return "DistributedDataParallel's constructor";
-    case CallSite::kDdpGradients: return "DistributedDataParallel's gradient allreduce";
-    case CallSite::kDdpUnusedParameters: return "DistributedDataParallel's unused-parameter search";
-    case CallSite::kDdpJoin: return "DistributedDataParallel::join";
-    case CallSite::kDdpBuffers: return "DistributedDataParallel's buffer broadcast";
-    case CallSite::kCheckpointSave: return "save_checkpoint";
-    case CallSite::kCheckpointLoad: return "load_checkpoint";
-    case CallSite::kGroupSetup: return "group creation";
-    case CallSite::kZeroGradients: return "ZeRO's gradient reduce-scatter";
-    case CallSite::kZeroParameters: return "ZeRO's parameter all-gather";
-    case CallSite::kGradNorm: return "clip_grad_norm or LARS/LAMB's trust-ratio norms";
-    case CallSite::kFsdpConstructor: return "FullyShardedDataParallel's constructor";
-    case CallSite::kFsdpParameters: return "FSDP's parameter all-gather";
-    case CallSite::kFsdpGradients: return "FSDP's gradient reduce-scatter";
-    case CallSite::kFsdpEndOfBackward: return "FSDP's end of backward";
-    case CallSite::kGradScaler: return "GradScaler's overflow check";
-    case CallSite::kSyncBatchNormForward: return "SyncBatchNorm's forward (batch statistics)";
-    case CallSite::kSyncBatchNormBackward: return "SyncBatchNorm's backward (gradient sums)";
-    case CallSite::kRegisteredMemory: return "Group::allocate_registered";
-    case CallSite::kZeroConstructor: return "ZeroDataParallel's constructor";
-  }
-  return "";
-}
-
 const char* algorithm_name(Algorithm algorithm) {
   switch (algorithm) {
     case Algorithm::kAuto: return "auto";

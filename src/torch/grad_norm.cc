@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "call_sites.h"
 #include "cohort/core/check.h"
 #include "cohort/torch/sharded_parameters.h"
 #include "cohort/torch/tensor_buffer.h"
@@ -32,7 +33,7 @@ double sharded_grad_norm(const std::vector<torch::Tensor>& tensors, Group& group
   auto total = torch::tensor(values, torch::kFloat64);
   CollectiveOptions options;
   options.op = infinity ? ReduceOp::kMax : ReduceOp::kSum;
-  options.site = CallSite::kGradNorm;
+  options.site = call_sites::kGradNorm;
   group.allreduce(tensor_buffer(total), options);
   const std::vector<double> totals(total.data_ptr<double>(),
                                    total.data_ptr<double>() + total.numel());

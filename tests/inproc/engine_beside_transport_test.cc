@@ -12,6 +12,7 @@
 
 #include "backends/collective_engine.h"
 #include "cohort/core/error.h"
+#include "group/group_access.h"
 #include "group/group_impl.h"
 #include "support/test_support.h"
 
@@ -73,7 +74,7 @@ class DeviceOnlyEngine final : public CollectiveEngine {
     for (size_t i = 0; i < count; ++i) values[i] = kEngineMarker;
   }
   void abort(std::exception_ptr) noexcept override { aborted = true; }
-  std::shared_ptr<CollectiveEngine> for_subgroup(Group& subgroup, Deadline) override {
+  std::shared_ptr<CollectiveEngine> for_subgroup(HostCollectives& subgroup, Deadline) override {
     auto child = std::make_shared<DeviceOnlyEngine>(subgroup.rank(), subgroup.size());
     children.push_back(child);
     return child;
@@ -113,7 +114,7 @@ EngineGroups make_engine_groups(int world) {
   made.groups = testing::make_inproc_groups(world, testing::quick_options());
   for (int r = 0; r < world; ++r) {
     made.engines.push_back(std::make_shared<DeviceOnlyEngine>(r, world));
-    made.groups[r]->impl().attach_engine(made.engines.back());
+    impl_of(*made.groups[r]).attach_engine(made.engines.back());
   }
   return made;
 }

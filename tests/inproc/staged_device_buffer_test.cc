@@ -16,6 +16,7 @@
 
 #include "backends/device_staging.h"
 #include "cohort/core/error.h"
+#include "group/group_access.h"
 #include "group/group_impl.h"
 #include "support/test_support.h"
 
@@ -109,14 +110,15 @@ StagedRanks make_staged_groups(int world, size_t chunk_bytes) {
   for (auto& group : ranks.groups) {
     auto staging = std::make_shared<HostStandInStaging>(chunk_bytes);
     ranks.staging.push_back(staging.get());
-    group->impl().attach_staging(staging);
+    impl_of(*group).attach_staging(staging);
   }
   return ranks;
 }
 
 // "Device" memory of `count` elements of dtype.
 struct DeviceArray {
-  DeviceArray(size_t count, DType dtype) : bytes(count * dtype_size(dtype) + 1), n(count), type(dtype) {}
+  DeviceArray(size_t count, DType dtype)
+      : bytes(count * dtype_size(dtype) + 1), n(count), type(dtype) {}
   Buffer buffer() { return Buffer{bytes.data(), n, type, kDevice}; }
   std::vector<uint8_t> bytes;
   size_t n;
@@ -188,7 +190,8 @@ TEST_P(StagedDeviceBuffers, BroadcastAndReduceCopyOnlyWhereTheyReadAndWrite) {
     testing::fill_sweep(data.bytes.data(), kCount, DType::kFloat32, opts.op, rank);
     group.reduce(data.buffer(), opts);
     if (is_root) {
-      fail_if(group, testing::check_sweep(data.bytes.data(), kCount, DType::kFloat32, opts.op, world),
+      fail_if(group,
+              testing::check_sweep(data.bytes.data(), kCount, DType::kFloat32, opts.op, world),
               "reduce at the root");
     }
     const bool copied_back = counts.to_device > before.to_device;

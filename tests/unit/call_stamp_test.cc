@@ -7,6 +7,15 @@
 namespace cohort {
 namespace {
 
+// Sites of an upper layer, as src/torch/call_sites.h defines its own (Note [Call site names]).
+constexpr CallSite kGradients{2};
+constexpr CallSite kJoin{4};
+constexpr CallSite kConstructor{1};
+const bool kRegistered = [] {
+  register_call_site(kConstructor, "DistributedDataParallel's constructor");
+  return true;
+}();
+
 CallStamp allreduce(size_t count, ReduceOp op = ReduceOp::kSum, CallSite site = CallSite::kUser) {
   return make_stamp(CollectiveKind::kAllreduce, count, DType::kFloat32, op, 0, site);
 }
@@ -30,14 +39,14 @@ TEST(CallStamp, EveryPartOfTheCallCounts) {
 // join() stands in for the gradient allreduces from another site; an op or root that a
 // collective does not use must not make two calls differ.
 TEST(CallStamp, SitesAndUnusedPartsDoNotCount) {
-  EXPECT_TRUE(allreduce(64, ReduceOp::kAvg, CallSite::kDdpGradients)
-                  .same_call(allreduce(64, ReduceOp::kAvg, CallSite::kDdpJoin)));
+  EXPECT_TRUE(
+      allreduce(64, ReduceOp::kAvg, kGradients).same_call(allreduce(64, ReduceOp::kAvg, kJoin)));
   const auto gather = [](ReduceOp op, int root) {
     return make_stamp(CollectiveKind::kAllgather, 8, DType::kFloat32, op, root, CallSite::kUser);
   };
   EXPECT_TRUE(gather(ReduceOp::kSum, 0).same_call(gather(ReduceOp::kMax, 3)));
-  EXPECT_EQ(call_fingerprint(7, allreduce(64, ReduceOp::kAvg, CallSite::kDdpGradients)),
-            call_fingerprint(7, allreduce(64, ReduceOp::kAvg, CallSite::kDdpJoin)));
+  EXPECT_EQ(call_fingerprint(7, allreduce(64, ReduceOp::kAvg, kGradients)),
+            call_fingerprint(7, allreduce(64, ReduceOp::kAvg, kJoin)));
 }
 
 TEST(CallStamp, FingerprintSeesTheSequenceAndTheCall) {
@@ -47,10 +56,10 @@ TEST(CallStamp, FingerprintSeesTheSequenceAndTheCall) {
 }
 
 TEST(CallStamp, MismatchNamesBothCallsBothRanksAndTheSite) {
-  const MismatchError same = call_mismatch(3, 0,
-                                           make_stamp(CollectiveKind::kAllgather, 2, DType::kInt64,
-                                                      ReduceOp::kSum, 0, CallSite::kDdpConstructor),
-                                           3, 1, allreduce(1));
+  const MismatchError same = call_mismatch(
+      3, 0,
+      make_stamp(CollectiveKind::kAllgather, 2, DType::kInt64, ReduceOp::kSum, 0, kConstructor), 3,
+      1, allreduce(1));
   EXPECT_NE(
       std::string(same.what())
           .find("at collective #3 of the group: rank 0 called allgather(count=2, dtype=int64) in "
@@ -65,6 +74,17 @@ TEST(CallStamp, MismatchNamesBothCallsBothRanksAndTheSite) {
                       "collective #5"),
             std::string::npos)
       << skipped.what();
+}
+
+TEST(CallStamp, SiteNamesAreRegisteredByTheLayerAbove) {
+  EXPECT_TRUE(kRegistered);
+  EXPECT_STREQ(call_site_name(kConstructor), "DistributedDataParallel's constructor");
+  EXPECT_STREQ(call_site_name(CallSite::kUser), "");
+  EXPECT_STREQ(call_site_name(CallSite::kRegisteredMemory), "Group::allocate_registered");
+  EXPECT_STREQ(call_site_name(CallSite{200}), "");  // nobody registered it
+  register_call_site(kConstructor, "DistributedDataParallel's constructor");  // again: harmless
+  EXPECT_THROW(register_call_site(kConstructor, "another name"), Error);
+  EXPECT_THROW(register_call_site(CallSite::kGroupSetup, "mine"), Error);
 }
 
 TEST(CallStamp, AGarbledStampIsDescribedWithoutCrashing) {

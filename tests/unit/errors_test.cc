@@ -7,6 +7,7 @@
 #include "cohort/comm/transport.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
+#include "transport/wire_error.h"
 
 namespace cohort {
 namespace {

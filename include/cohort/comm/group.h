@@ -64,6 +64,10 @@ struct GroupOptions {
   GroupOptions resolved() const;
 };
 
+namespace detail {
+struct GroupAccess;  // src/comm/group/group_access.h: the comm layer's way to Group::Impl
+}  // namespace detail
+
 class Group : public std::enable_shared_from_this<Group> {
  public:
   class Impl;
@@ -177,11 +181,10 @@ class Group : public std::enable_shared_from_this<Group> {
   // Number of collectives issued so far (the next one gets this sequence number).
   uint64_t sequence_number() const;
 
-  // The machinery behind the group (src/comm/group/group_impl.h), for cohort's backends.
-  Impl& impl() { return *impl_; }
-
  private:
-  // The collectives that have a blocking form running inline (Group::Impl::run_blocking)
+  friend struct detail::GroupAccess;
+
+  // The collectives that have a blocking form running inline (Scheduler::run_blocking, src/comm/group/scheduler.h)
   // build their operation once for both forms.
   Operation allreduce_operation(ConstBuffer in, Buffer out, const CollectiveOptions& opts) const;
   Operation barrier_operation(const CollectiveOptions& opts) const;

@@ -14,6 +14,8 @@
 
 namespace cohort {
 
+struct WireError;  // src/comm/transport/wire_error.h
+
 // The shared medium of `size` in-process ranks: their mailboxes, a store they all see, and the
 // fabrics of subgroups split from them.
 class InprocFabric {
@@ -47,7 +49,7 @@ class InprocFabric {
   std::map<std::string, std::shared_ptr<InprocFabric>> children_;
   std::exception_ptr original_error_;
   int reporting_rank_ = -1;
-  WireError wire_error_;
+  std::shared_ptr<const WireError> wire_error_;  // what the other ranks rethrow
 };
 
 class InprocTransport final : public Transport {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cohort/comm/call_site.h"
 #include "cohort/core/deadline.h"
 #include "cohort/core/dtype.h"
 
@@ -44,37 +45,6 @@ enum class CollectiveKind : uint8_t {
 };
 const char* collective_name(CollectiveKind kind);
 
-// Which API call issued a collective, for errors that name it when ranks are out of step
-// ("rank 0 called broadcast(...) in DistributedDataParallel's constructor"). cohort's own
-// layers set it; user code leaves kUser. It is not compared across ranks: DDP's join() stands
-// in for the gradient allreduces of ranks still training, from another call site.
-enum class CallSite : uint8_t {
-  kUser,
-  kDdpConstructor,
-  kDdpGradients,
-  kDdpUnusedParameters,
-  kDdpJoin,
-  kDdpBuffers,
-  kCheckpointSave,
-  kCheckpointLoad,
-  kGroupSetup,
-  kZeroGradients,
-  kZeroParameters,
-  kGradNorm,
-  kFsdpConstructor,
-  kFsdpParameters,
-  kFsdpGradients,
-  kFsdpEndOfBackward,
-  kGradScaler,
-  kSyncBatchNormForward,
-  kSyncBatchNormBackward,
-  kRegisteredMemory,
-  kZeroConstructor
-};
-inline constexpr int kNumCallSites = 21;
-// "DistributedDataParallel's constructor", ...; "" for kUser.
-const char* call_site_name(CallSite site);
-
 struct CollectiveOptions {
   ReduceOp op = ReduceOp::kSum;            // allreduce, reduce, reduce_scatter
   int root = 0;                            // broadcast, reduce, gather, scatter
@@ -86,7 +56,7 @@ struct CollectiveOptions {
   // waits for the collective; the host does not wait (docs/backends.md, "The NCCL backend").
   // Null: the legacy default stream. Ignored for host buffers.
   void* stream = nullptr;
-  // Who issues the collective; only named in errors (CallSite).
+  // Who issues the collective; only named in errors (Note [Call site names]).
   CallSite site = CallSite::kUser;
 };
 

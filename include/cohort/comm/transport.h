@@ -25,31 +25,22 @@ namespace cohort {
 
 class Store;
 
-// What a collective's messages say about the call that sent them, so that a receiver can tell
+// What a collective's message says about the call that sent it, so that a receiver can tell
 // that the ranks are out of step before it touches the payload (Note [Call stamps] in
-// call_stamp.h). Not part of message matching. kind == 0: unstamped (point-to-point messages,
-// a group's set-up), never checked.
-struct CallStamp {
-  uint64_t count = 0;
-  int32_t root = 0;
-  uint8_t kind = 0;   // CollectiveKind + 1
-  uint8_t dtype = 0;  // DType
-  uint8_t op = 0;     // ReduceOp
-  uint8_t site = 0;   // CallSite: named in errors, not compared
-  bool stamped() const { return kind != 0; }
-  // Whether two ranks made the same call (the site does not count).
-  bool same_call(const CallStamp& o) const {
-    return count == o.count && root == o.root && kind == o.kind && dtype == o.dtype && op == o.op;
-  }
+// src/comm/call_stamp.h). Its layout is the comm layer's own (CallStamp,
+// src/comm/transport/call_stamp.h): a transport carries these 16 bytes beside the tag and hands
+// them to the receiver unchanged. All zero: unstamped (point-to-point messages, a group's
+// set-up), never checked.
+struct WireStamp {
+  uint64_t words[2] = {0, 0};
 };
-static_assert(sizeof(CallStamp) == 16, "CallStamp travels in frame headers and shm lines");
 
 // Collective messages use (sequence number, step); point-to-point ones use a separate space
 // so that ranks not taking part in a send/recv keep their collective sequence numbers aligned.
 struct Tag {
   uint64_t channel = 0;  // collective sequence number, or kP2PChannelBit | user tag
   uint64_t step = 0;     // message index within the collective or the p2p stream
-  CallStamp stamp{};     // the collective's call; not compared by == or <
+  WireStamp stamp{};     // the collective's call; not compared by == or <
   bool operator==(const Tag& o) const { return channel == o.channel && step == o.step; }
   bool operator<(const Tag& o) const {
     return channel != o.channel ? channel < o.channel : step < o.step;
@@ -111,37 +102,6 @@ class Transport {
 class CompletedRequest final : public Request {
  public:
   void wait() override {}
-};
-
-// Carries an error across processes in abort messages: the kind survives the trip, so a
-// timeout on one rank is a TimeoutError on every rank.
-struct WireError {
-  enum Kind : uint8_t {
-    kGeneric = 0,
-    kTimeout = 1,
-    kPeer = 2,
-    kProtocol = 3,
-    kInvalid = 4,
-    kStore = 5,
-    kConfig = 6,
-    kMismatch = 7
-  };
-  static constexpr uint8_t kLastKind = kMismatch;
-  Kind kind = kGeneric;
-  int32_t failed_rank = -1;
-  std::string message;
-
-  static WireError from(std::exception_ptr error);
-  // A byte string for abort messages (kind, rank, message cut to kMaxEncodedBytes in all);
-  // decode throws ProtocolError for one that is malformed.
-  static constexpr size_t kMaxEncodedBytes = 64 * 1024;
-  std::string encode() const;
-  static WireError decode(const std::string& payload);
-  // Whether an error message already came from another rank ("rank N aborted the group: ...").
-  static bool is_relayed(const std::string& message);
-  // Throws the error this describes, saying which rank reported it.
-  [[noreturn]] void rethrow(int reporting_rank) const;
-  std::exception_ptr as_exception(int reporting_rank) const;
 };
 
 }  // namespace cohort

@@ -29,8 +29,9 @@ void allreduce_shm(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
 // nodes with `across`, shared-memory all-gather.
 void allreduce_hierarchical(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op,
                             Algorithm across);
-// Runs one of the algorithms above (not kAuto or kEngine); `across` is hierarchical's
-// algorithm between nodes and is ignored by the others.
+// Runs one of the algorithms above (not kAuto or kEngine): the hierarchical allreduce's phase
+// across nodes (a group's own calls go through NativeBackend's table). `across` is
+// hierarchical's algorithm between nodes and is ignored by the others.
 void allreduce_with(Algorithm algorithm, Context& ctx, void* data, size_t count, DType dtype,
                     ReduceOp op, Algorithm across = Algorithm::kRing);
 

@@ -1,5 +1,5 @@
-// Dispatch to one allreduce algorithm: the Group uses it, and so does the hierarchical
-// allreduce for its phase across nodes.
+// One allreduce algorithm by name, for the hierarchical allreduce's phase across nodes. A
+// group's own allreduce is dispatched once, by NativeBackend's table (backends/native_backend.cc).
 #include "algorithms/algorithms.h"
 #include "cohort/core/check.h"
 
@@ -20,7 +20,7 @@ void allreduce_with(Algorithm algorithm, Context& ctx, void* data, size_t count,
     case Algorithm::kDirect: allreduce_direct(ctx, data, count, dtype, op); break;
     case Algorithm::kAuto:
     case Algorithm::kEngine:
-      // The group chooses before it runs (group/dispatch.cc); an engine runs its own.
+      // The group chooses before it runs (group/dispatcher.cc); an engine runs its own.
       COHORT_INTERNAL_ASSERT(false, "allreduce_with needs one of cohort's algorithms, not ",
                              algorithm_name(algorithm));
   }

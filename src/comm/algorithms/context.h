@@ -1,5 +1,5 @@
-// What an algorithm sees of the world (docs/architecture.md, "Layers"): its rank, the group size, and tagged
-// send/recv over a transport, all bounded by the collective's deadline.
+// What an algorithm sees of the world (docs/architecture.md, "Layers"): its rank, the group size,
+// and tagged send/recv over a transport, all bounded by the collective's deadline.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include "algorithms/step.h"
 #include "cohort/comm/transport.h"
 #include "cohort/core/dtype.h"
+#include "transport/call_stamp.h"
 
 namespace cohort {
 class ShmWindow;
@@ -89,7 +90,7 @@ class Context {
   }
 
  private:
-  Tag tag(Step step) const { return Tag{sequence_, wire_step(step), stamp_}; }
+  Tag tag(Step step) const { return Tag{sequence_, wire_step(step), stamp_.wire()}; }
 
   Transport& transport_;
   uint64_t sequence_;  // a collective's sequence number, or a p2p channel

@@ -2,7 +2,7 @@
 //
 // A CollectiveBackend runs collectives (not the public cohort::Backend of init.h, which names
 // the backend a job asks for). Group checks a call's arguments and chooses, once per call and
-// in one place (Group::Impl::dispatch, group/dispatch.cc), which backend runs it and with which
+// in one place (Dispatcher::dispatch, group/dispatcher.cc), which backend runs it and with which
 // algorithm; the backend then runs it whole, averages included. There are two kinds:
 //  - NativeBackend: cohort's own algorithms (src/comm/algorithms/) over the group's Transport,
 //    which only moves tagged point-to-point messages;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/host_collectives.h"
 #include "cohort/comm/buffer.h"
 #include "cohort/comm/options.h"
 #include "cohort/comm/transport.h"
@@ -28,8 +29,6 @@
 #include "cohort/core/dtype.h"
 
 namespace cohort {
-
-class Group;
 
 // What every engine call gets besides its buffers. Converts from a Deadline, for the group's
 // own bookkeeping in host memory (topology, cost model, debug checks).
@@ -104,7 +103,8 @@ class CollectiveEngine : public CollectiveBackend {
   // The engine of `subgroup`, which Group::split has just made of some of this engine's ranks
   // (its transport, store and topology in place, no engine yet). Collective over the
   // subgroup's members only.
-  virtual std::shared_ptr<CollectiveEngine> for_subgroup(Group& subgroup, Deadline deadline) = 0;
+  virtual std::shared_ptr<CollectiveEngine> for_subgroup(HostCollectives& subgroup,
+                                                         Deadline deadline) = 0;
 };
 
 }  // namespace cohort

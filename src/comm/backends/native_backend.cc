@@ -19,11 +19,22 @@ void average_over_group(const CollectiveCall& call, void* data, size_t count, al
   if (call.op == ReduceOp::kAvg) kernels::divide(data, count, call.dtype, ctx.size());
 }
 
-// ---- allreduce: out of place copies first; the algorithms finish kAvg themselves.
-template <Algorithm A>
-void allreduce(const CollectiveCall& call, const Plan& plan, algo::Context& ctx) {
+// ---- allreduce: out of place copies first; the algorithms finish kAvg themselves. The table
+// below is the one place that picks an allreduce algorithm (algo::allreduce_with serves only
+// the hierarchical allreduce's phase across nodes).
+void copy_in(const CollectiveCall& call) {
   if (call.in != call.out && call.bytes() > 0) std::memcpy(call.out, call.in, call.bytes());
-  algo::allreduce_with(A, ctx, call.out, call.count, call.dtype, call.op, plan.across);
+}
+
+template <void (*F)(algo::Context&, void*, size_t, DType, ReduceOp)>
+void allreduce(const CollectiveCall& call, const Plan&, algo::Context& ctx) {
+  copy_in(call);
+  F(ctx, call.out, call.count, call.dtype, call.op);
+}
+
+void allreduce_hierarchical(const CollectiveCall& call, const Plan& plan, algo::Context& ctx) {
+  copy_in(call);
+  algo::allreduce_hierarchical(ctx, call.out, call.count, call.dtype, call.op, plan.across);
 }
 
 // ---- broadcast
@@ -87,12 +98,12 @@ const Table& table() {
   using K = CollectiveKind;
   using A = Algorithm;
   static const Table runners = {
-      {{K::kAllreduce, A::kRing}, allreduce<A::kRing>},
-      {{K::kAllreduce, A::kTree}, allreduce<A::kTree>},
-      {{K::kAllreduce, A::kHalvingDoubling}, allreduce<A::kHalvingDoubling>},
-      {{K::kAllreduce, A::kDirect}, allreduce<A::kDirect>},
-      {{K::kAllreduce, A::kShm}, allreduce<A::kShm>},
-      {{K::kAllreduce, A::kHierarchical}, allreduce<A::kHierarchical>},
+      {{K::kAllreduce, A::kRing}, allreduce<algo::allreduce_ring>},
+      {{K::kAllreduce, A::kTree}, allreduce<algo::allreduce_tree>},
+      {{K::kAllreduce, A::kHalvingDoubling}, allreduce<algo::allreduce_halving_doubling>},
+      {{K::kAllreduce, A::kDirect}, allreduce<algo::allreduce_direct>},
+      {{K::kAllreduce, A::kShm}, allreduce<algo::allreduce_shm>},
+      {{K::kAllreduce, A::kHierarchical}, allreduce_hierarchical},
       {{K::kBroadcast, A::kDirect}, broadcast<algo::broadcast_direct>},
       {{K::kBroadcast, A::kTree}, broadcast<algo::broadcast_tree>},
       {{K::kBroadcast, A::kRing}, broadcast<algo::broadcast_ring>},

@@ -21,7 +21,7 @@ struct CallRecord {
 
 void Group::Impl::check_call_through_engine(uint64_t sequence, const CallStamp& stamp,
                                             Deadline deadline) {
-  CollectiveEngine& engine = *engine_;
+  CollectiveEngine& engine = *this->engine();
   // max(f) and max(~f) = ~min(f) in one call: all fingerprints agree iff min == max.
   const auto fingerprint = static_cast<int64_t>(call_fingerprint(sequence, stamp));
   std::array<int64_t, 2> extremes{fingerprint, ~fingerprint};

@@ -1,6 +1,7 @@
 // The public collectives of cohort::Group. Each checks its arguments on the caller's thread and
-// describes itself as a CollectiveCall; Group::Impl::collective_operation (dispatch.cc) chooses
-// the backend and algorithm that run it, and group_impl.cc queues and runs it.
+// describes itself as a CollectiveCall; the group's Dispatcher (dispatcher.cc) chooses the
+// backend and algorithm that run it, its Scheduler (scheduler.cc) queues it, and group_impl.cc
+// runs it.
 #include <cstring>
 
 #include "backends/collective_engine.h"
@@ -64,6 +65,23 @@ CollectiveCall reduction(CollectiveCall call, const CollectiveOptions& opts) {
 CollectiveCall rooted(CollectiveCall call, const CollectiveOptions& opts) {
   call.root = opts.root;
   return call;
+}
+
+CollectiveCall send_call(const Group& group, ConstBuffer data, int peer,
+                         const CollectiveOptions& opts) {
+  check_pointer(data.data, data.count, "send");
+  COHORT_CHECK(peer >= 0 && peer < group.size() && peer != group.rank(), "send: peer ", peer,
+               " must be another rank of this group of size ", group.size());
+  return call_of(CollectiveKind::kSend, data.data, nullptr, data.count, data.dtype, data.device,
+                 opts);
+}
+
+CollectiveCall recv_call(const Group& group, Buffer data, int peer, const CollectiveOptions& opts) {
+  check_pointer(data.data, data.count, "recv");
+  COHORT_CHECK(peer >= 0 && peer < group.size() && peer != group.rank(), "recv: peer ", peer,
+               " must be another rank of this group of size ", group.size());
+  return call_of(CollectiveKind::kRecv, nullptr, data.data, data.count, data.dtype, data.device,
+                 opts);
 }
 
 }  // namespace
@@ -232,29 +250,20 @@ void Group::barrier(const CollectiveOptions& opts) {
 // ---------------------------------------------------------------- send / recv
 
 std::shared_ptr<Work> Group::send_async(ConstBuffer data, int peer, const CollectiveOptions& opts) {
-  check_pointer(data.data, data.count, "send");
-  COHORT_CHECK(peer >= 0 && peer < size() && peer != rank(), "send: peer ", peer,
-               " must be another rank of this group of size ", size());
-  return impl_->point_to_point(
-      call_of(CollectiveKind::kSend, data.data, nullptr, data.count, data.dtype, data.device, opts),
-      peer, opts);
+  return impl_->point_to_point(send_call(*this, data, peer, opts), peer, opts);
 }
 
 std::shared_ptr<Work> Group::recv_async(Buffer data, int peer, const CollectiveOptions& opts) {
-  check_pointer(data.data, data.count, "recv");
-  COHORT_CHECK(peer >= 0 && peer < size() && peer != rank(), "recv: peer ", peer,
-               " must be another rank of this group of size ", size());
-  return impl_->point_to_point(
-      call_of(CollectiveKind::kRecv, nullptr, data.data, data.count, data.dtype, data.device, opts),
-      peer, opts);
+  return impl_->point_to_point(recv_call(*this, data, peer, opts), peer, opts);
 }
 
+// On the caller's thread when nothing is queued (Note [Worker on demand]).
 void Group::send(ConstBuffer data, int peer, const CollectiveOptions& opts) {
-  send_async(data, peer, opts)->wait();
+  impl_->point_to_point(send_call(*this, data, peer, opts), peer, opts, /*blocking=*/true);
 }
 
 void Group::recv(Buffer data, int peer, const CollectiveOptions& opts) {
-  recv_async(data, peer, opts)->wait();
+  impl_->point_to_point(recv_call(*this, data, peer, opts), peer, opts, /*blocking=*/true);
 }
 
 }  // namespace cohort

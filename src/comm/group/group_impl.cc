@@ -1,241 +1,125 @@
 #include "group/group_impl.h"
 
-#include "backends/collective_engine.h"
 #include "call_stamp.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
+#include "group/group_report.h"
+#include "transport/wire_error.h"
 
 namespace cohort {
-
-std::string Signature::describe() const {
-  std::string text = describe_call(stamp());
-  if (peer >= 0) text.insert(text.size() - 1, ", peer=" + std::to_string(peer));
-  return text;
-}
-
-CallStamp Signature::stamp() const {
-  return make_stamp(kind, count, dtype, op, root, site);
-}
-
-std::string Operation::describe() const {
-  if (!collective) return signature.describe();
-  return std::string(collective_name(signature.kind)) + " #" + std::to_string(sequence) + " " +
-         signature.describe();
-}
 
 Group::Impl::Impl(std::shared_ptr<Transport> transport, std::shared_ptr<Store> store,
                   GroupOptions options)
     : transport_(std::move(transport)),
       store_(std::move(store)),
       options_(std::move(options)),
-      topology_(Topology::one_rank_per_node(transport_->rank(), transport_->size())) {
+      layout_(Topology::one_rank_per_node(transport_->rank(), transport_->size())),
+      dispatcher_(transport_->size(), transport_->name(), options_),
+      scheduler_([this](Operation& op) { return run(op); }) {
   // Without a store (the MPI backend) there is nowhere to report stalls.
   if (store_) {
     stalls_ = std::make_unique<StallReporter>(store_, rank(), size(), options_.timeout);
   }
-  worker_ = std::thread([this] { worker_loop(); });
+  // No worker yet: Note [Worker on demand] in scheduler.h.
 }
 
-void Group::Impl::attach_engine(std::shared_ptr<CollectiveEngine> engine) {
-  COHORT_INTERNAL_ASSERT(engine_ == nullptr, "a group's engine is attached once");
-  engine_ = std::move(engine);
-  forget_choices();
-}
+Group::Impl::~Impl() = default;  // the scheduler goes first (its declaration is last)
 
-void Group::Impl::attach_staging(std::shared_ptr<DeviceStaging> staging) {
-  COHORT_INTERNAL_ASSERT(staging_ == nullptr, "a group's staging is attached once");
-  staging_ = std::make_unique<StagingBackend>(std::move(staging), native_, engine_.get());
-  forget_choices();
-}
-
-bool Group::Impl::takes_device_buffers() const {
-  return staging_ != nullptr || (engine_ != nullptr && engine_->handles_device_memory());
-}
-
-Group::Impl::~Impl() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  queue_cv_.notify_all();
-  if (worker_.joinable()) worker_.join();  // queued operations finish by their deadlines
-}
-
-Milliseconds Group::Impl::timeout_for(const CollectiveOptions& opts) const {
-  return opts.timeout.count() > 0 ? opts.timeout : options_.timeout;
-}
-
-// Note [Remembered choices]: the choice depends only on (kind, requested, bytes) once the
-// group's shape and cost model are set, and weighing the cost model is a good part of a small
-// collective's time. A slot holds bytes, kind, request and choice in one atomic word, so that
-// concurrent callers read either a whole entry or another key.
-Algorithm Group::Impl::algorithm_for(CollectiveKind kind, size_t bytes,
-                                     const CollectiveOptions& opts) const {
-  const Algorithm requested =
-      opts.algorithm != Algorithm::kAuto ? opts.algorithm : options_.algorithm;
-  constexpr int kKeyShift = 16;
-  const bool fits = bytes < (uint64_t{1} << (64 - kKeyShift - 1));
-  const uint64_t key = (uint64_t{bytes} << kKeyShift) | (static_cast<uint64_t>(kind) << 8) |
-                       (static_cast<uint64_t>(requested) << 4) | uint64_t{1} << 63;
-  static_assert(static_cast<int>(Algorithm::kEngine) < 16, "an algorithm fits 4 bits of a slot");
-  static_assert(std::tuple_size<decltype(choices_)>::value == 64, "slots are picked by 6 bits");
-  // Fibonacci hashing: the top bits of the product depend on every bit of the key.
-  std::atomic<uint64_t>& slot =
-      choices_[((key & ~(uint64_t{1} << 63)) * 0x9E3779B97F4A7C15ull) >> 58];
-  const uint64_t seen = slot.load(std::memory_order_relaxed);
-  if (fits && (seen & ~uint64_t{0xF}) == key) return static_cast<Algorithm>(seen & 0xF);
-  const Algorithm chosen = choose_algorithm(kind, requested, bytes, shape(), cost_model_);
-  if (fits) slot.store(key | static_cast<uint64_t>(chosen), std::memory_order_relaxed);
-  return chosen;
-}
-
-void Group::Impl::forget_choices() {
-  for (auto& slot : choices_) slot.store(0, std::memory_order_relaxed);
-}
-
-GroupShape Group::Impl::shape() const {
-  GroupShape shape;
-  shape.world = size();
-  shape.nodes = topology_.num_nodes();
-  shape.local_size = topology_.uniform_local_size();
-  shape.shared_memory = shared_memory_everywhere_;
-  // Algorithm::kEngine is a choice for host buffers: only an engine of host memory offers it.
-  shape.engine = engine_ != nullptr && engine_->handles_host_memory();
-  return shape;
-}
-
-uint64_t Group::Impl::sequence_number() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return next_sequence_;
-}
-
-void Group::Impl::enqueue_locked(Operation op) {
-  op.work = std::make_shared<Work>(op.describe());
-  queue_.push_back(std::move(op));
-}
-
-std::shared_ptr<Work> Group::Impl::submit(Operation op) {
-  std::shared_ptr<Work> work;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    op.sequence = next_sequence_++;
-    enqueue_locked(std::move(op));
-    work = queue_.back().work;
-  }
-  queue_cv_.notify_all();
-  return work;
-}
-
-std::shared_ptr<Work> Group::Impl::submit_p2p(CollectiveKind kind, size_t count, DType dtype,
-                                              int peer, const CollectiveOptions& opts,
-                                              std::function<void(algo::Context&, uint64_t)> body) {
+std::shared_ptr<Work> Group::Impl::point_to_point(const CollectiveCall& call, int peer,
+                                                  const CollectiveOptions& opts, bool blocking) {
+  Scheduler::P2PBody body = dispatcher_.point_to_point_body(call, peer);
   Operation op;
   op.collective = false;
-  op.signature = {kind, count, dtype, opts.op, 0, peer};
+  op.signature = {call.kind, call.count, call.dtype, opts.op, 0, peer};
   op.channel = kP2PChannelBit | opts.tag;
   op.timeout = timeout_for(opts);
-  std::shared_ptr<Work> work;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto& counters = kind == CollectiveKind::kSend ? p2p_send_index_ : p2p_recv_index_;
-    const uint64_t index = counters[{peer, op.channel}]++;
-    op.body = [body = std::move(body), index](algo::Context& ctx) { body(ctx, index); };
-    enqueue_locked(std::move(op));
-    work = queue_.back().work;
+  if (blocking) {
+    scheduler_.run_p2p_blocking(std::move(op), std::move(body));
+    return nullptr;
   }
-  queue_cv_.notify_all();
-  return work;
+  return scheduler_.submit_p2p(std::move(op), std::move(body));
 }
 
-void Group::Impl::run_blocking(Operation op) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (!queue_.empty() || busy_) {
-    lock.unlock();
-    submit(std::move(op))->wait();
-    return;
+GroupSetup Group::Impl::setup() const {
+  return GroupSetup(rank(), size(), store_, engine(), options_);
+}
+
+void Group::Impl::install(GroupLayout layout) {
+  layout_ = std::move(layout);
+  dispatcher_.set_layout(layout_.topology, layout_.shared_memory_everywhere, layout_.cost_model);
+}
+
+void Group::Impl::discover_topology() {
+  install(setup().discover());
+  report_creation();
+}
+
+void Group::Impl::discover_topology_through_engine() {
+  install(setup().discover_through_engine());
+  report_creation();
+}
+
+void Group::Impl::share_one_process() {
+  install(setup().one_process());
+  report_creation();
+}
+
+void Group::Impl::inherit(const Impl& parent, const std::vector<int>& members, Deadline deadline) {
+  install(setup().inherit(parent.layout_, members, deadline));
+}
+
+void Group::Impl::report_creation() {
+  GroupReport report;
+  report.name = options_.name;
+  report.transport = transport_->name();
+  if (engine() != nullptr) {
+    report.engine = engine()->engine_name();
+    report.device_engine = !engine()->handles_host_memory();
   }
-  // Nothing ahead of us: run on this thread and save the hand-off to the worker (tens of
-  // microseconds on a loaded machine, more than a small allreduce takes).
-  // No Work either: nobody else can wait on this operation, so its error comes straight back.
-  op.sequence = next_sequence_++;
-  busy_ = true;
-  lock.unlock();
-  const std::exception_ptr error = run(op);
-  lock.lock();
-  busy_ = false;
-  // Only the worker waits on queue_cv_, and only for queued work: waking it for nothing costs
-  // a futex call and a context switch per collective.
-  const bool queued = !queue_.empty();
-  lock.unlock();
-  if (queued) queue_cv_.notify_all();
-  if (error) std::rethrow_exception(error);
+  report.shared_memory_asked = options_.shared_memory;
+  report.debug_checks = options_.debug_checks;
+  report.algorithm = options_.algorithm;
+  report.timeout = options_.timeout;
+  report.topology = layout_.topology;
+  report.shape = dispatcher_.shape();
+  report.cost_model = layout_.cost_model;
+  log_group_created(report);
 }
 
-void Group::Impl::worker_loop() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  for (;;) {
-    queue_cv_.wait(lock,
-                   [&] { return (!queue_.empty() && !busy_) || (stopping_ && queue_.empty()); });
-    if (queue_.empty()) return;  // stopping
-    Operation op = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
-    lock.unlock();
-    execute(op);
-    lock.lock();
-    busy_ = false;
-    queue_cv_.notify_all();
-  }
-}
-
-void Group::Impl::execute(Operation& op) noexcept {
-  op.work->mark_started();
-  op.work->mark_done(run(op));
-}
-
+// The scheduler's executor (it has checked that the group has not failed).
 std::exception_ptr Group::Impl::run(Operation& op) noexcept {
-  std::exception_ptr error;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    error = failure_;
-  }
-  if (!error) {
-    try {
-      const Deadline deadline = Deadline::after(op.timeout);
-      if (op.collective) {
-        if (stalls_) stalls_->started(op.sequence);
-        if (options_.debug_checks) check_signatures(op, deadline);
-        const CallStamp stamp = options_.check_calls ? op.signature.stamp() : CallStamp{};
-        if (stamp.stamped() && checks_calls_through_engine()) {
-          check_call_through_engine(op.sequence, stamp, deadline);
-        }
-        algo::Context ctx(*transport_, op.sequence, deadline, scratch_, shm_.get(), &topology_,
-                          stamp);
-        op.body(ctx);
-        if (stalls_) stalls_->finished(op.sequence);
-      } else {
-        algo::Context ctx(*transport_, op.channel, deadline, scratch_);
-        op.body(ctx);
-      }
-    } catch (...) {
-      error = explain_failure(op, std::current_exception());
-      abort(error);
+  try {
+    const Deadline deadline = Deadline::after(op.timeout);
+    if (!op.collective) {
+      algo::Context ctx(*transport_, op.channel, deadline, scratch_);
+      op.body(ctx);
+      return nullptr;
     }
+    if (stalls_) stalls_->started(op.sequence);
+    if (options_.debug_checks) check_signatures(op, deadline);
+    const CallStamp stamp = options_.check_calls ? op.signature.stamp() : CallStamp{};
+    if (stamp.stamped() && checks_calls_through_engine()) {
+      check_call_through_engine(op.sequence, stamp, deadline);
+    }
+    algo::Context ctx(*transport_, op.sequence, deadline, scratch_, layout_.shm.get(),
+                      &layout_.topology, stamp);
+    op.body(ctx);
+    if (stalls_) stalls_->finished(op.sequence);
+    return nullptr;
+  } catch (...) {
+    std::exception_ptr error = explain_failure(op, std::current_exception());
+    abort(error);
+    return error;
   }
-  return error;
 }
 
 void Group::Impl::abort(std::exception_ptr error) noexcept {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (failure_) return;
-    failure_ = error;
-  }
+  if (!scheduler_.fail(error)) return;
   transport_->abort(error);
   // Idempotent where the engine is the transport (MPI).
-  if (engine_) engine_->abort(error);
-  if (shm_) shm_->abort(error);
+  if (engine() != nullptr) engine()->abort(error);
+  if (layout_.shm) layout_.shm->abort(error);
 }
 
 // A local timeout becomes a TimeoutError that names the collective, its sequence number and

@@ -6,6 +6,8 @@
 #include "cohort/comm/group.h"
 #include "cohort/comm/prefix_store.h"
 #include "cohort/core/check.h"
+#include "group/group_access.h"
+#include "group/group_host_collectives.h"
 #include "group/group_impl.h"
 
 namespace cohort {
@@ -43,13 +45,16 @@ std::shared_ptr<Group> Group::Impl::make_subgroup(const std::vector<int>& member
   auto impl = std::make_unique<Impl>(transport_->split(spec), spec.store, std::move(options));
   impl->inherit(*this, members, deadline);
   auto group = std::make_shared<Group>(std::move(impl));
+  GroupHostCollectives host(*group);  // an engine sees only the subgroup's host collectives
   if (engine) {
-    group->impl().attach_engine(engine(*group));
-  } else if (engine_) {
-    group->impl().attach_engine(engine_->for_subgroup(*group, deadline));
+    impl_of(*group).attach_engine(engine(host));
+  } else if (this->engine() != nullptr) {
+    impl_of(*group).attach_engine(this->engine()->for_subgroup(host, deadline));
   }
-  if (staging_) group->impl().attach_staging(staging_->staging().for_subgroup());
-  group->impl().report_creation();
+  if (dispatcher_.staging() != nullptr) {
+    impl_of(*group).attach_staging(dispatcher_.staging()->staging().for_subgroup());
+  }
+  impl_of(*group).report_creation();
   return group;
 }
 

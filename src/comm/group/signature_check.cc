@@ -40,7 +40,7 @@ std::vector<std::string> Group::Impl::gather_signatures(const Operation& op, Dea
     std::string record = mine;
     record.resize(kSignatureRecordBytes, '\0');
     std::string all(kSignatureRecordBytes * static_cast<size_t>(size()), '\0');
-    engine_->allgather(record.data(), all.data(), kSignatureRecordBytes, DType::kUInt8, deadline);
+    engine()->allgather(record.data(), all.data(), kSignatureRecordBytes, DType::kUInt8, deadline);
     for (int r = 0; r < size(); ++r) {
       calls.push_back(all.substr(r * kSignatureRecordBytes, kSignatureRecordBytes).c_str());
     }

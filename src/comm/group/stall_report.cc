@@ -23,34 +23,27 @@ Milliseconds period_for(Milliseconds timeout) {
 }  // namespace
 
 StallReporter::StallReporter(std::shared_ptr<Store> store, int rank, int size, Milliseconds timeout)
-    : store_(std::move(store)), rank_(rank), size_(size), period_(period_for(timeout)) {
-  thread_ = std::thread([this] { loop(); });
+    : store_(std::move(store)),
+      rank_(rank),
+      size_(size),
+      period_(period_for(timeout)),
+      watcher_(StallWatcher::shared()) {
+  watch_id_ = watcher_->add(period_, [this] { tick(); });
 }
 
 StallReporter::~StallReporter() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  thread_.join();
+  watcher_->remove(watch_id_);
 }
 
-void StallReporter::loop() {
-  int64_t seen = -1;  // the collective in flight at the previous wake-up
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!wake_.wait_for(lock, period_, [&] { return stopping_; })) {
-    const int64_t started = started_.load(std::memory_order_relaxed);
-    const int64_t in_flight = started > finished_.load(std::memory_order_relaxed) ? started : -1;
-    lock.unlock();
-    if (in_flight >= 0 && in_flight == seen && published_ != in_flight) {
-      publish(in_flight);
-    } else if (published_ >= 0 && in_flight != published_) {
-      withdraw();
-    }
-    seen = in_flight;
-    lock.lock();
+void StallReporter::tick() {
+  const int64_t started = started_.load(std::memory_order_relaxed);
+  const int64_t in_flight = started > finished_.load(std::memory_order_relaxed) ? started : -1;
+  if (in_flight >= 0 && in_flight == seen_ && published_ != in_flight) {
+    publish(in_flight);
+  } else if (published_ >= 0 && in_flight != published_) {
+    withdraw();
   }
+  seen_ = in_flight;
 }
 
 void StallReporter::publish(int64_t sequence) {

@@ -1,8 +1,9 @@
 // Note [Stall reports]: how a timeout names the ranks that never joined a collective without
 // the store hearing from anyone while training runs normally.
 //
-// Each rank's group has one StallReporter thread. It wakes every period() (a tenth of the
-// group's timeout, between 20 ms and 1 s) and looks at the collective this rank has in flight:
+// Each rank's group has one StallReporter. It is woken every period() (a tenth of the group's
+// timeout, between 20 ms and 1 s) by the process's stall watcher (one thread for every group:
+// Note [One stall watcher]) and looks at the collective this rank has in flight:
 // when the same collective has been in flight for a whole period, the rank is stalled in it
 // and publishes "stalled/<rank>" = its sequence number to the group's store; when a published
 // stall is over, it deletes the key. A loop of collectives that each finish within a period
@@ -16,15 +17,13 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "cohort/comm/store.h"
 #include "cohort/core/deadline.h"
+#include "group/stall_watcher.h"
 
 namespace cohort {
 
@@ -52,7 +51,7 @@ class StallReporter {
   Milliseconds settle() const { return 2 * period_ + Milliseconds(100); }
 
  private:
-  void loop();
+  void tick();  // on the watcher's thread, once a period
   void publish(int64_t sequence);
   void withdraw();
 
@@ -61,12 +60,13 @@ class StallReporter {
   Milliseconds period_;
   std::atomic<int64_t> started_{-1};
   std::atomic<int64_t> finished_{-1};
-  int64_t published_ = -1;  // the loop thread's own: the stall the store holds for this rank
+  // The watcher's own (its ticks of one reporter never overlap): the collective in flight at
+  // the previous tick, and the stall the store holds for this rank.
+  int64_t seen_ = -1;
+  int64_t published_ = -1;
 
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::thread thread_;
+  std::shared_ptr<StallWatcher> watcher_;
+  uint64_t watch_id_ = 0;
 };
 
 }  // namespace cohort

@@ -1,4 +1,4 @@
-#include "cohort/comm/transport.h"
+#include "transport/wire_error.h"
 
 #include "cohort/core/error.h"
 
@@ -46,7 +46,8 @@ WireError WireError::decode(const std::string& payload) {
   WireError out;
   out.kind = static_cast<Kind>(payload[0]);
   uint32_t rank = 0;
-  for (int i = 0; i < 4; ++i) rank |= static_cast<uint32_t>(static_cast<uint8_t>(payload[1 + i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    rank |= static_cast<uint32_t>(static_cast<uint8_t>(payload[1 + i])) << (8 * i);
   out.failed_rank = static_cast<int32_t>(rank);
   out.message = payload.substr(5);
   return out;
@@ -66,8 +67,9 @@ bool WireError::is_relayed(const std::string& text) {
 
 std::exception_ptr WireError::as_exception(int reporting_rank) const {
   // Errors that came from another rank already say so; do not stack the prefix.
-  const std::string text =
-      is_relayed(message) ? message : "rank " + std::to_string(reporting_rank) + kRelayMark + message;
+  const std::string text = is_relayed(message)
+                               ? message
+                               : "rank " + std::to_string(reporting_rank) + kRelayMark + message;
   switch (kind) {
     case kPeer: return std::make_exception_ptr(PeerError(failed_rank, text));
     case kTimeout: return std::make_exception_ptr(TimeoutError(text));

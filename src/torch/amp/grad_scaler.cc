@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "amp/unscale.h"
+#include "call_sites.h"
 #include "cohort/comm/group.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
@@ -33,7 +34,7 @@ bool any_rank(Group& group, bool local, const std::vector<AgreedValue>& agreed) 
   auto reduced = torch::tensor(message, torch::kFloat64);
   CollectiveOptions options;
   options.op = ReduceOp::kMax;
-  options.site = CallSite::kGradScaler;
+  options.site = call_sites::kGradScaler;
   group.allreduce(tensor_buffer(reduced), options);
   const std::vector<double> values(reduced.data_ptr<double>(),
                                    reduced.data_ptr<double>() + reduced.numel());

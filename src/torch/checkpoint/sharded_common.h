@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "call_sites.h"
 #include "cohort/comm/group.h"
 #include "cohort/torch/checkpoint/checkpoint.h"
 #include "checkpoint/optimizer_codec.h"
@@ -20,8 +21,8 @@
 
 namespace cohort::detail {
 
-inline constexpr CallSite kSave = CallSite::kCheckpointSave;
-inline constexpr CallSite kLoad = CallSite::kCheckpointLoad;
+inline constexpr CallSite kSave = call_sites::kCheckpointSave;
+inline constexpr CallSite kLoad = call_sites::kCheckpointLoad;
 
 // `name` in `directory`.
 std::string join(const std::string& directory, const std::string& name);

@@ -1,5 +1,6 @@
 #include "compress/gathered_payloads.h"
 
+#include "call_sites.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "compress/bit_packing.h"
 
@@ -11,7 +12,7 @@ PendingReduction allgather_payloads(Group& group, GradBucket& bucket, torch::Ten
   const int64_t length = payload.numel();
   auto gathered = torch::empty({group.size(), length}, payload.options());
   CollectiveOptions options;
-  options.site = CallSite::kDdpGradients;
+  options.site = call_sites::kDdpGradients;
   options.stream = current_stream(bucket.buffer);
   auto work = group.allgather_async(tensor_buffer(payload), tensor_buffer(gathered), options);
   const int world = group.size();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "call_sites.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/tensor_buffer.h"
 
@@ -42,7 +43,7 @@ using Matrix = PowerSgdHook::Matrix;
 CollectiveOptions sum_options(const torch::Tensor& like) {
   CollectiveOptions options;
   options.op = ReduceOp::kSum;
-  options.site = CallSite::kDdpGradients;
+  options.site = call_sites::kDdpGradients;
   options.stream = current_stream(like);
   return options;
 }

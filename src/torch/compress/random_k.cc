@@ -8,6 +8,7 @@
 
 #include <utility>
 
+#include "call_sites.h"
 #include "cohort/torch/compress/sparsification.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "compress/sparse_count.h"
@@ -40,7 +41,7 @@ PendingReduction RandomKHook::start(Group& group, GradBucket& bucket) {
   }
   CollectiveOptions options;
   options.op = ReduceOp::kAvg;
-  options.site = CallSite::kDdpGradients;
+  options.site = call_sites::kDdpGradients;
   options.stream = current_stream(values);
   auto work = group.allreduce_async(tensor_buffer(values), options);
   auto target = bucket.buffer;

@@ -1,5 +1,6 @@
 #include "cohort/torch/ddp/comm_hook.h"
 
+#include "call_sites.h"
 #include "cohort/torch/tensor_buffer.h"
 
 namespace cohort {
@@ -10,7 +11,7 @@ class AllreduceHook final : public CommHook {
   PendingReduction start(Group& group, GradBucket& bucket) override {
     CollectiveOptions options;
     options.op = ReduceOp::kAvg;
-    options.site = CallSite::kDdpGradients;
+    options.site = call_sites::kDdpGradients;
     options.stream = current_stream(bucket.buffer);
     return {
         group.allreduce_async(tensor_buffer(bucket.buffer), options), nullptr, {}, std::nullopt};
@@ -24,7 +25,7 @@ PendingReduction reduce_copy(Group& group, const torch::Tensor& bucket, torch::T
                              ReduceOp op) {
   CollectiveOptions options;
   options.op = op;
-  options.site = CallSite::kDdpGradients;
+  options.site = call_sites::kDdpGradients;
   options.stream = current_stream(copy);
   auto work = group.allreduce_async(tensor_buffer(copy), options);
   auto target = bucket;

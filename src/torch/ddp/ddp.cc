@@ -3,6 +3,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "call_sites.h"
 #include "coalesced_broadcast.h"
 #include "cohort/comm/agreement.h"
 #include "cohort/core/check.h"
@@ -134,7 +135,7 @@ class DistributedDataParallel::Impl {
   }
 
   void sync_buffers(int root) {
-    broadcast_coalesced(*group_, tensors_of(buffers_), root, CallSite::kDdpBuffers);
+    broadcast_coalesced(*group_, tensors_of(buffers_), root, call_sites::kDdpBuffers);
   }
 
   void join(const std::function<void()>& train) {
@@ -154,7 +155,7 @@ class DistributedDataParallel::Impl {
     }
     // Finished ranks skipped optimizer steps: everyone takes the last trainer's state.
     const int root = reducer_->authority();
-    broadcast_coalesced(*group_, tensors_of(parameters_), root, CallSite::kDdpJoin);
+    broadcast_coalesced(*group_, tensors_of(parameters_), root, call_sites::kDdpJoin);
     sync_buffers(root);
   }
 

@@ -3,6 +3,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "call_sites.h"
 #include "coalesced_broadcast.h"
 #include "cohort/core/check.h"
 #include "ddp/reducer.h"
@@ -70,7 +71,7 @@ class DistributedOptimizer::Impl {
                  ": the optimizer has no parameter that requires grad; give it the parameters "
                  "to train");
     if (options_.broadcast_parameters) {
-      broadcast_coalesced(*group_, all, 0, CallSite::kDdpConstructor);
+      broadcast_coalesced(*group_, all, 0, call_sites::kDdpConstructor);
     }
     // The reducer is DDP's, unchanged: it takes named parameters, and the buffer broadcast it
     // would call is off (an optimizer has no buffers).
@@ -86,7 +87,7 @@ class DistributedOptimizer::Impl {
             << c10::toString(p.tensor.scalar_type()) << " " << p.tensor.sizes();
       entries.push_back(entry.str());
     }
-    check_same_on_all_ranks(*group_, entries, "parameter", CallSite::kDdpConstructor,
+    check_same_on_all_ranks(*group_, entries, "parameter", call_sites::kDdpConstructor,
                             kDistributedOptimizer);
   }
 

@@ -4,10 +4,11 @@
 #include <cmath>
 #include <sstream>
 
-#include "ddp/bucket_plan.h"
+#include "call_sites.h"
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
 #include "cohort/torch/tensor_buffer.h"
+#include "ddp/bucket_plan.h"
 
 namespace cohort {
 namespace {
@@ -197,8 +198,7 @@ void Reducer::allocate(Bucket& bucket) const {
     bucket.grads.buffer =
         GradientMemory::track(sharding_.memory, registered_bucket(bucket, first.options()));
   } else {
-    bucket.grads.buffer =
-        GradientMemory::allocate(sharding_.memory, bucket.numel, first.options());
+    bucket.grads.buffer = GradientMemory::allocate(sharding_.memory, bucket.numel, first.options());
   }
   bucket.grads.gradients.clear();
   int64_t offset = 0;
@@ -363,7 +363,7 @@ void Reducer::start_iteration() {
     join_flag_.fill_(group_->rank());
     CollectiveOptions min;
     min.op = ReduceOp::kMin;
-    min.site = CallSite::kDdpJoin;
+    min.site = call_sites::kDdpJoin;
     join_work_ = group_->allreduce_async(tensor_buffer(join_flag_), min);
   }
   if (static_unused_known_) {
@@ -545,7 +545,7 @@ std::shared_ptr<Work> Reducer::start_used_map_allreduce() {
   std::copy(used_since_sync_.begin(), used_since_sync_.end(), used_map_.data_ptr<int32_t>());
   CollectiveOptions max;
   max.op = ReduceOp::kMax;
-  max.site = CallSite::kDdpUnusedParameters;
+  max.site = call_sites::kDdpUnusedParameters;
   return group_->allreduce_async(tensor_buffer(used_map_), max);
 }
 

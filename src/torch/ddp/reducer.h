@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "autograd_compat.h"
+#include "call_sites.h"
 #include "cohort/comm/group.h"
 #include "cohort/torch/ddp/comm_hook.h"
 #include "cohort/torch/ddp/ddp.h"
@@ -98,7 +99,7 @@ struct ReducerSharding {
   std::shared_ptr<GradientMemory> memory;
   // The class the user constructed, which errors and the constructor's collectives name.
   std::string owner = "DistributedDataParallel";
-  CallSite constructor = CallSite::kDdpConstructor;
+  CallSite constructor = call_sites::kDdpConstructor;
 };
 
 // One bucket's place in the parameters, for ZeRO's shards (Reducer::layout()).

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "call_sites.h"
 #include "cohort/core/check.h"
 #include "cohort/torch/tensor_buffer.h"
 
@@ -115,7 +116,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
       auto capsule = ctx->saved_data["group"].toCapsule();
       Group& group = *static_cast<GroupCapsule*>(capsule.get())->group;
       const torch::Tensor sums = allreduce_sums(torch::cat({sum_dy, sum_dy_xmu}).to(torch::kDouble),
-                                                input, group, CallSite::kSyncBatchNormBackward);
+                                                input, group, call_sites::kSyncBatchNormBackward);
       const int64_t channels = sum_dy.numel();
       const torch::Tensor mean_dy = (sums.slice(0, 0, channels) / double(count)).to(dtype);
       const torch::Tensor mean_dy_xmu = (sums.slice(0, channels) / double(count)).to(dtype);
@@ -136,7 +137,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
 GlobalBatchStats global_batch_stats(const torch::Tensor& input, Group& group, double eps) {
   const int64_t channels = input.size(1);
   const torch::Tensor sums =
-      allreduce_sums(local_sums(input), input, group, CallSite::kSyncBatchNormForward);
+      allreduce_sums(local_sums(input), input, group, call_sites::kSyncBatchNormForward);
   GlobalBatchStats stats;
   stats.count = static_cast<int64_t>(sums[0].item<double>());
   COHORT_CHECK(stats.count > 1,

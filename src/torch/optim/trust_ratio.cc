@@ -12,6 +12,7 @@
 // places, with zeros, for that reason.
 #include "cohort/torch/optim/trust_ratio.h"
 
+#include "call_sites.h"
 #include "cohort/comm/group.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
@@ -44,7 +45,7 @@ NormReduction sum_over(Group& group) {
                            "trust-ratio norms are reduced as a contiguous host tensor");
     CollectiveOptions options;
     options.op = ReduceOp::kSum;
-    options.site = CallSite::kGradNorm;  // the norms of sharded tensors, as clip_grad_norm
+    options.site = call_sites::kGradNorm;  // the norms of sharded tensors, as clip_grad_norm
     group.allreduce(tensor_buffer(squared_norms), options);
   };
 }

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "autograd_compat.h"
+#include "call_sites.h"
 #include "coalesced_broadcast.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "operator_observer.h"
@@ -122,7 +123,7 @@ std::shared_ptr<Work> FullyShardedDataParallel::Impl::start_reduce_scatter(
     const ReduceScatter& rs) {
   CollectiveOptions options;
   options.op = ReduceOp::kAvg;
-  options.site = CallSite::kFsdpGradients;
+  options.site = call_sites::kFsdpGradients;
   options.stream = current_stream(rs.input);
   return reduce_group_->reduce_scatter_async(tensor_buffer(rs.input), tensor_buffer(rs.block),
                                              options);
@@ -208,7 +209,7 @@ void FullyShardedDataParallel::Impl::finish_reductions() {
     rs = ReduceScatter();
   }
   if (options_.broadcast_buffers && !buffers_.empty() && group_->size() > 1) {
-    waiting([&] { broadcast_coalesced(*group_, buffers_, 0, CallSite::kFsdpEndOfBackward); });
+    waiting([&] { broadcast_coalesced(*group_, buffers_, 0, call_sites::kFsdpEndOfBackward); });
   }
   stats.exposed_comm_ms = std::chrono::duration<double, std::milli>(iteration_.waited).count();
   stats.allgather_bytes = iteration_.allgather_bytes;
@@ -231,7 +232,7 @@ BucketStats FullyShardedDataParallel::Impl::reduction_stats(size_t u,
 void FullyShardedDataParallel::Impl::average_over_replicas(torch::Tensor& block) {
   CollectiveOptions options;
   options.op = ReduceOp::kAvg;
-  options.site = CallSite::kFsdpGradients;
+  options.site = call_sites::kFsdpGradients;
   waiting([&] { replica_group_->allreduce(tensor_buffer(block), options); });
 }
 
@@ -249,7 +250,7 @@ std::vector<char> FullyShardedDataParallel::Impl::used_anywhere() {
   if (!mine.empty() && group_->size() > 1) {  // the max over one rank is its own map
     CollectiveOptions options;
     options.op = ReduceOp::kMax;
-    options.site = CallSite::kFsdpEndOfBackward;
+    options.site = call_sites::kFsdpEndOfBackward;
     waiting([&] { group_->allreduce(tensor_buffer(map), options); });
   }
   return std::vector<char>(map.data_ptr<uint8_t>(), map.data_ptr<uint8_t>() + map.numel());

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "autograd_compat.h"
+#include "call_sites.h"
 #include "operator_observer.h"
 #include "shard/flat_unit.h"
 #include "shard/fsdp_impl.h"
@@ -122,7 +123,7 @@ void FullyShardedDataParallel::Impl::record(int u, const char* what, const Work&
 
 void FullyShardedDataParallel::Impl::start_gather(int u, bool for_iteration) {
   CollectiveOptions options;
-  options.site = CallSite::kFsdpParameters;
+  options.site = call_sites::kFsdpParameters;
   units_[u]->start_gather(*shard_group_, options);
   if (for_iteration) iteration_.allgather_bytes += units_[u]->gathered_bytes();
   note_gathered();

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "autograd_compat.h"
+#include "call_sites.h"
 #include "coalesced_broadcast.h"
 #include "cohort/core/check.h"
 #include "cohort/torch/ddp/comm_hook.h"
@@ -102,7 +103,7 @@ FullyShardedDataParallel::Impl::~Impl() {
 
 void FullyShardedDataParallel::Impl::make_groups() {
   CollectiveOptions constructor;
-  constructor.site = CallSite::kFsdpConstructor;
+  constructor.site = call_sites::kFsdpConstructor;
   shard_group_ = group_;
   if (options_.strategy == ShardingStrategy::kHybridShard) {
     COHORT_CHECK(group_->size() == group_->num_nodes() * group_->local_size(),
@@ -130,9 +131,9 @@ void FullyShardedDataParallel::Impl::check_and_broadcast(const std::vector<UnitP
   }
   for (const auto& b : module_->named_buffers())
     entries.push_back(describe("buffer", b.key(), b.value()));
-  check_same_on_all_ranks(*group_, entries, "parameter/buffer", CallSite::kFsdpConstructor);
-  broadcast_coalesced(*group_, tensors, 0, CallSite::kFsdpConstructor);
-  broadcast_coalesced(*group_, buffers_, 0, CallSite::kFsdpConstructor);
+  check_same_on_all_ranks(*group_, entries, "parameter/buffer", call_sites::kFsdpConstructor);
+  broadcast_coalesced(*group_, tensors, 0, call_sites::kFsdpConstructor);
+  broadcast_coalesced(*group_, buffers_, 0, call_sites::kFsdpConstructor);
 }
 
 void FullyShardedDataParallel::Impl::cut_units(std::vector<UnitPlan> plans) {

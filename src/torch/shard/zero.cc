@@ -36,6 +36,7 @@
 #include <unordered_set>
 
 #include "autograd_compat.h"
+#include "call_sites.h"
 #include "cohort/comm/agreement.h"
 #include "cohort/comm/timeline.h"
 #include "cohort/core/check.h"
@@ -67,7 +68,7 @@ class ReduceScatterHook final : public CommHook {
     const torch::Tensor block = block_of_(bucket);
     CollectiveOptions options;
     options.op = ReduceOp::kAvg;
-    options.site = CallSite::kZeroGradients;
+    options.site = call_sites::kZeroGradients;
     options.stream = current_stream(bucket.buffer);
     return {group.reduce_scatter_async(tensor_buffer(bucket.buffer), tensor_buffer(block), options),
             nullptr,
@@ -94,7 +95,7 @@ void check_options(const ZeroOptions& options) {
 // constructor").
 void check_same_stage(Group& group, int stage) {
   CollectiveOptions options;
-  options.site = CallSite::kZeroConstructor;
+  options.site = call_sites::kZeroConstructor;
   const std::string difference =
       first_disagreement(group, {detail::concat("stage=", stage)}, "option", options);
   if (difference.empty()) return;
@@ -131,7 +132,7 @@ class ZeroDataParallel::Impl {
     sharding.collective = "reduce_scatter";
     sharding.memory = gradient_memory_;
     sharding.owner = "ZeroDataParallel";
-    sharding.constructor = CallSite::kZeroConstructor;
+    sharding.constructor = call_sites::kZeroConstructor;
     ddp_ = std::make_unique<DistributedDataParallel>(
         make_sharded_ddp(std::move(module), std::move(group), std::move(ddp), sharding));
     const Reducer* reducer = &reducer_of(*ddp_);
@@ -291,7 +292,7 @@ class ZeroDataParallel::Impl {
     const torch::Tensor& flat = flat_[b];
     const int64_t block = layout_[b].numel / group_->size();
     CollectiveOptions options;
-    options.site = CallSite::kZeroParameters;
+    options.site = call_sites::kZeroParameters;
     options.stream = current_stream(flat);
     return group_->allgather_async(tensor_buffer(flat.narrow(0, block * group_->rank(), block)),
                                    tensor_buffer(flat), options);

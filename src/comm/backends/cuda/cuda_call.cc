@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cohort/comm/group.h"
+#include "backends/host_collectives.h"
 #include "cohort/core/error.h"
 
 namespace cohort::cuda {
@@ -44,15 +44,11 @@ std::string device_problem(int device) {
   return "";
 }
 
-void agree_on_devices(Group& group, const std::string& problem, const char* who,
+void agree_on_devices(HostCollectives& group, const std::string& problem, const char* who,
                       Deadline deadline) {
   int32_t ok = problem.empty() ? 1 : 0;
   std::vector<int32_t> all(static_cast<size_t>(group.size()));
-  CollectiveOptions opts;
-  opts.timeout = std::chrono::duration_cast<Milliseconds>(deadline.remaining());
-  if (opts.timeout.count() <= 0) opts.timeout = Milliseconds(1);
-  group.allgather(ConstBuffer{&ok, 1, DType::kInt32}, Buffer{all.data(), all.size(), DType::kInt32},
-                  opts);
+  group.allgather(&ok, all.data(), sizeof ok, deadline);
   std::string failed;
   for (size_t r = 0; r < all.size(); ++r) {
     if (!all[r]) failed += (failed.empty() ? "" : ", ") + std::to_string(r);

@@ -11,7 +11,7 @@
 #include "cohort/core/deadline.h"
 
 namespace cohort {
-class Group;
+class HostCollectives;  // backends/host_collectives.h
 }
 
 namespace cohort::cuda {
@@ -41,7 +41,7 @@ std::string device_problem(int device);
 // Collective over `group`: throws ConfigError on every rank when any rank has a problem (so one
 // rank without a GPU fails them all at once instead of leaving them waiting). `who` names the
 // call in the error: "create_nccl_group".
-void agree_on_devices(Group& group, const std::string& problem, const char* who,
+void agree_on_devices(HostCollectives& group, const std::string& problem, const char* who,
                       Deadline deadline);
 
 }  // namespace cohort::cuda

@@ -11,6 +11,7 @@
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "group/group_impl.h"
+#include "transport/wire_error.h"
 
 namespace cohort {
 
@@ -336,8 +337,8 @@ std::unique_ptr<Transport> MpiTransport::split(const SplitSpec& spec) {
   return transport;
 }
 
-std::shared_ptr<CollectiveEngine> MpiTransport::for_subgroup(Group& subgroup, Deadline) {
-  auto engine = std::dynamic_pointer_cast<MpiTransport>(subgroup.impl().shared_transport());
+std::shared_ptr<CollectiveEngine> MpiTransport::for_subgroup(HostCollectives& subgroup, Deadline) {
+  auto engine = std::dynamic_pointer_cast<MpiTransport>(subgroup.transport());
   COHORT_INTERNAL_ASSERT(engine != nullptr, "a subgroup of an MPI group runs on MPI");
   return engine;
 }

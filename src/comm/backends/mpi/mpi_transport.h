@@ -64,7 +64,8 @@ class MpiTransport final : public Transport, public CollectiveEngine {
                   const EngineCall& call) override;
   void barrier(const EngineCall& call) override;
   // The subgroup's transport (made by split) is its engine too.
-  std::shared_ptr<CollectiveEngine> for_subgroup(Group& subgroup, Deadline deadline) override;
+  std::shared_ptr<CollectiveEngine> for_subgroup(HostCollectives& subgroup,
+                                                 Deadline deadline) override;
 
   // Waits for every request (statuses may be null), polling for abort notices; throws
   // TimeoutError naming `what` at the deadline and the first failure of the group at once.

@@ -16,11 +16,6 @@ namespace {
 // it instead (a peer that is gone would keep it in progress forever).
 constexpr Milliseconds kFinalizeGrace{10000};
 
-Milliseconds remaining_ms(Deadline deadline) {
-  const auto left = std::chrono::duration_cast<Milliseconds>(deadline.remaining());
-  return std::max(left, Milliseconds(1));
-}
-
 ncclResult_t state_of(ncclComm_t comm) {
   ncclResult_t state = ncclSuccess;
   nccl::check(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", comm);
@@ -51,7 +46,8 @@ void wait_until_ready(ncclComm_t comm, const char* what, Deadline deadline) {
 
 }  // namespace
 
-std::unique_ptr<NcclEngine> NcclEngine::create(Group& host_group, int device, Deadline deadline) {
+std::unique_ptr<NcclEngine> NcclEngine::create(HostCollectives& host_group, int device,
+                                               Deadline deadline) {
   // Rank 0's unique id, with a status byte so that its failure fails every rank at once
   // instead of leaving the others waiting for NCCL until the deadline.
   struct Offer {
@@ -61,9 +57,7 @@ std::unique_ptr<NcclEngine> NcclEngine::create(Group& host_group, int device, De
   if (host_group.rank() == 0) {
     offer.ok = ncclGetUniqueId(&offer.id) == ncclSuccess ? 1 : 0;
   }
-  CollectiveOptions opts;
-  opts.timeout = remaining_ms(deadline);
-  host_group.broadcast(Buffer{&offer, sizeof offer, DType::kUInt8}, opts);
+  host_group.broadcast(&offer, sizeof offer, /*root=*/0, deadline);
   if (!offer.ok) {
     throw ConfigError(
         "rank 0 could not make NCCL's unique id (ncclGetUniqueId failed; "
@@ -198,7 +192,8 @@ void NcclEngine::check_device(int device, const char* what) const {
                " but this NCCL group is on CUDA device ", device_);
 }
 
-std::shared_ptr<CollectiveEngine> NcclEngine::for_subgroup(Group& subgroup, Deadline deadline) {
+std::shared_ptr<CollectiveEngine> NcclEngine::for_subgroup(HostCollectives& subgroup,
+                                                           Deadline deadline) {
   throw_if_failed();
   return create(subgroup, device_, deadline);
 }

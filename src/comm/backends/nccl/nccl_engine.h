@@ -36,7 +36,8 @@ class NcclEngine final : public CollectiveEngine {
  public:
   // Collective over `host_group`, whose ranks become this communicator's: rank 0 makes the
   // unique id and broadcasts it through the group's host collectives.
-  static std::unique_ptr<NcclEngine> create(Group& host_group, int device, Deadline deadline);
+  static std::unique_ptr<NcclEngine> create(HostCollectives& host_group, int device,
+                                            Deadline deadline);
   ~NcclEngine() override;
   NcclEngine(const NcclEngine&) = delete;
   NcclEngine& operator=(const NcclEngine&) = delete;
@@ -52,7 +53,8 @@ class NcclEngine final : public CollectiveEngine {
   // A communicator of its own for the subgroup, on the same device (ncclCommInitRankConfig
   // with an id through the subgroup's host collectives): collective over its members only,
   // where ncclCommSplit would need every rank of this one.
-  std::shared_ptr<CollectiveEngine> for_subgroup(Group& subgroup, Deadline deadline) override;
+  std::shared_ptr<CollectiveEngine> for_subgroup(HostCollectives& subgroup,
+                                                 Deadline deadline) override;
 
   // ---- collectives (nccl_collectives.cc), device buffers only
   void check_device(int device, const char* what) const override;

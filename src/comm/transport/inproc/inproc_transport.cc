@@ -5,6 +5,7 @@
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "kernels/copy_kernel.h"
+#include "transport/wire_error.h"
 
 namespace cohort {
 
@@ -44,7 +45,7 @@ void InprocFabric::abort(int reporting_rank, std::exception_ptr error) {
     if (original_error_) return;  // the first failure is the one everyone reports
     original_error_ = error;
     reporting_rank_ = reporting_rank;
-    wire_error_ = WireError::from(error);
+    wire_error_ = std::make_shared<const WireError>(WireError::from(error));
   }
   for (auto& box : mailboxes_) {
     std::lock_guard<std::mutex> lock(box->mutex);
@@ -56,7 +57,7 @@ std::exception_ptr InprocFabric::failure_for(int rank) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!original_error_) return nullptr;
   if (rank == reporting_rank_) return original_error_;
-  return wire_error_.as_exception(reporting_rank_);
+  return wire_error_->as_exception(reporting_rank_);
 }
 
 class InprocTransport::RecvRequest final : public Request {

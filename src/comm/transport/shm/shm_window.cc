@@ -24,6 +24,7 @@
 #include "transport/shm/shm_name_guard.h"
 #include "transport/shm/shm_names.h"
 #include "transport/shm/shm_registry.h"
+#include "transport/wire_error.h"
 
 namespace cohort {
 

@@ -49,6 +49,7 @@
 
 #include "cohort/comm/transport.h"
 #include "cohort/core/deadline.h"
+#include "transport/call_stamp.h"
 #include "transport/shm/shm_segment.h"
 
 namespace cohort {

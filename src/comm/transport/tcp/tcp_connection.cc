@@ -7,6 +7,7 @@
 #include "call_stamp.h"
 #include "cohort/core/logging.h"
 #include "kernels/reduce_kernels.h"
+#include "transport/wire_error.h"
 
 namespace cohort::tcp {
 
@@ -213,7 +214,7 @@ std::unique_ptr<Request> Connection::send(Tag tag, const void* data, size_t byte
   }
   auto frame = std::make_shared<Outgoing>();
   frame->header =
-      FrameHeader{kFrameMagic, kData, {0, 0, 0}, tag.channel, tag.step, bytes, tag.stamp};
+      FrameHeader{kFrameMagic, kData, {0, 0, 0}, tag.channel, tag.step, bytes, stamp_of(tag)};
   frame->parts[1] = {const_cast<void*>(data), bytes};
   frame->deadline = deadline;
   return enqueue(std::move(frame), /*control=*/false);
@@ -444,22 +445,23 @@ void Connection::fail(std::exception_ptr error) {
 // rank that only sends can leave the collective before the peer's message shows the mismatch:
 // its next call on the group then throws.
 void Connection::note_local_call(const Tag& tag) {
-  if (!tag.stamp.stamped()) return;
+  const CallStamp stamp = stamp_of(tag);
+  if (!stamp.stamped()) return;
   for (auto it = unexpected_.lower_bound(Tag{tag.channel, 0});
        it != unexpected_.end() && it->first.channel == tag.channel; ++it) {
-    for (const auto& message : it->second) check_same_call(tag.channel, tag.stamp, message.stamp);
+    for (const auto& message : it->second) check_same_call(tag.channel, stamp, message.stamp);
   }
   for (const auto& call : recent_calls_) {
     if (call.channel == tag.channel) return;  // one call per collective
   }
-  recent_calls_[next_recent_call_++ % recent_calls_.size()] = {tag.channel, tag.stamp};
+  recent_calls_[next_recent_call_++ % recent_calls_.size()] = {tag.channel, stamp};
 }
 
 void Connection::check_against_local_calls(const Tag& message) const {
-  if (!message.stamp.stamped()) return;
+  const CallStamp stamp = stamp_of(message);
+  if (!stamp.stamped()) return;
   for (const auto& call : recent_calls_) {
-    if (call.channel == message.channel)
-      check_same_call(message.channel, call.stamp, message.stamp);
+    if (call.channel == message.channel) check_same_call(message.channel, call.stamp, stamp);
   }
 }
 
@@ -628,7 +630,7 @@ void Connection::stage_advance(size_t n) {
       message.bytes = in_.header.bytes;
       message.stamp = in_.header.stamp;
       message.data = std::move(in_.buffer);
-      deliver_buffered(Tag{in_.header.channel, in_.header.step, in_.header.stamp},
+      deliver_buffered(Tag{in_.header.channel, in_.header.step, in_.header.stamp.wire()},
                        std::move(message));
       return;
     }
@@ -667,7 +669,7 @@ void Connection::on_header() {
         throw ProtocolError("frame announces " + std::to_string(header.bytes) +
                             " bytes, more than the limit");
       }
-      on_data_header(Tag{header.channel, header.step, header.stamp},
+      on_data_header(Tag{header.channel, header.step, header.stamp.wire()},
                      static_cast<size_t>(header.bytes));
       return;
     case kAbort:

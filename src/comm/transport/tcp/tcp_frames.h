@@ -12,6 +12,8 @@
 #include <string>
 
 #include "cohort/comm/transport.h"
+#include "transport/call_stamp.h"
+#include "transport/wire_error.h"
 
 namespace cohort::tcp {
 

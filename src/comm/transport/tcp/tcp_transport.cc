@@ -28,6 +28,7 @@
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
 #include "transport/tcp/tcp_connection.h"
+#include "transport/wire_error.h"
 
 namespace cohort {
 

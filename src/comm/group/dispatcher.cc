@@ -1,9 +1,10 @@
 // Where a collective's backend and algorithm are chosen (Note [Backends]): once per call, on
 // the caller's thread, before it is queued. docs/architecture.md, "The life of one allreduce".
+#include "group/dispatcher.h"
+
 #include "backends/collective_engine.h"
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
-#include "group/group_impl.h"
 #include "kernels/reduce_kernels.h"
 
 namespace cohort {
@@ -20,15 +21,90 @@ size_t bytes_for_choice(const CollectiveCall& call, int size) {
 
 }  // namespace
 
-bool Group::Impl::on_device_engine(const CollectiveCall& call) const {
+Dispatcher::Dispatcher(int size, std::string transport_name, const GroupOptions& options)
+    : size_(size),
+      transport_name_(std::move(transport_name)),
+      default_algorithm_(options.algorithm),
+      default_timeout_(options.timeout),
+      nodes_(size) {}  // one rank per node until the set-up says otherwise
+
+void Dispatcher::attach_engine(std::shared_ptr<CollectiveEngine> engine) {
+  COHORT_INTERNAL_ASSERT(engine_ == nullptr, "a group's engine is attached once");
+  engine_ = std::move(engine);
+  forget_choices();
+}
+
+void Dispatcher::attach_staging(std::shared_ptr<DeviceStaging> staging) {
+  COHORT_INTERNAL_ASSERT(staging_ == nullptr, "a group's staging is attached once");
+  staging_ = std::make_unique<StagingBackend>(std::move(staging), native_, engine_.get());
+  forget_choices();
+}
+
+bool Dispatcher::takes_device_buffers() const {
+  return staging_ != nullptr || (engine_ != nullptr && engine_->handles_device_memory());
+}
+
+void Dispatcher::set_layout(const Topology& topology, bool shared_memory_everywhere,
+                            const CostModel& cost_model) {
+  nodes_ = topology.num_nodes();
+  local_size_ = topology.uniform_local_size();
+  shared_memory_everywhere_ = shared_memory_everywhere;
+  cost_model_ = cost_model;
+  forget_choices();
+}
+
+Milliseconds Dispatcher::timeout_for(const CollectiveOptions& opts) const {
+  return opts.timeout.count() > 0 ? opts.timeout : default_timeout_;
+}
+
+// Note [Remembered choices]: the choice depends only on (kind, requested, bytes) once the
+// group's shape and cost model are set, and weighing the cost model is a good part of a small
+// collective's time. A slot holds bytes, kind, request and choice in one atomic word, so that
+// concurrent callers read either a whole entry or another key.
+Algorithm Dispatcher::algorithm_for(CollectiveKind kind, size_t bytes,
+                                    const CollectiveOptions& opts) const {
+  const Algorithm requested =
+      opts.algorithm != Algorithm::kAuto ? opts.algorithm : default_algorithm_;
+  constexpr int kKeyShift = 16;
+  const bool fits = bytes < (uint64_t{1} << (64 - kKeyShift - 1));
+  const uint64_t key = (uint64_t{bytes} << kKeyShift) | (static_cast<uint64_t>(kind) << 8) |
+                       (static_cast<uint64_t>(requested) << 4) | uint64_t{1} << 63;
+  static_assert(static_cast<int>(Algorithm::kEngine) < 16, "an algorithm fits 4 bits of a slot");
+  static_assert(std::tuple_size<decltype(choices_)>::value == 64, "slots are picked by 6 bits");
+  // Fibonacci hashing: the top bits of the product depend on every bit of the key.
+  std::atomic<uint64_t>& slot =
+      choices_[((key & ~(uint64_t{1} << 63)) * 0x9E3779B97F4A7C15ull) >> 58];
+  const uint64_t seen = slot.load(std::memory_order_relaxed);
+  if (fits && (seen & ~uint64_t{0xF}) == key) return static_cast<Algorithm>(seen & 0xF);
+  const Algorithm chosen = choose_algorithm(kind, requested, bytes, shape(), cost_model_);
+  if (fits) slot.store(key | static_cast<uint64_t>(chosen), std::memory_order_relaxed);
+  return chosen;
+}
+
+void Dispatcher::forget_choices() {
+  for (auto& slot : choices_) slot.store(0, std::memory_order_relaxed);
+}
+
+GroupShape Dispatcher::shape() const {
+  GroupShape shape;
+  shape.world = size_;
+  shape.nodes = nodes_;
+  shape.local_size = local_size_;
+  shape.shared_memory = shared_memory_everywhere_;
+  // Algorithm::kEngine is a choice for host buffers: only an engine of host memory offers it.
+  shape.engine = engine_ != nullptr && engine_->handles_host_memory();
+  return shape;
+}
+
+bool Dispatcher::on_device_engine(const CollectiveCall& call) const {
   if (engine_ == nullptr || !engine_->handles_device_memory()) return false;
   if (call.device != kHostMemory) return true;
   // A barrier of an NCCL group waits for the work queued on the device before it.
   return call.kind == CollectiveKind::kBarrier && !engine_->handles_host_memory();
 }
 
-Group::Impl::Dispatch Group::Impl::dispatch(const CollectiveCall& call,
-                                            const CollectiveOptions& opts) const {
+Dispatcher::Dispatch Dispatcher::dispatch(const CollectiveCall& call,
+                                          const CollectiveOptions& opts) const {
   if (on_device_engine(call)) {
     COHORT_CHECK(engine_->supports(call.kind, call.dtype, call.op, call.count),
                  engine_->engine_name(), " cannot run ", call.describe());
@@ -36,7 +112,7 @@ Group::Impl::Dispatch Group::Impl::dispatch(const CollectiveCall& call,
     return {engine_.get(), Plan{Algorithm::kEngine, Algorithm::kRing}};
   }
   const bool staged = call.device != kHostMemory && staging_ != nullptr;
-  size_t bytes = bytes_for_choice(call, size());
+  size_t bytes = bytes_for_choice(call, size_);
   if (staged) bytes = staging_->bytes_for_choice(call, bytes);
   Algorithm algorithm = algorithm_for(call.kind, bytes, opts);
   CollectiveBackend* backend = &native_;
@@ -64,7 +140,7 @@ Group::Impl::Dispatch Group::Impl::dispatch(const CollectiveCall& call,
 // stages device buffers through host memory (Note [Staged device buffers]), takes buffers on a
 // CUDA device. cohort's own algorithms read and write buffers with the CPU (memcpy, reduce
 // kernels), which would fault on device pointers, so other groups refuse them up front.
-void Group::Impl::check_device(const CollectiveCall& call, const CollectiveBackend& backend) const {
+void Dispatcher::check_device(const CollectiveCall& call, const CollectiveBackend& backend) const {
   if (call.device == kHostMemory) return;
   const char* what = collective_name(call.kind);
   COHORT_CHECK(call.device >= 0, what, ": buffer device ", call.device,
@@ -85,16 +161,16 @@ void Group::Impl::check_device(const CollectiveCall& call, const CollectiveBacke
 
 // Not silent: the user asked for the engine's collectives (COHORT_ALGO=engine,
 // COHORT_MPI_COLLECTIVES=mpi). Said once per collective and dtype.
-void Group::Impl::note_engine_fallback(const CollectiveCall& call, Algorithm algorithm) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+void Dispatcher::note_engine_fallback(const CollectiveCall& call, Algorithm algorithm) const {
+  std::lock_guard<std::mutex> lock(fallbacks_mutex_);
   if (!engine_fallbacks_noted_.insert({call.kind, call.dtype}).second) return;
   COHORT_LOG(kInfo, engine_->engine_name(), " has no ", collective_name(call.kind), " of ",
              dtype_name(call.dtype), " (", call.describe(), "): cohort's ",
-             algorithm_name(algorithm), " runs it over ", transport_->name(), " point-to-point");
+             algorithm_name(algorithm), " runs it over ", transport_name_, " point-to-point");
 }
 
-Operation Group::Impl::collective_operation(const CollectiveCall& call,
-                                            const CollectiveOptions& opts) const {
+Operation Dispatcher::collective_operation(const CollectiveCall& call,
+                                           const CollectiveOptions& opts) const {
   const Dispatch chosen = dispatch(call, opts);
   Operation op;
   op.signature = {call.kind, call.count, call.dtype, call.op, call.root};
@@ -104,14 +180,9 @@ Operation Group::Impl::collective_operation(const CollectiveCall& call,
   return op;
 }
 
-}  // namespace cohort
-
-namespace cohort {
-
 // Point-to-point: host buffers over the transport with the message's index in its (peer, tag)
 // stream; device buffers on the engine (NCCL), which has no tags and matches in issue order.
-std::shared_ptr<Work> Group::Impl::point_to_point(const CollectiveCall& call, int peer,
-                                                  const CollectiveOptions& opts) {
+Scheduler::P2PBody Dispatcher::point_to_point_body(const CollectiveCall& call, int peer) const {
   CollectiveEngine* engine = engine_.get();
   const bool on_engine = on_device_engine(call);
   const bool staged = !on_engine && call.device != kHostMemory && staging_ != nullptr;
@@ -120,7 +191,7 @@ std::shared_ptr<Work> Group::Impl::point_to_point(const CollectiveCall& call, in
                                                : native_;
   check_device(call, backend);
   const bool sending = call.kind == CollectiveKind::kSend;
-  std::function<void(algo::Context&, uint64_t)> body;
+  Scheduler::P2PBody body;
   if (staged) {
     body = [call, peer, staging = staging_.get(), sending](algo::Context& ctx, uint64_t index) {
       if (sending) {
@@ -147,7 +218,7 @@ std::shared_ptr<Work> Group::Impl::point_to_point(const CollectiveCall& call, in
       }
     };
   }
-  return submit_p2p(call.kind, call.count, call.dtype, peer, opts, std::move(body));
+  return body;
 }
 
 }  // namespace cohort

@@ -13,6 +13,8 @@
 #include "cohort/comm/nccl.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
+#include "group/group_access.h"
+#include "group/group_host_collectives.h"
 #include "group/group_impl.h"
 
 namespace cohort {
@@ -25,16 +27,19 @@ std::shared_ptr<Group> create_nccl_group(std::shared_ptr<Group> bootstrap, NcclO
   const int device = options.device >= 0 ? options.device : bootstrap->local_rank();
   // Unique among the bootstrap's subgroups: its sequence number before a collective of it.
   const std::string key = "nccl" + std::to_string(bootstrap->sequence_number());
-  cuda::agree_on_devices(*bootstrap, cuda::device_problem(device), "create_nccl_group", deadline);
+  GroupHostCollectives bootstrap_host(*bootstrap);
+  cuda::agree_on_devices(bootstrap_host, cuda::device_problem(device), "create_nccl_group",
+                         deadline);
 
   // A group of its own: the caller keeps using the bootstrap group as it likes, and this one
   // sees only the NCCL group's calls, in its order.
   std::vector<int> everyone(static_cast<size_t>(bootstrap->size()));
   std::iota(everyone.begin(), everyone.end(), 0);
   group_options.name += "/nccl";
-  return bootstrap->impl().make_subgroup(
-      everyone, key, std::move(group_options), deadline,
-      [&](Group& host) { return NcclEngine::create(host, device, deadline); });
+  return impl_of(*bootstrap)
+      .make_subgroup(everyone, key, std::move(group_options), deadline, [&](HostCollectives& host) {
+        return NcclEngine::create(host, device, deadline);
+      });
 }
 
 }  // namespace cohort

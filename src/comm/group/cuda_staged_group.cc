@@ -11,6 +11,8 @@
 #include "cohort/comm/cuda_staging.h"
 #include "cohort/core/check.h"
 #include "cohort/core/env.h"
+#include "group/group_access.h"
+#include "group/group_host_collectives.h"
 #include "group/group_impl.h"
 
 namespace cohort {
@@ -41,11 +43,12 @@ std::shared_ptr<Group> create_cuda_staged_group(std::shared_ptr<Group> bootstrap
   const size_t chunk = chunk_bytes(options);
   const int devices = cuda::device_count();
   const int device = options.device >= 0 ? options.device
-                     : devices > 0      ? bootstrap->local_rank() % devices
-                                        : 0;
+                     : devices > 0       ? bootstrap->local_rank() % devices
+                                         : 0;
   // Unique among the bootstrap's subgroups: its sequence number before a collective of it.
   const std::string key = "staged" + std::to_string(bootstrap->sequence_number());
-  cuda::agree_on_devices(*bootstrap, cuda::device_problem(device), "create_cuda_staged_group",
+  GroupHostCollectives bootstrap_host(*bootstrap);
+  cuda::agree_on_devices(bootstrap_host, cuda::device_problem(device), "create_cuda_staged_group",
                          deadline);
 
   // A group of its own: the caller keeps using the bootstrap group for host buffers as it
@@ -53,9 +56,8 @@ std::shared_ptr<Group> create_cuda_staged_group(std::shared_ptr<Group> bootstrap
   std::vector<int> everyone(static_cast<size_t>(bootstrap->size()));
   std::iota(everyone.begin(), everyone.end(), 0);
   group_options.name += "/staged";
-  auto group =
-      bootstrap->impl().make_subgroup(everyone, key, std::move(group_options), deadline);
-  group->impl().attach_staging(std::make_shared<CudaDeviceStaging>(device, chunk));
+  auto group = impl_of(*bootstrap).make_subgroup(everyone, key, std::move(group_options), deadline);
+  impl_of(*group).attach_staging(std::make_shared<CudaDeviceStaging>(device, chunk));
   return group;
 }
 
