@@ -212,7 +212,9 @@ Storage::Storage(Group& group, size_t bytes, bool registered) : bytes_(bytes) {
 }
 
 Buffer Case::view(Storage& storage, size_t count) const {
-  return Buffer{storage.data(), count, config_.dtype};
+  Buffer buffer{storage.data(), count, config_.dtype};
+  buffer.registered = storage.registered();  // run in place where registered
+  return buffer;
 }
 
 std::unique_ptr<Case> make_case(Group& group, const BenchConfig& config, size_t bytes) {

@@ -24,6 +24,8 @@ class Storage {
   Storage(Group& group, size_t bytes, bool registered);
   uint8_t* data() const { return data_; }
   size_t size() const { return bytes_; }
+  // The registered memory it is (Buffer::registered), or null.
+  const RegisteredMemory* registered() const { return registered_.get(); }
 
  private:
   std::shared_ptr<RegisteredMemory> registered_;

@@ -16,6 +16,12 @@ Backend parse_backend(const std::string& text) {
   if (text == "auto") return Backend::kAuto;
   if (text == "native") return Backend::kNative;
   if (text == "mpi") return Backend::kMpi;
+  if (text == "nccl") {
+    throw ConfigError(
+        "COHORT_BACKEND='nccl': init() makes host groups; make an NCCL group over one with "
+        "cohort::create_nccl_group (docs/backends.md), and set COHORT_BACKEND to auto, native "
+        "or mpi");
+  }
   throw ConfigError("COHORT_BACKEND='" + text +
                     "': use auto, native (cohort's shared memory and TCP) or mpi");
 }
@@ -25,6 +31,11 @@ namespace {
 Backend resolve_backend(Backend requested, const LaunchEnv& env) {
   if (requested == Backend::kAuto) {
     requested = parse_backend(env_string("COHORT_BACKEND").value_or("auto"));
+  }
+  if (requested == Backend::kNccl) {
+    throw ConfigError(
+        "InitOptions::backend is Backend::kNccl: init() makes host groups; make an NCCL group "
+        "over one with cohort::create_nccl_group (docs/backends.md)");
   }
   if (requested != Backend::kAuto) return requested;
   const bool mpi_launcher = env.launcher == "openmpi" || env.launcher == "mpich";

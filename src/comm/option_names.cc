@@ -20,6 +20,16 @@ const char* collective_name(CollectiveKind kind) {
   return "unknown-collective";
 }
 
+const char* backend_name(Backend backend) {
+  switch (backend) {
+    case Backend::kAuto: return "auto";
+    case Backend::kNative: return "native";
+    case Backend::kMpi: return "MPI";
+    case Backend::kNccl: return "NCCL";
+  }
+  return "?";
+}
+
 const char* algorithm_name(Algorithm algorithm) {
   switch (algorithm) {
     case Algorithm::kAuto: return "auto";

@@ -27,6 +27,7 @@ class DeviceOnlyEngine final : public CollectiveEngine {
   DeviceOnlyEngine(int rank, int size) : rank_(rank), size_(size) {}
 
   const char* engine_name() const override { return "fake-device"; }
+  Backend kind() const override { return Backend::kNccl; }  // stands for NCCL
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool handles_host_memory() const override { return false; }
@@ -112,6 +113,7 @@ struct EngineGroups {
 EngineGroups make_engine_groups(int world) {
   EngineGroups made;
   made.groups = testing::make_inproc_groups(world, testing::quick_options());
+  EXPECT_EQ(made.groups[0]->backend(), Backend::kNative);  // cohort's algorithms alone
   for (int r = 0; r < world; ++r) {
     made.engines.push_back(std::make_shared<DeviceOnlyEngine>(r, world));
     impl_of(*made.groups[r]).attach_engine(made.engines.back());
@@ -140,6 +142,8 @@ TEST(EngineBesideTransport, DeviceBuffersGoToTheEngineHostBuffersToCohortsAlgori
     EXPECT_EQ(engine->last_op, ReduceOp::kAvg);  // the engine averages device memory itself
   }
   EXPECT_TRUE(made.groups[0]->takes_device_buffers());
+  // The group reports its engine's place in the one Backend list.
+  EXPECT_EQ(made.groups[0]->backend(), Backend::kNccl);
 }
 
 TEST(EngineBesideTransport, SendAndRecvOfHostBuffersUseTheTransport) {

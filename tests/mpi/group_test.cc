@@ -36,6 +36,7 @@ TEST(MpiGroup, RanksMatchTheLauncher) {
   EXPECT_EQ(group.num_nodes(), 1);
   EXPECT_EQ(group.local_size(), group.size());
   EXPECT_EQ(group.local_rank(), group.rank());
+  EXPECT_EQ(group.backend(), Backend::kMpi);
 }
 
 TEST(MpiGroup, ManyAsyncAllreducesCompleteInOrder) {

@@ -1,4 +1,4 @@
-// Collectives out of step across ranks (Note [Call stamps] in src/comm/call_stamp.h): rank 1
+// Collectives out of step across ranks (Note [Call stamps] in src/comm/transport/call_stamp.h): rank 1
 // makes another call than the others, and every rank throws MismatchError naming both calls,
 // over shared memory (the default on one host) and over TCP, without COHORT_DEBUG.
 #include <gtest/gtest.h>

@@ -80,8 +80,8 @@ TEST(RegisteredMemory, ReduceScatterEveryDtypeOpAndSizeInAndOutOfPlace) {
         for (DType dtype : testing::all_dtypes()) {
           for (ReduceOp op : testing::all_ops()) {
             testing::fail_if(group,
-                             testing::check_reduce_scatter(group, count, dtype, op,
-                                                           Algorithm::kShm, Memory::kRegistered),
+                             testing::check_reduce_scatter(group, count, dtype, op, Algorithm::kShm,
+                                                           Memory::kRegistered),
                              "world ", world, " count ", count, " ", dtype_name(dtype), " ",
                              reduce_op_name(op));
             testing::fail_if(group,
@@ -133,7 +133,7 @@ TEST(RegisteredMemory, AllreduceIntoARegisteredOutputAtAnyOffset) {
     float* out = memory->as<float>() + 8 * rank;
     std::vector<float> in(kCount);
     for (size_t i = 0; i < kCount; ++i) in[i] = static_cast<float>((rank + 1) * (i % 1000));
-    group.allreduce(make_buffer(in), Buffer{out, kCount, DType::kFloat32});
+    group.allreduce(make_buffer(in), memory->buffer(out, kCount, DType::kFloat32));
     size_t wrong = 0;
     for (size_t i = 0; i < kCount; ++i) wrong += out[i] != static_cast<float>(6 * (i % 1000));
     testing::fail_if(group, wrong ? std::to_string(wrong) + " wrong" : "", "rank ", rank);
@@ -150,8 +150,8 @@ TEST(RegisteredMemory, OutputsOverlappingTheInputElsewhere) {
     auto memory = group.allocate_registered(3 * kCount * sizeof(int32_t));
     auto* data = memory->as<int32_t>();
     for (size_t i = 0; i < 3 * kCount; ++i) data[i] = static_cast<int32_t>((rank + 1) * i);
-    group.reduce_scatter(ConstBuffer{data, 3 * kCount, DType::kInt32},
-                         Buffer{data, kCount, DType::kInt32});
+    group.reduce_scatter(memory->buffer(data, 3 * kCount, DType::kInt32),
+                         memory->buffer(data, kCount, DType::kInt32));
     size_t wrong = 0;
     for (size_t i = 0; i < kCount; ++i) {
       wrong += data[i] != static_cast<int32_t>(6 * (rank * kCount + i));
@@ -159,8 +159,8 @@ TEST(RegisteredMemory, OutputsOverlappingTheInputElsewhere) {
     testing::fail_if(group, wrong ? std::to_string(wrong) + " wrong" : "", "reduce_scatter, rank ",
                      rank);
     for (size_t i = 0; i < kCount; ++i) data[i] = static_cast<int32_t>(rank * 100000 + i);
-    group.allgather(ConstBuffer{data, kCount, DType::kInt32},
-                    Buffer{data, 3 * kCount, DType::kInt32});
+    group.allgather(memory->buffer(data, kCount, DType::kInt32),
+                    memory->buffer(data, 3 * kCount, DType::kInt32));
     for (size_t i = 0; i < 3 * kCount; ++i) {
       wrong += data[i] != static_cast<int32_t>((i / kCount) * 100000 + i % kCount);
     }
@@ -181,10 +181,11 @@ TEST(RegisteredMemory, MixedMemoryIsAnErrorOnEveryRank) {
       auto first = group.allocate_registered(4096);
       auto second = group.allocate_registered(4096);
       std::vector<float> own(1024, 1.0f);
-      float* data = rank == 0 ? first->as<float>()
-                              : (two_allocations ? second->as<float>() : own.data());
+      const Buffer data = rank == 0         ? first->buffer<float>(0, 1024)
+                          : two_allocations ? second->buffer<float>(0, 1024)
+                                            : make_buffer(own);
       try {
-        group.allreduce(Buffer{data, 1024, DType::kFloat32});
+        group.allreduce(data);
       } catch (const MismatchError& e) {
         errors[static_cast<size_t>(rank)] = e.what();
       }

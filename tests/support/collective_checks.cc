@@ -27,6 +27,11 @@ class CheckBuffer {
     }
   }
   uint8_t* data() { return data_; }
+  // `count` elements of `dtype` at `at` (inside this buffer), marked as registered where it is
+  // (Buffer::registered): what the collectives run in place on.
+  Buffer buffer(uint8_t* at, size_t count, DType dtype) const {
+    return registered_ ? registered_->buffer(at, count, dtype) : Buffer{at, count, dtype};
+  }
   size_t size() const { return bytes_; }
   uint8_t back() const { return data_[bytes_ - 1]; }
   std::vector<uint8_t> copy() const { return std::vector<uint8_t>(data_, data_ + bytes_); }
@@ -52,20 +57,20 @@ std::string check_allreduce(Group& group, size_t count, DType dtype, ReduceOp op
   CollectiveOptions opts;
   opts.op = op;
   opts.algorithm = algorithm;
-  group.allreduce(Buffer{data.data(), count, dtype}, opts);
+  group.allreduce(data.buffer(data.data(), count, dtype), opts);
   const std::string error = check_sweep(data.data(), count, dtype, op, group.size());
   return error.empty() ? "" : "rank " + std::to_string(group.rank()) + " " + error;
 }
 
 // Every rank starts with its own values; returns "" when all hold the root's afterwards.
-std::string check_broadcast(Group& group, size_t count, DType dtype, int root,
-                            Algorithm algorithm, Memory memory) {
+std::string check_broadcast(Group& group, size_t count, DType dtype, int root, Algorithm algorithm,
+                            Memory memory) {
   CheckBuffer data(group, count * dtype_size(dtype) + 1, memory);
   fill_movement(data.data(), count, dtype, group.rank());
   CollectiveOptions opts;
   opts.root = root;
   opts.algorithm = algorithm;
-  group.broadcast(Buffer{data.data(), count, dtype}, opts);
+  group.broadcast(data.buffer(data.data(), count, dtype), opts);
   return check_movement(
       data.data(), count, dtype, [&](size_t) { return root; }, [](size_t i) { return i; });
 }
@@ -97,15 +102,15 @@ std::string check_allgather(Group& group, size_t count, DType dtype, Algorithm a
   CheckBuffer in(group, count * esize + 1, in_place ? Memory::kPrivate : memory);
   CheckBuffer out(group, n * count * esize + 1, in_place ? memory : Memory::kPrivate, kSentinel);
   fill_movement(in.data(), count, dtype, group.rank());
-  const void* input = in.data();
+  ConstBuffer input = in.buffer(in.data(), count, dtype);
   if (in_place) {
     uint8_t* own = out.data() + static_cast<size_t>(group.rank()) * count * esize;
     if (count > 0) std::memcpy(own, in.data(), count * esize);
-    input = own;
+    input = out.buffer(own, count, dtype);
   }
   CollectiveOptions opts;
   opts.algorithm = algorithm;
-  group.allgather(ConstBuffer{input, count, dtype}, Buffer{out.data(), n * count, dtype}, opts);
+  group.allgather(input, out.buffer(out.data(), n * count, dtype), opts);
   if (out.back() != kSentinel) return "wrote past the end of the output";
   return check_movement(
       out.data(), n * count, dtype, [&](size_t i) { return static_cast<int>(i / count); },
@@ -126,7 +131,7 @@ std::string check_reduce_scatter(Group& group, size_t count, DType dtype, Reduce
   CollectiveOptions opts;
   opts.op = op;
   opts.algorithm = algorithm;
-  group.reduce_scatter(ConstBuffer{in.data(), n * count, dtype}, Buffer{out.data(), count, dtype},
+  group.reduce_scatter(in.buffer(in.data(), n * count, dtype), Buffer{out.data(), count, dtype},
                        opts);
   if (out.back() != kSentinel) return "wrote past the end of the output";
   if (in != before) return "the input changed";
@@ -148,7 +153,8 @@ std::string check_reduce_scatter_in_place(Group& group, size_t count, DType dtyp
   CollectiveOptions opts;
   opts.op = op;
   opts.algorithm = algorithm;
-  group.reduce_scatter(ConstBuffer{data.data(), n * count, dtype}, Buffer{own, count, dtype}, opts);
+  group.reduce_scatter(data.buffer(data.data(), n * count, dtype), data.buffer(own, count, dtype),
+                       opts);
   if (data.back() != kSentinel) return "wrote past the end of the input";
   const size_t own_begin = me * count * esize, own_end = own_begin + count * esize;
   for (size_t i = 0; i + 1 < data.size(); ++i) {

@@ -1,6 +1,6 @@
-// Call stamps (Note [Call stamps] in src/comm/call_stamp.h): what must agree across ranks, what
+// Call stamps (Note [Call stamps] in src/comm/transport/call_stamp.h): what must agree across ranks, what
 // may differ, and how a mismatch reads.
-#include "call_stamp.h"
+#include "transport/call_stamp.h"
 
 #include <gtest/gtest.h>
 

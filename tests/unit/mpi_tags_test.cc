@@ -63,6 +63,8 @@ TEST(MpiOptions, ParsesTheModesAndBackends) {
   EXPECT_EQ(parse_backend("native"), Backend::kNative);
   EXPECT_EQ(parse_backend("mpi"), Backend::kMpi);
   EXPECT_THROW(parse_backend("gloo"), ConfigError);
+  EXPECT_THROW(parse_backend("nccl"), ConfigError);  // made by create_nccl_group, not init()
+  EXPECT_STREQ(backend_name(Backend::kNccl), "NCCL");
 }
 
 }  // namespace

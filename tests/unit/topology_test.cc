@@ -1,5 +1,5 @@
 // Topology from node keys: numbering, local ranks, uniformity, peers across nodes, subgroups.
-#include "group/topology.h"
+#include "topology/topology.h"
 
 #include <gtest/gtest.h>
 

@@ -9,6 +9,8 @@
 
 namespace cohort {
 
+class RegisteredMemory;  // registered_memory.h
+
 inline constexpr int kHostMemory = -1;
 
 struct Buffer {
@@ -19,6 +21,11 @@ struct Buffer {
   // dtype} still means host memory. Only groups on an engine that handles device memory
   // (NCCL) accept device buffers; cohort's own algorithms refuse them (InvalidArgument).
   int device = kHostMemory;
+  // The registered memory (Group::allocate_registered) the buffer lies in, where it does:
+  // RegisteredMemory::buffer() sets it. The shared-memory algorithms then run on the buffer in
+  // place (Note [Registered buffers] in src/comm/transport/shm/shm_registry.h); null: an
+  // ordinary buffer, copied through the group's window.
+  const RegisteredMemory* registered = nullptr;
   size_t bytes() const { return count * dtype_size(dtype); }
   bool on_device() const { return device != kHostMemory; }
 };
@@ -27,12 +34,13 @@ struct ConstBuffer {
   const void* data = nullptr;
   size_t count = 0;
   DType dtype = DType::kFloat32;
-  int device = kHostMemory;  // as Buffer::device
+  int device = kHostMemory;                      // as Buffer::device
+  const RegisteredMemory* registered = nullptr;  // as Buffer::registered
   ConstBuffer() = default;
   ConstBuffer(const void* d, size_t n, DType t, int dev = kHostMemory)
       : data(d), count(n), dtype(t), device(dev) {}
   ConstBuffer(const Buffer& b)  // NOLINT: a Buffer is readable wherever a ConstBuffer is asked
-      : data(b.data), count(b.count), dtype(b.dtype), device(b.device) {}
+      : data(b.data), count(b.count), dtype(b.dtype), device(b.device), registered(b.registered) {}
   size_t bytes() const { return count * dtype_size(dtype); }
   bool on_device() const { return device != kHostMemory; }
 };

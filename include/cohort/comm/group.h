@@ -100,6 +100,10 @@ class Group : public std::enable_shared_from_this<Group> {
   int node_rank() const;   // index of this rank's node
   int num_nodes() const;
 
+  // What runs this group's collectives: the engine it was made on (kMpi, kNccl), else
+  // kNative (cohort's algorithms, also for a staged CUDA group). Never kAuto.
+  Backend backend() const;
+
   // Whether collectives take CUDA device buffers (Buffer::device >= 0) with the automatic
   // algorithm: true for NCCL groups (nccl.h); every group takes host buffers.
   bool takes_device_buffers() const;

@@ -14,14 +14,9 @@
 
 namespace cohort {
 
-// What carries a job's data (docs/backends.md).
-enum class Backend : uint8_t {
-  kAuto,    // COHORT_BACKEND=auto|native|mpi; auto: kMpi when an MPI launcher started this
-            // process (mpirun, mpiexec) and cohort was built with MPI, else kNative
-  kNative,  // cohort's transports: shared memory within a host, TCP between hosts, a store
-  kMpi,     // MPI_COMM_WORLD (mpi.h): no store, no MASTER_ADDR
-};
-// "auto", "native" or "mpi"; throws ConfigError otherwise.
+// Backend (options.h) names what carries a job's data; init() makes kNative and kMpi groups.
+// "auto", "native" or "mpi"; throws ConfigError otherwise ("nccl" too: an NCCL group is made
+// over a host group by create_nccl_group, nccl.h).
 Backend parse_backend(const std::string& text);
 
 struct InitOptions {

@@ -30,6 +30,21 @@ const char* algorithm_name(Algorithm algorithm);
 // throws InvalidArgument otherwise.
 Algorithm parse_algorithm(const std::string& name);
 
+// What runs a group's collectives (docs/backends.md): the one list of backends, which
+// InitOptions::backend picks from and Group::backend() reports.
+enum class Backend : uint8_t {
+  kAuto,    // InitOptions only. COHORT_BACKEND=auto|native|mpi; auto: kMpi when an MPI
+            // launcher started this process (mpirun, mpiexec) and cohort was built with MPI,
+            // else kNative
+  kNative,  // cohort's algorithms over its transports: shared memory within a host, TCP
+            // between hosts, a store (and the staged CUDA groups, through host copies)
+  kMpi,     // MPI_COMM_WORLD (mpi.h): no store, no MASTER_ADDR
+  kNccl,    // NCCL for device buffers (nccl.h), over a host group for the rest; made by
+            // create_nccl_group, never by init()
+};
+// "native", "MPI", "NCCL" (and "auto").
+const char* backend_name(Backend backend);
+
 enum class CollectiveKind : uint8_t {
   kAllreduce,
   kBroadcast,

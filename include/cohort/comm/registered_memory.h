@@ -31,11 +31,21 @@ class RegisteredMemory {
   T* as() const {
     return static_cast<T*>(data_);
   }
-  // count elements of T from element `offset` (no bounds beyond bytes() are allowed).
+  // count elements of T from element `offset` (no bounds beyond bytes() are allowed), marked
+  // as lying in this memory (Buffer::registered).
   template <typename T>
   Buffer buffer(size_t offset, size_t count) const {
-    return Buffer{as<T>() + offset, count, dtype_of<T>};
+    return buffer(as<T>() + offset, count, dtype_of<T>);
   }
+  // The buffer of `count` elements of `dtype` at `data`, which must lie in this memory, marked
+  // as such: what a caller that keeps typed views of the memory (a DDP bucket) passes.
+  Buffer buffer(void* data, size_t count, DType dtype) const {
+    Buffer b{data, count, dtype};
+    b.registered = this;
+    return b;
+  }
+  // For the comm layer: what keeps the memory, the shared-memory region where shared().
+  const std::shared_ptr<void>& owner() const { return owner_; }
 
  private:
   std::shared_ptr<void> owner_;

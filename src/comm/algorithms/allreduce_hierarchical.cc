@@ -21,7 +21,7 @@
 #include "algorithms/registered_view.h"
 #include "algorithms/shm_rounds.h"
 #include "cohort/core/check.h"
-#include "group/topology.h"
+#include "topology/topology.h"
 #include "kernels/copy_kernel.h"
 #include "kernels/reduce_kernels.h"
 #include "transport/rank_subset_transport.h"

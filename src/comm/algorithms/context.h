@@ -17,6 +17,16 @@ class Topology;
 struct ShmPlace;
 }  // namespace cohort
 
+namespace cohort {
+class RegisteredMemory;  // cohort/comm/registered_memory.h
+
+// The registered memory (Buffer::registered) a call's input and output lie in; null where not.
+struct RegisteredPair {
+  const RegisteredMemory* in = nullptr;
+  const RegisteredMemory* out = nullptr;
+};
+}  // namespace cohort
+
 namespace cohort::algo {
 
 class Context {
@@ -41,6 +51,10 @@ class Context {
   // Which ranks share a node; null where the group does not know (algorithms that need it are
   // only chosen when it is known).
   const Topology* topology() const { return topology_; }
+  // The registered memory the call's buffers lie in (Buffer::registered): what RegisteredView
+  // runs in place on. Set by the backend for the call it runs.
+  const RegisteredPair& registered() const { return registered_; }
+  void set_registered(const RegisteredPair& registered) { registered_ = registered; }
 
   // The same collective (sequence number, deadline, scratch) over another transport, for a
   // phase that runs among some of the ranks (transport/rank_subset_transport.h).
@@ -98,6 +112,7 @@ class Context {
   Deadline deadline_;
   std::vector<uint8_t>& scratch_;
   ShmWindow* shm_;
+  RegisteredPair registered_;
   const Topology* topology_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cohort/comm/registered_memory.h"
 #include "cohort/core/check.h"
 #include "kernels/copy_kernel.h"
 #include "kernels/reduce_kernels.h"
@@ -18,9 +19,18 @@ RegisteredView::RegisteredView(Context& ctx, const void* data, size_t bytes)
     : ctx_(ctx), bytes_(bytes) {
   ShmWindow& window = *ctx.shm();
   if (bytes == 0) return;  // nothing to share: the staged path returns at once
-  region_ = window.registry().find(data, bytes);
-  if (region_) {
-    offset_ = static_cast<uint64_t>(static_cast<const uint8_t*>(data) - region_->own());
+  for (const RegisteredMemory* memory : {ctx.registered().in, ctx.registered().out}) {
+    if (memory == nullptr || !memory->shared()) continue;
+    // A shared RegisteredMemory is kept by its region (group_registered.cc).
+    auto region = std::static_pointer_cast<const ShmRegion>(memory->owner());
+    const auto* begin = static_cast<const uint8_t*>(data);
+    const uint8_t* own = region->own();
+    if (begin < own || begin + bytes > own + region->bytes()) continue;  // the other buffer's
+    // Memory another group registered is not mapped by this group's ranks: copied, as any.
+    if (region->registry() != &window.registry()) continue;
+    region_ = std::move(region);
+    offset_ = static_cast<uint64_t>(begin - own);
+    return;
   }
 }
 

@@ -27,7 +27,9 @@ namespace cohort::algo {
 
 class RegisteredView {
  public:
-  // Looks [data, data + bytes) up in the node's registered memory (ctx.shm() must be set).
+  // [data, data + bytes) in place where it lies in the call's registered memory
+  // (ctx.registered(), shared on the node: Buffer::registered), else not registered
+  // (ctx.shm() must be set).
   RegisteredView(Context& ctx, const void* data, size_t bytes);
   ~RegisteredView();
 

@@ -1,6 +1,6 @@
 #include "backends/backend.h"
 
-#include "call_stamp.h"
+#include "transport/call_stamp.h"
 
 namespace cohort {
 

@@ -36,6 +36,8 @@ struct CollectiveCall {
   int root = 0;
   int device = kHostMemory;  // where the buffers are (buffer.h)
   void* stream = nullptr;    // device buffers: CollectiveOptions::stream
+  // The registered memory the input and the output lie in (Buffer::registered), where they do.
+  RegisteredPair registered;
 
   size_t bytes() const { return count * dtype_size(dtype); }
   // "allreduce(count=..., dtype=..., op=...)": for errors.
@@ -56,6 +58,8 @@ class CollectiveBackend {
   virtual ~CollectiveBackend() = default;
   // A short word for errors and logs: "cohort", "MPI", "NCCL".
   virtual const char* backend_name() const = 0;
+  // Which of the public Backend list this is (kNative for cohort's algorithms, staged or not).
+  virtual Backend kind() const = 0;
   // Runs `call` with `plan` to the end (kAvg divided); throws InvalidArgument when it cannot.
   virtual void run(const CollectiveCall& call, const Plan& plan, algo::Context& ctx) = 0;
 };

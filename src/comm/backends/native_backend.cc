@@ -156,6 +156,7 @@ void NativeBackend::run(const CollectiveCall& call, const Plan& plan, algo::Cont
   COHORT_CHECK(runner != table().end(), call.describe(), ": cohort has no ",
                algorithm_name(plan.algorithm),
                " algorithm for it (it has: ", algorithm_list(call.kind), ")");
+  ctx.set_registered(call.registered);  // what the shm algorithms run in place on
   runner->second(call, plan, ctx);
 }
 

@@ -12,6 +12,7 @@ namespace cohort {
 class NativeBackend final : public CollectiveBackend {
  public:
   const char* backend_name() const override { return "cohort"; }
+  Backend kind() const override { return Backend::kNative; }
   // Host memory only; `plan.algorithm` must be one that has(call.kind, ...).
   void run(const CollectiveCall& call, const Plan& plan, algo::Context& ctx) override;
 

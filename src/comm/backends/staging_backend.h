@@ -40,6 +40,7 @@ class StagingBackend final : public CollectiveBackend {
                  CollectiveBackend* engine);
 
   const char* backend_name() const override { return "cohort, staged through host memory"; }
+  Backend kind() const override { return Backend::kNative; }
   void run(const CollectiveCall& call, const Plan& plan, algo::Context& ctx) override;
   // Group::send and recv of device buffers: message `index` of the (peer, tag) stream.
   void send(const CollectiveCall& call, int peer, uint64_t index, algo::Context& ctx);

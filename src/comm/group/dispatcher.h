@@ -21,7 +21,7 @@
 #include "cohort/comm/group.h"
 #include "group/operation.h"
 #include "group/scheduler.h"
-#include "group/topology.h"
+#include "topology/topology.h"
 
 namespace cohort {
 

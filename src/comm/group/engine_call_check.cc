@@ -4,7 +4,7 @@
 #include <array>
 
 #include "backends/collective_engine.h"
-#include "call_stamp.h"
+#include "transport/call_stamp.h"
 #include "group/group_impl.h"
 
 namespace cohort {

@@ -53,6 +53,11 @@ int Group::num_nodes() const {
   return impl_->topology().num_nodes();
 }
 
+Backend Group::backend() const {
+  const CollectiveEngine* engine = impl_->engine();
+  return engine != nullptr ? engine->kind() : Backend::kNative;
+}
+
 bool Group::takes_device_buffers() const {
   return impl_->takes_device_buffers();
 }

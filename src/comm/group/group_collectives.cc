@@ -57,6 +57,12 @@ CollectiveCall call_of(CollectiveKind kind, const void* in, void* out, size_t co
   return call;
 }
 
+// The call runs in place on registered memory where its buffers say they lie in some.
+CollectiveCall on_registered(CollectiveCall call, const ConstBuffer& in, const Buffer& out) {
+  call.registered = {in.registered, out.registered};
+  return call;
+}
+
 CollectiveCall reduction(CollectiveCall call, const CollectiveOptions& opts) {
   call.op = opts.op;
   return call;
@@ -93,8 +99,9 @@ Operation Group::allreduce_operation(ConstBuffer in, Buffer out,
                                      const CollectiveOptions& opts) const {
   check_in_out(in, out, 1, 1, "allreduce", "input and output counts differ");
   return impl_->collective_operation(
-      reduction(call_of(CollectiveKind::kAllreduce, in.data, out.data, out.count, out.dtype,
-                        out.device, opts),
+      reduction(on_registered(call_of(CollectiveKind::kAllreduce, in.data, out.data, out.count,
+                                      out.dtype, out.device, opts),
+                              in, out),
                 opts),
       opts);
 }
@@ -116,11 +123,12 @@ void Group::allreduce(ConstBuffer in, Buffer out, const CollectiveOptions& opts)
 std::shared_ptr<Work> Group::broadcast_async(Buffer data, const CollectiveOptions& opts) {
   check_pointer(data.data, data.count, "broadcast");
   check_root(opts.root, size(), "broadcast");
-  return impl_->submit(
-      impl_->collective_operation(rooted(call_of(CollectiveKind::kBroadcast, data.data, data.data,
-                                                 data.count, data.dtype, data.device, opts),
-                                         opts),
-                                  opts));
+  return impl_->submit(impl_->collective_operation(
+      rooted(on_registered(call_of(CollectiveKind::kBroadcast, data.data, data.data, data.count,
+                                   data.dtype, data.device, opts),
+                           data, data),
+             opts),
+      opts));
 }
 
 void Group::broadcast(Buffer data, const CollectiveOptions& opts) {
@@ -149,7 +157,9 @@ std::shared_ptr<Work> Group::allgather_async(ConstBuffer in, Buffer out,
   check_in_out(in, out, static_cast<size_t>(size()), 1, "allgather",
                "the output must hold size() blocks of the input's count");
   return impl_->submit(impl_->collective_operation(
-      call_of(CollectiveKind::kAllgather, in.data, out.data, in.count, in.dtype, in.device, opts),
+      on_registered(call_of(CollectiveKind::kAllgather, in.data, out.data, in.count, in.dtype,
+                            in.device, opts),
+                    in, out),
       opts));
 }
 
@@ -162,8 +172,9 @@ std::shared_ptr<Work> Group::reduce_scatter_async(ConstBuffer in, Buffer out,
   check_in_out(in, out, 1, static_cast<size_t>(size()), "reduce_scatter",
                "the input must hold size() blocks of the output's count");
   return impl_->submit(impl_->collective_operation(
-      reduction(call_of(CollectiveKind::kReduceScatter, in.data, out.data, out.count, out.dtype,
-                        out.device, opts),
+      reduction(on_registered(call_of(CollectiveKind::kReduceScatter, in.data, out.data, out.count,
+                                      out.dtype, out.device, opts),
+                              in, out),
                 opts),
       opts));
 }

@@ -1,6 +1,6 @@
 #include "group/group_impl.h"
 
-#include "call_stamp.h"
+#include "transport/call_stamp.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"

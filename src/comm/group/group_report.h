@@ -6,7 +6,7 @@
 #include <string>
 
 #include "choice/cost_model.h"
-#include "group/topology.h"
+#include "topology/topology.h"
 
 namespace cohort {
 

@@ -12,7 +12,7 @@
 #include "choice/cost_model.h"
 #include "cohort/comm/group.h"
 #include "cohort/comm/store.h"
-#include "group/topology.h"
+#include "topology/topology.h"
 #include "transport/shm/shm_window.h"
 
 namespace cohort {

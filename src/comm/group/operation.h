@@ -25,7 +25,7 @@ struct Signature {
   CallSite site = CallSite::kUser;
 
   std::string describe() const;
-  // What this rank's messages of the call carry (call_stamp.h).
+  // What this rank's messages of the call carry (transport/call_stamp.h).
   CallStamp stamp() const;
 };
 

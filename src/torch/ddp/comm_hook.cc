@@ -4,6 +4,13 @@
 #include "cohort/torch/tensor_buffer.h"
 
 namespace cohort {
+
+Buffer bucket_buffer(const GradBucket& bucket) {
+  Buffer buffer = tensor_buffer(bucket.buffer);
+  buffer.registered = bucket.registered.get();
+  return buffer;
+}
+
 namespace {
 
 class AllreduceHook final : public CommHook {
@@ -13,8 +20,7 @@ class AllreduceHook final : public CommHook {
     options.op = ReduceOp::kAvg;
     options.site = call_sites::kDdpGradients;
     options.stream = current_stream(bucket.buffer);
-    return {
-        group.allreduce_async(tensor_buffer(bucket.buffer), options), nullptr, {}, std::nullopt};
+    return {group.allreduce_async(bucket_buffer(bucket), options), nullptr, {}, std::nullopt};
   }
   std::string name() const override { return "allreduce"; }
 };

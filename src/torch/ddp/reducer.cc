@@ -194,6 +194,7 @@ void Reducer::allocate(Bucket& bucket) const {
   const bool registered =
       options_.registered_buckets && !sharding_.transient_buckets && first.device().is_cpu();
   bucket.shared_memory = false;
+  bucket.grads.registered = nullptr;
   if (registered) {
     bucket.grads.buffer =
         GradientMemory::track(sharding_.memory, registered_bucket(bucket, first.options()));
@@ -228,6 +229,7 @@ torch::Tensor Reducer::registered_bucket(Bucket& bucket,
                        c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
   std::shared_ptr<RegisteredMemory> memory = group_->allocate_registered(bytes);
   bucket.shared_memory = memory->shared();
+  bucket.grads.registered = memory;
   void* data = memory->data();
   return torch::from_blob(
       data, {bucket.numel}, [memory](void*) {}, options.requires_grad(false));
@@ -235,6 +237,7 @@ torch::Tensor Reducer::registered_bucket(Bucket& bucket,
 
 void Reducer::free_memory(Bucket& bucket) {
   bucket.grads.buffer = torch::Tensor();
+  bucket.grads.registered = nullptr;
   bucket.grads.gradients.clear();
 }
 

@@ -70,7 +70,7 @@ class ReduceScatterHook final : public CommHook {
     options.op = ReduceOp::kAvg;
     options.site = call_sites::kZeroGradients;
     options.stream = current_stream(bucket.buffer);
-    return {group.reduce_scatter_async(tensor_buffer(bucket.buffer), tensor_buffer(block), options),
+    return {group.reduce_scatter_async(bucket_buffer(bucket), tensor_buffer(block), options),
             nullptr,
             {},  // reduced: the bucket itself
             std::nullopt};

@@ -35,7 +35,13 @@ struct GradBucket {
   // Tensors shaped like the parameters, sharing buffer's memory, in bucket order.
   std::vector<torch::Tensor> gradients;
   std::vector<torch::Tensor> parameters;
+  // The registered memory buffer lies in (DdpOptions::registered_buckets), else null.
+  std::shared_ptr<const RegisteredMemory> registered;
 };
+
+// bucket.buffer as a comm Buffer that says where it lies (Buffer::registered): a collective on
+// it runs in place on the node's shared memory where the bucket is registered.
+Buffer bucket_buffer(const GradBucket& bucket);
 
 // A reduction a hook has started.
 struct PendingReduction {

@@ -6,11 +6,11 @@
 #include <functional>
 #include <thread>
 
+#include "backends/host_collectives.h"
 #include "backends/mpi/mpi_call.h"
 #include "backends/polling.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
-#include "group/group_impl.h"
 #include "transport/wire_error.h"
 
 namespace cohort {

@@ -46,6 +46,7 @@ class MpiTransport final : public Transport, public CollectiveEngine {
 
   // ---- CollectiveEngine (mpi_engine.cc)
   const char* engine_name() const override { return "MPI"; }
+  Backend kind() const override { return Backend::kMpi; }
   bool supports(CollectiveKind kind, DType dtype, ReduceOp op, size_t count) const override;
   void allreduce(const void* in, void* data, size_t count, DType dtype, ReduceOp op,
                  const EngineCall& call) override;

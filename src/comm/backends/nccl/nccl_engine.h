@@ -43,6 +43,7 @@ class NcclEngine final : public CollectiveEngine {
   NcclEngine& operator=(const NcclEngine&) = delete;
 
   const char* engine_name() const override { return "NCCL"; }
+  Backend kind() const override { return Backend::kNccl; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int device() const { return device_; }

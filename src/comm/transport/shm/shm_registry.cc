@@ -19,9 +19,7 @@ ShmRegion::ShmRegion(std::shared_ptr<ShmRegistry> registry, uint32_t id, size_t 
       copies_(std::move(copies)),
       own_rank_(own_rank) {}
 
-ShmRegion::~ShmRegion() {
-  registry_->forget(*this);
-}
+ShmRegion::~ShmRegion() = default;
 
 namespace {
 
@@ -89,39 +87,17 @@ std::shared_ptr<ShmRegion> ShmRegistry::allocate(ShmWindow& window, size_t bytes
   if (own) own->close_fd();
   if (!shared) {
     if (!why.empty()) {
-      COHORT_LOG(kWarn, "registered memory is private on this node (its collectives stay "
-                        "staged): ", why);
+      COHORT_LOG(kWarn,
+                 "registered memory is private on this node (its collectives stay "
+                 "staged): ",
+                 why);
     }
     return nullptr;
   }
   copies[static_cast<size_t>(window.rank())] = std::move(*own);
-  auto region = std::make_shared<ShmRegion>(shared_from_this(), id, bytes, std::move(copies),
-                                            window.rank());
-  std::lock_guard<std::mutex> lock(mutex_);
-  regions_[reinterpret_cast<uintptr_t>(region->own())] = region;
+  auto region =
+      std::make_shared<ShmRegion>(shared_from_this(), id, bytes, std::move(copies), window.rank());
   return region;
-}
-
-std::shared_ptr<const ShmRegion> ShmRegistry::find(const void* data, size_t bytes) const {
-  const auto address = reinterpret_cast<uintptr_t>(data);
-  std::shared_ptr<const ShmRegion> region;  // released after the lock: ~ShmRegion takes it
-  uintptr_t base = 0;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = regions_.upper_bound(address);
-    if (it == regions_.begin()) return nullptr;
-    --it;
-    region = it->second.lock();
-    base = it->first;
-  }
-  if (!region || address + bytes > base + region->bytes()) return nullptr;
-  return region;
-}
-
-void ShmRegistry::forget(const ShmRegion& region) noexcept {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = regions_.find(reinterpret_cast<uintptr_t>(region.own()));
-  if (it != regions_.end() && it->second.expired()) regions_.erase(it);
 }
 
 }  // namespace cohort

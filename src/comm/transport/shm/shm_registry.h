@@ -12,8 +12,10 @@
 // copy as private memory (shared() is false) and the node's collectives on it stay staged.
 // Every registration of a window gets the next region number, the same on every local rank.
 //
-// A collective looks its buffer up here (find): a registered buffer is posted in its first
-// round as (region, offset) (ShmPlace), a private one as region 0, and the window throws
+// A collective knows a buffer of registered memory from the buffer itself: Buffer::registered
+// (set by RegisteredMemory::buffer) rides on the call to the algorithm, which never looks an
+// address up. A registered buffer is posted in its first round as (region, offset) (ShmPlace),
+// any other as region 0, and the window throws
 // MismatchError on every rank when the local ranks disagree, so that nobody reads private
 // memory as shared. With the same region on every rank, a rank reads and writes peer q's
 // buffer at q's offset in its own mapping of q's copy: a region holds every local rank's copy,
@@ -22,7 +24,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -48,6 +49,7 @@ class ShmRegion {
   ShmRegion& operator=(const ShmRegion&) = delete;
 
   uint32_t id() const { return id_; }
+  const ShmRegistry* registry() const { return registry_.get(); }
   size_t bytes() const { return bytes_; }
   // Local rank r's copy (this rank's own for r == own rank).
   uint8_t* copy(int rank) const {
@@ -71,15 +73,11 @@ class ShmRegistry : public std::enable_shared_from_this<ShmRegistry> {
   // make or map a copy (logged): the caller falls back to private memory.
   std::shared_ptr<ShmRegion> allocate(ShmWindow& window, size_t bytes, const ShmRoundCall& call,
                                       Deadline deadline);
-  // The shared region holding [data, data + bytes), or null when that memory is not all in one.
-  std::shared_ptr<const ShmRegion> find(const void* data, size_t bytes) const;
 
  private:
-  friend class ShmRegion;
-  void forget(const ShmRegion& region) noexcept;
-
-  mutable std::mutex mutex_;
-  std::map<uintptr_t, std::weak_ptr<const ShmRegion>> regions_;  // by the own copy's address
+  // A buffer of a region is known by the Buffer that carries its RegisteredMemory
+  // (Buffer::registered), never looked up by address: the registry only numbers regions.
+  std::mutex mutex_;
   uint32_t next_id_ = 1;  // 0 means private memory (ShmPlace)
 };
 

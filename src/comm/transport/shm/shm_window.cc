@@ -15,7 +15,7 @@
 #include <random>
 #include <sstream>
 
-#include "call_stamp.h"
+#include "transport/call_stamp.h"
 #include "cohort/comm/store.h"
 #include "cohort/comm/transport.h"
 #include "cohort/core/check.h"

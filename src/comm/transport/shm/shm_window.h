@@ -58,7 +58,7 @@ class Store;
 class ShmRegistry;
 struct ShmHeader;
 
-// The call a rank makes in one round (Note [Call stamps] in call_stamp.h).
+// The call a rank makes in one round (Note [Call stamps] in transport/call_stamp.h).
 struct ShmRoundCall {
   uint64_t sequence = 0;  // the group's collective sequence number
   CallStamp stamp{};      // unstamped: not checked (attaching, COHORT_CHECK_CALLS=0)

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <new>
 
-#include "call_stamp.h"
+#include "transport/call_stamp.h"
 #include "cohort/core/logging.h"
 #include "kernels/reduce_kernels.h"
 #include "transport/wire_error.h"

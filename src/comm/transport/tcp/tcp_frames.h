@@ -46,7 +46,7 @@ struct FrameHeader {
   uint64_t channel;
   uint64_t step;
   uint64_t bytes;
-  CallStamp stamp;  // kData: the sender's call (Note [Call stamps] in call_stamp.h)
+  CallStamp stamp;  // kData: the sender's call (Note [Call stamps] in transport/call_stamp.h)
 };
 #pragma pack(pop)
 

@@ -1,4 +1,4 @@
-#include "call_stamp.h"
+#include "transport/call_stamp.h"
 
 #include <sstream>
 

@@ -1,4 +1,4 @@
-#include "group/topology.h"
+#include "topology/topology.h"
 
 #include <unistd.h>
 
