@@ -25,7 +25,9 @@ CollectiveKind kind_of(Collective collective) {
   return CollectiveKind::kBarrier;
 }
 
-void zero(Storage& storage) { std::memset(storage.data(), 0, storage.size()); }
+void zero(Storage& storage) {
+  std::memset(storage.data(), 0, storage.size());
+}
 
 size_t block_of(const Group& group, size_t count) {
   return count / static_cast<size_t>(group.size());
@@ -38,8 +40,10 @@ size_t block_of(const Group& group, size_t count) {
 class InPlaceCase : public Case {
  public:
   void fill() override {
-    if (input_) bench::fill(data_.data(), count_, dtype(), *input_);
-    else zero(data_);
+    if (input_)
+      bench::fill(data_.data(), count_, dtype(), *input_);
+    else
+      zero(data_);
   }
   uint64_t count_wrong() const override {
     return bench::count_wrong(data_.data(), count_, dtype(), expected_);
@@ -130,7 +134,7 @@ class InOutCase : public Case {
 
   const size_t in_count_;
   const size_t out_count_;
-  Storage in_;   // registered with --registered: what the in-place algorithms read
+  Storage in_;  // registered with --registered: what the in-place algorithms read
   Storage out_;
   Pattern input_;
 };

@@ -50,7 +50,9 @@ void time_adds(benchmark::State& state, const torch::Tensor& a) {
   }
 }
 
-void NoFsdp(benchmark::State& state) { time_adds(state, torch::ones({16})); }
+void NoFsdp(benchmark::State& state) {
+  time_adds(state, torch::ones({16}));
+}
 
 void OtherTensors(benchmark::State& state) {
   Wrapped wrapped;

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "cohort/comm/init.h"
-#include "cohort/torch/ddp/ddp.h"
 #include "cohort/torch/async/parameter_server.h"
+#include "cohort/torch/ddp/ddp.h"
 
 namespace {
 

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <vector>
 
+#include "checkpointing.h"
 #include "cohort/comm/timeline.h"
 #include "cohort/torch/data/distributed_sampler.h"
 #include "cohort/torch/optim/lr_schedule.h"
-#include "checkpointing.h"
 #include "dataset.h"
 #include "gpt.h"
 #include "precision.h"

@@ -5,11 +5,11 @@
 #include "checkpointing.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/amp/master_weights.h"
+#include "cohort/torch/checkpoint/sharded_checkpoint.h"
 #include "cohort/torch/compress/compression_hook.h"
 #include "cohort/torch/ddp/ddp.h"
-#include "cohort/torch/shard/fsdp.h"
 #include "cohort/torch/local_sgd/local_sgd.h"
-#include "cohort/torch/checkpoint/sharded_checkpoint.h"
+#include "cohort/torch/shard/fsdp.h"
 #include "cohort/torch/shard/zero.h"
 
 namespace cohort_examples {

@@ -14,8 +14,8 @@
 #include "cohort/comm/timeline.h"
 #include "cohort/torch/amp/grad_scaler.h"
 #include "cohort/torch/checkpoint/checkpoint.h"
-#include "cohort/torch/ddp/comm_hook.h"
 #include "cohort/torch/data/distributed_sampler.h"
+#include "cohort/torch/ddp/comm_hook.h"
 #include "cohort/torch/optim/trust_ratio.h"
 #include "memory.h"
 

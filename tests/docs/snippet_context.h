@@ -18,9 +18,9 @@
 #include "cohort/torch/amp/grad_scaler.h"
 #include "cohort/torch/amp/master_weights.h"
 #include "cohort/torch/checkpoint/checkpoint.h"
+#include "cohort/torch/data/distributed_sampler.h"
 #include "cohort/torch/ddp/comm_hook.h"
 #include "cohort/torch/ddp/ddp.h"
-#include "cohort/torch/data/distributed_sampler.h"
 #include "cohort/torch/shard/fsdp.h"
 #include "cohort/torch/shard/zero.h"
 #ifdef COHORT_SNIPPET_MPI

@@ -225,8 +225,8 @@ INSTANTIATE_TEST_SUITE_P(
                       JobCase{"full_shard_adamw", "staged", 2}, JobCase{"amp", "staged", 2},
                       JobCase{"full_shard_offload", "nccl", 1},
                       JobCase{"full_shard_offload", "staged", 2},
-                      JobCase{"shard_grad_op_offload", "staged", 2},
-                      JobCase{"ddp", "staged", 4}, JobCase{"full_shard", "staged", 4}),
+                      JobCase{"shard_grad_op_offload", "staged", 2}, JobCase{"ddp", "staged", 4},
+                      JobCase{"full_shard", "staged", 4}),
     [](const auto& job) {
       return job.param.name + "_" + job.param.group + std::to_string(job.param.world);
     });

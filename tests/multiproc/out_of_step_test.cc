@@ -1,5 +1,5 @@
-// Collectives out of step across ranks (Note [Call stamps] in src/comm/transport/call_stamp.h): rank 1
-// makes another call than the others, and every rank throws MismatchError naming both calls,
+// Collectives out of step across ranks (Note [Call stamps] in src/comm/transport/call_stamp.h):
+// rank 1 makes another call than the others, and every rank throws MismatchError naming both calls,
 // over shared memory (the default on one host) and over TCP, without COHORT_DEBUG.
 #include <gtest/gtest.h>
 

@@ -519,7 +519,8 @@ TEST(JobIdentity, OnlyTheJobThatWroteACheckpointResumesItUnlessAskedForAny) {
       load_checkpoint(path, state);
       ADD_FAILURE() << "another job's checkpoint loaded without any_job (job '" << job << "')";
     } catch (const CheckpointError& e) {
-      for (const char* word : {"another job", "any_job", "start_afresh", "--overwrite-checkpoint"}) {
+      for (const char* word :
+           {"another job", "any_job", "start_afresh", "--overwrite-checkpoint"}) {
         EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << word << ": " << e.what();
       }
     }

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "cohort/core/error.h"
-#include "cohort/torch/ddp/comm_hook.h"
 #include "cohort/torch/compress/quantization.h"
 #include "cohort/torch/compress/sparsification.h"
+#include "cohort/torch/ddp/comm_hook.h"
 #include "cohort/torch/ddp/ddp.h"
 #include "compress/bit_packing.h"
 #include "ddp_harness.h"

@@ -1,13 +1,14 @@
 // DistributedOptimizer (distributed_optimizer.h): the same training as DistributedDataParallel
 // on the same model and data, to the bit, since both run the same reducer with the same
 // buckets; plus its constructor's checks, no_sync and fusion buffers.
+#include "cohort/torch/ddp/distributed_optimizer.h"
+
 #include <gtest/gtest.h>
 
 #include <optional>
 
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp/ddp.h"
-#include "cohort/torch/ddp/distributed_optimizer.h"
 #include "ddp_harness.h"
 #include "local_training.h"
 
@@ -163,8 +164,7 @@ TEST(DistributedOptimizer, MismatchedShapesAreNamedOnEveryRank) {
     EXPECT_NE(error.find("DistributedOptimizer: the ranks wrap different models"),
               std::string::npos)
         << error;
-    EXPECT_NE(error.find("param_groups[0][1] Float [5]' on rank 1"), std::string::npos)
-        << error;
+    EXPECT_NE(error.find("param_groups[0][1] Float [5]' on rank 1"), std::string::npos) << error;
   }
 }
 

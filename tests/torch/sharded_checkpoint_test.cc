@@ -1,5 +1,5 @@
-// Sharded and gathered checkpoints (cohort/torch/checkpoint/sharded_checkpoint.h): saved by ZeRO-2 at 4
-// ranks, loaded at other world sizes into ZeRO-1, ZeRO-2, DDP and one process; the loaded
+// Sharded and gathered checkpoints (cohort/torch/checkpoint/sharded_checkpoint.h): saved by ZeRO-2
+// at 4 ranks, loaded at other world sizes into ZeRO-1, ZeRO-2, DDP and one process; the loaded
 // parameters and optimizer state equal the saved ones bitwise, re-sliced to the new shards, and
 // training goes on as the uninterrupted one-process run does; the gathered save loads with
 // load_checkpoint; damaged, truncated, missing and mismatched checkpoints make every rank throw
@@ -20,14 +20,14 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_file.h"
+#include "checkpoint/optimizer_codec.h"
 #include "checkpoint_files.h"
 #include "cohort/core/error.h"
-#include "cohort/torch/ddp/ddp.h"
 #include "cohort/torch/data/distributed_sampler.h"
+#include "cohort/torch/ddp/ddp.h"
 #include "cohort/torch/shard/fsdp.h"
 #include "cohort/torch/shard/zero.h"
 #include "ddp_harness.h"
-#include "checkpoint/optimizer_codec.h"
 #include "shard/shard_holdings.h"
 
 namespace cohort::testing {

@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <set>
 
-#include "ddp/bucket_plan.h"
 #include "cohort/comm/timeline.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/checkpoint/checkpoint.h"
 #include "cohort/torch/shard/zero.h"
+#include "ddp/bucket_plan.h"
 #include "ddp_harness.h"
 #include "shard/shard_layout.h"
 

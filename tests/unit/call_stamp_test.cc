@@ -1,5 +1,5 @@
-// Call stamps (Note [Call stamps] in src/comm/transport/call_stamp.h): what must agree across ranks, what
-// may differ, and how a mismatch reads.
+// Call stamps (Note [Call stamps] in src/comm/transport/call_stamp.h): what must agree across
+// ranks, what may differ, and how a mismatch reads.
 #include "transport/call_stamp.h"
 
 #include <gtest/gtest.h>

@@ -188,8 +188,8 @@ class Group : public std::enable_shared_from_this<Group> {
  private:
   friend struct detail::GroupAccess;
 
-  // The collectives that have a blocking form running inline (Scheduler::run_blocking, src/comm/group/scheduler.h)
-  // build their operation once for both forms.
+  // The collectives that have a blocking form running inline (Scheduler::run_blocking,
+  // src/comm/group/scheduler.h) build their operation once for both forms.
   Operation allreduce_operation(ConstBuffer in, Buffer out, const CollectiveOptions& opts) const;
   Operation barrier_operation(const CollectiveOptions& opts) const;
 

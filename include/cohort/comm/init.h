@@ -25,11 +25,11 @@ struct InitOptions {
   MpiOptions mpi;  // the MPI backend's collectives (COHORT_MPI_COLLECTIVES)
 };
 
-// Collective over the job. Under the MPI backend, create_mpi_group(). Otherwise rank 0 hosts the store at MASTER_ADDR:MASTER_PORT (unless the
-// launcher hosts it: COHORT_STORE_HOSTED=1), every rank joins it and the group is made with
-// Group::create (TCP between hosts, shared memory inside one). With no launcher variables, a
-// group of one rank. Throws ConfigError for a bad environment, StoreError or TimeoutError when
-// the store or a rank cannot be reached by the group's timeout.
+// Collective over the job. Under the MPI backend, create_mpi_group(). Otherwise rank 0 hosts the
+// store at MASTER_ADDR:MASTER_PORT (unless the launcher hosts it: COHORT_STORE_HOSTED=1), every
+// rank joins it and the group is made with Group::create (TCP between hosts, shared memory inside
+// one). With no launcher variables, a group of one rank. Throws ConfigError for a bad environment,
+// StoreError or TimeoutError when the store or a rank cannot be reached by the group's timeout.
 std::shared_ptr<Group> init(InitOptions options = {});
 // The same from an environment already read.
 std::shared_ptr<Group> init(const LaunchEnv& env, InitOptions options = {});

@@ -21,9 +21,9 @@
 #include "algorithms/registered_view.h"
 #include "algorithms/shm_rounds.h"
 #include "cohort/core/check.h"
-#include "topology/topology.h"
 #include "kernels/copy_kernel.h"
 #include "kernels/reduce_kernels.h"
+#include "topology/topology.h"
 #include "transport/rank_subset_transport.h"
 #include "transport/shm/shm_window.h"
 

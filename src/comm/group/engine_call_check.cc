@@ -4,8 +4,8 @@
 #include <array>
 
 #include "backends/collective_engine.h"
-#include "transport/call_stamp.h"
 #include "group/group_impl.h"
+#include "transport/call_stamp.h"
 
 namespace cohort {
 

@@ -1,10 +1,10 @@
 #include "group/group_impl.h"
 
-#include "transport/call_stamp.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
 #include "group/group_report.h"
+#include "transport/call_stamp.h"
 #include "transport/wire_error.h"
 
 namespace cohort {

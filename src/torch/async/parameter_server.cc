@@ -44,12 +44,12 @@ void check_options(const Group& group, const ParameterServerOptions& o) {
                "ParameterServer: checkpoint_every = ", o.checkpoint_every, " must be 1 or more");
   const int workers = group.size() - o.num_servers;
   COHORT_CHECK(o.backup_workers >= 0 && o.backup_workers < workers,
-               "ParameterServer: backup_workers = ", o.backup_workers, " must be in [0, ",
-               workers, ") with ", workers, " workers");
+               "ParameterServer: backup_workers = ", o.backup_workers, " must be in [0, ", workers,
+               ") with ", workers, " workers");
   const bool synchronous = o.consistency == Consistency::kSynchronous ||
                            (o.consistency == Consistency::kBoundedStaleness && o.staleness == 0);
-  COHORT_CHECK(o.backup_workers == 0 || synchronous, "ParameterServer: backup_workers = ",
-               o.backup_workers,
+  COHORT_CHECK(o.backup_workers == 0 || synchronous,
+               "ParameterServer: backup_workers = ", o.backup_workers,
                " needs synchronous steps (kSynchronous, or kBoundedStaleness with staleness 0)");
 }
 
@@ -96,7 +96,8 @@ ps::Layout lay_out(Group& group, const ParameterServerOptions& o,
   for (int w : layout.workers) {
     const bool lowest_of_node =
         std::none_of(layout.workers.begin(), layout.workers.end(), [&](int other) {
-          return other < w && node_of[static_cast<size_t>(other)] == node_of[static_cast<size_t>(w)];
+          return other < w &&
+                 node_of[static_cast<size_t>(other)] == node_of[static_cast<size_t>(w)];
         });
     if (!o.hybrid || lowest_of_node) layout.clients.push_back(w);
   }
@@ -120,19 +121,16 @@ Milliseconds resolved_timeout(const Group& group, const ParameterServerOptions& 
 
 const char* consistency_name(Consistency consistency) {
   switch (consistency) {
-    case Consistency::kSynchronous:
-      return "sync";
-    case Consistency::kBoundedStaleness:
-      return "ssp";
-    case Consistency::kAsynchronous:
-      return "async";
+    case Consistency::kSynchronous: return "sync";
+    case Consistency::kBoundedStaleness: return "ssp";
+    case Consistency::kAsynchronous: return "async";
   }
   return "?";
 }
 
 Consistency parse_consistency(const std::string& name) {
-  for (Consistency c : {Consistency::kSynchronous, Consistency::kBoundedStaleness,
-                        Consistency::kAsynchronous}) {
+  for (Consistency c :
+       {Consistency::kSynchronous, Consistency::kBoundedStaleness, Consistency::kAsynchronous}) {
     if (name == consistency_name(c)) return c;
   }
   throw InvalidArgument("unknown consistency mode '" + name + "': use sync, ssp or async");
@@ -202,8 +200,8 @@ std::unique_ptr<ParameterServer> ParameterServer::create(std::shared_ptr<Group> 
     } catch (const std::exception& e) {
       // The workers wait for their first parameters: they must hear of this now.
       for (auto& pair : connected) {
-        pair->abort("parameter server rank " + std::to_string(rank) + " failed to start: " +
-                    e.what());
+        pair->abort("parameter server rank " + std::to_string(rank) +
+                    " failed to start: " + e.what());
       }
       throw;
     }

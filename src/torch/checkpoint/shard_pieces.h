@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "checkpoint/optimizer_codec.h"
-#include "rank_holdings.h"
 #include "checkpoint/shard_manifest.h"
+#include "rank_holdings.h"
 
 namespace cohort::detail {
 

@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "call_sites.h"
-#include "cohort/comm/group.h"
-#include "cohort/torch/checkpoint/checkpoint.h"
 #include "checkpoint/optimizer_codec.h"
-#include "rank_holdings.h"
 #include "checkpoint/shard_manifest.h"
 #include "checkpoint/shard_pieces.h"
+#include "cohort/comm/group.h"
+#include "cohort/torch/checkpoint/checkpoint.h"
+#include "rank_holdings.h"
 
 namespace cohort::detail {
 

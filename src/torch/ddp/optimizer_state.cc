@@ -2,9 +2,9 @@
 // to list their tensors, so each known state type is asked for its own.
 #include <torch/torch.h>
 
+#include "cohort/torch/ddp/ddp.h"
 #include "cohort/torch/optim/lamb.h"
 #include "cohort/torch/optim/lars.h"
-#include "cohort/torch/ddp/ddp.h"
 
 namespace cohort {
 namespace {

@@ -67,18 +67,18 @@ std::string betas_of(const std::tuple<double, double>& betas) {
 std::string describe_options(const torch::optim::OptimizerOptions& options) {
   namespace o = torch::optim;
   if (const auto* sgd = dynamic_cast<const o::SGDOptions*>(&options)) {
-    return detail::concat("lr=", sgd->lr(), " momentum=", sgd->momentum(), " dampening=",
-                          sgd->dampening(), " weight_decay=", sgd->weight_decay(),
+    return detail::concat("lr=", sgd->lr(), " momentum=", sgd->momentum(),
+                          " dampening=", sgd->dampening(), " weight_decay=", sgd->weight_decay(),
                           " nesterov=", sgd->nesterov());
   }
   if (const auto* adam = dynamic_cast<const o::AdamOptions*>(&options)) {
-    return detail::concat("lr=", adam->lr(), " betas=", betas_of(adam->betas()), " eps=",
-                          adam->eps(), " weight_decay=", adam->weight_decay(),
+    return detail::concat("lr=", adam->lr(), " betas=", betas_of(adam->betas()),
+                          " eps=", adam->eps(), " weight_decay=", adam->weight_decay(),
                           " amsgrad=", adam->amsgrad());
   }
   if (const auto* adamw = dynamic_cast<const o::AdamWOptions*>(&options)) {
-    return detail::concat("lr=", adamw->lr(), " betas=", betas_of(adamw->betas()), " eps=",
-                          adamw->eps(), " weight_decay=", adamw->weight_decay(),
+    return detail::concat("lr=", adamw->lr(), " betas=", betas_of(adamw->betas()),
+                          " eps=", adamw->eps(), " weight_decay=", adamw->weight_decay(),
                           " amsgrad=", adamw->amsgrad());
   }
   if (const auto* rms = dynamic_cast<const o::RMSpropOptions*>(&options)) {
@@ -91,14 +91,14 @@ std::string describe_options(const torch::optim::OptimizerOptions& options) {
                           " weight_decay=", adagrad->weight_decay(), " eps=", adagrad->eps());
   }
   if (const auto* lars = dynamic_cast<const optim::LarsOptions*>(&options)) {
-    return detail::concat("lr=", lars->lr(), " momentum=", lars->momentum(), " nesterov=",
-                          lars->nesterov(), " weight_decay=", lars->weight_decay(),
+    return detail::concat("lr=", lars->lr(), " momentum=", lars->momentum(),
+                          " nesterov=", lars->nesterov(), " weight_decay=", lars->weight_decay(),
                           " trust_coefficient=", lars->trust_coefficient(), " eps=", lars->eps(),
                           " adapt=", lars->adapt());
   }
   if (const auto* lamb = dynamic_cast<const optim::LambOptions*>(&options)) {
-    return detail::concat("lr=", lamb->lr(), " betas=", betas_of(lamb->betas()), " eps=",
-                          lamb->eps(), " weight_decay=", lamb->weight_decay(),
+    return detail::concat("lr=", lamb->lr(), " betas=", betas_of(lamb->betas()),
+                          " eps=", lamb->eps(), " weight_decay=", lamb->weight_decay(),
                           " trust_clip=", lamb->trust_clip(), " adapt=", lamb->adapt());
   }
   return detail::concat("lr=", options.get_lr());
@@ -110,8 +110,8 @@ std::vector<std::string> describe_optimizer(const torch::optim::Optimizer& optim
   std::vector<std::string> lines{"optimizer " + c10::demangle(typeid(optimizer).name())};
   const auto& groups = optimizer.param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
-    lines.push_back(detail::concat("param group ", g, ": ", groups[g].params().size(),
-                                   " tensors, ", describe_options(groups[g].options())));
+    lines.push_back(detail::concat("param group ", g, ": ", groups[g].params().size(), " tensors, ",
+                                   describe_options(groups[g].options())));
   }
   return lines;
 }

@@ -14,8 +14,8 @@
 
 #include "cohort/comm/init.h"
 #include "cohort/torch/checkpoint/checkpoint.h"
-#include "cohort/torch/ddp/ddp.h"
 #include "cohort/torch/data/distributed_sampler.h"
+#include "cohort/torch/ddp/ddp.h"
 
 namespace {
 

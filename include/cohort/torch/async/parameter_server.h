@@ -17,7 +17,8 @@
 //                      by 1/N; a worker never waits for the others.
 //
 //   auto ps = cohort::ParameterServer::create(group, model, make_optimizer,
-//                                             {.consistency = cohort::Consistency::kBoundedStaleness,
+//                                             {.consistency =
+//                                             cohort::Consistency::kBoundedStaleness,
 //                                              .staleness = 4});
 //   if (ps->is_server()) { ps->serve(); return; }   // until every worker has finished
 //   for (auto& batch : loader) {
@@ -95,8 +96,8 @@ struct ServerStats {
   int64_t version = 0;  // optimizer steps applied
   // staleness_counts[t]: gradients applied t steps after the parameters they were computed on.
   std::vector<int64_t> staleness_counts;
-  int64_t applied = 0;  // gradients applied
-  int64_t dropped = 0;  // late gradients of backup workers
+  int64_t applied = 0;            // gradients applied
+  int64_t dropped = 0;            // late gradients of backup workers
   std::vector<int> dead_workers;  // ranks whose connection died before they finished
   // The ranks that push to the servers (the workers; with hybrid, each node's lowest worker),
   // and for each the mean time between its pushes in milliseconds (0: fewer than two pushes):

@@ -15,12 +15,12 @@
 #include <random>
 #include <sstream>
 
-#include "transport/call_stamp.h"
 #include "cohort/comm/store.h"
 #include "cohort/comm/transport.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
+#include "transport/call_stamp.h"
 #include "transport/shm/shm_name_guard.h"
 #include "transport/shm/shm_names.h"
 #include "transport/shm/shm_registry.h"

@@ -4,9 +4,9 @@
 #include <cstring>
 #include <new>
 
-#include "transport/call_stamp.h"
 #include "cohort/core/logging.h"
 #include "kernels/reduce_kernels.h"
+#include "transport/call_stamp.h"
 #include "transport/wire_error.h"
 
 namespace cohort::tcp {
