@@ -70,8 +70,11 @@ void StallWatcher::loop() {
       wake_.wait(lock);
       continue;
     }
-    if (next->second.due > Clock::now()) {
-      wake_.wait_until(lock, next->second.due);
+    // A copy: wait_until reads the deadline again after waking, and a remove() while the lock
+    // is released may have freed the entry.
+    const Clock::time_point due = next->second.due;
+    if (due > Clock::now()) {
+      wake_.wait_until(lock, due);
       continue;  // woken early: a new entry, a removal or the end
     }
     Entry& entry = next->second;
