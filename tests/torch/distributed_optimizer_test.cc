@@ -176,6 +176,7 @@ TEST(DistributedOptimizer, StepInsideNoSyncIsRefused) {
     DistributedOptimizer optimizer(sgd, group);
     auto guard = optimizer.no_sync();
     EXPECT_THROW(optimizer.step(), InvalidArgument);
+    EXPECT_THROW(optimizer.no_sync(), InvalidArgument);  // one guard at a time
   });
 }
 

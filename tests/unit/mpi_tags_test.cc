@@ -67,5 +67,17 @@ TEST(MpiOptions, ParsesTheModesAndBackends) {
   EXPECT_STREQ(backend_name(Backend::kNccl), "NCCL");
 }
 
+// init() makes host groups; an NCCL group is made over one, and the error says how.
+TEST(MpiOptions, InitRefusesTheNcclBackendNamingTheWayToMakeOne) {
+  InitOptions options;
+  options.backend = Backend::kNccl;
+  try {
+    init(LaunchEnv{}, options);
+    ADD_FAILURE() << "init() made a group for Backend::kNccl";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("create_nccl_group"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace cohort

@@ -23,10 +23,12 @@ bool Scheduler::fail(std::exception_ptr error) {
   return true;
 }
 
-void Scheduler::enqueue_locked(Operation op) {
+std::shared_ptr<Work> Scheduler::enqueue_locked(Operation op) {
   op.work = std::make_shared<Work>(op.describe());
+  std::shared_ptr<Work> work = op.work;
   queue_.push_back(std::move(op));
   if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+  return work;
 }
 
 std::shared_ptr<Work> Scheduler::submit(Operation op) {
@@ -34,8 +36,7 @@ std::shared_ptr<Work> Scheduler::submit(Operation op) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     op.sequence = next_sequence_++;
-    enqueue_locked(std::move(op));
-    work = queue_.back().work;
+    work = enqueue_locked(std::move(op));
   }
   queue_cv_.notify_all();
   return work;
@@ -52,8 +53,7 @@ std::shared_ptr<Work> Scheduler::submit_p2p(Operation op, P2PBody body) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     number_p2p_locked(op, std::move(body));
-    enqueue_locked(std::move(op));
-    work = queue_.back().work;
+    work = enqueue_locked(std::move(op));
   }
   queue_cv_.notify_all();
   return work;
@@ -62,26 +62,21 @@ std::shared_ptr<Work> Scheduler::submit_p2p(Operation op, P2PBody body) {
 void Scheduler::run_p2p_blocking(Operation op, P2PBody body) {
   std::unique_lock<std::mutex> lock(mutex_);
   number_p2p_locked(op, std::move(body));
-  if (!queue_.empty() || busy_) {
-    enqueue_locked(std::move(op));
-    const std::shared_ptr<Work> work = queue_.back().work;
-    lock.unlock();
-    queue_cv_.notify_all();
-    work->wait();
-    return;
-  }
-  run_inline(op, lock);  // as run_blocking (Note [Worker on demand])
+  run_now_or_after_queue(op, lock);
 }
 
 void Scheduler::run_blocking(Operation op) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!queue_.empty() || busy_) {
-    lock.unlock();
-    submit(std::move(op))->wait();
-    return;
-  }
   op.sequence = next_sequence_++;
-  run_inline(op, lock);
+  run_now_or_after_queue(op, lock);
+}
+
+void Scheduler::run_now_or_after_queue(Operation& op, std::unique_lock<std::mutex>& lock) {
+  if (queue_.empty() && !busy_) return run_inline(op, lock);  // Note [Worker on demand]
+  const std::shared_ptr<Work> work = enqueue_locked(std::move(op));
+  lock.unlock();
+  queue_cv_.notify_all();
+  work->wait();
 }
 
 void Scheduler::run_inline(Operation& op, std::unique_lock<std::mutex>& lock) {

@@ -51,7 +51,12 @@ class Scheduler {
   bool fail(std::exception_ptr error);
 
  private:
-  void enqueue_locked(Operation op);  // starts the worker if needed (Note [Worker on demand])
+  // Queues `op` with a new Work, which it returns; starts the worker if needed (Note [Worker on
+  // demand]).
+  std::shared_ptr<Work> enqueue_locked(Operation op);
+  // A blocking call, numbered: on this thread when nothing is queued or running, else queued
+  // behind the rest and waited for. `lock` holds mutex_.
+  void run_now_or_after_queue(Operation& op, std::unique_lock<std::mutex>& lock);
   // Runs `op` on this thread; `lock` holds mutex_, nothing is queued and nothing runs.
   void run_inline(Operation& op, std::unique_lock<std::mutex>& lock);
   // Under mutex_: gives `op` its index in its (peer, tag) stream and its body.
