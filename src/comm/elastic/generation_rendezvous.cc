@@ -1,0 +1,188 @@
+#include "generation_rendezvous.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "cohort/comm/prefix_store.h"
+#include "cohort/core/logging.h"
+#include "generation_close.h"
+
+namespace cohort::elastic {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kRoot = "elastic";
+
+json to_json(const Arrival& a) {
+  return {{"id", a.id},
+          {"previous_generation", a.previous_generation},
+          {"previous_rank", a.previous_rank},
+          {"committed_step", a.committed_step},
+          {"failed_rank", a.failed_rank},
+          {"launch_rank", a.launch_rank},
+          {"fingerprint", a.fingerprint}};
+}
+
+Arrival arrival_from(const json& j) {
+  Arrival a;
+  a.id = j.at("id").get<std::string>();
+  a.previous_generation = j.at("previous_generation").get<uint64_t>();
+  a.previous_rank = j.at("previous_rank").get<int>();
+  a.committed_step = j.at("committed_step").get<int64_t>();
+  a.failed_rank = j.at("failed_rank").get<int>();
+  a.launch_rank = j.at("launch_rank").get<int>();
+  a.fingerprint = j.at("fingerprint").get<std::string>();
+  return a;
+}
+
+json outcome_json(const CloseDecision& d, const std::vector<std::optional<Arrival>>& arrivals) {
+  if (d.kind == CloseDecision::Kind::kFail) return {{"ok", false}, {"error", d.error}};
+  json members = json::array();
+  for (size_t i : d.admitted) {
+    json m = to_json(*arrivals[i]);
+    m["index"] = i;
+    members.push_back(std::move(m));
+  }
+  json refused = json::object();
+  for (const auto& [index, why] : d.refused) refused[std::to_string(index)] = why;
+  return {{"ok", true},        {"members", members},         {"left", d.left},
+          {"refused", refused}, {"fingerprint", d.fingerprint}};
+}
+
+Milliseconds at_most(Milliseconds a, Milliseconds b) { return a < b ? a : b; }
+
+}  // namespace
+
+GenerationRendezvous::GenerationRendezvous(std::shared_ptr<Store> store,
+                                           const ElasticOptions& options)
+    : store_(std::move(store)), options_(options) {}
+
+std::string GenerationRendezvous::key(uint64_t generation, const std::string& name) const {
+  return std::string(kRoot) + "/g" + std::to_string(generation) + "/" + name;
+}
+
+std::shared_ptr<Store> GenerationRendezvous::group_store(uint64_t generation) const {
+  return std::make_shared<PrefixStore>(key(generation, "group"), store_);
+}
+
+bool GenerationRendezvous::arrivals_after(uint64_t generation) {
+  return store_->add(key(generation + 1, "arrive"), 0) > 0;
+}
+
+void GenerationRendezvous::mark_finished() { store_->add(std::string(kRoot) + "/finished", 1); }
+
+uint64_t GenerationRendezvous::first_open_generation(const Arrival& self) {
+  if (self.previous_generation != 0) return self.previous_generation + 1;
+  if (store_->add(std::string(kRoot) + "/finished", 0) > 0) {
+    throw ElasticError("member " + self.id +
+                       " cannot join: the job has finished (its members marked it done)");
+  }
+  const int64_t current = store_->add(std::string(kRoot) + "/current", 0);
+  return static_cast<uint64_t>(current) + 1;
+}
+
+Membership GenerationRendezvous::arrive(const Arrival& self) {
+  const Deadline deadline = Deadline::after(options_.join_timeout + 2 * options_.settle);
+  for (uint64_t generation = first_open_generation(self);; ++generation) {
+    bool not_admitted = false;
+    Membership membership = arrive_at(generation, self, not_admitted);
+    if (!not_admitted) return membership;
+    if (self.previous_generation != 0) {
+      throw ElasticError("member " + self.id + " (rank " + std::to_string(self.previous_rank) +
+                         " of generation " + std::to_string(self.previous_generation) +
+                         ") was declared dead: generation " + std::to_string(generation) +
+                         " formed without it (it arrived too late, after a stop or a hang); "
+                         "its state is stale, so it is not merged back. Start it again as a "
+                         "new member (cohortrun --min-ranks restarts it)");
+    }
+    if (deadline.expired()) {
+      throw ElasticError("member " + self.id + " found no room in the job within the join "
+                         "timeout (ElasticOptions::join_timeout; the job may be at max_size)");
+    }
+  }
+}
+
+Membership GenerationRendezvous::arrive_at(uint64_t generation, const Arrival& self,
+                                           bool& not_admitted) {
+  const size_t index = static_cast<size_t>(store_->add(key(generation, "arrive"), 1) - 1);
+  store_->set(key(generation, "member/" + std::to_string(index)), to_json(self).dump());
+  if (index == 0) close(generation);
+  const Milliseconds wait = options_.join_timeout + 2 * options_.settle + Milliseconds(5000);
+  json outcome;
+  try {
+    outcome = json::parse(to_string(store_->get(key(generation, "closed"), wait)));
+  } catch (const TimeoutError&) {
+    throw ElasticError("generation " + std::to_string(generation) + " never formed: its first "
+                       "arrival, which decides who is in, stopped before deciding (member " +
+                       self.id + " waited " + std::to_string(wait.count()) + " ms)");
+  }
+  if (!outcome.at("ok").get<bool>()) throw ElasticError(outcome.at("error").get<std::string>());
+  const auto& refused = outcome.at("refused");
+  if (refused.contains(std::to_string(index))) {
+    throw ElasticError(refused.at(std::to_string(index)).get<std::string>());
+  }
+  Membership m;
+  m.generation = generation;
+  m.rank = -1;
+  for (const auto& entry : outcome.at("members")) {
+    const Arrival a = arrival_from(entry);
+    const bool stayed = a.previous_generation + 1 == generation && a.previous_generation != 0;
+    if (entry.at("index").get<size_t>() == index) m.rank = static_cast<int>(m.members.size());
+    if (!stayed) m.joined.push_back(static_cast<int>(m.members.size()));
+    m.members.push_back({a.id, stayed ? a.previous_rank : -1, a.committed_step});
+  }
+  m.size = static_cast<int>(m.members.size());
+  m.left = outcome.at("left").get<std::vector<int>>();
+  not_admitted = m.rank < 0;
+  return m;
+}
+
+// The first arrival decides (Note [Elastic rendezvous]); it waits on the next arrival's key.
+void GenerationRendezvous::close(uint64_t generation) {
+  const Deadline overall = Deadline::after(options_.join_timeout);
+  CloseInput input;
+  input.generation = generation;
+  if (generation > 1) {
+    const json previous =
+        json::parse(to_string(store_->get(key(generation - 1, "closed"), options_.join_timeout)));
+    if (previous.at("ok").get<bool>()) {
+      input.previous = PreviousGeneration{static_cast<int>(previous.at("members").size()),
+                                          previous.at("fingerprint").get<std::string>()};
+    }
+  }
+  std::optional<Deadline> settle;
+  for (;;) {
+    const auto count = static_cast<size_t>(store_->add(key(generation, "arrive"), 0));
+    while (input.arrivals.size() < count) {
+      const std::string member = key(generation, "member/" + std::to_string(input.arrivals.size()));
+      try {
+        input.arrivals.push_back(
+            arrival_from(json::parse(to_string(store_->get(member, options_.settle)))));
+      } catch (const TimeoutError&) {
+        input.arrivals.push_back(std::nullopt);  // it died between counting and writing
+      }
+    }
+    if (!settle && previous_member_arrived(input)) settle = Deadline::after(options_.settle);
+    input.settled = settle && settle->expired();
+    input.out_of_time = overall.expired();
+    const CloseDecision decision = decide_close(input, options_);
+    if (decision.kind != CloseDecision::Kind::kWait) {
+      store_->set(key(generation, "closed"), outcome_json(decision, input.arrivals).dump());
+      if (decision.kind == CloseDecision::Kind::kClose) {
+        store_->set(std::string(kRoot) + "/current", std::to_string(generation));
+      }
+      return;
+    }
+    Deadline until = overall;
+    if (settle && !settle->expired()) until = settle->min(overall);
+    const std::string next = key(generation, "member/" + std::to_string(count));
+    try {
+      store_->wait({next}, at_most(until.remaining(), Milliseconds(24LL * 3600 * 1000)));
+    } catch (const TimeoutError&) {
+      // a deadline passed: decide again with it
+    }
+  }
+}
+
+}  // namespace cohort::elastic
