@@ -22,6 +22,8 @@ bool register_names() {
   register_call_site(kSyncBatchNormForward, "SyncBatchNorm's forward (batch statistics)");
   register_call_site(kSyncBatchNormBackward, "SyncBatchNorm's backward (gradient sums)");
   register_call_site(kZeroConstructor, "ZeroDataParallel's constructor");
+  register_call_site(kElasticCommit, "ElasticTrainer's commit vote");
+  register_call_site(kElasticHeal, "ElasticTrainer's healing of a new generation");
   return true;
 }
 

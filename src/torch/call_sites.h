@@ -27,6 +27,8 @@ inline constexpr CallSite kGradScaler{16};
 inline constexpr CallSite kSyncBatchNormForward{17};
 inline constexpr CallSite kSyncBatchNormBackward{18};
 inline constexpr CallSite kZeroConstructor{20};
+inline constexpr CallSite kElasticCommit{21};
+inline constexpr CallSite kElasticHeal{22};
 
 // Registers the names of every site above with comm; idempotent.
 bool register_names();

@@ -126,6 +126,9 @@ class ElasticGroup {
   // Marks the job finished: members that arrive later are refused instead of waiting.
   void finish();
 
+  // Sets ElasticOptions::fingerprint before join() (ElasticTrainer passes its model's).
+  void set_fingerprint(std::string fingerprint);
+
   const Membership& membership() const;
   Group& group() const;
   std::shared_ptr<Group> group_ptr() const;

@@ -101,8 +101,8 @@ ElasticGroup::ElasticGroup(std::shared_ptr<Store> store, ElasticOptions options)
 ElasticGroup::~ElasticGroup() = default;
 
 const Membership& ElasticGroup::join() {
-  COHORT_CHECK(state_->membership.generation == 0, "ElasticGroup::join: member ", state_->options.member_id,
-               " has joined already; after a failure call recover()");
+  COHORT_CHECK(state_->membership.generation == 0, "ElasticGroup::join: member ",
+               state_->options.member_id, " has joined already; after a failure call recover()");
   return next_generation(-1, -1);
 }
 
@@ -122,7 +122,15 @@ bool ElasticGroup::joiners_waiting() {
   return state_->group && state_->rendezvous.arrivals_after(state_->membership.generation);
 }
 
-void ElasticGroup::finish() { state_->rendezvous.mark_finished(); }
+void ElasticGroup::finish() {
+  state_->rendezvous.mark_finished();
+}
+
+void ElasticGroup::set_fingerprint(std::string fingerprint) {
+  COHORT_CHECK(state_->membership.generation == 0,
+               "ElasticGroup::set_fingerprint after join(): members compare it when they arrive");
+  state_->options.fingerprint = std::move(fingerprint);
+}
 
 // Arrives at the next generation and builds its group; a failure while building it (a member
 // died meanwhile) is one more failure, met by the generation after.
@@ -159,16 +167,24 @@ const Membership& ElasticGroup::next_generation(int64_t committed_step, int fail
   }
 }
 
-const Membership& ElasticGroup::membership() const { return state_->membership; }
+const Membership& ElasticGroup::membership() const {
+  return state_->membership;
+}
 
 Group& ElasticGroup::group() const {
   COHORT_CHECK(state_->group, "ElasticGroup::group before join()");
   return *state_->group;
 }
 
-std::shared_ptr<Group> ElasticGroup::group_ptr() const { return state_->group; }
-const ElasticOptions& ElasticGroup::options() const { return state_->options; }
-bool ElasticGroup::joined() const { return state_->group != nullptr; }
+std::shared_ptr<Group> ElasticGroup::group_ptr() const {
+  return state_->group;
+}
+const ElasticOptions& ElasticGroup::options() const {
+  return state_->options;
+}
+bool ElasticGroup::joined() const {
+  return state_->group != nullptr;
+}
 
 std::unique_ptr<ElasticGroup> init_elastic(InitOptions init, ElasticOptions options) {
   const LaunchEnv env = read_launch_env();

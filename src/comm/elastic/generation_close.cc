@@ -88,10 +88,10 @@ CloseDecision decide_close(const CloseInput& input, const ElasticOptions& option
                      "it from a checkpoint)";
     return decision;
   }
-  const bool ready = input.previous
-                         ? previous_members_in(input)
-                         : static_cast<int>(input.arrivals.size()) >= options.initial_size ||
-                               input.out_of_time;
+  const bool ready =
+      input.previous
+          ? previous_members_in(input)
+          : static_cast<int>(input.arrivals.size()) >= options.initial_size || input.out_of_time;
   if (!ready) return decision;
 
   decision.fingerprint = reference_fingerprint(input);

@@ -22,7 +22,7 @@ struct PreviousGeneration {
 
 struct CloseInput {
   uint64_t generation = 0;
-  std::optional<PreviousGeneration> previous;  // absent for the first generation
+  std::optional<PreviousGeneration> previous;    // absent for the first generation
   std::vector<std::optional<Arrival>> arrivals;  // by arrival index; empty: record never came
   bool settled = false;      // `settle` has passed since the first previous member arrived
   bool out_of_time = false;  // join_timeout has passed
@@ -31,11 +31,11 @@ struct CloseInput {
 struct CloseDecision {
   enum class Kind { kWait, kClose, kFail };
   Kind kind = Kind::kWait;
-  std::vector<size_t> admitted;            // arrival indices, by new rank
-  std::map<size_t, std::string> refused;   // arrival index -> why
-  std::vector<int> left;                   // previous ranks not admitted
-  std::string fingerprint;                 // the generation's
-  std::string error;                       // kFail: why no generation formed
+  std::vector<size_t> admitted;           // arrival indices, by new rank
+  std::map<size_t, std::string> refused;  // arrival index -> why
+  std::vector<int> left;                  // previous ranks not admitted
+  std::string fingerprint;                // the generation's
+  std::string error;                      // kFail: why no generation formed
 };
 
 CloseDecision decide_close(const CloseInput& input, const ElasticOptions& options);

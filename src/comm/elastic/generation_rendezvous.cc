@@ -46,11 +46,16 @@ json outcome_json(const CloseDecision& d, const std::vector<std::optional<Arriva
   }
   json refused = json::object();
   for (const auto& [index, why] : d.refused) refused[std::to_string(index)] = why;
-  return {{"ok", true},        {"members", members},         {"left", d.left},
-          {"refused", refused}, {"fingerprint", d.fingerprint}};
+  return {{"ok", true},
+          {"members", members},
+          {"left", d.left},
+          {"refused", refused},
+          {"fingerprint", d.fingerprint}};
 }
 
-Milliseconds at_most(Milliseconds a, Milliseconds b) { return a < b ? a : b; }
+Milliseconds at_most(Milliseconds a, Milliseconds b) {
+  return a < b ? a : b;
+}
 
 }  // namespace
 
@@ -70,7 +75,9 @@ bool GenerationRendezvous::arrivals_after(uint64_t generation) {
   return store_->add(key(generation + 1, "arrive"), 0) > 0;
 }
 
-void GenerationRendezvous::mark_finished() { store_->add(std::string(kRoot) + "/finished", 1); }
+void GenerationRendezvous::mark_finished() {
+  store_->add(std::string(kRoot) + "/finished", 1);
+}
 
 uint64_t GenerationRendezvous::first_open_generation(const Arrival& self) {
   if (self.previous_generation != 0) return self.previous_generation + 1;
@@ -97,7 +104,8 @@ Membership GenerationRendezvous::arrive(const Arrival& self) {
                          "new member (cohortrun --min-ranks restarts it)");
     }
     if (deadline.expired()) {
-      throw ElasticError("member " + self.id + " found no room in the job within the join "
+      throw ElasticError("member " + self.id +
+                         " found no room in the job within the join "
                          "timeout (ElasticOptions::join_timeout; the job may be at max_size)");
     }
   }
@@ -113,7 +121,8 @@ Membership GenerationRendezvous::arrive_at(uint64_t generation, const Arrival& s
   try {
     outcome = json::parse(to_string(store_->get(key(generation, "closed"), wait)));
   } catch (const TimeoutError&) {
-    throw ElasticError("generation " + std::to_string(generation) + " never formed: its first "
+    throw ElasticError("generation " + std::to_string(generation) +
+                       " never formed: its first "
                        "arrival, which decides who is in, stopped before deciding (member " +
                        self.id + " waited " + std::to_string(wait.count()) + " ms)");
   }

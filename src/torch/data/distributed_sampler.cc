@@ -1,26 +1,19 @@
 // cohort::DistributedSampler (include/cohort/torch/data/distributed_sampler.h).
 //
-// Note [Portable shuffle]: every rank must build the same permutation, and a checkpoint written
-// on one machine must resume on another, possibly built with another standard library. The
-// engine std::mt19937_64 is specified bit for bit by the standard, but std::shuffle and
-// std::uniform_int_distribution are not (libstdc++ and libc++ draw differently). So the
-// Fisher-Yates loop and the bounded draw below are ours, and the permutation depends only on
-// (seed, epoch, N). tests/torch/distributed_sampler_test.cc pins it.
+// The shuffle is epoch_order.h's (Note [Portable shuffle]).
 #include "cohort/torch/data/distributed_sampler.h"
 
 #include <algorithm>
 #include <cstddef>
-#include <random>
 #include <string>
 #include <utility>
 
 #include "cohort/comm/group.h"
 #include "cohort/core/check.h"
+#include "epoch_order.h"
 
 namespace cohort {
 namespace {
-
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 
 // Keys of save()/load(). Prefixed so that a sampler can share an archive with other state.
 constexpr const char* kEpochKey = "distributed_sampler_epoch";
@@ -30,38 +23,6 @@ constexpr const char* kWorldSizeKey = "distributed_sampler_world_size";
 constexpr const char* kSeedKey = "distributed_sampler_seed";
 constexpr const char* kShuffleKey = "distributed_sampler_shuffle";
 constexpr const char* kDropLastKey = "distributed_sampler_drop_last";
-
-uint64_t splitmix64(uint64_t x) {
-  x += kGolden;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// Uniform in [0, bound), bound >= 1, by rejection: draws below 2^64 mod bound are refused so
-// that the remaining range is a whole multiple of bound and `x % bound` has no bias.
-uint64_t uniform_below(std::mt19937_64& engine, uint64_t bound) {
-  const uint64_t threshold = (~bound + 1) % bound;  // 2^64 mod bound
-  for (;;) {
-    const uint64_t x = engine();
-    if (x >= threshold) return x % bound;
-  }
-}
-
-// 0..n-1, shuffled for (seed, epoch) when `shuffle`. See Note [Portable shuffle].
-std::vector<size_t> epoch_order(size_t n, bool shuffle, uint64_t seed, uint64_t epoch) {
-  std::vector<size_t> order(n);
-  for (size_t i = 0; i < n; ++i) order[i] = i;
-  if (!shuffle || n < 2) return order;
-  // Mixing the epoch through splitmix64 before combining keeps nearby (seed, epoch) pairs
-  // from seeding the engine with nearby values.
-  std::mt19937_64 engine(splitmix64(seed ^ splitmix64(epoch)));
-  for (size_t i = n - 1; i > 0; --i) {
-    const size_t j = static_cast<size_t>(uniform_below(engine, static_cast<uint64_t>(i) + 1));
-    std::swap(order[i], order[j]);
-  }
-  return order;
-}
 
 // Positions the ranks share out: the whole order padded up to a multiple of the world size,
 // or cut down to one with drop_last.
@@ -75,7 +36,7 @@ size_t total_positions(size_t n, int world_size, bool drop_last) {
 // times as needed when n < W), as PyTorch's DistributedSampler pads.
 std::vector<size_t> shard_indices(size_t n, int rank, int world_size,
                                   const DistributedSamplerOptions& options, uint64_t epoch) {
-  const std::vector<size_t> order = epoch_order(n, options.shuffle, options.seed, epoch);
+  const std::vector<size_t> order = detail::epoch_order(n, options.shuffle, options.seed, epoch);
   const size_t total = total_positions(n, world_size, options.drop_last);
   std::vector<size_t> indices;
   indices.reserve(total / static_cast<size_t>(world_size));

@@ -1,0 +1,117 @@
+// cohort::ElasticTrainer: data-parallel training (DDP) that goes on when ranks die or join:
+// a dead rank costs the step it broke, not a restart (docs/elastic.md).
+//
+//   auto elastic = cohort::init_elastic();                 // under cohortrun --min-ranks 2
+//   cohort::ElasticTrainerOptions options;
+//   options.sampler.batch_per_rank = 64;
+//   cohort::ElasticTrainer trainer(*elastic, model, optimizer, dataset.size(), options);
+//   while (trainer.epoch() < epochs) {
+//     trainer.step([&](const cohort::ElasticStep& step) {  // this rank's share of the step
+//       auto loss = loss_fn(model->forward(inputs(step.indices)), targets(step.indices));
+//       loss.backward();                                   // DDP reduces the gradients
+//     });                                                  // false: rolled back, redone next
+//   }
+//
+// Each step commits or rolls back everywhere (Note [Elastic commit] in
+// src/torch/elastic/elastic_trainer.cc): the optimizer steps only after a small allreduce
+// after backward shows that every member finished its gradient reduction. A failure before
+// that (a member killed in forward, backward or the reduction, or stopped past the timeout)
+// makes every survivor drop the step's gradients, form the next generation with the members
+// left (and any waiting to join), and redo the step at the new world size with the same
+// samples. Members that join (a restarted rank, a new one) receive the parameters, buffers,
+// optimizer state, step and sampler position from rank 0 of the new generation, over the
+// group, not from disk. So the parameters always equal a replay, on one process, of the
+// committed steps with the world size each was committed at.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/elastic.h"
+#include "cohort/torch/data/elastic_sampler.h"
+#include "cohort/torch/ddp/ddp.h"
+
+namespace torch::optim {
+class Optimizer;
+}  // namespace torch::optim
+
+namespace cohort {
+
+struct ElasticTrainerOptions {
+  ElasticSamplerOptions sampler;  // batch size policy, shuffle, seed
+  DdpOptions ddp;                 // of each generation's DistributedDataParallel
+  // Rank 0 looks in the store for members waiting to join at most this often (one store round
+  // trip); they join at the step boundary after it sees them.
+  std::chrono::milliseconds joiner_poll{200};
+};
+
+// One step as a rank runs it.
+struct ElasticStep {
+  int64_t step = 0;             // the step's number: committed steps before it
+  uint64_t epoch = 0;           // the sampler's epoch
+  std::vector<size_t> indices;  // this rank's samples (data set indices)
+  int rank = 0;
+  int world_size = 1;
+  uint64_t generation = 0;
+};
+
+class ElasticTrainer {
+ public:
+  // Joins the elastic job (waits for its next generation; a member joining a running job is
+  // healed from it). Every member passes the same kind of model and optimizer: a member whose
+  // parameters (names, shapes, dtypes) differ is refused with ElasticError.
+  ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn::Module> module,
+                 torch::optim::Optimizer& optimizer, size_t dataset_size,
+                 ElasticTrainerOptions options = {});
+  template <typename ModuleType>
+  ElasticTrainer(ElasticGroup& elastic, const torch::nn::ModuleHolder<ModuleType>& module,
+                 torch::optim::Optimizer& optimizer, size_t dataset_size,
+                 ElasticTrainerOptions options = {})
+      : ElasticTrainer(elastic, std::static_pointer_cast<torch::nn::Module>(module.ptr()),
+                       optimizer, dataset_size, std::move(options)) {}
+  ~ElasticTrainer();
+
+  // Runs one step: zeroes the gradients, calls `forward_backward` with this rank's samples,
+  // votes, and steps the optimizer. Returns true when the step committed; false when a member
+  // failed and the step was rolled back (the next call redoes it at the new world size).
+  // Throws ElasticError when the job cannot go on (below min_size, this member declared dead),
+  // and rethrows any error that is not a member's failure (an InvalidArgument of the model).
+  bool step(const std::function<void(const ElasticStep&)>& forward_backward);
+
+  // Called on every member after each change of membership, once the state is healed and
+  // before the next step: adjust what depends on the world size (the learning rate, when the
+  // global batch follows it). Also called after the first generation forms.
+  void on_membership_change(std::function<void(const Membership&)> callback);
+
+  // Extra state to heal a joining member with (a learning-rate schedule's counters, an EMA of
+  // the weights, ...): broadcast from rank 0 after each change of membership. Contiguous CPU
+  // tensors, the same shapes on every member, registered before the first step.
+  void add_state(const std::string& name, torch::Tensor tensor);
+
+  int64_t committed_steps() const;
+  uint64_t epoch() const;
+  const ElasticSampler& sampler() const;
+  const Membership& membership() const;
+  DistributedDataParallel& ddp();
+  ElasticGroup& elastic();
+
+  // Steps rolled back by failures so far (each redone), and membership changes.
+  int64_t rolled_back_steps() const;
+  int64_t membership_changes() const;
+
+  // Marks the job finished (cohort::ElasticGroup::finish): call it once training is done, so
+  // that members arriving later are refused instead of waiting.
+  void finish();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// What ElasticTrainer compares between members: parameter names, shapes and dtypes, as text.
+std::string model_fingerprint(const torch::nn::Module& module);
+
+}  // namespace cohort

@@ -1,0 +1,307 @@
+// cohort::ElasticTrainer (include/cohort/torch/elastic/elastic_trainer.h).
+//
+// Note [Elastic commit]
+// A step commits when the allreduce after backward (the vote) completes on a member: a rank
+// finishes an allreduce only once every rank's contribution is in, and each rank contributes
+// only after its backward, and so its gradient reduction, has finished. So a member that
+// finished the vote knows that every member finished the reduction, and it steps the
+// optimizer. A member whose vote (or anything before it) failed drops the step's gradients
+// and recovers. Can members disagree? Only at the vote itself: one may complete it while
+// another's fails (the ring's last message was lost with a dying peer). The one that failed
+// arrives at the next generation with a committed step one lower; the rendezvous orders the
+// members by committed step, so rank 0 is one that committed, and every member heals from it
+// (parameters through DDP's constructor, optimizer state, counters and sampler position by
+// broadcast). Whatever happened, every member of the new generation starts from the state of
+// the same committed step, and the step it redoes takes the same samples (the sampler's
+// position moves only on commit). The vote also carries rank 0's answer to "are members
+// waiting to join?", so every member grows the group at the same step boundary.
+#include "cohort/torch/elastic/elastic_trainer.h"
+
+#include <torch/torch.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "call_sites.h"
+#include "coalesced_broadcast.h"
+#include "cohort/core/check.h"
+#include "cohort/core/logging.h"
+#include "cohort/torch/tensor_buffer.h"
+
+namespace cohort {
+namespace {
+
+// FNV-1a: a short, stable summary of the parameter list for the store's records.
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+std::string optimizer_bytes(torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+void load_optimizer(torch::optim::Optimizer& optimizer, const std::string& bytes) {
+  torch::serialize::InputArchive archive;
+  std::istringstream in(bytes);
+  archive.load_from(in);
+  optimizer.load(archive);
+}
+
+bool needs_healing(const Membership& m) {
+  if (!m.joined.empty()) return true;
+  for (const auto& member : m.members) {
+    if (member.committed_step != m.committed_step()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string model_fingerprint(const torch::nn::Module& module) {
+  std::string text;
+  int64_t elements = 0;
+  const auto parameters = module.named_parameters();
+  for (const auto& item : parameters) {
+    std::ostringstream line;
+    line << item.key() << ' ' << item.value().sizes() << ' ' << item.value().scalar_type() << ';';
+    text += line.str();
+    elements += item.value().numel();
+  }
+  std::ostringstream out;
+  out << parameters.size() << " parameters, " << elements << " elements, #" << std::hex
+      << fnv1a(text);
+  return out.str();
+}
+
+struct ElasticTrainer::State {
+  ElasticGroup& elastic;
+  std::shared_ptr<torch::nn::Module> module;
+  torch::optim::Optimizer& optimizer;
+  ElasticTrainerOptions options;
+  ElasticSampler sampler;
+  std::unique_ptr<DistributedDataParallel> ddp;
+  std::function<void(const Membership&)> callback;
+  std::vector<std::pair<std::string, torch::Tensor>> extra;
+  torch::Tensor ballot = torch::zeros({2}, torch::kInt64);
+  int64_t committed = 0;
+  int64_t rolled_back = 0;
+  int64_t changes = -1;  // the first generation is not a change
+  bool grow_pending = false;
+  std::chrono::steady_clock::time_point last_poll{};
+
+  State(ElasticGroup& e, std::shared_ptr<torch::nn::Module> m, torch::optim::Optimizer& o,
+        size_t dataset_size, ElasticTrainerOptions opts)
+      : elastic(e),
+        module(std::move(m)),
+        optimizer(o),
+        options(std::move(opts)),
+        sampler(dataset_size, options.sampler) {}
+
+  void drop_gradients() {
+    for (auto& parameter : module->parameters()) parameter.mutable_grad() = torch::Tensor();
+  }
+
+  // A new generation: a DDP over its group (whose constructor copies rank 0's parameters and
+  // buffers to every member), then the rest of rank 0's state where some member lacks it.
+  void adopt_generation() {
+    const auto start = std::chrono::steady_clock::now();
+    ddp.reset();
+    drop_gradients();
+    const Membership& m = elastic.membership();
+    ddp = std::make_unique<DistributedDataParallel>(module, elastic.group_ptr(), options.ddp);
+    if (needs_healing(m)) heal_from_rank0();
+    ++changes;
+    if (m.rank == 0) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      COHORT_LOG(kInfo, m.describe(), "; state ", needs_healing(m) ? "healed" : "kept",
+                 " from rank 0 in ", seconds, " s");
+    }
+    if (callback) callback(m);
+  }
+
+  void heal_from_rank0() {
+    Group& group = elastic.group();
+    auto counters = torch::tensor(
+        {committed, static_cast<int64_t>(sampler.epoch()), static_cast<int64_t>(sampler.position()),
+         static_cast<int64_t>(sampler.skipped()), rolled_back},
+        torch::kInt64);
+    CollectiveOptions root0;
+    root0.site = call_sites::kElasticHeal;
+    group.broadcast(tensor_buffer(counters), root0);
+    committed = counters[0].item<int64_t>();
+    sampler.restore(static_cast<uint64_t>(counters[1].item<int64_t>()),
+                    static_cast<size_t>(counters[2].item<int64_t>()),
+                    static_cast<size_t>(counters[3].item<int64_t>()));
+    rolled_back = counters[4].item<int64_t>();
+    broadcast_optimizer(group, root0);
+    std::vector<torch::Tensor> tensors;
+    for (auto& item : extra) tensors.push_back(item.second);
+    if (!tensors.empty()) broadcast_coalesced(group, tensors, 0, call_sites::kElasticHeal);
+  }
+
+  void broadcast_optimizer(Group& group, const CollectiveOptions& root0) {
+    std::string bytes = group.rank() == 0 ? optimizer_bytes(optimizer) : std::string();
+    auto size = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64);
+    group.broadcast(tensor_buffer(size), root0);
+    auto payload = torch::empty({size.item<int64_t>()}, torch::kUInt8);
+    if (group.rank() == 0) std::memcpy(payload.data_ptr(), bytes.data(), bytes.size());
+    group.broadcast(tensor_buffer(payload), root0);
+    if (group.rank() != 0) {
+      load_optimizer(optimizer, std::string(static_cast<const char*>(payload.data_ptr()),
+                                            static_cast<size_t>(payload.numel())));
+    }
+  }
+
+  // Rank 0 looks for waiting members at most every joiner_poll (a store round trip).
+  int64_t joiners_seen() {
+    if (elastic.membership().rank != 0) return 0;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_poll < options.joiner_poll) return 0;
+    last_poll = now;
+    return elastic.joiners_waiting() ? 1 : 0;
+  }
+
+  // Note [Elastic commit]: returns once every member finished its gradient reduction.
+  void vote() {
+    Group& group = elastic.group();
+    auto* v = ballot.data_ptr<int64_t>();
+    v[0] = 1;
+    v[1] = joiners_seen();
+    CollectiveOptions sum;
+    sum.site = call_sites::kElasticCommit;
+    group.allreduce(tensor_buffer(ballot), sum);
+    COHORT_INTERNAL_ASSERT(v[0] == group.size(), "commit vote counted ", v[0], " of ", group.size(),
+                           " members");
+    grow_pending = v[1] > 0;
+  }
+
+  ElasticStep next_step() {
+    const Membership& m = elastic.membership();
+    sampler.skip_small_tail(m.size);
+    return ElasticStep{committed, sampler.epoch(), sampler.step_indices(m.rank, m.size),
+                       m.rank,    m.size,          m.generation};
+  }
+
+  // After `cause` broke the step: the next generation, healed. A failure meanwhile (while
+  // healing) is met the same way.
+  void recover(std::exception_ptr cause) {
+    ++rolled_back;
+    ddp.reset();
+    drop_gradients();
+    for (;;) {
+      try {
+        try {
+          std::rethrow_exception(cause);
+        } catch (const Error& e) {
+          elastic.recover(e, committed);
+        }
+        adopt_generation();
+        return;
+      } catch (const PeerError&) {
+        cause = std::current_exception();
+      } catch (const TimeoutError&) {
+        cause = std::current_exception();
+      }
+      ddp.reset();
+      drop_gradients();
+    }
+  }
+};
+
+ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn::Module> module,
+                               torch::optim::Optimizer& optimizer, size_t dataset_size,
+                               ElasticTrainerOptions options)
+    : state_(std::make_unique<State>(elastic, std::move(module), optimizer, dataset_size,
+                                     std::move(options))) {
+  COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
+  if (!elastic.joined()) {
+    elastic.set_fingerprint(model_fingerprint(*state_->module));
+    elastic.join();
+  }
+  try {
+    state_->adopt_generation();
+  } catch (const PeerError&) {
+    state_->recover(std::current_exception());
+  } catch (const TimeoutError&) {
+    state_->recover(std::current_exception());
+  }
+}
+
+ElasticTrainer::~ElasticTrainer() {
+  state_->ddp.reset();
+}
+
+bool ElasticTrainer::step(const std::function<void(const ElasticStep&)>& forward_backward) {
+  State& s = *state_;
+  try {
+    if (s.grow_pending) {
+      s.grow_pending = false;
+      s.ddp.reset();
+      s.elastic.grow(s.committed);
+      s.adopt_generation();
+    }
+    const ElasticStep step = s.next_step();
+    s.optimizer.zero_grad();
+    forward_backward(step);
+    s.vote();
+    s.optimizer.step();
+    ++s.committed;
+    s.sampler.advance(step.world_size);
+    return true;
+  } catch (const PeerError&) {
+    s.recover(std::current_exception());
+  } catch (const TimeoutError&) {
+    s.recover(std::current_exception());
+  }
+  return false;
+}
+
+void ElasticTrainer::on_membership_change(std::function<void(const Membership&)> callback) {
+  state_->callback = std::move(callback);
+}
+
+void ElasticTrainer::add_state(const std::string& name, torch::Tensor tensor) {
+  COHORT_CHECK(tensor.defined() && tensor.device().is_cpu() && tensor.is_contiguous(),
+               "ElasticTrainer::add_state('", name, "'): pass a defined, contiguous CPU tensor");
+  state_->extra.emplace_back(name, std::move(tensor));
+}
+
+int64_t ElasticTrainer::committed_steps() const {
+  return state_->committed;
+}
+uint64_t ElasticTrainer::epoch() const {
+  return state_->sampler.epoch();
+}
+const ElasticSampler& ElasticTrainer::sampler() const {
+  return state_->sampler;
+}
+const Membership& ElasticTrainer::membership() const {
+  return state_->elastic.membership();
+}
+DistributedDataParallel& ElasticTrainer::ddp() {
+  return *state_->ddp;
+}
+ElasticGroup& ElasticTrainer::elastic() {
+  return state_->elastic;
+}
+int64_t ElasticTrainer::rolled_back_steps() const {
+  return state_->rolled_back;
+}
+int64_t ElasticTrainer::membership_changes() const {
+  return state_->changes;
+}
+void ElasticTrainer::finish() {
+  state_->elastic.finish();
+}
+
+}  // namespace cohort

@@ -1,0 +1,48 @@
+// The model, data and loss of tests/elastic, shared by the member program (elastic_rank.cc) and
+// the one-process replay that checks it (elastic_training_test.cc).
+#pragma once
+
+#include <torch/torch.h>
+
+#include "cohort/torch/data/elastic_sampler.h"
+
+namespace cohort::testing {
+
+struct ElasticData {
+  torch::Tensor inputs;   // [N, 8]
+  torch::Tensor targets;  // [N] classes 0..3
+};
+
+inline constexpr int64_t kElasticSamples = 203;  // not a multiple of 2, 3 or 4: tails happen
+
+inline ElasticData elastic_data() {
+  auto generator = torch::make_generator<torch::CPUGeneratorImpl>(2024);
+  auto inputs = torch::randn({kElasticSamples, 8}, generator);
+  auto targets = std::get<1>(inputs.narrow(1, 0, 4).max(1));
+  return {inputs, targets};
+}
+
+inline torch::nn::Sequential make_elastic_model() {
+  torch::manual_seed(7);
+  return torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::Tanh(),
+                               torch::nn::Linear(16, 4));
+}
+
+inline ElasticSamplerOptions elastic_sampler_options(size_t batch_per_rank, size_t global_batch) {
+  ElasticSamplerOptions options;
+  if (global_batch > 0) {
+    options.global_batch = global_batch;
+  } else {
+    options.batch_per_rank = batch_per_rank;
+  }
+  options.seed = 11;
+  return options;
+}
+
+inline torch::Tensor elastic_loss(torch::nn::SequentialImpl& model, const ElasticData& data,
+                                  const torch::Tensor& index) {
+  return torch::nn::functional::cross_entropy(model.forward(data.inputs.index_select(0, index)),
+                                              data.targets.index_select(0, index));
+}
+
+}  // namespace cohort::testing

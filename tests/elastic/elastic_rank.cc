@@ -1,0 +1,171 @@
+// One member of an elastic training job for tests/elastic: a small classifier trained with
+// cohort::ElasticTrainer on synthetic data. Every member prints each committed step as
+// "commit <step> <world size> <generation> <epoch> <i1,i2,...>" (its own sample indices), and
+// each membership as "membership <describe>"; the member with rank 0 at the end writes the
+// parameters (raw float32, in registration order) to --out. Faults are scripted: --kill
+// LAUNCH_RANK:STEP:PHASE makes the first process of that launch rank kill itself (SIGKILL) or stop
+// (SIGSTOP) at that step, in one phase:
+//   forward    before the forward pass
+//   backward   in the middle of backward (from the first gradient's hook; buckets in flight)
+//   allreduce  when the first parameter's gradient is accumulated (the last bucket's reduction)
+//   optimizer  inside optimizer.step(), after the commit vote
+//   stop       SIGSTOP before the forward pass (the process stays stopped)
+#include <signal.h>
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/comm/elastic.h"
+#include "cohort/core/env.h"
+#include "cohort/torch/elastic/elastic_trainer.h"
+#include "elastic_model.h"
+
+namespace {
+
+struct Fault {
+  int launch_rank = -1;
+  int64_t step = -1;
+  std::string phase;
+};
+
+Fault parse_fault(const std::string& text) {
+  Fault f;
+  const auto a = text.find(':'), b = text.find(':', a + 1);
+  f.launch_rank = std::stoi(text.substr(0, a));
+  f.step = std::stoll(text.substr(a + 1, b - a - 1));
+  f.phase = text.substr(b + 1);
+  return f;
+}
+
+// The optimizer of the test model, with a place to fail inside step() (the "optimizer" phase).
+class FaultySgd : public torch::optim::SGD {
+ public:
+  using torch::optim::SGD::SGD;
+  bool fail_in_step = false;
+  torch::Tensor step(LossClosure closure = nullptr) override {
+    if (fail_in_step) raise(SIGKILL);
+    return torch::optim::SGD::step(std::move(closure));
+  }
+};
+
+void fail(const std::string& phase) {
+  std::cout << "fault " << phase << std::endl;
+  raise(phase == "stop" ? SIGSTOP : SIGKILL);
+}
+
+// Waits (on the store key a joiner writes) until a new member has arrived, 60 s at most.
+void await_joiner(cohort::ElasticGroup& elastic) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!elastic.joiners_waiting()) {
+    if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("no joiner came");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("elastic test member");
+  int64_t steps = 30;
+  size_t batch_per_rank = 4, global_batch = 0;
+  std::string out, fault_text;
+  std::vector<std::string> fault_texts;
+  app.add_option("--steps", steps);
+  app.add_option("--batch-per-rank", batch_per_rank);
+  app.add_option("--global-batch", global_batch);
+  app.add_option("--out", out);
+  app.add_option("--kill", fault_texts);
+  int64_t await_step = -1;
+  int await_size = 0;
+  app.add_option("--await-step", await_step,
+                 "hold every member before this step until --await-size members are in, or a "
+                 "new member waits in the store");
+  app.add_option("--await-size", await_size);
+  CLI11_PARSE(app, argc, argv);
+  torch::set_num_threads(1);
+
+  const int launch_rank = static_cast<int>(cohort::env_int("RANK").value_or(0));
+  const bool first_process = !cohort::env_int("ELASTIC_TEST_JOINER").has_value();
+  std::vector<Fault> faults;
+  for (const auto& t : fault_texts) {
+    Fault f = parse_fault(t);
+    if (first_process && f.launch_rank == launch_rank) faults.push_back(f);
+  }
+  auto fault_at = [&](int64_t step, const std::string& phase) {
+    for (const auto& f : faults) {
+      if (f.step == step && f.phase == phase) return true;
+    }
+    return false;
+  };
+
+  try {
+    auto elastic = cohort::init_elastic();
+    auto model = cohort::testing::make_elastic_model();
+    FaultySgd optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    const auto data = cohort::testing::elastic_data();
+    cohort::ElasticTrainerOptions options;
+    options.sampler = cohort::testing::elastic_sampler_options(batch_per_rank, global_batch);
+    options.joiner_poll = std::chrono::milliseconds(0);
+    cohort::ElasticTrainer trainer(*elastic, model, optimizer, data.inputs.size(0), options);
+    trainer.on_membership_change([](const cohort::Membership& m) {
+      std::cout << "membership " << m.describe() << " rank " << m.rank << std::endl;
+    });
+    while (trainer.committed_steps() < steps) {
+      if (trainer.committed_steps() == await_step && trainer.membership().size < await_size) {
+        await_joiner(*elastic);
+      }
+      cohort::ElasticStep taken;
+      const bool committed = trainer.step([&](const cohort::ElasticStep& step) {
+        taken = step;
+        if (fault_at(step.step, "forward")) fail("forward");
+        if (fault_at(step.step, "stop")) fail("stop");
+        optimizer.fail_in_step = fault_at(step.step, "optimizer");
+        const auto index =
+            torch::tensor(std::vector<int64_t>(step.indices.begin(), step.indices.end()));
+        auto loss = cohort::testing::elastic_loss(*model, data, index);
+        torch::Tensor last = model->parameters().back(), first = model->parameters().front();
+        if (fault_at(step.step, "backward")) {
+          last.register_hook([](torch::Tensor g) {
+            fail("backward");
+            return g;
+          });
+        }
+        if (fault_at(step.step, "allreduce")) {
+          first.register_hook([](torch::Tensor g) {
+            fail("allreduce");
+            return g;
+          });
+        }
+        loss.backward();
+      });
+      if (committed) {
+        std::cout << "commit " << taken.step << " " << taken.world_size << " " << taken.generation
+                  << " " << taken.epoch << " ";
+        for (size_t index : taken.indices) std::cout << index << ",";
+        std::cout << std::endl;
+      }
+    }
+    trainer.finish();
+    if (trainer.membership().rank == 0 && !out.empty()) {
+      std::ofstream file(out, std::ios::binary);
+      for (const auto& p : model->parameters()) {
+        auto flat = p.detach().contiguous();
+        file.write(static_cast<const char*>(flat.data_ptr()), flat.numel() * sizeof(float));
+      }
+    }
+    std::cout << "done rank " << trainer.membership().rank << std::endl;
+    return 0;
+  } catch (const cohort::ElasticError& e) {
+    std::cout << "ElasticError: " << e.what() << std::endl;
+    return 3;
+  } catch (const std::exception& e) {
+    std::cout << "error: " << e.what() << std::endl;
+    return 1;
+  }
+}

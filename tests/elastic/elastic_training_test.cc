@@ -1,0 +1,259 @@
+// Elastic training end to end: members are processes (elastic_rank.cc) around a store this
+// test hosts; faults are scripted at given steps and phases. After each, the parameters must
+// equal a one-process replay of the committed steps, each at the world size it was committed
+// at (tolerance 1e-5 absolute: DDP sums the ranks' gradients in another order than the
+// replay), and every sample of the first epoch must have been trained on exactly once.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/tcp_store.h"
+#include "elastic_model.h"
+#include "support/process.h"
+#include "support/test_support.h"
+
+namespace cohort {
+namespace {
+
+using testing::ChildProcess;
+constexpr std::chrono::seconds kDeadline{150};
+constexpr int64_t kSteps = 30;
+
+// A job: the store, and its members started as processes.
+class ElasticJob {
+ public:
+  ElasticJob(int world, int min_ranks, std::vector<std::string> extra_env = {})
+      : world_(world),
+        min_ranks_(min_ranks),
+        extra_env_(std::move(extra_env)),
+        server_("127.0.0.1", 0, "elastic-test-token"),
+        dir_(testing::fresh_temp_dir("elastic_job")) {}
+
+  // Starts the member of launch rank `rank` (a joiner: a process that was not in the launch).
+  ChildProcess& start(int rank, const std::vector<std::string>& args, bool joiner = false,
+                      const std::string& token = "elastic-test-token") {
+    const int world = std::max(world_, rank + 1);  // a joiner's launch slot may be a new one
+    std::vector<std::string> argv = {ELASTIC_RANK, "--steps", std::to_string(kSteps), "--out",
+                                     out_path()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> env = {"MASTER_ADDR=127.0.0.1",
+                                    "MASTER_PORT=" + std::to_string(server_.port()),
+                                    "RANK=" + std::to_string(rank),
+                                    "WORLD_SIZE=" + std::to_string(world),
+                                    "LOCAL_RANK=" + std::to_string(rank),
+                                    "LOCAL_WORLD_SIZE=" + std::to_string(world),
+                                    "COHORT_STORE_HOSTED=1",
+                                    "COHORT_JOB_TOKEN=" + token,
+                                    "COHORT_ELASTIC_MIN_RANKS=" + std::to_string(min_ranks_),
+                                    "COHORT_ELASTIC_SETTLE_MS=1000",
+                                    "OMP_NUM_THREADS=1"};
+    if (joiner) env.push_back("ELASTIC_TEST_JOINER=1");
+    env.insert(env.end(), extra_env_.begin(), extra_env_.end());
+    members_.push_back(std::make_unique<ChildProcess>(argv, env));
+    return *members_.back();
+  }
+
+  void start_all(const std::vector<std::string>& args) {
+    for (int r = 0; r < world_; ++r) start(r, args);
+  }
+
+  // Waits for every member; returns their exit codes in start order.
+  std::vector<int> wait_all() {
+    std::vector<int> codes;
+    for (auto& member : members_) codes.push_back(member->wait(kDeadline));
+    return codes;
+  }
+
+  std::string output() const {
+    std::string all;
+    for (size_t i = 0; i < members_.size(); ++i) {
+      all += "--- member " + std::to_string(i) + "\n" + members_[i]->output();
+    }
+    return all;
+  }
+  ChildProcess& member(size_t i) { return *members_[i]; }
+  std::string out_path() const { return dir_ + "/params.bin"; }
+
+ private:
+  int world_, min_ranks_;
+  std::vector<std::string> extra_env_;
+  TcpStoreServer server_;
+  std::string dir_;
+  std::vector<std::unique_ptr<ChildProcess>> members_;
+};
+
+// What the members printed about committed steps: the world size of each, and how often
+// each sample of epoch 0 was trained on.
+struct Committed {
+  std::map<int64_t, int> world_of_step;
+  std::map<int64_t, std::vector<size_t>> trained_in_step;  // by every member that printed it
+  std::string inconsistency;
+};
+
+Committed read_commits(const std::string& output) {
+  Committed c;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("commit ", 0) != 0) continue;
+    std::istringstream in(line.substr(7));
+    int64_t step = 0;
+    int world = 0;
+    uint64_t generation = 0, epoch = 0;
+    std::string indices;
+    in >> step >> world >> generation >> epoch >> indices;
+    auto [it, fresh] = c.world_of_step.emplace(step, world);
+    if (!fresh && it->second != world) {
+      c.inconsistency = "step " + std::to_string(step) + " committed at two world sizes";
+    }
+    std::istringstream list(indices);
+    std::string index;
+    while (std::getline(list, index, ',')) c.trained_in_step[step].push_back(std::stoul(index));
+  }
+  return c;
+}
+
+struct Replay {
+  std::vector<float> parameters;
+  std::map<int64_t, std::set<size_t>> samples_of_step;
+};
+
+// The committed steps replayed on one process: each step's gradient is the mean over its
+// ranks of each rank's mean loss gradient, as DDP averages it.
+Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank) {
+  Replay out;
+  auto model = testing::make_elastic_model();
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  const auto data = testing::elastic_data();
+  ElasticSampler sampler(data.inputs.size(0), testing::elastic_sampler_options(batch_per_rank, 0));
+  for (const auto& [step, world] : world_of_step) {
+    sampler.skip_small_tail(world);
+    optimizer.zero_grad();
+    for (int r = 0; r < world; ++r) {
+      const auto mine = sampler.step_indices(r, world);
+      out.samples_of_step[step].insert(mine.begin(), mine.end());
+      const auto index = torch::tensor(std::vector<int64_t>(mine.begin(), mine.end()));
+      (testing::elastic_loss(*model, data, index) / world).backward();
+    }
+    optimizer.step();
+    sampler.advance(world);
+  }
+  for (const auto& p : model->parameters()) {
+    auto flat = p.detach().contiguous();
+    out.parameters.insert(out.parameters.end(), flat.data_ptr<float>(),
+                          flat.data_ptr<float>() + flat.numel());
+  }
+  return out;
+}
+
+std::vector<float> read_params(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
+}
+
+// Every step committed once, at one world size; the parameters equal the replay's; what each
+// member trained on in a committed step is that step's share of the replay's samples, and no
+// sample is trained on twice in a step (a member that died after the vote printed nothing of
+// its last step, so coverage is the replay's: ElasticSamplerTest checks it).
+void expect_replay_parity(ElasticJob& job, size_t batch_per_rank = 4) {
+  const Committed c = read_commits(job.output());
+  ASSERT_TRUE(c.inconsistency.empty()) << c.inconsistency << "\n" << job.output();
+  ASSERT_EQ(c.world_of_step.size(), static_cast<size_t>(kSteps)) << job.output();
+  ASSERT_EQ(c.world_of_step.rbegin()->first, kSteps - 1);
+  const Replay reference = replay(c.world_of_step, batch_per_rank);
+  const auto& expected = reference.parameters;
+  const auto got = read_params(job.out_path());
+  ASSERT_EQ(got.size(), expected.size()) << job.output();
+  float worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - expected[i]));
+  EXPECT_LT(worst, 1e-5f) << "parameters differ from the replay of the committed steps";
+  for (const auto& [step, trained] : c.trained_in_step) {
+    const auto& samples = reference.samples_of_step.at(step);
+    std::set<size_t> once;
+    for (size_t index : trained) {
+      EXPECT_TRUE(samples.count(index)) << "step " << step << " trained on sample " << index
+                                        << ", which the replay's step does not take";
+      EXPECT_TRUE(once.insert(index).second) << "step " << step << " trained twice on " << index;
+    }
+  }
+}
+
+std::set<int> worlds_seen(const ElasticJob& job) {
+  std::set<int> worlds;
+  for (const auto& [step, world] : read_commits(job.output()).world_of_step) worlds.insert(world);
+  return worlds;
+}
+
+TEST(ElasticTraining, WithoutFaultsEqualsTheReplay) {
+  ElasticJob job(3, 2);
+  job.start_all({});
+  EXPECT_EQ(job.wait_all(), (std::vector<int>{0, 0, 0})) << job.output();
+  expect_replay_parity(job);
+  EXPECT_EQ(worlds_seen(job), (std::set<int>{3}));
+}
+
+class KilledMember : public ::testing::TestWithParam<const char*> {};
+
+// One member of three is killed at step 6 in a phase; the two others redo that step and go on.
+TEST_P(KilledMember, SurvivorsGoOnAndEqualTheReplay) {
+  ElasticJob job(3, 2);
+  job.start_all({"--kill", std::string("1:6:") + GetParam()});
+  const auto codes = job.wait_all();
+  EXPECT_EQ(codes[0], 0) << job.output();
+  EXPECT_EQ(codes[1], 128 + SIGKILL) << job.output();
+  EXPECT_EQ(codes[2], 0) << job.output();
+  expect_replay_parity(job);
+  EXPECT_EQ(worlds_seen(job), (std::set<int>{2, 3}));
+  EXPECT_NE(job.output().find("rank 1 left"), std::string::npos) << job.output();
+}
+
+INSTANTIATE_TEST_SUITE_P(Phases, KilledMember,
+                         ::testing::Values("forward", "backward", "allreduce", "optimizer"));
+
+TEST(ElasticTraining, TwoFailuresInARow) {
+  ElasticJob job(4, 2);
+  job.start_all({"--kill", "1:4:backward", "--kill", "3:5:allreduce"});
+  const auto codes = job.wait_all();
+  EXPECT_EQ(codes[0], 0) << job.output();
+  EXPECT_EQ(codes[2], 0) << job.output();
+  expect_replay_parity(job);
+  EXPECT_EQ(worlds_seen(job), (std::set<int>{2, 3, 4}));
+}
+
+TEST(ElasticTraining, ANewMemberJoinsAtAStepBoundaryAndIsHealed) {
+  ElasticJob job(2, 1);
+  job.start_all({"--await-step", "4", "--await-size", "3"});
+  ASSERT_NE(job.member(0).wait_for_line("commit 0 ", kDeadline), "") << job.output();
+  job.start(2, {}, /*joiner=*/true);
+  EXPECT_EQ(job.wait_all(), (std::vector<int>{0, 0, 0})) << job.output();
+  expect_replay_parity(job);
+  EXPECT_EQ(worlds_seen(job), (std::set<int>{2, 3}));
+  EXPECT_NE(job.output().find("1 rank joined"), std::string::npos) << job.output();
+}
+
+TEST(ElasticTraining, AKilledMemberRestartedJoinsAgain) {
+  ElasticJob job(3, 2);
+  job.start_all({"--kill", "2:5:backward", "--await-step", "8", "--await-size", "3"});
+  ASSERT_EQ(job.member(2).wait(kDeadline), 128 + SIGKILL) << job.output();
+  job.start(2, {}, /*joiner=*/true);
+  const auto codes = job.wait_all();
+  EXPECT_EQ(codes[0], 0) << job.output();
+  EXPECT_EQ(codes[3], 0) << job.output();
+  expect_replay_parity(job);
+  EXPECT_TRUE(worlds_seen(job).count(2)) << job.output();
+}
+
+}  // namespace
+}  // namespace cohort
