@@ -2,12 +2,14 @@
 //
 //   cohortrun --nproc-per-node 2 build/bin/fashion_mnist --epochs 1
 //   build/bin/fashion_mnist --model mlp --metrics steps.csv      (one process)
+//   cohortrun --nproc-per-node 3 --min-ranks 2 --max-restarts 3 build/bin/fashion_mnist --elastic
 //   COHORT_TIMELINE=trace.json cohortrun --nproc-per-node 2 build/bin/fashion_mnist --max-steps 50
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "cohort/comm/init.h"
 #include "cohort/core/error.h"
+#include "elastic_train.h"
 #include "idx_file.h"
 #include "option_agreement.h"
 #include "trainer.h"
@@ -18,9 +20,14 @@ int main(int argc, char** argv) {
   fashion_mnist::add_train_options(app, options);
   CLI11_PARSE(app, argc, argv);
   try {
-    auto group = cohort::init();
-    cohort_examples::agree_on_options(*group, app);
-    const fashion_mnist::TrainResult result = fashion_mnist::train(options, group);
+    fashion_mnist::TrainResult result;
+    if (options.elastic) {
+      result = fashion_mnist::train_elastic(options);
+    } else {
+      auto group = cohort::init();
+      cohort_examples::agree_on_options(*group, app);
+      result = fashion_mnist::train(options, group);
+    }
     if (result.reports) {
       std::printf("final: ");
       if (result.test_accuracy) std::printf("test accuracy %.2f%%, ", 100 * *result.test_accuracy);

@@ -80,6 +80,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--local-sgd-warmup", o.local_sgd_warmup,
                  "Post-local SGD: steps of ordinary DDP before local SGD starts")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--elastic", o.elastic,
+               "Keep training when ranks die or join (run under cohortrun --min-ranks; "
+               "docs/elastic.md)");
   app.add_option("--mode", o.mode,
                  "sync: every step together (--strategy); ps: parameter server, asynchronous; "
                  "ssp: parameter server with bounded staleness --staleness (docs/async.md)")

@@ -61,6 +61,9 @@ struct TrainOptions {
   // bounded staleness --staleness; 0 is synchronous). Parameter-server jobs: the last
   // --servers ranks serve, the others train.
   std::string mode = "sync";
+  // --elastic: cohort::ElasticTrainer (docs/elastic.md): the job goes on through ranks that die
+  // or join (under cohortrun --min-ranks); DDP in float32, the global batch kept.
+  bool elastic = false;
   int staleness = 0;
   int servers = 1;
   int backup_workers = 0;  // ssp with --staleness 0: a step goes on without the last b
@@ -72,7 +75,7 @@ struct TrainOptions {
   std::string checkpoint = "fashion_mnist.ckpt";  // written after each epoch; "" for none
   bool resume = false;
   bool overwrite_checkpoint = false;  // --overwrite-checkpoint
-  std::string metrics;     // per-step figures: .csv, else JSON lines
+  std::string metrics;                // per-step figures: .csv, else JSON lines
   int64_t max_steps = -1;  // stop after this many steps in all (tests, sweeps); -1: no limit
   bool skip_eval = false;
   int threads = 0;  // torch threads per rank; 0: cores / ranks on this machine

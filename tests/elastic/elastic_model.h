@@ -22,10 +22,11 @@ inline ElasticData elastic_data() {
   return {inputs, targets};
 }
 
-inline torch::nn::Sequential make_elastic_model() {
+// `hidden` other than 16: another model, which a running job refuses.
+inline torch::nn::Sequential make_elastic_model(int64_t hidden = 16) {
   torch::manual_seed(7);
-  return torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::Tanh(),
-                               torch::nn::Linear(16, 4));
+  return torch::nn::Sequential(torch::nn::Linear(8, hidden), torch::nn::Tanh(),
+                               torch::nn::Linear(hidden, 4));
 }
 
 inline ElasticSamplerOptions elastic_sampler_options(size_t batch_per_rank, size_t global_batch) {

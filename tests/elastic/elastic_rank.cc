@@ -87,6 +87,8 @@ int main(int argc, char** argv) {
                  "hold every member before this step until --await-size members are in, or a "
                  "new member waits in the store");
   app.add_option("--await-size", await_size);
+  int64_t hidden = 16;
+  app.add_option("--hidden", hidden, "hidden units (another value: another model)");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(1);
 
@@ -106,7 +108,7 @@ int main(int argc, char** argv) {
 
   try {
     auto elastic = cohort::init_elastic();
-    auto model = cohort::testing::make_elastic_model();
+    auto model = cohort::testing::make_elastic_model(hidden);
     FaultySgd optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
     const auto data = cohort::testing::elastic_data();
     cohort::ElasticTrainerOptions options;

@@ -255,5 +255,57 @@ TEST(ElasticTraining, AKilledMemberRestartedJoinsAgain) {
   EXPECT_TRUE(worlds_seen(job).count(2)) << job.output();
 }
 
+TEST(ElasticTraining, OverTcpWithoutSharedMemory) {
+  ElasticJob job(3, 2, {"COHORT_SHM=0"});
+  job.start_all({"--kill", "2:7:allreduce"});
+  const auto codes = job.wait_all();
+  EXPECT_EQ(codes[0], 0) << job.output();
+  EXPECT_EQ(codes[1], 0) << job.output();
+  expect_replay_parity(job);
+  EXPECT_EQ(worlds_seen(job), (std::set<int>{2, 3}));
+}
+
+// A member stopped past the collective timeout is left behind; when it is continued it finds
+// the job moved on without it, and is refused instead of being merged with its stale state.
+TEST(ElasticTraining, AStoppedMemberIsDeclaredDeadAndRefusedWhenItComesBack) {
+  ElasticJob job(3, 2, {"COHORT_TIMEOUT_S=3"});
+  job.start_all({"--kill", "1:5:stop"});
+  ASSERT_NE(job.member(1).wait_for_line("fault stop", kDeadline), "") << job.output();
+  EXPECT_EQ(job.member(0).wait(kDeadline), 0) << job.output();
+  EXPECT_EQ(job.member(2).wait(kDeadline), 0) << job.output();
+  job.member(1).kill(SIGCONT);
+  EXPECT_EQ(job.member(1).wait(kDeadline), 3) << job.output();
+  EXPECT_NE(job.member(1).output().find("declared dead"), std::string::npos) << job.output();
+  expect_replay_parity(job);
+}
+
+TEST(ElasticTraining, AJoinerWithAnotherModelIsRefusedAndTheJobGoesOn) {
+  ElasticJob job(2, 1);
+  job.start_all({"--await-step", "4", "--await-size", "3"});
+  ASSERT_NE(job.member(0).wait_for_line("commit 0 ", kDeadline), "") << job.output();
+  job.start(2, {"--hidden", "12"}, /*joiner=*/true);
+  ASSERT_EQ(job.member(2).wait(kDeadline), 3) << job.output();
+  EXPECT_NE(job.member(2).output().find("another model"), std::string::npos) << job.output();
+  EXPECT_EQ(job.wait_all(), (std::vector<int>{0, 0, 3})) << job.output();
+  expect_replay_parity(job);
+}
+
+TEST(ElasticTraining, AJoinerWithAnotherJobsTokenCannotReachTheStore) {
+  ElasticJob job(2, 1);
+  job.start_all({});
+  auto& stranger = job.start(2, {}, /*joiner=*/true, "another-token");
+  EXPECT_EQ(stranger.wait(kDeadline), 1) << job.output();
+  EXPECT_NE(stranger.output().find("token"), std::string::npos) << stranger.output();
+  EXPECT_EQ(job.member(0).wait(kDeadline), 0) << job.output();
+  EXPECT_EQ(job.member(1).wait(kDeadline), 0) << job.output();
+}
+
+TEST(ElasticTraining, BelowTheMinimumTheSurvivorsEndWithANamedError) {
+  ElasticJob job(2, 2, {"COHORT_ELASTIC_TIMEOUT_S=2"});
+  job.start_all({"--kill", "1:3:backward"});
+  EXPECT_EQ(job.member(0).wait(kDeadline), 3) << job.output();
+  EXPECT_NE(job.member(0).output().find("needs at least 2"), std::string::npos) << job.output();
+}
+
 }  // namespace
 }  // namespace cohort
