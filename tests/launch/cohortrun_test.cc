@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "net/socket.h"
+#include "run_cohortrun.h"
 #include "support/process.h"
 #include "transport/shm/shm_names.h"
 
@@ -25,36 +26,6 @@ namespace {
 using std::chrono::seconds;
 using testing::ChildProcess;
 using testing::free_port;
-
-constexpr seconds kDeadline{60};
-
-// cohortrun with its stderr folded into stdout, so the test sees the summary too.
-ChildProcess cohortrun(const std::vector<std::string>& args,
-                       const std::vector<std::string>& env = {}) {
-  std::string command = "exec " COHORTRUN;
-  for (const std::string& a : args) command += " '" + a + "'";
-  return ChildProcess({"/bin/sh", "-c", command + " 2>&1"}, env);
-}
-
-std::vector<int> printed_pids(const std::string& output) {
-  std::vector<int> pids;
-  const std::regex line(R"(\] pid (\d+))");
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
-       it != std::sregex_iterator(); ++it) {
-    pids.push_back(std::stoi((*it)[1]));
-  }
-  return pids;
-}
-
-void expect_all_gone(const std::vector<int>& pids) {
-  for (int pid : pids) {
-    EXPECT_TRUE(::kill(pid, 0) != 0 && errno == ESRCH) << "rank process " << pid << " still runs";
-  }
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 TEST(Cohortrun, AllRanksSucceed) {
   auto run = cohortrun({"--nproc-per-node", "4", LAUNCH_TEST_RANK, "ok"});

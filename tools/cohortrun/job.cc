@@ -1,5 +1,6 @@
 #include "job.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -7,6 +8,7 @@
 #include "cohort/comm/launch_env.h"
 #include "cohort/core/env.h"
 #include "cohort/core/error.h"
+#include "elastic_slots.h"
 #include "local_attempt.h"
 #include "node_rendezvous.h"
 #include "rank_environment.h"
@@ -82,6 +84,45 @@ void print_summary(const LaunchOptions& options, const AttemptResult& r) {
   if (!r.stopped.empty()) say("stopped rank(s) " + rank_list(r.stopped));
 }
 
+int slots_succeeded(const ElasticResult& r) {
+  return static_cast<int>(std::count_if(r.slots.begin(), r.slots.end(),
+                                        [](const SlotOutcome& s) { return s.succeeded; }));
+}
+
+// Elastic mode: the job succeeds when at least --min-ranks slots did and every other was given
+// up (which every slot not succeeded is, once all have ended).
+int elastic_exit_code(const LaunchOptions& options, const ElasticResult& r) {
+  if (r.stop_signal != 0) return 128 + r.stop_signal;
+  if (slots_succeeded(r) >= options.min_ranks || !r.first_failure) return kExitOk;
+  return r.first_failure->exit_code != 0 ? r.first_failure->exit_code : kExitLaunchFailed;
+}
+
+// Each slot's failures, then how the job ended.
+void print_elastic_summary(const LaunchOptions& options, const ElasticResult& r, int code) {
+  for (const SlotOutcome& slot : r.slots) {
+    for (const RankFailure& f : slot.failures) print_failure(options, f);
+  }
+  if (r.stop_signal != 0) {
+    if (!r.stopped.empty()) say("stopped rank(s) " + rank_list(r.stopped));
+    say("job failed: cohortrun was interrupted by " + signal_name(r.stop_signal));
+    return;
+  }
+  std::vector<int> given_up;
+  for (const SlotOutcome& slot : r.slots) {
+    if (!slot.succeeded) given_up.push_back(slot.rank);
+  }
+  if (given_up.empty()) return;
+  const std::string counts = std::to_string(slots_succeeded(r)) + " of " +
+                             std::to_string(r.slots.size()) + " ranks succeeded (--min-ranks " +
+                             std::to_string(options.min_ranks) + "); given up: rank(s) " +
+                             rank_list(given_up);
+  if (code == kExitOk) {
+    say("job succeeded: " + counts);
+  } else {
+    say("job failed: " + counts + "; the first failure: " + headline(*r.first_failure));
+  }
+}
+
 // The job's identity, kept through restarts (docs/checkpoints.md, "Restarts"): the user's
 // COHORT_JOB_ID (a scheduler's job id, so that a requeued job resumes its checkpoints), else
 // a fresh one. Node 0's is every node's.
@@ -98,6 +139,7 @@ class Job {
         job_id_(job_id(*rendezvous_)) {}
 
   int run() {
+    if (options_.elastic()) return run_elastic();
     for (int attempt = 0;; ++attempt) {
       rendezvous_->join(attempt);
       AttemptResult result = run_local_attempt(options_, placement(attempt), *rendezvous_);
@@ -116,6 +158,15 @@ class Job {
   }
 
  private:
+  // One node (launch_options.cc refuses several): its ranks meet in the store this cohortrun
+  // hosts, which outlives every one of them.
+  int run_elastic() {
+    const ElasticResult result = run_elastic_slots(options_, placement(0));
+    const int code = elastic_exit_code(options_, result);
+    print_elastic_summary(options_, result, code);
+    return code;
+  }
+
   // Connecting to node 0 may take up to --rdzv-timeout and cannot watch for signals itself.
   static std::unique_ptr<NodeRendezvous> connect(const LaunchOptions& options,
                                                  const std::string& token) {

@@ -38,6 +38,39 @@ std::string resolve_program(const std::string& program) {
                     "e.g. ./" + program + ")");
 }
 
+// --min-ranks and --max-ranks (docs/launch.md, "Elastic mode").
+void check_elastic_options(const LaunchOptions& o) {
+  if (o.max_ranks > 0 && !o.elastic()) {
+    throw ConfigError("--max-ranks needs --min-ranks: it bounds an elastic job");
+  }
+  if (!o.elastic()) return;
+  const std::string min = "--min-ranks " + std::to_string(o.min_ranks);
+  if (o.multi_node()) {
+    throw ConfigError(
+        "--min-ranks with --nnodes > 1 is not supported yet: run elastic jobs on one node");
+  }
+  if (!o.expendable_list.empty()) {
+    throw ConfigError(
+        "--expendable cannot be given with --min-ranks: elastic mode supersedes "
+        "it (any rank may fail, and the job goes on while " +
+        min + " remain)");
+  }
+  if (o.min_ranks > o.world_size()) {
+    throw ConfigError(min + " is more than the " + std::to_string(o.world_size()) +
+                      " ranks started (--nproc-per-node)");
+  }
+  if (o.max_ranks > 0 && o.max_ranks < o.min_ranks) {
+    throw ConfigError("--max-ranks " + std::to_string(o.max_ranks) + " is below " + min);
+  }
+  // The first generation waits for every started rank, so fewer places would leave the
+  // others waiting to join for ever.
+  if (o.max_ranks > 0 && o.max_ranks < o.world_size()) {
+    throw ConfigError("--max-ranks " + std::to_string(o.max_ranks) + " is below the " +
+                      std::to_string(o.world_size()) +
+                      " ranks started (--nproc-per-node): they would not all have a place");
+  }
+}
+
 }  // namespace
 
 Milliseconds LaunchOptions::rdzv_timeout() const {
@@ -67,7 +100,8 @@ void add_launch_options(CLI::App& app, LaunchOptions& o) {
                  "Port of the store (default: a free port on one node, 29500 on several)")
       ->check(CLI::Range(1, 65535));
   app.add_option("--max-restarts", o.max_restarts,
-                 "Restart every rank this many times after a failure (COHORT_RESTART_COUNT)")
+                 "Restart every rank this many times after a failure (COHORT_RESTART_COUNT); "
+                 "with --min-ranks, restart each failed rank alone this many times")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--rdzv-timeout", o.rdzv_timeout_s,
                  "Seconds to wait for every node at the rendezvous (and at the end)")
@@ -82,6 +116,13 @@ void add_launch_options(CLI::App& app, LaunchOptions& o) {
   app.add_option("--expendable", o.expendable_list,
                  "Ranks whose failure does not stop the others (parameter-server workers), "
                  "e.g. --expendable 1,2");
+  app.add_option("--min-ranks", o.min_ranks,
+                 "Elastic mode: a failed rank is restarted alone and rejoins the running job, "
+                 "which goes on while at least this many ranks remain")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-ranks", o.max_ranks,
+                 "Elastic mode: at most this many ranks in the job at once")
+      ->check(CLI::PositiveNumber);
   app.add_option("--simulate-nodes", o.simulate_nodes,
                  "Split this machine's ranks into this many simulated nodes (COHORT_NODE_ID), "
                  "e.g. to try HYBRID_SHARD on one host")
@@ -124,6 +165,7 @@ void finish_launch_options(CLI::App& app, LaunchOptions& o) {
     }
     o.expendable.push_back(rank);
   }
+  check_elastic_options(o);
   if (o.multi_node() && o.master_port < 0) o.master_port = LaunchOptions::kDefaultMasterPort;
   o.command.front() = resolve_program(o.command.front());
 }

@@ -34,13 +34,18 @@ struct LaunchOptions {
   // Ranks whose failure does not stop the job (parameter-server workers: the servers go on
   // without them; docs/async.md). The job succeeds when every other rank does.
   std::vector<int> expendable;
-  std::string expendable_list;       // as given: "1,2"
+  std::string expendable_list;  // as given: "1,2"
+  // Elastic mode (--min-ranks; docs/launch.md, "Elastic mode"): 0 off. A failed rank is
+  // restarted alone and rejoins the running job, which goes on while min_ranks remain.
+  int min_ranks = 0;
+  int max_ranks = 0;  // at most this many members at once (COHORT_ELASTIC_MAX_RANKS); 0: no limit
   std::vector<std::string> command;  // the program and its arguments
 
   static constexpr int kDefaultMasterPort = 29500;
 
   int world_size() const { return nproc_per_node * nnodes; }
   bool multi_node() const { return nnodes > 1; }
+  bool elastic() const { return min_ranks > 0; }
   bool is_expendable(int rank) const;
   Milliseconds rdzv_timeout() const;
   Milliseconds stop_timeout() const;

@@ -307,12 +307,7 @@ AttemptResult run_local_attempt(const LaunchOptions& options, const RankPlacemen
   // started and the others were killed).
   struct Cleanup {
     const std::string& token;
-    ~Cleanup() {
-      for (const std::string& name : remove_shm_leftovers(token)) {
-        std::fprintf(stderr, "cohortrun: removed /dev/shm%s, left by a rank that was stopped\n",
-                     name.c_str());
-      }
-    }
+    ~Cleanup() { remove_shm_leftovers_and_say(token); }
   } cleanup{placement.token};
   return LocalAttempt(options, placement, rendezvous).run();
 }

@@ -1,7 +1,9 @@
 // cohortrun: starts the ranks of a cohort job on this machine, relays their output, stops them
-// all when one fails, and restarts the job from its checkpoints when asked (docs/launch.md).
+// all when one fails, and restarts the job from its checkpoints when asked (docs/launch.md);
+// in elastic mode (--min-ranks) it restarts a failed rank alone, and the others go on.
 //
 //   cohortrun --nproc-per-node 4 ./train --epochs 3
+//   cohortrun --nproc-per-node 4 --min-ranks 2 --max-restarts 3 ./train --elastic
 //   cohortrun --nnodes 2 --node-rank 0 --master-addr node1 --nproc-per-node 4 ./train
 #include <CLI/CLI.hpp>
 #include <cstdio>

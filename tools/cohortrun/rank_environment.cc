@@ -16,10 +16,22 @@ std::string name_of(const std::string& entry) {
   return entry.substr(0, entry.find('='));
 }
 
+std::string var(const char* name, const std::string& value) {
+  return std::string(name) + "=" + value;
+}
+
+// What cohort::init_elastic() reads (cohort/comm/elastic.h). RANK and WORLD_SIZE stay the
+// launch slot's: the first generation's size and ordering hint; a restarted process (a
+// COHORT_ELASTIC_RESTART above 0) joins the running job as a new member.
+void add_elastic_variables(const LaunchOptions& o, const RankPlacement& p,
+                           std::vector<std::string>& vars) {
+  vars.push_back(var("COHORT_ELASTIC", "1"));
+  vars.push_back(var("COHORT_ELASTIC_MIN_RANKS", std::to_string(o.min_ranks)));
+  if (o.max_ranks > 0) vars.push_back(var("COHORT_ELASTIC_MAX_RANKS", std::to_string(o.max_ranks)));
+  vars.push_back(var("COHORT_ELASTIC_RESTART", std::to_string(p.elastic_restart)));
+}
+
 std::vector<std::string> launcher_variables(const LaunchOptions& o, const RankPlacement& p) {
-  auto var = [](const char* name, const std::string& value) {
-    return std::string(name) + "=" + value;
-  };
   std::vector<std::string> vars = {
       var("RANK", std::to_string(global_rank(o, p.local_rank))),
       var("WORLD_SIZE", std::to_string(o.world_size())),
@@ -36,6 +48,7 @@ std::vector<std::string> launcher_variables(const LaunchOptions& o, const RankPl
       // Not secret: checkpoints record it, so that a restart resumes only its own job's.
       var("COHORT_JOB_ID", p.job_id),
   };
+  if (o.elastic()) add_elastic_variables(o, p, vars);
   if (o.simulate_nodes > 1) {  // --simulate-nodes: blocks of this machine's ranks
     const int block = p.local_rank / (o.nproc_per_node / o.simulate_nodes);
     vars.push_back(var("COHORT_NODE_ID", "node" + std::to_string(o.node_rank) + ".simulated" +

@@ -15,8 +15,9 @@ struct RankPlacement {
   int local_rank = 0;
   int attempt = 0;  // COHORT_RESTART_COUNT
   uint16_t store_port = 0;
-  std::string token;   // COHORT_JOB_TOKEN
-  std::string job_id;  // COHORT_JOB_ID: the same in every attempt (a restart is the same job)
+  std::string token;        // COHORT_JOB_TOKEN
+  std::string job_id;       // COHORT_JOB_ID: the same in every attempt (a restart is the same job)
+  int elastic_restart = 0;  // elastic mode: COHORT_ELASTIC_RESTART, this slot's restarts so far
 };
 
 int global_rank(const LaunchOptions& options, int local_rank);

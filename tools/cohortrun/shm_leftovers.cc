@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 
@@ -43,6 +44,13 @@ std::vector<std::string> remove_shm_leftovers(const std::string& job_token) {
     if (::shm_unlink(("/" + name).c_str()) == 0) removed.push_back("/" + name);
   }
   return removed;
+}
+
+void remove_shm_leftovers_and_say(const std::string& job_token) {
+  for (const std::string& name : remove_shm_leftovers(job_token)) {
+    std::fprintf(stderr, "cohortrun: removed /dev/shm%s, left by a rank that was stopped\n",
+                 name.c_str());
+  }
 }
 
 }  // namespace cohort::run

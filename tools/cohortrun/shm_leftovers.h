@@ -15,4 +15,7 @@ namespace cohort::run {
 // segment of another job with the same token whose creator still runs is left alone.
 std::vector<std::string> remove_shm_leftovers(const std::string& job_token);
 
+// remove_shm_leftovers, saying on stderr what it removed.
+void remove_shm_leftovers_and_say(const std::string& job_token);
+
 }  // namespace cohort::run

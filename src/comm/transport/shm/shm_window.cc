@@ -1,5 +1,6 @@
 #include "transport/shm/shm_window.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -9,8 +10,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -282,10 +281,22 @@ void ShmWindow::abort(std::exception_ptr error) noexcept {
 namespace {
 
 // kill(pid, 0) succeeds for a zombie (dead but not yet reaped by its parent): read its state.
+// With open/read, not std::ifstream: when the parent reaps the zombie between kill() and the
+// read, read() fails with ESRCH, which libstdc++'s filebuf throws as std::ios_failure straight
+// through istreambuf_iterator; that escaped the collective and aborted a rank whose peer had
+// just died, where it should have raised PeerError (seen under cohortrun --min-ranks, which
+// reaps a dead rank at once while the others recover).
 bool process_is_gone(pid_t pid) {
   if (::kill(pid, 0) != 0) return errno == ESRCH;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT || errno == ESRCH;
+  char buffer[512];  // "pid (name) S ...": the name is at most 16 bytes
+  const ssize_t n = ::read(fd, buffer, sizeof buffer);
+  const int read_errno = errno;
+  ::close(fd);
+  if (n < 0) return read_errno == ESRCH;
+  const std::string text(buffer, static_cast<size_t>(n));
   const size_t end_of_name = text.rfind(')');
   if (end_of_name == std::string::npos || end_of_name + 2 >= text.size()) return false;
   const char state = text[end_of_name + 2];
