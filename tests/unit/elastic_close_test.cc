@@ -82,6 +82,15 @@ TEST(ElasticClose, ANewcomerAloneWaitsForTheRunningMembers) {
   EXPECT_NE(d.error.find("no member of generation 4 arrived"), std::string::npos) << d.error;
 }
 
+TEST(ElasticClose, ANewcomerAloneAfterTheJobFinishedFailsAtOnce) {
+  CloseInput in = fifth_generation(2);
+  in.arrivals = {newcomer("j")};
+  in.finished = true;
+  const auto d = decide_close(in, options(1));
+  EXPECT_EQ(d.kind, Kind::kFail);
+  EXPECT_NE(d.error.find("the job has finished"), std::string::npos) << d.error;
+}
+
 TEST(ElasticClose, AnotherModelAndAStaleMemberAreRefused) {
   CloseInput in = fifth_generation(1);
   Arrival stale = survivor(0, 3);

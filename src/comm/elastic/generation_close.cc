@@ -80,6 +80,11 @@ CloseDecision decide_close(const CloseInput& input, const ElasticOptions& option
   CloseDecision decision;
   const std::string g = "generation " + std::to_string(input.generation);
   if (input.previous && !previous_member_arrived(input)) {
+    if (input.finished) {
+      decision.kind = CloseDecision::Kind::kFail;
+      decision.error = g + " cannot form: the job has finished (its members marked it done)";
+      return decision;
+    }
     if (!input.out_of_time) return decision;
     decision.kind = CloseDecision::Kind::kFail;
     decision.error = g + " cannot form: no member of generation " +

@@ -26,6 +26,7 @@ struct CloseInput {
   std::vector<std::optional<Arrival>> arrivals;  // by arrival index; empty: record never came
   bool settled = false;      // `settle` has passed since the first previous member arrived
   bool out_of_time = false;  // join_timeout has passed
+  bool finished = false;     // the job's members marked it finished (ElasticGroup::finish)
 };
 
 struct CloseDecision {

@@ -13,6 +13,8 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kRoot = "elastic";
+// How often a new member deciding a generation alone looks whether the job finished.
+constexpr Milliseconds kFinishedPoll{250};
 
 json to_json(const Arrival& a) {
   return {{"id", a.id},
@@ -79,9 +81,13 @@ void GenerationRendezvous::mark_finished() {
   store_->add(std::string(kRoot) + "/finished", 1);
 }
 
+bool GenerationRendezvous::finished() {
+  return store_->add(std::string(kRoot) + "/finished", 0) > 0;
+}
+
 uint64_t GenerationRendezvous::first_open_generation(const Arrival& self) {
   if (self.previous_generation != 0) return self.previous_generation + 1;
-  if (store_->add(std::string(kRoot) + "/finished", 0) > 0) {
+  if (finished()) {
     throw ElasticError("member " + self.id +
                        " cannot join: the job has finished (its members marked it done)");
   }
@@ -175,6 +181,7 @@ void GenerationRendezvous::close(uint64_t generation) {
     if (!settle && previous_member_arrived(input)) settle = Deadline::after(options_.settle);
     input.settled = settle && settle->expired();
     input.out_of_time = overall.expired();
+    input.finished = !settle && finished();
     const CloseDecision decision = decide_close(input, options_);
     if (decision.kind != CloseDecision::Kind::kWait) {
       store_->set(key(generation, "closed"), outcome_json(decision, input.arrivals).dump());
@@ -185,6 +192,8 @@ void GenerationRendezvous::close(uint64_t generation) {
     }
     Deadline until = overall;
     if (settle && !settle->expired()) until = settle->min(overall);
+    // Until a running member arrives, look now and then whether the job finished meanwhile.
+    if (!settle) until = until.min(Deadline::after(kFinishedPoll));
     const std::string next = key(generation, "member/" + std::to_string(count));
     try {
       store_->wait({next}, at_most(until.remaining(), Milliseconds(24LL * 3600 * 1000)));

@@ -57,6 +57,7 @@ class GenerationRendezvous {
   // Whether anyone has arrived at generation `generation` + 1.
   bool arrivals_after(uint64_t generation);
   void mark_finished();
+  bool finished();
 
   // The store view of generation `generation`'s own Group.
   std::shared_ptr<Store> group_store(uint64_t generation) const;
