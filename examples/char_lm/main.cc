@@ -2,14 +2,16 @@
 //
 //   cohortrun --nproc-per-node 2 build/bin/char_lm --epochs 1
 //   build/bin/char_lm --layers 2 --width 64 --max-steps 200      (one process)
+//   cohortrun --nproc-per-node 3 --min-ranks 2 --max-restarts 2 build/bin/char_lm --elastic
 //   COHORT_TIMELINE=trace.json cohortrun --nproc-per-node 2 build/bin/char_lm --max-steps 30
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "cohort/comm/init.h"
 #include "cohort/core/error.h"
-#include "option_agreement.h"
+#include "elastic_train.h"
 #include "fortune_files.h"
+#include "option_agreement.h"
 #include "trainer.h"
 
 namespace {
@@ -33,6 +35,12 @@ int main(int argc, char** argv) {
   char_lm::add_train_options(app, options);
   CLI11_PARSE(app, argc, argv);
   try {
+    if (options.elastic) {
+      int rank = 0, ranks = 1;
+      const char_lm::TrainResult result = char_lm::train_elastic(options, rank, ranks);
+      if (rank == 0) print_result(result, ranks);
+      return 0;
+    }
     auto group = cohort::init();
     cohort_examples::agree_on_options(*group, app);
     const char_lm::TrainResult result = char_lm::train(options, group);

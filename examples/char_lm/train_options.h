@@ -37,13 +37,16 @@ struct TrainOptions {
   std::string checkpoint = "char_lm.ckpt";  // written after each epoch; "" for none
   bool resume = false;
   bool overwrite_checkpoint = false;  // --overwrite-checkpoint
-  std::string metrics;     // per-step figures: .csv, else JSON lines
-  int64_t max_steps = -1;  // stop after this many steps in all; -1: no limit
+  std::string metrics;                // per-step figures: .csv, else JSON lines
+  int64_t max_steps = -1;             // stop after this many steps in all; -1: no limit
   bool skip_eval = false;
   int64_t sample = 300;  // characters generated at the end; 0: none
   int threads = 0;       // torch threads per rank; 0: cores / ranks on this machine
   bool progress = true;
   int64_t log_every = 100;
+  // --elastic: cohort::ElasticTrainer (docs/elastic.md): the job goes on through ranks that die
+  // or join (under cohortrun --min-ranks); DDP in float32, the global batch kept.
+  bool elastic = false;
 
   GptConfig model_config(int64_t vocab) const;
   // The library scheduler's options: linear warm-up over warmup_steps, then a cosine decay to

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "adamw.h"
 #include "checkpointing.h"
 #include "cohort/comm/timeline.h"
 #include "cohort/torch/data/distributed_sampler.h"
@@ -49,7 +50,6 @@ class Trainer {
       std::declval<torch::data::DataLoaderOptions>()));
 
   void build_optimizer();
-  torch::optim::AdamWOptions adamw_options(double weight_decay) const;
   void build_loader();
   void describe() const;
   std::vector<StepRecord> train_epoch();
@@ -119,28 +119,8 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
     metrics_ = std::make_unique<MetricsFile>(options_.metrics);
 }
 
-// Weight decay on the matrices and embeddings only: decaying biases and LayerNorm gains towards
-// zero only fights the normalization. Decided by the shape of the model's parameter, since a
-// strategy may hand out flat shards of it.
 void Trainer::build_optimizer() {
-  const auto model_parameters = model_->named_parameters();
-  std::vector<torch::Tensor> decayed, not_decayed;
-  for (const auto& item : strategy_->optimizer_parameters()) {
-    const bool matrix = model_parameters[item.key()].dim() >= 2;
-    (matrix ? decayed : not_decayed).push_back(item.value());
-  }
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(
-      decayed, std::make_unique<torch::optim::AdamWOptions>(adamw_options(options_.weight_decay)));
-  groups.emplace_back(not_decayed,
-                      std::make_unique<torch::optim::AdamWOptions>(adamw_options(0.0)));
-  optimizer_ = std::make_unique<torch::optim::AdamW>(std::move(groups), adamw_options(0.0));
-}
-
-// beta2 = 0.95 rather than torch's 0.999: the second moment follows the gradients' scale
-// faster, which keeps the early steps of transformer training stable (GPT-3's setting).
-torch::optim::AdamWOptions Trainer::adamw_options(double weight_decay) const {
-  return torch::optim::AdamWOptions(options_.lr).betas({0.9, 0.95}).weight_decay(weight_decay);
+  optimizer_ = make_adamw(*model_, strategy_->optimizer_parameters(), options_);
 }
 
 // Each rank gets a disjoint, shuffled shard of the training windows every epoch; the tail that

@@ -268,6 +268,7 @@ bool ElasticTrainer::step(const std::function<void(const ElasticStep&)>& forward
 
 void ElasticTrainer::on_membership_change(std::function<void(const Membership&)> callback) {
   state_->callback = std::move(callback);
+  if (state_->callback) state_->callback(state_->elastic.membership());
 }
 
 void ElasticTrainer::add_state(const std::string& name, torch::Tensor tensor) {

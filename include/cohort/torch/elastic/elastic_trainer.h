@@ -81,9 +81,10 @@ class ElasticTrainer {
   // and rethrows any error that is not a member's failure (an InvalidArgument of the model).
   bool step(const std::function<void(const ElasticStep&)>& forward_backward);
 
-  // Called on every member after each change of membership, once the state is healed and
-  // before the next step: adjust what depends on the world size (the learning rate, when the
-  // global batch follows it). Also called after the first generation forms.
+  // Calls `callback` now, with the membership this member joined (healed already: a joiner's
+  // committed_steps() is the job's), and on every member after each later change, once the
+  // state is healed and before the next step: adjust what depends on the world size or the
+  // step (the learning rate when the global batch follows the world, a schedule's position).
   void on_membership_change(std::function<void(const Membership&)> callback);
 
   // Extra state to heal a joining member with (a learning-rate schedule's counters, an EMA of
