@@ -70,7 +70,10 @@ TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
     // A joiner's schedule starts at the job's step, not at 0.
     schedule.load_state({trainer.committed_steps(), schedule.base_lrs()});
     torch::manual_seed(options.seed + 1000 * m.generation + static_cast<uint64_t>(m.rank));
-    if (m.rank == 0) std::printf("membership: %s\n", m.describe().c_str());
+    if (m.rank == 0) {
+      std::printf("membership: %s (in %.2f s)\n", m.describe().c_str(),
+                  trainer.last_change_seconds());
+    }
     std::fflush(stdout);
   });
   const auto start = std::chrono::steady_clock::now();

@@ -58,8 +58,11 @@ TrainResult train_elastic(const TrainOptions& options) {
   elastic_options.ddp.bucket_cap_mb = options.bucket_cap_mb;
   cohort::ElasticTrainer trainer(*elastic, model, *optimizer, static_cast<size_t>(train_set.size()),
                                  elastic_options);
-  trainer.on_membership_change([](const cohort::Membership& m) {
-    if (m.rank == 0) std::printf("membership: %s\n", m.describe().c_str());
+  trainer.on_membership_change([&](const cohort::Membership& m) {
+    if (m.rank == 0) {
+      std::printf("membership: %s (in %.2f s)\n", m.describe().c_str(),
+                  trainer.last_change_seconds());
+    }
     std::fflush(stdout);
   });
   const auto start = std::chrono::steady_clock::now();

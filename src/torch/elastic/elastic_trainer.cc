@@ -56,6 +56,10 @@ void load_optimizer(torch::optim::Optimizer& optimizer, const std::string& bytes
   optimizer.load(archive);
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 bool needs_healing(const Membership& m) {
   if (!m.joined.empty()) return true;
   for (const auto& member : m.members) {
@@ -95,6 +99,7 @@ struct ElasticTrainer::State {
   int64_t committed = 0;
   int64_t rolled_back = 0;
   int64_t changes = -1;  // the first generation is not a change
+  double last_change_s = 0;
   bool grow_pending = false;
   std::chrono::steady_clock::time_point last_poll{};
 
@@ -112,7 +117,8 @@ struct ElasticTrainer::State {
 
   // A new generation: a DDP over its group (whose constructor copies rank 0's parameters and
   // buffers to every member), then the rest of rank 0's state where some member lacks it.
-  void adopt_generation() {
+  // `since`: when the change began (the failure, the agreed boundary, the constructor).
+  void adopt_generation(std::chrono::steady_clock::time_point since) {
     const auto start = std::chrono::steady_clock::now();
     ddp.reset();
     drop_gradients();
@@ -121,11 +127,10 @@ struct ElasticTrainer::State {
     if (needs_healing(m)) heal_from_rank0();
     ++changes;
     if (m.rank == 0) {
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       COHORT_LOG(kInfo, m.describe(), "; state ", needs_healing(m) ? "healed" : "kept",
-                 " from rank 0 in ", seconds, " s");
+                 " from rank 0 in ", seconds_since(start), " s");
     }
+    last_change_s = seconds_since(since);
     if (callback) callback(m);
   }
 
@@ -195,6 +200,7 @@ struct ElasticTrainer::State {
   // After `cause` broke the step: the next generation, healed. A failure meanwhile (while
   // healing) is met the same way.
   void recover(std::exception_ptr cause) {
+    const auto start = std::chrono::steady_clock::now();
     ++rolled_back;
     ddp.reset();
     drop_gradients();
@@ -205,7 +211,7 @@ struct ElasticTrainer::State {
         } catch (const Error& e) {
           elastic.recover(e, committed);
         }
-        adopt_generation();
+        adopt_generation(start);
         return;
       } catch (const PeerError&) {
         cause = std::current_exception();
@@ -223,13 +229,14 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
                                ElasticTrainerOptions options)
     : state_(std::make_unique<State>(elastic, std::move(module), optimizer, dataset_size,
                                      std::move(options))) {
+  const auto start = std::chrono::steady_clock::now();
   COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
   if (!elastic.joined()) {
     elastic.set_fingerprint(model_fingerprint(*state_->module));
     elastic.join();
   }
   try {
-    state_->adopt_generation();
+    state_->adopt_generation(start);
   } catch (const PeerError&) {
     state_->recover(std::current_exception());
   } catch (const TimeoutError&) {
@@ -245,10 +252,11 @@ bool ElasticTrainer::step(const std::function<void(const ElasticStep&)>& forward
   State& s = *state_;
   try {
     if (s.grow_pending) {
+      const auto start = std::chrono::steady_clock::now();
       s.grow_pending = false;
       s.ddp.reset();
       s.elastic.grow(s.committed);
-      s.adopt_generation();
+      s.adopt_generation(start);
     }
     const ElasticStep step = s.next_step();
     s.optimizer.zero_grad();
@@ -301,6 +309,10 @@ int64_t ElasticTrainer::rolled_back_steps() const {
 int64_t ElasticTrainer::membership_changes() const {
   return state_->changes;
 }
+double ElasticTrainer::last_change_seconds() const {
+  return state_->last_change_s;
+}
+
 void ElasticTrainer::finish() {
   state_->elastic.finish();
 }

@@ -102,6 +102,9 @@ class ElasticTrainer {
   // Steps rolled back by failures so far (each redone), and membership changes.
   int64_t rolled_back_steps() const;
   int64_t membership_changes() const;
+  // Wall time of the last change on this member: from the failure (or the agreed step boundary)
+  // to the healed state of the new generation (rendezvous, new group, DDP, healing).
+  double last_change_seconds() const;
 
   // Marks the job finished (cohort::ElasticGroup::finish): call it once training is done, so
   // that members arriving later are refused instead of waiting.
