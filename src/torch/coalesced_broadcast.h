@@ -1,5 +1,7 @@
-// Copies a set of tensors from one rank to all, one broadcast per dtype instead of one per
-// tensor (a model's buffers are many small tensors; each broadcast costs a round trip).
+// Copies a set of tensors from one rank to all, one broadcast per dtype for the small ones
+// instead of one per tensor (a model's buffers are many small tensors; each broadcast costs a
+// round trip), and the large contiguous ones in place (packing them would copy every byte
+// twice more, which costs more than their round trips: a joiner's healing in ElasticTrainer).
 #pragma once
 
 #include <torch/torch.h>

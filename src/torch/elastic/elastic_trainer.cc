@@ -19,7 +19,6 @@
 
 #include <torch/torch.h>
 
-#include <cstring>
 #include <sstream>
 
 #include "call_sites.h"
@@ -27,6 +26,7 @@
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
 #include "cohort/torch/tensor_buffer.h"
+#include "elastic/optimizer_broadcast.h"
 
 namespace cohort {
 namespace {
@@ -39,21 +39,6 @@ uint64_t fnv1a(const std::string& text) {
     hash *= 1099511628211ull;
   }
   return hash;
-}
-
-std::string optimizer_bytes(torch::optim::Optimizer& optimizer) {
-  torch::serialize::OutputArchive archive;
-  optimizer.save(archive);
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
-}
-
-void load_optimizer(torch::optim::Optimizer& optimizer, const std::string& bytes) {
-  torch::serialize::InputArchive archive;
-  std::istringstream in(bytes);
-  archive.load_from(in);
-  optimizer.load(archive);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -148,23 +133,10 @@ struct ElasticTrainer::State {
                     static_cast<size_t>(counters[2].item<int64_t>()),
                     static_cast<size_t>(counters[3].item<int64_t>()));
     rolled_back = counters[4].item<int64_t>();
-    broadcast_optimizer(group, root0);
+    detail::broadcast_optimizer_state(group, optimizer);
     std::vector<torch::Tensor> tensors;
     for (auto& item : extra) tensors.push_back(item.second);
     if (!tensors.empty()) broadcast_coalesced(group, tensors, 0, call_sites::kElasticHeal);
-  }
-
-  void broadcast_optimizer(Group& group, const CollectiveOptions& root0) {
-    std::string bytes = group.rank() == 0 ? optimizer_bytes(optimizer) : std::string();
-    auto size = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64);
-    group.broadcast(tensor_buffer(size), root0);
-    auto payload = torch::empty({size.item<int64_t>()}, torch::kUInt8);
-    if (group.rank() == 0) std::memcpy(payload.data_ptr(), bytes.data(), bytes.size());
-    group.broadcast(tensor_buffer(payload), root0);
-    if (group.rank() != 0) {
-      load_optimizer(optimizer, std::string(static_cast<const char*>(payload.data_ptr()),
-                                            static_cast<size_t>(payload.numel())));
-    }
   }
 
   // Rank 0 looks for waiting members at most every joiner_poll (a store round trip).
