@@ -20,7 +20,7 @@ kill_run() {  # ranks transport width out
   local shm=1
   [ "$2" = tcp ] && shm=0
   COHORT_SHM=$shm "$run" --no-prefix --nproc-per-node "$1" --min-ranks 1 --max-restarts 1 \
-    "$bench" --width "$3" --steps 60 --kill-rank 1 --kill-step 20 >"$4" 2>/dev/null
+    "$bench" --width "$3" --steps 150 --kill-rank 1 --kill-step 20 >"$4" 2>/dev/null
 }
 
 echo "# recovery: SIGKILL of rank 1 mid-backward at step 20 (4 x 512 MLP, Adam, batch 32/rank)"
