@@ -1,30 +1,22 @@
 #include "elastic_train.h"
 
-#include <chrono>
-#include <cstdio>
-
 #include "adamw.h"
 #include "cohort/comm/elastic.h"
-#include "cohort/core/error.h"
 #include "cohort/torch/elastic/elastic_trainer.h"
 #include "cohort/torch/optim/lr_schedule.h"
 #include "dataset.h"
+#include "elastic_loop.h"
 #include "gpt.h"
 
 namespace char_lm {
 namespace {
 
+using cohort_examples::refuse_for_elastic;
+
 void check_elastic_options(const TrainOptions& o) {
-  const auto refuse = [](bool set, const char* what) {
-    if (set) {
-      throw cohort::InvalidArgument(std::string("--elastic trains with DDP in float32 from "
-                                                "memory; it does not take ") +
-                                    what);
-    }
-  };
-  refuse(o.strategy != "ddp", "--strategy other than ddp");
-  refuse(o.precision != "fp32", "--precision other than fp32");
-  refuse(o.resume, "--resume");
+  refuse_for_elastic(o.strategy != "ddp", "--strategy other than ddp");
+  refuse_for_elastic(o.precision != "fp32", "--precision other than fp32");
+  refuse_for_elastic(o.resume, "--resume");
 }
 
 torch::data::Example<> windows(TextWindows& data, const std::vector<size_t>& indices) {
@@ -60,46 +52,30 @@ TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
   int64_t planned = options.epochs * (windows_count / options.batch_size);
   if (options.max_steps > 0) planned = std::min(planned, options.max_steps);
   cohort::optim::WarmupDecayLR schedule(*optimizer, options.lr_schedule_options(planned));
-  cohort::ElasticTrainerOptions elastic_options;
-  elastic_options.sampler.global_batch = static_cast<size_t>(options.batch_size);
-  elastic_options.sampler.seed = options.seed;
-  elastic_options.ddp.bucket_cap_mb = options.bucket_cap_mb;
+  const cohort_examples::ElasticRunSettings run{options.epochs,    options.max_steps,
+                                                options.log_every, options.batch_size,
+                                                options.seed,      options.bucket_cap_mb};
   cohort::ElasticTrainer trainer(*elastic, model.ptr(), *optimizer,
-                                 static_cast<size_t>(windows_count), elastic_options);
-  trainer.on_membership_change([&](const cohort::Membership& m) {
+                                 static_cast<size_t>(windows_count),
+                                 cohort_examples::elastic_trainer_options(run));
+  cohort_examples::report_memberships(trainer, [&](const cohort::Membership& m) {
     // A joiner's schedule starts at the job's step, not at 0.
     schedule.load_state({trainer.committed_steps(), schedule.base_lrs()});
     torch::manual_seed(options.seed + 1000 * m.generation + static_cast<uint64_t>(m.rank));
-    if (m.rank == 0) {
-      std::printf("membership: %s (in %.2f s)\n", m.describe().c_str(),
-                  trainer.last_change_seconds());
-    }
-    std::fflush(stdout);
   });
-  const auto start = std::chrono::steady_clock::now();
-  double last_loss = 0;
-  while (static_cast<int64_t>(trainer.epoch()) < options.epochs &&
-         (options.max_steps < 0 || trainer.committed_steps() < options.max_steps)) {
-    model->train();
-    const bool committed = trainer.step([&](const cohort::ElasticStep& step) {
-      auto loss = next_char_loss(model, windows(train_set, step.indices));
-      loss.backward();
-      // The gradients are the same on every member now: so is the clipping.
-      if (options.clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), options.clip);
-      last_loss = loss.item<double>();
-    });
-    if (!committed) continue;
-    schedule.step();
-    const int64_t done = trainer.committed_steps();
-    if (trainer.membership().rank == 0 && done % options.log_every == 0) {
-      std::printf("step %lld loss %.4f on %d rank(s)\n", (long long)done, last_loss,
-                  trainer.membership().size);
-      std::fflush(stdout);
-    }
-  }
+  cohort_examples::ElasticStepHooks hooks;
+  hooks.after_backward = [&] {  // the gradients are the same on every member: so is clipping
+    if (options.clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), options.clip);
+  };
+  hooks.after_commit = [&] { schedule.step(); };
+  const double seconds = run_elastic_steps(
+      trainer, run,
+      [&](const cohort::ElasticStep& step) {
+        model->train();
+        return next_char_loss(model, windows(train_set, step.indices));
+      },
+      hooks);
   trainer.finish();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   TrainResult result;
   result.unigram_entropy = data.unigram_entropy;
   result.steps = trainer.committed_steps();

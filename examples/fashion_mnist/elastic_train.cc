@@ -1,12 +1,8 @@
 #include "elastic_train.h"
 
-#include <chrono>
-#include <cstdio>
-
 #include "cohort/comm/elastic.h"
-#include "cohort/core/error.h"
-#include "cohort/torch/elastic/elastic_trainer.h"
 #include "dataset.h"
+#include "elastic_loop.h"
 #include "evaluation.h"
 #include "fmnist_models.h"
 #include "optimizers.h"
@@ -14,21 +10,15 @@
 namespace fashion_mnist {
 namespace {
 
-// What --elastic leaves out, each by the option's name.
+using cohort_examples::refuse_for_elastic;
+
 void check_elastic_options(const TrainOptions& o) {
-  const auto refuse = [](bool set, const char* what) {
-    if (set) {
-      throw cohort::InvalidArgument(std::string("--elastic trains with DDP in float32 from "
-                                                "memory; it does not take ") +
-                                    what);
-    }
-  };
-  refuse(o.strategy != "ddp", "--strategy other than ddp");
-  refuse(o.precision != "fp32", "--precision other than fp32");
-  refuse(o.mode != "sync", "--mode ps or ssp");
-  refuse(o.sync_bn, "--sync-bn");
-  refuse(o.local_sgd > 0, "--local-sgd");
-  refuse(o.resume, "--resume");
+  refuse_for_elastic(o.strategy != "ddp", "--strategy other than ddp");
+  refuse_for_elastic(o.precision != "fp32", "--precision other than fp32");
+  refuse_for_elastic(o.mode != "sync", "--mode ps or ssp");
+  refuse_for_elastic(o.sync_bn, "--sync-bn");
+  refuse_for_elastic(o.local_sgd > 0, "--local-sgd");
+  refuse_for_elastic(o.resume, "--resume");
 }
 
 torch::Tensor take(const torch::Tensor& all, const std::vector<size_t>& indices) {
@@ -52,40 +42,18 @@ TrainResult train_elastic(const TrainOptions& options) {
   settings.module = model.get();
   auto optimizer =
       cohort_examples::make_optimizer(options.optimizer, model->named_parameters(), settings);
-  cohort::ElasticTrainerOptions elastic_options;
-  elastic_options.sampler.global_batch = static_cast<size_t>(options.batch_size);
-  elastic_options.sampler.seed = options.seed;
-  elastic_options.ddp.bucket_cap_mb = options.bucket_cap_mb;
+  const cohort_examples::ElasticRunSettings run{options.epochs,    options.max_steps,
+                                                options.log_every, options.batch_size,
+                                                options.seed,      options.bucket_cap_mb};
   cohort::ElasticTrainer trainer(*elastic, model, *optimizer, static_cast<size_t>(train_set.size()),
-                                 elastic_options);
-  trainer.on_membership_change([&](const cohort::Membership& m) {
-    if (m.rank == 0) {
-      std::printf("membership: %s (in %.2f s)\n", m.describe().c_str(),
-                  trainer.last_change_seconds());
-    }
-    std::fflush(stdout);
-  });
-  const auto start = std::chrono::steady_clock::now();
-  double last_loss = 0;
+                                 cohort_examples::elastic_trainer_options(run));
+  cohort_examples::report_memberships(trainer);
   model->train();
-  while (static_cast<int64_t>(trainer.epoch()) < options.epochs &&
-         (options.max_steps < 0 || trainer.committed_steps() < options.max_steps)) {
-    const bool committed = trainer.step([&](const cohort::ElasticStep& step) {
-      auto loss = torch::nll_loss(model->forward(take(train_set.images, step.indices)),
-                                  take(train_set.labels, step.indices));
-      loss.backward();
-      last_loss = loss.item<double>();
-    });
-    const int64_t done = trainer.committed_steps();
-    if (committed && trainer.membership().rank == 0 && done % options.log_every == 0) {
-      std::printf("step %lld loss %.4f on %d rank(s)\n", (long long)done, last_loss,
-                  trainer.membership().size);
-      std::fflush(stdout);
-    }
-  }
+  const double seconds = run_elastic_steps(trainer, run, [&](const cohort::ElasticStep& step) {
+    return torch::nll_loss(model->forward(take(train_set.images, step.indices)),
+                           take(train_set.labels, step.indices));
+  });
   trainer.finish();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   TrainResult result;
   result.steps = trainer.committed_steps();
   result.samples_per_s = seconds > 0 ? double(result.steps * options.batch_size) / seconds : 0;

@@ -1,0 +1,46 @@
+// What both examples' --elastic trainers share (docs/elastic.md): the options they refuse, the
+// ElasticTrainer's options, the membership lines, and the loop of steps with its progress lines.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+
+#include "cohort/torch/elastic/elastic_trainer.h"
+
+namespace cohort_examples {
+
+struct ElasticRunSettings {
+  int64_t epochs = 1;
+  int64_t max_steps = -1;  // -1: no limit
+  int64_t log_every = 100;
+  int64_t global_batch = 64;
+  uint64_t seed = 0;
+  double bucket_cap_mb = 25.0;
+};
+
+// Throws cohort::InvalidArgument naming `what` when `set`: an option --elastic does not take.
+void refuse_for_elastic(bool set, const char* what);
+
+// The global batch kept (each rank's share grows when members leave), DDP's bucket size.
+cohort::ElasticTrainerOptions elastic_trainer_options(const ElasticRunSettings& settings);
+
+// Prints every membership on its rank 0 ("membership: generation 2: rank 1 left; ..."), after
+// calling `also` (which may be empty) on every member.
+void report_memberships(cohort::ElasticTrainer& trainer,
+                        std::function<void(const cohort::Membership&)> also = {});
+
+struct ElasticStepHooks {
+  std::function<void()> after_backward;  // e.g. clipping (the gradients are reduced already)
+  std::function<void()> after_commit;    // e.g. a learning-rate schedule's step
+};
+
+// Trains until `settings.epochs` epochs or `max_steps` committed steps: `loss_of` computes this
+// rank's loss on its share of each step, which is then backpropagated. Prints "step S loss L on
+// W rank(s)" on rank 0 every log_every committed steps. Returns the wall time in seconds.
+double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings,
+                         const std::function<torch::Tensor(const cohort::ElasticStep&)>& loss_of,
+                         const ElasticStepHooks& hooks = {});
+
+}  // namespace cohort_examples
