@@ -76,7 +76,9 @@ struct ElasticOptions {
 struct ElasticMember {
   std::string id;
   int previous_rank = -1;       // its rank in the last generation; -1 for a member that joined
-  int64_t committed_step = -1;  // the last step it had committed when it arrived; -1: none
+  // The steps it had committed when it arrived (ElasticTrainer passes its committed_steps());
+  // -1 for a new member, which holds no state.
+  int64_t committed_step = -1;
 };
 
 // A generation as its members see it.
@@ -90,7 +92,8 @@ struct Membership {
   std::vector<int> left;    // ranks of the last generation that are not in this one
   std::vector<int> joined;  // ranks of this generation that were not in the last one
   int64_t committed_step() const { return members.empty() ? -1 : members[0].committed_step; }
-  // "generation 3: rank 2 left; 3 ranks go on", "generation 4: 1 rank joined (rank 3); 4 ranks"
+  // "generation 3: rank 2 left; 3 ranks go on from step 121", "generation 4: 1 rank joined (now
+  // 3); 4 ranks go on from step 130" (the step counted from 1: committed_step() + 1)
   std::string describe() const;
 };
 
