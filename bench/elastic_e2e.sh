@@ -15,11 +15,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"; pkill -9 -f "$tmp" 2>/dev/null' EXIT
 common=(--epochs 1 --batch-size 96 --log-every 10 --checkpoint "$tmp/ck" --overwrite-checkpoint)
 
-# Runs the job in the background; every N steps (read from rank 0's "step S" lines, or from the
-# progress lines of the plain trainer) kills one rank other than rank 0.
+# Runs the job in the background; after every N steps of progress (read from rank 0's "step S"
+# lines, or from the progress lines of the plain trainer, whose count starts again after each
+# restart) kills one rank other than rank 0.
 run() {  # name, N (0: no kills), cohortrun args..., -- program args...
   local name=$1 n=$2; shift 2
-  local out="$tmp/$name.log" start end next=$n
+  local out="$tmp/$name.log" start end base=0
   start=$(date +%s.%N)
   "$build/bin/cohortrun" --nproc-per-node 3 "$@" >"$out" 2>&1 &
   local job=$!
@@ -27,10 +28,11 @@ run() {  # name, N (0: no kills), cohortrun args..., -- program args...
     if [ "$n" -gt 0 ]; then
       local step
       step=$(grep -oE '^\[0\] step [0-9]+|step [0-9]+/' "$out" | grep -oE '[0-9]+' | tail -1)
-      if [ -n "$step" ] && [ "$step" -ge "$next" ]; then
+      if [ -n "$step" ] && [ "$step" -lt "$base" ]; then base=0; fi  # the job restarted
+      if [ -n "$step" ] && [ "$step" -ge $((base + n)) ]; then
         local victim
         victim=$(pgrep -f "^$build/bin/fashion_mnist" | sed -n "$((2 + RANDOM % 2))p")
-        [ -n "$victim" ] && kill -9 "$victim" && next=$((next + n))
+        [ -n "$victim" ] && kill -9 "$victim" && base=$step
       fi
     fi
     sleep 0.2
