@@ -252,7 +252,10 @@ TEST(ElasticTraining, AKilledMemberRestartedJoinsAgain) {
   EXPECT_EQ(codes[0], 0) << job.output();
   EXPECT_EQ(codes[3], 0) << job.output();
   expect_replay_parity(job);
-  EXPECT_TRUE(worlds_seen(job).count(2)) << job.output();
+  // The restarted member may arrive while the survivors form generation 2 (then it joins that
+  // one: "rank 2 left; 1 rank joined"), or after they committed steps at 2.
+  EXPECT_NE(job.output().find("rank 2 left"), std::string::npos) << job.output();
+  EXPECT_NE(job.output().find("1 rank joined"), std::string::npos) << job.output();
 }
 
 TEST(ElasticTraining, OverTcpWithoutSharedMemory) {
