@@ -24,6 +24,7 @@ bool register_names() {
   register_call_site(kZeroConstructor, "ZeroDataParallel's constructor");
   register_call_site(kElasticCommit, "ElasticTrainer's commit vote");
   register_call_site(kElasticHeal, "ElasticTrainer's healing of a new generation");
+  register_call_site(kElasticBuddy, "ElasticTrainer's buddy copies");
   return true;
 }
 

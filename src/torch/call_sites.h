@@ -29,6 +29,7 @@ inline constexpr CallSite kSyncBatchNormBackward{18};
 inline constexpr CallSite kZeroConstructor{20};
 inline constexpr CallSite kElasticCommit{21};
 inline constexpr CallSite kElasticHeal{22};
+inline constexpr CallSite kElasticBuddy{23};
 
 // Registers the names of every site above with comm; idempotent.
 bool register_names();

@@ -10,8 +10,12 @@
 //   allreduce  when the first parameter's gradient is accumulated (the last bucket's reduction)
 //   optimizer  inside optimizer.step(), after the commit vote
 //   stop       SIGSTOP before the forward pass (the process stays stopped)
+// --strategy ddp|zero1|zero2|full_shard picks ElasticTrainerOptions::strategy (the sharded ones
+// build their optimizer through a factory); --no-buddy turns buddy copies off, --checkpoint-dir
+// and --checkpoint-every make the trainer write sharded checkpoints.
 #include <signal.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -89,8 +93,18 @@ int main(int argc, char** argv) {
   app.add_option("--await-size", await_size);
   int64_t hidden = 16;
   app.add_option("--hidden", hidden, "hidden units (another value: another model)");
+  std::string strategy = "ddp", checkpoint_dir;
+  bool no_buddy = false;
+  int64_t checkpoint_every = 0;
+  app.add_option("--strategy", strategy)
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "full_shard"}));
+  app.add_flag("--no-buddy", no_buddy);
+  app.add_option("--checkpoint-dir", checkpoint_dir);
+  app.add_option("--checkpoint-every", checkpoint_every);
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(1);
+  dup2(STDOUT_FILENO, STDERR_FILENO);  // the library's log, for the tests to read
+  std::cout << std::unitbuf;
 
   const int launch_rank = static_cast<int>(cohort::env_int("RANK").value_or(0));
   const bool first_process = !cohort::env_int("ELASTIC_TEST_JOINER").has_value();
@@ -109,12 +123,31 @@ int main(int argc, char** argv) {
   try {
     auto elastic = cohort::init_elastic();
     auto model = cohort::testing::make_elastic_model(hidden);
-    FaultySgd optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
     const auto data = cohort::testing::elastic_data();
     cohort::ElasticTrainerOptions options;
     options.sampler = cohort::testing::elastic_sampler_options(batch_per_rank, global_batch);
     options.joiner_poll = std::chrono::milliseconds(0);
-    cohort::ElasticTrainer trainer(*elastic, model, optimizer, data.inputs.size(0), options);
+    options.strategy = strategy == "zero1"        ? cohort::ElasticStrategy::kZero1
+                       : strategy == "zero2"      ? cohort::ElasticStrategy::kZero2
+                       : strategy == "full_shard" ? cohort::ElasticStrategy::kFullShard
+                                                  : cohort::ElasticStrategy::kDdp;
+    options.buddy_copies = !no_buddy;
+    options.checkpoint_dir = checkpoint_dir;
+    options.checkpoint_every = checkpoint_every;
+    const auto sgd = torch::optim::SGDOptions(0.05).momentum(0.9);
+    FaultySgd ddp_optimizer(model->parameters(), sgd);
+    std::unique_ptr<cohort::ElasticTrainer> made;
+    if (options.strategy == cohort::ElasticStrategy::kDdp) {
+      made = std::make_unique<cohort::ElasticTrainer>(*elastic, model, ddp_optimizer,
+                                                      data.inputs.size(0), options);
+    } else {
+      auto factory = [&](const torch::OrderedDict<std::string, torch::Tensor>& named) {
+        return std::make_unique<FaultySgd>(named.values(), sgd);
+      };
+      made = std::make_unique<cohort::ElasticTrainer>(*elastic, model, factory, data.inputs.size(0),
+                                                      options);
+    }
+    cohort::ElasticTrainer& trainer = *made;
     trainer.on_membership_change([](const cohort::Membership& m) {
       std::cout << "membership " << m.describe() << " rank " << m.rank << std::endl;
     });
@@ -127,7 +160,8 @@ int main(int argc, char** argv) {
         taken = step;
         if (fault_at(step.step, "forward")) fail("forward");
         if (fault_at(step.step, "stop")) fail("stop");
-        optimizer.fail_in_step = fault_at(step.step, "optimizer");
+        dynamic_cast<FaultySgd&>(trainer.optimizer()).fail_in_step =
+            fault_at(step.step, "optimizer");
         const auto index =
             torch::tensor(std::vector<int64_t>(step.indices.begin(), step.indices.end()));
         auto loss = cohort::testing::elastic_loss(*model, data, index);
@@ -154,14 +188,16 @@ int main(int argc, char** argv) {
       }
     }
     trainer.finish();
-    if (trainer.membership().rank == 0 && !out.empty()) {
+    const int final_rank = trainer.membership().rank;
+    made.reset();  // FULL_SHARD: the parameters are whole again once the trainer is gone
+    if (final_rank == 0 && !out.empty()) {
       std::ofstream file(out, std::ios::binary);
       for (const auto& p : model->parameters()) {
         auto flat = p.detach().contiguous();
         file.write(static_cast<const char*>(flat.data_ptr()), flat.numel() * sizeof(float));
       }
     }
-    std::cout << "done rank " << trainer.membership().rank << std::endl;
+    std::cout << "done rank " << final_rank << std::endl;
     return 0;
   } catch (const cohort::ElasticError& e) {
     std::cout << "ElasticError: " << e.what() << std::endl;

@@ -62,6 +62,7 @@
 #include "checkpoint/checkpoint_file.h"
 #include "checkpoint/checkpoint_state.h"
 #include "checkpoint/optimizer_codec.h"
+#include "checkpoint/piece_install.h"
 #include "checkpoint/shard_manifest.h"
 #include "checkpoint/shard_pieces.h"
 #include "checkpoint/sharded_common.h"
@@ -485,100 +486,11 @@ void check_every_needed_file_seen(const std::string& directory, const Manifest& 
   }
 }
 
-// Row r of `ranges`: rank r's [offset, length] of each shard, end to end.
-struct ShardRanges {
-  std::vector<int64_t> all;
-  size_t count = 0;
-  int64_t offset(int rank, size_t shard) const { return all[(rank * count + shard) * 2]; }
-  int64_t length(int rank, size_t shard) const { return all[(rank * count + shard) * 2 + 1]; }
-};
-
-// The shards of `dtype`: each rank's packed end to end, padded to the longest rank's, one
-// all-gather, and each piece copied to its place in the full parameter.
-void gather_full_parameters_of(Group& group, const RankHoldings& holdings,
-                               const ShardRanges& ranges, torch::ScalarType dtype) {
-  const auto& shards = holdings.shards;
-  int64_t longest = 0;
-  for (int r = 0; r < group.size(); ++r) {
-    int64_t total = 0;
-    for (size_t s = 0; s < shards.size(); ++s) {
-      if (shards[s].dtype == dtype) total += ranges.length(r, s);
-    }
-    longest = std::max(longest, total);
-  }
-  if (longest == 0) return;
-  torch::Tensor packed = torch::zeros({longest}, torch::TensorOptions(dtype));
-  int64_t at = 0;
-  for (const ParameterShard& shard : shards) {
-    if (shard.dtype != dtype || shard.length == 0) continue;
-    packed.narrow(0, at, shard.length).copy_(shard.tensor.detach().reshape({-1}));
-    at += shard.length;
-  }
-  torch::Tensor gathered = torch::empty({longest * group.size()}, packed.options());
-  CollectiveOptions options;
-  options.site = kLoad;
-  group.allgather(tensor_buffer(packed), tensor_buffer(gathered), options);
-  for (int r = 0; r < group.size(); ++r) {
-    int64_t from = r * longest;
-    for (size_t s = 0; s < shards.size(); ++s) {
-      const int64_t length = ranges.length(r, s);
-      if (shards[s].dtype != dtype || length == 0) continue;
-      shards[s]
-          .full_parameter.detach()
-          .view({-1})
-          .narrow(0, ranges.offset(r, s), length)
-          .copy_(gathered.narrow(0, from, length));
-      from += length;
-    }
-  }
-}
-
-// Where a wrapper keeps whole parameters besides its shards (ZeRO), every rank's shards are
-// all-gathered into them, one all-gather per dtype.
-void gather_full_parameters(Group& group, const RankHoldings& holdings) {
-  std::vector<int64_t> mine;
-  std::vector<torch::ScalarType> dtypes;
-  for (const ParameterShard& shard : holdings.shards) {
-    mine.push_back(shard.offset);
-    mine.push_back(shard.length);
-    if (std::find(dtypes.begin(), dtypes.end(), shard.dtype) == dtypes.end()) {
-      dtypes.push_back(shard.dtype);
-    }
-  }
-  const ShardRanges ranges{allgather_rows(group, mine, kLoad), holdings.shards.size()};
-  torch::NoGradGuard no_grad;
-  for (torch::ScalarType dtype : dtypes) gather_full_parameters_of(group, holdings, ranges, dtype);
-}
-
-bool keeps_full_parameters(const RankHoldings& holdings) {
-  for (const ParameterShard& shard : holdings.shards) {
-    if (shard.full_parameter.defined()) return true;
-  }
-  return false;
-}
-
 void restore_optimizer(torch::optim::Optimizer& optimizer, const OptimizerCodec& codec,
                        const RankHoldings& holdings, LoadPlan& plan) {
-  std::unordered_map<const void*, size_t> index;
-  for (size_t s = 0; s < holdings.shards.size(); ++s) {
-    index[holdings.shards[s].tensor.unsafeGetTensorImpl()] = s;
-  }
-  auto& collected = plan.pieces->collected();
+  detail::install_optimizer_state(optimizer, codec, holdings, plan.pieces->collected(), 0);
   auto& groups = optimizer.param_groups();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (const auto& tensor : groups[g].params()) {
-      detail::Collected& saved = collected[index.at(tensor.unsafeGetTensorImpl())];
-      std::unique_ptr<torch::optim::OptimizerParamState> state;
-      if (saved.has_state) {
-        for (auto& [name, field] : saved.state.fields) {
-          field = field.view(tensor.sizes()).to(tensor.device());
-        }
-        state = codec.make_state(saved.state);
-      }
-      detail::set_state_of(optimizer, tensor, std::move(state));
-    }
-    groups[g].set_options(std::move(plan.options[g]));
-  }
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].set_options(std::move(plan.options[g]));
 }
 
 // Step 5 of Note [Sharded load], but for the all-gather of full parameters.
@@ -599,16 +511,6 @@ void restore_local(const std::string& directory, const RankHoldings& holdings, T
   if (state.rng) detail::set_cpu_generator_state(directory, plan.pieces->rng());
   state.step = m.step;
   state.epoch = m.epoch;
-}
-
-void restore_shard_values(const RankHoldings& holdings, LoadPlan& plan) {
-  torch::NoGradGuard no_grad;
-  const auto& collected = plan.pieces->collected();
-  for (size_t s = 0; s < holdings.shards.size(); ++s) {
-    const ParameterShard& shard = holdings.shards[s];
-    if (shard.length == 0) continue;
-    shard.tensor.detach().copy_(collected[s].values.view(shard.tensor.sizes()));
-  }
 }
 
 bool load_sharded(const std::string& directory, Group& group, const RankHoldings& holdings,
@@ -642,8 +544,11 @@ bool load_sharded(const std::string& directory, Group& group, const RankHoldings
   error = read_needed_files(group, directory, m, all_seen, all_needed, *plan.pieces);
   if (!error) error = caught([&] { plan.pieces->check_complete(directory); });
   detail::rethrow_on_every_rank(group, error, kLoad);
-  restore_shard_values(holdings, plan);
-  if (keeps_full_parameters(holdings)) gather_full_parameters(group, holdings);
+  detail::restore_shard_values(holdings, plan.pieces->collected(), 0);
+  if (detail::keeps_full_parameters(holdings)) {
+    detail::gather_full_parameters(group, holdings,
+                                   detail::all_shard_ranges(group, holdings, kLoad), kLoad);
+  }
   if (holdings.after_load) holdings.after_load();
   error = caught([&] { restore_local(directory, holdings, state, codec, m, plan); });
   detail::rethrow_on_every_rank(group, error, kLoad);

@@ -27,6 +27,7 @@
 #include "cohort/core/logging.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "elastic/optimizer_broadcast.h"
+#include "elastic/sharded_run.h"
 
 namespace cohort {
 namespace {
@@ -74,10 +75,11 @@ std::string model_fingerprint(const torch::nn::Module& module) {
 struct ElasticTrainer::State {
   ElasticGroup& elastic;
   std::shared_ptr<torch::nn::Module> module;
-  torch::optim::Optimizer& optimizer;
+  torch::optim::Optimizer* optimizer;  // kDdp's; a sharded strategy's is sharded->optimizer()
   ElasticTrainerOptions options;
   ElasticSampler sampler;
   std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<detail::ShardedRun> sharded;  // strategies other than kDdp
   std::function<void(const Membership&)> callback;
   std::vector<std::pair<std::string, torch::Tensor>> extra;
   torch::Tensor ballot = torch::zeros({2}, torch::kInt64);
@@ -88,13 +90,24 @@ struct ElasticTrainer::State {
   bool grow_pending = false;
   std::chrono::steady_clock::time_point last_poll{};
 
-  State(ElasticGroup& e, std::shared_ptr<torch::nn::Module> m, torch::optim::Optimizer& o,
+  State(ElasticGroup& e, std::shared_ptr<torch::nn::Module> m, torch::optim::Optimizer* o,
         size_t dataset_size, ElasticTrainerOptions opts)
       : elastic(e),
         module(std::move(m)),
         optimizer(o),
         options(std::move(opts)),
         sampler(dataset_size, options.sampler) {}
+
+  torch::optim::Optimizer& current_optimizer() {
+    return sharded ? sharded->optimizer() : *optimizer;
+  }
+
+  // The wrapper of a broken (or growing) generation goes; a sharded strategy keeps its pieces.
+  void drop_wrapper() {
+    ddp.reset();
+    if (sharded) sharded->drop_wrapper();
+    drop_gradients();
+  }
 
   void drop_gradients() {
     for (auto& parameter : module->parameters()) parameter.mutable_grad() = torch::Tensor();
@@ -105,11 +118,15 @@ struct ElasticTrainer::State {
   // `since`: when the change began (the failure, the agreed boundary, the constructor).
   void adopt_generation(std::chrono::steady_clock::time_point since) {
     const auto start = std::chrono::steady_clock::now();
-    ddp.reset();
-    drop_gradients();
+    drop_wrapper();
     const Membership& m = elastic.membership();
-    ddp = std::make_unique<DistributedDataParallel>(module, elastic.group_ptr(), options.ddp);
-    if (needs_healing(m)) heal_from_rank0();
+    if (sharded) {
+      if (needs_healing(m)) heal_counters();
+      sharded->adopt(elastic.group_ptr(), m, committed, sampler);
+    } else {
+      ddp = std::make_unique<DistributedDataParallel>(module, elastic.group_ptr(), options.ddp);
+      if (needs_healing(m)) heal_from_rank0();
+    }
     ++changes;
     if (m.rank == 0) {
       COHORT_LOG(kInfo, m.describe(), "; state ", needs_healing(m) ? "healed" : "kept",
@@ -120,6 +137,12 @@ struct ElasticTrainer::State {
   }
 
   void heal_from_rank0() {
+    heal_counters();
+    detail::broadcast_optimizer_state(elastic.group(), *optimizer);
+  }
+
+  // Rank 0's step, sampler place and add_state tensors on every member.
+  void heal_counters() {
     Group& group = elastic.group();
     auto counters = torch::tensor(
         {committed, static_cast<int64_t>(sampler.epoch()), static_cast<int64_t>(sampler.position()),
@@ -133,7 +156,6 @@ struct ElasticTrainer::State {
                     static_cast<size_t>(counters[2].item<int64_t>()),
                     static_cast<size_t>(counters[3].item<int64_t>()));
     rolled_back = counters[4].item<int64_t>();
-    detail::broadcast_optimizer_state(group, optimizer);
     std::vector<torch::Tensor> tensors;
     for (auto& item : extra) tensors.push_back(item.second);
     if (!tensors.empty()) broadcast_coalesced(group, tensors, 0, call_sites::kElasticHeal);
@@ -169,13 +191,29 @@ struct ElasticTrainer::State {
                        m.rank,    m.size,          m.generation};
   }
 
+  // A step under a sharded strategy (sharded_run.h): the buddy gradients before the vote, the
+  // local optimizer steps after it, and what communicates after the commit.
+  bool sharded_step(const ElasticStep& step,
+                    const std::function<void(const ElasticStep&)>& forward_backward, bool& done) {
+    sharded->before_step();
+    forward_backward(step);
+    sharded->after_backward();
+    vote();
+    sharded->commit();
+    ++committed;
+    sampler.advance(step.world_size);
+    done = true;
+    sharded->publish();
+    sharded->maybe_save_checkpoint(committed, sampler);
+    return true;
+  }
+
   // After `cause` broke the step: the next generation, healed. A failure meanwhile (while
   // healing) is met the same way.
   void recover(std::exception_ptr cause) {
     const auto start = std::chrono::steady_clock::now();
     ++rolled_back;
-    ddp.reset();
-    drop_gradients();
+    drop_wrapper();
     for (;;) {
       try {
         try {
@@ -190,8 +228,7 @@ struct ElasticTrainer::State {
       } catch (const TimeoutError&) {
         cause = std::current_exception();
       }
-      ddp.reset();
-      drop_gradients();
+      drop_wrapper();
     }
   }
 };
@@ -199,8 +236,29 @@ struct ElasticTrainer::State {
 ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn::Module> module,
                                torch::optim::Optimizer& optimizer, size_t dataset_size,
                                ElasticTrainerOptions options)
-    : state_(std::make_unique<State>(elastic, std::move(module), optimizer, dataset_size,
+    : state_(std::make_unique<State>(elastic, std::move(module), &optimizer, dataset_size,
                                      std::move(options))) {
+  COHORT_CHECK(state_->options.strategy == ElasticStrategy::kDdp,
+               "ElasticTrainer: a sharded strategy builds its optimizer for each generation; pass "
+               "an optimizer factory (ElasticOptimizerFactory) instead of an optimizer");
+  start();
+}
+
+ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn::Module> module,
+                               ElasticOptimizerFactory make_optimizer, size_t dataset_size,
+                               ElasticTrainerOptions options)
+    : state_(std::make_unique<State>(elastic, std::move(module), nullptr, dataset_size,
+                                     std::move(options))) {
+  COHORT_CHECK(state_->options.strategy != ElasticStrategy::kDdp,
+               "ElasticTrainer: under kDdp pass the optimizer itself");
+  COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
+  state_->sharded = std::make_unique<detail::ShardedRun>(state_->module, std::move(make_optimizer),
+                                                         state_->options);
+  start();
+}
+
+void ElasticTrainer::start() {
+  ElasticGroup& elastic = state_->elastic;
   const auto start = std::chrono::steady_clock::now();
   COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
   if (!elastic.joined()) {
@@ -218,23 +276,26 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
 
 ElasticTrainer::~ElasticTrainer() {
   state_->ddp.reset();
+  state_->sharded.reset();
 }
 
 bool ElasticTrainer::step(const std::function<void(const ElasticStep&)>& forward_backward) {
   State& s = *state_;
+  bool committed = false;  // a sharded step meets failures after its commit too (publish)
   try {
     if (s.grow_pending) {
       const auto start = std::chrono::steady_clock::now();
       s.grow_pending = false;
-      s.ddp.reset();
+      s.drop_wrapper();
       s.elastic.grow(s.committed);
       s.adopt_generation(start);
     }
     const ElasticStep step = s.next_step();
-    s.optimizer.zero_grad();
+    if (s.sharded) return s.sharded_step(step, forward_backward, committed);
+    s.optimizer->zero_grad();
     forward_backward(step);
     s.vote();
-    s.optimizer.step();
+    s.optimizer->step();
     ++s.committed;
     s.sampler.advance(step.world_size);
     return true;
@@ -243,7 +304,7 @@ bool ElasticTrainer::step(const std::function<void(const ElasticStep&)>& forward
   } catch (const TimeoutError&) {
     s.recover(std::current_exception());
   }
-  return false;
+  return committed;
 }
 
 void ElasticTrainer::on_membership_change(std::function<void(const Membership&)> callback) {
@@ -270,7 +331,19 @@ const Membership& ElasticTrainer::membership() const {
   return state_->elastic.membership();
 }
 DistributedDataParallel& ElasticTrainer::ddp() {
+  COHORT_CHECK(state_->ddp, "ElasticTrainer::ddp(): the strategy is not kDdp");
   return *state_->ddp;
+}
+torch::optim::Optimizer& ElasticTrainer::optimizer() {
+  return state_->current_optimizer();
+}
+ShardedParameters ElasticTrainer::sharded_parameters() {
+  COHORT_CHECK(state_->sharded, "ElasticTrainer::sharded_parameters(): the strategy is kDdp");
+  return state_->sharded->view();
+}
+void ElasticTrainer::save_checkpoint() {
+  COHORT_CHECK(state_->sharded, "ElasticTrainer::save_checkpoint(): sharded strategies only");
+  state_->sharded->save_checkpoint(state_->committed, state_->sampler);
 }
 ElasticGroup& ElasticTrainer::elastic() {
   return state_->elastic;

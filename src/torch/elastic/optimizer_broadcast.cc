@@ -143,4 +143,20 @@ void broadcast_optimizer_state(Group& group, torch::optim::Optimizer& optimizer)
   if (group.rank() != 0) install_state(optimizer, *codec, described, tensors);
 }
 
+void broadcast_optimizer_options(Group& group, torch::optim::Optimizer& optimizer) {
+  const OptimizerCodec* codec = codec_of(optimizer);
+  COHORT_INTERNAL_ASSERT(codec != nullptr, "options of an optimizer no codec knows");
+  auto& groups = optimizer.param_groups();
+  json mine = json::array();
+  for (const auto& group_options : groups)
+    mine.push_back(codec->options_json(group_options.options()));
+  const json rank0 = json::parse(broadcast_text(group, group.rank() == 0 ? mine.dump() : ""));
+  if (group.rank() == 0) return;
+  COHORT_CHECK(rank0.size() == groups.size(), "ElasticTrainer: this member's optimizer has ",
+               groups.size(), " param groups but rank 0's has ", rank0.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    groups[g].set_options(codec->options_from_json(rank0.at(g), groups[g].options()));
+  }
+}
+
 }  // namespace cohort::detail

@@ -17,4 +17,9 @@ namespace cohort::detail {
 // another kind than rank 0's.
 void broadcast_optimizer_state(Group& group, torch::optim::Optimizer& optimizer);
 
+// Rank 0's param-group options (learning rate, ...) on every member: how a sharded strategy's
+// optimizer, made anew for each generation, keeps the options the job had reached. Collective;
+// optimizers a sharded checkpoint knows only (optimizer_codec.h).
+void broadcast_optimizer_options(Group& group, torch::optim::Optimizer& optimizer);
+
 }  // namespace cohort::detail

@@ -192,6 +192,10 @@ void FsdpAccess::regather(const FullyShardedDataParallel& fsdp) {
   fsdp.impl_->regather();
 }
 
+void FsdpAccess::abandon(FullyShardedDataParallel& fsdp) {
+  fsdp.impl_->abandon();
+}
+
 }  // namespace detail
 
 ShardedParameters FullyShardedDataParallel::sharded_parameters() {

@@ -32,6 +32,10 @@ class FsdpAccess {
   // Every unit gathered now (or being gathered) is gathered again from the shards, so that it
   // holds what was written into them. Collective over the shard group.
   static void regather(const FullyShardedDataParallel& fsdp);
+  // Without communicating: every parameter whole again, in memory of its own holding zeros,
+  // and the destructor gathers nothing. For a wrapper whose group is broken (ElasticTrainer
+  // after a failure: the values come back from the shards the survivors hold).
+  static void abandon(FullyShardedDataParallel& fsdp);
 };
 
 }  // namespace cohort::detail

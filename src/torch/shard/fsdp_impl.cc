@@ -98,7 +98,22 @@ FullyShardedDataParallel::Impl::~Impl() {
   if (ddp_) return;
   unwatch_operators(this);
   // Issue 35: a gather over the broken group printed a warning before the real error.
-  if (std::uncaught_exceptions() == 0) restore_whole_parameters();
+  if (std::uncaught_exceptions() == 0 && !abandoned_) restore_whole_parameters();
+}
+
+void FullyShardedDataParallel::Impl::abandon() {
+  if (ddp_ || abandoned_) return;
+  abandoned_ = true;
+  const UnwatchedScope own_work;
+  torch::NoGradGuard no_grad;
+  for (auto& unit : units_) {
+    unit->release();
+    for (const UnitParameter& p : unit->parameters()) {
+      if (p.tensor.grad_fn()) autograd_compat::clear_gradient_route(p.tensor);
+      p.tensor.set_data(
+          torch::zeros(p.tensor.sizes(), p.tensor.options().dtype(unit->shard_dtype())));
+    }
+  }
 }
 
 void FullyShardedDataParallel::Impl::make_groups() {

@@ -234,6 +234,10 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
 
   // The destructor's: every parameter gets memory of its own again, holding the trained values.
   void restore_whole_parameters() noexcept;
+  // Leaves the parameters whole, in memory of their own holding zeros, without gathering
+  // (FsdpAccess::abandon); the destructor then gathers nothing.
+  void abandon();
+  bool abandoned_ = false;
 
   // Per-iteration state: from the first use in a forward to the end of the backward.
   struct Iteration {

@@ -33,6 +33,9 @@
 #include "cohort/comm/elastic.h"
 #include "cohort/torch/data/elastic_sampler.h"
 #include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/shard/fsdp.h"
+#include "cohort/torch/shard/zero.h"
+#include "cohort/torch/sharded_parameters.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -40,9 +43,31 @@ class Optimizer;
 
 namespace cohort {
 
+// How each generation trains (docs/elastic.md, "What is kept where").
+enum class ElasticStrategy {
+  kDdp,        // DistributedDataParallel: replicas, healed from rank 0
+  kZero1,      // ZeroDataParallel stage 1: optimizer state sharded
+  kZero2,      // ZeroDataParallel stage 2: gradients too
+  kFullShard,  // FullyShardedDataParallel (FsdpOptions::strategy kFullShard or kShardGradOp)
+};
+
 struct ElasticTrainerOptions {
   ElasticSamplerOptions sampler;  // batch size policy, shuffle, seed
-  DdpOptions ddp;                 // of each generation's DistributedDataParallel
+  ElasticStrategy strategy = ElasticStrategy::kDdp;
+  DdpOptions ddp;    // of each generation's DistributedDataParallel (kDdp)
+  ZeroOptions zero;  // of each generation's ZeroDataParallel (its stage is the strategy's)
+  FsdpOptions fsdp;  // of each generation's FullyShardedDataParallel (kFullShard)
+  // Sharded strategies: after each committed step every member holds a copy of its ring
+  // predecessor's shards (values and optimizer state, Note [Buddy copies] in
+  // src/torch/elastic/buddy_copy.h), so that the state of one dead member, or of several that
+  // are not neighbours, is still held by the survivors. Off: a change that loses shards
+  // resumes from the checkpoint in checkpoint_dir, or throws ElasticError naming the lost ranks.
+  bool buddy_copies = true;
+  // Sharded strategies: where the trainer writes a sharded checkpoint every checkpoint_every
+  // committed steps (0: only when save_checkpoint() is called), and from where it resumes when
+  // a change lost shards that no survivor holds. Empty: no checkpoints.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
   // Rank 0 looks in the store for members waiting to join at most this often (one store round
   // trip); they join at the step boundary after it sees them.
   std::chrono::milliseconds joiner_poll{200};
@@ -58,8 +83,26 @@ struct ElasticStep {
   uint64_t generation = 0;
 };
 
+// Builds the optimizer of a sharded strategy over the wrapper's shards (named as the module's
+// parameters); called for each generation, whose shards are cut anew, and for the buddy copy.
+using ElasticOptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(
+    const torch::OrderedDict<std::string, torch::Tensor>& named_parameters)>;
+
 class ElasticTrainer {
  public:
+  // Any strategy (options.strategy); sharded ones need this form, since their optimizer steps
+  // shards that change with the world size: `make_optimizer` is called for each generation
+  // (and for the buddy copy) with the wrapper's named_parameters(). SGD, Adam, AdamW, Adagrad
+  // and RMSprop (whose state is kept per element, so that it can be re-sliced).
+  ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn::Module> module,
+                 ElasticOptimizerFactory make_optimizer, size_t dataset_size,
+                 ElasticTrainerOptions options);
+  template <typename ModuleType>
+  ElasticTrainer(ElasticGroup& elastic, const torch::nn::ModuleHolder<ModuleType>& module,
+                 ElasticOptimizerFactory make_optimizer, size_t dataset_size,
+                 ElasticTrainerOptions options)
+      : ElasticTrainer(elastic, std::static_pointer_cast<torch::nn::Module>(module.ptr()),
+                       std::move(make_optimizer), dataset_size, std::move(options)) {}
   // Joins the elastic job (waits for its next generation; a member joining a running job is
   // healed from it). Every member passes the same kind of model and optimizer: a member whose
   // parameters (names, shapes, dtypes) differ is refused with ElasticError.
@@ -96,7 +139,16 @@ class ElasticTrainer {
   uint64_t epoch() const;
   const ElasticSampler& sampler() const;
   const Membership& membership() const;
-  DistributedDataParallel& ddp();
+  DistributedDataParallel& ddp();  // kDdp only
+  // The optimizer that steps this member's parameters or shards now (a sharded strategy's is
+  // made anew for each generation).
+  torch::optim::Optimizer& optimizer();
+  // The current generation's wrapper as the cross-cutting features see it (clipping, loss
+  // scaling, checkpoints); sharded strategies only.
+  ShardedParameters sharded_parameters();
+  // Sharded strategies: writes a sharded checkpoint of the committed state to
+  // options.checkpoint_dir (collective; between steps).
+  void save_checkpoint();
   ElasticGroup& elastic();
 
   // Steps rolled back by failures so far (each redone), and membership changes.
@@ -111,6 +163,7 @@ class ElasticTrainer {
   void finish();
 
  private:
+  void start();
   struct State;
   std::unique_ptr<State> state_;
 };

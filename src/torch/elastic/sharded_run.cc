@@ -1,0 +1,184 @@
+#include "elastic/sharded_run.h"
+
+#include "call_sites.h"
+#include "checkpoint/optimizer_codec.h"
+#include "checkpoint/piece_install.h"
+#include "cohort/core/check.h"
+#include "cohort/core/logging.h"
+#include "elastic/buddy_copy.h"
+#include "elastic/elastic_checkpoint.h"
+#include "elastic/optimizer_broadcast.h"
+#include "shard/fsdp_access.h"
+
+namespace cohort::detail {
+
+ShardedRun::ShardedRun(std::shared_ptr<torch::nn::Module> module, ElasticOptimizerFactory factory,
+                       const ElasticTrainerOptions& options)
+    : module_(std::move(module)), factory_(std::move(factory)), options_(options) {
+  COHORT_CHECK(factory_, "ElasticTrainer: pass an optimizer factory for a sharded strategy");
+}
+
+// Not drop_wrapper(): the group is whole here, and FSDP's destructor gathers the parameters
+// back into the module (collective; every member destroys its trainer after the last step).
+ShardedRun::~ShardedRun() = default;
+
+void ShardedRun::drop_wrapper() {
+  if (fsdp_) FsdpAccess::abandon(*fsdp_);
+  if (zero_) {
+    // ZeRO's shards are views of the parameters' memory, and the next wrapper's constructor
+    // writes rank 0's values into the parameters: they get memory of their own first, so that
+    // this member's shards (its pieces, possibly newer than rank 0's copy of them after a
+    // failed all-gather) stay as they are. Costs one copy of the parameters, until the exchange.
+    torch::NoGradGuard no_grad;
+    for (auto& parameter : module_->parameters()) parameter.set_data(parameter.detach().clone());
+  }
+  zero_.reset();
+  fsdp_.reset();
+  group_.reset();
+}
+
+void ShardedRun::build_wrapper(std::shared_ptr<Group> group) {
+  group_ = group;
+  if (options_.strategy == ElasticStrategy::kFullShard) {
+    fsdp_ = std::make_unique<FullyShardedDataParallel>(module_, std::move(group), options_.fsdp);
+    return;
+  }
+  ZeroOptions zero = options_.zero;
+  zero.stage = options_.strategy == ElasticStrategy::kZero2 ? 2 : 1;
+  zero_ = std::make_unique<ZeroDataParallel>(module_, std::move(group), zero);
+}
+
+// Note [Buddy copies]: a member whose vote failed where others' completed steps now.
+void ShardedRun::catch_up(int64_t target) {
+  if (pending_ && own_.held() && target == own_.committed + 1) commit();
+  pending_ = false;
+}
+
+void ShardedRun::adopt(std::shared_ptr<Group> group, const Membership& m, int64_t& committed,
+                       ElasticSampler& sampler) {
+  const int64_t target = m.committed_step();
+  catch_up(target);
+  build_wrapper(group);
+  HeldPieces fresh;
+  fresh.holdings = view().holdings();
+  fresh.optimizer = factory_(zero_ ? zero_->named_parameters() : fsdp_->named_parameters());
+  COHORT_CHECK(codec_of(*fresh.optimizer) != nullptr,
+               "ElasticTrainer: a sharded strategy re-slices the optimizer's state, so it takes ",
+               known_optimizers(), " only");
+  fresh.generation = m.generation;
+  fresh.rank = m.rank;
+  fresh.world = m.size;
+  fresh.committed = target;
+  const HeldPieces* held[2] = {&own_, &buddy_};
+  ExchangePlan plan = plan_exchange(*group, held, target, fresh);
+  if (!plan.lost.empty()) resume_from_checkpoint(plan, fresh, committed, sampler);
+  if (plan.nothing_held || !plan.lost.empty()) {  // a start, or a resume: the fresh state
+    fresh.committed = committed;
+    held[0] = &fresh;
+    held[1] = nullptr;
+    plan = plan_exchange(*group, held, committed, fresh);
+    COHORT_INTERNAL_ASSERT(plan.lost.empty(), "fresh pieces lost ", plan.lost_text());
+  }
+  carry_options(fresh);
+  HeldPieces buddy;
+  exchange_pieces(*group, plan, held, fresh, options_.buddy_copies ? &buddy : nullptr, factory_);
+  if (buddy.optimizer) {
+    for (size_t g = 0; g < buddy.optimizer->param_groups().size(); ++g) {
+      buddy.optimizer->param_groups()[g].set_options(
+          fresh.optimizer->param_groups()[g].options().clone());
+    }
+  }
+  own_ = std::move(fresh);
+  own_.committed = committed;
+  buddy_ = std::move(buddy);
+  if (buddy_.optimizer) {
+    buddy_.generation = m.generation;
+    buddy_.rank = (m.rank + m.size - 1) % m.size;
+    buddy_.world = m.size;
+    buddy_.committed = committed;
+  }
+  ranges_ = all_shard_ranges(*group, own_.holdings, call_sites::kElasticHeal);
+}
+
+// Rank 0 holds the newest options (a schedule's learning rate): every member takes them.
+void ShardedRun::carry_options(HeldPieces& fresh) {
+  if (group_->rank() == 0 && own_.optimizer) {
+    auto& from = own_.optimizer->param_groups();
+    auto& to = fresh.optimizer->param_groups();
+    for (size_t g = 0; g < std::min(from.size(), to.size()); ++g) {
+      to[g].set_options(from[g].options().clone());
+    }
+  }
+  broadcast_optimizer_options(*group_, *fresh.optimizer);
+}
+
+void ShardedRun::resume_from_checkpoint(const ExchangePlan& plan, HeldPieces& fresh,
+                                        int64_t& committed, ElasticSampler& sampler) {
+  const std::string lost = plan.lost_text() + " of generation " + std::to_string(plan.generation);
+  const std::string why = options_.buddy_copies ? " (lost together with the members holding their "
+                                                  "buddy copies)"
+                                                : " (buddy copies are off)";
+  if (options_.checkpoint_dir.empty()) {
+    throw ElasticError("ElasticTrainer: the shards of " + lost + " were lost" + why +
+                       ", and no checkpoint directory is set (ElasticTrainerOptions::"
+                       "checkpoint_dir): the job cannot go on");
+  }
+  const auto step =
+      load_elastic_checkpoint(options_.checkpoint_dir, view(), *fresh.optimizer, sampler);
+  if (!step) {
+    throw ElasticError("ElasticTrainer: the shards of " + lost + " were lost" + why + ", and '" +
+                       options_.checkpoint_dir + "' holds no checkpoint yet: the job cannot go on");
+  }
+  committed = *step;
+  if (group_->rank() == 0) {
+    COHORT_LOG(kWarn, plan.lost_text(), "'s shards were lost", why,
+               ": resumed from the checkpoint of step ", committed);
+  }
+}
+
+void ShardedRun::before_step() {
+  own_.optimizer->zero_grad();
+}
+
+void ShardedRun::after_backward() {
+  if (options_.buddy_copies) exchange_buddy_gradients(*group_, own_, buddy_);
+  pending_ = true;
+}
+
+void ShardedRun::commit() {
+  torch::NoGradGuard no_grad;
+  own_.optimizer->step();
+  if (buddy_.optimizer) buddy_.optimizer->step();
+  ++own_.committed;
+  if (buddy_.held()) ++buddy_.committed;
+  pending_ = false;
+}
+
+void ShardedRun::publish() {
+  if (zero_ && group_->size() > 1) {
+    gather_full_parameters(*group_, own_.holdings, ranges_, call_sites::kZeroParameters);
+  }
+}
+
+void ShardedRun::save_checkpoint(int64_t committed, const ElasticSampler& sampler) {
+  COHORT_CHECK(!options_.checkpoint_dir.empty(),
+               "ElasticTrainer::save_checkpoint: set ElasticTrainerOptions::checkpoint_dir");
+  save_elastic_checkpoint(options_.checkpoint_dir, view(), *own_.optimizer, committed, sampler);
+}
+
+void ShardedRun::maybe_save_checkpoint(int64_t committed, const ElasticSampler& sampler) {
+  if (options_.checkpoint_every > 0 && !options_.checkpoint_dir.empty() &&
+      committed % options_.checkpoint_every == 0) {
+    save_checkpoint(committed, sampler);
+  }
+}
+
+torch::optim::Optimizer& ShardedRun::optimizer() {
+  return *own_.optimizer;
+}
+
+ShardedParameters ShardedRun::view() {
+  return zero_ ? zero_->sharded_parameters() : fsdp_->sharded_parameters();
+}
+
+}  // namespace cohort::detail

@@ -1,0 +1,68 @@
+// ElasticTrainer's sharded strategies (ZeRO-1/2, FULL_SHARD): each generation's wrapper and
+// optimizer, the pieces this member holds (its own shards and the buddy copy of its ring
+// predecessor's, Note [Buddy copies] in buddy_copy.h), and the re-slicing of those pieces into
+// the ranges of a new generation (Note [Piece exchange] in piece_exchange.h).
+//
+// A step under a sharded strategy (Note [Elastic commit] holds as for DDP):
+//   zero_grad, forward and backward (the wrapper reduce-scatters the gradients),
+//   after_backward: the buddy gradients are exchanged (a failure: nothing committed anywhere),
+//   the commit vote,
+//   commit: the optimizer steps this member's shards and its buddy copy, locally,
+//   publish: ZeRO all-gathers the updated parameters (a failure here finds the step committed).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "checkpoint/piece_install.h"
+#include "cohort/comm/elastic.h"
+#include "cohort/torch/elastic/elastic_trainer.h"
+#include "elastic/held_pieces.h"
+#include "elastic/piece_exchange.h"
+
+namespace cohort::detail {
+
+class ShardedRun {
+ public:
+  ShardedRun(std::shared_ptr<torch::nn::Module> module, ElasticOptimizerFactory factory,
+             const ElasticTrainerOptions& options);
+  ~ShardedRun();
+
+  // A failure broke the generation (or it grows): the wrapper goes; the pieces stay, and the
+  // gradients of a step whose vote this member did not see end.
+  void drop_wrapper();
+  // The new generation over `group`: a step the others committed is caught up, the wrapper and
+  // optimizer are built and take their ranges. `committed` and `sampler` move back when a
+  // checkpoint is resumed. Collective.
+  void adopt(std::shared_ptr<Group> group, const Membership& m, int64_t& committed,
+             ElasticSampler& sampler);
+
+  void before_step();
+  void after_backward();
+  void commit();
+  void publish();
+  void save_checkpoint(int64_t committed, const ElasticSampler& sampler);
+  void maybe_save_checkpoint(int64_t committed, const ElasticSampler& sampler);
+
+  torch::optim::Optimizer& optimizer();
+  ShardedParameters view();
+
+ private:
+  void build_wrapper(std::shared_ptr<Group> group);
+  void catch_up(int64_t target);
+  void resume_from_checkpoint(const ExchangePlan& plan, HeldPieces& fresh, int64_t& committed,
+                              ElasticSampler& sampler);
+  void carry_options(HeldPieces& fresh);
+
+  std::shared_ptr<torch::nn::Module> module_;
+  ElasticOptimizerFactory factory_;
+  const ElasticTrainerOptions& options_;
+  std::unique_ptr<ZeroDataParallel> zero_;
+  std::unique_ptr<FullyShardedDataParallel> fsdp_;
+  std::shared_ptr<Group> group_;
+  HeldPieces own_, buddy_;
+  ShardRanges ranges_;    // every member's own ranges (ZeRO's publish)
+  bool pending_ = false;  // gradients exchanged, vote not seen through
+};
+
+}  // namespace cohort::detail
