@@ -238,27 +238,14 @@ std::vector<std::string> node_env(int node) {
   return env;
 }
 
-// cohortrun for node `node` of a 2-node job at `port`, 2 ranks each, running elastic_test_rank
-// with `rank_args` (30 steps).
+// cohortrun for node `node` of a 2-node job at `port`, 2 ranks each (--min-ranks 2, a restart
+// each), running elastic_test_rank with `rank_args` (30 steps).
 testing::ChildProcess node(int node, uint16_t port, const std::vector<std::string>& rank_args,
                            std::vector<std::string> env = {}) {
-  std::vector<std::string> args = {"--nnodes",
-                                   "2",
-                                   "--node-rank",
-                                   std::to_string(node),
-                                   "--master-port",
-                                   std::to_string(port),
-                                   "--nproc-per-node",
-                                   "2",
-                                   "--min-ranks",
-                                   "2",
-                                   "--node-timeout",
-                                   "2",
-                                   "--rdzv-timeout",
-                                   "20",
-                                   ELASTIC_TEST_RANK,
-                                   "--steps",
-                                   "30"};
+  std::vector<std::string> args = {"--nnodes", "2", "--node-rank", std::to_string(node)};
+  args.insert(args.end(), {"--master-port", std::to_string(port), "--nproc-per-node", "2",
+                           "--min-ranks", "2", "--max-restarts", "1", "--node-timeout", "2",
+                           "--rdzv-timeout", "20", ELASTIC_TEST_RANK, "--steps", "30"});
   args.insert(args.end(), rank_args.begin(), rank_args.end());
   if (env.empty()) env = node_env(node);
   return cohortrun(args, env);
@@ -324,7 +311,7 @@ TEST(ElasticCohortrunNodes, ALostNodeLeavesTheOtherNodeRunning) {
   expect_every_step_once(out, {0, 1}, [](int s) { return s < 5 ? 4 : 2; });
   const std::string both = out + node1.output();
   EXPECT_FALSE(contains(both, "[2] step 5 ")) << both;
-  expect_all_gone(printed_pids(both));
+  expect_all_end(printed_pids(both), kDeadline);
 }
 
 // After node 1 is lost, a third cohortrun joins as node 2: its ranks become members at a step
@@ -366,7 +353,22 @@ TEST(ElasticCohortrunNodes, ANewNodeJoinsTheRunningJob) {
     EXPECT_EQ(steps.back().step, 29) << node2.output();
     EXPECT_EQ(steps.back().size, 4) << node2.output();
   }
-  expect_all_gone(printed_pids(out + node1.output() + node2.output()));
+  expect_all_end(printed_pids(out + node1.output() + node2.output()), kDeadline);
+}
+
+// Node 0 hosts the store, the job's single point of failure: when it is lost (its ranks kill
+// their cohortrun and themselves at step 5), node 1 stops its ranks, restarts none, and fails.
+TEST(ElasticCohortrunNodes, LosingNodeZeroEndsTheJob) {
+  const uint16_t port = free_port();
+  const std::vector<std::string> kill = {"--kill-at-step", "5", "--kill-node", "0"};
+  auto node0 = node(0, port, kill);
+  auto node1 = node(1, port, kill);
+  ASSERT_EQ(node0.wait(kDeadline), 128 + SIGKILL) << node0.output();
+  ASSERT_EQ(node1.wait(kDeadline), 1) << node1.output();
+  const std::string& out = node1.output();
+  EXPECT_TRUE(contains(out, "cohortrun: job failed: lost node 0's store: ")) << out;
+  EXPECT_FALSE(contains(out, "restarting it")) << out;
+  expect_all_end(printed_pids(node0.output() + out), kDeadline);
 }
 
 // Bad nodes while the job waits (at step 10) for 2 more ranks: one with another job token and
@@ -395,7 +397,7 @@ TEST(ElasticCohortrunNodes, ANodeOfAnotherJobIsRefusedAndTheJobGoesOn) {
   expect_every_step_once(node0.output(), {0, 1}, [](int s) { return s <= 10 ? 4 : 6; });
   expect_every_step_once(node1.output(), {2, 3}, [](int s) { return s <= 10 ? 4 : 6; });
   EXPECT_TRUE(contains(node2.output(), "[5] step 29 size 6 gen 2\n")) << node2.output();
-  expect_all_gone(printed_pids(node0.output() + node1.output() + node2.output()));
+  expect_all_end(printed_pids(node0.output() + node1.output() + node2.output()), kDeadline);
 }
 
 }  // namespace

@@ -99,10 +99,14 @@ void ElasticNodes::join_running_job() {
 }
 
 void ElasticNodes::watch() {
-  if (!next_watch_.expired() || !store_lost_.empty()) return;
+  if (next_watch_.expired()) watch_now();
+}
+
+void ElasticNodes::watch_now() {
+  if (!store_lost_.empty()) return;
   next_watch_ = Deadline::after(std::min(kLongestWatchInterval, options_.node_timeout() / 4));
   try {
-    watch_now();
+    look();
   } catch (const Error& e) {
     store_lost_ = e.what();
   }
@@ -110,7 +114,7 @@ void ElasticNodes::watch() {
 
 // The beats first: a node heard from now was alive after the last look at the generation,
 // so a generation newer than that one may have formed without its ranks.
-void ElasticNodes::watch_now() {
+void ElasticNodes::look() {
   store_.add(beat_key(options_.node_rank), 1);
   check_beats();
   read_new_joiners();
@@ -208,7 +212,7 @@ void ElasticNodes::check_beats() {
 
 template <typename Ready>
 bool ElasticNodes::wait_for_nodes(Ready ready, Deadline deadline) {
-  next_watch_ = Deadline::after(Milliseconds(0));  // the latest news first: new nodes, too
+  watch_now();  // the latest news first: new nodes, too
   for (;;) {
     watch();
     if (!store_lost_.empty()) return false;
@@ -237,8 +241,7 @@ std::optional<int> ElasticNodes::report_done(int succeeded, bool wait_for_others
     return std::nullopt;
   }
   if (!wait_for_others) {
-    next_watch_ = Deadline::after(Milliseconds(0));
-    watch();  // the news since the last look, for this node's log
+    watch_now();  // the news since the last look, for this node's log
     return std::nullopt;
   }
   const bool all = wait_for_nodes(

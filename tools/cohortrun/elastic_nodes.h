@@ -49,6 +49,7 @@ class ElasticNodes : public JobWatch {
 
   // JobWatch: beats, reads the others' beats and the new nodes, prints what changed.
   void watch() override;
+  void watch_now() override;
   bool job_finished() const override { return status_.finished; }
   std::string store_lost() const override { return store_lost_; }
 
@@ -73,7 +74,7 @@ class ElasticNodes : public JobWatch {
     std::optional<int> done;  // how many of its ranks succeeded
   };
 
-  void watch_now();
+  void look();
   void read_new_joiners();
   void read_joiners(int64_t count, bool news);
   void check_beats();

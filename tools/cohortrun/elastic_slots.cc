@@ -97,7 +97,10 @@ class ElasticSlots {
     record(local, failure_of(process, process.describe()));
     const std::string left =
         "rank " + std::to_string(slot.rank) + " left (" + how_it_left(process) + ")";
-    if (finishing_) {
+    if (watch_ != nullptr) watch_->watch_now();
+    if (watch_ != nullptr && !watch_->store_lost().empty()) {
+      say(left + "; node 0's store is lost, so it is not restarted");
+    } else if (finishing_) {
       say(left + "; the job is finishing (a rank has exited 0), so it is not restarted");
     } else if (watch_ != nullptr && watch_->job_finished()) {
       say(left + "; the job has finished (its members marked it done), so it is not restarted");

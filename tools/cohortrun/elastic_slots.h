@@ -39,6 +39,9 @@ class JobWatch {
  public:
   virtual ~JobWatch() = default;
   virtual void watch() = 0;
+  // As watch(), at once: before a failed slot is restarted (it may have failed because node
+  // 0's store is gone).
+  virtual void watch_now() = 0;
   // The job's members marked it finished: a slot that fails now is not restarted.
   virtual bool job_finished() const = 0;
   // Non-empty once node 0's store is lost: why.

@@ -192,16 +192,18 @@ class Job {
     } else {
       rendezvous_->join(0);
     }
-    const ElasticResult result = run_elastic_slots(options_, placement(0), &nodes);
+    ElasticResult result = run_elastic_slots(options_, placement(0), &nodes);
     const int succeeded = slots_succeeded(result);
     std::optional<int> job_succeeded;
     if (result.stop_signal == 0 && result.store_lost.empty()) {
       // A node with slots given up succeeds only when enough ranks of the job did.
       const bool all_here = succeeded == static_cast<int>(result.slots.size());
       job_succeeded = nodes.report_done(succeeded, !all_here);
-      if (!all_here && !job_succeeded) {
-        say("could not learn how the job ended: lost node 0's store: " + nodes.store_lost());
-      }
+    }
+    // Lost after this node's slots had ended (they may have failed for it): the job's end is
+    // unknown, and the job failed with node 0.
+    if (result.stop_signal == 0 && result.store_lost.empty() && !nodes.store_lost().empty()) {
+      result.store_lost = nodes.store_lost();
     }
     const int code = elastic_exit_code(options_, result, job_succeeded);
     print_elastic_summary(options_, result, code, job_succeeded);
