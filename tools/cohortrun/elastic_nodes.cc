@@ -201,7 +201,10 @@ void ElasticNodes::check_beats() {
     std::string line = "node " + std::to_string(node) +
                        " left (its cohortrun was not heard from for " + silent +
                        " (--node-timeout): it was killed or its host is gone)";
-    if (status_.generation > n.generation_when_heard) {
+    // A generation that left ranks out and formed after the node was last heard from: most
+    // likely without its ranks. Otherwise (a vanished host: the others wait for its ranks until
+    // their collective's timeout) it has not formed yet.
+    if (status_.generation > n.generation_when_heard && status_.left > 0) {
       line += "; the job goes on with " + ranks_word(status_.size);
     } else {
       line += "; the job goes on without its ranks once the others notice";
