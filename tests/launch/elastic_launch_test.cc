@@ -18,6 +18,8 @@
 namespace cohort {
 namespace {
 
+using testing::free_port;
+
 // Small deadlines, so that a failure is found and a generation formed within seconds.
 const std::vector<std::string> kFastEnv = {"COHORT_TIMEOUT_S=5", "COHORT_ELASTIC_SETTLE_MS=500",
                                            "COHORT_ELASTIC_TIMEOUT_S=3"};
@@ -208,8 +210,11 @@ TEST(ElasticCohortrun, BadOptionsAreRefused) {
       {{"--nproc-per-node", "3", "--max-ranks", "3"}, "--max-ranks needs --min-ranks"},
       {{"--nproc-per-node", "3", "--min-ranks", "2", "--expendable", "1"},
        "--expendable cannot be given with --min-ranks"},
-      {{"--nnodes", "2", "--nproc-per-node", "2", "--min-ranks", "2"},
-       "--min-ranks with --nnodes > 1 is not supported yet"},
+      {{"--nnodes", "1", "--node-rank", "1", "--nproc-per-node", "2", "--min-ranks", "2"},
+       "--node-rank 1 with --nnodes 1: a job of one node keeps its store on loopback"},
+      {{"--nnodes", "2", "--node-rank", "2", "--nproc-per-node", "2"},
+       "--node-rank 2 must be below --nnodes 2 (a node beyond --nnodes can only join an elastic "
+       "job: --min-ranks)"},
   };
   for (const auto& [options, message] : cases) {
     std::vector<std::string> args = options;
@@ -219,6 +224,180 @@ TEST(ElasticCohortrun, BadOptionsAreRefused) {
     EXPECT_TRUE(contains(run.output(), message)) << message << "\n" << run.output();
     EXPECT_TRUE(printed_pids(run.output()).empty()) << run.output();
   }
+}
+
+// Several nodes: cohortrun invocations on this machine play the nodes of one job, each with
+// its own COHORT_NODE_ID, so that its ranks form a node of their own (TCP to the other nodes'
+// ranks, shared memory only inside it).
+const char* const kToken = "COHORT_JOB_TOKEN=elastic-nodes-test";
+
+std::vector<std::string> node_env(int node) {
+  std::vector<std::string> env = kFastEnv;
+  env.push_back(kToken);
+  env.push_back("COHORT_NODE_ID=node" + std::to_string(node));
+  return env;
+}
+
+// cohortrun for node `node` of a 2-node job at `port`, 2 ranks each (--min-ranks 2, a restart
+// each), running elastic_test_rank with `rank_args` (30 steps).
+testing::ChildProcess node(int node, uint16_t port, const std::vector<std::string>& rank_args,
+                           std::vector<std::string> env = {}) {
+  std::vector<std::string> args = {"--nnodes", "2", "--node-rank", std::to_string(node)};
+  args.insert(args.end(), {"--master-port", std::to_string(port), "--nproc-per-node", "2",
+                           "--min-ranks", "2", "--max-restarts", "1", "--node-timeout", "2",
+                           "--rdzv-timeout", "20", ELASTIC_TEST_RANK, "--steps", "30"});
+  args.insert(args.end(), rank_args.begin(), rank_args.end());
+  if (env.empty()) env = node_env(node);
+  return cohortrun(args, env);
+}
+
+// The steps rank `rank` committed in its first process (a survivor's whole record).
+std::vector<Step> steps_of(const std::string& output, int rank) {
+  const auto slots = lifetimes(output);
+  const auto it = slots.find(rank);
+  return it == slots.end() || it->second.empty() ? std::vector<Step>{} : it->second[0].steps;
+}
+
+// The survivors `ranks` committed steps 0..29 between them, each at the size `size_at` gives.
+// Each committed its steps in order, none twice; one may miss the step a failure broke on it
+// alone (its peers committed it at the vote, Note [Elastic commit]: it goes on from theirs).
+template <typename SizeAt>
+void expect_every_step_once(const std::string& output, const std::vector<int>& ranks,
+                            SizeAt size_at) {
+  std::vector<bool> committed(30, false);
+  for (int rank : ranks) {
+    const std::vector<Step> steps = steps_of(output, rank);
+    ASSERT_FALSE(steps.empty()) << "rank " << rank << " committed nothing\n" << output;
+    EXPECT_EQ(steps.back().step, 29) << "rank " << rank << "\n" << output;
+    int missed = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const int expected = i == 0 ? 0 : steps[i - 1].step + 1;
+      if (steps[i].step == expected + 1) ++missed;
+      EXPECT_TRUE(steps[i].step == expected || steps[i].step == expected + 1)
+          << "rank " << rank << " committed step " << steps[i].step << " after " << expected - 1
+          << "\n"
+          << output;
+      EXPECT_EQ(steps[i].size, size_at(steps[i].step))
+          << "rank " << rank << " step " << steps[i].step << "\n"
+          << output;
+      if (steps[i].step >= 0 && steps[i].step < 30) committed[steps[i].step] = true;
+    }
+    EXPECT_LE(missed, 1) << "rank " << rank << "\n" << output;
+  }
+  for (int s = 0; s < 30; ++s) EXPECT_TRUE(committed[s]) << "no survivor committed step " << s;
+}
+
+// A node lost with its cohortrun and ranks (all SIGKILLed at step 5): the other node's ranks
+// form a generation of 2 and commit every step once; its cohortrun says so and succeeds.
+TEST(ElasticCohortrunNodes, ALostNodeLeavesTheOtherNodeRunning) {
+  const uint16_t port = free_port();
+  const std::vector<std::string> kill = {"--kill-at-step", "5", "--kill-node", "1"};
+  auto node0 = node(0, port, kill);
+  auto node1 = node(1, port, kill);
+  ASSERT_EQ(node1.wait(kDeadline), 128 + SIGKILL) << node1.output();
+  ASSERT_EQ(node0.wait(kDeadline), 0) << node0.output() << node1.output();
+  const std::string& out = node0.output();
+  EXPECT_TRUE(contains(out,
+                       "[0] membership: generation 2: ranks 2 and 3 left; 2 ranks go on "
+                       "from step 5\n"))
+      << out;
+  EXPECT_TRUE(contains(out, "cohortrun: the job goes on with 2 ranks (generation 2: 2 left)\n"))
+      << out;
+  EXPECT_TRUE(contains(out,
+                       "cohortrun: node 1 left (its cohortrun was not heard from for 2 s "
+                       "(--node-timeout): it was killed or its host is gone); the job goes on "
+                       "with 2 ranks\n"))
+      << out;
+  expect_every_step_once(out, {0, 1}, [](int s) { return s < 5 ? 4 : 2; });
+  const std::string both = out + node1.output();
+  EXPECT_FALSE(contains(both, "[2] step 5 ")) << both;
+  expect_all_end(printed_pids(both), kDeadline);
+}
+
+// After node 1 is lost, a third cohortrun joins as node 2: its ranks become members at a step
+// boundary (the job runs at 2, then at 4 again), and every node's ranks finish the job.
+TEST(ElasticCohortrunNodes, ANewNodeJoinsTheRunningJob) {
+  const uint16_t port = free_port();
+  const std::vector<std::string> rank_args = {"--kill-at-step",      "5",  "--kill-node", "1",
+                                              "--grow-back-by-step", "15", "--grow-to",   "4"};
+  auto node0 = node(0, port, rank_args);
+  auto node1 = node(1, port, rank_args);
+  ASSERT_EQ(node1.wait(kDeadline), 128 + SIGKILL) << node1.output();
+  ASSERT_FALSE(node0.wait_for_line("cohortrun: node 1 left", kDeadline).empty()) << node0.output();
+  auto node2 = node(2, port, rank_args);
+  ASSERT_EQ(node2.wait(kDeadline), 0) << node2.output() << node0.output();
+  ASSERT_EQ(node0.wait(kDeadline), 0) << node0.output() << node2.output();
+  const std::string& out = node0.output();
+  EXPECT_TRUE(contains(node2.output(),
+                       "cohortrun: node 2 joins the running job (generation 2, "
+                       "2 ranks): its ranks 4 to 5 become members"))
+      << node2.output();
+  EXPECT_TRUE(contains(node2.output(), "[4] elastic env: COHORT_ELASTIC=1")) << node2.output();
+  EXPECT_TRUE(contains(out, "cohortrun: node 2 (")) << out;
+  EXPECT_TRUE(contains(out,
+                       ") joined the job with 2 ranks; they become members at the next "
+                       "step boundary\n"))
+      << out;
+  EXPECT_TRUE(contains(out, "cohortrun: the job goes on with 4 ranks (generation 3: 2 joined)\n"))
+      << out;
+  EXPECT_TRUE(contains(out,
+                       "[0] membership: generation 3: 2 ranks joined (now 2 and 3); 4 ranks "
+                       "go on from step 16\n"))
+      << out;
+  // Size 4 to step 4, 2 from the loss to step 15 (the survivors waited there), 4 again after.
+  expect_every_step_once(out, {0, 1}, [](int s) { return s < 5 || s > 15 ? 4 : 2; });
+  for (int rank : {4, 5}) {
+    const std::vector<Step> steps = steps_of(node2.output(), rank);
+    ASSERT_EQ(steps.size(), 14u) << node2.output();
+    EXPECT_EQ(steps.front().step, 16) << node2.output();
+    EXPECT_EQ(steps.back().step, 29) << node2.output();
+    EXPECT_EQ(steps.back().size, 4) << node2.output();
+  }
+  expect_all_end(printed_pids(out + node1.output() + node2.output()), kDeadline);
+}
+
+// Node 0 hosts the store, the job's single point of failure: when it is lost (its ranks kill
+// their cohortrun and themselves at step 5), node 1 stops its ranks, restarts none, and fails.
+TEST(ElasticCohortrunNodes, LosingNodeZeroEndsTheJob) {
+  const uint16_t port = free_port();
+  const std::vector<std::string> kill = {"--kill-at-step", "5", "--kill-node", "0"};
+  auto node0 = node(0, port, kill);
+  auto node1 = node(1, port, kill);
+  ASSERT_EQ(node0.wait(kDeadline), 128 + SIGKILL) << node0.output();
+  ASSERT_EQ(node1.wait(kDeadline), 1) << node1.output();
+  const std::string& out = node1.output();
+  EXPECT_TRUE(contains(out, "cohortrun: job failed: lost node 0's store: ")) << out;
+  EXPECT_FALSE(contains(out, "restarting it")) << out;
+  expect_all_end(printed_pids(node0.output() + out), kDeadline);
+}
+
+// Bad nodes while the job waits (at step 10) for 2 more ranks: one with another job token and
+// one with a node rank in use are refused with a clear error; the job goes on, and a good node
+// then joins it.
+TEST(ElasticCohortrunNodes, ANodeOfAnotherJobIsRefusedAndTheJobGoesOn) {
+  const uint16_t port = free_port();
+  const std::vector<std::string> rank_args = {"--grow-back-by-step", "10", "--grow-to", "6"};
+  auto node0 = node(0, port, rank_args);
+  auto node1 = node(1, port, rank_args);
+  ASSERT_FALSE(node0.wait_for_line("[0] step 9 ", kDeadline).empty()) << node0.output();
+  std::vector<std::string> wrong_token = kFastEnv;
+  wrong_token.insert(wrong_token.end(), {"COHORT_JOB_TOKEN=another-job", "COHORT_NODE_ID=node2"});
+  auto stranger = node(2, port, rank_args, wrong_token);
+  ASSERT_EQ(stranger.wait(kDeadline), 1) << stranger.output();
+  EXPECT_TRUE(contains(stranger.output(), "refused this process's job token")) << stranger.output();
+  auto twin = node(1, port, rank_args, node_env(3));
+  ASSERT_EQ(twin.wait(kDeadline), 2) << twin.output();
+  EXPECT_TRUE(contains(twin.output(), "another node already joined as --node-rank 1"))
+      << twin.output();
+  EXPECT_TRUE(printed_pids(stranger.output() + twin.output()).empty());
+  auto node2 = node(2, port, rank_args);
+  ASSERT_EQ(node2.wait(kDeadline), 0) << node2.output() << node0.output();
+  ASSERT_EQ(node1.wait(kDeadline), 0) << node1.output();
+  ASSERT_EQ(node0.wait(kDeadline), 0) << node0.output();
+  expect_every_step_once(node0.output(), {0, 1}, [](int s) { return s <= 10 ? 4 : 6; });
+  expect_every_step_once(node1.output(), {2, 3}, [](int s) { return s <= 10 ? 4 : 6; });
+  EXPECT_TRUE(contains(node2.output(), "[5] step 29 size 6 gen 2\n")) << node2.output();
+  expect_all_end(printed_pids(node0.output() + node1.output() + node2.output()), kDeadline);
 }
 
 }  // namespace

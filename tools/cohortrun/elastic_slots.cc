@@ -32,9 +32,10 @@ std::string how_it_left(const RankProcess& process) {
 
 class ElasticSlots {
  public:
-  ElasticSlots(const LaunchOptions& options, RankPlacement placement)
+  ElasticSlots(const LaunchOptions& options, RankPlacement placement, JobWatch* watch)
       : options_(options),
         placement_(std::move(placement)),
+        watch_(watch),
         relay_(options.prefix_output, static_cast<size_t>(options.tail_lines)),
         processes_(static_cast<size_t>(options.nproc_per_node)),
         left_stopped_(static_cast<size_t>(options.nproc_per_node), false) {
@@ -47,6 +48,7 @@ class ElasticSlots {
       relay_.pump(kPumpInterval);
       watch_slots();
       watch_stop_signal();
+      watch_job();
       end_slots_left_stopped();
       if (kill_at_ && kill_at_->expired()) signal_all(SIGKILL);
     }
@@ -95,8 +97,13 @@ class ElasticSlots {
     record(local, failure_of(process, process.describe()));
     const std::string left =
         "rank " + std::to_string(slot.rank) + " left (" + how_it_left(process) + ")";
-    if (finishing_) {
+    if (watch_ != nullptr) watch_->watch_now();
+    if (watch_ != nullptr && !watch_->store_lost().empty()) {
+      say(left + "; node 0's store is lost, so it is not restarted");
+    } else if (finishing_) {
       say(left + "; the job is finishing (a rank has exited 0), so it is not restarted");
+    } else if (watch_ != nullptr && watch_->job_finished()) {
+      say(left + "; the job has finished (its members marked it done), so it is not restarted");
     } else if (slot.restarts >= options_.max_restarts) {
       say(left + "; no restarts left, the job goes on without it");
     } else {
@@ -174,6 +181,23 @@ class ElasticSlots {
     kill_at_ = Deadline::after(options_.stop_timeout());
   }
 
+  // Several nodes: the other nodes' news, and node 0's store lost (the ranks cannot go on
+  // without it: they are stopped as on a stop signal, and cohortrun fails).
+  void watch_job() {
+    if (watch_ == nullptr || stopping()) return;
+    watch_->watch();
+    const std::string lost = watch_->store_lost();
+    if (lost.empty()) return;
+    result_.store_lost = lost;
+    say("lost node 0's store: " + lost + "; stopping this node's ranks (node 0 hosts the job's " +
+        "store: nothing of the job goes on without it)");
+    for (const auto& process : processes_) {
+      if (process->running()) result_.stopped.push_back(process->rank());
+    }
+    signal_all(SIGTERM);
+    kill_at_ = Deadline::after(options_.stop_timeout());
+  }
+
   bool stopping() const { return kill_at_.has_value(); }
 
   void signal_all(int signal) {
@@ -182,6 +206,7 @@ class ElasticSlots {
 
   const LaunchOptions& options_;
   RankPlacement placement_;
+  JobWatch* watch_;  // null on one node
   OutputRelay relay_;
   std::vector<std::unique_ptr<RankProcess>> processes_;  // each slot's latest, by local rank
   std::vector<bool> left_stopped_;  // killed by end_slots_left_stopped: reported already
@@ -193,13 +218,14 @@ class ElasticSlots {
 
 }  // namespace
 
-ElasticResult run_elastic_slots(const LaunchOptions& options, const RankPlacement& placement) {
+ElasticResult run_elastic_slots(const LaunchOptions& options, const RankPlacement& placement,
+                                JobWatch* watch) {
   // Runs after the ranks are reaped, however it ended (also when a rank could not be started).
   struct Cleanup {
     const std::string& token;
     ~Cleanup() { remove_shm_leftovers_and_say(token); }
   } cleanup{placement.token};
-  return ElasticSlots(options, placement).run();
+  return ElasticSlots(options, placement, watch).run();
 }
 
 }  // namespace cohort::run

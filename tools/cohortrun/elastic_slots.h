@@ -8,6 +8,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "launch_options.h"
@@ -27,9 +28,28 @@ struct ElasticResult {
   std::vector<SlotOutcome> slots;  // by local rank
   std::optional<RankFailure> first_failure;
   int stop_signal = 0;       // cohortrun was interrupted by it
-  std::vector<int> stopped;  // ranks cohortrun stopped on that signal
+  std::vector<int> stopped;  // ranks cohortrun stopped on that signal or on a lost store
+  std::string store_lost;    // several nodes: node 0's store went away (why), so the ranks were
+                             // stopped: nothing of the job can go on without it
 };
 
-ElasticResult run_elastic_slots(const LaunchOptions& options, const RankPlacement& placement);
+// What the slots learn from the rest of the job while they run (several nodes: ElasticNodes,
+// elastic_nodes.h). watch() is called every pump of the slots' loop and must not block long.
+class JobWatch {
+ public:
+  virtual ~JobWatch() = default;
+  virtual void watch() = 0;
+  // As watch(), at once: before a failed slot is restarted (it may have failed because node
+  // 0's store is gone).
+  virtual void watch_now() = 0;
+  // The job's members marked it finished: a slot that fails now is not restarted.
+  virtual bool job_finished() const = 0;
+  // Non-empty once node 0's store is lost: why.
+  virtual std::string store_lost() const = 0;
+};
+
+// `watch` may be null (one node).
+ElasticResult run_elastic_slots(const LaunchOptions& options, const RankPlacement& placement,
+                                JobWatch* watch = nullptr);
 
 }  // namespace cohort::run

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cohort/comm/launch_env.h"
 #include "cohort/core/env.h"
 #include "cohort/core/error.h"
+#include "elastic_nodes.h"
 #include "elastic_slots.h"
 #include "local_attempt.h"
 #include "node_rendezvous.h"
@@ -90,21 +92,28 @@ int slots_succeeded(const ElasticResult& r) {
 }
 
 // Elastic mode: the job succeeds when at least --min-ranks slots did and every other was given
-// up (which every slot not succeeded is, once all have ended).
-int elastic_exit_code(const LaunchOptions& options, const ElasticResult& r) {
+// up (which every slot not succeeded is, once all have ended). On several nodes `job_succeeded`
+// counts the ranks of every node that succeeded (nothing: unknown, node 0's store was lost).
+int elastic_exit_code(const LaunchOptions& options, const ElasticResult& r,
+                      std::optional<int> job_succeeded) {
   if (r.stop_signal != 0) return 128 + r.stop_signal;
-  if (slots_succeeded(r) >= options.min_ranks || !r.first_failure) return kExitOk;
+  if (!r.store_lost.empty()) return kExitLaunchFailed;
+  if (!r.first_failure) return kExitOk;
+  if (job_succeeded && *job_succeeded >= options.min_ranks) return kExitOk;
   return r.first_failure->exit_code != 0 ? r.first_failure->exit_code : kExitLaunchFailed;
 }
 
 // Each slot's failures, then how the job ended.
-void print_elastic_summary(const LaunchOptions& options, const ElasticResult& r, int code) {
+void print_elastic_summary(const LaunchOptions& options, const ElasticResult& r, int code,
+                           std::optional<int> job_succeeded) {
   for (const SlotOutcome& slot : r.slots) {
     for (const RankFailure& f : slot.failures) print_failure(options, f);
   }
-  if (r.stop_signal != 0) {
+  if (r.stop_signal != 0 || !r.store_lost.empty()) {
     if (!r.stopped.empty()) say("stopped rank(s) " + rank_list(r.stopped));
-    say("job failed: cohortrun was interrupted by " + signal_name(r.stop_signal));
+    say("job failed: " + (r.stop_signal != 0
+                              ? "cohortrun was interrupted by " + signal_name(r.stop_signal)
+                              : "lost node 0's store: " + r.store_lost));
     return;
   }
   std::vector<int> given_up;
@@ -112,10 +121,18 @@ void print_elastic_summary(const LaunchOptions& options, const ElasticResult& r,
     if (!slot.succeeded) given_up.push_back(slot.rank);
   }
   if (given_up.empty()) return;
-  const std::string counts = std::to_string(slots_succeeded(r)) + " of " +
-                             std::to_string(r.slots.size()) + " ranks succeeded (--min-ranks " +
-                             std::to_string(options.min_ranks) + "); given up: rank(s) " +
-                             rank_list(given_up);
+  std::string counts;
+  if (!options.multi_node()) {
+    counts = std::to_string(slots_succeeded(r)) + " of " + std::to_string(r.slots.size()) +
+             " ranks succeeded (--min-ranks " + std::to_string(options.min_ranks) +
+             "); given up: rank(s) " + rank_list(given_up);
+  } else {
+    counts =
+        (job_succeeded ? std::to_string(*job_succeeded) : std::string("an unknown number of")) +
+        " ranks of the job succeeded (--min-ranks " + std::to_string(options.min_ranks) + "), " +
+        std::to_string(slots_succeeded(r)) + " of this node's " + std::to_string(r.slots.size()) +
+        "; given up on this node: rank(s) " + rank_list(given_up);
+  }
   if (code == kExitOk) {
     say("job succeeded: " + counts);
   } else {
@@ -158,12 +175,40 @@ class Job {
   }
 
  private:
-  // One node (launch_options.cc refuses several): its ranks meet in the store this cohortrun
-  // hosts, which outlives every one of them.
+  // The ranks meet in the store node 0's cohortrun hosts, which outlives every one of them. On
+  // several nodes, each cohortrun runs its slots the same way and watches the other nodes
+  // (Note [Elastic nodes] in elastic_nodes.h); no node's failure stops another.
   int run_elastic() {
-    const ElasticResult result = run_elastic_slots(options_, placement(0));
-    const int code = elastic_exit_code(options_, result);
-    print_elastic_summary(options_, result, code);
+    if (!options_.multi_node()) {
+      const ElasticResult result = run_elastic_slots(options_, placement(0));
+      const int code = elastic_exit_code(options_, result, slots_succeeded(result));
+      print_elastic_summary(options_, result, code, slots_succeeded(result));
+      return code;
+    }
+    ElasticNodes nodes(options_, rendezvous_->store());
+    if (options_.joins_running_job()) {
+      rendezvous_->join_running_job();
+      nodes.join_running_job();
+    } else {
+      rendezvous_->join(0);
+    }
+    ElasticResult result = run_elastic_slots(options_, placement(0), &nodes);
+    const int succeeded = slots_succeeded(result);
+    std::optional<int> job_succeeded;
+    if (result.stop_signal == 0 && result.store_lost.empty()) {
+      // A node with slots given up succeeds only when enough ranks of the job did.
+      const bool all_here = succeeded == static_cast<int>(result.slots.size());
+      job_succeeded = nodes.report_done(succeeded, !all_here);
+    }
+    // Lost after this node's slots had ended (they may have failed for it): the job's end is
+    // unknown, and the job failed with node 0.
+    if (result.stop_signal == 0 && result.store_lost.empty() && !nodes.store_lost().empty()) {
+      result.store_lost = nodes.store_lost();
+    }
+    const int code = elastic_exit_code(options_, result, job_succeeded);
+    print_elastic_summary(options_, result, code, job_succeeded);
+    // Interrupted: node 0's store goes with it, and the others find it lost.
+    if (result.stop_signal == 0 && result.store_lost.empty()) nodes.leave();
     return code;
   }
 

@@ -45,10 +45,6 @@ void check_elastic_options(const LaunchOptions& o) {
   }
   if (!o.elastic()) return;
   const std::string min = "--min-ranks " + std::to_string(o.min_ranks);
-  if (o.multi_node()) {
-    throw ConfigError(
-        "--min-ranks with --nnodes > 1 is not supported yet: run elastic jobs on one node");
-  }
   if (!o.expendable_list.empty()) {
     throw ConfigError(
         "--expendable cannot be given with --min-ranks: elastic mode supersedes "
@@ -81,6 +77,9 @@ Milliseconds LaunchOptions::stop_timeout() const {
 }
 Milliseconds LaunchOptions::stopped_timeout() const {
   return seconds_to_ms(stopped_timeout_s);
+}
+Milliseconds LaunchOptions::node_timeout() const {
+  return seconds_to_ms(node_timeout_s);
 }
 
 bool LaunchOptions::is_expendable(int rank) const {
@@ -123,6 +122,10 @@ void add_launch_options(CLI::App& app, LaunchOptions& o) {
   app.add_option("--max-ranks", o.max_ranks,
                  "Elastic mode: at most this many ranks in the job at once")
       ->check(CLI::PositiveNumber);
+  app.add_option("--node-timeout", o.node_timeout_s,
+                 "Elastic mode on several nodes: seconds without a word from a node's cohortrun "
+                 "before it is taken for lost")
+      ->check(CLI::PositiveNumber);
   app.add_option("--simulate-nodes", o.simulate_nodes,
                  "Split this machine's ranks into this many simulated nodes (COHORT_NODE_ID), "
                  "e.g. to try HYBRID_SHARD on one host")
@@ -140,9 +143,15 @@ void finish_launch_options(CLI::App& app, LaunchOptions& o) {
   if (o.command.empty()) {
     throw ConfigError("no program given: cohortrun [options] program [args...]");
   }
-  if (o.node_rank >= o.nnodes) {
+  if (o.node_rank >= o.nnodes && !o.elastic()) {
     throw ConfigError("--node-rank " + std::to_string(o.node_rank) + " must be below --nnodes " +
-                      std::to_string(o.nnodes));
+                      std::to_string(o.nnodes) +
+                      " (a node beyond --nnodes can only join an elastic job: --min-ranks)");
+  }
+  if (o.joins_running_job() && o.nnodes == 1) {
+    throw ConfigError("--node-rank " + std::to_string(o.node_rank) +
+                      " with --nnodes 1: a job of one node keeps its store on loopback, so no "
+                      "node can join it; start the job with --nnodes 2 or more");
   }
   if (o.nproc_per_node % o.simulate_nodes != 0) {
     throw ConfigError("--simulate-nodes " + std::to_string(o.simulate_nodes) +

@@ -39,17 +39,30 @@ struct LaunchOptions {
   // restarted alone and rejoins the running job, which goes on while min_ranks remain.
   int min_ranks = 0;
   int max_ranks = 0;  // at most this many members at once (COHORT_ELASTIC_MAX_RANKS); 0: no limit
+  // Elastic mode on several nodes: a node whose cohortrun has not been heard from (its
+  // heartbeat in the store) for this long is taken for lost (docs/launch.md, "Elastic mode").
+  double node_timeout_s = 10;
   std::vector<std::string> command;  // the program and its arguments
 
   static constexpr int kDefaultMasterPort = 29500;
 
   int world_size() const { return nproc_per_node * nnodes; }
-  bool multi_node() const { return nnodes > 1; }
+  // Several nodes: --nnodes above 1, or a node joining a running elastic job.
+  bool multi_node() const { return nnodes > 1 || joins_running_job(); }
+  // Elastic mode: a node beyond the first --nnodes joins the running job (docs/launch.md).
+  bool joins_running_job() const { return node_rank >= nnodes; }
+  // WORLD_SIZE of this node's ranks: the job's, or for a node beyond --nnodes the ranks up to
+  // and including its own, so that RANK < WORLD_SIZE still holds (elastic mode reads them as a
+  // launch slot, not as the rank in the job).
+  int launch_world_size() const {
+    return nproc_per_node * (node_rank >= nnodes ? node_rank + 1 : nnodes);
+  }
   bool elastic() const { return min_ranks > 0; }
   bool is_expendable(int rank) const;
   Milliseconds rdzv_timeout() const;
   Milliseconds stop_timeout() const;
   Milliseconds stopped_timeout() const;
+  Milliseconds node_timeout() const;
 };
 
 // Declares the options on `app`; the first positional argument and everything after it is

@@ -95,12 +95,24 @@ void NodeRendezvous::join(int attempt) {
   check_same_ranks_per_node(attempt);
 }
 
+void NodeRendezvous::join_running_job() {
+  claim_node_rank(0);
+  store_->set(node_key(0, options_.node_rank),
+              std::to_string(options_.nproc_per_node) + " " + host_name());
+  check_ranks_of(0, 0);
+}
+
 void NodeRendezvous::claim_node_rank(int attempt) {
-  if (store_->add(key(attempt, "claim/" + std::to_string(options_.node_rank)), 1) > 1) {
-    throw ConfigError(
-        "another node already joined as --node-rank " + std::to_string(options_.node_rank) +
-        ": every node needs its own --node-rank in [0, " + std::to_string(options_.nnodes) + ")");
+  if (store_->add(key(attempt, "claim/" + std::to_string(options_.node_rank)), 1) <= 1) return;
+  std::string what = "another node already joined as --node-rank " +
+                     std::to_string(options_.node_rank) + ": every node needs its own --node-rank";
+  if (options_.elastic()) {
+    what += " (a node that joins the running job takes one that no node of the job has used, " +
+            std::to_string(options_.nnodes) + " or above)";
+  } else {
+    what += " in [0, " + std::to_string(options_.nnodes) + ")";
   }
+  throw ConfigError(what);
 }
 
 std::string NodeRendezvous::missing_nodes(int attempt) {
@@ -116,17 +128,19 @@ std::string NodeRendezvous::missing_nodes(int attempt) {
 }
 
 void NodeRendezvous::check_same_ranks_per_node(int attempt) {
-  for (int node = 0; node < options_.nnodes; ++node) {
-    std::istringstream entry(store_->get_string(node_key(attempt, node), options_.rdzv_timeout()));
-    int ranks = 0;
-    std::string host;
-    entry >> ranks >> host;
-    if (ranks != options_.nproc_per_node) {
-      throw ConfigError("node " + std::to_string(node) + " (" + host + ") runs " +
-                        std::to_string(ranks) + " ranks, this node " +
-                        std::to_string(options_.nproc_per_node) +
-                        ": give every node the same --nproc-per-node");
-    }
+  for (int node = 0; node < options_.nnodes; ++node) check_ranks_of(attempt, node);
+}
+
+void NodeRendezvous::check_ranks_of(int attempt, int node) {
+  std::istringstream entry(store_->get_string(node_key(attempt, node), options_.rdzv_timeout()));
+  int ranks = 0;
+  std::string host;
+  entry >> ranks >> host;
+  if (ranks != options_.nproc_per_node) {
+    throw ConfigError("node " + std::to_string(node) + " (" + host + ") runs " +
+                      std::to_string(ranks) + " ranks, this node " +
+                      std::to_string(options_.nproc_per_node) +
+                      ": give every node the same --nproc-per-node");
   }
 }
 

@@ -37,6 +37,14 @@ class NodeRendezvous {
   // on --nproc-per-node, Interrupted when a stop signal arrives meanwhile.
   void join(int attempt);
 
+  // Elastic mode, a node beyond --nnodes: claims its node rank (ConfigError when another node
+  // has it) and checks that it runs as many ranks as node 0 (waiting up to --rdzv-timeout for
+  // node 0's entry). It joins no attempt: the running job takes its ranks (ElasticNodes).
+  void join_running_job();
+
+  // The store on node 0 (elastic mode on several nodes reads and writes its own keys there).
+  Store& store() { return *store_; }
+
   // Another node's report of a failure in `attempt`, if any. StoreError when the store is lost.
   std::optional<std::string> failure(int attempt);
   void report_failure(int attempt, const std::string& what);
@@ -58,6 +66,7 @@ class NodeRendezvous {
   void claim_node_rank(int attempt);
   std::string missing_nodes(int attempt);
   void check_same_ranks_per_node(int attempt);
+  void check_ranks_of(int attempt, int node);
 
   const LaunchOptions& options_;
   std::unique_ptr<TcpStore> store_;

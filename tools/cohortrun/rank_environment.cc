@@ -34,7 +34,7 @@ void add_elastic_variables(const LaunchOptions& o, const RankPlacement& p,
 std::vector<std::string> launcher_variables(const LaunchOptions& o, const RankPlacement& p) {
   std::vector<std::string> vars = {
       var("RANK", std::to_string(global_rank(o, p.local_rank))),
-      var("WORLD_SIZE", std::to_string(o.world_size())),
+      var("WORLD_SIZE", std::to_string(o.launch_world_size())),
       var("LOCAL_RANK", std::to_string(p.local_rank)),
       var("LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)),
       var("GROUP_RANK", std::to_string(o.node_rank)),  // torchrun's name for the node rank

@@ -75,7 +75,7 @@ struct ElasticOptions {
 // One member of a generation, by its rank there.
 struct ElasticMember {
   std::string id;
-  int previous_rank = -1;       // its rank in the last generation; -1 for a member that joined
+  int previous_rank = -1;  // its rank in the last generation; -1 for a member that joined
   // The steps it had committed when it arrived (ElasticTrainer passes its committed_steps());
   // -1 for a new member, which holds no state.
   int64_t committed_step = -1;
@@ -153,5 +153,20 @@ std::unique_ptr<ElasticGroup> init_elastic(InitOptions init = {}, ElasticOptions
 
 // The failed rank a collective error names (PeerError::failed_rank), or -1.
 int failed_rank_of(const Error& error);
+
+// What a launcher sees of an elastic job through the job's store, without taking part in it:
+// cohortrun prints each membership change and stops restarting ranks once the job finished.
+struct ElasticJobStatus {
+  uint64_t generation = 0;  // the last generation formed; 0: none yet
+  int size = 0;             // its members
+  int left = 0;             // members of the generation before that are not in it
+  int joined = 0;           // its members that were not in the generation before
+  bool finished = false;    // a member called ElasticGroup::finish()
+};
+
+// Reads the status from `job_store` (the store the members use, with their prefix: cohortrun's
+// ranks use COHORT_STORE_PREFIX). A few store round trips; reads the generation's record only
+// when it is not `last`'s. Never waits for members; StoreError when the store is lost.
+ElasticJobStatus elastic_job_status(Store& job_store, const ElasticJobStatus& last = {});
 
 }  // namespace cohort

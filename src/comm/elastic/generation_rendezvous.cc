@@ -204,3 +204,29 @@ void GenerationRendezvous::close(uint64_t generation) {
 }
 
 }  // namespace cohort::elastic
+
+namespace cohort {
+
+ElasticJobStatus elastic_job_status(Store& job_store, const ElasticJobStatus& last) {
+  const std::string root = elastic::kRoot;
+  ElasticJobStatus status = last;
+  status.finished = job_store.add(root + "/finished", 0) > 0;
+  const auto current = static_cast<uint64_t>(job_store.add(root + "/current", 0));
+  if (current == 0 || current == last.generation) return status;
+  // `current` is written after the generation's outcome (GenerationRendezvous::close).
+  const std::string closed = root + "/g" + std::to_string(current) + "/closed";
+  const elastic::json outcome =
+      elastic::json::parse(to_string(job_store.get(closed, Milliseconds(5000))));
+  status.generation = current;
+  status.size = static_cast<int>(outcome.at("members").size());
+  status.left = static_cast<int>(outcome.at("left").size());
+  status.joined = 0;
+  for (const auto& member : outcome.at("members")) {
+    const auto previous = member.at("previous_generation").get<uint64_t>();
+    if (previous == 0 || previous + 1 != current) ++status.joined;
+  }
+  if (current == 1) status.joined = 0;
+  return status;
+}
+
+}  // namespace cohort

@@ -2,8 +2,8 @@
 // joins the job with cohort::init_elastic() and runs committed steps, each an allreduce (sum)
 // of 1.0 over the current generation, whose result must be the generation's size.
 //
-//   elastic_test_rank [--steps N] [--kill-at-step S --kill-slot R] [--join-after-generation G]
-//                     [--grow-back-by-step S]
+//   elastic_test_rank [--steps N] [--kill-at-step S (--kill-slot R | --kill-node R)]
+//                     [--join-after-generation G] [--grow-back-by-step S [--grow-to N]]
 //
 // It prints its pid and the elastic variables cohortrun set ("elastic env: ..."). Each
 // committed step prints "step <s> size <W> gen <g>"; each join, recover and grow prints
@@ -15,11 +15,15 @@
 //
 // --kill-at-step S --kill-slot R: the first process of launch slot R (RANK=R,
 // COHORT_ELASTIC_RESTART=0) raises SIGKILL on itself at the start of step S.
+// --kill-at-step S --kill-node R: the first process of each rank on node R (GROUP_RANK=R,
+// COHORT_ELASTIC_RESTART=0) kills its cohortrun (its parent) with SIGKILL, then itself, at the
+// start of step S: the node is lost with all its ranks, as when its host goes away.
 // --join-after-generation G: a restarted process (COHORT_ELASTIC_RESTART > 0) waits until
 // generation G has formed before it joins, so that a test sees the job shrink before it grows
 // again (otherwise the survivors' next generation may already take it in).
-// --grow-back-by-step S: at step S, members of a job smaller than WORLD_SIZE wait until a new
-// member has arrived, so that it joins by then (otherwise the survivors may finish first).
+// --grow-back-by-step S: at step S, members of a job smaller than N (--grow-to, default
+// WORLD_SIZE) wait until enough new members have arrived to make it N again, so that they join
+// by then (otherwise the survivors may finish first).
 #include <signal.h>
 #include <unistd.h>
 
@@ -41,6 +45,8 @@ struct Args {
   int64_t steps = 30;
   int64_t kill_at_step = -1;
   int kill_slot = -1;
+  int kill_node = -1;
+  int grow_to = 0;
   int join_after_generation = 0;
   int64_t grow_back_by_step = -1;
 };
@@ -53,6 +59,8 @@ Args parse(int argc, char** argv) {
     if (flag == "--steps") args.steps = value;
     if (flag == "--kill-at-step") args.kill_at_step = value;
     if (flag == "--kill-slot") args.kill_slot = static_cast<int>(value);
+    if (flag == "--kill-node") args.kill_node = static_cast<int>(value);
+    if (flag == "--grow-to") args.grow_to = static_cast<int>(value);
     if (flag == "--join-after-generation") args.join_after_generation = static_cast<int>(value);
     if (flag == "--grow-back-by-step") args.grow_back_by_step = value;
   }
@@ -101,7 +109,11 @@ bool run_step(cohort::ElasticGroup& elastic, int64_t step) {
 }
 
 void train(const Args& args) {
-  const bool doomed = env_int("RANK") == args.kill_slot && env_int("COHORT_ELASTIC_RESTART") == 0;
+  const bool first_process = env_int("COHORT_ELASTIC_RESTART") == 0;
+  const bool doomed = env_int("RANK") == args.kill_slot && first_process;
+  const bool node_doomed =
+      args.kill_node >= 0 && env_int("GROUP_RANK") == args.kill_node && first_process;
+  const int grow_to = args.grow_to > 0 ? args.grow_to : env_int("WORLD_SIZE");
   if (env_int("COHORT_ELASTIC_RESTART") > 0 && args.join_after_generation > 0) {
     wait_for_key(static_cast<uint64_t>(args.join_after_generation), "closed");
   }
@@ -111,10 +123,15 @@ void train(const Args& args) {
   while (committed + 1 < args.steps) {
     const int64_t step = committed + 1;
     if (doomed && step == args.kill_at_step) ::raise(SIGKILL);
+    if (node_doomed && step == args.kill_at_step) {
+      ::kill(::getppid(), SIGKILL);  // its cohortrun
+      ::raise(SIGKILL);
+    }
     const cohort::Membership& now = elastic->membership();
-    if (step == args.grow_back_by_step && now.size < env_int("WORLD_SIZE")) {
-      // Its first arrival's record (not the "arrive" counter: joiners_waiting() makes that).
-      wait_for_key(now.generation + 1, "member/0");  // then rank 0 sees the joiner
+    if (step == args.grow_back_by_step && now.size < grow_to) {
+      // The record of the last arrival needed (not the "arrive" counter: joiners_waiting()
+      // makes that); then rank 0 sees them, and they are all in by the close.
+      wait_for_key(now.generation + 1, "member/" + std::to_string(grow_to - now.size - 1));
     }
     // After a grow or a recover, every member goes on from the newest committed step.
     try {
