@@ -5,6 +5,7 @@
 #include "checkpoint/piece_install.h"
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
+#include "cohort/torch/optim/trust_ratio.h"
 #include "elastic/buddy_copy.h"
 #include "elastic/elastic_checkpoint.h"
 #include "elastic/optimizer_broadcast.h"
@@ -16,6 +17,15 @@ ShardedRun::ShardedRun(std::shared_ptr<torch::nn::Module> module, ElasticOptimiz
                        const ElasticTrainerOptions& options)
     : module_(std::move(module)), factory_(std::move(factory)), options_(options) {
   COHORT_CHECK(factory_, "ElasticTrainer: pass an optimizer factory for a sharded strategy");
+  if (options.strategy != ElasticStrategy::kFullShard) return;
+  const FsdpOptions& fsdp = options.fsdp;
+  COHORT_CHECK(fsdp.strategy == ShardingStrategy::kFullShard ||
+                   fsdp.strategy == ShardingStrategy::kShardGradOp,
+               "ElasticTrainer: FsdpOptions::strategy ", sharding_strategy_name(fsdp.strategy),
+               " is not elastic; use kFullShard or kShardGradOp (docs/elastic.md, \"Limits\")");
+  COHORT_CHECK(!fsdp.cpu_offload && !fsdp.mixed_precision.param_dtype.has_value(),
+               "ElasticTrainer: FsdpOptions::cpu_offload and a mixed-precision param_dtype are "
+               "not elastic yet (docs/elastic.md, \"Limits\"); turn them off");
 }
 
 // Not drop_wrapper(): the group is whole here, and FSDP's destructor gathers the parameters
@@ -62,9 +72,12 @@ void ShardedRun::adopt(std::shared_ptr<Group> group, const Membership& m, int64_
   HeldPieces fresh;
   fresh.holdings = view().holdings();
   fresh.optimizer = factory_(zero_ ? zero_->named_parameters() : fsdp_->named_parameters());
-  COHORT_CHECK(codec_of(*fresh.optimizer) != nullptr,
-               "ElasticTrainer: a sharded strategy re-slices the optimizer's state, so it takes ",
-               known_optimizers(), " only");
+  COHORT_CHECK(
+      codec_of(*fresh.optimizer) != nullptr &&
+          dynamic_cast<const optim::TrustRatioOptimizer*>(fresh.optimizer.get()) == nullptr,
+      "ElasticTrainer: a sharded strategy re-slices the optimizer's state by element, so "
+      "it takes SGD, Adam, AdamW, Adagrad and RMSprop only (LARS and LAMB need "
+      "whole-tensor norms)");
   fresh.generation = m.generation;
   fresh.rank = m.rank;
   fresh.world = m.size;

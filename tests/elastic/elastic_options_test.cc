@@ -1,0 +1,75 @@
+// What a sharded ElasticTrainer refuses, before it trains anything: the FSDP strategies and
+// options it cannot re-slice, and optimizers whose state is not kept per element.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "cohort/comm/elastic.h"
+#include "cohort/comm/memory_store.h"
+#include "cohort/core/error.h"
+#include "cohort/torch/elastic/elastic_trainer.h"
+#include "cohort/torch/optim/lars.h"
+#include "elastic_model.h"
+
+namespace cohort {
+namespace {
+
+cohort::ElasticOptimizerFactory sgd_factory() {
+  return [](const torch::OrderedDict<std::string, torch::Tensor>& parameters) {
+    return std::make_unique<torch::optim::SGD>(parameters.values(), torch::optim::SGDOptions(0.1));
+  };
+}
+
+ElasticTrainerOptions full_shard_options() {
+  ElasticTrainerOptions options;
+  options.strategy = ElasticStrategy::kFullShard;
+  options.sampler.batch_per_rank = 4;
+  return options;
+}
+
+void expect_refused(const ElasticTrainerOptions& options, const std::string& words,
+                    ElasticOptimizerFactory factory = sgd_factory()) {
+  ElasticGroup elastic(std::make_shared<MemoryStore>());
+  auto model = testing::make_elastic_model();
+  try {
+    ElasticTrainer trainer(elastic, model, factory, 100, options);
+    ADD_FAILURE() << "the trainer accepted options it cannot train with";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+TEST(ElasticOptions, HybridShardIsRefused) {
+  auto options = full_shard_options();
+  options.fsdp.strategy = ShardingStrategy::kHybridShard;
+  expect_refused(options, "is not elastic");
+}
+
+TEST(ElasticOptions, CpuOffloadAndParamDtypeAreRefused) {
+  auto offload = full_shard_options();
+  offload.fsdp.cpu_offload = true;
+  expect_refused(offload, "cpu_offload");
+  auto bf16 = full_shard_options();
+  bf16.fsdp.mixed_precision.param_dtype = torch::kBFloat16;
+  expect_refused(bf16, "param_dtype");
+}
+
+TEST(ElasticOptions, LarsIsRefusedUnderASharedStrategy) {
+  auto options = full_shard_options();
+  options.strategy = ElasticStrategy::kZero1;
+  expect_refused(options, "LARS and LAMB",
+                 [](const torch::OrderedDict<std::string, torch::Tensor>& parameters) {
+                   std::vector<torch::optim::OptimizerParamGroup> groups;
+                   groups.emplace_back(parameters.values());
+                   return std::make_unique<optim::Lars>(std::move(groups), optim::LarsOptions(0.1));
+                 });
+}
+
+TEST(ElasticOptions, AnOptimizerInsteadOfAFactoryIsRefusedForAShardedStrategy) {
+  ElasticGroup elastic(std::make_shared<MemoryStore>());
+  auto model = testing::make_elastic_model();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  EXPECT_THROW(ElasticTrainer(elastic, model, sgd, 100, full_shard_options()), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace cohort
