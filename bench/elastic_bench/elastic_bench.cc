@@ -1,7 +1,8 @@
 // cohort-elastic-bench: what elastic training costs (docs/bench.md, "Elastic"; bench/elastic.sh
 // runs it). Ranks started by cohortrun train an MLP (--layers x --width, Adam) on synthetic data
 // with cohort::ElasticTrainer, or with plain DDP (--plain, the baseline of the steady-state
-// cost), and print machine-readable lines:
+// cost; --strategy zero1|zero2|full_shard with or without --no-buddy: what buddy copies cost),
+// and print machine-readable lines:
 //   STEP <step> <unix ns> <world>    each committed step, on rank 0
 //   KILL <unix ns>                   the first process of launch rank --kill-rank, just before
 //                                    it kills itself mid-backward at step --kill-step
@@ -16,6 +17,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "cohort/comm/elastic.h"
@@ -32,7 +35,36 @@ struct Options {
   int kill_rank = -1;
   int64_t kill_step = -1;
   bool plain = false;
+  std::string strategy = "ddp";  // ddp, zero1, zero2, full_shard
+  bool buddy = true;
 };
+
+cohort::ElasticStrategy strategy_of(const std::string& name) {
+  if (name == "zero1") return cohort::ElasticStrategy::kZero1;
+  if (name == "zero2") return cohort::ElasticStrategy::kZero2;
+  if (name == "full_shard") return cohort::ElasticStrategy::kFullShard;
+  return cohort::ElasticStrategy::kDdp;
+}
+
+// The trainer of --strategy: DDP steps the optimizer given; the sharded ones build theirs.
+std::unique_ptr<cohort::ElasticTrainer> make_trainer(cohort::ElasticGroup& elastic,
+                                                     torch::nn::Sequential& model,
+                                                     torch::optim::Optimizer& optimizer,
+                                                     const Options& o) {
+  cohort::ElasticTrainerOptions options;
+  options.sampler.batch_per_rank = static_cast<size_t>(o.batch);
+  options.strategy = strategy_of(o.strategy);
+  options.buddy_copies = o.buddy;
+  const auto samples = static_cast<size_t>(o.samples);
+  if (options.strategy == cohort::ElasticStrategy::kDdp) {
+    return std::make_unique<cohort::ElasticTrainer>(elastic, model, optimizer, samples, options);
+  }
+  auto adam = [](const torch::OrderedDict<std::string, torch::Tensor>& parameters) {
+    return std::make_unique<torch::optim::Adam>(parameters.values(),
+                                                torch::optim::AdamOptions(1e-4));
+  };
+  return std::make_unique<cohort::ElasticTrainer>(elastic, model, adam, samples, options);
+}
 
 int64_t unix_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -105,10 +137,8 @@ int run_elastic(const Options& o) {
   torch::set_num_threads(1);
   auto model = make_model(o);
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-4));
-  cohort::ElasticTrainerOptions options;
-  options.sampler.batch_per_rank = static_cast<size_t>(o.batch);
-  cohort::ElasticTrainer trainer(*elastic, model, optimizer, static_cast<size_t>(o.samples),
-                                 options);
+  auto owned = make_trainer(*elastic, model, optimizer, o);
+  cohort::ElasticTrainer& trainer = *owned;
   const bool first = cohort::env_int("COHORT_ELASTIC_RESTART").value_or(0) == 0;
   const bool killer = first && cohort::env_int("RANK").value_or(0) == o.kill_rank;
   trainer.on_membership_change([&](const cohort::Membership& m) {
@@ -160,6 +190,9 @@ int main(int argc, char** argv) {
   app.add_option("--kill-rank", o.kill_rank, "launch rank whose first process dies");
   app.add_option("--kill-step", o.kill_step, "the step it dies in (mid-backward)");
   app.add_flag("--plain", o.plain, "plain DDP, no elasticity (the baseline)");
+  app.add_option("--strategy", o.strategy, "ddp, zero1, zero2 or full_shard")
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "full_shard"}));
+  app.add_flag("!--no-buddy", o.buddy, "sharded strategies: no buddy copies");
   CLI11_PARSE(app, argc, argv);
   try {
     return o.plain ? run_plain(o) : run_elastic(o);
