@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
   std::string strategy = "ddp", checkpoint_dir;
   bool no_buddy = false;
   int64_t checkpoint_every = 0;
+  bool adam = false;
+  app.add_flag("--adam", adam, "DDP: Adam instead of the job's SGD (another optimizer)");
   app.add_option("--strategy", strategy)
       ->check(CLI::IsMember({"ddp", "zero1", "zero2", "full_shard"}));
   app.add_flag("--no-buddy", no_buddy);
@@ -136,10 +138,13 @@ int main(int argc, char** argv) {
     options.checkpoint_every = checkpoint_every;
     const auto sgd = torch::optim::SGDOptions(0.05).momentum(0.9);
     FaultySgd ddp_optimizer(model->parameters(), sgd);
+    torch::optim::Adam other_optimizer(model->parameters());
     std::unique_ptr<cohort::ElasticTrainer> made;
     if (options.strategy == cohort::ElasticStrategy::kDdp) {
-      made = std::make_unique<cohort::ElasticTrainer>(*elastic, model, ddp_optimizer,
-                                                      data.inputs.size(0), options);
+      made = std::make_unique<cohort::ElasticTrainer>(
+          *elastic, model,
+          adam ? static_cast<torch::optim::Optimizer&>(other_optimizer) : ddp_optimizer,
+          data.inputs.size(0), options);
     } else {
       auto factory = [&](const torch::OrderedDict<std::string, torch::Tensor>& named) {
         return std::make_unique<FaultySgd>(named.values(), sgd);

@@ -309,6 +309,24 @@ TEST(ElasticTraining, AJoinerWithAnotherModelIsRefusedAndTheJobGoesOn) {
   expect_replay_parity(job);
 }
 
+// A joiner with another optimizer passes the rendezvous (the fingerprint is the model's) and
+// fails while it is being healed (rank 0's optimizer state is SGD's): the members meet its loss
+// inside the healing, form the next generation without it, and go on with nothing lost.
+TEST(ElasticTraining, AJoinerThatFailsWhileBeingHealedIsLeftBehind) {
+  ElasticJob job(2, 1);
+  job.start_all({"--await-step", "4", "--await-size", "3"});
+  ASSERT_NE(job.member(0).wait_for_line("commit 0 ", kDeadline), "") << job.output();
+  auto& joiner = job.start(2, {"--adam"}, /*joiner=*/true);
+  EXPECT_EQ(joiner.wait(kDeadline), 1) << job.output();
+  EXPECT_NE(joiner.output().find("optimizer is Adam but rank 0's is SGD"), std::string::npos)
+      << job.output();
+  EXPECT_EQ(job.member(0).wait(kDeadline), 0) << job.output();
+  EXPECT_EQ(job.member(1).wait(kDeadline), 0) << job.output();
+  expect_replay_parity(job);
+  EXPECT_EQ(worlds_seen(job), (std::set<int>{2}));
+  EXPECT_NE(job.member(0).output().find("rank 2 left"), std::string::npos) << job.output();
+}
+
 TEST(ElasticTraining, AJoinerWithAnotherJobsTokenCannotReachTheStore) {
   ElasticJob job(2, 1);
   job.start_all({});
