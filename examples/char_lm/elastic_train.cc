@@ -52,9 +52,9 @@ TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
   int64_t planned = options.epochs * (windows_count / options.batch_size);
   if (options.max_steps > 0) planned = std::min(planned, options.max_steps);
   cohort::optim::WarmupDecayLR schedule(*optimizer, options.lr_schedule_options(planned));
-  const cohort_examples::ElasticRunSettings run{options.epochs,    options.max_steps,
-                                                options.log_every, options.batch_size,
-                                                options.seed,      options.bucket_cap_mb};
+  const cohort_examples::ElasticRunSettings run{
+      options.epochs, options.max_steps,     options.log_every, options.batch_size,
+      options.seed,   options.bucket_cap_mb, options.metrics};
   cohort::ElasticTrainer trainer(*elastic, model.ptr(), *optimizer,
                                  static_cast<size_t>(windows_count),
                                  cohort_examples::elastic_trainer_options(run));

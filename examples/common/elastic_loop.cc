@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "cohort/core/error.h"
+#include "step_metrics.h"
 
 namespace cohort_examples {
 
@@ -33,13 +35,48 @@ void report_memberships(cohort::ElasticTrainer& trainer,
   });
 }
 
+namespace {
+
+// The --metrics file of an elastic run: opened by whichever member is rank 0 when a step
+// commits; the first generation's starts it afresh, a later one (its rank 0 died) appends.
+class ElasticMetrics {
+ public:
+  explicit ElasticMetrics(std::string path) : path_(std::move(path)) {}
+
+  void write(const cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings, double loss,
+             double lr, double step_ms) {
+    const cohort::Membership& m = trainer.membership();
+    if (path_.empty() || m.rank != 0) return;
+    if (!file_) file_ = std::make_unique<MetricsFile>(path_, /*append=*/m.generation > 1);
+    StepRecord r;
+    r.epoch = static_cast<int64_t>(trainer.epoch()) + 1;
+    r.step = trainer.committed_steps();
+    r.samples = settings.global_batch;
+    r.loss = loss;
+    r.lr = lr;
+    r.step_ms = step_ms;
+    r.world_size = m.size;
+    r.generation = m.generation;
+    file_->write(r);
+  }
+
+ private:
+  std::string path_;
+  std::unique_ptr<MetricsFile> file_;
+};
+
+}  // namespace
+
 double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings,
                          const std::function<torch::Tensor(const cohort::ElasticStep&)>& loss_of,
                          const ElasticStepHooks& hooks) {
   const auto start = std::chrono::steady_clock::now();
+  ElasticMetrics metrics(settings.metrics);
   double last_loss = 0;
   while (static_cast<int64_t>(trainer.epoch()) < settings.epochs &&
          (settings.max_steps < 0 || trainer.committed_steps() < settings.max_steps)) {
+    const auto step_start = std::chrono::steady_clock::now();
+    const double lr = trainer.optimizer().param_groups()[0].options().get_lr();
     const bool committed = trainer.step([&](const cohort::ElasticStep& step) {
       const torch::Tensor loss = loss_of(step);
       loss.backward();
@@ -48,6 +85,10 @@ double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettin
     });
     if (!committed) continue;
     if (hooks.after_commit) hooks.after_commit();
+    metrics.write(
+        trainer, settings, last_loss, lr,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start)
+            .count());
     const int64_t done = trainer.committed_steps();
     if (trainer.membership().rank == 0 && done % settings.log_every == 0) {
       std::printf("step %lld loss %.4f on %d rank(s)\n", (long long)done, last_loss,

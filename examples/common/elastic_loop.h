@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "cohort/torch/elastic/elastic_trainer.h"
 
@@ -18,6 +19,9 @@ struct ElasticRunSettings {
   int64_t global_batch = 64;
   uint64_t seed = 0;
   double bucket_cap_mb = 25.0;
+  // --metrics: one record per committed step, written by the rank 0 of its generation (a new
+  // rank 0 appends), with the step's world size and generation (step_metrics.h).
+  std::string metrics;
 };
 
 // Throws cohort::InvalidArgument naming `what` when `set`: an option --elastic does not take.
@@ -38,7 +42,8 @@ struct ElasticStepHooks {
 
 // Trains until `settings.epochs` epochs or `max_steps` committed steps: `loss_of` computes this
 // rank's loss on its share of each step, which is then backpropagated. Prints "step S loss L on
-// W rank(s)" on rank 0 every log_every committed steps. Returns the wall time in seconds.
+// W rank(s)" on rank 0 every log_every committed steps, and writes settings.metrics. Returns the
+// wall time in seconds.
 double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings,
                          const std::function<torch::Tensor(const cohort::ElasticStep&)>& loss_of,
                          const ElasticStepHooks& hooks = {});

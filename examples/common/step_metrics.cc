@@ -76,12 +76,14 @@ void print_epoch_timing(const EpochSummary& s, int ranks) {
   }
 }
 
-MetricsFile::MetricsFile(const std::string& path)
-    : out_(path), csv_(path.size() >= 4 && path.compare(path.size() - 4, 4, ".csv") == 0) {
+MetricsFile::MetricsFile(const std::string& path, bool append)
+    : out_(path, append ? std::ios::app | std::ios::ate : std::ios::trunc),
+      csv_(path.size() >= 4 && path.compare(path.size() - 4, 4, ".csv") == 0) {
   if (!out_) throw std::runtime_error("cannot write the metrics file '" + path + "'");
-  if (csv_) {
+  if (csv_ && out_.tellp() == 0) {
     out_ << "epoch,step,samples,loss,lr,data_ms,forward_ms,backward_ms,optimizer_ms,step_ms,"
-            "compute_ms,exposed_comm_ms,comm_fraction,reduced_bytes,loss_scale,bucket_latency_ms\n";
+            "compute_ms,exposed_comm_ms,comm_fraction,reduced_bytes,loss_scale,bucket_latency_ms,"
+            "world_size,generation\n";
   }
 }
 
@@ -94,24 +96,28 @@ void MetricsFile::write(const StepRecord& r) {
          << r.data_ms << ',' << r.forward_ms << ',' << r.backward_ms << ',' << r.optimizer_ms << ','
          << r.step_ms << ',' << r.compute_ms() << ',' << r.exposed_comm_ms << ','
          << r.comm_fraction() << ',' << r.reduced_bytes << ',' << r.loss_scale << ',' << buckets
-         << '\n';
+         << ',' << r.world_size << ',' << r.generation << '\n';
   } else {
-    const nlohmann::json line = {{"epoch", r.epoch},
-                                 {"step", r.step},
-                                 {"samples", r.samples},
-                                 {"loss", r.loss},
-                                 {"lr", r.lr},
-                                 {"data_ms", r.data_ms},
-                                 {"forward_ms", r.forward_ms},
-                                 {"backward_ms", r.backward_ms},
-                                 {"optimizer_ms", r.optimizer_ms},
-                                 {"step_ms", r.step_ms},
-                                 {"compute_ms", r.compute_ms()},
-                                 {"exposed_comm_ms", r.exposed_comm_ms},
-                                 {"comm_fraction", r.comm_fraction()},
-                                 {"reduced_bytes", r.reduced_bytes},
-                                 {"loss_scale", r.loss_scale},
-                                 {"bucket_latency_ms", r.bucket_latency_ms}};
+    nlohmann::json line = {{"epoch", r.epoch},
+                           {"step", r.step},
+                           {"samples", r.samples},
+                           {"loss", r.loss},
+                           {"lr", r.lr},
+                           {"data_ms", r.data_ms},
+                           {"forward_ms", r.forward_ms},
+                           {"backward_ms", r.backward_ms},
+                           {"optimizer_ms", r.optimizer_ms},
+                           {"step_ms", r.step_ms},
+                           {"compute_ms", r.compute_ms()},
+                           {"exposed_comm_ms", r.exposed_comm_ms},
+                           {"comm_fraction", r.comm_fraction()},
+                           {"reduced_bytes", r.reduced_bytes},
+                           {"loss_scale", r.loss_scale},
+                           {"bucket_latency_ms", r.bucket_latency_ms}};
+    if (r.generation > 0) {
+      line["world_size"] = r.world_size;
+      line["generation"] = r.generation;
+    }
     out_ << line.dump() << '\n';
   }
   out_.flush();

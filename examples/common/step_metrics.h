@@ -24,6 +24,10 @@ struct StepRecord {
   std::vector<double> bucket_latency_ms;  // in reduction order
   int64_t reduced_bytes = 0;  // of gradients this rank's reductions took in (all buckets)
   double loss_scale = 1;      // the GradScaler's scale the step used (1: no loss scaling)
+  // --elastic (docs/elastic.md): the ranks that committed the step and their generation, so
+  // that the file shows each change of membership. 0 in other runs (and left out of JSON lines).
+  int world_size = 0;
+  uint64_t generation = 0;
   double compute_ms() const { return step_ms - exposed_comm_ms; }
   double comm_fraction() const { return step_ms > 0 ? exposed_comm_ms / step_ms : 0; }
 };
@@ -50,7 +54,9 @@ void print_epoch_timing(const EpochSummary& summary, int ranks);
 // Appends one line per step; the CSV form starts with a header.
 class MetricsFile {
  public:
-  explicit MetricsFile(const std::string& path);  // throws std::runtime_error naming the file
+  // Throws std::runtime_error naming the file. `append`: adds to what the file holds (the CSV
+  // header only when it is empty): an elastic run's new rank 0 goes on with the file.
+  explicit MetricsFile(const std::string& path, bool append = false);
   void write(const StepRecord& record);
 
  private:

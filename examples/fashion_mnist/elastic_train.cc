@@ -42,9 +42,9 @@ TrainResult train_elastic(const TrainOptions& options) {
   settings.module = model.get();
   auto optimizer =
       cohort_examples::make_optimizer(options.optimizer, model->named_parameters(), settings);
-  const cohort_examples::ElasticRunSettings run{options.epochs,    options.max_steps,
-                                                options.log_every, options.batch_size,
-                                                options.seed,      options.bucket_cap_mb};
+  const cohort_examples::ElasticRunSettings run{
+      options.epochs, options.max_steps,     options.log_every, options.batch_size,
+      options.seed,   options.bucket_cap_mb, options.metrics};
   cohort::ElasticTrainer trainer(*elastic, model, *optimizer, static_cast<size_t>(train_set.size()),
                                  cohort_examples::elastic_trainer_options(run));
   cohort_examples::report_memberships(trainer);

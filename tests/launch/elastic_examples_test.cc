@@ -6,11 +6,14 @@
 #include <signal.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "run_cohortrun.h"
+#include "support/process.h"
 
 namespace cohort {
 namespace {
@@ -25,10 +28,31 @@ std::vector<int> children_of(int pid) {
   return pids;
 }
 
+// The --metrics file's records: each step once, from 1, with its world size and generation.
+void expect_metrics_show_the_change(const std::string& path, int steps) {
+  std::ifstream in(path);
+  std::string line;
+  int expected_step = 1;
+  uint64_t last_generation = 0;
+  std::set<int> worlds;
+  while (std::getline(in, line)) {
+    const auto record = nlohmann::json::parse(line);
+    EXPECT_EQ(record.at("step").get<int>(), expected_step++) << line;
+    const auto generation = record.at("generation").get<uint64_t>();
+    EXPECT_GE(generation, last_generation) << line;
+    last_generation = generation;
+    worlds.insert(record.at("world_size").get<int>());
+  }
+  EXPECT_EQ(expected_step, steps + 1) << "steps missing from " << path;
+  EXPECT_TRUE(worlds.count(3) && worlds.count(2)) << "the file does not show the change";
+  EXPECT_GE(last_generation, 2u);
+}
+
 // Runs `program args` at 3 ranks, kills one rank once rank 0 printed step 10, and checks that
-// the job ends well with `steps` committed steps.
+// the job ends well with `steps` committed steps, and that its metrics show the change.
 void expect_training_through_a_kill(const std::string& program, std::vector<std::string> args,
                                     int steps) {
+  const std::string metrics = testing::fresh_temp_dir("elastic_example") + "/steps.jsonl";
   std::vector<std::string> all = {"--nproc-per-node",
                                   "3",
                                   "--min-ranks",
@@ -40,7 +64,9 @@ void expect_training_through_a_kill(const std::string& program, std::vector<std:
                                   "--max-steps",
                                   std::to_string(steps),
                                   "--log-every",
-                                  "5"};
+                                  "5",
+                                  "--metrics",
+                                  metrics};
   all.insert(all.end(), args.begin(), args.end());
   auto job = cohortrun(all, {"OMP_NUM_THREADS=1", "COHORT_ELASTIC_SETTLE_MS=500"});
   ASSERT_NE(job.wait_for_line("[0] step 10 ", kExampleDeadline), "") << job.output();
@@ -53,6 +79,7 @@ void expect_training_through_a_kill(const std::string& program, std::vector<std:
   EXPECT_TRUE(contains(out, "[0] membership: generation 2:")) << out;
   EXPECT_TRUE(contains(out, "left; 2 ranks go on")) << out;
   EXPECT_TRUE(contains(out, ", " + std::to_string(steps) + " steps")) << out;
+  expect_metrics_show_the_change(metrics, steps);
 }
 
 TEST(ElasticExamples, FashionMnistTrainsThroughAKill) {
