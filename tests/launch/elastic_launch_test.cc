@@ -371,9 +371,9 @@ TEST(ElasticCohortrunNodes, LosingNodeZeroEndsTheJob) {
   expect_all_end(printed_pids(node0.output() + out), kDeadline);
 }
 
-// Bad nodes while the job waits (at step 10) for 2 more ranks: one with another job token and
-// one with a node rank in use are refused with a clear error; the job goes on, and a good node
-// then joins it.
+// Bad nodes while the job waits (at step 10) for 2 more ranks: one with another job token, one
+// with another job id and one with a node rank in use are refused with a clear error; the job goes
+// on, and a good node then joins it.
 TEST(ElasticCohortrunNodes, ANodeOfAnotherJobIsRefusedAndTheJobGoesOn) {
   const uint16_t port = free_port();
   const std::vector<std::string> rank_args = {"--grow-back-by-step", "10", "--grow-to", "6"};
@@ -385,11 +385,17 @@ TEST(ElasticCohortrunNodes, ANodeOfAnotherJobIsRefusedAndTheJobGoesOn) {
   auto stranger = node(2, port, rank_args, wrong_token);
   ASSERT_EQ(stranger.wait(kDeadline), 1) << stranger.output();
   EXPECT_TRUE(contains(stranger.output(), "refused this process's job token")) << stranger.output();
+  std::vector<std::string> wrong_job = node_env(2);
+  wrong_job.push_back("COHORT_JOB_ID=another-job-id");
+  auto other_job = node(2, port, rank_args, wrong_job);
+  ASSERT_EQ(other_job.wait(kDeadline), 2) << other_job.output();
+  EXPECT_TRUE(contains(other_job.output(), "was started for that job, but the store"))
+      << other_job.output();
   auto twin = node(1, port, rank_args, node_env(3));
   ASSERT_EQ(twin.wait(kDeadline), 2) << twin.output();
   EXPECT_TRUE(contains(twin.output(), "another node already joined as --node-rank 1"))
       << twin.output();
-  EXPECT_TRUE(printed_pids(stranger.output() + twin.output()).empty());
+  EXPECT_TRUE(printed_pids(stranger.output() + other_job.output() + twin.output()).empty());
   auto node2 = node(2, port, rank_args);
   ASSERT_EQ(node2.wait(kDeadline), 0) << node2.output() << node0.output();
   ASSERT_EQ(node1.wait(kDeadline), 0) << node1.output();

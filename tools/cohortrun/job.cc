@@ -144,7 +144,7 @@ void print_elastic_summary(const LaunchOptions& options, const ElasticResult& r,
 // COHORT_JOB_ID (a scheduler's job id, so that a requeued job resumes its checkpoints), else
 // a fresh one. Node 0's is every node's.
 std::string job_id(NodeRendezvous& rendezvous) {
-  return rendezvous.agree_on_job_id(env_string("COHORT_JOB_ID").value_or(random_job_token()));
+  return rendezvous.agree_on_job_id(env_string("COHORT_JOB_ID"), random_job_token());
 }
 
 class Job {

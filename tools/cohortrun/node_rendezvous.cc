@@ -53,13 +53,23 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& options, const std::string& 
   }
 }
 
-std::string NodeRendezvous::agree_on_job_id(const std::string& proposal) {
+std::string NodeRendezvous::agree_on_job_id(const std::optional<std::string>& mine,
+                                            const std::string& fresh) {
   const std::string key = "cohortrun/job_id";
   if (options_.node_rank == 0) {
-    store_->set(key, proposal);
-    return proposal;
+    const std::string id = mine.value_or(fresh);
+    store_->set(key, id);
+    return id;
   }
-  return store_->get_string(key, options_.rdzv_timeout());
+  const std::string id = store_->get_string(key, options_.rdzv_timeout());
+  if (mine && *mine != id) {
+    throw ConfigError("COHORT_JOB_ID='" + *mine + "': node " + std::to_string(options_.node_rank) +
+                      " was started for that job, but the " + "store at " + options_.master_addr +
+                      ":" + std::to_string(store_->port()) + " serves job '" + id +
+                      "'. Give every node the job's COHORT_JOB_ID, or " +
+                      "point --master-addr and --master-port at the node 0 of its own job");
+  }
+  return id;
 }
 
 std::string NodeRendezvous::key(int attempt, const std::string& name) const {

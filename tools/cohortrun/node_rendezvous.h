@@ -28,9 +28,10 @@ class NodeRendezvous {
 
   uint16_t port() const { return store_->port(); }
 
-  // The job's identity (COHORT_JOB_ID) on every node: node 0's `proposal`, which the others
-  // wait for (up to --rdzv-timeout).
-  std::string agree_on_job_id(const std::string& proposal);
+  // The job's identity (COHORT_JOB_ID) on every node: node 0's (`mine`, else `fresh`), which
+  // the others wait for (up to --rdzv-timeout). A node whose own `mine` differs from it was
+  // started for another job: ConfigError naming both.
+  std::string agree_on_job_id(const std::optional<std::string>& mine, const std::string& fresh);
 
   // Waits until every node has joined `attempt`. Throws TimeoutError naming the node ranks
   // that never arrived, ConfigError when two nodes claim one node rank or the nodes disagree
