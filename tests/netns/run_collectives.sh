@@ -15,24 +15,8 @@ set -euo pipefail
 
 bench=${1:?usage: $0 COHORT_BENCH}
 here=$(cd "$(dirname "$0")" && pwd)
-tool=$here/../../scripts/netns-cluster
-readonly skip_code=77
-
-skip() {
-  echo "SKIPPED: $*"
-  exit "$skip_code"
-}
-
-((EUID == 0)) || skip "needs root to create network namespaces (running as uid $EUID)"
-[[ -x $bench ]] || { echo "FAIL: cohort-bench not found at $bench"; exit 1; }
-check_code=0
-check_out=$("$tool" check 2>&1) || check_code=$?
-if ((check_code == skip_code)); then skip "$check_out"; fi
-if ((check_code != 0)); then
-  echo "FAIL: netns-cluster check exited with $check_code: $check_out"
-  exit 1
-fi
-echo "$check_out"
+source "$here/preflight.sh"
+netns_preflight "$bench"
 
 if [[ ${COHORT_TEST_SCALE:-} == small ]]; then
   host_counts=${COHORT_NETNS_HOSTS:-2}

@@ -19,28 +19,11 @@ set -euo pipefail
 cohortrun=${1:?usage: $0 COHORTRUN ELASTIC_TEST_RANK}
 rank=${2:?usage: $0 COHORTRUN ELASTIC_TEST_RANK}
 here=$(cd "$(dirname "$0")" && pwd)
-tool=$here/../../scripts/netns-cluster
-readonly skip_code=77 steps=40 kill_at=5 grow_at=20
+source "$here/preflight.sh"
+readonly steps=40 kill_at=5 grow_at=20
 # How long a wait for one event (a log line, a process's exit) may take.
 readonly event_timeout_s=60
-
-skip() {
-  echo "SKIPPED: $*"
-  exit "$skip_code"
-}
-
-((EUID == 0)) || skip "needs root to create network namespaces (running as uid $EUID)"
-for program in "$cohortrun" "$rank"; do
-  [[ -x $program ]] || { echo "FAIL: $program is not an executable file"; exit 1; }
-done
-check_code=0
-check_out=$("$tool" check 2>&1) || check_code=$?
-if ((check_code == skip_code)); then skip "$check_out"; fi
-if ((check_code != 0)); then
-  echo "FAIL: netns-cluster check exited with $check_code: $check_out"
-  exit 1
-fi
-echo "$check_out"
+netns_preflight "$cohortrun" "$rank"
 
 name=cohort-elastic-$$
 work=$(mktemp -d)
