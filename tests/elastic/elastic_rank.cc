@@ -22,7 +22,6 @@
 #include <fstream>
 #include <iostream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cohort/comm/elastic.h"
@@ -63,12 +62,10 @@ void fail(const std::string& phase) {
   raise(phase == "stop" ? SIGSTOP : SIGKILL);
 }
 
-// Waits (on the store key a joiner writes) until a new member has arrived, 60 s at most.
+// Waits until a new member has arrived, 60 s at most.
 void await_joiner(cohort::ElasticGroup& elastic) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!elastic.joiners_waiting()) {
-    if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("no joiner came");
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!elastic.wait_for_joiners(1, std::chrono::seconds(60))) {
+    throw std::runtime_error("no joiner came");
   }
 }
 

@@ -337,6 +337,26 @@ TEST(ElasticTraining, AJoinerWithAnotherJobsTokenCannotReachTheStore) {
   EXPECT_EQ(job.member(1).wait(kDeadline), 0) << job.output();
 }
 
+TEST(ElasticTraining, AMemberArrivingAfterTheJobFinishedIsRefused) {
+  ElasticJob job(2, 1);
+  job.start_all({});
+  EXPECT_EQ(job.wait_all(), (std::vector<int>{0, 0})) << job.output();
+  auto& late = job.start(2, {}, /*joiner=*/true);
+  EXPECT_EQ(late.wait(kDeadline), 3) << late.output();
+  EXPECT_NE(late.output().find("the job has finished"), std::string::npos) << late.output();
+}
+
+// init_elastic refuses a store that a rank would host: its death would end the job.
+TEST(ElasticTraining, AStoreHostedByARankIsRefused) {
+  ChildProcess member(
+      {ELASTIC_RANK},
+      {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(testing::free_port()), "RANK=0",
+       "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "OMP_NUM_THREADS=1"});
+  EXPECT_EQ(member.wait(kDeadline), 1) << member.output();
+  EXPECT_NE(member.output().find("must be hosted by the launcher"), std::string::npos)
+      << member.output();
+}
+
 TEST(ElasticTraining, BelowTheMinimumTheSurvivorsEndWithANamedError) {
   ElasticJob job(2, 2, {"COHORT_ELASTIC_TIMEOUT_S=2"});
   job.start_all({"--kill", "1:3:backward"});

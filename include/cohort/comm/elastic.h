@@ -126,6 +126,11 @@ class ElasticGroup {
   // share the answer, so that every member calls grow() at the same step.
   bool joiners_waiting();
 
+  // Waits, on the store's keys and up to `timeout`, until `count` members are waiting to join
+  // the next generation; returns whether they came. For a program that holds the job at a step
+  // boundary until capacity is back (and for tests that need a join at a known step).
+  bool wait_for_joiners(int count, Milliseconds timeout);
+
   // Marks the job finished: members that arrive later are refused instead of waiting.
   void finish();
 

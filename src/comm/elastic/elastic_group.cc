@@ -122,6 +122,11 @@ bool ElasticGroup::joiners_waiting() {
   return state_->group && state_->rendezvous.arrivals_after(state_->membership.generation);
 }
 
+bool ElasticGroup::wait_for_joiners(int count, Milliseconds timeout) {
+  COHORT_CHECK(joined(), "ElasticGroup::wait_for_joiners before join()");
+  return state_->rendezvous.wait_for_arrivals_after(state_->membership.generation, count, timeout);
+}
+
 void ElasticGroup::finish() {
   state_->rendezvous.mark_finished();
 }

@@ -77,6 +77,18 @@ bool GenerationRendezvous::arrivals_after(uint64_t generation) {
   return store_->add(key(generation + 1, "arrive"), 0) > 0;
 }
 
+bool GenerationRendezvous::wait_for_arrivals_after(uint64_t generation, int count,
+                                                   Milliseconds timeout) {
+  if (count <= 0) return true;
+  // The last one's record, not the "arrive" counter, which arrivals_after() creates.
+  try {
+    store_->wait({key(generation + 1, "member/" + std::to_string(count - 1))}, timeout);
+    return true;
+  } catch (const TimeoutError&) {
+    return false;
+  }
+}
+
 void GenerationRendezvous::mark_finished() {
   store_->add(std::string(kRoot) + "/finished", 1);
 }

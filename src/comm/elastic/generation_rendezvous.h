@@ -56,6 +56,9 @@ class GenerationRendezvous {
 
   // Whether anyone has arrived at generation `generation` + 1.
   bool arrivals_after(uint64_t generation);
+  // Waits until `count` members have arrived at generation `generation` + 1 (their records
+  // are written), up to `timeout`; returns whether they did.
+  bool wait_for_arrivals_after(uint64_t generation, int count, Milliseconds timeout);
   void mark_finished();
   bool finished();
 

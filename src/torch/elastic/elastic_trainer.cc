@@ -120,17 +120,18 @@ struct ElasticTrainer::State {
     const auto start = std::chrono::steady_clock::now();
     drop_wrapper();
     const Membership& m = elastic.membership();
+    const bool heal = needs_healing(m);
     if (sharded) {
-      if (needs_healing(m)) heal_counters();
+      if (heal) heal_counters();
       sharded->adopt(elastic.group_ptr(), m, committed, sampler);
     } else {
       ddp = std::make_unique<DistributedDataParallel>(module, elastic.group_ptr(), options.ddp);
-      if (needs_healing(m)) heal_from_rank0();
+      if (heal) heal_from_rank0();
     }
     ++changes;
     if (m.rank == 0) {
-      COHORT_LOG(kInfo, m.describe(), "; state ", needs_healing(m) ? "healed" : "kept",
-                 " from rank 0 in ", seconds_since(start), " s");
+      COHORT_LOG(kInfo, m.describe(), "; state ", heal ? "healed" : "kept", " from rank 0 in ",
+                 seconds_since(start), " s");
     }
     last_change_s = seconds_since(since);
     if (callback) callback(m);

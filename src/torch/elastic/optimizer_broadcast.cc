@@ -1,33 +1,26 @@
 #include "elastic/optimizer_broadcast.h"
 
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "call_sites.h"
+#include "checkpoint/checkpoint_collectives.h"
 #include "checkpoint/optimizer_codec.h"
 #include "coalesced_broadcast.h"
 #include "cohort/core/check.h"
-#include "cohort/torch/tensor_buffer.h"
 
 namespace cohort::detail {
 namespace {
 
 using nlohmann::json;
 
-// Rank 0's `text` on every member (its length first).
+// Rank 0's `text` on every member (checkpoint_collectives.h's status-and-bytes broadcast).
 std::string broadcast_text(Group& group, std::string text) {
-  CollectiveOptions root0;
-  root0.site = call_sites::kElasticHeal;
-  auto size = torch::tensor({static_cast<int64_t>(text.size())}, torch::kInt64);
-  group.broadcast(tensor_buffer(size), root0);
-  auto bytes = torch::empty({size.item<int64_t>()}, torch::kUInt8);
-  if (group.rank() == 0) std::memcpy(bytes.data_ptr(), text.data(), text.size());
-  group.broadcast(tensor_buffer(bytes), root0);
-  return std::string(static_cast<const char*>(bytes.data_ptr()),
-                     static_cast<size_t>(bytes.numel()));
+  int64_t status = kStatusOk;
+  broadcast_outcome(group, status, text, 0, call_sites::kElasticHeal);
+  return text;
 }
 
 std::vector<torch::Tensor> all_parameters(const torch::optim::Optimizer& optimizer) {
@@ -38,12 +31,30 @@ std::vector<torch::Tensor> all_parameters(const torch::optim::Optimizer& optimiz
   return out;
 }
 
+// Each param group's options.
+json describe_options(const torch::optim::Optimizer& optimizer, const OptimizerCodec& codec) {
+  json groups = json::array();
+  for (const auto& group : optimizer.param_groups()) {
+    groups.push_back(codec.options_json(group.options()));
+  }
+  return groups;
+}
+
+// Sets each param group's options to `described` (describe_options of rank 0's).
+void apply_options(torch::optim::Optimizer& optimizer, const OptimizerCodec& codec,
+                   const json& described) {
+  auto& groups = optimizer.param_groups();
+  COHORT_CHECK(described.size() == groups.size(), "ElasticTrainer: this member's optimizer has ",
+               groups.size(), " param groups but rank 0's has ", described.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    groups[g].set_options(codec.options_from_json(described.at(g), groups[g].options()));
+  }
+}
+
 // What rank 0 holds, without the tensors: the codec's kind, each group's options, and for each
 // parameter whether it has state, its step and the names of its state tensors.
 json describe_state(const torch::optim::Optimizer& optimizer, const OptimizerCodec& codec) {
-  json groups = json::array(), parameters = json::array();
-  for (const auto& group : optimizer.param_groups())
-    groups.push_back(codec.options_json(group.options()));
+  json parameters = json::array();
   for (const auto& tensor : all_parameters(optimizer)) {
     const auto* state = state_of(optimizer, tensor);
     if (state == nullptr) {
@@ -55,7 +66,9 @@ json describe_state(const torch::optim::Optimizer& optimizer, const OptimizerCod
     for (const auto& field : flat.fields) fields.push_back(field.first);
     parameters.push_back({{"has_step", flat.has_step}, {"step", flat.step}, {"fields", fields}});
   }
-  return {{"kind", codec.kind()}, {"groups", groups}, {"parameters", parameters}};
+  return {{"kind", codec.kind()},
+          {"groups", describe_options(optimizer, codec)},
+          {"parameters", parameters}};
 }
 
 // The state tensors in broadcast order: rank 0's own, fresh ones elsewhere.
@@ -82,11 +95,7 @@ std::vector<torch::Tensor> state_tensors(const torch::optim::Optimizer& optimize
 
 void install_state(torch::optim::Optimizer& optimizer, const OptimizerCodec& codec,
                    const json& described, const std::vector<torch::Tensor>& tensors) {
-  auto& groups = optimizer.param_groups();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    groups[g].set_options(
-        codec.options_from_json(described.at("groups").at(g), groups[g].options()));
-  }
+  apply_options(optimizer, codec, described.at("groups"));
   const auto parameters = all_parameters(optimizer);
   size_t next = 0;
   for (size_t i = 0; i < parameters.size(); ++i) {
@@ -146,17 +155,9 @@ void broadcast_optimizer_state(Group& group, torch::optim::Optimizer& optimizer)
 void broadcast_optimizer_options(Group& group, torch::optim::Optimizer& optimizer) {
   const OptimizerCodec* codec = codec_of(optimizer);
   COHORT_INTERNAL_ASSERT(codec != nullptr, "options of an optimizer no codec knows");
-  auto& groups = optimizer.param_groups();
-  json mine = json::array();
-  for (const auto& group_options : groups)
-    mine.push_back(codec->options_json(group_options.options()));
-  const json rank0 = json::parse(broadcast_text(group, group.rank() == 0 ? mine.dump() : ""));
-  if (group.rank() == 0) return;
-  COHORT_CHECK(rank0.size() == groups.size(), "ElasticTrainer: this member's optimizer has ",
-               groups.size(), " param groups but rank 0's has ", rank0.size());
-  for (size_t g = 0; g < groups.size(); ++g) {
-    groups[g].set_options(codec->options_from_json(rank0.at(g), groups[g].options()));
-  }
+  const json rank0 = json::parse(broadcast_text(
+      group, group.rank() == 0 ? describe_options(optimizer, *codec).dump() : std::string()));
+  if (group.rank() != 0) apply_options(optimizer, *codec, rank0);
 }
 
 }  // namespace cohort::detail

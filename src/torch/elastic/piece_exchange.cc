@@ -197,6 +197,7 @@ void exchange_pieces(Group& group, const ExchangePlan& plan, const HeldPieces* h
       if (wants) receivers.push_back(m);
     }
     if (receivers.empty()) continue;
+    const bool receiving = std::find(receivers.begin(), receivers.end(), me) != receivers.end();
     const std::string name = "the pieces of rank " + std::to_string(r);
     std::string payload;
     int64_t status = kStatusOk;
@@ -209,10 +210,10 @@ void exchange_pieces(Group& group, const ExchangePlan& plan, const HeldPieces* h
       for (int m : receivers) {
         if (m != me) send_outcome(group, m, status, payload, kHeal);
       }
-    } else if (std::find(receivers.begin(), receivers.end(), me) != receivers.end()) {
+    } else if (receiving) {
       recv_outcome(group, holder, status, payload, kHeal);
     }
-    if (std::find(receivers.begin(), receivers.end(), me) != receivers.end()) {
+    if (receiving) {
       collector.consume(static_cast<int>(r), name, payload);
     }
   }

@@ -80,7 +80,7 @@ int64_t changed(const cohort::Membership& membership) {
 }
 
 // Waits until `name` of generation `generation` exists in the job's store (the keys of Note
-// [Elastic rendezvous]): "closed" once it has formed, "member/0" once a member arrived at it.
+// [Elastic rendezvous]): "closed" once it has formed.
 void wait_for_key(uint64_t generation, const std::string& name) {
   const cohort::LaunchEnv env = cohort::read_launch_env();
   cohort::TcpStoreOptions options;
@@ -129,9 +129,11 @@ void train(const Args& args) {
     }
     const cohort::Membership& now = elastic->membership();
     if (step == args.grow_back_by_step && now.size < grow_to) {
-      // The record of the last arrival needed (not the "arrive" counter: joiners_waiting()
-      // makes that); then rank 0 sees them, and they are all in by the close.
-      wait_for_key(now.generation + 1, "member/" + std::to_string(grow_to - now.size - 1));
+      // Then rank 0 sees them, and they are all in by the close.
+      if (!elastic->wait_for_joiners(grow_to - now.size, cohort::Milliseconds(60000))) {
+        std::printf("no joiners came\n");
+        std::exit(5);
+      }
     }
     // After a grow or a recover, every member goes on from the newest committed step.
     try {
