@@ -12,8 +12,18 @@ build=${1:-build}
 every=${EVERY:-100 300}
 export OMP_NUM_THREADS=1
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"; pkill -9 -f "$tmp" 2>/dev/null' EXIT
+trap 'rm -rf "$tmp"' EXIT
 common=(--epochs 1 --batch-size 96 --log-every 10 --checkpoint "$tmp/ck" --overwrite-checkpoint)
+
+# The rank pids of the cohortrun job started as `pid` (the shell may have put a subshell
+# between): cohortrun's children, in the order it started them.
+ranks_of() {
+  local pid=$1
+  if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != cohortrun ]; then
+    read -r pid _ <"/proc/$pid/task/$pid/children" || return 0
+  fi
+  cat "/proc/$pid/task/$pid/children" 2>/dev/null || true
+}
 
 # Runs the job in the background; after every N steps of progress (read from rank 0's "step S"
 # lines, or from the progress lines of the plain trainer, whose count starts again after each
@@ -31,7 +41,9 @@ run() {  # name, N (0: no kills), cohortrun args..., -- program args...
       if [ -n "$step" ] && [ "$step" -lt "$base" ]; then base=0; fi  # the job restarted
       if [ -n "$step" ] && [ "$step" -ge $((base + n)) ]; then
         local victim
-        victim=$(pgrep -f "^$build/bin/fashion_mnist" | sed -n "$((2 + RANDOM % 2))p")
+        local ranks=()
+        read -ra ranks < <(ranks_of "$job")
+        victim=${ranks[$((1 + RANDOM % 2))]:-}
         [ -n "$victim" ] && kill -9 "$victim" && base=$step
       fi
     fi
@@ -41,7 +53,7 @@ run() {  # name, N (0: no kills), cohortrun args..., -- program args...
   end=$(date +%s.%N)
   local acc
   acc=$(grep -oE 'test accuracy [0-9.]+%' "$out" | tail -1)
-  printf "%-22s rc=%-3s wall %6.1f s  %s  %s\n" "$name" "$rc" "$(echo "$end - $start" | bc)" \
+  printf "%-22s rc=%-3s wall %6.1f s  %s  %s\n" "$name" "$rc" "$(python3 -c "print($end - $start)")" \
     "${acc:-no accuracy}" "$(grep -c 'membership: generation' "$out") membership lines"
 }
 
