@@ -10,14 +10,18 @@
 //   allreduce  when the first parameter's gradient is accumulated (the last bucket's reduction)
 //   optimizer  inside optimizer.step(), after the commit vote
 //   stop       SIGSTOP before the forward pass (the process stays stopped)
+//   heal       while it heals a joining member at that step or later, in its optimizer's
+//              save() (--opaque-optimizer)
 // --strategy ddp|zero1|zero2|full_shard picks ElasticTrainerOptions::strategy (the sharded ones
-// build their optimizer through a factory); --no-buddy turns buddy copies off, --checkpoint-dir
+// build their optimizer through a factory); --opaque-optimizer gives DDP an optimizer that no
+// checkpoint codec knows, so that its state heals through save() and load(); --no-buddy turns buddy copies off, --checkpoint-dir
 // and --checkpoint-every make the trainer write sharded checkpoints.
 #include <signal.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -62,6 +66,28 @@ void fail(const std::string& phase) {
   raise(phase == "stop" ? SIGSTOP : SIGKILL);
 }
 
+// The test model's SGD as an optimizer no codec knows, with a place to fail in save(), which
+// rank 0 calls while it heals a member (the "heal" phase).
+class OpaqueSgd : public torch::optim::Optimizer {
+ public:
+  OpaqueSgd(const std::vector<torch::Tensor>& parameters, const torch::optim::SGDOptions& options)
+      : Optimizer({torch::optim::OptimizerParamGroup(parameters)},
+                  std::make_unique<torch::optim::SGDOptions>(options)),
+        sgd_(parameters, options) {}
+  bool fail_in_save = false;
+  torch::Tensor step(LossClosure closure = nullptr) override {
+    return sgd_.step(std::move(closure));
+  }
+  void save(torch::serialize::OutputArchive& archive) const override {
+    if (fail_in_save) fail("heal");
+    sgd_.save(archive);
+  }
+  void load(torch::serialize::InputArchive& archive) override { sgd_.load(archive); }
+
+ private:
+  torch::optim::SGD sgd_;
+};
+
 // Waits until a new member has arrived, 60 s at most.
 void await_joiner(cohort::ElasticGroup& elastic) {
   if (!elastic.wait_for_joiners(1, std::chrono::seconds(60))) {
@@ -93,8 +119,9 @@ int main(int argc, char** argv) {
   std::string strategy = "ddp", checkpoint_dir;
   bool no_buddy = false;
   int64_t checkpoint_every = 0;
-  bool adam = false;
+  bool adam = false, opaque = false;
   app.add_flag("--adam", adam, "DDP: Adam instead of the job's SGD (another optimizer)");
+  app.add_flag("--opaque-optimizer", opaque, "DDP: the SGD as an optimizer no codec knows");
   app.add_option("--strategy", strategy)
       ->check(CLI::IsMember({"ddp", "zero1", "zero2", "full_shard"}));
   app.add_flag("--no-buddy", no_buddy);
@@ -136,12 +163,15 @@ int main(int argc, char** argv) {
     const auto sgd = torch::optim::SGDOptions(0.05).momentum(0.9);
     FaultySgd ddp_optimizer(model->parameters(), sgd);
     torch::optim::Adam other_optimizer(model->parameters());
+    OpaqueSgd opaque_optimizer(model->parameters(), sgd);
     std::unique_ptr<cohort::ElasticTrainer> made;
     if (options.strategy == cohort::ElasticStrategy::kDdp) {
-      made = std::make_unique<cohort::ElasticTrainer>(
-          *elastic, model,
-          adam ? static_cast<torch::optim::Optimizer&>(other_optimizer) : ddp_optimizer,
-          data.inputs.size(0), options);
+      torch::optim::Optimizer& optimizer =
+          adam     ? static_cast<torch::optim::Optimizer&>(other_optimizer)
+          : opaque ? static_cast<torch::optim::Optimizer&>(opaque_optimizer)
+                   : ddp_optimizer;
+      made = std::make_unique<cohort::ElasticTrainer>(*elastic, model, optimizer,
+                                                      data.inputs.size(0), options);
     } else {
       auto factory = [&](const torch::OrderedDict<std::string, torch::Tensor>& named) {
         return std::make_unique<FaultySgd>(named.values(), sgd);
@@ -153,17 +183,24 @@ int main(int argc, char** argv) {
     trainer.on_membership_change([](const cohort::Membership& m) {
       std::cout << "membership " << m.describe() << " rank " << m.rank << std::endl;
     });
+    bool awaited = false;  // once: a member lost meanwhile is not waited for again
     while (trainer.committed_steps() < steps) {
-      if (trainer.committed_steps() == await_step && trainer.membership().size < await_size) {
+      if (trainer.committed_steps() == await_step && trainer.membership().size < await_size &&
+          !awaited) {
         await_joiner(*elastic);
+        awaited = true;
       }
+      opaque_optimizer.fail_in_save = std::any_of(faults.begin(), faults.end(), [&](auto& f) {
+        return f.phase == "heal" && f.step <= trainer.committed_steps();
+      });
       cohort::ElasticStep taken;
       const bool committed = trainer.step([&](const cohort::ElasticStep& step) {
         taken = step;
         if (fault_at(step.step, "forward")) fail("forward");
         if (fault_at(step.step, "stop")) fail("stop");
-        dynamic_cast<FaultySgd&>(trainer.optimizer()).fail_in_step =
-            fault_at(step.step, "optimizer");
+        if (auto* faulty = dynamic_cast<FaultySgd*>(&trainer.optimizer())) {
+          faulty->fail_in_step = fault_at(step.step, "optimizer");
+        }
         const auto index =
             torch::tensor(std::vector<int64_t>(step.indices.begin(), step.indices.end()));
         auto loss = cohort::testing::elastic_loss(*model, data, index);

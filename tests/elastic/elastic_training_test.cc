@@ -327,6 +327,22 @@ TEST(ElasticTraining, AJoinerThatFailsWhileBeingHealedIsLeftBehind) {
   EXPECT_NE(job.member(0).output().find("rank 2 left"), std::string::npos) << job.output();
 }
 
+// Rank 0 dies while it heals a joiner (after the parameters and counters, in the optimizer
+// state): the joiner holds a mix of its own state and rank 0's, so the next generation heals it
+// again, from rank 1, instead of taking its state for the job's.
+TEST(ElasticTraining, TheSourceDyingWhileItHealsAJoinerLosesNothing) {
+  ElasticJob job(2, 1);
+  job.start_all({"--opaque-optimizer", "--kill", "0:4:heal", "--await-step", "4", "--await-size",
+                 "3"});
+  ASSERT_NE(job.member(0).wait_for_line("commit 0 ", kDeadline), "") << job.output();
+  job.start(2, {"--opaque-optimizer"}, /*joiner=*/true);
+  EXPECT_EQ(job.wait_all(), (std::vector<int>{128 + SIGKILL, 0, 0})) << job.output();
+  EXPECT_NE(job.member(0).output().find("fault heal"), std::string::npos) << job.output();
+  expect_replay_parity(job);
+  EXPECT_EQ(worlds_seen(job), (std::set<int>{2}));
+  EXPECT_NE(job.member(1).output().find("rank 0 left"), std::string::npos) << job.output();
+}
+
 TEST(ElasticTraining, AJoinerWithAnotherJobsTokenCannotReachTheStore) {
   ElasticJob job(2, 1);
   job.start_all({});

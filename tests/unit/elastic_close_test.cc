@@ -72,6 +72,23 @@ TEST(ElasticClose, TheFreshestSurvivorBecomesRankZeroAndNewcomersComeLast) {
   EXPECT_EQ(d.admitted, (std::vector<size_t>{2, 1, 0}));
 }
 
+// Rank 0 of generation 4 died while healing ranks 1 and 2 (ElasticTrainer's receivers arrive
+// with -1 until the whole state is in): nobody may be the next source.
+TEST(ElasticClose, WhenNoArrivalHoldsTheJobsStateItFails) {
+  CloseInput in = fifth_generation(3);
+  in.previous->committed_step = 10;
+  in.arrivals = {survivor(1, -1, /*failed_rank=*/0), survivor(2, -1, /*failed_rank=*/0)};
+  const auto d = decide_close(in, options(1));
+  ASSERT_EQ(d.kind, Kind::kFail);
+  EXPECT_NE(d.error.find("no member that arrived holds the job's state (of step 11)"),
+            std::string::npos)
+      << d.error;
+  in.arrivals[1] = survivor(2, 10, /*failed_rank=*/0);  // one holds it: it becomes rank 0
+  const auto kept = decide_close(in, options(1));
+  ASSERT_EQ(kept.kind, Kind::kClose);
+  EXPECT_EQ(kept.admitted, (std::vector<size_t>{1, 0}));
+}
+
 TEST(ElasticClose, ANewcomerAloneWaitsForTheRunningMembers) {
   CloseInput in = fifth_generation(2);
   in.arrivals = {newcomer("j")};

@@ -14,10 +14,12 @@
 
 namespace cohort::elastic {
 
-// What the closer knows of the generation before: its size and fingerprint.
+// What the closer knows of the generation before: its size, fingerprint, and the newest
+// committed step a member of it held (its rank 0's; -1: none yet, a job's start).
 struct PreviousGeneration {
   int size = 0;
   std::string fingerprint;
+  int64_t committed_step = -1;
 };
 
 struct CloseInput {

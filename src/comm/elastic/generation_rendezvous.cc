@@ -174,8 +174,10 @@ void GenerationRendezvous::close(uint64_t generation) {
     const json previous =
         json::parse(to_string(store_->get(key(generation - 1, "closed"), options_.join_timeout)));
     if (previous.at("ok").get<bool>()) {
-      input.previous = PreviousGeneration{static_cast<int>(previous.at("members").size()),
-                                          previous.at("fingerprint").get<std::string>()};
+      const json& members = previous.at("members");
+      input.previous = PreviousGeneration{static_cast<int>(members.size()),
+                                          previous.at("fingerprint").get<std::string>(),
+                                          members.at(0).at("committed_step").get<int64_t>()};
     }
   }
   std::optional<Deadline> settle;

@@ -13,7 +13,11 @@
 // (parameters through DDP's constructor, optimizer state, counters and sampler position by
 // broadcast). Whatever happened, every member of the new generation starts from the state of
 // the same committed step, and the step it redoes takes the same samples (the sampler's
-// position moves only on commit). The vote also carries rank 0's answer to "are members
+// position moves only on commit). A failure during healing (the source dying, say) is one
+// more failure: a member being healed holds a mix of its old state and rank 0's, so it
+// counts as holding none (committed step -1) until the whole state is in, and the next
+// generation heals it again from a member that holds the state; if none is left, that
+// generation cannot form (ElasticError) rather than go on from a mix. The vote also carries rank 0's answer to "are members
 // waiting to join?", so every member grows the group at the same step boundary.
 #include "cohort/torch/elastic/elastic_trainer.h"
 
@@ -44,6 +48,15 @@ uint64_t fnv1a(const std::string& text) {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A member that receives rank 0's state: its own is overwritten piece by piece while healing.
+bool receives_state(const Membership& m) {
+  if (m.rank == 0) return false;
+  for (int joined : m.joined) {
+    if (joined == m.rank) return true;
+  }
+  return m.members[m.rank].committed_step != m.committed_step();
 }
 
 bool needs_healing(const Membership& m) {
@@ -122,9 +135,16 @@ struct ElasticTrainer::State {
     const Membership& m = elastic.membership();
     const bool heal = needs_healing(m);
     if (sharded) {
-      if (heal) heal_counters();
-      sharded->adopt(elastic.group_ptr(), m, committed, sampler);
+      // The pieces say what a member holds (Note [Piece exchange]); the step counts once they
+      // are in, so that a joiner that fails meanwhile still arrives as holding nothing.
+      int64_t step = heal ? heal_counters() : committed;
+      sharded->adopt(elastic.group_ptr(), m, step, sampler);
+      committed = step;
     } else {
+      // A receiver's parameters and optimizer state are overwritten piece by piece: until the
+      // whole state is in, it holds none (-1), so that a failure meanwhile never makes it the
+      // source of the next generation (Note [Elastic commit]).
+      if (heal && receives_state(m)) committed = -1;
       ddp = std::make_unique<DistributedDataParallel>(module, elastic.group_ptr(), options.ddp);
       if (heal) heal_from_rank0();
     }
@@ -138,12 +158,13 @@ struct ElasticTrainer::State {
   }
 
   void heal_from_rank0() {
-    heal_counters();
+    const int64_t step = heal_counters();
     detail::broadcast_optimizer_state(elastic.group(), *optimizer);
+    committed = step;
   }
 
-  // Rank 0's step, sampler place and add_state tensors on every member.
-  void heal_counters() {
+  // Rank 0's sampler place and add_state tensors on every member; returns rank 0's step.
+  int64_t heal_counters() {
     Group& group = elastic.group();
     auto counters = torch::tensor(
         {committed, static_cast<int64_t>(sampler.epoch()), static_cast<int64_t>(sampler.position()),
@@ -152,7 +173,6 @@ struct ElasticTrainer::State {
     CollectiveOptions root0;
     root0.site = call_sites::kElasticHeal;
     group.broadcast(tensor_buffer(counters), root0);
-    committed = counters[0].item<int64_t>();
     sampler.restore(static_cast<uint64_t>(counters[1].item<int64_t>()),
                     static_cast<size_t>(counters[2].item<int64_t>()),
                     static_cast<size_t>(counters[3].item<int64_t>()));
@@ -160,6 +180,7 @@ struct ElasticTrainer::State {
     std::vector<torch::Tensor> tensors;
     for (auto& item : extra) tensors.push_back(item.second);
     if (!tensors.empty()) broadcast_coalesced(group, tensors, 0, call_sites::kElasticHeal);
+    return counters[0].item<int64_t>();
   }
 
   // Rank 0 looks for waiting members at most every joiner_poll (a store round trip).
