@@ -12,7 +12,8 @@
 //   stop       SIGSTOP before the forward pass (the process stays stopped)
 //   heal       while it heals a joining member at that step or later, in its optimizer's
 //              save() (--opaque-optimizer)
-// --strategy ddp|zero1|zero2|full_shard picks ElasticTrainerOptions::strategy (the sharded ones
+// --stop-after N leaves after N committed steps (a job that ends there); --resume resumes
+// another job's checkpoint in --checkpoint-dir. --strategy ddp|zero1|zero2|full_shard picks ElasticTrainerOptions::strategy (the sharded ones
 // build their optimizer through a factory); --opaque-optimizer gives DDP an optimizer that no
 // checkpoint codec knows, so that its state heals through save() and load(); --no-buddy turns buddy copies off, --checkpoint-dir
 // and --checkpoint-every make the trainer write sharded checkpoints.
@@ -127,6 +128,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-buddy", no_buddy);
   app.add_option("--checkpoint-dir", checkpoint_dir);
   app.add_option("--checkpoint-every", checkpoint_every);
+  bool resume = false;
+  app.add_flag("--resume", resume, "resume the checkpoint in --checkpoint-dir of another job");
+  int64_t stop_after = -1;
+  app.add_option("--stop-after", stop_after, "leave after this many committed steps");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(1);
   dup2(STDOUT_FILENO, STDERR_FILENO);  // the library's log, for the tests to read
@@ -160,6 +165,7 @@ int main(int argc, char** argv) {
     options.buddy_copies = !no_buddy;
     options.checkpoint_dir = checkpoint_dir;
     options.checkpoint_every = checkpoint_every;
+    options.resume.any_job = resume;
     const auto sgd = torch::optim::SGDOptions(0.05).momentum(0.9);
     FaultySgd ddp_optimizer(model->parameters(), sgd);
     torch::optim::Adam other_optimizer(model->parameters());
@@ -184,7 +190,7 @@ int main(int argc, char** argv) {
       std::cout << "membership " << m.describe() << " rank " << m.rank << std::endl;
     });
     bool awaited = false;  // once: a member lost meanwhile is not waited for again
-    while (trainer.committed_steps() < steps) {
+    while (trainer.committed_steps() < steps && trainer.committed_steps() != stop_after) {
       if (trainer.committed_steps() == await_step && trainer.membership().size < await_size &&
           !awaited) {
         await_joiner(*elastic);

@@ -36,7 +36,7 @@ class ElasticJob {
         min_ranks_(min_ranks),
         extra_env_(std::move(extra_env)),
         server_("127.0.0.1", 0, "elastic-test-token"),
-        dir_(testing::fresh_temp_dir("elastic_job")) {}
+        dir_(testing::fresh_temp_dir("elastic_job" + std::to_string(jobs_made_++))) {}
 
   // Starts the member of launch rank `rank` (a joiner: a process that was not in the launch).
   ChildProcess& start(int rank, const std::vector<std::string>& args, bool joiner = false,
@@ -90,6 +90,7 @@ class ElasticJob {
   TcpStoreServer server_;
   std::string dir_;
   std::vector<std::unique_ptr<ChildProcess>> members_;
+  static inline int jobs_made_ = 0;  // a test may run two jobs, each with a directory
 };
 
 // What the members printed about committed steps: the world size of each, and how often
@@ -183,15 +184,16 @@ std::vector<float> read_params(const std::string& path) {
 // member trained on in a committed step is that step's share of the replay's samples, and no
 // sample is trained on twice in a step (a member that died after the vote printed nothing of
 // its last step, so coverage is the replay's: ElasticSamplerTest checks it).
-void expect_replay_parity(ElasticJob& job, size_t batch_per_rank = 4, bool redo = false) {
-  const Committed c = read_commits(job.output(), redo);
-  ASSERT_TRUE(c.inconsistency.empty()) << c.inconsistency << "\n" << job.output();
-  ASSERT_EQ(c.world_of_step.size(), static_cast<size_t>(kSteps)) << job.output();
+void expect_replay_parity(const std::string& output, const std::string& out_path,
+                          size_t batch_per_rank = 4, bool redo = false) {
+  const Committed c = read_commits(output, redo);
+  ASSERT_TRUE(c.inconsistency.empty()) << c.inconsistency << "\n" << output;
+  ASSERT_EQ(c.world_of_step.size(), static_cast<size_t>(kSteps)) << output;
   ASSERT_EQ(c.world_of_step.rbegin()->first, kSteps - 1);
   const Replay reference = replay(c.world_of_step, batch_per_rank);
   const auto& expected = reference.parameters;
-  const auto got = read_params(job.out_path());
-  ASSERT_EQ(got.size(), expected.size()) << job.output();
+  const auto got = read_params(out_path);
+  ASSERT_EQ(got.size(), expected.size()) << output;
   float worst = 0;
   for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - expected[i]));
   EXPECT_LT(worst, 1e-5f) << "parameters differ from the replay of the committed steps";
@@ -204,6 +206,21 @@ void expect_replay_parity(ElasticJob& job, size_t batch_per_rank = 4, bool redo 
       EXPECT_TRUE(once.insert(index).second) << "step " << step << " trained twice on " << index;
     }
   }
+}
+
+void expect_replay_parity(ElasticJob& job, size_t batch_per_rank = 4, bool redo = false) {
+  expect_replay_parity(job.output(), job.out_path(), batch_per_rank, redo);
+}
+
+// The commit lines of `output` for the steps before `step`.
+std::string commits_before(const std::string& output, int64_t step) {
+  std::string kept;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("commit ", 0) == 0 && std::stoll(line.substr(7)) < step) kept += line + "\n";
+  }
+  return kept;
 }
 
 std::set<int> worlds_seen(const ElasticJob& job) {
@@ -390,6 +407,43 @@ class ShardedElastic : public ::testing::TestWithParam<const char*> {
     return more;
   }
 };
+
+// A job that ends at step 12 (rank 0 died at step 7, so its successor wrote the checkpoint of
+// step 10); a second job, at another world size, resumes it at its start: steps 10 and 11 are
+// redone, and its parameters equal the replay of steps 0..9 of the first and 10..29 of its own.
+class ResumedElastic : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ResumedElastic, ANewJobResumesTheCheckpointAndEqualsTheReplay) {
+  ElasticJob first(3, 2);
+  first.start_all({"--strategy", GetParam(), "--kill", "0:7:backward", "--stop-after", "12",
+                   "--checkpoint-dir", first.checkpoint_dir(), "--checkpoint-every", "5"});
+  EXPECT_EQ(first.wait_all(), (std::vector<int>{128 + SIGKILL, 0, 0})) << first.output();
+  ElasticJob second(2, 2);
+  second.start_all(
+      {"--strategy", GetParam(), "--checkpoint-dir", first.checkpoint_dir(), "--resume"});
+  EXPECT_EQ(second.wait_all(), (std::vector<int>{0, 0})) << second.output();
+  EXPECT_EQ(commits_before(second.output(), 10), "") << second.output();
+  expect_replay_parity(commits_before(first.output(), 10) + second.output(), second.out_path());
+}
+
+// Without --resume the second job may not take another job's checkpoint: CheckpointError on
+// every member, which names the way on.
+TEST(ResumedElasticDdp, AnotherJobsCheckpointIsRefusedWithoutResume) {
+  ElasticJob first(2, 2);
+  first.start_all({"--stop-after", "5", "--checkpoint-dir", first.checkpoint_dir(),
+                   "--checkpoint-every", "5"});
+  EXPECT_EQ(first.wait_all(), (std::vector<int>{0, 0})) << first.output();
+  ElasticJob second(2, 2);
+  second.start_all({"--checkpoint-dir", first.checkpoint_dir()});
+  EXPECT_EQ(second.wait_all(), (std::vector<int>{1, 1})) << second.output();
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NE(second.member(i).output().find("another job"), std::string::npos)
+        << second.output();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, ResumedElastic,
+                         ::testing::Values("ddp", "zero1", "zero2", "full_shard"));
 
 TEST_P(ShardedElastic, WithoutFaultsEqualsTheReplay) {
   ElasticJob job(3, 2);

@@ -1,5 +1,6 @@
 #include "elastic/elastic_checkpoint.h"
 
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include "cohort/comm/elastic.h"
 #include "cohort/comm/group.h"
 #include "cohort/core/check.h"
+#include "cohort/torch/checkpoint/checkpoint.h"
 #include "cohort/torch/checkpoint/sharded_checkpoint.h"
 #include "cohort/torch/tensor_buffer.h"
 
@@ -18,12 +20,18 @@ std::string sampler_file(const std::string& directory, int64_t step) {
   return directory + "/elastic-" + std::to_string(step) + ".txt";
 }
 
-void write_sampler_file(const std::string& directory, int64_t step, const ElasticSampler& s) {
+std::string replica_file(const std::string& directory) {
+  return directory + "/replica.ckpt";
+}
+
+void write_sampler_file(const std::string& directory, int64_t step, const ElasticSampler& s,
+                        const Membership& m) {
   std::filesystem::create_directories(directory);
   const std::string path = sampler_file(directory, step), temporary = path + ".tmp";
   {
     std::ofstream out(temporary);
-    out << s.epoch() << ' ' << s.position() << ' ' << s.skipped() << '\n';
+    out << s.epoch() << ' ' << s.position() << ' ' << s.skipped() << '\n'
+        << "written by rank 0 of generation " << m.generation << " (" << m.size << " ranks)\n";
     COHORT_CHECK(out.good(), "ElasticTrainer: cannot write '", temporary, "'");
   }
   std::filesystem::rename(temporary, path);
@@ -40,12 +48,62 @@ void remove_other_sampler_files(const std::string& directory, int64_t step) {
   }
 }
 
+// The sampler's place saved with the checkpoint of `step`: {epoch, position, skipped}, or
+// nothing when its file is missing or unreadable.
+std::optional<std::array<int64_t, 3>> read_sampler_file(const std::string& directory,
+                                                        int64_t step) {
+  std::ifstream in(sampler_file(directory, step));
+  int64_t epoch = -1, position = -1, skipped = -1;
+  if (!(in >> epoch >> position >> skipped)) return std::nullopt;
+  return std::array<int64_t, 3>{epoch, position, skipped};
+}
+
+[[noreturn]] void throw_missing_sampler_file(const std::string& directory, int64_t step) {
+  throw ElasticError("ElasticTrainer: checkpoint '" + directory + "' of step " +
+                     std::to_string(step) + " has no readable " + sampler_file(directory, step) +
+                     " (the sampler's place): write it with ElasticTrainer::save_checkpoint");
+}
+
+void restore_sampler(ElasticSampler& sampler, const std::array<int64_t, 3>& place) {
+  sampler.restore(static_cast<uint64_t>(place[0]), static_cast<size_t>(place[1]),
+                  static_cast<size_t>(place[2]));
+}
+
 }  // namespace
+
+void save_replica_checkpoint(const std::string& directory, torch::nn::Module& module,
+                             torch::optim::Optimizer& optimizer, int64_t committed,
+                             const ElasticSampler& sampler, const Membership& membership) {
+  write_sampler_file(directory, committed, sampler, membership);
+  TrainingState state;
+  state.module = &module;
+  state.optimizer = &optimizer;
+  state.step = committed;
+  state.rng = false;
+  save_checkpoint(replica_file(directory), state);
+  remove_other_sampler_files(directory, committed);
+}
+
+std::optional<int64_t> load_replica_checkpoint(const std::string& directory,
+                                               torch::nn::Module& module,
+                                               torch::optim::Optimizer& optimizer,
+                                               ElasticSampler& sampler,
+                                               const LoadOptions& options) {
+  TrainingState state;
+  state.module = &module;
+  state.optimizer = &optimizer;
+  state.rng = false;
+  if (!load_checkpoint(replica_file(directory), state, options)) return std::nullopt;
+  const auto place = read_sampler_file(directory, state.step);
+  if (!place) throw_missing_sampler_file(directory, state.step);
+  restore_sampler(sampler, *place);
+  return state.step;
+}
 
 void save_elastic_checkpoint(const std::string& directory, const ShardedParameters& view,
                              torch::optim::Optimizer& optimizer, int64_t committed,
-                             const ElasticSampler& sampler) {
-  if (view.group->rank() == 0) write_sampler_file(directory, committed, sampler);
+                             const ElasticSampler& sampler, const Membership& membership) {
+  if (view.group->rank() == 0) write_sampler_file(directory, committed, sampler, membership);
   TrainingState state;
   state.module = view.module;
   state.optimizer = &optimizer;
@@ -58,32 +116,25 @@ void save_elastic_checkpoint(const std::string& directory, const ShardedParamete
 std::optional<int64_t> load_elastic_checkpoint(const std::string& directory,
                                                const ShardedParameters& view,
                                                torch::optim::Optimizer& optimizer,
-                                               ElasticSampler& sampler) {
+                                               ElasticSampler& sampler,
+                                               const LoadOptions& options) {
   TrainingState state;
   state.module = view.module;
   state.optimizer = &optimizer;
   state.rng = false;
-  LoadOptions options;
-  options.any_job = true;  // the job's own directory, named by its options
   if (!load_sharded_checkpoint(directory, view, state, options)) return std::nullopt;
   auto place = torch::full({3}, -1, torch::kInt64);
   if (view.group->rank() == 0) {
-    std::ifstream in(sampler_file(directory, state.step));
-    int64_t epoch = -1, position = -1, skipped = -1;
-    if (in >> epoch >> position >> skipped) place = torch::tensor({epoch, position, skipped});
+    if (const auto read = read_sampler_file(directory, state.step)) {
+      place = torch::tensor({(*read)[0], (*read)[1], (*read)[2]});
+    }
   }
   CollectiveOptions root0;
   root0.site = call_sites::kElasticHeal;
   view.group->broadcast(tensor_buffer(place), root0);
   const auto* v = place.data_ptr<int64_t>();
-  if (v[0] < 0) {
-    throw ElasticError("ElasticTrainer: checkpoint '" + directory + "' of step " +
-                       std::to_string(state.step) + " has no " +
-                       sampler_file(directory, state.step) +
-                       " (the sampler's place): write it with ElasticTrainer::save_checkpoint");
-  }
-  sampler.restore(static_cast<uint64_t>(v[0]), static_cast<size_t>(v[1]),
-                  static_cast<size_t>(v[2]));
+  if (v[0] < 0) throw_missing_sampler_file(directory, state.step);
+  restore_sampler(sampler, {v[0], v[1], v[2]});
   return state.step;
 }
 

@@ -26,10 +26,12 @@
 #include <sstream>
 
 #include "call_sites.h"
+#include "checkpoint/checkpoint_collectives.h"
 #include "coalesced_broadcast.h"
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
 #include "cohort/torch/tensor_buffer.h"
+#include "elastic/elastic_checkpoint.h"
 #include "elastic/optimizer_broadcast.h"
 #include "elastic/sharded_run.h"
 
@@ -145,6 +147,7 @@ struct ElasticTrainer::State {
       // whole state is in, it holds none (-1), so that a failure meanwhile never makes it the
       // source of the next generation (Note [Elastic commit]).
       if (heal && receives_state(m)) committed = -1;
+      if (m.committed_step() < 0) resume_at_start();
       ddp = std::make_unique<DistributedDataParallel>(module, elastic.group_ptr(), options.ddp);
       if (heal) heal_from_rank0();
     }
@@ -155,6 +158,50 @@ struct ElasticTrainer::State {
     }
     last_change_s = seconds_since(since);
     if (callback) callback(m);
+  }
+
+  // kDdp at a job's start: rank 0 loads the checkpoint in checkpoint_dir, if there is one it
+  // may resume, and heals the others from it (every member of a start is healed). Its error
+  // (another job's checkpoint, a corrupt one) is every member's.
+  void resume_at_start() {
+    if (options.checkpoint_dir.empty()) return;
+    Group& group = elastic.group();
+    int64_t status = detail::kStatusOk;
+    std::string error;
+    if (group.rank() == 0) {
+      try {
+        if (const auto step = detail::load_replica_checkpoint(options.checkpoint_dir, *module,
+                                                              *optimizer, sampler, options.resume)) {
+          committed = *step;
+          COHORT_LOG(kInfo, "resumed from the checkpoint in '", options.checkpoint_dir,
+                     "' of step ", committed);
+        }
+      } catch (const std::exception& e) {
+        status = detail::kStatusFailed;
+        error = e.what();
+      }
+    }
+    detail::broadcast_outcome(group, status, error, 0, call_sites::kElasticHeal);
+    if (status == detail::kStatusFailed) throw CheckpointError(error);
+  }
+
+  void save_checkpoint() {
+    COHORT_CHECK(!options.checkpoint_dir.empty(),
+                 "ElasticTrainer::save_checkpoint: set ElasticTrainerOptions::checkpoint_dir");
+    const Membership& m = elastic.membership();
+    if (sharded) {
+      sharded->save_checkpoint(committed, sampler, m);
+    } else if (m.rank == 0) {
+      detail::save_replica_checkpoint(options.checkpoint_dir, *module, *optimizer, committed,
+                                      sampler, m);
+    }
+  }
+
+  void maybe_save_checkpoint() {
+    if (options.checkpoint_every > 0 && !options.checkpoint_dir.empty() &&
+        committed % options.checkpoint_every == 0) {
+      save_checkpoint();
+    }
   }
 
   void heal_from_rank0() {
@@ -226,7 +273,7 @@ struct ElasticTrainer::State {
     sampler.advance(step.world_size);
     done = true;
     sharded->publish();
-    sharded->maybe_save_checkpoint(committed, sampler);
+    maybe_save_checkpoint();
     return true;
   }
 
@@ -320,6 +367,7 @@ bool ElasticTrainer::step(const std::function<void(const ElasticStep&)>& forward
     s.optimizer->step();
     ++s.committed;
     s.sampler.advance(step.world_size);
+    s.maybe_save_checkpoint();
     return true;
   } catch (const PeerError&) {
     s.recover(std::current_exception());
@@ -364,8 +412,7 @@ ShardedParameters ElasticTrainer::sharded_parameters() {
   return state_->sharded->view();
 }
 void ElasticTrainer::save_checkpoint() {
-  COHORT_CHECK(state_->sharded, "ElasticTrainer::save_checkpoint(): sharded strategies only");
-  state_->sharded->save_checkpoint(state_->committed, state_->sampler);
+  state_->save_checkpoint();
 }
 ElasticGroup& ElasticTrainer::elastic() {
   return state_->elastic;

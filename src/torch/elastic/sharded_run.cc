@@ -85,6 +85,7 @@ void ShardedRun::adopt(std::shared_ptr<Group> group, const Membership& m, int64_
   const HeldPieces* held[2] = {&own_, &buddy_};
   ExchangePlan plan = plan_exchange(*group, held, target, fresh);
   if (!plan.lost.empty()) resume_from_checkpoint(plan, fresh, committed, sampler);
+  if (plan.nothing_held) resume_at_start(fresh, committed, sampler);
   if (plan.nothing_held || !plan.lost.empty()) {  // a start, or a resume: the fresh state
     fresh.committed = committed;
     held[0] = &fresh;
@@ -136,8 +137,10 @@ void ShardedRun::resume_from_checkpoint(const ExchangePlan& plan, HeldPieces& fr
                        ", and no checkpoint directory is set (ElasticTrainerOptions::"
                        "checkpoint_dir): the job cannot go on");
   }
+  LoadOptions own;
+  own.any_job = true;  // the job's own directory, written since it started
   const auto step =
-      load_elastic_checkpoint(options_.checkpoint_dir, view(), *fresh.optimizer, sampler);
+      load_elastic_checkpoint(options_.checkpoint_dir, view(), *fresh.optimizer, sampler, own);
   if (!step) {
     throw ElasticError("ElasticTrainer: the shards of " + lost + " were lost" + why + ", and '" +
                        options_.checkpoint_dir + "' holds no checkpoint yet: the job cannot go on");
@@ -146,6 +149,19 @@ void ShardedRun::resume_from_checkpoint(const ExchangePlan& plan, HeldPieces& fr
   if (group_->rank() == 0) {
     COHORT_LOG(kWarn, plan.lost_text(), "'s shards were lost", why,
                ": resumed from the checkpoint of step ", committed);
+  }
+}
+
+// A job's start: the checkpoint in checkpoint_dir, if there is one it may resume.
+void ShardedRun::resume_at_start(HeldPieces& fresh, int64_t& committed, ElasticSampler& sampler) {
+  if (options_.checkpoint_dir.empty()) return;
+  const auto step = load_elastic_checkpoint(options_.checkpoint_dir, view(), *fresh.optimizer,
+                                            sampler, options_.resume);
+  if (!step) return;
+  committed = *step;
+  if (group_->rank() == 0) {
+    COHORT_LOG(kInfo, "resumed from the checkpoint in '", options_.checkpoint_dir, "' of step ",
+               committed);
   }
 }
 
@@ -173,17 +189,9 @@ void ShardedRun::publish() {
   }
 }
 
-void ShardedRun::save_checkpoint(int64_t committed, const ElasticSampler& sampler) {
-  COHORT_CHECK(!options_.checkpoint_dir.empty(),
-               "ElasticTrainer::save_checkpoint: set ElasticTrainerOptions::checkpoint_dir");
-  save_elastic_checkpoint(options_.checkpoint_dir, view(), *own_.optimizer, committed, sampler);
-}
-
-void ShardedRun::maybe_save_checkpoint(int64_t committed, const ElasticSampler& sampler) {
-  if (options_.checkpoint_every > 0 && !options_.checkpoint_dir.empty() &&
-      committed % options_.checkpoint_every == 0) {
-    save_checkpoint(committed, sampler);
-  }
+void ShardedRun::save_checkpoint(int64_t committed, const ElasticSampler& sampler,
+                                 const Membership& m) {
+  save_elastic_checkpoint(options_.checkpoint_dir, view(), *own_.optimizer, committed, sampler, m);
 }
 
 torch::optim::Optimizer& ShardedRun::optimizer() {

@@ -41,8 +41,7 @@ class ShardedRun {
   void after_backward();
   void commit();
   void publish();
-  void save_checkpoint(int64_t committed, const ElasticSampler& sampler);
-  void maybe_save_checkpoint(int64_t committed, const ElasticSampler& sampler);
+  void save_checkpoint(int64_t committed, const ElasticSampler& sampler, const Membership& m);
 
   torch::optim::Optimizer& optimizer();
   ShardedParameters view();
@@ -52,6 +51,7 @@ class ShardedRun {
   void catch_up(int64_t target);
   void resume_from_checkpoint(const ExchangePlan& plan, HeldPieces& fresh, int64_t& committed,
                               ElasticSampler& sampler);
+  void resume_at_start(HeldPieces& fresh, int64_t& committed, ElasticSampler& sampler);
   void carry_options(HeldPieces& fresh);
 
   std::shared_ptr<torch::nn::Module> module_;

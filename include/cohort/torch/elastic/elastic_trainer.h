@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cohort/comm/elastic.h"
+#include "cohort/torch/checkpoint/checkpoint.h"
 #include "cohort/torch/data/elastic_sampler.h"
 #include "cohort/torch/ddp/ddp.h"
 #include "cohort/torch/shard/fsdp.h"
@@ -63,11 +64,17 @@ struct ElasticTrainerOptions {
   // are not neighbours, is still held by the survivors. Off: a change that loses shards
   // resumes from the checkpoint in checkpoint_dir, or throws ElasticError naming the lost ranks.
   bool buddy_copies = true;
-  // Sharded strategies: where the trainer writes a sharded checkpoint every checkpoint_every
-  // committed steps (0: only when save_checkpoint() is called), and from where it resumes when
-  // a change lost shards that no survivor holds. Empty: no checkpoints.
+  // Where the trainer writes a checkpoint of the committed state every checkpoint_every
+  // committed steps (0: only when save_checkpoint() is called), and from where it resumes at
+  // the job's start and (sharded strategies) when a change lost shards that no survivor holds.
+  // kDdp: rank 0 writes one file; sharded: a sharded checkpoint. Empty: no checkpoints.
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
+  // Which checkpoint in checkpoint_dir the job's start resumes (the first generation, whose
+  // members hold nothing): by default one this job wrote (its COHORT_JOB_ID: a job that
+  // cohortrun restarted); any_job: whichever is there; start_afresh: one it may not resume is
+  // left (and replaced by the first save) instead of refused with CheckpointError.
+  LoadOptions resume;
   // Rank 0 looks in the store for members waiting to join at most this often (one store round
   // trip); they join at the step boundary after it sees them.
   std::chrono::milliseconds joiner_poll{200};
@@ -146,8 +153,9 @@ class ElasticTrainer {
   // The current generation's wrapper as the cross-cutting features see it (clipping, loss
   // scaling, checkpoints); sharded strategies only.
   ShardedParameters sharded_parameters();
-  // Sharded strategies: writes a sharded checkpoint of the committed state to
-  // options.checkpoint_dir (collective; between steps).
+  // Writes a checkpoint of the committed state to options.checkpoint_dir, between steps: under
+  // kDdp rank 0 writes it (call it on every member; the others do nothing), under a sharded
+  // strategy every member writes its shards (collective).
   void save_checkpoint();
   ElasticGroup& elastic();
 
