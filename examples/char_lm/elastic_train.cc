@@ -1,6 +1,7 @@
 #include "elastic_train.h"
 
 #include "adamw.h"
+#include "checkpointing.h"
 #include "cohort/comm/elastic.h"
 #include "cohort/torch/elastic/elastic_trainer.h"
 #include "cohort/torch/optim/lr_schedule.h"
@@ -16,7 +17,6 @@ using cohort_examples::refuse_for_elastic;
 void check_elastic_options(const TrainOptions& o) {
   refuse_for_elastic(o.strategy != "ddp", "--strategy other than ddp");
   refuse_for_elastic(o.precision != "fp32", "--precision other than fp32");
-  refuse_for_elastic(o.resume, "--resume");
 }
 
 torch::data::Example<> windows(TextWindows& data, const std::vector<size_t>& indices) {
@@ -52,9 +52,12 @@ TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
   int64_t planned = options.epochs * (windows_count / options.batch_size);
   if (options.max_steps > 0) planned = std::min(planned, options.max_steps);
   cohort::optim::WarmupDecayLR schedule(*optimizer, options.lr_schedule_options(planned));
-  const cohort_examples::ElasticRunSettings run{
+  cohort_examples::ElasticRunSettings run{
       options.epochs, options.max_steps,     options.log_every, options.batch_size,
       options.seed,   options.bucket_cap_mb, options.metrics};
+  run.checkpoint = options.checkpoint;
+  run.checkpoint_every = options.checkpoint_every;
+  run.resume = cohort_examples::load_options(options.resume, options.overwrite_checkpoint);
   cohort::ElasticTrainer trainer(*elastic, model.ptr(), *optimizer,
                                  static_cast<size_t>(windows_count),
                                  cohort_examples::elastic_trainer_options(run));

@@ -35,6 +35,7 @@ struct TrainOptions {
   uint64_t seed = 42;
   double bucket_cap_mb = 25.0;
   std::string checkpoint = "char_lm.ckpt";  // written after each epoch; "" for none
+  int64_t checkpoint_every = 0;             // --checkpoint-every: also every N steps
   bool resume = false;
   bool overwrite_checkpoint = false;  // --overwrite-checkpoint
   std::string metrics;                // per-step figures: .csv, else JSON lines

@@ -201,6 +201,9 @@ std::vector<StepRecord> Trainer::train_epoch() {
   for (auto it = loader_->begin(); it != loader_->end() && !out_of_steps();) {
     const double data_ms = ms_since(fetch);
     records.push_back(train_step(*it, data_ms));
+    if (cohort_examples::checkpoint_due(options_.checkpoint_every, state_.step)) {
+      strategy_->save(options_.checkpoint, state_, *sampler_, /*epoch_finished=*/false);
+    }
     progress_.update(static_cast<int64_t>(records.size()), records.back().samples,
                      records.back().loss);
     fetch = Clock::now();

@@ -5,8 +5,14 @@
 
 namespace cohort_examples {
 
-void add_checkpoint_flags(CLI::App& app, std::string& path, bool& resume, bool& overwrite) {
-  app.add_option("--checkpoint", path, "Checkpoint written after each epoch ('' for none)");
+void add_checkpoint_flags(CLI::App& app, std::string& path, int64_t& every, bool& resume,
+                          bool& overwrite) {
+  app.add_option("--checkpoint", path,
+                 "Checkpoint written after each epoch ('' for none); under --elastic a directory, "
+                 "written at the end");
+  app.add_option("--checkpoint-every", every,
+                 "Also write --checkpoint every N steps, so that a restart loses fewer (0: never)")
+      ->check(CLI::NonNegativeNumber);
   auto* resume_flag = app.add_flag(
       "--resume", resume,
       "Continue from --checkpoint when it exists, even when an earlier job wrote it (a restart "

@@ -2,6 +2,7 @@
 // epoch and where --max-steps stopped a run.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -15,8 +16,15 @@ class App;  // CLI11's, included only by the files that build the command line
 
 namespace cohort_examples {
 
-// --checkpoint PATH, --resume and --overwrite-checkpoint (the last two exclusive).
-void add_checkpoint_flags(CLI::App& app, std::string& path, bool& resume, bool& overwrite);
+// --checkpoint PATH, --checkpoint-every N, --resume and --overwrite-checkpoint (the last two
+// exclusive).
+void add_checkpoint_flags(CLI::App& app, std::string& path, int64_t& every, bool& resume,
+                          bool& overwrite);
+
+// Whether a checkpoint is due after `step` committed steps with --checkpoint-every `every`.
+inline bool checkpoint_due(int64_t every, int64_t step) {
+  return every > 0 && step % every == 0;
+}
 
 // How the examples load (docs/checkpoints.md, Note [Job identity]): --resume resumes whichever
 // checkpoint is at the path; --overwrite-checkpoint starts afresh over one this job did not

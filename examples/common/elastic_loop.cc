@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "checkpointing.h"
 #include "cohort/core/error.h"
 #include "step_metrics.h"
 
@@ -13,7 +14,7 @@ namespace cohort_examples {
 void refuse_for_elastic(bool set, const char* what) {
   if (!set) return;
   throw cohort::InvalidArgument(
-      std::string("--elastic trains with DDP in float32 from memory; it does not take ") + what);
+      std::string("--elastic trains with DDP in float32; it does not take ") + what);
 }
 
 cohort::ElasticTrainerOptions elastic_trainer_options(const ElasticRunSettings& settings) {
@@ -21,7 +22,14 @@ cohort::ElasticTrainerOptions elastic_trainer_options(const ElasticRunSettings& 
   options.sampler.global_batch = static_cast<size_t>(settings.global_batch);
   options.sampler.seed = settings.seed;
   options.ddp.bucket_cap_mb = settings.bucket_cap_mb;
+  options.checkpoint_dir = elastic_checkpoint_dir(settings.checkpoint);
+  options.checkpoint_every = settings.checkpoint_every;
+  options.resume = settings.resume;
   return options;
+}
+
+std::string elastic_checkpoint_dir(const std::string& checkpoint) {
+  return checkpoint.empty() ? "" : checkpoint + ".elastic";
 }
 
 void report_memberships(cohort::ElasticTrainer& trainer,
@@ -65,6 +73,23 @@ class ElasticMetrics {
   std::unique_ptr<MetricsFile> file_;
 };
 
+// Rank 0 says where it resumed, and each checkpoint it wrote.
+void say_resumed(const cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings) {
+  if (trainer.membership().rank != 0 || trainer.committed_steps() == 0) return;
+  std::printf("resumed from %s at step %lld\n", elastic_checkpoint_dir(settings.checkpoint).c_str(),
+              (long long)trainer.committed_steps());
+}
+
+void say_saved(const cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings) {
+  const cohort::Membership& m = trainer.membership();
+  if (m.rank != 0) return;
+  std::printf("checkpoint of step %lld written to %s (generation %llu, %d ranks)\n",
+              (long long)trainer.committed_steps(),
+              elastic_checkpoint_dir(settings.checkpoint).c_str(), (unsigned long long)m.generation,
+              m.size);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings,
@@ -72,6 +97,7 @@ double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettin
                          const ElasticStepHooks& hooks) {
   const auto start = std::chrono::steady_clock::now();
   ElasticMetrics metrics(settings.metrics);
+  say_resumed(trainer, settings);
   double last_loss = 0;
   while (static_cast<int64_t>(trainer.epoch()) < settings.epochs &&
          (settings.max_steps < 0 || trainer.committed_steps() < settings.max_steps)) {
@@ -95,6 +121,14 @@ double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettin
                   trainer.membership().size);
       std::fflush(stdout);
     }
+    const bool saved =
+        !settings.checkpoint.empty() && checkpoint_due(settings.checkpoint_every, done);
+    if (saved) say_saved(trainer, settings);  // the trainer wrote it with the commit
+  }
+  if (!settings.checkpoint.empty() &&
+      !checkpoint_due(settings.checkpoint_every, trainer.committed_steps())) {
+    trainer.save_checkpoint();
+    say_saved(trainer, settings);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

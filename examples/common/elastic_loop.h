@@ -22,7 +22,16 @@ struct ElasticRunSettings {
   // --metrics: one record per committed step, written by the rank 0 of its generation (a new
   // rank 0 appends), with the step's world size and generation (step_metrics.h).
   std::string metrics;
+  // --checkpoint (under --elastic the directory <checkpoint>.elastic: elastic_checkpoint_dir),
+  // --checkpoint-every, and --resume / --overwrite-checkpoint as LoadOptions (load_options).
+  std::string checkpoint;
+  int64_t checkpoint_every = 0;
+  cohort::LoadOptions resume;
 };
+
+// Where --elastic keeps the checkpoint named `checkpoint` ("" for none): a directory, since
+// ElasticTrainer writes the sampler's place beside the model (docs/elastic.md, "Checkpoints").
+std::string elastic_checkpoint_dir(const std::string& checkpoint);
 
 // Throws cohort::InvalidArgument naming `what` when `set`: an option --elastic does not take.
 void refuse_for_elastic(bool set, const char* what);
@@ -42,8 +51,9 @@ struct ElasticStepHooks {
 
 // Trains until `settings.epochs` epochs or `max_steps` committed steps: `loss_of` computes this
 // rank's loss on its share of each step, which is then backpropagated. Prints "step S loss L on
-// W rank(s)" on rank 0 every log_every committed steps, and writes settings.metrics. Returns the
-// wall time in seconds.
+// W rank(s)" on rank 0 every log_every committed steps, writes settings.metrics, and writes the
+// checkpoint every checkpoint_every steps and at the end (saying so on rank 0, with the
+// generation and world size). Returns the wall time in seconds.
 double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings,
                          const std::function<torch::Tensor(const cohort::ElasticStep&)>& loss_of,
                          const ElasticStepHooks& hooks = {});

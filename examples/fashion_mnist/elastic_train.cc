@@ -1,5 +1,6 @@
 #include "elastic_train.h"
 
+#include "checkpointing.h"
 #include "cohort/comm/elastic.h"
 #include "dataset.h"
 #include "elastic_loop.h"
@@ -18,7 +19,6 @@ void check_elastic_options(const TrainOptions& o) {
   refuse_for_elastic(o.mode != "sync", "--mode ps or ssp");
   refuse_for_elastic(o.sync_bn, "--sync-bn");
   refuse_for_elastic(o.local_sgd > 0, "--local-sgd");
-  refuse_for_elastic(o.resume, "--resume");
 }
 
 torch::Tensor take(const torch::Tensor& all, const std::vector<size_t>& indices) {
@@ -42,9 +42,12 @@ TrainResult train_elastic(const TrainOptions& options) {
   settings.module = model.get();
   auto optimizer =
       cohort_examples::make_optimizer(options.optimizer, model->named_parameters(), settings);
-  const cohort_examples::ElasticRunSettings run{
+  cohort_examples::ElasticRunSettings run{
       options.epochs, options.max_steps,     options.log_every, options.batch_size,
       options.seed,   options.bucket_cap_mb, options.metrics};
+  run.checkpoint = options.checkpoint;
+  run.checkpoint_every = options.checkpoint_every;
+  run.resume = cohort_examples::load_options(options.resume, options.overwrite_checkpoint);
   cohort::ElasticTrainer trainer(*elastic, model, *optimizer, static_cast<size_t>(train_set.size()),
                                  cohort_examples::elastic_trainer_options(run));
   cohort_examples::report_memberships(trainer);

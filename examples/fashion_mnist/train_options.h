@@ -73,6 +73,7 @@ struct TrainOptions {
   // at the same step under sync.
   double time_limit_s = 0;
   std::string checkpoint = "fashion_mnist.ckpt";  // written after each epoch; "" for none
+  int64_t checkpoint_every = 0;                   // --checkpoint-every: also every N steps
   bool resume = false;
   bool overwrite_checkpoint = false;  // --overwrite-checkpoint
   std::string metrics;                // per-step figures: .csv, else JSON lines

@@ -13,10 +13,11 @@
 //   heal       while it heals a joining member at that step or later, in its optimizer's
 //              save() (--opaque-optimizer)
 // --stop-after N leaves after N committed steps (a job that ends there); --resume resumes
-// another job's checkpoint in --checkpoint-dir. --strategy ddp|zero1|zero2|full_shard picks ElasticTrainerOptions::strategy (the sharded ones
-// build their optimizer through a factory); --opaque-optimizer gives DDP an optimizer that no
-// checkpoint codec knows, so that its state heals through save() and load(); --no-buddy turns buddy copies off, --checkpoint-dir
-// and --checkpoint-every make the trainer write sharded checkpoints.
+// another job's checkpoint in --checkpoint-dir. --strategy ddp|zero1|zero2|full_shard picks
+// ElasticTrainerOptions::strategy (the sharded ones build their optimizer through a factory);
+// --opaque-optimizer gives DDP an optimizer that no checkpoint codec knows, so that its state heals
+// through save() and load(); --no-buddy turns buddy copies off, --checkpoint-dir and
+// --checkpoint-every make the trainer write sharded checkpoints.
 #include <signal.h>
 #include <torch/torch.h>
 #include <unistd.h>

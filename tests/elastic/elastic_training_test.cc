@@ -349,8 +349,8 @@ TEST(ElasticTraining, AJoinerThatFailsWhileBeingHealedIsLeftBehind) {
 // again, from rank 1, instead of taking its state for the job's.
 TEST(ElasticTraining, TheSourceDyingWhileItHealsAJoinerLosesNothing) {
   ElasticJob job(2, 1);
-  job.start_all({"--opaque-optimizer", "--kill", "0:4:heal", "--await-step", "4", "--await-size",
-                 "3"});
+  job.start_all(
+      {"--opaque-optimizer", "--kill", "0:4:heal", "--await-step", "4", "--await-size", "3"});
   ASSERT_NE(job.member(0).wait_for_line("commit 0 ", kDeadline), "") << job.output();
   job.start(2, {"--opaque-optimizer"}, /*joiner=*/true);
   EXPECT_EQ(job.wait_all(), (std::vector<int>{128 + SIGKILL, 0, 0})) << job.output();
@@ -430,15 +430,14 @@ TEST_P(ResumedElastic, ANewJobResumesTheCheckpointAndEqualsTheReplay) {
 // every member, which names the way on.
 TEST(ResumedElasticDdp, AnotherJobsCheckpointIsRefusedWithoutResume) {
   ElasticJob first(2, 2);
-  first.start_all({"--stop-after", "5", "--checkpoint-dir", first.checkpoint_dir(),
-                   "--checkpoint-every", "5"});
+  first.start_all(
+      {"--stop-after", "5", "--checkpoint-dir", first.checkpoint_dir(), "--checkpoint-every", "5"});
   EXPECT_EQ(first.wait_all(), (std::vector<int>{0, 0})) << first.output();
   ElasticJob second(2, 2);
   second.start_all({"--checkpoint-dir", first.checkpoint_dir()});
   EXPECT_EQ(second.wait_all(), (std::vector<int>{1, 1})) << second.output();
   for (size_t i = 0; i < 2; ++i) {
-    EXPECT_NE(second.member(i).output().find("another job"), std::string::npos)
-        << second.output();
+    EXPECT_NE(second.member(i).output().find("another job"), std::string::npos) << second.output();
   }
 }
 

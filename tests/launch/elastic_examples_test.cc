@@ -49,10 +49,13 @@ void expect_metrics_show_the_change(const std::string& path, int steps) {
 }
 
 // Runs `program args` at 3 ranks, kills one rank once rank 0 printed step 10, and checks that
-// the job ends well with `steps` committed steps, and that its metrics show the change.
+// the job ends well with `steps` committed steps, that its metrics show the change, and that
+// its checkpoints (every 50 steps and at the end) say which generation wrote them. Then a new
+// job at 2 ranks resumes the last checkpoint and goes on to `steps` + 20.
 void expect_training_through_a_kill(const std::string& program, std::vector<std::string> args,
                                     int steps) {
-  const std::string metrics = testing::fresh_temp_dir("elastic_example") + "/steps.jsonl";
+  const std::string dir = testing::fresh_temp_dir("elastic_example");
+  const std::string metrics = dir + "/steps.jsonl", checkpoint = dir + "/ckpt";
   std::vector<std::string> all = {"--nproc-per-node",
                                   "3",
                                   "--min-ranks",
@@ -66,7 +69,11 @@ void expect_training_through_a_kill(const std::string& program, std::vector<std:
                                   "--log-every",
                                   "5",
                                   "--metrics",
-                                  metrics};
+                                  metrics,
+                                  "--checkpoint",
+                                  checkpoint,
+                                  "--checkpoint-every",
+                                  "50"};
   all.insert(all.end(), args.begin(), args.end());
   auto job = cohortrun(all, {"OMP_NUM_THREADS=1", "COHORT_ELASTIC_SETTLE_MS=500"});
   ASSERT_NE(job.wait_for_line("[0] step 10 ", kExampleDeadline), "") << job.output();
@@ -80,6 +87,33 @@ void expect_training_through_a_kill(const std::string& program, std::vector<std:
   EXPECT_TRUE(contains(out, "left; 2 ranks go on")) << out;
   EXPECT_TRUE(contains(out, ", " + std::to_string(steps) + " steps")) << out;
   expect_metrics_show_the_change(metrics, steps);
+  // Written by whichever member was rank 0 then; the kill at step 10 made generation 2.
+  for (int step = 50; step <= steps; step += 50) {
+    EXPECT_TRUE(contains(out, "[0] checkpoint of step " + std::to_string(step) + " written to " +
+                                  checkpoint + ".elastic (generation "))
+        << out;
+  }
+  EXPECT_FALSE(contains(out, ".elastic (generation 1,")) << out;
+
+  std::vector<std::string> resumed = {"--nproc-per-node",
+                                      "2",
+                                      "--min-ranks",
+                                      "2",
+                                      program,
+                                      "--elastic",
+                                      "--max-steps",
+                                      std::to_string(steps + 20),
+                                      "--checkpoint",
+                                      checkpoint,
+                                      "--resume"};
+  resumed.insert(resumed.end(), args.begin(), args.end());
+  auto next = cohortrun(resumed, {"OMP_NUM_THREADS=1"});
+  ASSERT_EQ(next.wait(kExampleDeadline), 0) << next.output();
+  EXPECT_TRUE(contains(next.output(), "[0] resumed from " + checkpoint + ".elastic at step " +
+                                          std::to_string(steps)))
+      << next.output();
+  EXPECT_TRUE(contains(next.output(), ", " + std::to_string(steps + 20) + " steps"))
+      << next.output();
 }
 
 TEST(ElasticExamples, FashionMnistTrainsThroughAKill) {

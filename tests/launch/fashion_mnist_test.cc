@@ -227,6 +227,30 @@ TEST(FashionMnistExampleRestart, ARestartDoesNotResumeAnEarlierJobsCheckpoint) {
   EXPECT_EQ(out.find("final: 0 samples/s"), std::string::npos) << out;
 }
 
+// --checkpoint-every: a restart loses at most that many steps, not the epoch so far.
+TEST(FashionMnistExampleRestart, ARestartResumesTheCheckpointOfEveryNSteps) {
+  const std::string checkpoint = testing::fresh_temp_dir("fmnist_every") + "/ck";
+  testing::ChildProcess job({"/bin/sh", "-c",
+                             "exec " COHORTRUN " --nproc-per-node 2 --max-restarts 1 " FASHION_MNIST
+                             " --model mlp --skip-eval --log-every 4 --max-steps 60 "
+                             "--checkpoint-every 10 --checkpoint " +
+                                 checkpoint + " 2>&1"},
+                            {"OMP_NUM_THREADS=1"});
+  ASSERT_FALSE(job.wait_for_line("[0] epoch 1/1 step 24/", kDeadline).empty()) << job.output();
+  const std::vector<int> ranks = children_of(job.pid());
+  ASSERT_EQ(ranks.size(), 2u) << job.output();
+  ::kill(ranks[1], SIGKILL);
+  ASSERT_EQ(job.wait(kDeadline), 0) << job.output();
+  const std::string& out = job.output();
+  const std::string said = "[0] resumed from " + checkpoint + " at epoch 1, step ";
+  const size_t at = out.find(said);
+  ASSERT_NE(at, std::string::npos) << out;
+  const int step = std::stoi(out.substr(at + said.size()));
+  EXPECT_GE(step, 20) << out;  // the kill came after step 24
+  EXPECT_EQ(step % 10, 0) << out;
+  EXPECT_NE(out.find("on 2 rank(s), 60 steps"), std::string::npos) << out;
+}
+
 // --resume goes on from an earlier job's checkpoint; --overwrite-checkpoint starts afresh over it.
 TEST(FashionMnistExampleRestart, ResumeContinuesAnEarlierJob) {
   const std::string checkpoint = testing::fresh_temp_dir("fmnist_resume") + "/ck";

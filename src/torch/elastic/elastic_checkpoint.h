@@ -32,8 +32,7 @@ void save_replica_checkpoint(const std::string& directory, torch::nn::Module& mo
 std::optional<int64_t> load_replica_checkpoint(const std::string& directory,
                                                torch::nn::Module& module,
                                                torch::optim::Optimizer& optimizer,
-                                               ElasticSampler& sampler,
-                                               const LoadOptions& options);
+                                               ElasticSampler& sampler, const LoadOptions& options);
 
 // Collective over view.group.
 void save_elastic_checkpoint(const std::string& directory, const ShardedParameters& view,
@@ -46,7 +45,6 @@ void save_elastic_checkpoint(const std::string& directory, const ShardedParamete
 std::optional<int64_t> load_elastic_checkpoint(const std::string& directory,
                                                const ShardedParameters& view,
                                                torch::optim::Optimizer& optimizer,
-                                               ElasticSampler& sampler,
-                                               const LoadOptions& options);
+                                               ElasticSampler& sampler, const LoadOptions& options);
 
 }  // namespace cohort::detail

@@ -17,8 +17,9 @@
 // more failure: a member being healed holds a mix of its old state and rank 0's, so it
 // counts as holding none (committed step -1) until the whole state is in, and the next
 // generation heals it again from a member that holds the state; if none is left, that
-// generation cannot form (ElasticError) rather than go on from a mix. The vote also carries rank 0's answer to "are members
-// waiting to join?", so every member grows the group at the same step boundary.
+// generation cannot form (ElasticError) rather than go on from a mix. The vote also carries rank
+// 0's answer to "are members waiting to join?", so every member grows the group at the same step
+// boundary.
 #include "cohort/torch/elastic/elastic_trainer.h"
 
 #include <torch/torch.h>
@@ -170,8 +171,8 @@ struct ElasticTrainer::State {
     std::string error;
     if (group.rank() == 0) {
       try {
-        if (const auto step = detail::load_replica_checkpoint(options.checkpoint_dir, *module,
-                                                              *optimizer, sampler, options.resume)) {
+        if (const auto step = detail::load_replica_checkpoint(
+                options.checkpoint_dir, *module, *optimizer, sampler, options.resume)) {
           committed = *step;
           COHORT_LOG(kInfo, "resumed from the checkpoint in '", options.checkpoint_dir,
                      "' of step ", committed);
