@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Training through failures, end to end (docs/bench.md, "Elastic training"): the Fashion-MNIST
-# example for one epoch at 3 ranks, with a SIGKILL of a random non-zero rank every N committed
-# steps (N in $EVERY, default "100 300"), under
-#   elastic   cohortrun --min-ranks 2 --max-restarts 20 fashion_mnist --elastic
-#   restart   cohortrun --max-restarts 5 fashion_mnist (the whole job restarts from its last
-#             checkpoint, written after each epoch)
-# and without kills (elastic and plain DDP). Prints the wall time, committed steps and test
-# accuracy of each run. Usage: bench/elastic_e2e.sh [BUILD_DIR]
+# Training through failures, end to end (docs/bench.md, "Elastic training"): each example
+# ($PROGRAMS, default "fashion_mnist char_lm") for one epoch at 3 ranks, with a SIGKILL of a
+# random non-zero rank every N steps of progress (N in $EVERY, default "100 300"), under
+#   elastic   cohortrun --min-ranks 2 --max-restarts 20 PROGRAM --elastic
+#   restart   cohortrun --max-restarts 20 PROGRAM (the whole job restarts from its last
+#             checkpoint)
+# and without kills (elastic and plain DDP). Every run writes its checkpoint every
+# $CHECKPOINT_EVERY steps (default 50) and at the end. Prints the wall time, the committed
+# steps and the final test accuracy (Fashion-MNIST) or validation loss (char_lm) of each run.
+# Usage: bench/elastic_e2e.sh [BUILD_DIR]
 set -uo pipefail
 build=${1:-build}
 every=${EVERY:-100 300}
 export OMP_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-common=(--epochs 1 --batch-size 96 --log-every 10 --checkpoint "$tmp/ck" --overwrite-checkpoint)
+programs=${PROGRAMS:-fashion_mnist char_lm}
+checkpoint_every=${CHECKPOINT_EVERY:-50}
 
 # The rank pids of the cohortrun job started as `pid` (the shell may have put a subshell
 # between): cohortrun's children, in the order it started them.
@@ -51,16 +54,33 @@ run() {  # name, N (0: no kills), cohortrun args..., -- program args...
   done
   wait "$job"; local rc=$?
   end=$(date +%s.%N)
-  local acc
-  acc=$(grep -oE 'test accuracy [0-9.]+%' "$out" | tail -1)
-  printf "%-22s rc=%-3s wall %6.1f s  %s  %s\n" "$name" "$rc" "$(python3 -c "print($end - $start)")" \
-    "${acc:-no accuracy}" "$(grep -c 'membership: generation' "$out") membership lines"
+  local quality steps
+  quality=$(grep -oE 'test accuracy [0-9.]+%|validation loss [0-9.]+' "$out" | tail -1)
+  steps=$(grep -oE '[0-9]+ steps$' "$out" | tail -1)
+  printf "%-36s rc=%-3s wall %6.1f s  %-10s %-24s %s restarts, %s membership lines\n" "$name" "$rc" \
+    "$(python3 -c "print($end - $start)")" "${steps:-? steps}" "${quality:-no figure}" \
+    "$(grep -c 'restarting' "$out")" "$(grep -c 'membership: generation' "$out")"
 }
 
-run plain-ddp 0 "$build/bin/fashion_mnist" "${common[@]}"
-run elastic 0 --min-ranks 2 "$build/bin/fashion_mnist" --elastic "${common[@]}"
-for n in $every; do
-  run "elastic-kill-$n" "$n" --min-ranks 2 --max-restarts 20 "$build/bin/fashion_mnist" \
-    --elastic "${common[@]}"
-  run "restart-kill-$n" "$n" --max-restarts 5 "$build/bin/fashion_mnist" "${common[@]}"
+for program in $programs; do
+  case $program in
+    fashion_mnist) args=(--batch-size 96) ;;
+    char_lm) args=(--layers 2 --width 64 --heads 4 --context 64 --batch-size 48 --sample 0) ;;
+    *) echo "unknown program $program" >&2; exit 2 ;;
+  esac
+  args+=(--epochs 1 --log-every 10 --checkpoint-every "$checkpoint_every")
+  bin="$build/bin/$program"
+  # Each run starts afresh: a checkpoint path of its own.
+  ck() { echo --checkpoint "$tmp/$program-$1.ckpt"; }
+  # shellcheck disable=SC2046
+  run "$program plain-ddp" 0 "$bin" "${args[@]}" $(ck plain)
+  # shellcheck disable=SC2046
+  run "$program elastic" 0 --min-ranks 2 "$bin" --elastic "${args[@]}" $(ck elastic)
+  for n in $every; do
+    # shellcheck disable=SC2046
+    run "$program elastic-kill-$n" "$n" --min-ranks 2 --max-restarts 20 "$bin" --elastic \
+      "${args[@]}" $(ck "elastic-$n")
+    # shellcheck disable=SC2046
+    run "$program restart-kill-$n" "$n" --max-restarts 20 "$bin" "${args[@]}" $(ck "restart-$n")
+  done
 done
