@@ -8,6 +8,7 @@
 #include "dataset.h"
 #include "elastic_loop.h"
 #include "gpt.h"
+#include "validation.h"
 
 namespace char_lm {
 namespace {
@@ -23,18 +24,13 @@ torch::data::Example<> windows(TextWindows& data, const std::vector<size_t>& ind
   return data.get_batch(c10::ArrayRef<size_t>(indices));
 }
 
-torch::Tensor next_char_loss(Gpt& model, const torch::data::Example<>& batch) {
+torch::Tensor next_char_loss(
+    Gpt& model, const torch::data::Example<>& batch,
+    torch::nn::functional::CrossEntropyFuncOptions::reduction_t reduction = torch::kMean) {
   const auto logits = model->forward(batch.data);
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
-                                              batch.target.reshape({-1}));
-}
-
-// Mean loss of up to 512 validation windows, on this rank alone.
-double validation_loss(Gpt& model, const TextWindows& validation) {
-  torch::NoGradGuard no_grad;
-  model->eval();
-  const int64_t count = std::min<int64_t>(512, validation.size().value());
-  return next_char_loss(model, validation.range(0, count)).item<double>();
+  return torch::nn::functional::cross_entropy(
+      logits.reshape({-1, logits.size(-1)}), batch.target.reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(reduction));
 }
 
 }  // namespace
@@ -85,7 +81,12 @@ TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
   result.samples_per_s = seconds > 0 ? double(result.steps * options.batch_size) / seconds : 0;
   rank = trainer.membership().rank;
   ranks = trainer.membership().size;
-  if (rank == 0 && !options.skip_eval) result.validation_loss = validation_loss(model, validation);
+  if (!options.skip_eval) {  // every member takes part; rank 0 reports it
+    model->eval();
+    result.validation_loss = validation_loss(
+        elastic->group(), validation,
+        [&](const torch::data::Example<>& b) { return next_char_loss(model, b, torch::kSum); });
+  }
   return result;
 }
 

@@ -17,6 +17,7 @@
 #include "sample.h"
 #include "step_metrics.h"
 #include "strategy.h"
+#include "validation.h"
 
 namespace char_lm {
 
@@ -28,7 +29,6 @@ using cohort_examples::MetricsFile;
 using cohort_examples::StepRecord;
 
 // Windows per evaluation forward.
-constexpr int64_t kEvalBatch = 64;
 // The sample starts a new fortune: "%\n" ends the one before it in the text.
 const char* const kSamplePrompt = "%\n";
 constexpr double kSampleTemperature = 0.8;
@@ -274,20 +274,12 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
 // strategy a forward is collective); the loss sums are added over the group.
 double Trainer::evaluate() {
   auto span = trace(timeline_.get(), "evaluate");
-  torch::NoGradGuard no_grad;
   model_->eval();
-  const int64_t share = static_cast<int64_t>(validation_.size().value()) / group_->size();
-  const int64_t begin = share * group_->rank();
-  std::vector<double> sums = {0.0, 0.0};  // loss over every character, characters
-  for (int64_t i = begin; i < begin + share; i += kEvalBatch) {
-    const torch::data::Example<> batch =
-        validation_.range(i, std::min(begin + share, i + kEvalBatch));
-    sums[0] += loss_of(batch, torch::kSum).item<double>();
-    sums[1] += static_cast<double>(batch.target.numel());
-  }
-  group_->allreduce(cohort::make_buffer(sums));
+  const double loss = validation_loss(*group_, validation_, [&](const torch::data::Example<>& b) {
+    return loss_of(b, torch::kSum);
+  });
   model_->train();
-  return sums[0] / std::max(1.0, sums[1]);
+  return loss;
 }
 
 void Trainer::report_epoch(const std::vector<StepRecord>& steps,

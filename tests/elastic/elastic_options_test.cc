@@ -1,4 +1,4 @@
-// What a sharded ElasticTrainer refuses, before it trains anything: the FSDP strategies and
+// What a sharded ElasticTrainer refuses, before it trains anything: the FSDP strategy and
 // options it cannot re-slice, and optimizers whose state is not kept per element.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -38,9 +38,9 @@ void expect_refused(const ElasticTrainerOptions& options, const std::string& wor
   }
 }
 
-TEST(ElasticOptions, HybridShardIsRefused) {
+TEST(ElasticOptions, NoShardIsRefused) {
   auto options = full_shard_options();
-  options.fsdp.strategy = ShardingStrategy::kHybridShard;
+  options.fsdp.strategy = ShardingStrategy::kNoShard;
   expect_refused(options, "is not elastic");
 }
 

@@ -13,8 +13,10 @@
 //   heal       while it heals a joining member at that step or later, in its optimizer's
 //              save() (--opaque-optimizer)
 // --stop-after N leaves after N committed steps (a job that ends there); --resume resumes
-// another job's checkpoint in --checkpoint-dir. --strategy ddp|zero1|zero2|full_shard picks
-// ElasticTrainerOptions::strategy (the sharded ones build their optimizer through a factory);
+// another job's checkpoint in --checkpoint-dir. --strategy ddp|zero1|zero2|full_shard|
+// hybrid_shard picks ElasticTrainerOptions::strategy (the sharded ones build their optimizer
+// through a factory); --ranks-per-node N puts the launch ranks on simulated nodes of N
+// (COHORT_NODE_ID), for hybrid_shard;
 // --opaque-optimizer gives DDP an optimizer that no checkpoint codec knows, so that its state heals
 // through save() and load(); --no-buddy turns buddy copies off, --checkpoint-dir and
 // --checkpoint-every make the trainer write sharded checkpoints.
@@ -125,7 +127,10 @@ int main(int argc, char** argv) {
   app.add_flag("--adam", adam, "DDP: Adam instead of the job's SGD (another optimizer)");
   app.add_flag("--opaque-optimizer", opaque, "DDP: the SGD as an optimizer no codec knows");
   app.add_option("--strategy", strategy)
-      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "full_shard"}));
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "full_shard", "hybrid_shard"}));
+  int ranks_per_node = 0;
+  app.add_option("--ranks-per-node", ranks_per_node,
+                 "COHORT_NODE_ID from the launch rank: launch ranks 0..N-1 on node0, ...");
   app.add_flag("--no-buddy", no_buddy);
   app.add_option("--checkpoint-dir", checkpoint_dir);
   app.add_option("--checkpoint-every", checkpoint_every);
@@ -152,6 +157,9 @@ int main(int argc, char** argv) {
     return false;
   };
 
+  if (ranks_per_node > 0) {
+    setenv("COHORT_NODE_ID", ("node" + std::to_string(launch_rank / ranks_per_node)).c_str(), 1);
+  }
   try {
     auto elastic = cohort::init_elastic();
     auto model = cohort::testing::make_elastic_model(hidden);
@@ -159,10 +167,11 @@ int main(int argc, char** argv) {
     cohort::ElasticTrainerOptions options;
     options.sampler = cohort::testing::elastic_sampler_options(batch_per_rank, global_batch);
     options.joiner_poll = std::chrono::milliseconds(0);
-    options.strategy = strategy == "zero1"        ? cohort::ElasticStrategy::kZero1
-                       : strategy == "zero2"      ? cohort::ElasticStrategy::kZero2
-                       : strategy == "full_shard" ? cohort::ElasticStrategy::kFullShard
-                                                  : cohort::ElasticStrategy::kDdp;
+    options.strategy = strategy == "zero1"   ? cohort::ElasticStrategy::kZero1
+                       : strategy == "zero2" ? cohort::ElasticStrategy::kZero2
+                       : strategy == "ddp"   ? cohort::ElasticStrategy::kDdp
+                                             : cohort::ElasticStrategy::kFullShard;
+    if (strategy == "hybrid_shard") options.fsdp.strategy = cohort::ShardingStrategy::kHybridShard;
     options.buddy_copies = !no_buddy;
     options.checkpoint_dir = checkpoint_dir;
     options.checkpoint_every = checkpoint_every;

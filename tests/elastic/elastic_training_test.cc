@@ -521,6 +521,38 @@ TEST_P(ShardedElastic, WithoutBuddyCopiesOrCheckpointALossIsANamedError) {
       << job.output();
 }
 
+// HYBRID_SHARD on 2 simulated nodes of 2 (COHORT_NODE_ID): each node holds a whole replica, so
+// no buddy copies are needed for a node's loss.
+std::vector<std::string> hybrid_args(std::vector<std::string> more) {
+  more.insert(more.begin(), {"--strategy", "hybrid_shard", "--ranks-per-node", "2", "--no-buddy"});
+  return more;
+}
+
+// Node 1 (ranks 2 and 3) dies whole after the vote of step 6: node 0's replica holds every
+// range at the committed step, and the job goes on there.
+TEST(HybridShardElastic, ANodeLostWholeLosesNothing) {
+  ElasticJob job(4, 2);
+  job.start_all(hybrid_args({"--kill", "2:6:optimizer", "--kill", "3:6:optimizer"}));
+  EXPECT_EQ(job.wait_all(), (std::vector<int>{0, 0, 128 + SIGKILL, 128 + SIGKILL})) << job.output();
+  expect_replay_parity(job);
+  EXPECT_EQ(worlds_seen(job), (std::set<int>{2, 4}));
+}
+
+// One member of node 1 dies: node 0 still holds every range, the nodes are uneven (2 and 1),
+// so that generation shards over all 3 (FULL_SHARD); the restarted member rejoins on node 1 and
+// HYBRID_SHARD is back at 4.
+TEST(HybridShardElastic, AMemberLostFromANodeShardsOverAllUntilItRejoins) {
+  ElasticJob job(4, 2);
+  job.start_all(hybrid_args({"--kill", "3:5:backward", "--await-step", "10", "--await-size", "4"}));
+  ASSERT_EQ(job.member(3).wait(kDeadline), 128 + SIGKILL) << job.output();
+  job.start(3, hybrid_args({}), /*joiner=*/true);
+  const auto codes = job.wait_all();
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 128 + SIGKILL, 0})) << job.output();
+  expect_replay_parity(job);
+  EXPECT_EQ(worlds_seen(job), (std::set<int>{3, 4}));
+  EXPECT_NE(job.output().find("its nodes hold 1 to 2 members"), std::string::npos) << job.output();
+}
+
 INSTANTIATE_TEST_SUITE_P(Strategies, ShardedElastic,
                          ::testing::Values("zero1", "zero2", "full_shard"));
 

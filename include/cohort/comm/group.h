@@ -181,6 +181,9 @@ class Group : public std::enable_shared_from_this<Group> {
   // Breaks the group on every rank: pending and later calls throw Error(reason) here, and the
   // peers fail with the same error.
   void abort(const std::string& reason) noexcept;
+  // The same with `error` itself, whose kind the peers see (a PeerError naming the dead rank
+  // stays one: what a wrapper that meets a failure on one group tells its other groups).
+  void abort(std::exception_ptr error) noexcept;
 
   // Number of collectives issued so far (the next one gets this sequence number).
   uint64_t sequence_number() const;

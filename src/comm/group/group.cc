@@ -77,4 +77,8 @@ void Group::abort(const std::string& reason) noexcept {
   impl_->abort(std::make_exception_ptr(Error(reason)));
 }
 
+void Group::abort(std::exception_ptr error) noexcept {
+  impl_->abort(std::move(error));
+}
+
 }  // namespace cohort

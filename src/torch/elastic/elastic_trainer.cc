@@ -118,10 +118,11 @@ struct ElasticTrainer::State {
     return sharded ? sharded->optimizer() : *optimizer;
   }
 
-  // The wrapper of a broken (or growing) generation goes; a sharded strategy keeps its pieces.
-  void drop_wrapper() {
+  // The wrapper of a broken (by `cause`) or growing generation goes; a sharded strategy keeps
+  // its pieces.
+  void drop_wrapper(std::exception_ptr cause = nullptr) {
     ddp.reset();
-    if (sharded) sharded->drop_wrapper();
+    if (sharded) sharded->drop_wrapper(std::move(cause));
     drop_gradients();
   }
 
@@ -283,7 +284,7 @@ struct ElasticTrainer::State {
   void recover(std::exception_ptr cause) {
     const auto start = std::chrono::steady_clock::now();
     ++rolled_back;
-    drop_wrapper();
+    drop_wrapper(cause);
     for (;;) {
       try {
         try {
@@ -298,7 +299,7 @@ struct ElasticTrainer::State {
       } catch (const TimeoutError&) {
         cause = std::current_exception();
       }
-      drop_wrapper();
+      drop_wrapper(cause);
     }
   }
 };

@@ -52,6 +52,50 @@ void append_slot(std::vector<int64_t>& row, const HeldPieces* pieces, size_t ten
   append_ranges(row, pieces->holdings);
 }
 
+const int64_t* planned_ranges(const ExchangePlan& plan, const PieceTable& table, size_t r) {
+  return table.slot(plan.holder[r], plan.slot[r]) + kSlotHeader;
+}
+
+// HYBRID_SHARD: the members of different nodes hold the same ranges (replicas). A rank whose
+// ranges equal an earlier planned rank's adds nothing: it is not sent (kReplica).
+void drop_replica_ranks(ExchangePlan& plan, const PieceTable& table) {
+  for (size_t r = 0; r < plan.holder.size(); ++r) {
+    if (plan.holder[r] < 0) continue;
+    const int64_t* mine = planned_ranges(plan, table, r);
+    for (size_t earlier = 0; earlier < r; ++earlier) {
+      if (plan.holder[earlier] < 0) continue;
+      const int64_t* theirs = planned_ranges(plan, table, earlier);
+      if (std::equal(mine, mine + 2 * table.tensors, theirs)) {
+        plan.holder[r] = ExchangePlan::kReplica;
+        break;
+      }
+    }
+  }
+}
+
+// Whether the planned ranks' ranges cover every element of every tensor: then a rank that no
+// member holds lost nothing (its replicas hold it).
+bool planned_ranges_cover(const ExchangePlan& plan, const PieceTable& table,
+                          const RankHoldings& fresh) {
+  for (size_t i = 0; i < table.tensors; ++i) {
+    std::vector<std::pair<int64_t, int64_t>> spans;
+    for (size_t r = 0; r < plan.holder.size(); ++r) {
+      if (plan.holder[r] < 0) continue;
+      const int64_t* ranges = planned_ranges(plan, table, r);
+      if (ranges[2 * i + 1] > 0)
+        spans.emplace_back(ranges[2 * i], ranges[2 * i] + ranges[2 * i + 1]);
+    }
+    std::sort(spans.begin(), spans.end());
+    int64_t reached = 0;
+    for (const auto& [begin, end] : spans) {
+      if (begin > reached) return false;
+      reached = std::max(reached, end);
+    }
+    if (reached < fresh.shards[i].numel()) return false;
+  }
+  return true;
+}
+
 bool overlaps(const int64_t* a, const int64_t* b, size_t tensors) {
   for (size_t i = 0; i < tensors; ++i) {
     const int64_t a0 = a[2 * i], a1 = a0 + a[2 * i + 1], b0 = b[2 * i], b1 = b0 + b[2 * i + 1];
@@ -78,7 +122,8 @@ std::vector<ManifestTensor> planned_pieces(const ExchangePlan& plan, const Piece
     tensors.push_back({shard.name, false, shard.shape, c10::toString(shard.dtype), {}});
   }
   for (size_t r = 0; r < plan.holder.size(); ++r) {
-    const int64_t* ranges = table.slot(plan.holder[r], plan.slot[r]) + kSlotHeader;
+    if (plan.holder[r] < 0) continue;
+    const int64_t* ranges = planned_ranges(plan, table, r);
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (ranges[2 * i + 1] > 0) {
         tensors[i].pieces.push_back({static_cast<int>(r), ranges[2 * i], ranges[2 * i + 1]});
@@ -146,7 +191,7 @@ ExchangePlan plan_exchange(Group& group, const HeldPieces* held[2], int64_t comm
   }
   plan.nothing_held = !any;
   if (!any) return plan;
-  plan.holder.assign(static_cast<size_t>(world), -1);
+  plan.holder.assign(static_cast<size_t>(world), ExchangePlan::kNone);
   plan.slot.assign(static_cast<size_t>(world), 0);
   for (int s = 0; s < 2; ++s) {
     for (int m = 0; m < table.members(); ++m) {
@@ -160,9 +205,11 @@ ExchangePlan plan_exchange(Group& group, const HeldPieces* held[2], int64_t comm
       }
     }
   }
+  drop_replica_ranks(plan, table);
   for (int r = 0; r < world; ++r) {
-    if (plan.holder[static_cast<size_t>(r)] < 0) plan.lost.push_back(r);
+    if (plan.holder[static_cast<size_t>(r)] == ExchangePlan::kNone) plan.lost.push_back(r);
   }
+  if (!plan.lost.empty() && planned_ranges_cover(plan, table, fresh.holdings)) plan.lost.clear();
   if (!valid) plan.lost = {-1};  // pieces, but none at the committed step: a bug upstream
   return plan;
 }
@@ -189,7 +236,8 @@ void exchange_pieces(Group& group, const ExchangePlan& plan, const HeldPieces* h
   PieceCollector collector(pieces, std::move(needs), -1);
   for (size_t r = 0; r < plan.holder.size(); ++r) {
     const int holder = plan.holder[r];
-    const int64_t* source = table.slot(holder, plan.slot[r]) + kSlotHeader;
+    if (holder < 0) continue;  // a replica of a rank sent already
+    const int64_t* source = planned_ranges(plan, table, r);
     std::vector<int> receivers;
     for (int m = 0; m < world; ++m) {
       const bool wants = overlaps(source, table.fresh(m), tensors) ||

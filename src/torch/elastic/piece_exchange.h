@@ -8,8 +8,11 @@
 //     world size, committed step and the ranges of every parameter) and its new ranges; one
 //     all-gather. So every member reaches the same plan from the same table.
 //  2. Pieces at the committed step of the newest generation count; each rank of that
-//     generation is taken from one holder, the member itself before its buddy. A rank no member
-//     holds is lost: the verdict names it, and nothing is changed.
+//     generation is taken from one holder, the member itself before its buddy. Under
+//     HYBRID_SHARD the ranks of different nodes hold the same ranges: a rank whose ranges equal
+//     an earlier one's is not sent. A rank no member holds is lost, unless the ranks taken cover
+//     every element (its replica on another node holds its ranges): the verdict names the lost
+//     ranks, and nothing is changed.
 //  3. Rank by rank of the plan, its holder encodes its pieces as a sharded checkpoint's shard
 //     file does (encode_shard_payload) and sends them to each member whose new ranges, or whose
 //     predecessor's, overlap them; each receiver keeps the overlaps (PieceCollector).
@@ -31,10 +34,12 @@
 namespace cohort::detail {
 
 struct ExchangePlan {
-  bool nothing_held = false;      // no member holds pieces (a job's start)
-  uint64_t generation = 0;        // of the pieces taken
-  std::vector<int> lost;          // ranks of that generation no member holds
-  std::vector<int64_t> table;     // every member's row (Note [Piece exchange], step 1)
+  bool nothing_held = false;           // no member holds pieces (a job's start)
+  uint64_t generation = 0;             // of the pieces taken
+  std::vector<int> lost;               // ranks of that generation no member holds
+  std::vector<int64_t> table;          // every member's row (Note [Piece exchange], step 1)
+  static constexpr int kNone = -1;     // a rank no member holds
+  static constexpr int kReplica = -2;  // a rank whose ranges an earlier rank holds (HYBRID_SHARD)
   std::vector<int> holder;        // by rank of that generation: the member that sends its pieces
   std::vector<int> slot;          // 0: the holder's own pieces, 1: its buddy copy
   std::string lost_text() const;  // "rank 3" / "ranks 1 and 2"

@@ -6,6 +6,7 @@
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
 #include "cohort/torch/optim/trust_ratio.h"
+#include "cohort/torch/tensor_buffer.h"
 #include "elastic/buddy_copy.h"
 #include "elastic/elastic_checkpoint.h"
 #include "elastic/optimizer_broadcast.h"
@@ -20,9 +21,10 @@ ShardedRun::ShardedRun(std::shared_ptr<torch::nn::Module> module, ElasticOptimiz
   if (options.strategy != ElasticStrategy::kFullShard) return;
   const FsdpOptions& fsdp = options.fsdp;
   COHORT_CHECK(fsdp.strategy == ShardingStrategy::kFullShard ||
-                   fsdp.strategy == ShardingStrategy::kShardGradOp,
+                   fsdp.strategy == ShardingStrategy::kShardGradOp ||
+                   fsdp.strategy == ShardingStrategy::kHybridShard,
                "ElasticTrainer: FsdpOptions::strategy ", sharding_strategy_name(fsdp.strategy),
-               " is not elastic; use kFullShard or kShardGradOp (docs/elastic.md, \"Limits\")");
+               " is not elastic; use kFullShard, kShardGradOp or kHybridShard (docs/elastic.md)");
   COHORT_CHECK(!fsdp.cpu_offload && !fsdp.mixed_precision.param_dtype.has_value(),
                "ElasticTrainer: FsdpOptions::cpu_offload and a mixed-precision param_dtype are "
                "not elastic yet (docs/elastic.md, \"Limits\"); turn them off");
@@ -32,8 +34,8 @@ ShardedRun::ShardedRun(std::shared_ptr<torch::nn::Module> module, ElasticOptimiz
 // back into the module (collective; every member destroys its trainer after the last step).
 ShardedRun::~ShardedRun() = default;
 
-void ShardedRun::drop_wrapper() {
-  if (fsdp_) FsdpAccess::abandon(*fsdp_);
+void ShardedRun::drop_wrapper(std::exception_ptr cause) {
+  if (fsdp_) FsdpAccess::abandon(*fsdp_, std::move(cause));
   if (zero_) {
     // ZeRO's shards are views of the parameters' memory, and the next wrapper's constructor
     // writes rank 0's values into the parameters: they get memory of their own first, so that
@@ -47,10 +49,36 @@ void ShardedRun::drop_wrapper() {
   group_.reset();
 }
 
-void ShardedRun::build_wrapper(std::shared_ptr<Group> group) {
+// HYBRID_SHARD needs the same number of members on every node (each node holds one replica).
+// A generation without it (a node lost some of its members) shards over all members
+// (FULL_SHARD) until the nodes are even again; every member's node size decides it, so that
+// all agree. A node lost whole leaves the others even: its replica was a copy.
+FsdpOptions ShardedRun::generation_fsdp_options(Group& group, const Membership& m) const {
+  FsdpOptions fsdp = options_.fsdp;
+  if (fsdp.strategy != ShardingStrategy::kHybridShard) return fsdp;
+  auto sizes = torch::tensor(
+      {static_cast<int64_t>(group.local_size()), -static_cast<int64_t>(group.local_size())},
+      torch::kInt64);
+  CollectiveOptions max;
+  max.op = ReduceOp::kMax;
+  max.site = call_sites::kElasticHeal;
+  group.allreduce(tensor_buffer(sizes), max);
+  const int64_t most = sizes[0].item<int64_t>(), fewest = -sizes[1].item<int64_t>();
+  if (most == fewest) return fsdp;
+  fsdp.strategy = ShardingStrategy::kFullShard;
+  if (m.rank == 0) {
+    COHORT_LOG(kWarn, "generation ", m.generation, ": its nodes hold ", fewest, " to ", most,
+               " members, and HYBRID_SHARD needs as many on each; it shards over all ", m.size,
+               " (FULL_SHARD) until they are even again");
+  }
+  return fsdp;
+}
+
+void ShardedRun::build_wrapper(std::shared_ptr<Group> group, const Membership& m) {
   group_ = group;
   if (options_.strategy == ElasticStrategy::kFullShard) {
-    fsdp_ = std::make_unique<FullyShardedDataParallel>(module_, std::move(group), options_.fsdp);
+    const FsdpOptions fsdp = generation_fsdp_options(*group, m);
+    fsdp_ = std::make_unique<FullyShardedDataParallel>(module_, std::move(group), fsdp);
     return;
   }
   ZeroOptions zero = options_.zero;
@@ -68,7 +96,7 @@ void ShardedRun::adopt(std::shared_ptr<Group> group, const Membership& m, int64_
                        ElasticSampler& sampler) {
   const int64_t target = m.committed_step();
   catch_up(target);
-  build_wrapper(group);
+  build_wrapper(group, m);
   HeldPieces fresh;
   fresh.holdings = view().holdings();
   fresh.optimizer = factory_(zero_ ? zero_->named_parameters() : fsdp_->named_parameters());

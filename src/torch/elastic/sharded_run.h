@@ -1,6 +1,6 @@
-// ElasticTrainer's sharded strategies (ZeRO-1/2, FULL_SHARD): each generation's wrapper and
-// optimizer, the pieces this member holds (its own shards and the buddy copy of its ring
-// predecessor's, Note [Buddy copies] in buddy_copy.h), and the re-slicing of those pieces into
+// ElasticTrainer's sharded strategies (ZeRO-1/2, FULL_SHARD, HYBRID_SHARD): each generation's
+// wrapper and optimizer, the pieces this member holds (its own shards and the buddy copy of its
+// ring predecessor's, Note [Buddy copies] in buddy_copy.h), and the re-slicing of those pieces into
 // the ranges of a new generation (Note [Piece exchange] in piece_exchange.h).
 //
 // A step under a sharded strategy (Note [Elastic commit] holds as for DDP):
@@ -28,9 +28,9 @@ class ShardedRun {
              const ElasticTrainerOptions& options);
   ~ShardedRun();
 
-  // A failure broke the generation (or it grows): the wrapper goes; the pieces stay, and the
-  // gradients of a step whose vote this member did not see end.
-  void drop_wrapper();
+  // A failure (`cause`) broke the generation, or it grows (null): the wrapper goes; the pieces
+  // stay, and the gradients of a step whose vote this member did not see end.
+  void drop_wrapper(std::exception_ptr cause = nullptr);
   // The new generation over `group`: a step the others committed is caught up, the wrapper and
   // optimizer are built and take their ranges. `committed` and `sampler` move back when a
   // checkpoint is resumed. Collective.
@@ -47,7 +47,8 @@ class ShardedRun {
   ShardedParameters view();
 
  private:
-  void build_wrapper(std::shared_ptr<Group> group);
+  void build_wrapper(std::shared_ptr<Group> group, const Membership& m);
+  FsdpOptions generation_fsdp_options(Group& group, const Membership& m) const;
   void catch_up(int64_t target);
   void resume_from_checkpoint(const ExchangePlan& plan, HeldPieces& fresh, int64_t& committed,
                               ElasticSampler& sampler);

@@ -192,8 +192,8 @@ void FsdpAccess::regather(const FullyShardedDataParallel& fsdp) {
   fsdp.impl_->regather();
 }
 
-void FsdpAccess::abandon(FullyShardedDataParallel& fsdp) {
-  fsdp.impl_->abandon();
+void FsdpAccess::abandon(FullyShardedDataParallel& fsdp, std::exception_ptr cause) {
+  fsdp.impl_->abandon(std::move(cause));
 }
 
 }  // namespace detail

@@ -34,8 +34,10 @@ class FsdpAccess {
   static void regather(const FullyShardedDataParallel& fsdp);
   // Without communicating: every parameter whole again, in memory of its own holding zeros,
   // and the destructor gathers nothing. For a wrapper whose group is broken (ElasticTrainer
-  // after a failure: the values come back from the shards the survivors hold).
-  static void abandon(FullyShardedDataParallel& fsdp);
+  // after a failure: the values come back from the shards the survivors hold). `cause`, the
+  // failure, breaks the subgroups too, so that their collectives in flight end before their
+  // memory goes (null: waits for them).
+  static void abandon(FullyShardedDataParallel& fsdp, std::exception_ptr cause);
 };
 
 }  // namespace cohort::detail

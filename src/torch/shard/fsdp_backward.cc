@@ -171,8 +171,22 @@ void FullyShardedDataParallel::Impl::end_of_backward() {
     if (!no_sync_) finish_reductions();
     finish_iteration();
   } catch (...) {
+    abort_in_flight(std::current_exception());
     finish_iteration();
     throw;
+  }
+}
+
+void FullyShardedDataParallel::Impl::abort_in_flight(std::exception_ptr cause) noexcept {
+  for (const auto& subgroup : {reduce_group_, shard_group_, replica_group_}) {
+    if (cause && subgroup && subgroup != group_) subgroup->abort(cause);
+  }
+  for (ReduceScatter& rs : iteration_.reductions) {
+    if (!rs.work) continue;
+    try {
+      rs.work->wait();
+    } catch (...) {  // the error that ended the iteration is the one to report
+    }
   }
 }
 

@@ -101,9 +101,10 @@ FullyShardedDataParallel::Impl::~Impl() {
   if (std::uncaught_exceptions() == 0 && !abandoned_) restore_whole_parameters();
 }
 
-void FullyShardedDataParallel::Impl::abandon() {
+void FullyShardedDataParallel::Impl::abandon(std::exception_ptr cause) {
   if (ddp_ || abandoned_) return;
   abandoned_ = true;
+  abort_in_flight(std::move(cause));
   const UnwatchedScope own_work;
   torch::NoGradGuard no_grad;
   for (auto& unit : units_) {

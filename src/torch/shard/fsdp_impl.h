@@ -181,6 +181,14 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
 
   // ---- errors
 
+  // A failed iteration can leave collectives in flight on the subgroups, which may be healthy
+  // (a node's reduce-scatters under HYBRID_SHARD when a rank of another node died): they are
+  // aborted, so that waiting for them ends at once and the peers fail with the same error
+  // instead of waiting for this rank until their deadline; then waited for, so that no
+  // collective writes into memory that the iteration frees.
+  // `cause`: the failure (null: only waits).
+  void abort_in_flight(std::exception_ptr cause) noexcept;
+
   void keep_error(std::exception_ptr error);
 
   void raise_pending_error();
@@ -236,7 +244,7 @@ class FullyShardedDataParallel::Impl final : public UnitWatcher {
   void restore_whole_parameters() noexcept;
   // Leaves the parameters whole, in memory of their own holding zeros, without gathering
   // (FsdpAccess::abandon); the destructor then gathers nothing.
-  void abandon();
+  void abandon(std::exception_ptr cause);
   bool abandoned_ = false;
 
   // Per-iteration state: from the first use in a forward to the end of the backward.

@@ -46,10 +46,12 @@ namespace cohort {
 
 // How each generation trains (docs/elastic.md, "What is kept where").
 enum class ElasticStrategy {
-  kDdp,        // DistributedDataParallel: replicas, healed from rank 0
-  kZero1,      // ZeroDataParallel stage 1: optimizer state sharded
-  kZero2,      // ZeroDataParallel stage 2: gradients too
-  kFullShard,  // FullyShardedDataParallel (FsdpOptions::strategy kFullShard or kShardGradOp)
+  kDdp,    // DistributedDataParallel: replicas, healed from rank 0
+  kZero1,  // ZeroDataParallel stage 1: optimizer state sharded
+  kZero2,  // ZeroDataParallel stage 2: gradients too
+  // FullyShardedDataParallel (FsdpOptions::strategy kFullShard, kShardGradOp or kHybridShard:
+  // under kHybridShard each node is a replica, so a node lost whole loses nothing)
+  kFullShard,
 };
 
 struct ElasticTrainerOptions {
