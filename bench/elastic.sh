@@ -75,17 +75,25 @@ for width in 1024 2048; do
 done
 python3 - "$tmp" <<'PY'
 import glob, statistics, sys
-print("width  state_MB  heal_s  bcast_s  heal/bcast")
+# rebuild_s: the change to 1 rank after the kill, which moves nothing (DDP's constructor and
+# its buckets alone); fresh: the broadcast into memory the receiver never touched.
+print("width  state_MB  heal_s  rebuild_s  bcast_s  fresh_s  heal/bcast  heal/fresh")
 for width in (1024, 2048):
-    heal, bc = [], []
+    heal, rebuild, bc, fresh = [], [], [], []
     for path in glob.glob(f"{sys.argv[1]}/h-{width}-*.log"):
-        ch = [l.split() for l in open(path) if l.startswith("CHANGE")]
-        b = [l.split() for l in open(path) if l.startswith("BCAST")]
+        lines = [l.split() for l in open(path)]
+        ch = [l for l in lines if l and l[0] == "CHANGE"]
+        b = [l for l in lines if l and l[0] == "BCAST"]
+        f = [l for l in lines if l and l[0] == "BCAST_FRESH"]
         grows = [c for c in ch if c[2] == "2"]
-        if grows and b: heal.append(float(grows[0][3])); bc.append(float(b[0][2])); size = int(b[0][1])
+        alone = [c for c in ch if c[2] == "1"]
+        if grows and b and f and alone:
+            heal.append(float(grows[0][3])); rebuild.append(float(alone[0][3]))
+            bc.append(float(b[0][2])); fresh.append(float(f[0][2])); size = int(b[0][1])
     if heal:
         m = statistics.median
-        print(f"{width:5}  {size/1e6:8.1f}  {m(heal):6.3f}  {m(bc):7.4f}  {m(heal)/m(bc):10.1f}")
+        print(f"{width:5}  {size/1e6:8.1f}  {m(heal):6.3f}  {m(rebuild):9.3f}  {m(bc):7.4f}"
+              f"  {m(fresh):7.4f}  {m(heal)/m(bc):10.1f}  {m(heal)/m(fresh):10.1f}")
 PY
 
 echo

@@ -9,6 +9,8 @@
 //   CHANGE <generation> <world> <seconds> <state bytes>   each membership change, on rank 0
 //   BCAST <bytes> <seconds>          rank 0, at the end: one broadcast of the healed state's
 //                                    size on the final group (the link's rate, for the heal)
+//   BCAST_FRESH <bytes> <seconds>    the same into memory the receivers never touched (as a
+//                                    joiner's state lands)
 //   STEPMS <median ms>               rank 0, at the end: the median step time
 #include <signal.h>
 #include <torch/torch.h>
@@ -111,6 +113,13 @@ void print_link_rate(cohort::Group& group, int64_t bytes) {
   group.broadcast(cohort::tensor_buffer(payload));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (group.rank() == 0) std::printf("BCAST %lld %.6f\n", (long long)bytes, s);
+  // Into memory the receivers never touched, as a joiner's state lands: its page faults count.
+  auto fresh = group.rank() == 0 ? payload : torch::empty({bytes / 4}, torch::kFloat);
+  const auto fresh_start = std::chrono::steady_clock::now();
+  group.broadcast(cohort::tensor_buffer(fresh));
+  const double fresh_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - fresh_start).count();
+  if (group.rank() == 0) std::printf("BCAST_FRESH %lld %.6f\n", (long long)bytes, fresh_s);
 }
 
 int run_plain(const Options& o) {
