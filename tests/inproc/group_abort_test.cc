@@ -45,5 +45,36 @@ TEST(GroupAbort, EveryRankSeesTheReasonAndTheGroupStaysBroken) {
   EXPECT_NE(first[0].find("rank 1 aborted the group"), std::string::npos) << first[0];
 }
 
+// Group::error() is null while the group works and the first error after; an abort with an
+// exception keeps its kind on every rank (what FSDP tells its subgroups: a PeerError naming the
+// dead rank stays a PeerError, which the elastic trainer recovers from).
+TEST(GroupAbort, AnAbortWithAnExceptionKeepsItsKindAndErrorReportsIt) {
+  const int world = 2;
+  auto groups = testing::make_inproc_groups(world, testing::quick_options());
+  std::vector<int> failed_rank(world, -2);
+  std::vector<bool> healthy_before(world), error_after(world);
+  testing::run_ranks(world, [&](int rank) {
+    Group& group = *groups[rank];
+    std::vector<float> data(16, 1.0f);
+    group.allreduce(make_buffer(data));
+    healthy_before[rank] = group.error() == nullptr;
+    group.barrier();  // both saw the group healthy before rank 0 breaks it
+    if (rank == 0) group.abort(std::make_exception_ptr(PeerError(7, "rank 7 died elsewhere")));
+    try {
+      group.allreduce(make_buffer(data));
+    } catch (const PeerError& e) {
+      failed_rank[rank] = e.failed_rank();
+    } catch (const Error&) {
+      failed_rank[rank] = -1;
+    }
+    error_after[rank] = group.error() != nullptr;
+  });
+  for (int rank = 0; rank < world; ++rank) {
+    EXPECT_TRUE(healthy_before[rank]) << "rank " << rank;
+    EXPECT_EQ(failed_rank[rank], 7) << "rank " << rank << " did not see a PeerError naming 7";
+    EXPECT_TRUE(error_after[rank]) << "rank " << rank;
+  }
+}
+
 }  // namespace
 }  // namespace cohort

@@ -112,10 +112,12 @@ class ElasticGroup {
   const Membership& join();
 
   // After `cause` broke the current group on this member: leaves it and forms the next
-  // generation with the other survivors (the ranks `cause` names, a PeerError's failed_rank,
-  // are not waited for) and any member waiting to join. A failure while that generation's
-  // group is built moves on to the next one. Throws ElasticError when this member was declared
-  // dead meanwhile, or when fewer than min_size members remain by join_timeout.
+  // generation with the other survivors (the rank that the group's own error names, a
+  // PeerError's failed_rank, is not waited for; `cause` may come from another group, such as a
+  // wrapper's subgroup, whose ranks are numbered otherwise) and any member waiting to join. A
+  // failure while that generation's group is built moves on to the next one. Throws ElasticError
+  // when this member was declared dead meanwhile, or when fewer than min_size members remain by
+  // join_timeout.
   const Membership& recover(const Error& cause, int64_t committed_step);
 
   // Forms the next generation with every member and those waiting to join. Every member must

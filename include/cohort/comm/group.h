@@ -185,6 +185,10 @@ class Group : public std::enable_shared_from_this<Group> {
   // stays one: what a wrapper that meets a failure on one group tells its other groups).
   void abort(std::exception_ptr error) noexcept;
 
+  // The error that broke this group (its first: every later call rethrows it), or null while it
+  // works. A PeerError's failed_rank() numbers the ranks of the group that raised it.
+  std::exception_ptr error() const noexcept;
+
   // Number of collectives issued so far (the next one gets this sequence number).
   uint64_t sequence_number() const;
 

@@ -85,6 +85,26 @@ int failed_rank_of(const Error& error) {
   return peer ? peer->failed_rank() : -1;
 }
 
+namespace {
+
+// The dead rank that the generation's own group names, if it failed: the error that reached
+// the caller may come from another group (a wrapper's subgroup, whose PeerError numbers its own
+// ranks), and naming a live member dead would let the next generation form without waiting
+// for it.
+int failed_rank_in(const Group& group) {
+  const std::exception_ptr own = group.error();
+  if (!own) return -1;
+  try {
+    std::rethrow_exception(own);
+  } catch (const Error& e) {
+    return failed_rank_of(e);
+  } catch (...) {
+    return -1;
+  }
+}
+
+}  // namespace
+
 struct ElasticGroup::State {
   ElasticOptions options;
   elastic::GenerationRendezvous rendezvous;
@@ -110,7 +130,7 @@ const Membership& ElasticGroup::recover(const Error& cause, int64_t committed_st
   COHORT_CHECK(state_->group, "ElasticGroup::recover before join()");
   COHORT_LOG(kWarn, "rank ", state_->membership.rank, " of generation ",
              state_->membership.generation, " leaves its group after: ", cause.what());
-  return next_generation(committed_step, failed_rank_of(cause));
+  return next_generation(committed_step, failed_rank_in(*state_->group));
 }
 
 const Membership& ElasticGroup::grow(int64_t committed_step) {

@@ -77,6 +77,10 @@ void Group::abort(const std::string& reason) noexcept {
   impl_->abort(std::make_exception_ptr(Error(reason)));
 }
 
+std::exception_ptr Group::error() const noexcept {
+  return impl_->failure();
+}
+
 void Group::abort(std::exception_ptr error) noexcept {
   impl_->abort(std::move(error));
 }

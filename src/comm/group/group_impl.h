@@ -60,6 +60,7 @@ class Group::Impl {
   std::shared_ptr<Work> submit(Operation op) { return scheduler_.submit(std::move(op)); }
   void run_blocking(Operation op) { scheduler_.run_blocking(std::move(op)); }
   uint64_t sequence_number() const { return scheduler_.sequence_number(); }
+  std::exception_ptr failure() const { return scheduler_.failure(); }
   // Queues Group::send or recv (`call`: kSend's `in`, kRecv's `out`), or with `blocking` runs
   // it on this thread when nothing is queued, and returns null.
   std::shared_ptr<Work> point_to_point(const CollectiveCall& call, int peer,

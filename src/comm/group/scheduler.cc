@@ -16,6 +16,11 @@ uint64_t Scheduler::sequence_number() const {
   return next_sequence_;
 }
 
+std::exception_ptr Scheduler::failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_;
+}
+
 bool Scheduler::fail(std::exception_ptr error) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (failure_) return false;

@@ -49,6 +49,8 @@ class Scheduler {
   // Records the group's first failure: every later operation fails with it. False when the
   // group had failed already.
   bool fail(std::exception_ptr error);
+  // The first failure, or null.
+  std::exception_ptr failure() const;
 
  private:
   // Queues `op` with a new Work, which it returns; starts the worker if needed (Note [Worker on
