@@ -52,7 +52,7 @@ TEST(GroupAbort, AnAbortWithAnExceptionKeepsItsKindAndErrorReportsIt) {
   const int world = 2;
   auto groups = testing::make_inproc_groups(world, testing::quick_options());
   std::vector<int> failed_rank(world, -2);
-  std::vector<bool> healthy_before(world), error_after(world);
+  std::vector<char> healthy_before(world), error_after(world);  // not vector<bool>: one per rank
   testing::run_ranks(world, [&](int rank) {
     Group& group = *groups[rank];
     std::vector<float> data(16, 1.0f);
