@@ -1,7 +1,6 @@
 #include "elastic_train.h"
 
 #include "adamw.h"
-#include "checkpointing.h"
 #include "cohort/comm/elastic.h"
 #include "cohort/torch/elastic/elastic_trainer.h"
 #include "cohort/torch/optim/lr_schedule.h"
@@ -48,12 +47,7 @@ TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
   int64_t planned = options.epochs * (windows_count / options.batch_size);
   if (options.max_steps > 0) planned = std::min(planned, options.max_steps);
   cohort::optim::WarmupDecayLR schedule(*optimizer, options.lr_schedule_options(planned));
-  cohort_examples::ElasticRunSettings run{
-      options.epochs, options.max_steps,     options.log_every, options.batch_size,
-      options.seed,   options.bucket_cap_mb, options.metrics};
-  run.checkpoint = options.checkpoint;
-  run.checkpoint_every = options.checkpoint_every;
-  run.resume = cohort_examples::load_options(options.resume, options.overwrite_checkpoint);
+  const auto run = cohort_examples::elastic_run_settings(options);
   cohort::ElasticTrainer trainer(*elastic, model.ptr(), *optimizer,
                                  static_cast<size_t>(windows_count),
                                  cohort_examples::elastic_trainer_options(run));

@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "checkpointing.h"
 #include "cohort/torch/elastic/elastic_trainer.h"
 
 namespace cohort_examples {
@@ -28,6 +29,23 @@ struct ElasticRunSettings {
   int64_t checkpoint_every = 0;
   cohort::LoadOptions resume;
 };
+
+// The settings from an example's TrainOptions (both examples name these fields alike).
+template <typename TrainOptions>
+ElasticRunSettings elastic_run_settings(const TrainOptions& o) {
+  ElasticRunSettings run;
+  run.epochs = o.epochs;
+  run.max_steps = o.max_steps;
+  run.log_every = o.log_every;
+  run.global_batch = o.batch_size;
+  run.seed = o.seed;
+  run.bucket_cap_mb = o.bucket_cap_mb;
+  run.metrics = o.metrics;
+  run.checkpoint = o.checkpoint;
+  run.checkpoint_every = o.checkpoint_every;
+  run.resume = load_options(o.resume, o.overwrite_checkpoint);
+  return run;
+}
 
 // Where --elastic keeps the checkpoint named `checkpoint` ("" for none): a directory, since
 // ElasticTrainer writes the sampler's place beside the model (docs/elastic.md, "Checkpoints").

@@ -1,6 +1,5 @@
 #include "elastic_train.h"
 
-#include "checkpointing.h"
 #include "cohort/comm/elastic.h"
 #include "dataset.h"
 #include "elastic_loop.h"
@@ -42,12 +41,7 @@ TrainResult train_elastic(const TrainOptions& options) {
   settings.module = model.get();
   auto optimizer =
       cohort_examples::make_optimizer(options.optimizer, model->named_parameters(), settings);
-  cohort_examples::ElasticRunSettings run{
-      options.epochs, options.max_steps,     options.log_every, options.batch_size,
-      options.seed,   options.bucket_cap_mb, options.metrics};
-  run.checkpoint = options.checkpoint;
-  run.checkpoint_every = options.checkpoint_every;
-  run.resume = cohort_examples::load_options(options.resume, options.overwrite_checkpoint);
+  const auto run = cohort_examples::elastic_run_settings(options);
   cohort::ElasticTrainer trainer(*elastic, model, *optimizer, static_cast<size_t>(train_set.size()),
                                  cohort_examples::elastic_trainer_options(run));
   cohort_examples::report_memberships(trainer);

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -435,6 +436,25 @@ TEST(ResumedElasticDdp, AnotherJobsCheckpointIsRefusedWithoutResume) {
   EXPECT_EQ(second.wait_all(), (std::vector<int>{1, 1})) << second.output();
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_NE(second.member(i).output().find("another job"), std::string::npos) << second.output();
+  }
+}
+
+// A checkpoint whose sampler file is gone cannot be resumed where it stopped: every member
+// ends with the error that names the file, none starts from step 0 with the old weights.
+TEST(ResumedElasticDdp, ACheckpointWithoutItsSamplerFileIsRefusedOnEveryMember) {
+  ElasticJob first(2, 2);
+  first.start_all(
+      {"--stop-after", "5", "--checkpoint-dir", first.checkpoint_dir(), "--checkpoint-every", "5"});
+  EXPECT_EQ(first.wait_all(), (std::vector<int>{0, 0})) << first.output();
+  ASSERT_EQ(std::remove((first.checkpoint_dir() + "/elastic-5.txt").c_str()), 0);
+  ElasticJob second(2, 2);
+  second.start_all({"--checkpoint-dir", first.checkpoint_dir(), "--resume"});
+  EXPECT_EQ(second.wait_all(), (std::vector<int>{1, 1})) << second.output();
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NE(second.member(i).output().find("has no readable " + first.checkpoint_dir() +
+                                             "/elastic-5.txt"),
+              std::string::npos)
+        << second.output();
   }
 }
 

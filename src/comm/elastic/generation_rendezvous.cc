@@ -38,6 +38,12 @@ Arrival arrival_from(const json& j) {
   return a;
 }
 
+// Whether `a` stays from generation - 1 (else it joined `generation`; at the first generation
+// every member joined).
+bool stays_in(const Arrival& a, uint64_t generation) {
+  return a.previous_generation != 0 && a.previous_generation + 1 == generation;
+}
+
 json outcome_json(const CloseDecision& d, const std::vector<std::optional<Arrival>>& arrivals) {
   if (d.kind == CloseDecision::Kind::kFail) return {{"ok", false}, {"error", d.error}};
   json members = json::array();
@@ -154,7 +160,7 @@ Membership GenerationRendezvous::arrive_at(uint64_t generation, const Arrival& s
   m.rank = -1;
   for (const auto& entry : outcome.at("members")) {
     const Arrival a = arrival_from(entry);
-    const bool stayed = a.previous_generation + 1 == generation && a.previous_generation != 0;
+    const bool stayed = stays_in(a, generation);
     if (entry.at("index").get<size_t>() == index) m.rank = static_cast<int>(m.members.size());
     if (!stayed) m.joined.push_back(static_cast<int>(m.members.size()));
     m.members.push_back({a.id, stayed ? a.previous_rank : -1, a.committed_step});
@@ -236,8 +242,7 @@ ElasticJobStatus elastic_job_status(Store& job_store, const ElasticJobStatus& la
   status.left = static_cast<int>(outcome.at("left").size());
   status.joined = 0;
   for (const auto& member : outcome.at("members")) {
-    const auto previous = member.at("previous_generation").get<uint64_t>();
-    if (previous == 0 || previous + 1 != current) ++status.joined;
+    if (!elastic::stays_in(elastic::arrival_from(member), current)) ++status.joined;
   }
   if (current == 1) status.joined = 0;
   return status;

@@ -1,5 +1,7 @@
 #include "elastic/sharded_run.h"
 
+#include <algorithm>
+
 #include "call_sites.h"
 #include "checkpoint/optimizer_codec.h"
 #include "checkpoint/piece_install.h"
@@ -13,6 +15,17 @@
 #include "shard/fsdp_access.h"
 
 namespace cohort::detail {
+namespace {
+
+// Each param group's options (a schedule's learning rate) of `from`, on `to`'s groups.
+void copy_group_options(const torch::optim::Optimizer& from, torch::optim::Optimizer& to) {
+  const size_t groups = std::min(from.param_groups().size(), to.param_groups().size());
+  for (size_t g = 0; g < groups; ++g) {
+    to.param_groups()[g].set_options(from.param_groups()[g].options().clone());
+  }
+}
+
+}  // namespace
 
 ShardedRun::ShardedRun(std::shared_ptr<torch::nn::Module> module, ElasticOptimizerFactory factory,
                        const ElasticTrainerOptions& options)
@@ -124,12 +137,7 @@ void ShardedRun::adopt(std::shared_ptr<Group> group, const Membership& m, int64_
   carry_options(fresh);
   HeldPieces buddy;
   exchange_pieces(*group, plan, held, fresh, options_.buddy_copies ? &buddy : nullptr, factory_);
-  if (buddy.optimizer) {
-    for (size_t g = 0; g < buddy.optimizer->param_groups().size(); ++g) {
-      buddy.optimizer->param_groups()[g].set_options(
-          fresh.optimizer->param_groups()[g].options().clone());
-    }
-  }
+  if (buddy.optimizer) copy_group_options(*fresh.optimizer, *buddy.optimizer);
   own_ = std::move(fresh);
   own_.committed = committed;
   buddy_ = std::move(buddy);
@@ -139,18 +147,12 @@ void ShardedRun::adopt(std::shared_ptr<Group> group, const Membership& m, int64_
     buddy_.world = m.size;
     buddy_.committed = committed;
   }
-  ranges_ = all_shard_ranges(*group, own_.holdings, call_sites::kElasticHeal);
+  if (zero_) ranges_ = all_shard_ranges(*group, own_.holdings, call_sites::kElasticHeal);
 }
 
 // Rank 0 holds the newest options (a schedule's learning rate): every member takes them.
 void ShardedRun::carry_options(HeldPieces& fresh) {
-  if (group_->rank() == 0 && own_.optimizer) {
-    auto& from = own_.optimizer->param_groups();
-    auto& to = fresh.optimizer->param_groups();
-    for (size_t g = 0; g < std::min(from.size(), to.size()); ++g) {
-      to[g].set_options(from[g].options().clone());
-    }
-  }
+  if (group_->rank() == 0 && own_.optimizer) copy_group_options(*own_.optimizer, *fresh.optimizer);
   broadcast_optimizer_options(*group_, *fresh.optimizer);
 }
 
