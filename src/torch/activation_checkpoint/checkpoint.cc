@@ -1,0 +1,196 @@
+// cohort::checkpoint (include/cohort/torch/activation_checkpoint/checkpoint.h): the forward of a
+// checkpointed region; its backward is RecomputeNode (Note [Recompute node]).
+//
+// Note [Region edges]
+// The region runs once with autograd recording, on detached aliases of its inputs (fresh
+// leaves where an input needs a gradient). Every node it records gets a sequence number from
+// the thread's counter, so the region's own nodes are those numbered between the counter before
+// and after the call. Walking the graph from the outputs through those nodes, an edge that leaves
+// them goes either to one of the fresh inputs' accumulators (a region input) or to something
+// outside the region that needs a gradient: a parameter's AccumulateGrad, FSDP's gradient node
+// of a unit, the grad_fn of a captured activation. Those edges become the region node's inputs.
+// Their identity is stable until backward: a parameter's accumulator is kept alive by the node's
+// edge to it, so the recomputation records edges to the same nodes. Then the recorded graph and
+// the activations it saved are dropped with the region's outputs, which the node replaces.
+// The cost is the recording of one region at a time (the same memory the recomputation needs
+// in backward) and a walk of its nodes.
+
+#include "cohort/torch/activation_checkpoint/checkpoint.h"
+
+#include <ATen/SequenceNumber.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <memory>
+#include <unordered_set>
+#include <utility>
+
+#include "activation_checkpoint/recompute_node.h"
+#include "cohort/core/check.h"
+
+namespace cohort {
+
+namespace {
+
+using activation_checkpoint::RecomputeNode;
+using activation_checkpoint::RegionRecord;
+using torch::autograd::Edge;
+using torch::autograd::edge_list;
+using torch::autograd::Node;
+
+std::string region_label(const CheckpointOptions& options) {
+  return options.name.empty() ? "checkpoint" : "checkpoint of '" + options.name + "'";
+}
+
+void check_outputs(const std::vector<at::Tensor>& outputs, const CheckpointOptions& options) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    COHORT_CHECK(outputs[i].defined(), region_label(options), ": the region's output ", i,
+                 " is an undefined tensor; a checkpointed region returns defined tensors only");
+  }
+}
+
+// The edges that leave the nodes numbered [first, end) (Note [Region edges]), except those to
+// the accumulators of the region's own inputs; each once.
+edge_list edges_leaving_region(const std::vector<at::Tensor>& outputs,
+                               const std::vector<at::Tensor>& region_inputs, uint64_t first,
+                               uint64_t end) {
+  auto inside = [&](const Node* node) {
+    return node->sequence_nr() >= first && node->sequence_nr() < end;
+  };
+  std::unordered_set<const Node*> input_accumulators;
+  for (const auto& input : region_inputs) {
+    if (auto accumulator = torch::autograd::impl::try_get_grad_accumulator(input))
+      input_accumulators.insert(accumulator.get());
+  }
+  std::vector<Node*> pending;
+  std::unordered_set<const Node*> seen;
+  for (const auto& output : outputs) {
+    Node* node = output.grad_fn().get();
+    if (node != nullptr && seen.insert(node).second) pending.push_back(node);
+  }
+  edge_list leaving;
+  std::unordered_set<const Node*> leaving_nodes;
+  std::vector<std::pair<const Node*, uint32_t>> leaving_keys;
+  while (!pending.empty()) {
+    Node* node = pending.back();
+    pending.pop_back();
+    for (const Edge& edge : node->next_edges()) {
+      if (!edge.is_valid()) continue;
+      Node* next = edge.function.get();
+      if (inside(next)) {
+        if (seen.insert(next).second) pending.push_back(next);
+        continue;
+      }
+      if (input_accumulators.count(next) > 0) continue;
+      const std::pair<const Node*, uint32_t> key{next, edge.input_nr};
+      bool known = false;
+      for (const auto& k : leaving_keys) known = known || k == key;
+      if (known) continue;
+      leaving_keys.push_back(key);
+      leaving.push_back(edge);
+    }
+  }
+  return leaving;
+}
+
+std::vector<at::Tensor> region_inputs_of(const std::vector<at::Tensor>& inputs,
+                                         const CheckpointOptions& options) {
+  std::vector<at::Tensor> region_inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    COHORT_CHECK(inputs[i].defined(), region_label(options), ": input ", i,
+                 " is an undefined tensor; pass defined tensors (capture optional ones in the "
+                 "region instead)");
+    at::Tensor alias = inputs[i].detach();
+    if (inputs[i].requires_grad()) alias.requires_grad_(true);
+    region_inputs.push_back(std::move(alias));
+  }
+  return region_inputs;
+}
+
+}  // namespace
+
+std::vector<torch::Tensor> checkpoint_region(const CheckpointRegion& region,
+                                             const std::vector<torch::Tensor>& inputs,
+                                             const CheckpointOptions& options) {
+  COHORT_CHECK(static_cast<bool>(region), region_label(options), ": the region is empty");
+  if (!at::GradMode::is_enabled()) {
+    std::vector<at::Tensor> outputs = region(inputs);
+    check_outputs(outputs, options);
+    return outputs;
+  }
+  RegionRecord record;
+  record.options = options;
+  if (options.preserve_rng_state) record.rng = activation_checkpoint::RngSnapshot::take(inputs);
+  record.autocast = activation_checkpoint::AutocastSnapshot::take();
+  std::vector<at::Tensor> region_inputs = region_inputs_of(inputs, options);
+  std::vector<int64_t> versions_before;
+  for (const auto& input : inputs) versions_before.push_back(input._version());
+
+  const uint64_t first = at::sequence_number::peek();
+  std::vector<at::Tensor> outputs = region(region_inputs);
+  check_outputs(outputs, options);
+  activation_checkpoint::own_outputs(outputs, first);
+  const uint64_t end = at::sequence_number::peek();
+
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    COHORT_CHECK(inputs[i]._version() == versions_before[i], region_label(options),
+                 ": the region changed its input ", i,
+                 " in place, so its recomputation in backward would start from other values. "
+                 "Change a clone() of the input inside the region instead");
+  }
+  bool any_output_needs_grad = false;
+  for (const auto& output : outputs) {
+    record.output_requires_grad.push_back(output.requires_grad());
+    any_output_needs_grad = any_output_needs_grad || output.requires_grad();
+  }
+  if (!any_output_needs_grad) return outputs;  // nothing the region read needs a gradient
+
+  edge_list edges;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    record.input_requires_grad.push_back(inputs[i].requires_grad());
+    if (inputs[i].requires_grad()) edges.push_back(torch::autograd::impl::gradient_edge(inputs[i]));
+  }
+  edge_list leaving = edges_leaving_region(outputs, region_inputs, first, end);
+  edges.insert(edges.end(), leaving.begin(), leaving.end());
+  for (const auto& input : inputs) {
+    record.inputs.push_back(input.detach());
+    record.input_versions.push_back(input._version());
+  }
+  record.region = region;
+  auto node = std::shared_ptr<RecomputeNode>(new RecomputeNode(std::move(record), std::move(edges)),
+                                             torch::autograd::deleteNode);
+
+  std::vector<at::Tensor> results;
+  for (auto& output : outputs) {
+    if (!output.requires_grad()) {
+      results.push_back(output);
+      continue;
+    }
+    at::Tensor result = output.detach();
+    const uint32_t slot = node->add_input_metadata(result);
+    torch::autograd::impl::set_gradient_edge(result, Edge(node, slot));
+    results.push_back(std::move(result));
+  }
+  return results;  // `outputs`, and the graph they recorded, go here
+}
+
+namespace detail {
+torch::Tensor checkpoint_one(const std::function<torch::Tensor(const torch::Tensor&)>& region,
+                             const torch::Tensor& input, const CheckpointOptions& options) {
+  COHORT_CHECK(static_cast<bool>(region), region_label(options), ": the region is empty");
+  auto one = [region](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{region(in[0])};
+  };
+  return checkpoint_region(one, {input}, options)[0];
+}
+
+CheckpointOptions module_region_options(const torch::nn::Module& module,
+                                        const CheckpointOptions& options) {
+  CheckpointOptions with_buffers = options;
+  for (const auto& buffer : module.buffers()) with_buffers.restore_after_recompute.push_back(buffer);
+  return with_buffers;
+}
+}  // namespace detail
+
+}  // namespace cohort
