@@ -85,7 +85,7 @@ GptImpl::GptImpl(const GptConfig& c) : config_(c) {
   position_embedding_ =
       register_module("position_embedding", torch::nn::Embedding(c.context, c.width));
   embedding_dropout_ = register_module("embedding_dropout", torch::nn::Dropout(c.dropout));
-  blocks_ = register_module("blocks", torch::nn::ModuleList());
+  blocks_ = register_module("blocks", torch::nn::Sequential());
   for (int64_t i = 0; i < c.layers; ++i) blocks_->push_back(TransformerBlock(c));
   final_norm_ = register_module("final_norm", layer_norm(c.width));
   // Not tied to the token embedding: a weight shared by two modules would belong to two
@@ -121,7 +121,7 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
       torch::arange(time, torch::TensorOptions().dtype(torch::kInt64).device(tokens.device()));
   torch::Tensor x = token_embedding_->forward(tokens) + position_embedding_->forward(positions);
   x = embedding_dropout_->forward(x);
-  for (const auto& block : *blocks_) x = block->as<TransformerBlock>()->forward(x);
+  x = blocks_->forward(x);
   return head_->forward(final_norm_->forward(x));
 }
 

@@ -4,8 +4,10 @@
 //
 // Written with plain torch ops so that it runs on libtorch 1.13 (no fused attention there) and
 // so that every parameter is an ordinary nn::Linear, nn::Embedding or nn::LayerNorm one. The
-// blocks sit in an nn::ModuleList named `blocks`: the units a sharded strategy (FSDP's
-// auto-wrap of ModuleList children) gathers one at a time. Nothing here knows about the
+// blocks sit in an nn::Sequential named `blocks`: the units a sharded strategy (FSDP's
+// auto-wrap of Sequential children) gathers one at a time, and the regions
+// cohort::checkpoint_modules can checkpoint (it redirects a Sequential's calls of its children;
+// a ModuleList's children are called by their type, past any hook). Nothing here knows about the
 // char_lm example (whose namespace it keeps), so benchmarks build it at any size (12 layers of width 768 is 85 M
 // parameters with a byte vocabulary and context 1024).
 #pragma once
@@ -66,7 +68,7 @@ class GptImpl : public torch::nn::Module {
   GptConfig config_;
   torch::nn::Embedding token_embedding_{nullptr}, position_embedding_{nullptr};
   torch::nn::Dropout embedding_dropout_{nullptr};
-  torch::nn::ModuleList blocks_{nullptr};
+  torch::nn::Sequential blocks_{nullptr};
   torch::nn::LayerNorm final_norm_{nullptr};
   torch::nn::Linear head_{nullptr};
 };
