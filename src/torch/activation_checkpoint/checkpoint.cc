@@ -121,7 +121,7 @@ std::vector<torch::Tensor> checkpoint_region(const CheckpointRegion& region,
   }
   RegionRecord record;
   record.options = options;
-  if (options.preserve_rng_state) record.rng = activation_checkpoint::RngSnapshot::take(inputs);
+  if (options.preserve_rng_state) record.rng = activation_checkpoint::RngSnapshot::take(inputs, options.generators);
   record.autocast = activation_checkpoint::AutocastSnapshot::take();
   std::vector<at::Tensor> region_inputs = region_inputs_of(inputs, options);
   std::vector<int64_t> versions_before;

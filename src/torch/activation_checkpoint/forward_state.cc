@@ -20,7 +20,8 @@ at::Tensor state_of(at::Generator& generator) {
 
 }  // namespace
 
-RngSnapshot RngSnapshot::take(const std::vector<at::Tensor>& inputs) {
+RngSnapshot RngSnapshot::take(const std::vector<at::Tensor>& inputs,
+                              const std::vector<at::Generator>& extra) {
   std::vector<c10::DeviceIndex> cuda_devices;
   for (const auto& input : inputs) {
     if (!input.defined() || !input.is_cuda()) continue;
@@ -36,6 +37,7 @@ RngSnapshot RngSnapshot::take(const std::vector<at::Tensor>& inputs) {
         at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CUDA, index));
     snapshot.saved_.push_back({cuda, state_of(cuda)});
   }
+  for (at::Generator generator : extra) snapshot.saved_.push_back({generator, state_of(generator)});
   return snapshot;
 }
 

@@ -11,11 +11,12 @@
 
 namespace cohort::activation_checkpoint {
 
-// The states of the CPU generator and of the default generator of every CUDA device among
-// `inputs` (the devices the region computes on), taken now.
 class RngSnapshot {
  public:
-  static RngSnapshot take(const std::vector<at::Tensor>& inputs);
+  // The states of the CPU generator, of the default generator of every CUDA device among
+  // `inputs` (the devices the region computes on) and of `extra`, taken now.
+  static RngSnapshot take(const std::vector<at::Tensor>& inputs,
+                          const std::vector<at::Generator>& extra);
 
   // Sets every generator this snapshot holds to its saved state.
   void restore() const;

@@ -36,6 +36,7 @@
 // when nothing the region reads needs a gradient) the region just runs.
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
@@ -55,6 +56,9 @@ struct CheckpointOptions {
   // generator's state less per region, and a recomputation that draws other masks (wrong
   // gradients if the region draws random numbers).
   bool preserve_rng_state = true;
+  // Generators of the region's own besides those (e.g. one per rank where ranks are threads of
+  // one process, which share the default generators), saved and restored likewise.
+  std::vector<at::Generator> generators;
   // Tensors the region updates in place as a side effect (BatchNorm's running statistics and
   // num_batches_tracked): saved before the recomputation and put back after it, so that the
   // forward's update counts once. The module forms of checkpoint() pass the module's buffers.
