@@ -42,6 +42,7 @@ TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
   TextWindows train_set(data.train, options.context), validation(data.validation, options.context);
   torch::manual_seed(options.seed);
   Gpt model(options.model_config(data.vocabulary.size()));
+  if (options.activation_checkpointing) checkpoint_blocks(*model, false);
   auto optimizer = make_adamw(*model, model->named_parameters(), options);
   const int64_t windows_count = static_cast<int64_t>(train_set.size().value());
   int64_t planned = options.epochs * (windows_count / options.batch_size);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "activation_checkpointing.h"
 #include "checkpointing.h"
 #include "fortune_files.h"
 #include "precision.h"
@@ -42,6 +43,9 @@ void add_model_options(CLI::App& app, TrainOptions& o) {
       ->check(CLI::PositiveNumber);
   app.add_option("--width", o.width, "Embedding width")->check(CLI::PositiveNumber);
   app.add_option("--dropout", o.dropout, "Dropout probability")->check(CLI::Range(0.0, 0.99));
+  app.add_flag("--activation-checkpointing", o.activation_checkpointing,
+               "Recompute every block's activations in backward instead of keeping them "
+               "(cohort::checkpoint_modules)");
 }
 
 void add_optimizer_options(CLI::App& app, TrainOptions& o) {
@@ -94,6 +98,12 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   add_model_options(app, o);
   add_optimizer_options(app, o);
   add_run_options(app, o);
+}
+
+void checkpoint_blocks(torch::nn::Module& model, bool say) {
+  cohort::CheckpointPolicy policy;
+  policy.sequential_children = true;  // the model's one Sequential holds the blocks
+  cohort_examples::checkpoint_activations(model, policy, say);
 }
 
 }  // namespace char_lm

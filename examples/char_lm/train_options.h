@@ -1,6 +1,8 @@
 // The command line of the char_lm example (docs/char_lm.md).
 #pragma once
 
+#include <torch/nn/module.h>
+
 #include <cstdint>
 #include <string>
 
@@ -18,6 +20,7 @@ struct TrainOptions {
   std::string strategy = "ddp";
   std::string precision = "fp32";  // cohort_examples::kPrecisionNames (docs/amp.md)
   bool master_weights = false;     // the model in 16-bit, float32 masters (docs/amp.md)
+  bool activation_checkpointing = false;  // every block recomputed in backward
   // The model (the vocabulary size comes from the text).
   int64_t context = 64;
   int64_t layers = 4;
@@ -56,5 +59,9 @@ struct TrainOptions {
 };
 
 void add_train_options(CLI::App& app, TrainOptions& options);
+
+// --activation-checkpointing: every transformer block (the children of the model's `blocks`
+// Sequential) a checkpointed region; `say`: print them.
+void checkpoint_blocks(torch::nn::Module& model, bool say);
 
 }  // namespace char_lm

@@ -9,8 +9,10 @@
 #include "cohort/comm/timeline.h"
 #include "cohort/torch/data/distributed_sampler.h"
 #include "cohort/torch/optim/lr_schedule.h"
+#include "cohort/torch/tensor_memory.h"
 #include "dataset.h"
 #include "gpt.h"
+#include "memory.h"
 #include "precision.h"
 #include "progress.h"
 #include "ranks.h"
@@ -99,9 +101,11 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
       per_rank_batch_(cohort_examples::per_rank_batch(options_.batch_size, *group_)),
       loader_(nullptr),
       progress_(options_.progress && group_->rank() == 0, options_.log_every) {
+  cohort::track_cpu_tensor_memory();  // the peak tensors of the memory lines
   torch::set_num_threads(cohort_examples::threads_per_rank(options_.threads, *group_));
   torch::manual_seed(options_.seed);  // the same initial weights everywhere (DDP checks)
   model_ = Gpt(options_.model_config(data_.vocabulary.size()));
+  if (options_.activation_checkpointing) checkpoint_blocks(*model_, rank0());
   cohort_examples::StrategyOptions wrapping = strategy_options(options_, timeline_);
   wrapping.master_weights = precision_.master_weights();
   strategy_ = cohort_examples::make_strategy(options_.strategy, model_.ptr(), group_, wrapping);
@@ -169,6 +173,7 @@ TrainResult Trainer::run() {
   strategy_->resume(options_.checkpoint,
                     cohort_examples::load_options(options_.resume, options_.overwrite_checkpoint),
                     state_);
+  cohort_examples::start_counting_step_memory();
   TrainResult result;
   result.unigram_entropy = data_.unigram_entropy;
   for (; state_.epoch < options_.epochs && !out_of_steps(); ++state_.epoch) {

@@ -2,6 +2,8 @@
 
 #include <sys/resource.h>
 
+#include "cohort/torch/tensor_memory.h"
+
 namespace cohort_examples {
 
 int64_t tensor_bytes(const std::vector<torch::Tensor>& tensors) {
@@ -22,6 +24,20 @@ int64_t peak_rss_bytes() {
   struct rusage usage {};
   ::getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports kilobytes
+}
+
+namespace {
+int64_t g_step_memory_base = 0;  // one training loop per process
+}  // namespace
+
+void start_counting_step_memory() {
+  g_step_memory_base = cohort::cpu_tensor_bytes();
+  cohort::reset_peak_cpu_tensor_bytes();
+}
+
+int64_t step_memory_peak_bytes() {
+  if (!cohort::tracking_cpu_tensor_memory()) return 0;
+  return cohort::peak_cpu_tensor_bytes() - g_step_memory_base;
 }
 
 }  // namespace cohort_examples

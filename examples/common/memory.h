@@ -29,4 +29,12 @@ int64_t gradient_bytes(const std::vector<torch::Tensor>& parameters);
 // This process's peak resident set size in bytes (getrusage's ru_maxrss).
 int64_t peak_rss_bytes();
 
+// The training steps' own tensor memory (cohort::track_cpu_tensor_memory, started by the
+// trainers): start_counting_step_memory() at the start of training takes the bytes held then
+// (data set, model, optimizer) as the base; step_memory_peak_bytes() is the most held above it
+// since: activations, gradients, optimizer state made in the steps, temporaries. 0 when
+// tensor memory is not tracked.
+void start_counting_step_memory();
+int64_t step_memory_peak_bytes();
+
 }  // namespace cohort_examples

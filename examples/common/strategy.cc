@@ -321,7 +321,7 @@ void print_memory_of_ranks(const Strategy& strategy, const torch::optim::Optimiz
                            cohort::Group& group) {
   // The ranks' figures are gathered with one allreduce: each rank fills its own slots of a
   // zeroed vector.
-  constexpr size_t kFigures = 6;
+  constexpr size_t kFigures = 7;
   const ModelStateBytes state = strategy.model_state_bytes(optimizer);
   std::vector<double> figures(kFigures * static_cast<size_t>(group.size()), 0.0);
   double* mine = figures.data() + kFigures * static_cast<size_t>(group.rank());
@@ -331,6 +331,7 @@ void print_memory_of_ranks(const Strategy& strategy, const torch::optim::Optimiz
   mine[3] = double(state.optimizer_state);
   mine[4] = double(peak_rss_bytes());
   mine[5] = double(state.peak_gradients);
+  mine[6] = double(step_memory_peak_bytes());
   group.allreduce(cohort::make_buffer(figures));
   if (group.rank() != 0) return;
   const auto mib = [](double bytes) { return bytes / (1024.0 * 1024.0); };
@@ -341,7 +342,9 @@ void print_memory_of_ranks(const Strategy& strategy, const torch::optim::Optimiz
     if (f[1] > 0) std::printf(" + units gathered at once %.2f", mib(f[1]));
     std::printf(" + gradients %.2f", mib(f[2]));
     if (f[5] > f[2]) std::printf(" (peak %.2f in backward)", mib(f[5]));
-    std::printf(" + optimizer state %.2f), peak RSS %.1f MiB\n", mib(f[3]), mib(f[4]));
+    std::printf(" + optimizer state %.2f), ", mib(f[3]));
+    if (f[6] > 0) std::printf("tensors of the steps %.1f MiB at peak, ", mib(f[6]));
+    std::printf("peak RSS %.1f MiB\n", mib(f[4]));
   }
   std::fflush(stdout);
 }

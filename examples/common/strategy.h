@@ -100,8 +100,10 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name,
                                         std::shared_ptr<cohort::Group> group,
                                         const StrategyOptions& options);
 
-// One line per rank, printed by rank 0: each rank's model state (strategy.model_state_bytes)
-// and peak RSS. Collective over `group`.
+// One line per rank, printed by rank 0: each rank's model state (strategy.model_state_bytes),
+// the most CPU tensor memory its training steps held at once above what training started with
+// (step_memory_peak_bytes(), memory.h: activations, gradients, temporaries) and peak RSS.
+// Collective over `group`.
 void print_memory_of_ranks(const Strategy& strategy, const torch::optim::Optimizer& optimizer,
                            cohort::Group& group);
 

@@ -34,6 +34,7 @@ TrainResult train_elastic(const TrainOptions& options) {
   const Images test = options.skip_eval ? Images{} : load_split(options.data_dir, Split::kTest);
   torch::manual_seed(options.seed);
   auto model = make_fmnist_model(options.model);
+  if (options.activation_checkpointing) checkpoint_conv_stack(*model, options, false);
   cohort_examples::OptimizerSettings settings;
   settings.lr = options.scaled_lr();
   settings.momentum = options.momentum;

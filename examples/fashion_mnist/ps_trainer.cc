@@ -142,6 +142,7 @@ class PsTrainer {
     workers_ = group_->split(worker ? 0 : -1, group_->rank());
     torch::manual_seed(options_.seed);  // the same initial weights everywhere
     model_ = make_fmnist_model(options_.model);
+    if (options_.activation_checkpointing) checkpoint_conv_stack(*model_, options_, false);
     ps_ = cohort::ParameterServer::create(
         group_, *model_, [this](std::vector<torch::Tensor> shard) { return optimizer_of(shard); },
         server_options(options_, timeline_));

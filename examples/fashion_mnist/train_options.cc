@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <limits>
 
+#include "activation_checkpointing.h"
 #include "checkpointing.h"
+#include "cohort/core/error.h"
 #include "dataset.h"
 #include "optimizers.h"
 #include "precision.h"
@@ -43,6 +45,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember({"cnn", "cnn_bn", "mlp"}));
   app.add_flag("--sync-bn", o.sync_bn,
                "BatchNorm over the global batch: cohort::nn::SyncBatchNorm (needs --model cnn_bn)");
+  app.add_flag("--activation-checkpointing", o.activation_checkpointing,
+               "Recompute the conv stack's activations in backward instead of keeping them "
+               "(cohort::checkpoint_modules; needs --model cnn_bn)");
   app.add_option("--strategy", o.strategy, cohort_examples::strategy_help())
       ->check(CLI::IsMember(cohort_examples::kStrategyNames))
       ->capture_default_str();
@@ -113,6 +118,20 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_flag("!--no-progress", o.progress, "No progress bar or lines");
   app.add_option("--log-every", o.log_every, "Steps between progress lines (no terminal)")
       ->check(CLI::PositiveNumber);
+}
+
+void checkpoint_conv_stack(torch::nn::Module& model, const TrainOptions& options, bool say) {
+  if (options.model != "cnn_bn") {
+    throw cohort::InvalidArgument(
+        "--activation-checkpointing needs --model cnn_bn: the model '" + options.model +
+        "' calls its layers directly from forward(), where libtorch has no hook to redirect "
+        "(docs/activation_checkpointing.md); cnn_bn holds them in a Sequential");
+  }
+  cohort::CheckpointPolicy policy;
+  // One region per convolution block (conv, bn, relu; conv, bn, relu, max-pool): one region for
+  // the whole stack would be recomputed whole in backward, holding at its peak what it saved.
+  policy.spans = {{"layers", 0, 3}, {"layers", 3, 7}};
+  cohort_examples::checkpoint_activations(model, policy, say);
 }
 
 }  // namespace fashion_mnist

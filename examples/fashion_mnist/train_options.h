@@ -1,6 +1,8 @@
 // The command line of the Fashion-MNIST example (docs/fashion_mnist.md).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,6 +25,7 @@ struct TrainOptions {
   // cnn_bn's BatchNorms replaced by cohort::nn::SyncBatchNorm over the job's group
   // (docs/large_batch.md): statistics of the global batch instead of each rank's slice.
   bool sync_bn = false;
+  bool activation_checkpointing = false;  // the conv stack recomputed in backward (cnn_bn)
   std::string strategy = "ddp";    // cohort_examples::kStrategyNames
   std::string precision = "fp32";  // cohort_examples::kPrecisionNames (docs/amp.md)
   bool master_weights = false;     // the model in 16-bit, float32 masters (docs/amp.md)
@@ -91,5 +94,10 @@ struct TrainOptions {
 };
 
 void add_train_options(CLI::App& app, TrainOptions& options);
+
+// --activation-checkpointing: the conv stack of the cnn_bn model's Sequential as two
+// checkpointed regions, one per convolution block; `say`: print them. Throws InvalidArgument
+// for the other models, whose forward() calls their layers directly.
+void checkpoint_conv_stack(torch::nn::Module& model, const TrainOptions& options, bool say);
 
 }  // namespace fashion_mnist

@@ -13,9 +13,11 @@
 #include "cohort/torch/data/distributed_sampler.h"
 #include "cohort/torch/nn/sync_batch_norm.h"
 #include "cohort/torch/optim/lr_schedule.h"
+#include "cohort/torch/tensor_memory.h"
 #include "dataset.h"
 #include "evaluation.h"
 #include "fmnist_models.h"
+#include "memory.h"
 #include "optimizers.h"
 #include "precision.h"
 #include "progress.h"
@@ -108,11 +110,13 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
       test_(options.skip_eval ? Images{} : load_split(options.data_dir, Split::kTest)),
       loader_(nullptr),
       progress_(options.progress && group_->rank() == 0, options.log_every) {
+  cohort::track_cpu_tensor_memory();  // the peak tensors of the memory lines
   torch::set_num_threads(cohort_examples::threads_per_rank(options_.threads, *group_));
   FashionMnist train_set(load_split(options_.data_dir, Split::kTrain));
   torch::manual_seed(options_.seed);  // the same initial weights everywhere (DDP checks)
   model_ = make_fmnist_model(options_.model);
   if (options_.sync_bn) convert_batch_norms();
+  if (options_.activation_checkpointing) checkpoint_conv_stack(*model_, options_, rank0());
   cohort_examples::StrategyOptions wrapping = strategy_options(options_, timeline_);
   wrapping.master_weights = precision_.master_weights();
   strategy_ = cohort_examples::make_strategy(options_.strategy, model_, group_, wrapping);
@@ -178,6 +182,7 @@ TrainResult Trainer::run() {
   strategy_->resume(options_.checkpoint,
                     cohort_examples::load_options(options_.resume, options_.overwrite_checkpoint),
                     state_);
+  cohort_examples::start_counting_step_memory();
   started_ = Clock::now();
   TrainResult result;
   for (; state_.epoch < options_.epochs && !out_of_steps(); ++state_.epoch) {

@@ -99,6 +99,59 @@ TEST(CharLmExample, LearnsAtTwoRanksAndReportsValidationLossAndMemory) {
   }
 }
 
+// The number after `label` on rank 0's memory line of rank `rank`; NaN when it is not there.
+double memory_figure(const std::string& output, int rank, const std::string& label) {
+  const size_t line = output.find("memory of rank " + std::to_string(rank) + ":");
+  if (line == std::string::npos) return std::nan("");
+  const size_t end = output.find('\n', line);
+  const size_t at = output.find(label, line);
+  if (at == std::string::npos || at > end) return std::nan("");
+  return std::strtod(output.c_str() + at + label.size(), nullptr);
+}
+
+// --activation-checkpointing recomputes every block (4 here, with dropout: the generator is
+// restored for the recomputation) and trains exactly the same model: every step's loss is equal
+// to the digit; the steps' tensor memory is smaller.
+void expect_checkpointing_trains_the_same(const std::string& strategy) {
+  const std::string model =
+      " --layers 4 --width 32 --heads 2 --context 32 --dropout 0.1 --batch-size 32 --skip-eval "
+      "--sample 0 --max-steps 8 --strategy " + strategy;
+  auto run = [&](const std::string& extra) {
+    const std::string dir = testing::fresh_temp_dir("char_lm_ac");
+    const std::string command = COHORTRUN " --nproc-per-node 2 " CHAR_LM + model +
+                                " --checkpoint " + dir + "/ck --metrics " + dir + "/steps.jsonl " +
+                                extra;
+    return ExampleRun{testing::run_shell(command, {"OMP_NUM_THREADS=1"}, kDeadline), dir};
+  };
+  const ExampleRun plain = run(""), checkpointed = run("--activation-checkpointing");
+  ASSERT_EQ(plain.result.exit_code, 0) << plain.result.output;
+  ASSERT_EQ(checkpointed.result.exit_code, 0) << checkpointed.result.output;
+  EXPECT_NE(checkpointed.result.output.find(
+                "activation checkpointing: 4 region(s) recomputed in backward: blocks.0, "
+                "blocks.1, blocks.2, blocks.3"),
+            std::string::npos)
+      << checkpointed.result.output;
+  const std::vector<json> want = read_lines(plain.dir + "/steps.jsonl");
+  const std::vector<json> got = read_lines(checkpointed.dir + "/steps.jsonl");
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(got[i]["loss"].get<double>(), want[i]["loss"].get<double>()) << "step " << i + 1;
+  for (int rank : {0, 1}) {
+    const double with = memory_figure(checkpointed.result.output, rank, "tensors of the steps ");
+    const double without = memory_figure(plain.result.output, rank, "tensors of the steps ");
+    EXPECT_LT(with, without) << "rank " << rank << ":\n" << plain.result.output << "\n"
+                             << checkpointed.result.output;
+  }
+}
+
+TEST(CharLmExample, ActivationCheckpointingTrainsTheSameModelWithLessMemoryUnderDdp) {
+  expect_checkpointing_trains_the_same("ddp");
+}
+
+TEST(CharLmExample, ActivationCheckpointingTrainsTheSameModelWithLessMemoryUnderFullShard) {
+  expect_checkpointing_trains_the_same("full_shard");
+}
+
 // `strategy` at 2 ranks learns as DDP does and saves a sharded checkpoint (a directory: a
 // manifest and one file per rank), which `resume_as` at 1 rank resumes. `memory_line`: what
 // rank 1's memory line must say.

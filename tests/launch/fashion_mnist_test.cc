@@ -365,6 +365,29 @@ TEST(FashionMnistExampleLargeBatch, LambOverZero2Trains) {
   expect_metrics_consistent(read_lines(run.dir + "/steps.jsonl"), 2);
 }
 
+// --activation-checkpointing (docs/activation_checkpointing.md) with SyncBatchNorm: the conv
+// stack recomputed in backward trains exactly the same model (every step's loss equal to the
+// digit: dropout's generator and the running statistics are restored for the recomputation).
+TEST(FashionMnistExampleLargeBatch, ActivationCheckpointingWithSyncBnTrainsTheSameModel) {
+  const ExampleRun plain = run_example(2, "--model cnn_bn --sync-bn --skip-eval");
+  const ExampleRun checkpointed =
+      run_example(2, "--model cnn_bn --sync-bn --skip-eval --activation-checkpointing");
+  ASSERT_EQ(plain.result.exit_code, 0) << plain.result.output;
+  ASSERT_EQ(checkpointed.result.exit_code, 0) << checkpointed.result.output;
+  EXPECT_NE(checkpointed.result.output.find("2 region(s) recomputed in backward: layers[0:3], "
+                                            "layers[3:7]"),
+            std::string::npos)
+      << checkpointed.result.output;
+  const std::vector<json> want = read_lines(plain.dir + "/steps.jsonl");
+  const std::vector<json> got = read_lines(checkpointed.dir + "/steps.jsonl");
+  expect_metrics_consistent(got, 2);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(got[i]["loss"].get<double>(), want[i]["loss"].get<double>()) << "step " << i + 1;
+  EXPECT_NE(checkpointed.result.output.find("tensors of the steps"), std::string::npos)
+      << checkpointed.result.output;
+}
+
 // docs/compression.md: PowerSGD compresses after its start_iter (each step's reduced_bytes
 // falls from the gradients' 4.8 MB to PowerSGD's P and Q), and local SGD sends the model only
 // at its averaging steps (every 4th here, after 2 DDP steps).
@@ -408,6 +431,14 @@ TEST(FashionMnistExampleErrors, SyncBnWithoutBatchNormNamesTheModelToUse) {
   const ExampleRun run = run_example(1, "--model cnn --sync-bn");
   EXPECT_NE(run.result.exit_code, 0) << run.result.output;
   EXPECT_NE(run.result.output.find("use --model cnn_bn"), std::string::npos) << run.result.output;
+}
+
+TEST(FashionMnistExampleErrors, ActivationCheckpointingOfAModelWithoutASequentialNamesTheModel) {
+  const ExampleRun run = run_example(1, "--model cnn --activation-checkpointing");
+  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find("--activation-checkpointing needs --model cnn_bn"),
+            std::string::npos)
+      << run.result.output;
 }
 
 TEST(FashionMnistExampleErrors, Fp16OnACpuNamesBf16) {
