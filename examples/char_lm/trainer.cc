@@ -173,12 +173,13 @@ TrainResult Trainer::run() {
   strategy_->resume(options_.checkpoint,
                     cohort_examples::load_options(options_.resume, options_.overwrite_checkpoint),
                     state_);
-  cohort_examples::start_counting_step_memory();
   TrainResult result;
   result.unigram_entropy = data_.unigram_entropy;
   for (; state_.epoch < options_.epochs && !out_of_steps(); ++state_.epoch) {
     if (sampler_->epoch() != static_cast<uint64_t>(state_.epoch)) sampler_->set_epoch(state_.epoch);
+    cohort_examples::start_counting_step_memory();
     const std::vector<StepRecord> steps = train_epoch();
+    cohort_examples::stop_counting_step_memory();
     std::optional<double> validation;
     if (!options_.skip_eval) validation = evaluate();
     if (validation) result.validation_loss = validation;

@@ -27,7 +27,9 @@ int64_t peak_rss_bytes() {
 }
 
 namespace {
-int64_t g_step_memory_base = 0;  // one training loop per process
+// One training loop per process.
+int64_t g_step_memory_base = 0;
+int64_t g_step_memory_peak = 0;
 }  // namespace
 
 void start_counting_step_memory() {
@@ -35,9 +37,11 @@ void start_counting_step_memory() {
   cohort::reset_peak_cpu_tensor_bytes();
 }
 
-int64_t step_memory_peak_bytes() {
-  if (!cohort::tracking_cpu_tensor_memory()) return 0;
-  return cohort::peak_cpu_tensor_bytes() - g_step_memory_base;
+void stop_counting_step_memory() {
+  if (cohort::tracking_cpu_tensor_memory())
+    g_step_memory_peak = cohort::peak_cpu_tensor_bytes() - g_step_memory_base;
 }
+
+int64_t step_memory_peak_bytes() { return g_step_memory_peak; }
 
 }  // namespace cohort_examples

@@ -30,11 +30,13 @@ int64_t gradient_bytes(const std::vector<torch::Tensor>& parameters);
 int64_t peak_rss_bytes();
 
 // The training steps' own tensor memory (cohort::track_cpu_tensor_memory, started by the
-// trainers): start_counting_step_memory() at the start of training takes the bytes held then
-// (data set, model, optimizer) as the base; step_memory_peak_bytes() is the most held above it
-// since: activations, gradients, optimizer state made in the steps, temporaries. 0 when
-// tensor memory is not tracked.
+// trainers): start_counting_step_memory() before an epoch's steps takes the bytes held then
+// (data set, model, optimizer) as the base, stop_counting_step_memory() after them keeps the
+// most held above it in between (activations, gradients, optimizer state made in the steps,
+// temporaries; not the evaluation), which step_memory_peak_bytes() gives (0 when tensor
+// memory is not tracked).
 void start_counting_step_memory();
+void stop_counting_step_memory();
 int64_t step_memory_peak_bytes();
 
 }  // namespace cohort_examples

@@ -23,6 +23,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <memory>
+#include <set>
 #include <unordered_set>
 #include <utility>
 
@@ -70,8 +71,7 @@ edge_list edges_leaving_region(const std::vector<at::Tensor>& outputs,
     if (node != nullptr && seen.insert(node).second) pending.push_back(node);
   }
   edge_list leaving;
-  std::unordered_set<const Node*> leaving_nodes;
-  std::vector<std::pair<const Node*, uint32_t>> leaving_keys;
+  std::set<std::pair<const Node*, uint32_t>> leaving_keys;
   while (!pending.empty()) {
     Node* node = pending.back();
     pending.pop_back();
@@ -83,12 +83,7 @@ edge_list edges_leaving_region(const std::vector<at::Tensor>& outputs,
         continue;
       }
       if (input_accumulators.count(next) > 0) continue;
-      const std::pair<const Node*, uint32_t> key{next, edge.input_nr};
-      bool known = false;
-      for (const auto& k : leaving_keys) known = known || k == key;
-      if (known) continue;
-      leaving_keys.push_back(key);
-      leaving.push_back(edge);
+      if (leaving_keys.insert({next, edge.input_nr}).second) leaving.push_back(edge);
     }
   }
   return leaving;
@@ -108,6 +103,52 @@ std::vector<at::Tensor> region_inputs_of(const std::vector<at::Tensor>& inputs,
   return region_inputs;
 }
 
+// The region run once with autograd recording (Note [Region edges]): its outputs and the
+// sequence numbers of the nodes it recorded.
+struct RecordedRun {
+  std::vector<at::Tensor> outputs;
+  uint64_t first = 0;
+  uint64_t end = 0;
+};
+
+RecordedRun run_recording(const CheckpointRegion& region, const std::vector<at::Tensor>& inputs,
+                          const std::vector<at::Tensor>& region_inputs,
+                          const CheckpointOptions& options) {
+  std::vector<int64_t> versions_before;
+  for (const auto& input : inputs) versions_before.push_back(input._version());
+  RecordedRun run;
+  run.first = at::sequence_number::peek();
+  run.outputs = region(region_inputs);
+  check_outputs(run.outputs, options);
+  activation_checkpoint::own_outputs(run.outputs, run.first);
+  run.end = at::sequence_number::peek();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    COHORT_CHECK(inputs[i]._version() == versions_before[i], region_label(options),
+                 ": the region changed its input ", i,
+                 " in place, so its recomputation in backward would start from other values. "
+                 "Change a clone() of the input inside the region instead");
+  }
+  return run;
+}
+
+// The region's outputs as outputs of `node` (detached from the recorded graph, which goes with
+// the recorded outputs); those that need no gradient as they are.
+std::vector<at::Tensor> outputs_of_node(const std::vector<at::Tensor>& recorded,
+                                        const std::shared_ptr<RecomputeNode>& node) {
+  std::vector<at::Tensor> results;
+  for (const auto& output : recorded) {
+    if (!output.requires_grad()) {
+      results.push_back(output);
+      continue;
+    }
+    at::Tensor result = output.detach();
+    const uint32_t slot = node->add_input_metadata(result);
+    torch::autograd::impl::set_gradient_edge(result, Edge(node, slot));
+    results.push_back(std::move(result));
+  }
+  return results;
+}
+
 }  // namespace
 
 std::vector<torch::Tensor> checkpoint_region(const CheckpointRegion& region,
@@ -121,58 +162,31 @@ std::vector<torch::Tensor> checkpoint_region(const CheckpointRegion& region,
   }
   RegionRecord record;
   record.options = options;
-  if (options.preserve_rng_state) record.rng = activation_checkpoint::RngSnapshot::take(inputs, options.generators);
+  if (options.preserve_rng_state)
+    record.rng = activation_checkpoint::RngSnapshot::take(inputs, options.generators);
   record.autocast = activation_checkpoint::AutocastSnapshot::take();
-  std::vector<at::Tensor> region_inputs = region_inputs_of(inputs, options);
-  std::vector<int64_t> versions_before;
-  for (const auto& input : inputs) versions_before.push_back(input._version());
-
-  const uint64_t first = at::sequence_number::peek();
-  std::vector<at::Tensor> outputs = region(region_inputs);
-  check_outputs(outputs, options);
-  activation_checkpoint::own_outputs(outputs, first);
-  const uint64_t end = at::sequence_number::peek();
-
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    COHORT_CHECK(inputs[i]._version() == versions_before[i], region_label(options),
-                 ": the region changed its input ", i,
-                 " in place, so its recomputation in backward would start from other values. "
-                 "Change a clone() of the input inside the region instead");
-  }
+  const std::vector<at::Tensor> region_inputs = region_inputs_of(inputs, options);
+  const RecordedRun run = run_recording(region, inputs, region_inputs, options);
   bool any_output_needs_grad = false;
-  for (const auto& output : outputs) {
+  for (const auto& output : run.outputs) {
     record.output_requires_grad.push_back(output.requires_grad());
     any_output_needs_grad = any_output_needs_grad || output.requires_grad();
   }
-  if (!any_output_needs_grad) return outputs;  // nothing the region read needs a gradient
+  if (!any_output_needs_grad) return run.outputs;  // nothing the region read needs a gradient
 
   edge_list edges;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    record.input_requires_grad.push_back(inputs[i].requires_grad());
-    if (inputs[i].requires_grad()) edges.push_back(torch::autograd::impl::gradient_edge(inputs[i]));
-  }
-  edge_list leaving = edges_leaving_region(outputs, region_inputs, first, end);
-  edges.insert(edges.end(), leaving.begin(), leaving.end());
   for (const auto& input : inputs) {
+    record.input_requires_grad.push_back(input.requires_grad());
+    if (input.requires_grad()) edges.push_back(torch::autograd::impl::gradient_edge(input));
     record.inputs.push_back(input.detach());
     record.input_versions.push_back(input._version());
   }
+  const edge_list leaving = edges_leaving_region(run.outputs, region_inputs, run.first, run.end);
+  edges.insert(edges.end(), leaving.begin(), leaving.end());
   record.region = region;
   auto node = std::shared_ptr<RecomputeNode>(new RecomputeNode(std::move(record), std::move(edges)),
                                              torch::autograd::deleteNode);
-
-  std::vector<at::Tensor> results;
-  for (auto& output : outputs) {
-    if (!output.requires_grad()) {
-      results.push_back(output);
-      continue;
-    }
-    at::Tensor result = output.detach();
-    const uint32_t slot = node->add_input_metadata(result);
-    torch::autograd::impl::set_gradient_edge(result, Edge(node, slot));
-    results.push_back(std::move(result));
-  }
-  return results;  // `outputs`, and the graph they recorded, go here
+  return outputs_of_node(run.outputs, node);  // the recorded graph goes with run.outputs
 }
 
 namespace detail {
