@@ -25,6 +25,8 @@ bool register_names() {
   register_call_site(kElasticCommit, "ElasticTrainer's commit vote");
   register_call_site(kElasticHeal, "ElasticTrainer's healing of a new generation");
   register_call_site(kElasticBuddy, "ElasticTrainer's buddy copies");
+  register_call_site(kDiLoCoConstructor, "DiLoCo's constructor");
+  register_call_site(kDiLoCoRound, "DiLoCo's synchronization of a fragment");
   return true;
 }
 

@@ -30,6 +30,8 @@ inline constexpr CallSite kZeroConstructor{20};
 inline constexpr CallSite kElasticCommit{21};
 inline constexpr CallSite kElasticHeal{22};
 inline constexpr CallSite kElasticBuddy{23};
+inline constexpr CallSite kDiLoCoConstructor{24};
+inline constexpr CallSite kDiLoCoRound{25};
 
 // Registers the names of every site above with comm; idempotent.
 bool register_names();

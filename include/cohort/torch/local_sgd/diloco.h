@@ -1,0 +1,104 @@
+// DiLoCo and Streaming DiLoCo: local SGD with an outer optimizer, for slow links.
+//
+// Each rank trains its own copy of the model with its own (inner) optimizer, without
+// communicating, for H steps. Then the ranks average their pseudo-gradients, the change of the
+// model since the last synchronization (the outer parameters minus the rank's parameters), and
+// an outer optimizer steps the outer parameters with that average as their gradient; every
+// rank's model becomes the new outer parameters (Douillard et al., "DiLoCo: Distributed
+// Low-Communication Training of Language Models", 2023: AdamW inside, Nesterov SGD outside).
+// Streaming DiLoCo (Douillard et al., 2025) cuts the model into F fragments synchronized at
+// staggered steps (fragment f at the steps s with s mod H = f H / F), so that each round sends
+// 1/F of the model and the peak bandwidth falls F-fold, and may send the pseudo-gradients in
+// bfloat16.
+//
+//   cohort::DiLoCoOptions options;
+//   options.inner_steps = 50;                       // H
+//   options.fragments = 4;                          // F (1: plain DiLoCo)
+//   cohort::DiLoCo diloco(group, *model, options);  // collective: rank 0's model everywhere
+//   for (auto& batch : *loader) {                   // the model itself, no DDP
+//     optimizer.zero_grad();
+//     loss_fn(model->forward(batch.data), batch.target).backward();
+//     optimizer.step();                             // the inner optimizer (AdamW, say)
+//     diloco.step();                                // every rank, after every inner step
+//   }
+//
+// With H = 1, one fragment and an outer SGD of learning rate 1 without momentum it is DDP with
+// the inner optimizer SGD (the average of the ranks' steps is the step of the averaged
+// gradient). docs/compression.md, "DiLoCo".
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "cohort/comm/group.h"
+
+namespace cohort {
+
+struct DiLoCoOptions {
+  // Inner steps between two synchronizations of a fragment (H).
+  int64_t inner_steps = 50;
+  // Fragments of the model (F), synchronized at staggered steps; 1 synchronizes the whole model
+  // at once. The trainable parameters, in registration order, are cut into F runs of about the
+  // same number of elements. At most the number of trainable parameters.
+  int64_t fragments = 1;
+  // What the pseudo-gradients travel as: torch::kFloat32 or torch::kBFloat16 (half the bytes;
+  // the average is taken in bfloat16 and applied in float32).
+  torch::Dtype wire_dtype = torch::kFloat32;
+  // The outer optimizer, over the outer parameters (float32 copies of the trainable parameters,
+  // in order). Unset: SGD with DiLoCo's outer_lr, momentum 0.9 and Nesterov momentum. Any
+  // torch::optim optimizer works: it is stepped with gradients set only on the fragment being
+  // synchronized (torch::optim skips parameters without a gradient).
+  std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>
+      outer_optimizer;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+};
+
+class DiLoCo {
+ public:
+  // Collective: checks that every rank has the same trainable parameters (shapes, dtypes),
+  // copies rank 0's values to every rank, and takes them as the outer parameters. Throws
+  // InvalidArgument for a null group, inner_steps < 1, fragments < 1 or more than the
+  // parameters, a wire dtype other than float32 or bfloat16, or parameters that are not
+  // floating-point.
+  DiLoCo(std::shared_ptr<Group> group, std::vector<torch::Tensor> parameters,
+         DiLoCoOptions options = {});
+  // The module's trainable parameters.
+  DiLoCo(std::shared_ptr<Group> group, torch::nn::Module& module, DiLoCoOptions options = {});
+
+  // Call after every inner optimizer step, on every rank. Synchronizes the fragments that are
+  // due at this step (collective); returns how many it synchronized.
+  int64_t step();
+
+  // Synchronizes every fragment now, outside the schedule, without counting a step (before
+  // evaluating or saving: every rank then holds the outer parameters). Collective.
+  void synchronize_all();
+
+  // The fragment each trainable parameter belongs to (in order), and where the schedule is.
+  const std::vector<int64_t>& fragment_of_parameter() const { return fragment_of_; }
+  int64_t inner_step() const { return step_; }
+  // Bytes of pseudo-gradient this rank put into allreduces so far.
+  int64_t sent_bytes() const { return sent_bytes_; }
+  torch::optim::Optimizer& outer_optimizer() { return *outer_; }
+  // Float32 copies of the trainable parameters as of their fragment's last synchronization.
+  const std::vector<torch::Tensor>& outer_parameters() const { return outer_parameters_; }
+
+ private:
+  void synchronize(int64_t fragment);
+  bool due(int64_t fragment, int64_t step) const;
+
+  std::shared_ptr<Group> group_;
+  DiLoCoOptions options_;
+  std::vector<torch::Tensor> parameters_;
+  std::vector<torch::Tensor> outer_parameters_;
+  std::vector<int64_t> fragment_of_;
+  std::unique_ptr<torch::optim::Optimizer> outer_;
+  int64_t step_ = 0;
+  int64_t sent_bytes_ = 0;
+};
+
+}  // namespace cohort

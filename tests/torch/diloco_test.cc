@@ -1,0 +1,277 @@
+// DiLoCo and Streaming DiLoCo against a one-process replay: W workers simulated one after the
+// other in one process, each with its own model copy and inner optimizer, the pseudo-gradients
+// averaged and the outer optimizer stepped at the same steps as the schedule says (fragment f
+// of F at the steps s with s mod H = f H / F). Every rank's parameters must match its replayed
+// worker's after every step, |got - want| <= 1e-6 + 1e-5 |want| (float32; the allreduce sums in
+// another order than the replay). With H = 1 and an outer SGD of learning rate 1 the ranks
+// must match one process training on the whole batch with SGD (DDP's result).
+#include "cohort/torch/local_sgd/diloco.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/core/error.h"
+#include "ddp_harness.h"
+
+namespace cohort::testing {
+namespace diloco_test {
+
+constexpr int kBatch = 4;  // samples per rank per step
+
+// 10 -> 16 -> 4: parameters of 160, 16, 64 and 4 elements.
+torch::nn::Sequential make_model() {
+  torch::manual_seed(3);
+  return layers({10, 16, 4});
+}
+
+struct Batch {
+  torch::Tensor inputs, targets;
+};
+
+Batch batch_of(int step, int rank) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 * step + rank);
+  return {torch::randn({kBatch, 10}, generator), torch::randint(0, 4, {kBatch}, generator)};
+}
+
+torch::Tensor loss_of(torch::nn::Sequential& model, const Batch& batch) {
+  return torch::nn::functional::cross_entropy(model->forward(batch.inputs), batch.targets);
+}
+
+enum class Inner { kSgd, kAdamW };
+
+std::unique_ptr<torch::optim::Optimizer> inner_optimizer(Inner kind,
+                                                         std::vector<torch::Tensor> parameters) {
+  if (kind == Inner::kAdamW)
+    return std::make_unique<torch::optim::AdamW>(parameters, torch::optim::AdamWOptions(0.01));
+  return std::make_unique<torch::optim::SGD>(parameters, torch::optim::SGDOptions(0.1));
+}
+
+struct Case {
+  int world = 2;
+  int steps = 12;
+  Inner inner = Inner::kAdamW;
+  DiLoCoOptions options;
+  bool outer_plain_sgd = false;  // outer SGD, learning rate 1, no momentum
+};
+
+std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)> outer_of(
+    const Case& c) {
+  if (c.outer_plain_sgd) {
+    return [](std::vector<torch::Tensor> p) {
+      return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(1.0));
+    };
+  }
+  return [](std::vector<torch::Tensor> p) {
+    return std::make_unique<torch::optim::SGD>(
+        p, torch::optim::SGDOptions(0.7).momentum(0.9).nesterov(true));
+  };
+}
+
+bool due(const DiLoCoOptions& o, int64_t fragment, int64_t step) {
+  return step % o.inner_steps == (fragment * o.inner_steps / o.fragments) % o.inner_steps;
+}
+
+// The replay: states[step][worker] = that worker's parameters after the step.
+std::vector<std::vector<std::vector<torch::Tensor>>> replay(const Case& c,
+                                                           const std::vector<int64_t>& fragments) {
+  std::vector<torch::nn::Sequential> models;
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> inners;
+  for (int w = 0; w < c.world; ++w) {
+    models.push_back(make_model());
+    inners.push_back(inner_optimizer(c.inner, models.back()->parameters()));
+  }
+  std::vector<torch::Tensor> outer_parameters;
+  for (const auto& p : models[0]->parameters())
+    outer_parameters.push_back(p.detach().clone().requires_grad_(true));
+  auto outer = outer_of(c)(outer_parameters);
+  std::vector<std::vector<std::vector<torch::Tensor>>> states;
+  for (int step = 1; step <= c.steps; ++step) {
+    for (int w = 0; w < c.world; ++w) {
+      inners[w]->zero_grad();
+      loss_of(models[w], batch_of(step, w)).backward();
+      inners[w]->step();
+    }
+    torch::NoGradGuard no_grad;
+    for (int64_t f = 0; f < c.options.fragments; ++f) {
+      if (!due(c.options, f, step)) continue;
+      for (size_t i = 0; i < outer_parameters.size(); ++i) {
+        if (fragments[i] != f) continue;
+        torch::Tensor sum = torch::zeros_like(outer_parameters[i]);
+        for (int w = 0; w < c.world; ++w) sum += outer_parameters[i] - models[w]->parameters()[i];
+        outer_parameters[i].mutable_grad() = sum / c.world;
+      }
+      outer->step();
+      for (size_t i = 0; i < outer_parameters.size(); ++i) {
+        if (fragments[i] != f) continue;
+        outer_parameters[i].mutable_grad() = torch::Tensor();
+        for (int w = 0; w < c.world; ++w) models[w]->parameters()[i].copy_(outer_parameters[i]);
+      }
+    }
+    states.emplace_back();
+    for (int w = 0; w < c.world; ++w) {
+      states.back().emplace_back();
+      for (const auto& p : models[w]->parameters()) states.back().back().push_back(p.clone());
+    }
+  }
+  return states;
+}
+
+void expect_close(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool close = ((got[i] - want[i]).abs() <= 1e-6 + 1e-5 * want[i].abs()).all().item<bool>();
+    EXPECT_TRUE(close) << what << " parameter " << i << ": max |difference| "
+                       << (got[i] - want[i]).abs().max().item<double>();
+  }
+}
+
+// Runs the case at c.world ranks (threads); checks every rank against the replay, and that the
+// fragments are `fragments`.
+void expect_matches_replay(const Case& c, const std::vector<int64_t>& fragments) {
+  const auto states = replay(c, fragments);
+  run_with_groups(c.world, [&](int rank, std::shared_ptr<Group> group) {
+    torch::nn::Sequential model = make_model();
+    if (rank != 0) {  // DiLoCo must start every rank from rank 0's model
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->parameters()) p.add_(1.0);
+    }
+    auto inner = inner_optimizer(c.inner, model->parameters());
+    DiLoCoOptions options = c.options;
+    options.outer_optimizer = outer_of(c);
+    DiLoCo diloco(group, *model, options);
+    ASSERT_EQ(diloco.fragment_of_parameter(), fragments);
+    for (int step = 1; step <= c.steps; ++step) {
+      inner->zero_grad();
+      loss_of(model, batch_of(step, rank)).backward();
+      inner->step();
+      diloco.step();
+      std::vector<torch::Tensor> mine;
+      for (const auto& p : model->parameters()) mine.push_back(p.detach().clone());
+      expect_close(mine, states[step - 1][rank],
+                   "rank " + std::to_string(rank) + " step " + std::to_string(step));
+    }
+  });
+}
+
+TEST(DiLoCo, EveryHStepsWithAdamWInsideAndNesterovOutsideMatchesTheReplay) {
+  for (int world : {2, 3}) {
+    Case c;
+    c.world = world;
+    c.options.inner_steps = 3;
+    expect_matches_replay(c, {0, 0, 0, 0});
+  }
+}
+
+TEST(DiLoCo, StreamingFragmentsAtStaggeredStepsMatchTheReplay) {
+  Case c;
+  c.options.inner_steps = 4;
+  c.options.fragments = 2;  // the first weight; the rest (16 + 64 + 4 elements)
+  expect_matches_replay(c, {0, 1, 1, 1});
+  c.options.fragments = 4;
+  c.world = 3;
+  expect_matches_replay(c, {0, 1, 2, 3});
+}
+
+// H = 1, outer SGD of learning rate 1: the mean of the ranks' SGD steps is the SGD step of the
+// mean gradient, so the ranks train as one process on the whole batch (DDP).
+TEST(DiLoCo, OneInnerStepAndAnOuterLearningRateOfOneIsDdp) {
+  const int world = 2, steps = 8;
+  torch::nn::Sequential reference = make_model();
+  torch::optim::SGD sgd(reference->parameters(), torch::optim::SGDOptions(0.1));
+  std::vector<std::vector<torch::Tensor>> want;
+  for (int step = 1; step <= steps; ++step) {
+    sgd.zero_grad();
+    Batch whole{torch::cat({batch_of(step, 0).inputs, batch_of(step, 1).inputs}),
+                torch::cat({batch_of(step, 0).targets, batch_of(step, 1).targets})};
+    loss_of(reference, whole).backward();
+    sgd.step();
+    want.emplace_back();
+    for (const auto& p : reference->parameters()) want.back().push_back(p.detach().clone());
+  }
+  run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
+    torch::nn::Sequential model = make_model();
+    torch::optim::SGD inner(model->parameters(), torch::optim::SGDOptions(0.1));
+    Case c;
+    c.outer_plain_sgd = true;
+    DiLoCoOptions options;
+    options.inner_steps = 1;
+    options.outer_optimizer = outer_of(c);
+    DiLoCo diloco(group, *model, options);
+    for (int step = 1; step <= steps; ++step) {
+      inner.zero_grad();
+      loss_of(model, batch_of(step, rank)).backward();
+      inner.step();
+      EXPECT_EQ(diloco.step(), 1);
+      std::vector<torch::Tensor> mine;
+      for (const auto& p : model->parameters()) mine.push_back(p.detach().clone());
+      expect_close(mine, want[step - 1], "rank " + std::to_string(rank));
+    }
+  });
+}
+
+// bfloat16 on the wire: half the bytes, and a model close to the float32 run's.
+TEST(DiLoCo, Bfloat16PseudoGradientsSendHalfTheBytes) {
+  auto train = [](torch::Dtype wire) {
+    std::vector<torch::Tensor> rank0;
+    int64_t sent = 0;
+    run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+      torch::nn::Sequential model = make_model();
+      torch::optim::AdamW inner(model->parameters(), torch::optim::AdamWOptions(0.01));
+      DiLoCoOptions options;
+      options.inner_steps = 2;
+      options.wire_dtype = wire;
+      DiLoCo diloco(group, *model, options);
+      for (int step = 1; step <= 8; ++step) {
+        inner.zero_grad();
+        loss_of(model, batch_of(step, rank)).backward();
+        inner.step();
+        diloco.step();
+      }
+      if (rank != 0) return;
+      sent = diloco.sent_bytes();
+      for (const auto& p : model->parameters()) rank0.push_back(p.detach().clone());
+    });
+    return std::make_pair(rank0, sent);
+  };
+  const auto [float32, float32_bytes] = train(torch::kFloat32);
+  const auto [bfloat16, bfloat16_bytes] = train(torch::kBFloat16);
+  EXPECT_EQ(float32_bytes, 4 * 244 * 4);  // 4 rounds of 244 float32 elements
+  EXPECT_EQ(bfloat16_bytes, float32_bytes / 2);
+  for (size_t i = 0; i < float32.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(bfloat16[i], float32[i], 1e-2, 1e-3)) << "parameter " << i;
+    EXPECT_FALSE(torch::equal(bfloat16[i], float32[i])) << "parameter " << i;
+  }
+}
+
+TEST(DiLoCoErrors, BadOptionsAreRefused) {
+  run_with_groups(1, [&](int, std::shared_ptr<Group> group) {
+    torch::nn::Sequential model = make_model();
+    auto refused = [&](DiLoCoOptions options, const std::string& message) {
+      try {
+        DiLoCo diloco(group, *model, options);
+        ADD_FAILURE() << "no error for " << message;
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+      }
+    };
+    DiLoCoOptions o;
+    o.inner_steps = 0;
+    refused(o, "inner_steps must be >= 1");
+    o = {};
+    o.fragments = 5;
+    refused(o, "fragments must be between 1 and the number of trainable parameters (4)");
+    o = {};
+    o.wire_dtype = torch::kFloat16;
+    refused(o, "wire_dtype must be float32 or bfloat16");
+  });
+}
+
+}  // namespace diloco_test
+}  // namespace cohort::testing
