@@ -24,10 +24,14 @@ namespace diloco_test {
 
 constexpr int kBatch = 4;  // samples per rank per step
 
-// 10 -> 16 -> 4: parameters of 160, 16, 64 and 4 elements.
+// 10 -> 16 -> 4: parameters of 160, 16, 64 and 4 elements, drawn from a generator of their own
+// (the ranks are threads, which share the default one).
 torch::nn::Sequential make_model() {
-  torch::manual_seed(3);
-  return layers({10, 16, 4});
+  torch::nn::Sequential model = layers({10, 16, 4});
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(3);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.copy_(torch::randn(p.sizes(), generator) * 0.3);
+  return model;
 }
 
 struct Batch {
