@@ -67,7 +67,20 @@ class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
 
-  c10::DataPtr allocate(size_t bytes) const override {
+  // Both forms: libtorch 1.13's Allocator::allocate is const, later releases' is not; the one
+  // that matches the base class overrides it.
+  c10::DataPtr allocate(size_t bytes) const { return counted(bytes); }
+  c10::DataPtr allocate(size_t bytes) { return counted(bytes); }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+  // Pure in libtorch 2.x's Allocator (an ordinary member on 1.13).
+  void copy_data(void* destination, const void* source, std::size_t count) const {
+    std::memcpy(destination, source, count);
+  }
+
+ private:
+  c10::DataPtr counted(size_t bytes) const {
     c10::DataPtr base = base_->allocate(bytes);
     void* data = base.get();
     const c10::Device device = base.device();
@@ -78,14 +91,6 @@ class CountingAllocator final : public c10::Allocator {
     return {data, data, &release, device};
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return &release; }
-
-  // Pure in libtorch 2.x's Allocator (an ordinary member on 1.13).
-  void copy_data(void* destination, const void* source, std::size_t count) const {
-    std::memcpy(destination, source, count);
-  }
-
- private:
   c10::Allocator* base_;
 };
 
@@ -96,10 +101,12 @@ std::atomic<bool> g_tracking{false};
 
 void track_cpu_tensor_memory() {
   std::call_once(g_installed, [] {
-    static CountingAllocator counting(c10::GetCPUAllocator());
-    // Priority: above the default CPU allocator's 0, so that it takes the place.
-    c10::SetCPUAllocator(&counting, /*priority=*/1);
-    g_tracking = true;
+    // Never destroyed: libtorch keeps using it until the process ends.
+    auto* counting = new CountingAllocator(c10::GetCPUAllocator());
+    // Priority: above the default CPU allocator's 0, so that it takes the place. An allocator
+    // of a higher priority installed by someone else keeps its place: then nothing is counted.
+    c10::SetCPUAllocator(counting, /*priority=*/1);
+    g_tracking = c10::GetCPUAllocator() == counting;
   });
 }
 

@@ -180,7 +180,8 @@ void expect_checkpointing_changes_nothing(Wrapper wrapper, int world, TrainingOp
     copy_state(*plain, *checkpointed);
     CheckpointPolicy policy;
     policy.sequential_children = true;
-    policy.options.generators = {generator_of_checkpointed};
+    policy.options.generators = {generator_of_checkpointed};  // the rank's own, not the
+    policy.options.preserve_rng_state = false;                // default ones all ranks share
     ASSERT_EQ(checkpoint_modules(*checkpointed, policy).size(), 3u);
     Wrapped a(wrapper, plain, group, options), b(wrapper, checkpointed, group, options);
     at::Generator data = rank_generator(100 + rank);

@@ -234,6 +234,26 @@ TEST(ActivationCheckpoint, BatchNormRunningStatisticsAreUpdatedOnce) {
     EXPECT_TRUE(torch::equal(got[i], want[i])) << "buffer " << i;
 }
 
+// One block used twice under autocast: autocast caches the first region's casts of the weights
+// and the second region reads them (an autograd node of the first region's recording run); the
+// weights must still get both regions' gradients.
+TEST(ActivationCheckpoint, ABlockUsedTwiceUnderAutocastGetsBothGradients) {
+  torch::manual_seed(0);
+  Block block(0.0);
+  const auto x = sample_input();
+  auto twice = [&](bool checkpointed) {
+    return gradients_of(
+        *block,
+        [&](torch::Tensor in) {
+          amp::Autocast autocast(torch::kCPU, torch::kBFloat16);
+          if (!checkpointed) return block(block(in));
+          return cohort::checkpoint(block, cohort::checkpoint(block, in));
+        },
+        x);
+  };
+  expect_equal(twice(true), twice(false));
+}
+
 // ---- bad input
 
 TEST(ActivationCheckpointErrors, ARegionChangingItsInputInPlaceIsRefused) {
@@ -277,6 +297,36 @@ TEST(ActivationCheckpointErrors, AnUndefinedOutputIsRefused) {
                    },
                    {torch::randn({4})}),
                InvalidArgument);
+}
+
+TEST(ActivationCheckpointErrors, OutputsSharingMemoryAreRefused) {
+  torch::nn::Linear layer(4, 4);
+  try {
+    cohort::checkpoint(
+        [layer = layer.ptr()](const std::vector<torch::Tensor>& in) {
+          torch::Tensor h = layer->forward(in[0]);
+          return std::vector<torch::Tensor>{h, h.view({-1})};
+        },
+        {torch::randn({2, 4})});
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("outputs 0 and 1 share memory"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ActivationCheckpointErrors, HigherOrderGradientsAreRefused) {
+  torch::nn::Linear layer(4, 4);
+  const torch::Tensor x = torch::randn({2, 4}, torch::requires_grad());
+  torch::Tensor y = cohort::checkpoint(
+      [layer = layer.ptr()](const torch::Tensor& in) { return torch::tanh(layer->forward(in)); },
+      x);
+  try {
+    torch::autograd::grad({y.sum()}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true);
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("higher-order gradients"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ActivationCheckpointErrors, ASecondBackwardWithoutRetainGraphIsRefused) {

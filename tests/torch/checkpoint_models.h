@@ -71,7 +71,10 @@ struct BlockStack : TestModel {
     blocks = register_module("blocks", torch::nn::Sequential());
     for (int i = 0; i < 3; ++i) blocks->push_back(AttentionBlock(8, dropout, generator));
     head = register_module("head", torch::nn::Linear(8, 4));
-    if (generator) options_.generators.push_back(*generator);
+    if (generator) {  // the rank's own generator instead of the shared default ones
+      options_.generators.push_back(*generator);
+      options_.preserve_rng_state = false;
+    }
   }
   torch::Tensor forward(torch::Tensor x, int, int rank) override {
     // float32 under autocast too: libtorch 1.13's CPU LayerNorm refuses a bfloat16 input with

@@ -17,10 +17,12 @@
 
 namespace cohort {
 
-// Starts counting (once; later calls do nothing).
+// Starts counting (once; later calls do nothing). Call it early, before other threads allocate
+// tensors: libtorch's allocator switch is not synchronized with allocations in flight.
 void track_cpu_tensor_memory();
 
-// Whether track_cpu_tensor_memory() was called.
+// Whether counting is on (false also when an allocator of a higher priority than cohort's was
+// installed by another library: then nothing is counted).
 bool tracking_cpu_tensor_memory();
 
 // Bytes of the CPU tensors allocated since tracking started that are still alive (0 before).

@@ -49,6 +49,18 @@ void check_outputs(const std::vector<at::Tensor>& outputs, const CheckpointOptio
     COHORT_CHECK(outputs[i].defined(), region_label(options), ": the region's output ", i,
                  " is an undefined tensor; a checkpointed region returns defined tensors only");
   }
+  // Outputs share the region's node each through a slot of their own: autograd would no longer
+  // know that one views another, and an in-place change of one would give the other a wrong
+  // gradient.
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (size_t j = i + 1; j < outputs.size(); ++j) {
+      COHORT_CHECK(!(outputs[i].requires_grad() && outputs[j].requires_grad() &&
+                     outputs[i].is_alias_of(outputs[j])),
+                   region_label(options), ": the region's outputs ", i, " and ", j,
+                   " share memory (the same tensor, or one a view of the other); return each "
+                   "once (or a clone()) and make the view outside the region");
+    }
+  }
 }
 
 // The edges that leave the nodes numbered [first, end) (Note [Region edges]), except those to
@@ -162,14 +174,16 @@ std::vector<torch::Tensor> checkpoint_region(const CheckpointRegion& region,
   }
   RegionRecord record;
   record.options = options;
-  if (options.preserve_rng_state)
-    record.rng = activation_checkpoint::RngSnapshot::take(inputs, options.generators);
+  record.rng = activation_checkpoint::RngSnapshot::take(options.preserve_rng_state, inputs,
+                                                        options.generators);
   record.autocast = activation_checkpoint::AutocastSnapshot::take();
   const std::vector<at::Tensor> region_inputs = region_inputs_of(inputs, options);
   const RecordedRun run = run_recording(region, inputs, region_inputs, options);
   bool any_output_needs_grad = false;
   for (const auto& output : run.outputs) {
     record.output_requires_grad.push_back(output.requires_grad());
+    record.output_sizes.push_back(output.sizes().vec());
+    record.output_dtypes.push_back(output.scalar_type());
     any_output_needs_grad = any_output_needs_grad || output.requires_grad();
   }
   if (!any_output_needs_grad) return run.outputs;  // nothing the region read needs a gradient

@@ -20,8 +20,11 @@ at::Tensor state_of(at::Generator& generator) {
 
 }  // namespace
 
-RngSnapshot RngSnapshot::take(const std::vector<at::Tensor>& inputs,
+RngSnapshot RngSnapshot::take(bool defaults, const std::vector<at::Tensor>& inputs,
                               const std::vector<at::Generator>& extra) {
+  RngSnapshot snapshot;
+  for (at::Generator generator : extra) snapshot.saved_.push_back({generator, state_of(generator)});
+  if (!defaults) return snapshot;
   std::vector<c10::DeviceIndex> cuda_devices;
   for (const auto& input : inputs) {
     if (!input.defined() || !input.is_cuda()) continue;
@@ -29,7 +32,6 @@ RngSnapshot RngSnapshot::take(const std::vector<at::Tensor>& inputs,
     if (std::find(cuda_devices.begin(), cuda_devices.end(), index) == cuda_devices.end())
       cuda_devices.push_back(index);
   }
-  RngSnapshot snapshot;
   at::Generator cpu = at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CPU));
   snapshot.saved_.push_back({cpu, state_of(cpu)});
   for (c10::DeviceIndex index : cuda_devices) {
@@ -37,7 +39,6 @@ RngSnapshot RngSnapshot::take(const std::vector<at::Tensor>& inputs,
         at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CUDA, index));
     snapshot.saved_.push_back({cuda, state_of(cuda)});
   }
-  for (at::Generator generator : extra) snapshot.saved_.push_back({generator, state_of(generator)});
   return snapshot;
 }
 

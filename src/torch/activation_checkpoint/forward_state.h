@@ -13,9 +13,9 @@ namespace cohort::activation_checkpoint {
 
 class RngSnapshot {
  public:
-  // The states of the CPU generator, of the default generator of every CUDA device among
-  // `inputs` (the devices the region computes on) and of `extra`, taken now.
-  static RngSnapshot take(const std::vector<at::Tensor>& inputs,
+  // The states, taken now, of `extra` and, with `defaults`, of the CPU generator and of the
+  // default generator of every CUDA device among `inputs` (the devices the region computes on).
+  static RngSnapshot take(bool defaults, const std::vector<at::Tensor>& inputs,
                           const std::vector<at::Generator>& extra);
 
   // Sets every generator this snapshot holds to its saved state.

@@ -32,7 +32,6 @@
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include <optional>
 #include <utility>
 
 #include "cohort/core/check.h"
@@ -42,41 +41,39 @@ namespace cohort::activation_checkpoint {
 
 namespace {
 
-// Copies of `buffers` now, put back by restore().
+// Copies of `buffers` now, put back when it leaves the scope (also when the recomputation or
+// the nested backward throws).
 class BufferSnapshot {
  public:
   explicit BufferSnapshot(const std::vector<at::Tensor>& buffers) : buffers_(buffers) {
     at::NoGradGuard no_grad;
     for (const auto& b : buffers_) copies_.push_back(b.defined() ? b.clone() : at::Tensor());
   }
-  void restore() {
+  ~BufferSnapshot() {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < buffers_.size(); ++i) {
       if (buffers_[i].defined()) buffers_[i].copy_(copies_[i]);
     }
   }
+  BufferSnapshot(const BufferSnapshot&) = delete;
+  BufferSnapshot& operator=(const BufferSnapshot&) = delete;
 
  private:
   std::vector<at::Tensor> buffers_;
   std::vector<at::Tensor> copies_;
 };
 
-// Puts the generators back to their state at construction when it leaves the scope.
+// Sets the forward's generators to their state then, and puts them back to their state now when
+// it leaves the scope.
 class RngFork {
  public:
-  RngFork(const RngSnapshot& forward, bool enabled) {
-    if (!enabled) return;
-    now_ = forward.current();
-    forward.restore();
-  }
-  ~RngFork() {
-    if (now_) now_->restore();
-  }
+  explicit RngFork(const RngSnapshot& forward) : now_(forward.current()) { forward.restore(); }
+  ~RngFork() { now_.restore(); }
   RngFork(const RngFork&) = delete;
   RngFork& operator=(const RngFork&) = delete;
 
  private:
-  std::optional<RngSnapshot> now_;
+  RngSnapshot now_;
 };
 
 }  // namespace
@@ -123,7 +120,7 @@ void RecomputeNode::check_inputs_unchanged() const {
 }
 
 std::vector<at::Tensor> RecomputeNode::recompute(const std::vector<at::Tensor>& inputs) const {
-  RngFork rng(record_.rng, record_.options.preserve_rng_state);
+  RngFork rng(record_.rng);
   AutocastRestore autocast(record_.autocast);
   std::vector<at::Tensor> outputs;
   {
@@ -136,6 +133,15 @@ std::vector<at::Tensor> RecomputeNode::recompute(const std::vector<at::Tensor>& 
                region_name(), ": its recomputation returned ", outputs.size(),
                " tensors, its forward ", record_.output_requires_grad.size(),
                "; a checkpointed region must compute the same thing both times");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    COHORT_CHECK(outputs[i].sizes().vec() == record_.output_sizes[i] &&
+                     outputs[i].scalar_type() == record_.output_dtypes[i],
+                 "backward of ", region_name(), ": its recomputation's output ", i, " is ",
+                 c10::toString(outputs[i].scalar_type()), " ", outputs[i].sizes(),
+                 ", its forward's was ", c10::toString(record_.output_dtypes[i]), " ",
+                 c10::IntArrayRef(record_.output_sizes[i]),
+                 "; a checkpointed region must compute the same thing both times");
+  }
   return outputs;
 }
 
@@ -155,7 +161,10 @@ torch::autograd::variable_list RecomputeNode::apply(torch::autograd::variable_li
   COHORT_CHECK(!released_, "backward through ", region_name(),
                " a second time: its saved inputs were freed after the first backward; pass "
                "retain_graph = true to the first backward to keep them");
-  const bool create_graph = at::GradMode::is_enabled();
+  COHORT_CHECK(!at::GradMode::is_enabled(), "backward of ", region_name(),
+               " with create_graph = true: higher-order gradients through a checkpointed region "
+               "are not supported (the recomputation starts from detached inputs); do not "
+               "checkpoint this region, or take first-order gradients only");
   check_inputs_unchanged();
   std::vector<at::Tensor> inputs;
   for (size_t i = 0; i < record_.inputs.size(); ++i) {
@@ -185,11 +194,10 @@ torch::autograd::variable_list RecomputeNode::apply(torch::autograd::variable_li
   torch::autograd::variable_list result(captured.size());
   if (!roots.empty()) {
     result = torch::autograd::Engine::get_default_engine().execute(
-        roots, root_gradients, /*keep_graph=*/create_graph, create_graph,
+        roots, root_gradients, /*keep_graph=*/false, /*create_graph=*/false,
         /*accumulate_grad=*/false, captured);
   }
-  buffers.restore();
-  return result;
+  return result;  // `buffers` are put back here, after the nested backward
 }
 
 }  // namespace cohort::activation_checkpoint

@@ -21,6 +21,8 @@ struct RegionRecord {
   std::vector<bool> input_requires_grad;
   std::vector<int64_t> input_versions;  // after the forward
   std::vector<bool> output_requires_grad;
+  std::vector<std::vector<int64_t>> output_sizes;
+  std::vector<c10::ScalarType> output_dtypes;
   RngSnapshot rng;
   AutocastSnapshot autocast;
 };

@@ -52,12 +52,14 @@ namespace cohort {
 struct CheckpointOptions {
   // Save the CPU generator's state (and that of every CUDA device an input is on) before the
   // forward and restore it for the recomputation, so that dropout draws the same mask both
-  // times and the gradients equal those of an uncheckpointed run. Off: one copy of the
-  // generator's state less per region, and a recomputation that draws other masks (wrong
-  // gradients if the region draws random numbers).
+  // times and the gradients equal those of an uncheckpointed run. Off: the default generators
+  // are left alone (the recomputation draws other masks: wrong gradients if the region draws
+  // from them).
   bool preserve_rng_state = true;
-  // Generators of the region's own besides those (e.g. one per rank where ranks are threads of
-  // one process, which share the default generators), saved and restored likewise.
+  // Generators of the region's own, saved and restored likewise whatever preserve_rng_state
+  // says. Where ranks are threads of one process (which share the default generators, so that
+  // rewinding them for one rank's recomputation disturbs another's draws), give each rank its
+  // own generator here and turn preserve_rng_state off.
   std::vector<at::Generator> generators;
   // Tensors the region updates in place as a side effect (BatchNorm's running statistics and
   // num_batches_tracked): saved before the recomputation and put back after it, so that the
@@ -73,8 +75,10 @@ using CheckpointRegion = std::function<std::vector<torch::Tensor>(const std::vec
 // whose backward recomputes them. The region must be a function of its inputs, of what it
 // captures and of the random numbers it draws: it may not change its inputs in place, nor may
 // they be changed between the forward and the backward (both raise InvalidArgument instead of
-// giving a wrong gradient). Outputs must be defined tensors. Throws InvalidArgument naming what
-// was wrong.
+// giving a wrong gradient). Outputs must be defined tensors, none sharing memory with another
+// that needs a gradient. Higher-order gradients (create_graph) through a region are refused.
+// A region of a lambda that runs a BatchNorm lists its buffers in restore_after_recompute (the
+// module forms do). Throws InvalidArgument naming what was wrong.
 std::vector<torch::Tensor> checkpoint_region(const CheckpointRegion& region,
                                              const std::vector<torch::Tensor>& inputs,
                                              const CheckpointOptions& options = {});
