@@ -51,7 +51,22 @@ cohort::DdpOptions ddp_options(const StrategyOptions& options) {
     // Post-local SGD: DDP's averaging allreduce for the warm-up steps, then none.
     o.comm_hook = cohort::post_local_sgd_hook(options.local_sgd_warmup);
   }
+  if (options.diloco.enabled()) {
+    if (options.comm_hook || options.local_sgd_period > 0 || options.master_weights) {
+      throw cohort::InvalidArgument(
+          "--diloco replaces the gradient allreduce and updates the model's own parameters: "
+          "it does not combine with --comm-hook, --local-sgd or --master-weights");
+    }
+    o.comm_hook = cohort::post_local_sgd_hook(0);  // no gradient communication at all
+  }
   return o;
+}
+
+std::unique_ptr<cohort::DiLoCo> diloco_of(const std::shared_ptr<torch::nn::Module>& model,
+                                          const std::shared_ptr<cohort::Group>& group,
+                                          const StrategyOptions& options) {
+  if (!options.diloco.enabled()) return nullptr;
+  return std::make_unique<cohort::DiLoCo>(group, *model, options.diloco.options());
 }
 
 std::unique_ptr<cohort::PeriodicModelAverager> local_sgd_averager(
@@ -85,7 +100,8 @@ class DdpStrategy : public Strategy {
         group_(std::move(group)),
         master_(master_weights_of(model_, options)),  // first: DDP then buckets 16-bit tensors
         ddp_(model_, group_, ddp_options(options)),
-        averager_(local_sgd_averager(group_, options)) {}
+        averager_(local_sgd_averager(group_, options)),
+        diloco_(diloco_of(model_, group_, options)) {}
 
   torch::OrderedDict<std::string, torch::Tensor> optimizer_parameters() const override {
     return master_ ? master_->named_parameters() : model_->named_parameters();
@@ -114,17 +130,24 @@ class DdpStrategy : public Strategy {
   bool step(torch::optim::Optimizer& optimizer, cohort::amp::GradScaler& scaler) override {
     const bool stepped = master_ ? master_->step(optimizer, &scaler) : scaler.step(optimizer);
     averaged_ = averager_ && averager_->average(*model_, &optimizer);
+    if (diloco_) {
+      const int64_t sent_before = diloco_->sent_bytes();
+      diloco_->step();
+      diloco_sent_ = diloco_->sent_bytes() - sent_before;
+    }
     return stepped;
   }
 
   StepCommunication last_step_communication() const override {
     StepCommunication communication = communication_of(ddp_.last_iteration_stats());
     if (averaged_) communication.reduced_bytes += tensor_bytes(model_->parameters());
+    communication.reduced_bytes += diloco_sent_;
     return communication;
   }
 
   void end_epoch(torch::optim::Optimizer& optimizer) override {
     if (averager_) averager_->average_now(*model_, &optimizer);
+    if (diloco_) diloco_->synchronize_all();  // every rank saves and evaluates the outer model
   }
 
   ModelStateBytes model_state_bytes(const torch::optim::Optimizer& optimizer) const override {
@@ -164,6 +187,8 @@ class DdpStrategy : public Strategy {
   cohort::DistributedDataParallel ddp_;
   std::unique_ptr<cohort::PeriodicModelAverager> averager_;  // --local-sgd
   bool averaged_ = false;                                    // in the last step
+  std::unique_ptr<cohort::DiLoCo> diloco_;                   // --diloco
+  int64_t diloco_sent_ = 0;                                  // in the last step
 };
 
 // What this rank holds, from each sharded wrapper's own report.
@@ -297,9 +322,9 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name,
   using Fsdp = ShardedStrategy<cohort::FullyShardedDataParallel>;
   using How = cohort::ShardingStrategy;
   if (name == "ddp") return std::make_unique<DdpStrategy>(model, group, options);
-  if (options.comm_hook || options.local_sgd_period > 0) {
-    throw cohort::InvalidArgument("--comm-hook and --local-sgd work with --strategy ddp only (" +
-                                  name + " shards the gradients; docs/compression.md)");
+  if (options.comm_hook || options.local_sgd_period > 0 || options.diloco.enabled()) {
+    throw cohort::InvalidArgument("--comm-hook, --local-sgd and --diloco work with --strategy ddp "
+                                  "only (" + name + " shards the gradients; docs/compression.md)");
   }
   if (name == "zero1") return std::make_unique<Zero>(model, group, zero_options(options, 1));
   if (name == "zero2") return std::make_unique<Zero>(model, group, zero_options(options, 2));

@@ -17,6 +17,7 @@
 #include "cohort/torch/data/distributed_sampler.h"
 #include "cohort/torch/ddp/comm_hook.h"
 #include "cohort/torch/optim/trust_ratio.h"
+#include "diloco_options.h"
 #include "memory.h"
 
 namespace cohort_examples {
@@ -45,6 +46,9 @@ struct StrategyOptions {
   std::shared_ptr<cohort::CommHook> comm_hook;
   int64_t local_sgd_period = 0;
   int64_t local_sgd_warmup = 0;
+  // ddp only: DiLoCo instead of the gradient allreduce (no communication in backward; the
+  // model's change averaged every diloco.inner_steps steps). Not with comm_hook or local SGD.
+  DiLoCoSettings diloco;
 };
 
 // What the last step's gradient synchronization cost (DDP's IterationStats, docs/ddp.md).

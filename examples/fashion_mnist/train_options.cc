@@ -85,6 +85,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--local-sgd-warmup", o.local_sgd_warmup,
                  "Post-local SGD: steps of ordinary DDP before local SGD starts")
       ->check(CLI::NonNegativeNumber);
+  cohort_examples::add_diloco_options(app, o.diloco);
   app.add_flag("--elastic", o.elastic,
                "Keep training when ranks die or join (run under cohortrun --min-ranks; "
                "docs/elastic.md)");

@@ -9,6 +9,7 @@
 
 #include "cohort/torch/optim/lr_schedule.h"
 #include "comm_hooks.h"
+#include "diloco_options.h"
 
 namespace CLI {
 class App;  // CLI11's, included only by the files that build the command line
@@ -59,6 +60,7 @@ struct TrainOptions {
   // averaged every local_sgd steps, after local_sgd_warmup steps of ordinary DDP.
   int64_t local_sgd = 0;
   int64_t local_sgd_warmup = 0;
+  cohort_examples::DiLoCoSettings diloco;  // --diloco H, --diloco-fragments, --diloco-dtype
   // How the workers agree on the parameters (docs/async.md): "sync" (every step together:
   // --strategy), "ps" (a parameter server, asynchronous) or "ssp" (a parameter server with
   // bounded staleness --staleness; 0 is synchronous). Parameter-server jobs: the last

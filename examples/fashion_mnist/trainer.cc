@@ -100,6 +100,7 @@ cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
   o.comm_hook = cohort_examples::make_comm_hook(options.comm_hook);
   o.local_sgd_period = options.local_sgd;
   o.local_sgd_warmup = options.local_sgd_warmup;
+  o.diloco = options.diloco;
   return o;
 }
 

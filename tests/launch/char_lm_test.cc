@@ -152,6 +152,24 @@ TEST(CharLmExample, ActivationCheckpointingTrainsTheSameModelWithLessMemoryUnder
   expect_checkpointing_trains_the_same("full_shard");
 }
 
+// --diloco 4 --diloco-dtype bf16 (docs/compression.md, "DiLoCo"): nothing is communicated but
+// every 4th step, which averages the whole model's change in bfloat16 (2 bytes a parameter).
+TEST(CharLmExample, DiLoCoInBfloat16SendsTheModelEveryFourSteps) {
+  const ExampleRun run = run_example(2, "--diloco 4 --diloco-dtype bf16 --skip-eval", 8);
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const std::string& out = run.result.output;
+  const size_t model = out.find("context 32: ");  // "... context 32: N parameters"
+  ASSERT_NE(model, std::string::npos) << out;
+  const int64_t parameters = std::strtoll(out.c_str() + model + 12, nullptr, 10);
+  ASSERT_GT(parameters, 0) << out;
+  const std::vector<json> steps = read_lines(run.dir + "/steps.jsonl");
+  ASSERT_EQ(steps.size(), size_t(8));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i]["reduced_bytes"].get<int64_t>(), (i + 1) % 4 == 0 ? 2 * parameters : 0)
+        << "step " << i + 1;
+  }
+}
+
 // `strategy` at 2 ranks learns as DDP does and saves a sharded checkpoint (a directory: a
 // manifest and one file per rank), which `resume_as` at 1 rank resumes. `memory_line`: what
 // rank 1's memory line must say.

@@ -420,6 +420,27 @@ TEST(FashionMnistExampleCompression, LocalSgdSendsTheModelAtItsAveragingSteps) {
   }
 }
 
+// --diloco 4 --diloco-fragments 2 (docs/compression.md, "DiLoCo"): no gradient communication;
+// the two fragments (the first layers; fc1's large weight and the rest) are averaged at steps
+// 4 and 8 of every 8 (reduced_bytes: that fragment's float32 pseudo-gradients), nothing in
+// between.
+TEST(FashionMnistExampleCompression, DiLoCoSendsOneFragmentEveryHalfPeriod) {
+  const ExampleRun run = run_example(2, "--diloco 8 --diloco-fragments 2 --skip-eval");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const std::vector<json> steps = read_lines(run.dir + "/steps.jsonl");
+  ASSERT_EQ(steps.size(), size_t(kSteps));
+  std::vector<int64_t> sent;
+  for (const json& s : steps) sent.push_back(s["reduced_bytes"].get<int64_t>());
+  const int64_t fragment1 = sent[3], fragment0 = sent[7];
+  EXPECT_GT(fragment0, 0);
+  EXPECT_GT(fragment1, 0);
+  EXPECT_EQ(fragment0 + fragment1, 4 * 1199882) << "the two fragments are the whole model";
+  for (size_t i = 0; i < sent.size(); ++i) {
+    const int64_t want = (i + 1) % 8 == 4 ? fragment1 : (i + 1) % 8 == 0 ? fragment0 : 0;
+    EXPECT_EQ(sent[i], want) << "step " << i + 1;
+  }
+}
+
 TEST(FashionMnistExampleErrors, CompressionNeedsDdp) {
   const ExampleRun run = run_example(1, "--comm-hook topk --strategy zero1");
   EXPECT_NE(run.result.exit_code, 0) << run.result.output;
@@ -437,6 +458,13 @@ TEST(FashionMnistExampleErrors, ActivationCheckpointingOfAModelWithoutASequentia
   const ExampleRun run = run_example(1, "--model cnn --activation-checkpointing");
   EXPECT_NE(run.result.exit_code, 0) << run.result.output;
   EXPECT_NE(run.result.output.find("checkpointing needs --model cnn_bn"), std::string::npos)
+      << run.result.output;
+}
+
+TEST(FashionMnistExampleErrors, DiLoCoNeedsDdp) {
+  const ExampleRun run = run_example(1, "--diloco 4 --strategy zero1");
+  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find("--diloco work with --strategy ddp only"), std::string::npos)
       << run.result.output;
 }
 

@@ -1,0 +1,31 @@
+#include "diloco_options.h"
+
+#include <CLI/CLI.hpp>
+
+namespace cohort_examples {
+
+cohort::DiLoCoOptions DiLoCoSettings::options() const {
+  cohort::DiLoCoOptions o;
+  o.inner_steps = inner_steps;
+  o.fragments = fragments;
+  o.wire_dtype = dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+  return o;
+}
+
+void add_diloco_options(CLI::App& app, DiLoCoSettings& settings) {
+  app.add_option("--diloco", settings.inner_steps,
+                 "DiLoCo: each rank steps alone, and every this many steps the ranks average "
+                 "their change of the model, which an outer Nesterov SGD applies (0: off; ddp "
+                 "only)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--diloco-fragments", settings.fragments,
+                 "Streaming DiLoCo: the model in this many fragments, synchronized at staggered "
+                 "steps")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--diloco-dtype", settings.dtype,
+                 "What the averaged change travels as: fp32 or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+}
+
+}  // namespace cohort_examples

@@ -1,0 +1,27 @@
+// --diloco H, --diloco-fragments F, --diloco-dtype of both examples (docs/compression.md,
+// "DiLoCo"): DiLoCo or Streaming DiLoCo under --strategy ddp instead of a gradient allreduce.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cohort/torch/local_sgd/diloco.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace cohort_examples {
+
+struct DiLoCoSettings {
+  int64_t inner_steps = 0;  // H; 0: off
+  int64_t fragments = 1;    // F
+  std::string dtype = "fp32";
+  bool enabled() const { return inner_steps > 0; }
+  // The library's options (DiLoCo's default outer optimizer: Nesterov SGD, lr 0.7, momentum 0.9).
+  cohort::DiLoCoOptions options() const;
+};
+
+void add_diloco_options(CLI::App& app, DiLoCoSettings& settings);
+
+}  // namespace cohort_examples
