@@ -441,37 +441,31 @@ TEST(FashionMnistExampleCompression, DiLoCoSendsOneFragmentEveryHalfPeriod) {
   }
 }
 
-TEST(FashionMnistExampleErrors, CompressionNeedsDdp) {
-  const ExampleRun run = run_example(1, "--comm-hook topk --strategy zero1");
+// A one-rank run with `options` fails and says `message`.
+void expect_refused(const std::string& options, const std::string& message) {
+  const ExampleRun run = run_example(1, options);
   EXPECT_NE(run.result.exit_code, 0) << run.result.output;
-  EXPECT_NE(run.result.output.find("work with --strategy ddp only"), std::string::npos)
-      << run.result.output;
+  EXPECT_NE(run.result.output.find(message), std::string::npos) << run.result.output;
+}
+
+TEST(FashionMnistExampleErrors, CompressionNeedsDdp) {
+  expect_refused("--comm-hook topk --strategy zero1", "work with --strategy ddp only");
 }
 
 TEST(FashionMnistExampleErrors, SyncBnWithoutBatchNormNamesTheModelToUse) {
-  const ExampleRun run = run_example(1, "--model cnn --sync-bn");
-  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
-  EXPECT_NE(run.result.output.find("use --model cnn_bn"), std::string::npos) << run.result.output;
+  expect_refused("--model cnn --sync-bn", "use --model cnn_bn");
 }
 
 TEST(FashionMnistExampleErrors, ActivationCheckpointingOfAModelWithoutASequentialNamesTheModel) {
-  const ExampleRun run = run_example(1, "--model cnn --activation-checkpointing");
-  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
-  EXPECT_NE(run.result.output.find("checkpointing needs --model cnn_bn"), std::string::npos)
-      << run.result.output;
+  expect_refused("--model cnn --activation-checkpointing", "checkpointing needs --model cnn_bn");
 }
 
 TEST(FashionMnistExampleErrors, DiLoCoNeedsDdp) {
-  const ExampleRun run = run_example(1, "--diloco 4 --strategy zero1");
-  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
-  EXPECT_NE(run.result.output.find("--diloco work with --strategy ddp only"), std::string::npos)
-      << run.result.output;
+  expect_refused("--diloco 4 --strategy zero1", "--diloco work with --strategy ddp only");
 }
 
 TEST(FashionMnistExampleErrors, Fp16OnACpuNamesBf16) {
-  const ExampleRun run = run_example(1, "--precision fp16");
-  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
-  EXPECT_NE(run.result.output.find("--precision bf16"), std::string::npos) << run.result.output;
+  expect_refused("--precision fp16", "--precision bf16");
 }
 
 TEST(FashionMnistExampleErrors, AMissingDataSetNamesTheFileAndTheFix) {

@@ -196,21 +196,26 @@ TEST(ActivationCheckpoint, UnderNoGradOrInEvalTheRegionJustRuns) {
   EXPECT_EQ(cohort::checkpoint(block, x).grad_fn()->name(), "cohort::CheckpointBackward");
 }
 
+// gradients_of with the forward under bfloat16 autocast (backward outside it, as usual).
+Gradients gradients_under_autocast(Block& block,
+                                   const std::function<torch::Tensor(torch::Tensor)>& forward,
+                                   const torch::Tensor& x) {
+  return gradients_of(
+      *block,
+      [&](torch::Tensor in) {
+        amp::Autocast autocast(torch::kCPU, torch::kBFloat16);
+        return forward(in);
+      },
+      x);
+}
+
 TEST(ActivationCheckpoint, Bfloat16AutocastIsRestoredForTheRecomputation) {
   torch::manual_seed(0);
   Block block(0.0);
   const auto x = sample_input();
-  auto under_autocast = [&](bool checkpointed) {
-    return gradients_of(
-        *block,
-        [&](torch::Tensor in) {
-          amp::Autocast autocast(torch::kCPU, torch::kBFloat16);
-          return checkpointed ? cohort::checkpoint(block, in) : block(in);
-        },
-        x);
-  };
-  const Gradients plain = under_autocast(false);
-  const Gradients checkpointed = under_autocast(true);
+  const Gradients plain = gradients_under_autocast(block, [&](torch::Tensor in) { return block(in); }, x);
+  const Gradients checkpointed =
+      gradients_under_autocast(block, [&](torch::Tensor in) { return cohort::checkpoint(block, in); }, x);
   expect_equal(checkpointed, plain);
   // Recomputing in float32 instead would give other gradients: the comparison can fail.
   const Gradients float32 = gradients_of(*block, [&](torch::Tensor in) { return block(in); }, x);
@@ -241,36 +246,39 @@ TEST(ActivationCheckpoint, ABlockUsedTwiceUnderAutocastGetsBothGradients) {
   torch::manual_seed(0);
   Block block(0.0);
   const auto x = sample_input();
-  auto twice = [&](bool checkpointed) {
-    return gradients_of(
-        *block,
-        [&](torch::Tensor in) {
-          amp::Autocast autocast(torch::kCPU, torch::kBFloat16);
-          if (!checkpointed) return block(block(in));
-          return cohort::checkpoint(block, cohort::checkpoint(block, in));
-        },
-        x);
-  };
-  expect_equal(twice(true), twice(false));
+  const Gradients plain =
+      gradients_under_autocast(block, [&](torch::Tensor in) { return block(block(in)); }, x);
+  const Gradients checkpointed = gradients_under_autocast(
+      block, [&](torch::Tensor in) { return cohort::checkpoint(block, cohort::checkpoint(block, in)); },
+      x);
+  expect_equal(checkpointed, plain);
 }
 
 // ---- bad input
 
+// `bad` throws, saying `message`.
+void expect_error(const std::function<void()>& bad, const std::string& message) {
+  try {
+    bad();
+    ADD_FAILURE() << "no error; expected one saying: " << message;
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
+}
+
 TEST(ActivationCheckpointErrors, ARegionChangingItsInputInPlaceIsRefused) {
   const auto x = torch::randn({4});  // needs no grad, so autograd itself would not notice
   torch::nn::Linear layer(4, 4);
-  try {
-    cohort::checkpoint(
-        [layer = layer.ptr()](const torch::Tensor& in) {
-          in.mul_(2);
-          return layer->forward(in);
-        },
-        x);
-    FAIL() << "no error";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("changed its input 0 in place"), std::string::npos)
-        << e.what();
-  }
+  expect_error(
+      [&] {
+        cohort::checkpoint(
+            [layer = layer.ptr()](const torch::Tensor& in) {
+              in.mul_(2);
+              return layer->forward(in);
+            },
+            x);
+      },
+      "changed its input 0 in place");
 }
 
 TEST(ActivationCheckpointErrors, AnInputChangedBetweenForwardAndBackwardIsRefused) {
@@ -278,14 +286,7 @@ TEST(ActivationCheckpointErrors, AnInputChangedBetweenForwardAndBackwardIsRefuse
   torch::nn::Linear layer(4, 4);
   torch::Tensor y = cohort::checkpoint([layer = layer.ptr()](const torch::Tensor& in) { return layer->forward(in); }, x);
   x.add_(1);
-  try {
-    y.sum().backward();
-    FAIL() << "no error";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("was changed in place after the region's forward"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error([&] { y.sum().backward(); }, "was changed in place after the region's forward");
   EXPECT_FALSE(layer->weight.grad().defined());
 }
 
@@ -301,18 +302,16 @@ TEST(ActivationCheckpointErrors, AnUndefinedOutputIsRefused) {
 
 TEST(ActivationCheckpointErrors, OutputsSharingMemoryAreRefused) {
   torch::nn::Linear layer(4, 4);
-  try {
-    cohort::checkpoint(
-        [layer = layer.ptr()](const std::vector<torch::Tensor>& in) {
-          torch::Tensor h = layer->forward(in[0]);
-          return std::vector<torch::Tensor>{h, h.view({-1})};
-        },
-        {torch::randn({2, 4})});
-    FAIL() << "no error";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("outputs 0 and 1 share memory"), std::string::npos)
-        << e.what();
-  }
+  expect_error(
+      [&] {
+        cohort::checkpoint(
+            [layer = layer.ptr()](const std::vector<torch::Tensor>& in) {
+              torch::Tensor h = layer->forward(in[0]);
+              return std::vector<torch::Tensor>{h, h.view({-1})};
+            },
+            {torch::randn({2, 4})});
+      },
+      "outputs 0 and 1 share memory");
 }
 
 TEST(ActivationCheckpointErrors, HigherOrderGradientsAreRefused) {
@@ -321,12 +320,9 @@ TEST(ActivationCheckpointErrors, HigherOrderGradientsAreRefused) {
   torch::Tensor y = cohort::checkpoint(
       [layer = layer.ptr()](const torch::Tensor& in) { return torch::tanh(layer->forward(in)); },
       x);
-  try {
-    torch::autograd::grad({y.sum()}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true);
-    FAIL() << "no error";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("higher-order gradients"), std::string::npos) << e.what();
-  }
+  expect_error(
+      [&] { torch::autograd::grad({y.sum()}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true); },
+      "higher-order gradients");
 }
 
 TEST(ActivationCheckpointErrors, ASecondBackwardWithoutRetainGraphIsRefused) {
@@ -334,12 +330,7 @@ TEST(ActivationCheckpointErrors, ASecondBackwardWithoutRetainGraphIsRefused) {
   torch::Tensor y =
       cohort::checkpoint([layer = layer.ptr()](const torch::Tensor& in) { return layer->forward(in); }, torch::randn({4}));
   y.sum().backward();
-  try {
-    y.sum().backward();
-    FAIL() << "no error";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("retain_graph"), std::string::npos) << e.what();
-  }
+  expect_error([&] { y.sum().backward(); }, "retain_graph");
 }
 
 }  // namespace activation_checkpoint_test
