@@ -9,6 +9,8 @@ cohort::DiLoCoOptions DiLoCoSettings::options() const {
   o.inner_steps = inner_steps;
   o.fragments = fragments;
   o.wire_dtype = dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+  o.overlap_steps = overlap;
+  o.merge_local = overlap > 0 ? merge : 0.0;
   return o;
 }
 
@@ -25,6 +27,14 @@ void add_diloco_options(CLI::App& app, DiLoCoSettings& settings) {
   app.add_option("--diloco-dtype", settings.dtype,
                  "What the averaged change travels as: fp32 or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--diloco-overlap", settings.overlap,
+                 "Streaming DiLoCo: apply each round this many steps after it starts, its "
+                 "allreduce running beside those steps (less than --diloco)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--diloco-merge", settings.merge,
+                 "With --diloco-overlap: the local parameters' share when a round is applied")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
 }
 

@@ -94,6 +94,26 @@ std::vector<std::vector<std::vector<torch::Tensor>>> replay(const Case& c,
   for (const auto& p : models[0]->parameters())
     outer_parameters.push_back(p.detach().clone().requires_grad_(true));
   auto outer = outer_of(c)(outer_parameters);
+  struct Round {
+    int64_t fragment;
+    std::vector<torch::Tensor> average;  // per parameter (only the fragment's are used)
+    int64_t apply_at;
+  };
+  std::vector<Round> pending;
+  auto apply = [&](const Round& round, double merge_local) {
+    for (size_t i = 0; i < outer_parameters.size(); ++i) {
+      if (fragments[i] == round.fragment) outer_parameters[i].mutable_grad() = round.average[i];
+    }
+    outer->step();
+    for (size_t i = 0; i < outer_parameters.size(); ++i) {
+      if (fragments[i] != round.fragment) continue;
+      outer_parameters[i].mutable_grad() = torch::Tensor();
+      for (int w = 0; w < c.world; ++w) {
+        torch::Tensor local = models[w]->parameters()[i];
+        local.copy_(local * merge_local + outer_parameters[i] * (1 - merge_local));
+      }
+    }
+  };
   std::vector<std::vector<std::vector<torch::Tensor>>> states;
   for (int step = 1; step <= c.steps; ++step) {
     for (int w = 0; w < c.world; ++w) {
@@ -102,19 +122,22 @@ std::vector<std::vector<std::vector<torch::Tensor>>> replay(const Case& c,
       inners[w]->step();
     }
     torch::NoGradGuard no_grad;
+    while (!pending.empty() && pending.front().apply_at <= step) {
+      apply(pending.front(), c.options.merge_local);
+      pending.erase(pending.begin());
+    }
     for (int64_t f = 0; f < c.options.fragments; ++f) {
       if (!due(c.options, f, step)) continue;
+      Round round{f, {}, step + c.options.overlap_steps};
       for (size_t i = 0; i < outer_parameters.size(); ++i) {
-        if (fragments[i] != f) continue;
         torch::Tensor sum = torch::zeros_like(outer_parameters[i]);
         for (int w = 0; w < c.world; ++w) sum += outer_parameters[i] - models[w]->parameters()[i];
-        outer_parameters[i].mutable_grad() = sum / c.world;
+        round.average.push_back(sum / c.world);
       }
-      outer->step();
-      for (size_t i = 0; i < outer_parameters.size(); ++i) {
-        if (fragments[i] != f) continue;
-        outer_parameters[i].mutable_grad() = torch::Tensor();
-        for (int w = 0; w < c.world; ++w) models[w]->parameters()[i].copy_(outer_parameters[i]);
+      if (c.options.overlap_steps == 0) {
+        apply(round, 0.0);
+      } else {
+        pending.push_back(round);
       }
     }
     states.emplace_back();
@@ -181,6 +204,17 @@ TEST(DiLoCo, StreamingFragmentsAtStaggeredStepsMatchTheReplay) {
   c.options.fragments = 4;
   c.world = 3;
   expect_matches_replay(c, {0, 1, 2, 3});
+}
+
+// Streaming DiLoCo's overlap: each round applied one step after it started (its allreduce
+// running beside that step), the local parameters mixed half and half with the outer ones.
+TEST(DiLoCo, OverlappedRoundsMixedWithTheLocalParametersMatchTheReplay) {
+  Case c;
+  c.options.inner_steps = 4;
+  c.options.fragments = 2;
+  c.options.overlap_steps = 1;
+  c.options.merge_local = 0.5;
+  expect_matches_replay(c, {0, 1, 1, 1});
 }
 
 // H = 1, outer SGD of learning rate 1: the mean of the ranks' SGD steps is the SGD step of the
@@ -274,6 +308,10 @@ TEST(DiLoCoErrors, BadOptionsAreRefused) {
     o = {};
     o.wire_dtype = torch::kFloat16;
     refused(o, "wire_dtype must be float32 or bfloat16");
+    o = {};
+    o.inner_steps = 4;
+    o.overlap_steps = 4;
+    refused(o, "overlap_steps must be at least 0 and less than inner_steps (4)");
   });
 }
 

@@ -3,10 +3,12 @@
 // Note [DiLoCo rounds]
 // A round of fragment f: every rank computes its pseudo-gradient, outer - local, for the
 // fragment's parameters (in float32, the outer parameters' dtype), packs it into one flat
-// buffer, casts it to the wire dtype and averages it with one allreduce; the average becomes the
-// gradient of the fragment's outer parameters (the others' gradients are undefined, so the
-// outer optimizer leaves them and their state alone), the outer optimizer steps, and the local
-// parameters of the fragment take the new outer values. The inner optimizer's state is each
+// buffer, casts it to the wire dtype and starts one averaging allreduce of it. The round is
+// applied at once, or overlap_steps inner steps later (the allreduce running meanwhile on the
+// group's worker): the average becomes the gradient of the fragment's outer parameters (the
+// others' gradients are undefined, so the outer optimizer leaves them and their state alone),
+// the outer optimizer steps, and the local parameters of the fragment take the new outer values
+// (mixed with their own, with merge_local, after an overlap). The inner optimizer's state is each
 // rank's own and is not touched. Every rank runs the same rounds at the same steps (the schedule
 // depends on the step count only), so the allreduces match.
 
@@ -65,6 +67,11 @@ DiLoCo::DiLoCo(std::shared_ptr<Group> group, std::vector<torch::Tensor> paramete
                    options_.fragments <= static_cast<int64_t>(parameters_.size()),
                kDiLoCo, ": fragments must be between 1 and the number of trainable parameters (",
                parameters_.size(), "), got ", options_.fragments);
+  COHORT_CHECK(options_.overlap_steps >= 0 && options_.overlap_steps < options_.inner_steps,
+               kDiLoCo, ": overlap_steps must be at least 0 and less than inner_steps (",
+               options_.inner_steps, "), got ", options_.overlap_steps);
+  COHORT_CHECK(options_.merge_local >= 0 && options_.merge_local <= 1, kDiLoCo,
+               ": merge_local must be between 0 and 1, got ", options_.merge_local);
   COHORT_CHECK(options_.wire_dtype == torch::kFloat32 || options_.wire_dtype == torch::kBFloat16,
                kDiLoCo, ": wire_dtype must be float32 or bfloat16, got ",
                c10::toString(options_.wire_dtype));
@@ -92,48 +99,89 @@ bool DiLoCo::due(int64_t fragment, int64_t step) const {
   return step % h == (fragment * h / options_.fragments) % h;
 }
 
+DiLoCo::~DiLoCo() {
+  // Rounds still in flight must end before the buffers they write go.
+  for (auto& round : in_flight_) {
+    try {
+      round.work->wait();
+    } catch (...) {  // a destructor cannot report it; the round is dropped
+    }
+  }
+}
+
 int64_t DiLoCo::step() {
   ++step_;
-  int64_t synchronized = 0;
+  apply_due_rounds();
+  int64_t started = 0;
   for (int64_t f = 0; f < options_.fragments; ++f) {
     if (!due(f, step_)) continue;
-    synchronize(f);
-    ++synchronized;
+    Round round = start(f);
+    ++started;
+    if (options_.overlap_steps == 0) {
+      apply(round, 0.0);
+    } else {
+      in_flight_.push_back(std::move(round));
+    }
   }
-  return synchronized;
+  return started;
+}
+
+void DiLoCo::apply_due_rounds() {
+  while (!in_flight_.empty() && in_flight_.front().apply_at <= step_) {
+    apply(in_flight_.front(), options_.merge_local);
+    in_flight_.erase(in_flight_.begin());
+  }
 }
 
 void DiLoCo::synchronize_all() {
-  for (int64_t f = 0; f < options_.fragments; ++f) synchronize(f);
+  for (auto& round : in_flight_) apply(round, options_.merge_local);
+  in_flight_.clear();
+  for (int64_t f = 0; f < options_.fragments; ++f) {
+    Round round = start(f);
+    apply(round, 0.0);
+  }
 }
 
-void DiLoCo::synchronize(int64_t fragment) {
+DiLoCo::Round DiLoCo::start(int64_t fragment) {
   torch::NoGradGuard no_grad;
-  std::vector<size_t> members;
+  Round round;
+  round.fragment = fragment;
+  round.apply_at = step_ + options_.overlap_steps;
   std::vector<torch::Tensor> deltas;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (fragment_of_[i] != fragment) continue;
-    members.push_back(i);
+    round.members.push_back(i);
     deltas.push_back((outer_parameters_[i] - parameters_[i].to(torch::kFloat32)).reshape({-1}));
   }
-  torch::Tensor flat = torch::cat(deltas).to(options_.wire_dtype);
+  round.flat = torch::cat(deltas).to(options_.wire_dtype);
   CollectiveOptions collective;
   collective.op = ReduceOp::kAvg;
-  collective.stream = current_stream(flat);
+  collective.stream = current_stream(round.flat);
   collective.site = call_sites::kDiLoCoRound;
-  if (group_->size() > 1) group_->allreduce(tensor_buffer(flat), collective);
-  sent_bytes_ += flat.numel() * static_cast<int64_t>(flat.element_size());
-  flat = flat.to(torch::kFloat32);
+  round.work = group_->allreduce_async(tensor_buffer(round.flat), collective);
+  sent_bytes_ += round.flat.numel() * static_cast<int64_t>(round.flat.element_size());
+  return round;
+}
+
+void DiLoCo::apply(Round& round, double merge_local) {
+  round.work->wait();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor average = round.flat.to(torch::kFloat32);
   int64_t offset = 0;
-  for (size_t i : members) {
+  for (size_t i : round.members) {
     torch::Tensor& outer = outer_parameters_[i];
-    outer.mutable_grad() = flat.narrow(0, offset, outer.numel()).view_as(outer).clone();
+    outer.mutable_grad() = average.narrow(0, offset, outer.numel()).view_as(outer).clone();
     offset += outer.numel();
   }
   outer_->step();
-  for (size_t i : members) {
+  for (size_t i : round.members) {
     outer_parameters_[i].mutable_grad() = torch::Tensor();
-    parameters_[i].detach().copy_(outer_parameters_[i]);
+    torch::Tensor local = parameters_[i].detach();
+    if (merge_local == 0.0) {
+      local.copy_(outer_parameters_[i]);
+    } else {
+      local.copy_(local.to(torch::kFloat32) * merge_local + outer_parameters_[i] * (1 - merge_local));
+    }
   }
 }
 

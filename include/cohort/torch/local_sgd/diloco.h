@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "cohort/comm/group.h"
+#include "cohort/comm/work.h"
 
 namespace cohort {
 
@@ -56,6 +57,14 @@ struct DiLoCoOptions {
       outer_optimizer;
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
+  // Streaming DiLoCo's overlap (tau): a fragment's allreduce starts at its step and is waited
+  // for, and applied, this many inner steps later, so the communication runs beside those
+  // steps. 0: applied at once. Less than inner_steps.
+  int64_t overlap_steps = 0;
+  // When a round is applied after overlap_steps, the fragment's local parameters, which kept
+  // training meanwhile, become merge_local * local + (1 - merge_local) * outer (0: the outer
+  // values, dropping those steps' local progress; Streaming DiLoCo mixes, e.g. 0.5).
+  double merge_local = 0.0;
 };
 
 class DiLoCo {
@@ -73,9 +82,13 @@ class DiLoCo {
   // Call after every inner optimizer step, on every rank. Synchronizes the fragments that are
   // due at this step (collective); returns how many it synchronized.
   int64_t step();
+  ~DiLoCo();
+  DiLoCo(const DiLoCo&) = delete;
+  DiLoCo& operator=(const DiLoCo&) = delete;
 
-  // Synchronizes every fragment now, outside the schedule, without counting a step (before
-  // evaluating or saving: every rank then holds the outer parameters). Collective.
+  // Applies the rounds in flight, then synchronizes every fragment now, outside the schedule,
+  // without counting a step (before evaluating or saving: every rank then holds the outer
+  // parameters). Collective.
   void synchronize_all();
 
   // The fragment each trainable parameter belongs to (in order), and where the schedule is.
@@ -88,8 +101,18 @@ class DiLoCo {
   const std::vector<torch::Tensor>& outer_parameters() const { return outer_parameters_; }
 
  private:
-  void synchronize(int64_t fragment);
+  // A fragment's round: its members, its pseudo-gradients averaging, and the step to apply it.
+  struct Round {
+    int64_t fragment = 0;
+    std::vector<size_t> members;
+    torch::Tensor flat;
+    std::shared_ptr<Work> work;
+    int64_t apply_at = 0;
+  };
+  Round start(int64_t fragment);
+  void apply(Round& round, double merge_local);
   bool due(int64_t fragment, int64_t step) const;
+  void apply_due_rounds();
 
   std::shared_ptr<Group> group_;
   DiLoCoOptions options_;
@@ -99,6 +122,7 @@ class DiLoCo {
   std::unique_ptr<torch::optim::Optimizer> outer_;
   int64_t step_ = 0;
   int64_t sent_bytes_ = 0;
+  std::vector<Round> in_flight_;  // in the order they started
 };
 
 }  // namespace cohort
