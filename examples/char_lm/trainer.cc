@@ -89,6 +89,7 @@ cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
   cohort_examples::StrategyOptions o;
   o.bucket_cap_mb = options.bucket_cap_mb;
   o.timeline = std::move(timeline);
+  o.comm_hook = cohort_examples::make_comm_hook(options.comm_hook);
   o.diloco = options.diloco;
   return o;
 }

@@ -52,10 +52,10 @@ cohort::DdpOptions ddp_options(const StrategyOptions& options) {
     o.comm_hook = cohort::post_local_sgd_hook(options.local_sgd_warmup);
   }
   if (options.diloco.enabled()) {
-    if (options.comm_hook || options.local_sgd_period > 0 || options.master_weights) {
+    if (options.local_sgd_period > 0 || options.master_weights) {
       throw cohort::InvalidArgument(
           "--diloco replaces the gradient allreduce and updates the model's own parameters: "
-          "it does not combine with --comm-hook, --local-sgd or --master-weights");
+          "it does not combine with --local-sgd or --master-weights");
     }
     o.comm_hook = cohort::post_local_sgd_hook(0);  // no gradient communication at all
   }
@@ -66,7 +66,9 @@ std::unique_ptr<cohort::DiLoCo> diloco_of(const std::shared_ptr<torch::nn::Modul
                                           const std::shared_ptr<cohort::Group>& group,
                                           const StrategyOptions& options) {
   if (!options.diloco.enabled()) return nullptr;
-  return std::make_unique<cohort::DiLoCo>(group, *model, options.diloco.options());
+  cohort::DiLoCoOptions diloco = options.diloco.options();
+  diloco.hook = options.comm_hook;  // --comm-hook: how the rounds travel (compressed, say)
+  return std::make_unique<cohort::DiLoCo>(group, *model, diloco);
 }
 
 std::unique_ptr<cohort::PeriodicModelAverager> local_sgd_averager(

@@ -47,7 +47,8 @@ struct StrategyOptions {
   int64_t local_sgd_period = 0;
   int64_t local_sgd_warmup = 0;
   // ddp only: DiLoCo instead of the gradient allreduce (no communication in backward; the
-  // model's change averaged every diloco.inner_steps steps). Not with comm_hook or local SGD.
+  // model's change averaged every diloco.inner_steps steps, through comm_hook when it is set).
+  // Not with local SGD.
   DiLoCoSettings diloco;
 };
 

@@ -441,6 +441,19 @@ TEST(FashionMnistExampleCompression, DiLoCoSendsOneFragmentEveryHalfPeriod) {
   }
 }
 
+// --diloco with --comm-hook qsgd: the rounds travel quantized (a float32 norm and one byte per
+// element: 4 + 1,199,882 bytes), every 4th step.
+TEST(FashionMnistExampleCompression, DiLoCoRoundsThroughQsgdSendAByteAParameter) {
+  const ExampleRun run = run_example(2, "--diloco 4 --comm-hook qsgd --hook-levels 127 --skip-eval");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const std::vector<json> steps = read_lines(run.dir + "/steps.jsonl");
+  ASSERT_EQ(steps.size(), size_t(kSteps));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i]["reduced_bytes"].get<int64_t>(), (i + 1) % 4 == 0 ? 4 + 1199882 : 0)
+        << "step " << i + 1;
+  }
+}
+
 // A one-rank run with `options` fails and says `message`.
 void expect_refused(const std::string& options, const std::string& message) {
   const ExampleRun run = run_example(1, options);

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "cohort/core/error.h"
+#include "cohort/torch/compress/quantization.h"
+#include "cohort/torch/ddp/comm_hook.h"
 #include "ddp_harness.h"
 
 namespace cohort::testing {
@@ -206,6 +208,55 @@ TEST(DiLoCo, StreamingFragmentsAtStaggeredStepsMatchTheReplay) {
   expect_matches_replay(c, {0, 1, 2, 3});
 }
 
+// The round through a communication hook: the plain averaging hook gives the replay's result.
+TEST(DiLoCo, ThroughTheAllreduceHookMatchesTheReplay) {
+  Case c;
+  c.options.inner_steps = 3;
+  c.options.fragments = 2;
+  c.options.hook = allreduce_hook();  // stateless: one object may serve every rank
+  expect_matches_replay(c, {0, 1, 1, 1});
+}
+
+// QSGD with error feedback (8-bit levels and one float32 norm per fragment and rank): each
+// round sends 4 + n bytes, and the model stays close to the float32 run's.
+TEST(DiLoCo, QsgdPseudoGradientsWithErrorFeedbackSendAByteAnElement) {
+  auto train = [](bool quantized) {
+    std::vector<torch::Tensor> rank0;
+    int64_t sent = 0;
+    run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+      torch::nn::Sequential model = make_model();
+      torch::optim::AdamW inner(model->parameters(), torch::optim::AdamWOptions(0.01));
+      DiLoCoOptions options;
+      options.inner_steps = 2;
+      if (quantized) {
+        QsgdOptions qsgd;
+        qsgd.levels = 127;
+        qsgd.error_feedback = true;
+        options.hook = qsgd_hook(qsgd);  // one per rank: it keeps each fragment's residual
+      }
+      DiLoCo diloco(group, *model, options);
+      for (int step = 1; step <= 8; ++step) {
+        inner.zero_grad();
+        loss_of(model, batch_of(step, rank)).backward();
+        inner.step();
+        diloco.step();
+      }
+      if (rank != 0) return;
+      sent = diloco.sent_bytes();
+      for (const auto& p : model->parameters()) rank0.push_back(p.detach().clone());
+    });
+    return std::make_pair(rank0, sent);
+  };
+  const auto [float32, float32_bytes] = train(false);
+  const auto [qsgd, qsgd_bytes] = train(true);
+  EXPECT_EQ(float32_bytes, 4 * 244 * 4);  // 4 rounds of 244 float32 elements
+  EXPECT_EQ(qsgd_bytes, 4 * (4 + 244));
+  for (size_t i = 0; i < float32.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(qsgd[i], float32[i], 0.05, 0.01)) << "parameter " << i;
+    EXPECT_FALSE(torch::equal(qsgd[i], float32[i])) << "parameter " << i;
+  }
+}
+
 // Streaming DiLoCo's overlap: each round applied one step after it started (its allreduce
 // running beside that step), the local parameters mixed half and half with the outer ones.
 TEST(DiLoCo, OverlappedRoundsMixedWithTheLocalParametersMatchTheReplay) {
@@ -312,6 +363,10 @@ TEST(DiLoCoErrors, BadOptionsAreRefused) {
     o.inner_steps = 4;
     o.overlap_steps = 4;
     refused(o, "overlap_steps must be at least 0 and less than inner_steps (4)");
+    o = {};
+    o.hook = allreduce_hook();
+    o.wire_dtype = torch::kBFloat16;
+    refused(o, "a hook decides what the pseudo-gradients travel as");
   });
 }
 

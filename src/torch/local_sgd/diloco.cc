@@ -8,7 +8,10 @@
 // group's worker): the average becomes the gradient of the fragment's outer parameters (the
 // others' gradients are undefined, so the outer optimizer leaves them and their state alone),
 // the outer optimizer steps, and the local parameters of the fragment take the new outer values
-// (mixed with their own, with merge_local, after an overlap). The inner optimizer's state is each
+// (mixed with their own, with merge_local, after an overlap). With DiLoCoOptions::hook the round
+// is the hook's reduction of a GradBucket over the flat float32 pseudo-gradients instead (the
+// compression hooks: quantized or sparse, with error feedback per fragment, as per bucket in
+// DDP). The inner optimizer's state is each
 // rank's own and is not touched. Every rank runs the same rounds at the same steps (the schedule
 // depends on the step count only), so the allreduces match.
 
@@ -75,6 +78,9 @@ DiLoCo::DiLoCo(std::shared_ptr<Group> group, std::vector<torch::Tensor> paramete
   COHORT_CHECK(options_.wire_dtype == torch::kFloat32 || options_.wire_dtype == torch::kBFloat16,
                kDiLoCo, ": wire_dtype must be float32 or bfloat16, got ",
                c10::toString(options_.wire_dtype));
+  COHORT_CHECK(options_.hook == nullptr || options_.wire_dtype == torch::kFloat32, kDiLoCo,
+               ": a hook decides what the pseudo-gradients travel as; leave wire_dtype float32 "
+               "(bf16_compress_hook() sends bfloat16)");
   for (const auto& p : parameters_) {
     COHORT_CHECK(p.defined() && p.is_floating_point(), kDiLoCo,
                  ": every parameter must be a floating-point tensor");
@@ -86,6 +92,7 @@ DiLoCo::DiLoCo(std::shared_ptr<Group> group, std::vector<torch::Tensor> paramete
                                               /*copy=*/true).requires_grad_(true));
   }
   fragment_of_ = cut_fragments(parameters_, options_.fragments);
+  rounds_of_fragment_.assign(static_cast<size_t>(options_.fragments), 0);
   outer_ = options_.outer_optimizer ? options_.outer_optimizer(outer_parameters_)
                                     : default_outer(outer_parameters_, options_);
   COHORT_CHECK(outer_ != nullptr, kDiLoCo, ": outer_optimizer returned null");
@@ -154,17 +161,42 @@ DiLoCo::Round DiLoCo::start(int64_t fragment) {
     deltas.push_back((outer_parameters_[i] - parameters_[i].to(torch::kFloat32)).reshape({-1}));
   }
   round.flat = torch::cat(deltas).to(options_.wire_dtype);
-  CollectiveOptions collective;
-  collective.op = ReduceOp::kAvg;
-  collective.stream = current_stream(round.flat);
-  collective.site = call_sites::kDiLoCoRound;
-  round.work = group_->allreduce_async(tensor_buffer(round.flat), collective);
-  sent_bytes_ += round.flat.numel() * static_cast<int64_t>(round.flat.element_size());
+  start_reduction(round);
   return round;
+}
+
+void DiLoCo::start_reduction(Round& round) {
+  if (!options_.hook) {
+    CollectiveOptions collective;
+    collective.op = ReduceOp::kAvg;
+    collective.stream = current_stream(round.flat);
+    collective.site = call_sites::kDiLoCoRound;
+    round.work = group_->allreduce_async(tensor_buffer(round.flat), collective);
+    sent_bytes_ += round.flat.numel() * static_cast<int64_t>(round.flat.element_size());
+    return;
+  }
+  GradBucket bucket;
+  bucket.index = static_cast<size_t>(round.fragment);
+  bucket.iteration = rounds_of_fragment_[static_cast<size_t>(round.fragment)]++;
+  bucket.buffer = round.flat;
+  int64_t offset = 0;
+  for (size_t i : round.members) {
+    const torch::Tensor& p = parameters_[i];
+    bucket.gradients.push_back(round.flat.narrow(0, offset, p.numel()).view(p.sizes()));
+    bucket.parameters.push_back(p);
+    offset += p.numel();
+  }
+  PendingReduction pending = options_.hook->start(*group_, bucket);
+  round.work = pending.work;
+  round.finish = pending.finish;
+  const torch::Tensor reduced = pending.reduced.defined() ? pending.reduced : round.flat;
+  sent_bytes_ += pending.wire_bytes ? static_cast<int64_t>(*pending.wire_bytes)
+                                    : reduced.numel() * static_cast<int64_t>(reduced.element_size());
 }
 
 void DiLoCo::apply(Round& round, double merge_local) {
   round.work->wait();
+  if (round.finish) round.finish();
   torch::NoGradGuard no_grad;
   const torch::Tensor average = round.flat.to(torch::kFloat32);
   int64_t offset = 0;

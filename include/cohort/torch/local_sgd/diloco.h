@@ -36,6 +36,7 @@
 
 #include "cohort/comm/group.h"
 #include "cohort/comm/work.h"
+#include "cohort/torch/ddp/comm_hook.h"
 
 namespace cohort {
 
@@ -65,6 +66,14 @@ struct DiLoCoOptions {
   // training meanwhile, become merge_local * local + (1 - merge_local) * outer (0: the outer
   // values, dropping those steps' local progress; Streaming DiLoCo mixes, e.g. 0.5).
   double merge_local = 0.0;
+  // How each fragment's pseudo-gradients are averaged: a DDP communication hook (comm_hook.h),
+  // handed each round as a GradBucket (index: the fragment; iteration: the fragment's round
+  // count; buffer: its float32 pseudo-gradients). The compression hooks then send them
+  // quantized or sparsified, with their error feedback carrying what a round left out into the
+  // fragment's next one: qsgd_hook({.error_feedback = true}), sign_hook(), topk_hook(), ...
+  // Unset: one averaging allreduce in wire_dtype. With a hook, wire_dtype must stay float32
+  // (bf16_compress_hook() is the hook form). Each rank needs its own hook object.
+  std::shared_ptr<CommHook> hook;
 };
 
 class DiLoCo {
@@ -105,10 +114,12 @@ class DiLoCo {
   struct Round {
     int64_t fragment = 0;
     std::vector<size_t> members;
-    torch::Tensor flat;
+    torch::Tensor flat;  // pseudo-gradients; their average once the round ended
     std::shared_ptr<Work> work;
+    std::function<void()> finish;  // a hook's, after work
     int64_t apply_at = 0;
   };
+  void start_reduction(Round& round);
   Round start(int64_t fragment);
   void apply(Round& round, double merge_local);
   bool due(int64_t fragment, int64_t step) const;
@@ -123,6 +134,7 @@ class DiLoCo {
   int64_t step_ = 0;
   int64_t sent_bytes_ = 0;
   std::vector<Round> in_flight_;  // in the order they started
+  std::vector<int64_t> rounds_of_fragment_;  // a hook's GradBucket::iteration
 };
 
 }  // namespace cohort
