@@ -161,6 +161,32 @@ void expect_close(const std::vector<torch::Tensor>& got, const std::vector<torch
   }
 }
 
+// 8 inner steps (AdamW) at 2 ranks with DiLoCo H = 2 and what `adjust` sets (called on each
+// rank, for a hook object of its own): rank 0's parameters at the end and its sent_bytes().
+std::pair<std::vector<torch::Tensor>, int64_t> train_two_ranks(
+    const std::function<void(DiLoCoOptions&)>& adjust) {
+  std::vector<torch::Tensor> rank0;
+  int64_t sent = 0;
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    torch::nn::Sequential model = make_model();
+    torch::optim::AdamW inner(model->parameters(), torch::optim::AdamWOptions(0.01));
+    DiLoCoOptions options;
+    options.inner_steps = 2;
+    adjust(options);
+    DiLoCo diloco(group, *model, options);
+    for (int step = 1; step <= 8; ++step) {
+      inner.zero_grad();
+      loss_of(model, batch_of(step, rank)).backward();
+      inner.step();
+      diloco.step();
+    }
+    if (rank != 0) return;
+    sent = diloco.sent_bytes();
+    for (const auto& p : model->parameters()) rank0.push_back(p.detach().clone());
+  });
+  return {rank0, sent};
+}
+
 // Runs the case at c.world ranks (threads); checks every rank against the replay, and that the
 // fragments are `fragments`.
 void expect_matches_replay(const Case& c, const std::vector<int64_t>& fragments) {
@@ -220,35 +246,13 @@ TEST(DiLoCo, ThroughTheAllreduceHookMatchesTheReplay) {
 // QSGD with error feedback (8-bit levels and one float32 norm per fragment and rank): each
 // round sends 4 + n bytes, and the model stays close to the float32 run's.
 TEST(DiLoCo, QsgdPseudoGradientsWithErrorFeedbackSendAByteAnElement) {
-  auto train = [](bool quantized) {
-    std::vector<torch::Tensor> rank0;
-    int64_t sent = 0;
-    run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
-      torch::nn::Sequential model = make_model();
-      torch::optim::AdamW inner(model->parameters(), torch::optim::AdamWOptions(0.01));
-      DiLoCoOptions options;
-      options.inner_steps = 2;
-      if (quantized) {
-        QsgdOptions qsgd;
-        qsgd.levels = 127;
-        qsgd.error_feedback = true;
-        options.hook = qsgd_hook(qsgd);  // one per rank: it keeps each fragment's residual
-      }
-      DiLoCo diloco(group, *model, options);
-      for (int step = 1; step <= 8; ++step) {
-        inner.zero_grad();
-        loss_of(model, batch_of(step, rank)).backward();
-        inner.step();
-        diloco.step();
-      }
-      if (rank != 0) return;
-      sent = diloco.sent_bytes();
-      for (const auto& p : model->parameters()) rank0.push_back(p.detach().clone());
-    });
-    return std::make_pair(rank0, sent);
-  };
-  const auto [float32, float32_bytes] = train(false);
-  const auto [qsgd, qsgd_bytes] = train(true);
+  const auto [float32, float32_bytes] = train_two_ranks([](DiLoCoOptions&) {});
+  const auto [qsgd, qsgd_bytes] = train_two_ranks([](DiLoCoOptions& o) {
+    QsgdOptions quantized;
+    quantized.levels = 127;
+    quantized.error_feedback = true;
+    o.hook = qsgd_hook(quantized);  // one per rank: it keeps each fragment's residual
+  });
   EXPECT_EQ(float32_bytes, 4 * 244 * 4);  // 4 rounds of 244 float32 elements
   EXPECT_EQ(qsgd_bytes, 4 * (4 + 244));
   for (size_t i = 0; i < float32.size(); ++i) {
@@ -307,30 +311,9 @@ TEST(DiLoCo, OneInnerStepAndAnOuterLearningRateOfOneIsDdp) {
 
 // bfloat16 on the wire: half the bytes, and a model close to the float32 run's.
 TEST(DiLoCo, Bfloat16PseudoGradientsSendHalfTheBytes) {
-  auto train = [](torch::Dtype wire) {
-    std::vector<torch::Tensor> rank0;
-    int64_t sent = 0;
-    run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
-      torch::nn::Sequential model = make_model();
-      torch::optim::AdamW inner(model->parameters(), torch::optim::AdamWOptions(0.01));
-      DiLoCoOptions options;
-      options.inner_steps = 2;
-      options.wire_dtype = wire;
-      DiLoCo diloco(group, *model, options);
-      for (int step = 1; step <= 8; ++step) {
-        inner.zero_grad();
-        loss_of(model, batch_of(step, rank)).backward();
-        inner.step();
-        diloco.step();
-      }
-      if (rank != 0) return;
-      sent = diloco.sent_bytes();
-      for (const auto& p : model->parameters()) rank0.push_back(p.detach().clone());
-    });
-    return std::make_pair(rank0, sent);
-  };
-  const auto [float32, float32_bytes] = train(torch::kFloat32);
-  const auto [bfloat16, bfloat16_bytes] = train(torch::kBFloat16);
+  const auto [float32, float32_bytes] = train_two_ranks([](DiLoCoOptions&) {});
+  const auto [bfloat16, bfloat16_bytes] =
+      train_two_ranks([](DiLoCoOptions& o) { o.wire_dtype = torch::kBFloat16; });
   EXPECT_EQ(float32_bytes, 4 * 244 * 4);  // 4 rounds of 244 float32 elements
   EXPECT_EQ(bfloat16_bytes, float32_bytes / 2);
   for (size_t i = 0; i < float32.size(); ++i) {
