@@ -325,6 +325,21 @@ TEST(ActivationCheckpointErrors, HigherOrderGradientsAreRefused) {
       "higher-order gradients");
 }
 
+// A region that is not a function of its inputs: its recomputation returns another shape.
+TEST(ActivationCheckpointErrors, ARecomputationThatDiffersFromTheForwardIsRefused) {
+  torch::nn::Linear layer(4, 4);
+  auto calls = std::make_shared<int>(0);
+  torch::Tensor y = cohort::checkpoint(
+      [layer = layer.ptr(), calls](const torch::Tensor& in) {
+        const int64_t rows = ++*calls == 1 ? 2 : 1;  // the first call is the forward's
+        return layer->forward(in).narrow(0, 0, rows);
+      },
+      torch::randn({2, 4}));
+  expect_error([&] { y.sum().backward(); },
+               "its recomputation's output 0 is Float [1, 4], its forward's was Float [2, 4]");
+  EXPECT_FALSE(layer->weight.grad().defined());
+}
+
 TEST(ActivationCheckpointErrors, ASecondBackwardWithoutRetainGraphIsRefused) {
   torch::nn::Linear layer(4, 4);
   torch::Tensor y =

@@ -350,6 +350,21 @@ TEST(DiLoCoErrors, BadOptionsAreRefused) {
     o.hook = allreduce_hook();
     o.wire_dtype = torch::kBFloat16;
     refused(o, "a hook decides what the pseudo-gradients travel as");
+    o = {};
+    o.outer_optimizer = [](std::vector<torch::Tensor>) {
+      return std::unique_ptr<torch::optim::Optimizer>();
+    };
+    refused(o, "outer_optimizer returned null");
+  });
+  run_with_groups(1, [&](int, std::shared_ptr<Group> group) {
+    try {
+      DiLoCo diloco(group, std::vector<torch::Tensor>{torch::zeros({3}, torch::kLong)});
+      ADD_FAILURE() << "no error for an integer parameter";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("every parameter must be a floating-point tensor"),
+                std::string::npos)
+          << e.what();
+    }
   });
 }
 

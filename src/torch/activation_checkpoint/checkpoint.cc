@@ -35,14 +35,11 @@ namespace cohort {
 namespace {
 
 using activation_checkpoint::RecomputeNode;
+using activation_checkpoint::region_label;
 using activation_checkpoint::RegionRecord;
 using torch::autograd::Edge;
 using torch::autograd::edge_list;
 using torch::autograd::Node;
-
-std::string region_label(const CheckpointOptions& options) {
-  return options.name.empty() ? "checkpoint" : "checkpoint of '" + options.name + "'";
-}
 
 void check_outputs(const std::vector<at::Tensor>& outputs, const CheckpointOptions& options) {
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -181,9 +178,7 @@ std::vector<torch::Tensor> checkpoint_region(const CheckpointRegion& region,
   const RecordedRun run = run_recording(region, inputs, region_inputs, options);
   bool any_output_needs_grad = false;
   for (const auto& output : run.outputs) {
-    record.output_requires_grad.push_back(output.requires_grad());
-    record.output_sizes.push_back(output.sizes().vec());
-    record.output_dtypes.push_back(output.scalar_type());
+    record.outputs.push_back({output.sizes().vec(), output.scalar_type(), output.requires_grad()});
     any_output_needs_grad = any_output_needs_grad || output.requires_grad();
   }
   if (!any_output_needs_grad) return run.outputs;  // nothing the region read needs a gradient

@@ -187,8 +187,7 @@ void install(const Region& region, const CheckpointOptions& options) {
   handle_of(region.children.front()) =
       torch::nn::AnyModule(std::make_shared<CheckpointedSpanImpl>(std::move(handles), named));
   for (size_t i = 1; i < region.children.size(); ++i) {
-    handle_of(region.children[i]) = torch::nn::AnyModule(
-        std::make_shared<SpanContinuationImpl>(region.children[i].module));
+    handle_of(region.children[i]) = torch::nn::AnyModule(std::make_shared<SpanContinuationImpl>());
   }
 }
 

@@ -96,9 +96,9 @@ RecomputeNode::RecomputeNode(RegionRecord record, torch::autograd::edge_list edg
   set_next_edges(std::move(edges));
 }
 
-std::string RecomputeNode::region_name() const {
-  return record_.options.name.empty() ? "a checkpointed region"
-                                      : "the checkpointed region '" + record_.options.name + "'";
+std::string region_label(const CheckpointOptions& options) {
+  return options.name.empty() ? "a checkpointed region"
+                              : "the checkpointed region '" + options.name + "'";
 }
 
 void RecomputeNode::release_variables() {
@@ -111,7 +111,7 @@ void RecomputeNode::release_variables() {
 void RecomputeNode::check_inputs_unchanged() const {
   for (size_t i = 0; i < record_.inputs.size(); ++i) {
     const int64_t now = record_.inputs[i]._version();
-    COHORT_CHECK(now == record_.input_versions[i], "backward of ", region_name(), ": its input ",
+    COHORT_CHECK(now == record_.input_versions[i], "backward of ", region_label(record_.options), ": its input ",
                  i, " was changed in place after the region's forward (version ",
                  record_.input_versions[i], ", now ", now,
                  "), so recomputing the region would give other activations and a wrong "
@@ -129,17 +129,17 @@ std::vector<at::Tensor> RecomputeNode::recompute(const std::vector<at::Tensor>& 
     outputs = record_.region(inputs);
     own_outputs(outputs, first);
   }
-  COHORT_CHECK(outputs.size() == record_.output_requires_grad.size(), "backward of ",
-               region_name(), ": its recomputation returned ", outputs.size(),
-               " tensors, its forward ", record_.output_requires_grad.size(),
-               "; a checkpointed region must compute the same thing both times");
+  const auto& forward = record_.outputs;
+  COHORT_CHECK(outputs.size() == forward.size(), "backward of ", region_label(record_.options),
+               ": its recomputation returned ", outputs.size(), " tensors, its forward ",
+               forward.size(), "; a checkpointed region must compute the same thing both times");
   for (size_t i = 0; i < outputs.size(); ++i) {
-    COHORT_CHECK(outputs[i].sizes().vec() == record_.output_sizes[i] &&
-                     outputs[i].scalar_type() == record_.output_dtypes[i],
-                 "backward of ", region_name(), ": its recomputation's output ", i, " is ",
-                 c10::toString(outputs[i].scalar_type()), " ", outputs[i].sizes(),
-                 ", its forward's was ", c10::toString(record_.output_dtypes[i]), " ",
-                 c10::IntArrayRef(record_.output_sizes[i]),
+    COHORT_CHECK(outputs[i].sizes().vec() == forward[i].sizes &&
+                     outputs[i].scalar_type() == forward[i].dtype,
+                 "backward of ", region_label(record_.options), ": its recomputation's output ",
+                 i, " is ", c10::toString(outputs[i].scalar_type()), " ", outputs[i].sizes(),
+                 ", its forward's was ", c10::toString(forward[i].dtype), " ",
+                 c10::IntArrayRef(forward[i].sizes),
                  "; a checkpointed region must compute the same thing both times");
   }
   return outputs;
@@ -158,10 +158,10 @@ torch::autograd::edge_list RecomputeNode::capture_edges(
 }
 
 torch::autograd::variable_list RecomputeNode::apply(torch::autograd::variable_list&& gradients) {
-  COHORT_CHECK(!released_, "backward through ", region_name(),
+  COHORT_CHECK(!released_, "backward through ", region_label(record_.options),
                " a second time: its saved inputs were freed after the first backward; pass "
                "retain_graph = true to the first backward to keep them");
-  COHORT_CHECK(!at::GradMode::is_enabled(), "backward of ", region_name(),
+  COHORT_CHECK(!at::GradMode::is_enabled(), "backward of ", region_label(record_.options),
                " with create_graph = true: higher-order gradients through a checkpointed region "
                "are not supported (the recomputation starts from detached inputs); do not "
                "checkpoint this region, or take first-order gradients only");
@@ -181,10 +181,10 @@ torch::autograd::variable_list RecomputeNode::apply(torch::autograd::variable_li
   torch::autograd::variable_list root_gradients;
   size_t slot = 0;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    if (!record_.output_requires_grad[i]) continue;
+    if (!record_.outputs[i].requires_grad) continue;
     const at::Tensor& gradient = gradients[slot++];
     if (!gradient.defined()) continue;
-    COHORT_CHECK(outputs[i].requires_grad(), "backward of ", region_name(), ": its output ", i,
+    COHORT_CHECK(outputs[i].requires_grad(), "backward of ", region_label(record_.options), ": its output ", i,
                  " needed a gradient in the forward but not in the recomputation; a "
                  "checkpointed region must compute the same thing both times");
     roots.push_back(torch::autograd::impl::gradient_edge(outputs[i]));

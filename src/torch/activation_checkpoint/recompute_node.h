@@ -13,6 +13,13 @@
 
 namespace cohort::activation_checkpoint {
 
+// One output of the forward, which the recomputation must give again.
+struct OutputRecord {
+  std::vector<int64_t> sizes;
+  c10::ScalarType dtype;
+  bool requires_grad;  // then it has a slot of the node
+};
+
 // What the forward learned about the region, for the node that recomputes it.
 struct RegionRecord {
   CheckpointRegion region;
@@ -20,12 +27,14 @@ struct RegionRecord {
   std::vector<at::Tensor> inputs;       // detached aliases of the region's inputs
   std::vector<bool> input_requires_grad;
   std::vector<int64_t> input_versions;  // after the forward
-  std::vector<bool> output_requires_grad;
-  std::vector<std::vector<int64_t>> output_sizes;
-  std::vector<c10::ScalarType> output_dtypes;
+  std::vector<OutputRecord> outputs;
   RngSnapshot rng;
   AutocastSnapshot autocast;
 };
+
+// How errors name a region: "the checkpointed region 'blocks.3'", or "a checkpointed region"
+// when it has no name.
+std::string region_label(const CheckpointOptions& options);
 
 // Makes every output that needs a gradient the output of a node the region recorded (sequence
 // numbers from `first` to now): an input or a captured tensor returned as it is becomes a view
@@ -45,7 +54,6 @@ class RecomputeNode final : public torch::autograd::Node {
   void release_variables() override;
 
  private:
-  std::string region_name() const;
   void check_inputs_unchanged() const;
   // The region's outputs, computed again with autograd recording, from `inputs` (fresh leaves
   // over the saved inputs).

@@ -11,7 +11,6 @@
 #include "activation_checkpoint/sequential_handles.h"
 
 #include <c10/util/Type.h>
-#include <torch/csrc/autograd/grad_mode.h>
 
 #include "cohort/core/check.h"
 
@@ -21,11 +20,7 @@ CheckpointedSpanImpl::CheckpointedSpanImpl(std::vector<torch::nn::AnyModule> chi
                                            CheckpointOptions options)
     : children_(std::make_shared<std::vector<torch::nn::AnyModule>>(std::move(children))),
       options_(std::move(options)) {
-  for (const auto& child : *children_) {
-    originals_.push_back(child.ptr());
-    for (const auto& buffer : child.ptr()->buffers())
-      options_.restore_after_recompute.push_back(buffer);
-  }
+  for (const auto& child : *children_) options_ = detail::module_region_options(*child.ptr(), options_);
 }
 
 namespace {
@@ -44,11 +39,11 @@ torch::Tensor run_children(std::vector<torch::nn::AnyModule>& children, const to
 
 }  // namespace
 
+// Under NoGradGuard checkpoint() itself just runs the region.
 torch::Tensor CheckpointedSpanImpl::forward(torch::Tensor x) {
   auto children = children_;
   const std::string name = options_.name;
-  if (!originals_.front()->is_training() || !at::GradMode::is_enabled())
-    return run_children(*children, x, name);
+  if (!children->front().ptr()->is_training()) return run_children(*children, x, name);
   return checkpoint(
       [children, name](const torch::Tensor& in) { return run_children(*children, in, name); }, x,
       options_);

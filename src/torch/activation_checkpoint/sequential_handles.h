@@ -19,11 +19,9 @@ class CheckpointedSpanImpl : public torch::nn::Module {
  public:
   CheckpointedSpanImpl(std::vector<torch::nn::AnyModule> children, CheckpointOptions options);
   torch::Tensor forward(torch::Tensor x);
-  const std::vector<std::shared_ptr<torch::nn::Module>>& originals() const { return originals_; }
 
  private:
-  std::shared_ptr<std::vector<torch::nn::AnyModule>> children_;
-  std::vector<std::shared_ptr<torch::nn::Module>> originals_;
+  std::shared_ptr<std::vector<torch::nn::AnyModule>> children_;  // shared with the region
   CheckpointOptions options_;
 };
 
@@ -31,13 +29,7 @@ class CheckpointedSpanImpl : public torch::nn::Module {
 // handle ran them already).
 class SpanContinuationImpl : public torch::nn::Module {
  public:
-  explicit SpanContinuationImpl(std::shared_ptr<torch::nn::Module> original)
-      : original_(std::move(original)) {}
   torch::Tensor forward(torch::Tensor x) { return x; }
-  const std::shared_ptr<torch::nn::Module>& original() const { return original_; }
-
- private:
-  std::shared_ptr<torch::nn::Module> original_;
 };
 
 // Whether a handle is one of the two above (its child is checkpointed already).

@@ -57,34 +57,39 @@ std::unique_ptr<torch::optim::Optimizer> default_outer(std::vector<torch::Tensor
       torch::optim::SGDOptions(options.outer_lr).momentum(options.outer_momentum).nesterov(true));
 }
 
+// Throws InvalidArgument for options DiLoCo cannot run with `parameters`.
+void check_options(const DiLoCoOptions& options, const std::vector<torch::Tensor>& parameters) {
+  COHORT_CHECK(options.inner_steps >= 1, kDiLoCo, ": inner_steps must be >= 1, got ",
+               options.inner_steps);
+  COHORT_CHECK(!parameters.empty(), kDiLoCo, ": no trainable parameters");
+  COHORT_CHECK(options.fragments >= 1 &&
+                   options.fragments <= static_cast<int64_t>(parameters.size()),
+               kDiLoCo, ": fragments must be between 1 and the number of trainable parameters (",
+               parameters.size(), "), got ", options.fragments);
+  COHORT_CHECK(options.overlap_steps >= 0 && options.overlap_steps < options.inner_steps,
+               kDiLoCo, ": overlap_steps must be at least 0 and less than inner_steps (",
+               options.inner_steps, "), got ", options.overlap_steps);
+  COHORT_CHECK(options.merge_local >= 0 && options.merge_local <= 1, kDiLoCo,
+               ": merge_local must be between 0 and 1, got ", options.merge_local);
+  COHORT_CHECK(options.wire_dtype == torch::kFloat32 || options.wire_dtype == torch::kBFloat16,
+               kDiLoCo, ": wire_dtype must be float32 or bfloat16, got ",
+               c10::toString(options.wire_dtype));
+  COHORT_CHECK(options.hook == nullptr || options.wire_dtype == torch::kFloat32, kDiLoCo,
+               ": a hook decides what the pseudo-gradients travel as; leave wire_dtype float32 "
+               "(bf16_compress_hook() sends bfloat16)");
+  for (const auto& p : parameters) {
+    COHORT_CHECK(p.defined() && p.is_floating_point(), kDiLoCo,
+                 ": every parameter must be a floating-point tensor");
+  }
+}
+
 }  // namespace
 
 DiLoCo::DiLoCo(std::shared_ptr<Group> group, std::vector<torch::Tensor> parameters,
                DiLoCoOptions options)
     : group_(std::move(group)), options_(std::move(options)), parameters_(std::move(parameters)) {
   COHORT_CHECK(group_ != nullptr, kDiLoCo, ": the group is null");
-  COHORT_CHECK(options_.inner_steps >= 1, kDiLoCo, ": inner_steps must be >= 1, got ",
-               options_.inner_steps);
-  COHORT_CHECK(!parameters_.empty(), kDiLoCo, ": no trainable parameters");
-  COHORT_CHECK(options_.fragments >= 1 &&
-                   options_.fragments <= static_cast<int64_t>(parameters_.size()),
-               kDiLoCo, ": fragments must be between 1 and the number of trainable parameters (",
-               parameters_.size(), "), got ", options_.fragments);
-  COHORT_CHECK(options_.overlap_steps >= 0 && options_.overlap_steps < options_.inner_steps,
-               kDiLoCo, ": overlap_steps must be at least 0 and less than inner_steps (",
-               options_.inner_steps, "), got ", options_.overlap_steps);
-  COHORT_CHECK(options_.merge_local >= 0 && options_.merge_local <= 1, kDiLoCo,
-               ": merge_local must be between 0 and 1, got ", options_.merge_local);
-  COHORT_CHECK(options_.wire_dtype == torch::kFloat32 || options_.wire_dtype == torch::kBFloat16,
-               kDiLoCo, ": wire_dtype must be float32 or bfloat16, got ",
-               c10::toString(options_.wire_dtype));
-  COHORT_CHECK(options_.hook == nullptr || options_.wire_dtype == torch::kFloat32, kDiLoCo,
-               ": a hook decides what the pseudo-gradients travel as; leave wire_dtype float32 "
-               "(bf16_compress_hook() sends bfloat16)");
-  for (const auto& p : parameters_) {
-    COHORT_CHECK(p.defined() && p.is_floating_point(), kDiLoCo,
-                 ": every parameter must be a floating-point tensor");
-  }
+  check_options(options_, parameters_);
   local_sgd::check_same_parameters(*group_, parameters_, kDiLoCo);
   broadcast_coalesced(*group_, parameters_, 0, call_sites::kDiLoCoConstructor);
   for (const auto& p : parameters_) {
@@ -92,6 +97,9 @@ DiLoCo::DiLoCo(std::shared_ptr<Group> group, std::vector<torch::Tensor> paramete
                                               /*copy=*/true).requires_grad_(true));
   }
   fragment_of_ = cut_fragments(parameters_, options_.fragments);
+  members_.resize(static_cast<size_t>(options_.fragments));
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    members_[static_cast<size_t>(fragment_of_[i])].push_back(i);
   rounds_of_fragment_.assign(static_cast<size_t>(options_.fragments), 0);
   outer_ = options_.outer_optimizer ? options_.outer_optimizer(outer_parameters_)
                                     : default_outer(outer_parameters_, options_);
@@ -155,11 +163,8 @@ DiLoCo::Round DiLoCo::start(int64_t fragment) {
   round.fragment = fragment;
   round.apply_at = step_ + options_.overlap_steps;
   std::vector<torch::Tensor> deltas;
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (fragment_of_[i] != fragment) continue;
-    round.members.push_back(i);
+  for (size_t i : members_[static_cast<size_t>(fragment)])
     deltas.push_back((outer_parameters_[i] - parameters_[i].to(torch::kFloat32)).reshape({-1}));
-  }
   round.flat = torch::cat(deltas).to(options_.wire_dtype);
   start_reduction(round);
   return round;
@@ -180,7 +185,7 @@ void DiLoCo::start_reduction(Round& round) {
   bucket.iteration = rounds_of_fragment_[static_cast<size_t>(round.fragment)]++;
   bucket.buffer = round.flat;
   int64_t offset = 0;
-  for (size_t i : round.members) {
+  for (size_t i : members_[static_cast<size_t>(round.fragment)]) {
     const torch::Tensor& p = parameters_[i];
     bucket.gradients.push_back(round.flat.narrow(0, offset, p.numel()).view(p.sizes()));
     bucket.parameters.push_back(p);
@@ -200,13 +205,13 @@ void DiLoCo::apply(Round& round, double merge_local) {
   torch::NoGradGuard no_grad;
   const torch::Tensor average = round.flat.to(torch::kFloat32);
   int64_t offset = 0;
-  for (size_t i : round.members) {
+  for (size_t i : members_[static_cast<size_t>(round.fragment)]) {
     torch::Tensor& outer = outer_parameters_[i];
     outer.mutable_grad() = average.narrow(0, offset, outer.numel()).view_as(outer).clone();
     offset += outer.numel();
   }
   outer_->step();
-  for (size_t i : round.members) {
+  for (size_t i : members_[static_cast<size_t>(round.fragment)]) {
     outer_parameters_[i].mutable_grad() = torch::Tensor();
     torch::Tensor local = parameters_[i].detach();
     if (merge_local == 0.0) {

@@ -110,10 +110,9 @@ class DiLoCo {
   const std::vector<torch::Tensor>& outer_parameters() const { return outer_parameters_; }
 
  private:
-  // A fragment's round: its members, its pseudo-gradients averaging, and the step to apply it.
+  // A fragment's round: its pseudo-gradients averaging, and the step to apply it.
   struct Round {
     int64_t fragment = 0;
-    std::vector<size_t> members;
     torch::Tensor flat;  // pseudo-gradients; their average once the round ended
     std::shared_ptr<Work> work;
     std::function<void()> finish;  // a hook's, after work
@@ -130,6 +129,7 @@ class DiLoCo {
   std::vector<torch::Tensor> parameters_;
   std::vector<torch::Tensor> outer_parameters_;
   std::vector<int64_t> fragment_of_;
+  std::vector<std::vector<size_t>> members_;  // per fragment: its parameters' indices
   std::unique_ptr<torch::optim::Optimizer> outer_;
   int64_t step_ = 0;
   int64_t sent_bytes_ = 0;
