@@ -41,11 +41,12 @@
 namespace cohort {
 namespace {
 
+// Streamed from the live tensors into the file: no copy of the whole state is made.
 void save_file(const std::string& path, const TrainingState& state, int world_size,
                const std::vector<torch::Tensor>& rng_states) {
-  detail::write_checkpoint_file(
-      path,
-      detail::encode_training_state(path, state, world_size, rng_states, detail::current_job_id()));
+  auto archive = detail::training_archive(path, state, world_size, rng_states,
+                                          detail::current_job_id());
+  detail::write_checkpoint_file(path, detail::archive_producer(path, *archive));
 }
 
 detail::JobCheck job_check(const LoadOptions& options) {

@@ -47,21 +47,24 @@ uint64_t get_le(const char* in, size_t bytes) {
   return value;
 }
 
-uint32_t crc32_of(const char* data, size_t size) {
+uLong crc32_update(uLong crc, const char* data, size_t size) {
   // zlib takes a 32-bit length: feed it at most 1 GiB at a time.
   constexpr size_t kChunk = size_t{1} << 30;
-  uLong crc = ::crc32(0L, Z_NULL, 0);
   for (size_t offset = 0; offset < size; offset += kChunk) {
     const size_t n = std::min(kChunk, size - offset);
     crc = ::crc32(crc, reinterpret_cast<const Bytef*>(data + offset), static_cast<uInt>(n));
   }
-  return static_cast<uint32_t>(crc);
+  return crc;
 }
 
-std::string footer_of(const std::string& payload, uint32_t crc) {
+uint32_t crc32_of(const char* data, size_t size) {
+  return static_cast<uint32_t>(crc32_update(::crc32(0L, Z_NULL, 0), data, size));
+}
+
+std::string footer_of(uint64_t payload_bytes, uint32_t crc) {
   std::string footer(kMagic, kMagicBytes);
   put_le(footer, kFormatVersion, 4);
-  put_le(footer, payload.size(), 8);
+  put_le(footer, payload_bytes, 8);
   put_le(footer, crc, 4);
   return footer;
 }
@@ -109,20 +112,67 @@ int write_all(int fd, const char* data, size_t size) {
   return 0;
 }
 
-void write_synced(const std::string& path, const std::string& temporary, const std::string& payload,
-                  const std::string& footer) {
+// A payload as it is produced: written to the file, counted and checksummed on the way. The
+// first write error is kept, and every piece after it refused (the producer then stops).
+class PayloadStream {
+ public:
+  PayloadStream(int fd, const FileWriteHooks& hooks) : fd_(fd), hooks_(hooks) {}
+
+  size_t put(const void* data, size_t size) {
+    if (error_ != 0) return 0;
+    const auto* bytes = static_cast<const char*>(data);
+    // The CRC is taken from the very bytes handed to write(), before they are written.
+    crc_ = crc32_update(crc_, bytes, size);
+    error_ = write_all(fd_, bytes, size);
+    if (error_ != 0) return 0;
+    bytes_ += size;
+    if (hooks_.on_progress) hooks_.on_progress(bytes_);
+    return size;
+  }
+
+  int error() const { return error_; }
+  uint64_t bytes() const { return bytes_; }
+  uint32_t crc() const { return static_cast<uint32_t>(crc_); }
+
+ private:
+  int fd_;
+  const FileWriteHooks& hooks_;
+  int error_ = 0;
+  uint64_t bytes_ = 0;
+  uLong crc_ = ::crc32(0L, Z_NULL, 0);
+};
+
+struct WrittenPayload {
+  uint32_t crc = 0;
+  uint64_t bytes = 0;
+};
+
+WrittenPayload write_synced(const std::string& path, const std::string& temporary,
+                            const PayloadProducer& produce, const FileWriteHooks& hooks) {
   FileDescriptor file(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (file.get() < 0) {
     throw_write_error(path, "creating the temporary file '" + temporary + "'", errno);
   }
   const std::string writing = "writing the temporary file '" + temporary + "'";
-  int error = write_all(file.get(), payload.data(), payload.size());
-  if (error == 0) error = write_all(file.get(), footer.data(), footer.size());
+  PayloadStream stream(file.get(), hooks);
+  try {
+    produce([&stream](const void* data, size_t size) { return stream.put(data, size); });
+  } catch (...) {
+    // A failed write makes the producer throw (torch's: "failed writing file"): the write's
+    // own reason is the one to report.
+    if (stream.error() != 0) throw_write_error(path, writing, stream.error());
+    throw;
+  }
+  if (stream.error() != 0) throw_write_error(path, writing, stream.error());
+  if (hooks.on_payload_written) hooks.on_payload_written();
+  const std::string footer = footer_of(stream.bytes(), stream.crc());
+  const int error = write_all(file.get(), footer.data(), footer.size());
   if (error != 0) throw_write_error(path, writing, error);
   // The data must be on disk before the rename makes it the checkpoint: otherwise a crash
   // could leave `path` naming a file whose blocks were never written.
   if (::fsync(file.get()) != 0) throw_write_error(path, "syncing '" + temporary + "'", errno);
   if (file.close() != 0) throw_write_error(path, writing, errno);
+  return {stream.crc(), stream.bytes()};
 }
 
 std::string directory_of(const std::string& path) {
@@ -235,12 +285,17 @@ void check_replaceable(const std::string& path) {
 }  // namespace
 
 uint32_t write_checkpoint_file(const std::string& path, const std::string& payload) {
+  return write_checkpoint_file(
+      path, [&payload](const PayloadSink& sink) { sink(payload.data(), payload.size()); });
+}
+
+uint32_t write_checkpoint_file(const std::string& path, const PayloadProducer& produce,
+                               const FileWriteHooks& hooks, uint64_t* bytes) {
   check_replaceable(path);
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  const uint32_t crc = crc32_of(payload.data(), payload.size());
-  const std::string footer = footer_of(payload, crc);
+  WrittenPayload written;
   try {
-    write_synced(path, temporary, payload, footer);
+    written = write_synced(path, temporary, produce, hooks);
     if (::rename(temporary.c_str(), path.c_str()) != 0) {
       throw_write_error(path, "renaming '" + temporary + "' over it", errno);
     }
@@ -249,7 +304,8 @@ uint32_t write_checkpoint_file(const std::string& path, const std::string& paylo
     throw;
   }
   sync_directory(path);
-  return crc;
+  if (bytes != nullptr) *bytes = written.bytes;
+  return written.crc;
 }
 
 std::optional<std::string> read_checkpoint_file(const std::string& path, uint32_t* crc) {

@@ -459,37 +459,72 @@ void check_optimizer_holds_module_parameters(const TrainingState& state, const c
   }
 }
 
-std::string encode_training_state(const std::string& path, const TrainingState& state,
-                                  int world_size, const std::vector<torch::Tensor>& rng_states,
-                                  const std::string& job_id, const ModelWriter& write_model) {
-  std::string bytes;
+std::unique_ptr<OutputArchive> training_archive(const std::string& path, const TrainingState& state,
+                                                int world_size,
+                                                const std::vector<torch::Tensor>& rng_states,
+                                                const std::string& job_id,
+                                                const ModelWriter& write_model) {
+  auto archive = std::make_unique<OutputArchive>();
   const std::string context =
       concat("cannot write checkpoint '", path, "': serializing the training state failed");
   or_checkpoint_error(context, "; the file was not changed", [&] {
-    OutputArchive archive;
-    write_int(archive, "step", state.step);
-    write_int(archive, "epoch", state.epoch);
-    write_int(archive, "world_size", world_size);
-    if (!job_id.empty()) write_text(archive, "job_id", job_id);
-    write_nested(archive, "model", [&](OutputArchive& out) {
+    write_int(*archive, "step", state.step);
+    write_int(*archive, "epoch", state.epoch);
+    write_int(*archive, "world_size", world_size);
+    if (!job_id.empty()) write_text(*archive, "job_id", job_id);
+    write_nested(*archive, "model", [&](OutputArchive& out) {
       if (write_model) {
         write_model(out);
       } else {
-        state.module->save(out);
+        write_module(out, *state.module);
       }
     });
     if (state.optimizer != nullptr) {
-      write_nested(archive, "optimizer", [&](OutputArchive& out) { state.optimizer->save(out); });
+      write_nested(*archive, "optimizer", [&](OutputArchive& out) { state.optimizer->save(out); });
     }
-    if (state.sampler != nullptr) write_sampler(archive, *state.sampler);
-    if (state.grad_scaler != nullptr) write_grad_scaler(archive, *state.grad_scaler);
-    if (state.lr_scheduler != nullptr) write_lr_scheduler(archive, *state.lr_scheduler);
+    if (state.sampler != nullptr) write_sampler(*archive, *state.sampler);
+    if (state.grad_scaler != nullptr) write_grad_scaler(*archive, *state.grad_scaler);
+    if (state.lr_scheduler != nullptr) write_lr_scheduler(*archive, *state.lr_scheduler);
     for (size_t r = 0; r < rng_states.size(); ++r) {
-      archive.write(rng_key(static_cast<int64_t>(r)), rng_states[r], /*is_buffer=*/true);
+      archive->write(rng_key(static_cast<int64_t>(r)), rng_states[r], /*is_buffer=*/true);
     }
-    bytes = to_bytes(archive);
+  });
+  return archive;
+}
+
+std::string encode_training_state(const std::string& path, const TrainingState& state,
+                                  int world_size, const std::vector<torch::Tensor>& rng_states,
+                                  const std::string& job_id, const ModelWriter& write_model) {
+  auto archive = training_archive(path, state, world_size, rng_states, job_id, write_model);
+  std::string bytes;
+  archive_producer(path, *archive)([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
   });
   return bytes;
+}
+
+PayloadProducer archive_producer(const std::string& path, OutputArchive& archive) {
+  return [path, &archive](const PayloadSink& sink) {
+    const std::string context =
+        concat("cannot write checkpoint '", path, "': serializing the training state failed");
+    or_checkpoint_error(context, "; the file was not changed", [&] { archive.save_to(sink); });
+  };
+}
+
+void write_module(OutputArchive& archive, const torch::nn::Module& module) {
+  for (const auto& item : module.named_parameters(/*recurse=*/false)) {
+    archive.write(item.key(), item.value());
+  }
+  for (const auto& item : module.named_buffers(/*recurse=*/false)) {
+    const torch::Tensor& buffer = item.value();
+    archive.write(item.key(), buffer.defined() ? buffer.detach().clone() : buffer,
+                  /*is_buffer=*/true);
+  }
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    write_nested(archive, child.key(), [&](OutputArchive& out) { write_module(out, *child.value()); });
+  }
 }
 
 bool decode_training_state(const std::string& path, const std::string& payload, int rank,

@@ -15,9 +15,11 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_file.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/checkpoint/checkpoint.h"
@@ -39,11 +41,29 @@ std::string current_job_id();
 using ModelWriter = std::function<void(torch::serialize::OutputArchive&)>;
 
 // The archive of `state` saved by a run of `world_size` ranks of job `job_id` ("" for none);
-// rng_states[r] is rank r's generator state (empty unless state.rng). Throws CheckpointError
-// naming `path` when torch cannot serialize it.
+// rng_states[r] is rank r's generator state (empty unless state.rng). Note [Archives of live
+// tensors]: the archive holds the parameters and the optimizer's state tensors themselves, not
+// copies, so it must be written before they next change; everything else in it (the module's
+// buffers, which a forward changes, counters, options) is a copy taken here. Throws
+// CheckpointError naming `path` when torch cannot describe it.
+std::unique_ptr<torch::serialize::OutputArchive> training_archive(
+    const std::string& path, const TrainingState& state, int world_size,
+    const std::vector<torch::Tensor>& rng_states, const std::string& job_id,
+    const ModelWriter& write_model = {});
+
+// The bytes of training_archive(...).
 std::string encode_training_state(const std::string& path, const TrainingState& state,
                                   int world_size, const std::vector<torch::Tensor>& rng_states,
                                   const std::string& job_id, const ModelWriter& write_model = {});
+
+// Streams `archive` (which must outlive the call) into a checkpoint file
+// (write_checkpoint_file); a failure of torch's becomes a CheckpointError naming `path`.
+PayloadProducer archive_producer(const std::string& path,
+                                 torch::serialize::OutputArchive& archive);
+
+// A module's parameters (the tensors themselves) and copies of its buffers, in the layout of
+// torch::nn::Module::save, which a load reads (collect_module in checkpoint_state.cc).
+void write_module(torch::serialize::OutputArchive& archive, const torch::nn::Module& module);
 
 // Which checkpoints a load resumes (Note [Job identity] in checkpoint.cc).
 struct JobCheck {

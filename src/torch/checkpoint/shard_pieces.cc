@@ -24,10 +24,20 @@ std::string state_key(size_t tensor) {
   return "state/" + std::to_string(tensor);
 }
 
-// [begin, begin + length) of `tensor`'s elements, as a compact CPU copy (an archive stores a
-// view's whole storage).
+// [begin, begin + length) of `tensor`'s elements as a tensor over the same memory but with a
+// storage of its own: an archive writes a view's whole storage, this one just the range. It
+// keeps `tensor`'s memory alive. (Non-contiguous tensors, which shards are not, are copied.)
+torch::Tensor range_of(const torch::Tensor& tensor, int64_t begin, int64_t length) {
+  torch::Tensor flat = tensor.detach().reshape({-1});
+  if (length == 0) return torch::empty({0}, flat.options());
+  char* data = static_cast<char*>(flat.data_ptr()) + begin * flat.element_size();
+  return torch::from_blob(
+      data, {length}, [flat](void*) {}, flat.options());
+}
+
+// The same, as a copy (of tensors that change before the archive is written: buffers).
 torch::Tensor range_copy(const torch::Tensor& tensor, int64_t begin, int64_t length) {
-  return tensor.detach().reshape({-1}).narrow(0, begin, length).to(torch::kCPU).clone();
+  return range_of(tensor, begin, length).clone();
 }
 
 void write_state(OutputArchive& archive, size_t tensor, const FlatState& state, int64_t begin,
@@ -35,7 +45,7 @@ void write_state(OutputArchive& archive, size_t tensor, const FlatState& state, 
   OutputArchive nested(archive.compilation_unit());
   if (state.has_step) write_int(nested, "step", state.step);
   for (const auto& [name, field] : state.fields) {
-    nested.write(name, range_copy(field, begin, length), /*is_buffer=*/true);
+    nested.write(name, range_of(field, begin, length), /*is_buffer=*/true);
   }
   archive.write(state_key(tensor), nested);
 }
@@ -76,36 +86,48 @@ std::vector<SavedRange> saved_ranges(const RankHoldings& holdings, int rank) {
   return ranges;
 }
 
-std::string encode_shard_payload(const std::string& path, const RankHoldings& holdings,
-                                 const std::vector<SavedRange>& ranges,
-                                 const torch::optim::Optimizer* optimizer,
-                                 const OptimizerCodec* codec, const torch::Tensor& rng) {
-  std::string bytes;
+std::unique_ptr<OutputArchive> shard_archive(const std::string& path, const RankHoldings& holdings,
+                                             const std::vector<SavedRange>& ranges,
+                                             const torch::optim::Optimizer* optimizer,
+                                             const OptimizerCodec* codec,
+                                             const torch::Tensor& rng) {
+  auto archive = std::make_unique<OutputArchive>();
   const std::string context =
       concat("cannot write checkpoint '", path, "': serializing this rank's shards failed");
   or_checkpoint_error(context, "; the checkpoint was not changed", [&] {
-    OutputArchive archive;
     const size_t shards = holdings.shards.size();
     for (size_t i = 0; i < ranges.size(); ++i) {
       const SavedRange& range = ranges[i];
       if (range.length == 0) continue;
       if (i >= shards) {
-        archive.write(value_key(i),
-                      range_copy(holdings.unsharded[i - shards].tensor, 0, range.length),
-                      /*is_buffer=*/true);
+        archive->write(value_key(i),
+                       range_copy(holdings.unsharded[i - shards].tensor, 0, range.length),
+                       /*is_buffer=*/true);
         continue;
       }
       const ParameterShard& shard = holdings.shards[i];
       const int64_t begin = range.offset - shard.offset;  // in the shard's own elements
-      archive.write(value_key(i), range_copy(shard.tensor, begin, range.length),
-                    /*is_buffer=*/true);
+      archive->write(value_key(i), range_of(shard.tensor, begin, range.length),
+                     /*is_buffer=*/true);
       const auto* state = optimizer ? state_of(*optimizer, shard.tensor) : nullptr;
       if (state != nullptr) {
-        write_state(archive, i, codec->read_state(*state), begin, range.length);
+        write_state(*archive, i, codec->read_state(*state), begin, range.length);
       }
     }
-    if (rng.defined()) archive.write("rng", rng, /*is_buffer=*/true);
-    bytes = to_bytes(archive);
+    if (rng.defined()) archive->write("rng", rng, /*is_buffer=*/true);
+  });
+  return archive;
+}
+
+std::string encode_shard_payload(const std::string& path, const RankHoldings& holdings,
+                                 const std::vector<SavedRange>& ranges,
+                                 const torch::optim::Optimizer* optimizer,
+                                 const OptimizerCodec* codec, const torch::Tensor& rng) {
+  auto archive = shard_archive(path, holdings, ranges, optimizer, codec, rng);
+  std::string bytes;
+  archive_producer(path, *archive)([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
   });
   return bytes;
 }

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,16 @@ std::vector<SavedRange> saved_ranges(const RankHoldings& holdings, int rank);
 
 // This rank's file payload: `ranges` of every tensor of `holdings` (tensor i of the manifest is
 // the i-th of holdings), the optimizer's state for them (optimizer and codec may be null) and
-// `rng` (may be undefined). Throws CheckpointError naming `path` when torch cannot serialize.
+// `rng` (may be undefined). The archive holds the shards' and the optimizer state's ranges
+// over their own memory, not copies (Note [Archives of live tensors] in checkpoint_state.h), and
+// copies of the unsharded tensors (buffers). Throws CheckpointError naming `path` when torch
+// cannot describe it.
+std::unique_ptr<torch::serialize::OutputArchive> shard_archive(
+    const std::string& path, const RankHoldings& holdings, const std::vector<SavedRange>& ranges,
+    const torch::optim::Optimizer* optimizer, const OptimizerCodec* codec,
+    const torch::Tensor& rng);
+
+// The bytes of shard_archive(...).
 std::string encode_shard_payload(const std::string& path, const RankHoldings& holdings,
                                  const std::vector<SavedRange>& ranges,
                                  const torch::optim::Optimizer* optimizer,

@@ -155,10 +155,11 @@ detail::ManifestFile write_shard_file(const std::string& directory, const std::s
   const std::string path = join(directory, name);
   detail::make_checkpoint_directory(directory);
   const torch::Tensor rng = state.rng ? detail::cpu_generator_state() : torch::Tensor();
-  const std::string payload =
-      detail::encode_shard_payload(path, holdings, ranges, state.optimizer, codec, rng);
-  const uint32_t crc = detail::write_checkpoint_file(path, payload);
-  return {name, payload.size() + kCheckpointFooterBytes, crc};
+  auto archive = detail::shard_archive(path, holdings, ranges, state.optimizer, codec, rng);
+  uint64_t bytes = 0;
+  const uint32_t crc = detail::write_checkpoint_file(
+      path, detail::archive_producer(path, *archive), /*hooks=*/{}, &bytes);
+  return {name, bytes + kCheckpointFooterBytes, crc};
 }
 
 // The manifest, written by rank 0 and read back through the parser, so that a manifest that
