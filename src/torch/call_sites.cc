@@ -27,6 +27,7 @@ bool register_names() {
   register_call_site(kElasticBuddy, "ElasticTrainer's buddy copies");
   register_call_site(kDiLoCoConstructor, "DiLoCo's constructor");
   register_call_site(kDiLoCoRound, "DiLoCo's synchronization of a fragment");
+  register_call_site(kAsyncCheckpoint, "an asynchronous checkpoint's background write");
   return true;
 }
 

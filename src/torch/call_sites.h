@@ -32,6 +32,7 @@ inline constexpr CallSite kElasticHeal{22};
 inline constexpr CallSite kElasticBuddy{23};
 inline constexpr CallSite kDiLoCoConstructor{24};
 inline constexpr CallSite kDiLoCoRound{25};
+inline constexpr CallSite kAsyncCheckpoint{26};
 
 // Registers the names of every site above with comm; idempotent.
 bool register_names();

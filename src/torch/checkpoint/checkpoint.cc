@@ -33,6 +33,7 @@
 #include "checkpoint/checkpoint_collectives.h"
 #include "checkpoint/checkpoint_file.h"
 #include "checkpoint/checkpoint_state.h"
+#include "checkpoint/prepared_save.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
@@ -40,14 +41,6 @@
 
 namespace cohort {
 namespace {
-
-// Streamed from the live tensors into the file: no copy of the whole state is made.
-void save_file(const std::string& path, const TrainingState& state, int world_size,
-               const std::vector<torch::Tensor>& rng_states) {
-  auto archive = detail::training_archive(path, state, world_size, rng_states,
-                                          detail::current_job_id());
-  detail::write_checkpoint_file(path, detail::archive_producer(path, *archive));
-}
 
 detail::JobCheck job_check(const LoadOptions& options) {
   return {detail::current_job_id(), options.any_job};
@@ -85,11 +78,8 @@ bool restore_everywhere(const std::string& path, Group& group, const std::string
 }  // namespace
 
 void save_checkpoint(const std::string& path, const TrainingState& state) {
-  detail::check_training_state(state, "save_checkpoint");
-  detail::check_optimizer_holds_module_parameters(state, "save_checkpoint");
-  std::vector<torch::Tensor> rng_states;
-  if (state.rng) rng_states.push_back(detail::cpu_generator_state());
-  save_file(path, state, /*world_size=*/1, rng_states);
+  detail::PreparedFileSave save = detail::prepare_file_save(path, nullptr, state);
+  detail::finish_file_save(save, nullptr, {}, CallSite::kUser);
 }
 
 bool load_checkpoint(const std::string& path, TrainingState& state, const LoadOptions& options) {
@@ -112,22 +102,8 @@ bool load_checkpoint(const std::string& path, TrainingState& state, const LoadOp
 }
 
 void save_checkpoint(const std::string& path, Group& group, const TrainingState& state) {
-  detail::check_training_state(state, "save_checkpoint");
-  detail::check_optimizer_holds_module_parameters(state, "save_checkpoint");
-  std::vector<torch::Tensor> rng_states;
-  if (state.rng) rng_states = detail::gather_generator_states(path, group);
-  int64_t status = detail::kStatusOk;
-  std::string message;
-  if (group.rank() == 0) {
-    try {
-      save_file(path, state, group.size(), rng_states);
-    } catch (const std::exception& error) {
-      status = detail::kStatusFailed;
-      message = error.what();
-    }
-  }
-  detail::broadcast_outcome(group, status, message);
-  if (status != detail::kStatusOk) throw CheckpointError(message);
+  detail::PreparedFileSave save = detail::prepare_file_save(path, &group, state);
+  detail::finish_file_save(save, &group, {}, CallSite::kUser);
 }
 
 bool load_checkpoint(const std::string& path, Group& group, TrainingState& state,
@@ -147,4 +123,45 @@ bool load_checkpoint(const std::string& path, Group& group, TrainingState& state
   return restore_everywhere(path, group, bytes, job, options, state);
 }
 
+namespace detail {
+
+PreparedFileSave prepare_file_save(const std::string& path, Group* group,
+                                   const TrainingState& state) {
+  check_training_state(state, "save_checkpoint");
+  check_optimizer_holds_module_parameters(state, "save_checkpoint");
+  std::vector<torch::Tensor> rng_states;
+  if (state.rng) {
+    rng_states = group ? gather_generator_states(path, *group)
+                       : std::vector<torch::Tensor>{cpu_generator_state()};
+  }
+  PreparedFileSave save;
+  save.path = path;
+  if (group != nullptr && group->rank() != 0) return save;
+  save.archive = training_archive(path, state, group ? group->size() : 1, rng_states,
+                                  current_job_id());
+  for (const auto& item : state.module->named_parameters()) {
+    save.reads.push_back({item.key(), item.value(), item.value()._version()});
+  }
+  return save;
+}
+
+void finish_file_save(PreparedFileSave& save, Group* group, const FileWriteHooks& hooks,
+                      CallSite site) {
+  int64_t status = kStatusOk;
+  std::string message;
+  if (save.archive) {
+    try {
+      write_checkpoint_file(save.path, archive_producer(save.path, *save.archive), hooks);
+    } catch (const std::exception& error) {
+      if (group == nullptr) throw;
+      status = kStatusFailed;
+      message = error.what();
+    }
+  }
+  if (group == nullptr) return;
+  broadcast_outcome(*group, status, message, /*root=*/0, site);
+  if (status != kStatusOk) throw CheckpointError(message);
+}
+
+}  // namespace detail
 }  // namespace cohort

@@ -63,6 +63,7 @@
 #include "checkpoint/checkpoint_state.h"
 #include "checkpoint/optimizer_codec.h"
 #include "checkpoint/piece_install.h"
+#include "checkpoint/prepared_save.h"
 #include "checkpoint/shard_manifest.h"
 #include "checkpoint/shard_pieces.h"
 #include "checkpoint/sharded_common.h"
@@ -106,9 +107,10 @@ detail::ManifestOptimizer optimizer_entry(const torch::optim::Optimizer& optimiz
   return entry;
 }
 
-Manifest build_manifest(const RankHoldings& holdings, const TrainingState& state,
-                        const OptimizerCodec* codec, const std::vector<int64_t>& table,
-                        int world_size, const std::string& token) {
+// Everything of the manifest but its tensors and files, taken from the state when the save
+// starts.
+Manifest manifest_base(const RankHoldings& holdings, const TrainingState& state,
+                       const OptimizerCodec* codec, int world_size, const std::string& token) {
   Manifest m;
   m.world_size = world_size;
   m.token = token;
@@ -120,14 +122,20 @@ Manifest build_manifest(const RankHoldings& holdings, const TrainingState& state
   if (state.grad_scaler != nullptr) m.grad_scaler = state.grad_scaler->state();
   if (state.lr_scheduler != nullptr) m.lr_scheduler = state.lr_scheduler->state();
   if (state.optimizer != nullptr) m.optimizer = optimizer_entry(*state.optimizer, *codec, holdings);
-  m.tensors = detail::tensor_table(holdings, table, world_size);
-  const size_t row = table.size() / static_cast<size_t>(world_size);
-  for (int r = 0; r < world_size; ++r) {
-    m.files.push_back({detail::shard_file_name(r, world_size, token),
+  return m;
+}
+
+// The tensors and files, from the table of every rank's ranges and file.
+void complete_manifest(Manifest& m, const RankHoldings& holdings,
+                       const std::vector<int64_t>& table) {
+  m.tensors = detail::tensor_table(holdings, table, m.world_size);
+  const size_t row = table.size() / static_cast<size_t>(m.world_size);
+  m.files.clear();
+  for (int r = 0; r < m.world_size; ++r) {
+    m.files.push_back({detail::shard_file_name(r, m.world_size, m.token),
                        static_cast<uint64_t>(table[r * row]),
                        static_cast<uint32_t>(table[r * row + 1])});
   }
-  return m;
 }
 
 // ---- sharded save (Note [Sharded save])
@@ -147,18 +155,14 @@ std::string broadcast_token(Group& group) {
   return token;
 }
 
-detail::ManifestFile write_shard_file(const std::string& directory, const std::string& token,
-                                      Group& group, const RankHoldings& holdings,
-                                      const std::vector<detail::SavedRange>& ranges,
-                                      const TrainingState& state, const OptimizerCodec* codec) {
-  const std::string name = detail::shard_file_name(group.rank(), group.size(), token);
-  const std::string path = join(directory, name);
-  detail::make_checkpoint_directory(directory);
-  const torch::Tensor rng = state.rng ? detail::cpu_generator_state() : torch::Tensor();
-  auto archive = detail::shard_archive(path, holdings, ranges, state.optimizer, codec, rng);
+detail::ManifestFile write_shard_file(detail::PreparedShardedSave& save, Group& group,
+                                      const detail::FileWriteHooks& hooks) {
+  const std::string name = detail::shard_file_name(group.rank(), group.size(), save.token);
+  const std::string path = join(save.directory, name);
+  detail::make_checkpoint_directory(save.directory);
   uint64_t bytes = 0;
   const uint32_t crc = detail::write_checkpoint_file(
-      path, detail::archive_producer(path, *archive), /*hooks=*/{}, &bytes);
+      path, detail::archive_producer(path, *save.archive), hooks, &bytes);
   return {name, bytes + kCheckpointFooterBytes, crc};
 }
 
@@ -183,48 +187,30 @@ void remove_earlier_saves(const std::string& directory, const std::string& token
 
 // Steps 4 of Note [Sharded save]: the table of every rank's ranges and file, and rank 0's
 // manifest; the failure every rank gets (null: none).
-std::exception_ptr commit_manifest(const std::string& directory, Group& group,
-                                   const RankHoldings& holdings, const TrainingState& state,
-                                   const OptimizerCodec* codec,
-                                   const std::vector<detail::SavedRange>& ranges,
-                                   const detail::ManifestFile& file, const std::string& token) {
-  const std::vector<int64_t> table = detail::gather_table(group, ranges, file);
+std::exception_ptr commit_manifest(detail::PreparedShardedSave& save, Group& group,
+                                   const detail::ManifestFile& file, CallSite site) {
+  const std::vector<int64_t> table = detail::gather_table(group, save.ranges, file);
   int64_t status = detail::kStatusOk;
   std::string message;
   if (group.rank() == 0) {
     try {
-      write_manifest(directory, build_manifest(holdings, state, codec, table, group.size(), token));
+      complete_manifest(save.manifest, save.holdings, table);
+      write_manifest(save.directory, save.manifest);
     } catch (const std::exception& e) {
       status = detail::kStatusFailed;
       message = e.what();
     }
   }
-  detail::broadcast_outcome(group, status, message, /*root=*/0, kSave);
+  detail::broadcast_outcome(group, status, message, /*root=*/0, site);
   if (status == detail::kStatusOk) return nullptr;
   return std::make_exception_ptr(CheckpointError(message));
 }
 
-void save_sharded(const std::string& directory, Group& group, const RankHoldings& holdings,
+void save_sharded(const std::string& directory, Group& group, RankHoldings holdings,
                   const TrainingState& state, const torch::nn::Module* expected_module) {
-  const OptimizerCodec* codec = detail::agree_on_arguments(group, state, holdings, expected_module,
-                                                           "save_sharded_checkpoint", kSave);
-  const std::string token = broadcast_token(group);
-  const auto ranges = detail::saved_ranges(holdings, group.rank());
-  const std::string mine =
-      join(directory, detail::shard_file_name(group.rank(), group.size(), token));
-  detail::ManifestFile file;
-  std::exception_ptr failure = caught(
-      [&] { file = write_shard_file(directory, token, group, holdings, ranges, state, codec); });
-  failure = detail::first_failure_on_any_rank(group, failure, kSave);
-  if (!failure)
-    failure = commit_manifest(directory, group, holdings, state, codec, ranges, file, token);
-  // Only a failure every rank agrees on removes the file: after a broken group (an exception
-  // thrown above), rank 0 may have written a manifest that names it.
-  if (failure) {
-    ::unlink(mine.c_str());
-    std::rethrow_exception(failure);
-  }
-  remove_earlier_saves(directory, token);
+  detail::PreparedShardedSave save =
+      detail::prepare_sharded_save(directory, group, std::move(holdings), state, expected_module);
+  detail::finish_sharded_save(save, group, {}, kSave);
 }
 
 // ---- sharded load (Note [Sharded load])
@@ -600,4 +586,45 @@ bool load_sharded_checkpoint(const std::string& directory, TrainingState& state,
   return load_sharded_checkpoint(directory, *group_of_one(), state, options);
 }
 
+namespace detail {
+
+PreparedShardedSave prepare_sharded_save(const std::string& directory, Group& group,
+                                         RankHoldings holdings, const TrainingState& state,
+                                         const torch::nn::Module* expected_module) {
+  PreparedShardedSave save;
+  save.codec = agree_on_arguments(group, state, holdings, expected_module,
+                                  "save_sharded_checkpoint", kSave);
+  save.directory = directory;
+  save.token = broadcast_token(group);
+  save.ranges = saved_ranges(holdings, group.rank());
+  const std::string path =
+      join(directory, shard_file_name(group.rank(), group.size(), save.token));
+  const torch::Tensor rng = state.rng ? cpu_generator_state() : torch::Tensor();
+  save.archive = shard_archive(path, holdings, save.ranges, state.optimizer, save.codec, rng);
+  save.manifest = manifest_base(holdings, state, save.codec, group.size(), save.token);
+  for (const ParameterShard& shard : holdings.shards) {
+    save.reads.push_back({shard.name, shard.tensor, shard.tensor._version()});
+  }
+  save.holdings = std::move(holdings);
+  return save;
+}
+
+void finish_sharded_save(PreparedShardedSave& save, Group& group, const FileWriteHooks& hooks,
+                         CallSite site) {
+  const std::string mine =
+      join(save.directory, shard_file_name(group.rank(), group.size(), save.token));
+  ManifestFile file;
+  std::exception_ptr failure = caught([&] { file = write_shard_file(save, group, hooks); });
+  failure = first_failure_on_any_rank(group, failure, site);
+  if (!failure) failure = commit_manifest(save, group, file, site);
+  // Only a failure every rank agrees on removes the file: after a broken group (an exception
+  // thrown above), rank 0 may have written a manifest that names it.
+  if (failure) {
+    ::unlink(mine.c_str());
+    std::rethrow_exception(failure);
+  }
+  remove_earlier_saves(save.directory, save.token);
+}
+
+}  // namespace detail
 }  // namespace cohort
