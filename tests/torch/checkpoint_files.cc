@@ -98,4 +98,35 @@ std::string bitwise_difference(const std::vector<torch::Tensor>& got,
   return "";
 }
 
+AsyncCheckpointOptions WriterGate::options(AsyncCheckpointOptions options) {
+  options.on_progress = [this](uint64_t bytes) { at_piece(bytes); };
+  return options;
+}
+
+void WriterGate::at_piece(uint64_t bytes) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  bytes_ = bytes;
+  writing_ = true;
+  changed_.notify_all();
+  changed_.wait_for(lock, std::chrono::minutes(1), [this] { return open_; });
+}
+
+void WriterGate::wait_until_writing() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const bool writing =
+      changed_.wait_for(lock, std::chrono::minutes(1), [this] { return writing_; });
+  ASSERT_TRUE(writing) << "the asynchronous save never started writing";
+}
+
+void WriterGate::open() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  open_ = true;
+  changed_.notify_all();
+}
+
+uint64_t WriterGate::bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return bytes_;
+}
+
 }  // namespace cohort::testing

@@ -1,17 +1,22 @@
 // Files for the checkpoint tests (checkpoint_test.cc, sharded_checkpoint_test.cc): a fresh
-// directory per test, bytes of a file, and bitwise comparison of tensors.
+// directory per test, bytes of a file, bitwise comparison of tensors, and a gate that holds an
+// asynchronous save's writer.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <condition_variable>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "cohort/comm/group.h"
+#include "cohort/torch/checkpoint/async_checkpoint.h"
 
 namespace cohort::testing {
 
@@ -46,5 +51,28 @@ void expect_every_rank_names(const std::vector<std::string>& errors,
 // "" when every tensor is bitwise equal, else which one differs.
 std::string bitwise_difference(const std::vector<torch::Tensor>& got,
                                const std::vector<torch::Tensor>& want);
+
+// Holds an asynchronous save's writer at the first piece of its file until opened, so that a
+// test knows the save is in flight while it trains on; records how far the writer got. Every
+// wait has a deadline (the writer goes on after a minute; a test waiting fails). Declare it
+// before the AsyncCheckpointer whose options() it gave.
+class WriterGate {
+ public:
+  AsyncCheckpointOptions options(AsyncCheckpointOptions options = {});
+  // Blocks until the writer has written its first piece; gtest failure at the deadline.
+  void wait_until_writing();
+  void open();
+  // The payload bytes written so far.
+  uint64_t bytes() const;
+
+ private:
+  void at_piece(uint64_t bytes);
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  bool writing_ = false;
+  bool open_ = false;
+  uint64_t bytes_ = 0;
+};
 
 }  // namespace cohort::testing

@@ -7,11 +7,15 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -27,8 +31,10 @@
 
 #include "checkpoint_files.h"
 #include "cohort/core/error.h"
+#include "cohort/torch/checkpoint/async_checkpoint.h"
 #include "cohort/torch/ddp/ddp.h"
 #include "ddp_harness.h"
+#include "support/process.h"
 
 namespace cohort::testing {
 namespace checkpoint_test {
@@ -824,6 +830,253 @@ TEST(CheckpointGroup, LargeCheckpointRoundTrips) {
     ASSERT_TRUE(momenta[0].defined());
     EXPECT_TRUE(torch::equal(momenta[0], torch::ones_like(momenta[0]))) << "rank " << rank;
   });
+}
+
+// ---- Asynchronous saves (async_checkpoint.h)
+
+// One step's forward and backward on fixed data (the forward changes BatchNorm's statistics).
+void forward_backward(Net& net, torch::optim::Optimizer& optimizer) {
+  optimizer.zero_grad();
+  const torch::Tensor inputs = torch::linspace(-1, 1, 60).reshape({6, 10});
+  torch::nn::functional::cross_entropy(net.forward(inputs), torch::arange(6) % 4).backward();
+}
+
+// The file holds the step the save was taken at although the next step ran while it was written:
+// its forward changed the buffers and drew from the generator, its update waited in
+// before_update() until the whole payload was in the file, and later steps ran on.
+TEST(AsyncCheckpoint, TheFileHoldsTheStepItWasTakenAtWhileTrainingWentOn) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  auto [net, optimizer] = trained_net(3);
+  const auto parameters = snapshot(*net);
+  const auto momenta = momentum_buffers(*optimizer);
+  const torch::Tensor generator = generator_state();
+  WriterGate gate;
+  AsyncCheckpointer checkpointer(gate.options());
+  ASSERT_TRUE(checkpointer.save(path, TrainingState{net.get(), optimizer.get(), nullptr, 3}));
+  gate.wait_until_writing();
+  EXPECT_TRUE(checkpointer.in_flight());
+  forward_backward(*net, *optimizer);
+  (void)torch::rand({4});
+  gate.open();
+  checkpointer.before_update();
+  const uint64_t written_before_the_update = gate.bytes();
+  optimizer->step();
+  for (int s = 0; s < 2; ++s) {
+    forward_backward(*net, *optimizer);
+    checkpointer.before_update();
+    optimizer->step();
+  }
+  checkpointer.wait();
+  EXPECT_FALSE(checkpointer.in_flight());
+  EXPECT_EQ(written_before_the_update + kCheckpointFooterBytes, fs::file_size(path))
+      << "before_update() returned before the payload was written";
+  EXPECT_NE(bitwise_difference(snapshot(*net), parameters), "") << "training did not go on";
+
+  auto fresh = std::make_shared<Net>();
+  auto fresh_optimizer = make_sgd(*fresh);
+  TrainingState state{fresh.get(), fresh_optimizer.get()};
+  ASSERT_TRUE(load_checkpoint(path, state));
+  EXPECT_EQ(bitwise_difference(snapshot(*fresh), parameters), "");
+  EXPECT_EQ(bitwise_difference(momentum_buffers(*fresh_optimizer), momenta), "");
+  EXPECT_TRUE(torch::equal(generator_state(), generator));
+  EXPECT_EQ(state.step, 3);
+  EXPECT_EQ(dir.names(), std::set<std::string>{"run.ckpt"});
+  const AsyncSaveStats stats = checkpointer.last_save();
+  EXPECT_GE(stats.written_ms, stats.staged_ms);
+}
+
+// An update that did not wait in before_update() would mix two steps into the file: the save is
+// abandoned with an error naming the parameter, and the previous checkpoint stays. (AdamW
+// updates the parameters in place, which their version counters see; libtorch 1.13's SGD
+// writes through .data(), which they do not: Note [Asynchronous saves].)
+TEST(AsyncCheckpoint, AnUpdateWithoutBeforeUpdateAbandonsTheSaveAndKeepsThePreviousOne) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  auto net = trained_net(2).first;
+  torch::optim::AdamW optimizer(net->parameters());
+  save_checkpoint(path, TrainingState{net.get(), &optimizer, nullptr, 2});
+  const auto previous = snapshot(*net);
+  forward_backward(*net, optimizer);
+  optimizer.step();
+  WriterGate gate;
+  AsyncCheckpointer checkpointer(gate.options());
+  ASSERT_TRUE(checkpointer.save(path, TrainingState{net.get(), &optimizer, nullptr, 3}));
+  gate.wait_until_writing();
+  forward_backward(*net, optimizer);
+  optimizer.step();  // no before_update()
+  gate.open();
+  const std::string message = expect_checkpoint_error(path, [&] { checkpointer.wait(); });
+  EXPECT_NE(message.find("'fc1.weight' was changed"), std::string::npos) << message;
+  EXPECT_NE(message.find("before_update()"), std::string::npos) << message;
+  auto fresh = std::make_shared<Net>();
+  TrainingState state{fresh.get()};
+  ASSERT_TRUE(load_checkpoint(path, state));
+  EXPECT_EQ(state.step, 2);
+  EXPECT_EQ(bitwise_difference(snapshot(*fresh), previous), "");
+  EXPECT_EQ(dir.names(), std::set<std::string>{"run.ckpt"});
+}
+
+// Sets a file size limit for this process (a full disk, as write() sees it: EFBIG) until
+// destroyed; SIGXFSZ is ignored meanwhile, so that the write fails instead of the process.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    previous_handler_ = ::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    ::signal(SIGXFSZ, previous_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit saved_{};
+  sighandler_t previous_handler_;
+};
+
+// A save that fails in the background does not stop training: before_update() goes on, the
+// next save() throws the error (naming the path and the system's reason), the previous
+// checkpoint stays loadable, and the save after that works.
+TEST(AsyncCheckpoint, AFullDiskIsReportedByTheNextSaveAndTrainingGoesOn) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  std::vector<torch::nn::Linear> layers{torch::nn::Linear(256, 256), torch::nn::Linear(256, 256)};
+  auto optimizer = std::make_unique<torch::optim::SGD>(layers[0]->parameters(),
+                                                       torch::optim::SGDOptions(0.1));
+  save_checkpoint(path, TrainingState{layers[0].ptr().get(), nullptr, nullptr, 1});
+  AsyncCheckpointer checkpointer;
+  {
+    FileSizeLimit limit(64 << 10);  // the checkpoint needs 260 KB
+    ASSERT_TRUE(checkpointer.save(path, TrainingState{layers[0].ptr().get(), optimizer.get(),
+                                                      nullptr, 2}));
+    checkpointer.before_update();  // does not throw the save's error
+    const std::string message = expect_checkpoint_error(path, [&] {
+      checkpointer.save(path, TrainingState{layers[0].ptr().get(), nullptr, nullptr, 3});
+    });
+    EXPECT_NE(message.find(std::strerror(EFBIG)), std::string::npos) << message;
+  }
+  EXPECT_FALSE(checkpointer.in_flight());
+  TrainingState previous{layers[1].ptr().get()};
+  ASSERT_TRUE(load_checkpoint(path, previous));
+  EXPECT_EQ(previous.step, 1);
+  ASSERT_TRUE(checkpointer.save(path, TrainingState{layers[0].ptr().get(), nullptr, nullptr, 4}));
+  checkpointer.wait();
+  TrainingState next{layers[1].ptr().get()};
+  ASSERT_TRUE(load_checkpoint(path, next));
+  EXPECT_EQ(next.step, 4);
+  EXPECT_EQ(dir.names(), std::set<std::string>{"run.ckpt"});
+}
+
+// IfBusy::kSkip: a save while the previous one is still being written saves nothing.
+TEST(AsyncCheckpoint, UnderSkipASaveWhileOneIsWrittenIsSkipped) {
+  TempDir dir;
+  auto [net, optimizer] = trained_net(1);
+  WriterGate gate;
+  AsyncCheckpointOptions options;
+  options.if_busy = AsyncCheckpointOptions::IfBusy::kSkip;
+  AsyncCheckpointer checkpointer(gate.options(options));
+  ASSERT_TRUE(checkpointer.save(dir.file("a.ckpt"), TrainingState{net.get(), nullptr, nullptr, 1}));
+  gate.wait_until_writing();
+  EXPECT_FALSE(checkpointer.save(dir.file("b.ckpt"), TrainingState{net.get(), nullptr, nullptr, 2}));
+  gate.open();
+  checkpointer.wait();
+  EXPECT_EQ(dir.names(), std::set<std::string>{"a.ckpt"});
+  EXPECT_TRUE(checkpointer.save(dir.file("b.ckpt"), TrainingState{net.get(), nullptr, nullptr, 3}));
+  checkpointer.wait();
+  EXPECT_EQ(dir.names(), (std::set<std::string>{"a.ckpt", "b.ckpt"}));
+}
+
+// The group form: rank 0 writes while both ranks train on, the file loads at both ranks as the
+// step it was taken at; a write that fails on rank 0 is thrown on every rank by wait().
+TEST(AsyncCheckpointGroup, RankZeroWritesWhileEveryRankTrainsAndErrorsReachEveryRank) {
+  torch::set_num_threads(1);
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  std::vector<std::shared_ptr<Net>> nets;
+  for (int r = 0; r < 4; ++r) nets.push_back(trained_net(2).first);  // equal, seed 1
+  std::vector<torch::Tensor> saved;
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    Net& net = *nets[rank];
+    auto optimizer = make_sgd(net);
+    WriterGate gate;
+    AsyncCheckpointer checkpointer(*group, gate.options());
+    TrainingState state{&net, optimizer.get(), nullptr, 2};
+    state.rng = false;  // the rank threads share the default generator
+    if (rank == 0) saved = snapshot(net);
+    ASSERT_TRUE(checkpointer.save(path, state));
+    if (rank == 0) gate.wait_until_writing();
+    forward_backward(net, *optimizer);
+    gate.open();
+    checkpointer.before_update();
+    optimizer->step();
+    checkpointer.wait();
+  });
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    TrainingState state{nets[2 + rank].get()};
+    state.rng = false;
+    ASSERT_TRUE(load_checkpoint(path, *group, state));
+    EXPECT_EQ(bitwise_difference(snapshot(*nets[2 + rank]), saved), "") << "rank " << rank;
+    EXPECT_EQ(state.step, 2);
+  });
+  const std::string unwritable = dir.file("missing/run.ckpt");
+  const auto errors = checkpoint_errors(2, [&](int rank, std::shared_ptr<Group> group) {
+    AsyncCheckpointer checkpointer(*group);
+    TrainingState state{nets[rank].get()};
+    state.rng = false;
+    checkpointer.save(unwritable, state);
+    checkpointer.before_update();
+    checkpointer.wait();
+  });
+  expect_every_rank_names(errors, {unwritable});
+}
+
+// Note [Kill during an asynchronous save]: a process killed (SIGKILL) while its save is being
+// written leaves the previous checkpoint loadable. The child is this test binary, running
+// AsyncCheckpointChild below: it saves step 1, starts saving step 2, says so and is held at its
+// first piece until the parent kills it.
+constexpr const char* kChildPathVariable = "COHORT_TEST_ASYNC_CHILD_PATH";
+
+std::shared_ptr<Net> net_at_step(int step) {
+  auto [net, optimizer] = trained_net(step);
+  return net;
+}
+
+TEST(AsyncCheckpointChild, SavesStepOneThenIsKilledWhileSavingStepTwo) {
+  const char* path = std::getenv(kChildPathVariable);
+  if (path == nullptr) GTEST_SKIP() << "run by AsyncCheckpoint.AKillDuringTheWriteLeaves...";
+  save_checkpoint(path, TrainingState{net_at_step(1).get(), nullptr, nullptr, 1});
+  auto net = net_at_step(2);
+  WriterGate gate;
+  AsyncCheckpointer checkpointer(gate.options());
+  checkpointer.save(path, TrainingState{net.get(), nullptr, nullptr, 2});
+  gate.wait_until_writing();
+  std::printf("writing step 2\n");
+  std::fflush(stdout);
+  checkpointer.wait();  // the gate holds the writer for a minute: the parent kills us first
+}
+
+TEST(AsyncCheckpoint, AKillDuringTheWriteLeavesThePreviousCheckpointLoadable) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  ChildProcess child({fs::read_symlink("/proc/self/exe").string(),
+                      "--gtest_filter=AsyncCheckpointChild.*"},
+                     {std::string(kChildPathVariable) + "=" + path});
+  ASSERT_NE(child.wait_for_line("writing step 2", std::chrono::minutes(2)), "")
+      << child.output();
+  child.kill(SIGKILL);
+  ASSERT_EQ(child.wait(std::chrono::minutes(1)), 128 + SIGKILL);
+  auto fresh = std::make_shared<Net>();
+  TrainingState state{fresh.get()};
+  state.rng = false;
+  ASSERT_TRUE(load_checkpoint(path, state));
+  EXPECT_EQ(state.step, 1);
+  EXPECT_EQ(bitwise_difference(snapshot(*fresh), snapshot(*net_at_step(1))), "");
 }
 
 }  // namespace checkpoint_test

@@ -23,6 +23,7 @@
 #include "checkpoint/optimizer_codec.h"
 #include "checkpoint_files.h"
 #include "cohort/core/error.h"
+#include "cohort/torch/checkpoint/async_checkpoint.h"
 #include "cohort/torch/data/distributed_sampler.h"
 #include "cohort/torch/ddp/ddp.h"
 #include "cohort/torch/shard/fsdp.h"
@@ -165,12 +166,14 @@ class RankRun {
   int rank() const { return group_ ? group_->rank() : 0; }
   int world() const { return group_ ? group_->size() : 1; }
 
-  void train(const Batch& global, int step) {
+  // `before_update`: run between the backward and the optimizer's step.
+  void train(const Batch& global, int step, const std::function<void()>& before_update = {}) {
     const int64_t n = kGlobalBatch / world();
     const auto inputs = global.inputs.narrow(0, rank() * n, n);
     const auto targets = global.targets.narrow(0, rank() * n, n);
     optimizer_->zero_grad();
     torch::nn::functional::cross_entropy(model_->forward(inputs, step, rank()), targets).backward();
+    if (before_update) before_update();
     if (zero_) {
       zero_->step(*optimizer_);
     } else if (fsdp_) {
@@ -199,6 +202,16 @@ class RankRun {
       save_sharded_checkpoint(directory, s);
     }
   }
+
+  // save(), in the background (async_checkpoint.h).
+  bool save_async(AsyncCheckpointer& checkpointer, const std::string& directory, int64_t step) {
+    const TrainingState s = state(step);
+    if (zero_) return checkpointer.save_sharded(directory, *zero_, s);
+    if (fsdp_) return checkpointer.save_sharded(directory, *fsdp_, s);
+    return checkpointer.save_sharded(directory, s);
+  }
+
+  Group& group() { return *group_; }
 
   bool load(const std::string& directory, TrainingState& s, const LoadOptions& options = {}) {
     if (zero_) return load_sharded_checkpoint(directory, *zero_, s, options);
@@ -310,7 +323,8 @@ struct Saved {
   FullState state;
 };
 
-// `world` ranks under `wrap` train kSavedSteps steps, then call save(run, rank).
+// `world` ranks under `wrap` train kSavedSteps steps, then call save(run, rank); what is
+// returned is the state before save(), which may train on.
 Saved train_then(Wrap wrap, int world, OptimizerKind kind, const std::vector<Batch>& batches,
                  const std::function<void(RankRun&, int)>& save) {
   Saved saved;
@@ -323,10 +337,10 @@ Saved train_then(Wrap wrap, int world, OptimizerKind kind, const std::vector<Bat
   run_wrapped(wrap, world, [&](int rank, std::shared_ptr<Group> group) {
     RankRun run(wrap, models[rank], group, kind);
     for (int s = 0; s < kSavedSteps; ++s) run.train(batches[s], s);
-    save(run, rank);
     add_state_of(run, saved.state, mutex);
     auto parameters = snapshot(run.model());  // collective under FSDP (it gathers the units)
     if (rank == 0) saved.parameters = std::move(parameters);
+    save(run, rank);
   });
   return saved;
 }
@@ -480,6 +494,32 @@ TEST_P(ShardedCheckpoint, SavedByZeroAndOtherStrategiesLoadIntoFullShard) {
     const Saved saved = train_and_save(wrap, world, GetParam(), batches, same);
     expect_resumed(
         load_and_train(Wrap::kFullShard, 3, GetParam(), batches, saved, reference, same));
+  }
+}
+
+// Asynchronous sharded saves (async_checkpoint.h): every rank trains the next step while its
+// file is written (the writer held at its first piece until the step's backward is done), and
+// the checkpoint still resumes the step it was taken at, bit for bit.
+TEST_P(ShardedCheckpoint, AsyncSaveResumesTheStepItWasTakenAtWhileTrainingWentOn) {
+  torch::set_num_threads(1);
+  const auto batches = make_batches();
+  const auto reference = reference_run(GetParam(), batches);
+  for (Wrap wrap : {Wrap::kDdp, Wrap::kZero2, Wrap::kFullShard}) {
+    SCOPED_TRACE(wrap_name(wrap));
+    TempDir dir;
+    const Saved saved = train_then(wrap, 2, GetParam(), batches, [&](RankRun& run, int) {
+      WriterGate gate;
+      AsyncCheckpointer checkpointer(run.group(), gate.options());
+      ASSERT_TRUE(run.save_async(checkpointer, dir.path(), kSavedSteps));
+      gate.wait_until_writing();
+      run.train(batches[kSavedSteps], kSavedSteps, [&] {
+        gate.open();
+        checkpointer.before_update();
+      });
+      checkpointer.wait();
+    });
+    auto same = [&](int) { return dir.path(); };
+    expect_resumed(load_and_train(wrap, 2, GetParam(), batches, saved, reference, same));
   }
 }
 

@@ -112,19 +112,22 @@ int write_all(int fd, const char* data, size_t size) {
   return 0;
 }
 
-// A payload as it is produced: written to the file, counted and checksummed on the way. The
-// first write error is kept, and every piece after it refused (the producer then stops).
+// A payload as it is produced: written to the file, counted and checksummed on the way.
+// Note [Write errors under torch's writer]: after a write error every piece is taken and
+// dropped, as if written, and the error is thrown once the producer returns. Telling torch's
+// archive writer of the failure (a short count) makes it throw, and then its destructor,
+// finishing the archive, throws again: libtorch 1.13 terminates the process.
 class PayloadStream {
  public:
   PayloadStream(int fd, const FileWriteHooks& hooks) : fd_(fd), hooks_(hooks) {}
 
   size_t put(const void* data, size_t size) {
-    if (error_ != 0) return 0;
+    if (error_ != 0) return size;
     const auto* bytes = static_cast<const char*>(data);
     // The CRC is taken from the very bytes handed to write(), before they are written.
     crc_ = crc32_update(crc_, bytes, size);
     error_ = write_all(fd_, bytes, size);
-    if (error_ != 0) return 0;
+    if (error_ != 0) return size;
     bytes_ += size;
     if (hooks_.on_progress) hooks_.on_progress(bytes_);
     return size;
@@ -158,8 +161,7 @@ WrittenPayload write_synced(const std::string& path, const std::string& temporar
   try {
     produce([&stream](const void* data, size_t size) { return stream.put(data, size); });
   } catch (...) {
-    // A failed write makes the producer throw (torch's: "failed writing file"): the write's
-    // own reason is the one to report.
+    // Where a producer stops at a write error, the write's own reason is the one to report.
     if (stream.error() != 0) throw_write_error(path, writing, stream.error());
     throw;
   }

@@ -16,8 +16,9 @@
 
 namespace cohort::detail {
 
-// Takes `size` bytes of the payload and returns how many it wrote (fewer: it failed, and the
-// producer should stop); the signature of torch's OutputArchive::save_to writer.
+// Takes `size` bytes of the payload and returns `size` (after a write error too: the error is
+// thrown once the producer returns, Note [Write errors under torch's writer] in
+// checkpoint_file.cc); the signature of torch's OutputArchive::save_to writer.
 using PayloadSink = std::function<size_t(const void* data, size_t size)>;
 // Produces a payload by passing it, in order, to the sink it is given. Anything it throws
 // fails the write.

@@ -1,0 +1,101 @@
+#include "checkpoint/background_save.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <utility>
+
+namespace cohort::detail {
+
+// What the thread and the caller share: the thread may outlive the BackgroundSave.
+struct BackgroundSave::Shared {
+  mutable std::mutex mutex;
+  mutable std::condition_variable changed;
+  Clock::time_point start = Clock::now();
+  Clock::time_point staged_at;
+  Clock::time_point finished_at;
+  bool staged = false;
+  bool finished = false;
+  std::exception_ptr error;
+
+  void mark_staged() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (staged) return;
+    staged = true;
+    staged_at = Clock::now();
+    changed.notify_all();
+  }
+
+  void mark_finished(std::exception_ptr thrown) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!staged) {
+      staged = true;
+      staged_at = Clock::now();
+    }
+    finished = true;
+    finished_at = Clock::now();
+    error = std::move(thrown);
+    changed.notify_all();
+  }
+
+  template <typename Done>
+  bool wait(Clock::time_point deadline, Done done) const {
+    std::unique_lock<std::mutex> lock(mutex);
+    return changed.wait_until(lock, deadline, done);
+  }
+};
+
+BackgroundSave::BackgroundSave(Job job, bool staged) : shared_(std::make_shared<Shared>()) {
+  if (staged) shared_->mark_staged();
+  thread_ = std::thread([shared = shared_, job = std::move(job)] {
+    std::exception_ptr thrown;
+    try {
+      job([&shared] { shared->mark_staged(); });
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+    shared->mark_finished(std::move(thrown));
+  });
+}
+
+BackgroundSave::~BackgroundSave() {
+  if (finished()) {
+    thread_.join();
+  } else {
+    thread_.detach();
+  }
+}
+
+bool BackgroundSave::wait_staged(Clock::time_point deadline) const {
+  return shared_->wait(deadline, [this] { return shared_->staged; });
+}
+
+bool BackgroundSave::wait_finished(Clock::time_point deadline) const {
+  return shared_->wait(deadline, [this] { return shared_->finished; });
+}
+
+bool BackgroundSave::staged() const {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  return shared_->staged;
+}
+
+bool BackgroundSave::finished() const {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  return shared_->finished;
+}
+
+std::exception_ptr BackgroundSave::error() const {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  return shared_->error;
+}
+
+double BackgroundSave::staged_ms() const {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  return std::chrono::duration<double, std::milli>(shared_->staged_at - shared_->start).count();
+}
+
+double BackgroundSave::finished_ms() const {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  return std::chrono::duration<double, std::milli>(shared_->finished_at - shared_->start).count();
+}
+
+}  // namespace cohort::detail
