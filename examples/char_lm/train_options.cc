@@ -71,7 +71,7 @@ void add_run_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP gradient bucket size (MiB)")
       ->check(CLI::PositiveNumber);
   cohort_examples::add_checkpoint_flags(app, o.checkpoint, o.checkpoint_every, o.resume,
-                                        o.overwrite_checkpoint);
+                                        o.overwrite_checkpoint, o.sync_checkpoint);
   app.add_option("--metrics", o.metrics, "Write every step's figures here (.csv or JSON lines)");
   app.add_option("--max-steps", o.max_steps, "Stop after this many steps in all")
       ->check(CLI::PositiveNumber);

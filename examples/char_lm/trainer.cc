@@ -89,6 +89,7 @@ cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
   cohort_examples::StrategyOptions o;
   o.bucket_cap_mb = options.bucket_cap_mb;
   o.timeline = std::move(timeline);
+  o.background_checkpoints = !options.sync_checkpoint;
   o.comm_hook = cohort_examples::make_comm_hook(options.comm_hook);
   o.diloco = options.diloco;
   return o;
@@ -188,6 +189,7 @@ TrainResult Trainer::run() {
     report_epoch(steps, validation);
     strategy_->save(options_.checkpoint, state_, *sampler_, !out_of_steps());
   }
+  strategy_->finish_checkpoints();
   if (timeline_) timeline_->write(*group_);
   // Every rank writes it: under a sharded strategy each forward is collective.
   if (options_.sample > 0) {

@@ -2,11 +2,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <utility>
+
+#include "cohort/torch/checkpoint/sharded_checkpoint.h"
 
 namespace cohort_examples {
 
 void add_checkpoint_flags(CLI::App& app, std::string& path, int64_t& every, bool& resume,
-                          bool& overwrite) {
+                          bool& overwrite, bool& sync) {
   app.add_option("--checkpoint", path,
                  "Checkpoint written after each epoch ('' for none); under --elastic a directory, "
                  "written at the end");
@@ -22,6 +25,61 @@ void add_checkpoint_flags(CLI::App& app, std::string& path, int64_t& every, bool
                "that cannot be read), which the first save then replaces; without it or "
                "--resume such a start is refused")
       ->excludes(resume_flag);
+  app.add_flag("--sync-checkpoint", sync,
+               "Write each checkpoint before training goes on (default: in the background, "
+               "training waiting only while the save still reads the parameters)");
+}
+
+CheckpointWriter::CheckpointWriter(std::shared_ptr<cohort::Group> group, bool background)
+    : group_(std::move(group)), background_(background) {}
+
+cohort::AsyncCheckpointer& CheckpointWriter::checkpointer() {
+  if (!async_) async_ = std::make_unique<cohort::AsyncCheckpointer>(*group_);
+  return *async_;
+}
+
+void CheckpointWriter::save(const std::string& path, const cohort::TrainingState& state) {
+  if (!background_) {
+    cohort::save_checkpoint(path, *group_, state);
+    return;
+  }
+  checkpointer().save(path, state);
+  count_last_save();
+}
+
+void CheckpointWriter::save_sharded(const std::string& directory,
+                                    const cohort::ShardedParameters& sharded,
+                                    const cohort::TrainingState& state) {
+  if (!background_) {
+    cohort::save_sharded_checkpoint(directory, sharded, state);
+    return;
+  }
+  checkpointer().save_sharded(directory, sharded, state);
+  count_last_save();
+}
+
+void CheckpointWriter::count_last_save() {
+  const cohort::AsyncSaveStats last = async_->last_save();
+  if (last.written_ms == 0) return;  // none finished yet
+  ++saves_;
+  prepare_ms_ += last.prepare_ms;
+  waited_ms_ += last.waited_ms;
+  written_ms_ += last.written_ms;
+}
+
+void CheckpointWriter::before_update() {
+  if (async_) async_->before_update();
+}
+
+void CheckpointWriter::finish() {
+  if (!async_) return;
+  async_->wait();
+  count_last_save();
+  if (group_->rank() == 0 && saves_ > 0) {
+    std::printf("checkpoints: %lld written in the background, %.1f ms each on average; training "
+                "spent %.1f ms starting them and waited %.1f ms for them in all\n",
+                (long long)saves_, written_ms_ / saves_, prepare_ms_, waited_ms_);
+  }
 }
 
 cohort::LoadOptions load_options(bool resume, bool overwrite) {

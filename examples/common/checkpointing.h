@@ -1,14 +1,17 @@
 // The examples' checkpoint idiom (docs/checkpoints.md): load at every start, save after every
-// epoch and where --max-steps stopped a run.
+// epoch and where --max-steps stopped a run, in the background unless --sync-checkpoint.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "cohort/comm/group.h"
+#include "cohort/torch/checkpoint/async_checkpoint.h"
 #include "cohort/torch/checkpoint/checkpoint.h"
 #include "cohort/torch/data/distributed_sampler.h"
+#include "cohort/torch/sharded_parameters.h"
 
 namespace CLI {
 class App;  // CLI11's, included only by the files that build the command line
@@ -17,9 +20,42 @@ class App;  // CLI11's, included only by the files that build the command line
 namespace cohort_examples {
 
 // --checkpoint PATH, --checkpoint-every N, --resume and --overwrite-checkpoint (the last two
-// exclusive).
+// exclusive), --sync-checkpoint.
 void add_checkpoint_flags(CLI::App& app, std::string& path, int64_t& every, bool& resume,
-                          bool& overwrite);
+                          bool& overwrite, bool& sync);
+
+// How a strategy writes its checkpoints: in the background (cohort::AsyncCheckpointer) unless
+// --sync-checkpoint. The checkpointer is made at the first save, which is collective as
+// every save is.
+class CheckpointWriter {
+ public:
+  CheckpointWriter(std::shared_ptr<cohort::Group> group, bool background);
+
+  // cohort::save_checkpoint(path, group, state), or its background form.
+  void save(const std::string& path, const cohort::TrainingState& state);
+  // cohort::save_sharded_checkpoint(directory, sharded, state), or its background form.
+  void save_sharded(const std::string& directory, const cohort::ShardedParameters& sharded,
+                    const cohort::TrainingState& state);
+  // Before the optimizer's step: waits while a background save still reads the parameters.
+  void before_update();
+  // At the end of the run: waits for the last save (throws its error) and, on rank 0, says
+  // how long the saves kept training waiting.
+  void finish();
+
+ private:
+  cohort::AsyncCheckpointer& checkpointer();
+  // Adds the figures of the save that last finished (each is counted once: every save, and
+  // finish(), settle the one before).
+  void count_last_save();
+
+  std::shared_ptr<cohort::Group> group_;
+  bool background_;
+  std::unique_ptr<cohort::AsyncCheckpointer> async_;
+  int64_t saves_ = 0;
+  double prepare_ms_ = 0;  // summed over the finished saves
+  double waited_ms_ = 0;
+  double written_ms_ = 0;
+};
 
 // Whether a checkpoint is due after `step` committed steps with --checkpoint-every `every`.
 inline bool checkpoint_due(int64_t every, int64_t step) {

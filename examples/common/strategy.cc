@@ -103,7 +103,8 @@ class DdpStrategy : public Strategy {
         master_(master_weights_of(model_, options)),  // first: DDP then buckets 16-bit tensors
         ddp_(model_, group_, ddp_options(options)),
         averager_(local_sgd_averager(group_, options)),
-        diloco_(diloco_of(model_, group_, options)) {}
+        diloco_(diloco_of(model_, group_, options)),
+        checkpoints_(group_, options.background_checkpoints) {}
 
   torch::OrderedDict<std::string, torch::Tensor> optimizer_parameters() const override {
     return master_ ? master_->named_parameters() : model_->named_parameters();
@@ -130,6 +131,7 @@ class DdpStrategy : public Strategy {
   // Under local SGD every rank calls the averager after every step, stepped or not (a step the
   // scaler skipped on one rank only), so that all ranks average at the same calls.
   bool step(torch::optim::Optimizer& optimizer, cohort::amp::GradScaler& scaler) override {
+    checkpoints_.before_update();
     const bool stepped = master_ ? master_->step(optimizer, &scaler) : scaler.step(optimizer);
     averaged_ = averager_ && averager_->average(*model_, &optimizer);
     if (diloco_) {
@@ -179,8 +181,11 @@ class DdpStrategy : public Strategy {
             cohort::DistributedSampler& sampler, bool epoch_finished) override {
     cohort::TrainingState saved = state;
     if (master_) saved.module = master_->checkpoint_module().get();
-    save_epoch_checkpoint(path, *group_, saved, sampler, epoch_finished);
+    save_epoch_checkpoint(path, *group_, saved, sampler, epoch_finished,
+                          [&](const cohort::TrainingState& s) { checkpoints_.save(path, s); });
   }
+
+  void finish_checkpoints() override { checkpoints_.finish(); }
 
  private:
   std::shared_ptr<torch::nn::Module> model_;
@@ -191,6 +196,7 @@ class DdpStrategy : public Strategy {
   bool averaged_ = false;                                    // in the last step
   std::unique_ptr<cohort::DiLoCo> diloco_;                   // --diloco
   int64_t diloco_sent_ = 0;                                  // in the last step
+  CheckpointWriter checkpoints_;
 };
 
 // What this rank holds, from each sharded wrapper's own report.
@@ -222,8 +228,10 @@ class ShardedStrategy : public Strategy {
  public:
   template <typename Options>
   ShardedStrategy(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<cohort::Group> group,
-                  const Options& options)
-      : group_(group), wrapper_(std::move(model), std::move(group), options) {}
+                  const Options& options, bool background_checkpoints)
+      : group_(group),
+        wrapper_(std::move(model), group, options),
+        checkpoints_(std::move(group), background_checkpoints) {}
 
   torch::OrderedDict<std::string, torch::Tensor> optimizer_parameters() const override {
     return wrapper_.named_parameters();
@@ -241,6 +249,7 @@ class ShardedStrategy : public Strategy {
   }
 
   bool step(torch::optim::Optimizer& optimizer, cohort::amp::GradScaler& scaler) override {
+    checkpoints_.before_update();
     return scaler.step(wrapper_, optimizer);
   }
 
@@ -266,13 +275,16 @@ class ShardedStrategy : public Strategy {
             cohort::DistributedSampler& sampler, bool epoch_finished) override {
     save_epoch_checkpoint(path, *group_, state, sampler, epoch_finished,
                           [&](const cohort::TrainingState& s) {
-                            cohort::save_sharded_checkpoint(path, wrapper_, s);
+                            checkpoints_.save_sharded(path, wrapper_, s);
                           });
   }
+
+  void finish_checkpoints() override { checkpoints_.finish(); }
 
  private:
   std::shared_ptr<cohort::Group> group_;
   Wrapper wrapper_;
+  CheckpointWriter checkpoints_;
 };
 
 template <>
@@ -323,21 +335,22 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name,
   using Zero = ShardedStrategy<cohort::ZeroDataParallel>;
   using Fsdp = ShardedStrategy<cohort::FullyShardedDataParallel>;
   using How = cohort::ShardingStrategy;
+  const bool background = options.background_checkpoints;
   if (name == "ddp") return std::make_unique<DdpStrategy>(model, group, options);
   if (options.comm_hook || options.local_sgd_period > 0 || options.diloco.enabled()) {
     throw cohort::InvalidArgument("--comm-hook, --local-sgd and --diloco work with --strategy ddp "
                                   "only (" + name + " shards the gradients; docs/compression.md)");
   }
-  if (name == "zero1") return std::make_unique<Zero>(model, group, zero_options(options, 1));
-  if (name == "zero2") return std::make_unique<Zero>(model, group, zero_options(options, 2));
+  if (name == "zero1") return std::make_unique<Zero>(model, group, zero_options(options, 1), background);
+  if (name == "zero2") return std::make_unique<Zero>(model, group, zero_options(options, 2), background);
   if (name == "full_shard") {
-    return std::make_unique<Fsdp>(model, group, fsdp_options(options, How::kFullShard));
+    return std::make_unique<Fsdp>(model, group, fsdp_options(options, How::kFullShard), background);
   }
   if (name == "shard_grad_op") {
-    return std::make_unique<Fsdp>(model, group, fsdp_options(options, How::kShardGradOp));
+    return std::make_unique<Fsdp>(model, group, fsdp_options(options, How::kShardGradOp), background);
   }
   if (name == "hybrid_shard") {
-    return std::make_unique<Fsdp>(model, group, fsdp_options(options, How::kHybridShard));
+    return std::make_unique<Fsdp>(model, group, fsdp_options(options, How::kHybridShard), background);
   }
   throw cohort::InvalidArgument("--strategy " + name +
                                 " is unknown: give one of ddp, zero1, zero2, full_shard, "

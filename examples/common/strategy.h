@@ -17,6 +17,7 @@
 #include "cohort/torch/data/distributed_sampler.h"
 #include "cohort/torch/ddp/comm_hook.h"
 #include "cohort/torch/optim/trust_ratio.h"
+#include "checkpointing.h"
 #include "diloco_options.h"
 #include "memory.h"
 
@@ -50,6 +51,9 @@ struct StrategyOptions {
   // model's change averaged every diloco.inner_steps steps, through comm_hook when it is set).
   // Not with local SGD.
   DiLoCoSettings diloco;
+  // Checkpoints written in the background (cohort::AsyncCheckpointer), training waiting before
+  // its optimizer step only while a save still reads the parameters; false: --sync-checkpoint.
+  bool background_checkpoints = true;
 };
 
 // What the last step's gradient synchronization cost (DDP's IterationStats, docs/ddp.md).
@@ -96,6 +100,9 @@ class Strategy {
                       cohort::TrainingState& state) = 0;
   virtual void save(const std::string& path, const cohort::TrainingState& state,
                     cohort::DistributedSampler& sampler, bool epoch_finished) = 0;
+  // At the end of the run: waits for a checkpoint still being written in the background, and
+  // throws its error. Collective.
+  virtual void finish_checkpoints() = 0;
 };
 
 // Collective over `group`: wraps `model` (whose weights must be the same on every rank, or

@@ -109,7 +109,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--time-limit", o.time_limit_s, "Stop training after this many seconds")
       ->check(CLI::NonNegativeNumber);
   cohort_examples::add_checkpoint_flags(app, o.checkpoint, o.checkpoint_every, o.resume,
-                                        o.overwrite_checkpoint);
+                                        o.overwrite_checkpoint, o.sync_checkpoint);
   app.add_option("--metrics", o.metrics, "Write every step's figures here (.csv or JSON lines)");
   app.add_option("--max-steps", o.max_steps, "Stop after this many steps in all")
       ->check(CLI::PositiveNumber);

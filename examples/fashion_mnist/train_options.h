@@ -81,6 +81,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;                   // --checkpoint-every: also every N steps
   bool resume = false;
   bool overwrite_checkpoint = false;  // --overwrite-checkpoint
+  bool sync_checkpoint = false;       // --sync-checkpoint: not in the background
   std::string metrics;                // per-step figures: .csv, else JSON lines
   int64_t max_steps = -1;  // stop after this many steps in all (tests, sweeps); -1: no limit
   bool skip_eval = false;

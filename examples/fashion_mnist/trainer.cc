@@ -96,6 +96,7 @@ cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
   cohort_examples::StrategyOptions o;
   o.bucket_cap_mb = options.bucket_cap_mb;
   o.timeline = std::move(timeline);
+  o.background_checkpoints = !options.sync_checkpoint;
   o.fsdp_min_unit_parameters = TrainOptions::kFsdpMinUnitParameters;
   o.comm_hook = cohort_examples::make_comm_hook(options.comm_hook);
   o.local_sgd_period = options.local_sgd;
@@ -199,6 +200,7 @@ TrainResult Trainer::run() {
     cohort_examples::print_memory_of_ranks(*strategy_, *optimizer_, *group_);
     strategy_->save(options_.checkpoint, state_, *sampler_, !out_of_steps());
   }
+  strategy_->finish_checkpoints();
   if (timeline_) timeline_->write(*group_);
   result.samples_per_s = ms_run_ > 0 ? double(samples_run_) / (ms_run_ / 1000.0) : 0;
   result.steps = state_.step;

@@ -1047,7 +1047,7 @@ std::shared_ptr<Net> net_at_step(int step) {
   return net;
 }
 
-TEST(AsyncCheckpointChild, SavesStepOneThenIsKilledWhileSavingStepTwo) {
+TEST(AsyncCheckpointChild, DISABLED_SavesStepOneThenIsKilledWhileSavingStepTwo) {
   const char* path = std::getenv(kChildPathVariable);
   if (path == nullptr) GTEST_SKIP() << "run by AsyncCheckpoint.AKillDuringTheWriteLeaves...";
   save_checkpoint(path, TrainingState{net_at_step(1).get(), nullptr, nullptr, 1});
@@ -1065,7 +1065,7 @@ TEST(AsyncCheckpoint, AKillDuringTheWriteLeavesThePreviousCheckpointLoadable) {
   TempDir dir;
   const std::string path = dir.file("run.ckpt");
   ChildProcess child({fs::read_symlink("/proc/self/exe").string(),
-                      "--gtest_filter=AsyncCheckpointChild.*"},
+                      "--gtest_filter=AsyncCheckpointChild.*", "--gtest_also_run_disabled_tests"},
                      {std::string(kChildPathVariable) + "=" + path});
   ASSERT_NE(child.wait_for_line("writing step 2", std::chrono::minutes(2)), "")
       << child.output();

@@ -176,7 +176,9 @@ class AsyncCheckpointer::Impl {
     waited_ms_ += ms_since(start);
   }
 
-  void wait() {
+  // `training_waits`: the wait is one of training's (a save waiting for the previous one),
+  // counted in AsyncSaveStats::waited_ms; an explicit wait() is not.
+  void wait(bool training_waits = false) {
     if (!current_) return;
     const Clock::time_point start = Clock::now();
     if (!current_->wait_finished(start + options_.timeout)) {
@@ -184,7 +186,7 @@ class AsyncCheckpointer::Impl {
                                 "' has not finished after ", options_.timeout.count(),
                                 " ms (AsyncCheckpointOptions::timeout); is the disk stalled?"));
     }
-    waited_ms_ += ms_since(start);
+    if (training_waits) waited_ms_ += ms_since(start);
     last_.staged_ms = current_->staged_ms();
     last_.written_ms = current_->finished_ms();
     last_.waited_ms = waited_ms_;
@@ -206,7 +208,7 @@ class AsyncCheckpointer::Impl {
                  current_what_, "' is still being written (AsyncCheckpointOptions::if_busy)");
       return false;
     }
-    wait();
+    wait(/*training_waits=*/true);
     return true;
   }
 

@@ -61,7 +61,8 @@ struct AsyncSaveStats {
   double prepare_ms = 0;  // in save(), on the caller's thread: checks, copies, collectives
   double staged_ms = 0;   // from save() until before_update() would no longer wait
   double written_ms = 0;  // from save() until the file was synced and renamed into place
-  double waited_ms = 0;   // how long before_update() and save() waited on it
+  double waited_ms = 0;   // how long training waited on it: in before_update(), and in the
+                          // next save() (IfBusy::kWait); not in wait()
 };
 
 class AsyncCheckpointer {
