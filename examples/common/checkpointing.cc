@@ -1,6 +1,7 @@
 #include "checkpointing.h"
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <utility>
 
@@ -40,7 +41,7 @@ cohort::AsyncCheckpointer& CheckpointWriter::checkpointer() {
 
 void CheckpointWriter::save(const std::string& path, const cohort::TrainingState& state) {
   if (!background_) {
-    cohort::save_checkpoint(path, *group_, state);
+    timed([&] { cohort::save_checkpoint(path, *group_, state); });
     return;
   }
   checkpointer().save(path, state);
@@ -51,7 +52,7 @@ void CheckpointWriter::save_sharded(const std::string& directory,
                                     const cohort::ShardedParameters& sharded,
                                     const cohort::TrainingState& state) {
   if (!background_) {
-    cohort::save_sharded_checkpoint(directory, sharded, state);
+    timed([&] { cohort::save_sharded_checkpoint(directory, sharded, state); });
     return;
   }
   checkpointer().save_sharded(directory, sharded, state);
@@ -62,7 +63,7 @@ void CheckpointWriter::count_last_save() {
   const cohort::AsyncSaveStats last = async_->last_save();
   if (last.written_ms == 0) return;  // none finished yet
   ++saves_;
-  prepare_ms_ += last.prepare_ms;
+  save_ms_ += last.save_ms;
   waited_ms_ += last.waited_ms;
   written_ms_ += last.written_ms;
 }
@@ -71,14 +72,29 @@ void CheckpointWriter::before_update() {
   if (async_) async_->before_update();
 }
 
+template <typename Save>
+void CheckpointWriter::timed(Save&& save) {
+  const auto start = std::chrono::steady_clock::now();
+  save();
+  ++saves_;
+  save_ms_ +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 void CheckpointWriter::finish() {
-  if (!async_) return;
-  async_->wait();
-  count_last_save();
-  if (group_->rank() == 0 && saves_ > 0) {
-    std::printf("checkpoints: %lld written in the background, %.1f ms each on average; training "
-                "spent %.1f ms starting them and waited %.1f ms for them in all\n",
-                (long long)saves_, written_ms_ / saves_, prepare_ms_, waited_ms_);
+  if (async_) {
+    async_->wait();
+    count_last_save();
+  }
+  if (group_->rank() != 0 || saves_ == 0) return;
+  if (background_) {
+    std::printf("checkpoints: %lld written in the background in %.1f ms each; training spent "
+                "%.1f ms in the save calls and waited %.1f ms before its updates\n",
+                (long long)saves_, written_ms_ / saves_, save_ms_, waited_ms_);
+  } else {
+    std::printf("checkpoints: %lld written synchronously; training spent %.1f ms in the save "
+                "calls\n",
+                (long long)saves_, save_ms_);
   }
 }
 

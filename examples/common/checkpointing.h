@@ -47,13 +47,16 @@ class CheckpointWriter {
   // Adds the figures of the save that last finished (each is counted once: every save, and
   // finish(), settle the one before).
   void count_last_save();
+  // Runs a synchronous save, counting the time it takes.
+  template <typename Save>
+  void timed(Save&& save);
 
   std::shared_ptr<cohort::Group> group_;
   bool background_;
   std::unique_ptr<cohort::AsyncCheckpointer> async_;
   int64_t saves_ = 0;
-  double prepare_ms_ = 0;  // summed over the finished saves
-  double waited_ms_ = 0;
+  double save_ms_ = 0;  // summed over the finished saves: the save calls
+  double waited_ms_ = 0;  // before_update()
   double written_ms_ = 0;
 };
 

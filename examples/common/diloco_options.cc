@@ -11,6 +11,7 @@ cohort::DiLoCoOptions DiLoCoSettings::options() const {
   o.wire_dtype = dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32;
   o.overlap_steps = overlap;
   o.merge_local = overlap > 0 ? merge : 0.0;
+  o.hierarchical = hierarchical;
   return o;
 }
 
@@ -36,6 +37,9 @@ void add_diloco_options(CLI::App& app, DiLoCoSettings& settings) {
                  "With --diloco-overlap: the local parameters' share when a round is applied")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  app.add_flag("--diloco-hierarchical", settings.hierarchical,
+               "Hierarchical DiLoCo: DDP's gradient allreduce inside each node, DiLoCo only "
+               "across nodes (one rank per node sends each round)");
 }
 
 }  // namespace cohort_examples

@@ -1,5 +1,6 @@
-// --diloco H, --diloco-fragments F, --diloco-dtype of both examples (docs/compression.md,
-// "DiLoCo"): DiLoCo or Streaming DiLoCo under --strategy ddp instead of a gradient allreduce.
+// --diloco H, --diloco-fragments F, --diloco-dtype, --diloco-overlap, --diloco-merge and
+// --diloco-hierarchical of both examples (docs/compression.md, "DiLoCo"): DiLoCo or Streaming
+// DiLoCo under --strategy ddp instead of a gradient allreduce (hierarchical: across nodes only).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@ struct DiLoCoSettings {
   std::string dtype = "fp32";
   int64_t overlap = 0;   // tau: rounds applied this many steps after they start
   double merge = 0.5;    // with overlap: the local parameters' share when a round is applied
+  bool hierarchical = false;  // DDP inside a node, DiLoCo across nodes
   bool enabled() const { return inner_steps > 0; }
   // The library's options (DiLoCo's default outer optimizer: Nesterov SGD, lr 0.7, momentum 0.9).
   cohort::DiLoCoOptions options() const;

@@ -57,9 +57,18 @@ cohort::DdpOptions ddp_options(const StrategyOptions& options) {
           "--diloco replaces the gradient allreduce and updates the model's own parameters: "
           "it does not combine with --local-sgd or --master-weights");
     }
-    o.comm_hook = cohort::post_local_sgd_hook(0);  // no gradient communication at all
+    // No gradient communication at all; hierarchical: the plain average inside the node (DDP's
+    // group is the node's, ddp_group_of).
+    o.comm_hook = options.diloco.hierarchical ? nullptr : cohort::post_local_sgd_hook(0);
   }
   return o;
+}
+
+// The ranks DDP averages the gradients over: all, or under hierarchical DiLoCo the node's.
+std::shared_ptr<cohort::Group> ddp_group_of(const std::shared_ptr<cohort::Group>& group,
+                                            const StrategyOptions& options) {
+  if (!options.diloco.enabled() || !options.diloco.hierarchical) return group;
+  return group->split(group->node_rank(), group->rank());
 }
 
 std::unique_ptr<cohort::DiLoCo> diloco_of(const std::shared_ptr<torch::nn::Module>& model,
@@ -101,7 +110,7 @@ class DdpStrategy : public Strategy {
       : model_(std::move(model)),
         group_(std::move(group)),
         master_(master_weights_of(model_, options)),  // first: DDP then buckets 16-bit tensors
-        ddp_(model_, group_, ddp_options(options)),
+        ddp_(model_, ddp_group_of(group_, options), ddp_options(options)),
         averager_(local_sgd_averager(group_, options)),
         diloco_(diloco_of(model_, group_, options)),
         checkpoints_(group_, options.background_checkpoints) {}
@@ -336,6 +345,9 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name,
   using Fsdp = ShardedStrategy<cohort::FullyShardedDataParallel>;
   using How = cohort::ShardingStrategy;
   const bool background = options.background_checkpoints;
+  if (options.diloco.hierarchical && !options.diloco.enabled()) {
+    throw cohort::InvalidArgument("--diloco-hierarchical needs --diloco H (the inner steps)");
+  }
   if (name == "ddp") return std::make_unique<DdpStrategy>(model, group, options);
   if (options.comm_hook || options.local_sgd_period > 0 || options.diloco.enabled()) {
     throw cohort::InvalidArgument("--comm-hook, --local-sgd and --diloco work with --strategy ddp "

@@ -19,6 +19,7 @@
 #include "cohort/core/error.h"
 #include "cohort/torch/compress/quantization.h"
 #include "cohort/torch/ddp/comm_hook.h"
+#include "cohort/torch/ddp/ddp.h"
 #include "ddp_harness.h"
 
 namespace cohort::testing {
@@ -83,9 +84,11 @@ bool due(const DiLoCoOptions& o, int64_t fragment, int64_t step) {
   return step % o.inner_steps == (fragment * o.inner_steps / o.fragments) % o.inner_steps;
 }
 
-// The replay: states[step][worker] = that worker's parameters after the step.
-std::vector<std::vector<std::vector<torch::Tensor>>> replay(const Case& c,
-                                                           const std::vector<int64_t>& fragments) {
+// The replay: states[step][worker] = that worker's parameters after the step, worker w
+// training on batch(step, w).
+std::vector<std::vector<std::vector<torch::Tensor>>> replay(
+    const Case& c, const std::vector<int64_t>& fragments,
+    const std::function<Batch(int, int)>& batch = batch_of) {
   std::vector<torch::nn::Sequential> models;
   std::vector<std::unique_ptr<torch::optim::Optimizer>> inners;
   for (int w = 0; w < c.world; ++w) {
@@ -120,7 +123,7 @@ std::vector<std::vector<std::vector<torch::Tensor>>> replay(const Case& c,
   for (int step = 1; step <= c.steps; ++step) {
     for (int w = 0; w < c.world; ++w) {
       inners[w]->zero_grad();
-      loss_of(models[w], batch_of(step, w)).backward();
+      loss_of(models[w], batch(step, w)).backward();
       inners[w]->step();
     }
     torch::NoGradGuard no_grad;
@@ -232,6 +235,45 @@ TEST(DiLoCo, StreamingFragmentsAtStaggeredStepsMatchTheReplay) {
   c.options.fragments = 4;
   c.world = 3;
   expect_matches_replay(c, {0, 1, 2, 3});
+}
+
+// Hierarchical DiLoCo at 2 nodes x 2 ranks: DDP inside each node makes the node one worker
+// training on its two ranks' batches together, and DiLoCo runs between the nodes: every rank
+// matches its node's worker in a 2-worker replay; only the first rank of each node sends.
+TEST(DiLoCo, HierarchicalWithDdpInsideNodesMatchesAReplayOfOneWorkerPerNode) {
+  Case c;
+  c.world = 2;  // workers: the nodes
+  c.options.inner_steps = 3;
+  c.options.fragments = 2;
+  auto node_batch = [](int step, int node) {
+    const Batch a = batch_of(step, 2 * node), b = batch_of(step, 2 * node + 1);
+    return Batch{torch::cat({a.inputs, b.inputs}), torch::cat({a.targets, b.targets})};
+  };
+  const auto states = replay(c, {0, 1, 1, 1}, node_batch);
+  std::vector<int64_t> sent(4, -1);
+  run_with_groups_on_nodes({"a", "a", "b", "b"}, [&](int rank, std::shared_ptr<Group> group) {
+    torch::nn::Sequential model = make_model();
+    auto node = group->split(group->node_rank(), group->rank());
+    DistributedDataParallel ddp(model.ptr(), node);
+    auto inner = inner_optimizer(c.inner, model->parameters());
+    DiLoCoOptions options = c.options;
+    options.outer_optimizer = outer_of(c);
+    options.hierarchical = true;
+    DiLoCo diloco(group, *model, options);
+    for (int step = 1; step <= c.steps; ++step) {
+      inner->zero_grad();
+      loss_of(model, batch_of(step, rank)).backward();
+      inner->step();
+      diloco.step();
+      std::vector<torch::Tensor> mine;
+      for (const auto& p : model->parameters()) mine.push_back(p.detach().clone());
+      expect_close(mine, states[step - 1][rank / 2],
+                   "rank " + std::to_string(rank) + " step " + std::to_string(step));
+    }
+    sent[rank] = diloco.sent_bytes();
+  });
+  // 12 steps, H = 3: 4 rounds of each fragment (160 and 84 elements), float32.
+  EXPECT_EQ(sent, (std::vector<int64_t>{4 * 244 * 4, 0, 4 * 244 * 4, 0}));
 }
 
 // The round through a communication hook: the plain averaging hook gives the replay's result.

@@ -120,8 +120,8 @@ class AsyncCheckpointer::Impl {
   }
 
   bool save(const std::string& path, const TrainingState& state) {
-    if (!settle_previous(path)) return false;
     const Clock::time_point start = Clock::now();
+    if (!settle_previous(path)) return false;
     auto save = std::make_shared<detail::PreparedFileSave>(
         detail::prepare_file_save(path, group_, state));
     auto reads = std::make_shared<const std::vector<detail::ReadTensor>>(save->reads);
@@ -143,8 +143,8 @@ class AsyncCheckpointer::Impl {
                  background.size(), " ranks (this one rank ", background.rank(),
                  ") but the wrapper's group has ", group.size(), " (rank ", group.rank(),
                  "); make the checkpointer over the wrapper's group");
-    if (!settle_previous(directory)) return false;
     const Clock::time_point start = Clock::now();
+    if (!settle_previous(directory)) return false;
     auto save = std::make_shared<detail::PreparedShardedSave>(detail::prepare_sharded_save(
         directory, group, std::move(holdings), state, expected_module));
     auto reads = std::make_shared<const std::vector<detail::ReadTensor>>(save->reads);
@@ -176,9 +176,7 @@ class AsyncCheckpointer::Impl {
     waited_ms_ += ms_since(start);
   }
 
-  // `training_waits`: the wait is one of training's (a save waiting for the previous one),
-  // counted in AsyncSaveStats::waited_ms; an explicit wait() is not.
-  void wait(bool training_waits = false) {
+  void wait() {
     if (!current_) return;
     const Clock::time_point start = Clock::now();
     if (!current_->wait_finished(start + options_.timeout)) {
@@ -186,11 +184,10 @@ class AsyncCheckpointer::Impl {
                                 "' has not finished after ", options_.timeout.count(),
                                 " ms (AsyncCheckpointOptions::timeout); is the disk stalled?"));
     }
-    if (training_waits) waited_ms_ += ms_since(start);
     last_.staged_ms = current_->staged_ms();
     last_.written_ms = current_->finished_ms();
     last_.waited_ms = waited_ms_;
-    last_.prepare_ms = prepare_ms_;
+    last_.save_ms = save_ms_;
     const std::exception_ptr error = current_->error();
     current_.reset();
     if (error) std::rethrow_exception(error);
@@ -208,7 +205,7 @@ class AsyncCheckpointer::Impl {
                  current_what_, "' is still being written (AsyncCheckpointOptions::if_busy)");
       return false;
     }
-    wait(/*training_waits=*/true);
+    wait();
     return true;
   }
 
@@ -227,7 +224,7 @@ class AsyncCheckpointer::Impl {
               BackgroundSave::Job job) {
     current_what_ = what;
     waited_ms_ = 0;
-    prepare_ms_ = ms_since(start);
+    save_ms_ = ms_since(start);
     current_ = std::make_unique<BackgroundSave>(std::move(job), reads_nothing);
   }
 
@@ -238,7 +235,7 @@ class AsyncCheckpointer::Impl {
   std::unique_ptr<BackgroundSave> current_;
   std::string current_what_;
   double waited_ms_ = 0;
-  double prepare_ms_ = 0;
+  double save_ms_ = 0;
   AsyncSaveStats last_;
 };
 

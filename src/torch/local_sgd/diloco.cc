@@ -14,6 +14,10 @@
 // DDP). The inner optimizer's state is each
 // rank's own and is not touched. Every rank runs the same rounds at the same steps (the schedule
 // depends on the step count only), so the allreduces match.
+// Hierarchical (DiLoCoOptions::hierarchical): the reduction runs over `across_`, a group of the
+// first rank of every node, and when the round is applied those ranks broadcast the average to
+// their node's others, which started no reduction of their own (their pseudo-gradients equal
+// their node leader's: the caller's DDP keeps a node's models equal).
 
 #include "cohort/torch/local_sgd/diloco.h"
 
@@ -101,6 +105,13 @@ DiLoCo::DiLoCo(std::shared_ptr<Group> group, std::vector<torch::Tensor> paramete
   for (size_t i = 0; i < parameters_.size(); ++i)
     members_[static_cast<size_t>(fragment_of_[i])].push_back(i);
   rounds_of_fragment_.assign(static_cast<size_t>(options_.fragments), 0);
+  across_ = group_;
+  if (options_.hierarchical) {  // collective, both: every rank splits
+    CollectiveOptions split;
+    split.site = call_sites::kDiLoCoConstructor;
+    node_group_ = group_->split(group_->node_rank(), group_->rank(), split);
+    across_ = group_->split(node_group_->rank() == 0 ? 0 : -1, group_->rank(), split);
+  }
   outer_ = options_.outer_optimizer ? options_.outer_optimizer(outer_parameters_)
                                     : default_outer(outer_parameters_, options_);
   COHORT_CHECK(outer_ != nullptr, kDiLoCo, ": outer_optimizer returned null");
@@ -118,7 +129,7 @@ DiLoCo::~DiLoCo() {
   // Rounds still in flight must end before the buffers they write go.
   for (auto& round : in_flight_) {
     try {
-      round.work->wait();
+      if (round.work) round.work->wait();
     } catch (...) {  // a destructor cannot report it; the round is dropped
     }
   }
@@ -171,12 +182,13 @@ DiLoCo::Round DiLoCo::start(int64_t fragment) {
 }
 
 void DiLoCo::start_reduction(Round& round) {
+  if (!across_) return;  // hierarchical, not the node's first rank: apply() receives the average
   if (!options_.hook) {
     CollectiveOptions collective;
     collective.op = ReduceOp::kAvg;
     collective.stream = current_stream(round.flat);
     collective.site = call_sites::kDiLoCoRound;
-    round.work = group_->allreduce_async(tensor_buffer(round.flat), collective);
+    round.work = across_->allreduce_async(tensor_buffer(round.flat), collective);
     sent_bytes_ += round.flat.numel() * static_cast<int64_t>(round.flat.element_size());
     return;
   }
@@ -191,7 +203,7 @@ void DiLoCo::start_reduction(Round& round) {
     bucket.parameters.push_back(p);
     offset += p.numel();
   }
-  PendingReduction pending = options_.hook->start(*group_, bucket);
+  PendingReduction pending = options_.hook->start(*across_, bucket);
   round.work = pending.work;
   round.finish = pending.finish;
   const torch::Tensor reduced = pending.reduced.defined() ? pending.reduced : round.flat;
@@ -200,8 +212,15 @@ void DiLoCo::start_reduction(Round& round) {
 }
 
 void DiLoCo::apply(Round& round, double merge_local) {
-  round.work->wait();
+  if (round.work) round.work->wait();
   if (round.finish) round.finish();
+  if (node_group_) {  // the node's first rank has the average: the others take it
+    CollectiveOptions collective;
+    collective.root = 0;
+    collective.stream = current_stream(round.flat);
+    collective.site = call_sites::kDiLoCoRound;
+    node_group_->broadcast(tensor_buffer(round.flat), collective);
+  }
   torch::NoGradGuard no_grad;
   const torch::Tensor average = round.flat.to(torch::kFloat32);
   int64_t offset = 0;

@@ -58,11 +58,11 @@ struct AsyncCheckpointOptions {
 
 // What the last save that finished did (AsyncCheckpointer::last_save()).
 struct AsyncSaveStats {
-  double prepare_ms = 0;  // in save(), on the caller's thread: checks, copies, collectives
-  double staged_ms = 0;   // from save() until before_update() would no longer wait
-  double written_ms = 0;  // from save() until the file was synced and renamed into place
-  double waited_ms = 0;   // how long training waited on it: in before_update(), and in the
-                          // next save() (IfBusy::kWait); not in wait()
+  double save_ms = 0;     // the save() call: checks, collectives, copies, and waiting for the
+                          // save before it (IfBusy::kWait)
+  double staged_ms = 0;   // from the start until before_update() would no longer wait
+  double written_ms = 0;  // from the start until the file was synced and renamed into place
+  double waited_ms = 0;   // how long before_update() waited on it
 };
 
 class AsyncCheckpointer {

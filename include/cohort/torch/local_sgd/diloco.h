@@ -74,6 +74,15 @@ struct DiLoCoOptions {
   // Unset: one averaging allreduce in wire_dtype. With a hook, wire_dtype must stay float32
   // (bf16_compress_hook() is the hook form). Each rank needs its own hook object.
   std::shared_ptr<CommHook> hook;
+  // Hierarchical DiLoCo: plain data parallelism inside each node, DiLoCo across nodes. The
+  // caller keeps the models of a node's ranks equal (DDP over a group of the node's ranks:
+  // group->split(group->node_rank(), group->rank())), so each node is one DiLoCo worker: a
+  // round's pseudo-gradient is averaged across the nodes by the first rank of each node alone,
+  // and the node's other ranks take the result from it (a broadcast inside the node). The links
+  // between nodes carry one copy of each round per node, not one per rank. sent_bytes() counts
+  // what a rank sent across nodes (0 on the others). The group's topology (Group::node_rank:
+  // the host, or COHORT_NODE_ID) says what a node is.
+  bool hierarchical = false;
 };
 
 class DiLoCo {
@@ -103,7 +112,7 @@ class DiLoCo {
   // The fragment each trainable parameter belongs to (in order), and where the schedule is.
   const std::vector<int64_t>& fragment_of_parameter() const { return fragment_of_; }
   int64_t inner_step() const { return step_; }
-  // Bytes of pseudo-gradient this rank put into allreduces so far.
+  // Bytes of pseudo-gradient this rank put into allreduces so far (hierarchical: across nodes).
   int64_t sent_bytes() const { return sent_bytes_; }
   torch::optim::Optimizer& outer_optimizer() { return *outer_; }
   // Float32 copies of the trainable parameters as of their fragment's last synchronization.
@@ -114,7 +123,7 @@ class DiLoCo {
   struct Round {
     int64_t fragment = 0;
     torch::Tensor flat;  // pseudo-gradients; their average once the round ended
-    std::shared_ptr<Work> work;
+    std::shared_ptr<Work> work;    // null where this rank does not reduce (hierarchical)
     std::function<void()> finish;  // a hook's, after work
     int64_t apply_at = 0;
   };
@@ -125,6 +134,9 @@ class DiLoCo {
   void apply_due_rounds();
 
   std::shared_ptr<Group> group_;
+  std::shared_ptr<Group> node_group_;  // hierarchical: this rank's node
+  std::shared_ptr<Group> across_;      // who averages the rounds: group_, or (hierarchical) the
+                                       // nodes' first ranks (null on the others)
   DiLoCoOptions options_;
   std::vector<torch::Tensor> parameters_;
   std::vector<torch::Tensor> outer_parameters_;
