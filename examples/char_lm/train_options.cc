@@ -67,6 +67,7 @@ void add_optimizer_options(CLI::App& app, TrainOptions& o) {
 
 void add_run_options(CLI::App& app, TrainOptions& o) {
   cohort_examples::add_comm_hook_options(app, o.comm_hook);
+  cohort_examples::add_local_sgd_options(app, o.local_sgd);
   cohort_examples::add_diloco_options(app, o.diloco);
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP gradient bucket size (MiB)")
       ->check(CLI::PositiveNumber);

@@ -9,6 +9,7 @@
 #include "cohort/torch/optim/lr_schedule.h"
 #include "comm_hooks.h"
 #include "diloco_options.h"
+#include "local_sgd_options.h"
 #include "gpt.h"
 
 namespace CLI {
@@ -24,6 +25,7 @@ struct TrainOptions {
   bool master_weights = false;     // the model in 16-bit, float32 masters (docs/amp.md)
   bool activation_checkpointing = false;  // every block recomputed in backward
   cohort_examples::DiLoCoSettings diloco;  // --diloco H, --diloco-fragments, --diloco-dtype
+  cohort_examples::LocalSgdSettings local_sgd;  // --local-sgd H, --local-sgd-warmup K
   cohort_examples::CommHookSettings comm_hook;  // --comm-hook (docs/compression.md)
   // The model (the vocabulary size comes from the text).
   int64_t context = 64;

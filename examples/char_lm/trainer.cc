@@ -92,6 +92,8 @@ cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
   o.background_checkpoints = !options.sync_checkpoint;
   o.comm_hook = cohort_examples::make_comm_hook(options.comm_hook);
   o.diloco = options.diloco;
+  o.local_sgd_period = options.local_sgd.period;
+  o.local_sgd_warmup = options.local_sgd.warmup;
   return o;
 }
 
@@ -183,6 +185,7 @@ TrainResult Trainer::run() {
     cohort_examples::start_counting_step_memory();
     const std::vector<StepRecord> steps = train_epoch();
     cohort_examples::stop_counting_step_memory();
+    strategy_->end_epoch(*optimizer_);  // local SGD and DiLoCo: every rank evaluates and saves
     std::optional<double> validation;
     if (!options_.skip_eval) validation = evaluate();
     if (validation) result.validation_loss = validation;

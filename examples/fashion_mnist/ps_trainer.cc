@@ -49,7 +49,7 @@ void refuse_what_does_not_apply(const TrainOptions& o) {
   refuse(o.precision != "fp32" || o.master_weights, "--precision/--master-weights");
   refuse(o.sync_bn, "--sync-bn");
   refuse(!o.comm_hook.name.empty() && o.comm_hook.name != "allreduce", "--comm-hook");
-  refuse(o.local_sgd > 0, "--local-sgd");
+  refuse(o.local_sgd.period > 0, "--local-sgd");
   refuse(o.diloco.enabled(), "--diloco");
   refuse(o.checkpoint_every > 0, "--checkpoint-every (the servers checkpoint every 50 steps)");
   refuse(o.lr_schedule != "constant" || o.warmup() > 0, "--lr-schedule/--warmup-steps");

@@ -78,13 +78,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP gradient bucket size (MiB)")
       ->check(CLI::PositiveNumber);
   cohort_examples::add_comm_hook_options(app, o.comm_hook);
-  app.add_option("--local-sgd", o.local_sgd,
-                 "Local SGD: average the models every this many steps instead of the gradients "
-                 "every step (0: off; ddp only)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--local-sgd-warmup", o.local_sgd_warmup,
-                 "Post-local SGD: steps of ordinary DDP before local SGD starts")
-      ->check(CLI::NonNegativeNumber);
+  cohort_examples::add_local_sgd_options(app, o.local_sgd);
   cohort_examples::add_diloco_options(app, o.diloco);
   app.add_flag("--elastic", o.elastic,
                "Keep training when ranks die or join (run under cohortrun --min-ranks; "

@@ -10,6 +10,7 @@
 #include "cohort/torch/optim/lr_schedule.h"
 #include "comm_hooks.h"
 #include "diloco_options.h"
+#include "local_sgd_options.h"
 
 namespace CLI {
 class App;  // CLI11's, included only by the files that build the command line
@@ -56,10 +57,9 @@ struct TrainOptions {
   double bucket_cap_mb = 25.0;
   // How DDP reduces gradients (--comm-hook and its knobs; docs/compression.md).
   cohort_examples::CommHookSettings comm_hook;
-  // Local SGD (docs/compression.md): > 0: each rank steps on its own and the models are
-  // averaged every local_sgd steps, after local_sgd_warmup steps of ordinary DDP.
-  int64_t local_sgd = 0;
-  int64_t local_sgd_warmup = 0;
+  // Local SGD (docs/compression.md): period > 0: each rank steps on its own and the models are
+  // averaged every period steps, after warmup steps of ordinary DDP.
+  cohort_examples::LocalSgdSettings local_sgd;
   cohort_examples::DiLoCoSettings diloco;  // --diloco H, --diloco-fragments, --diloco-dtype
   // How the workers agree on the parameters (docs/async.md): "sync" (every step together:
   // --strategy), "ps" (a parameter server, asynchronous) or "ssp" (a parameter server with

@@ -99,8 +99,8 @@ cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
   o.background_checkpoints = !options.sync_checkpoint;
   o.fsdp_min_unit_parameters = TrainOptions::kFsdpMinUnitParameters;
   o.comm_hook = cohort_examples::make_comm_hook(options.comm_hook);
-  o.local_sgd_period = options.local_sgd;
-  o.local_sgd_warmup = options.local_sgd_warmup;
+  o.local_sgd_period = options.local_sgd.period;
+  o.local_sgd_warmup = options.local_sgd.warmup;
   o.diloco = options.diloco;
   return o;
 }

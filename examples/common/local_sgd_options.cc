@@ -1,0 +1,17 @@
+#include "local_sgd_options.h"
+
+#include <CLI/CLI.hpp>
+
+namespace cohort_examples {
+
+void add_local_sgd_options(CLI::App& app, LocalSgdSettings& settings) {
+  app.add_option("--local-sgd", settings.period,
+                 "Local SGD: average the models every this many steps instead of the gradients "
+                 "every step (0: off; ddp only)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--local-sgd-warmup", settings.warmup,
+                 "Post-local SGD: steps of ordinary DDP before local SGD starts")
+      ->check(CLI::NonNegativeNumber);
+}
+
+}  // namespace cohort_examples
