@@ -175,20 +175,21 @@ class DdpStrategy : public Strategy {
 
   // Under --master-weights the checkpoint holds the float32 masters under the model's names
   // (MasterWeights::checkpoint_module), not the model's 16-bit rounding of them.
+  // Under --diloco the checkpoint keeps DiLoCo's outer state too (a part named "diloco").
   bool resume(const std::string& path, const cohort::LoadOptions& options,
               cohort::TrainingState& state) override {
-    if (!master_) return resume_from_checkpoint(path, options, *group_, state);
-    torch::nn::Module* model = state.module;
-    state.module = master_->checkpoint_module().get();
-    const bool resumed = resume_from_checkpoint(path, options, *group_, state);
-    state.module = model;
-    if (resumed) master_->loaded_into_masters();
+    cohort::TrainingState loaded = with_parts(state);
+    if (master_) loaded.module = master_->checkpoint_module().get();
+    const bool resumed = resume_from_checkpoint(path, options, *group_, loaded);
+    state.step = loaded.step;
+    state.epoch = loaded.epoch;
+    if (resumed && master_) master_->loaded_into_masters();
     return resumed;
   }
 
   void save(const std::string& path, const cohort::TrainingState& state,
             cohort::DistributedSampler& sampler, bool epoch_finished) override {
-    cohort::TrainingState saved = state;
+    cohort::TrainingState saved = with_parts(state);
     if (master_) saved.module = master_->checkpoint_module().get();
     save_epoch_checkpoint(path, *group_, saved, sampler, epoch_finished,
                           [&](const cohort::TrainingState& s) { checkpoints_.save(path, s); });
@@ -197,6 +198,12 @@ class DdpStrategy : public Strategy {
   void finish_checkpoints() override { checkpoints_.finish(); }
 
  private:
+  cohort::TrainingState with_parts(const cohort::TrainingState& state) const {
+    cohort::TrainingState out = state;
+    if (diloco_) out.parts.emplace_back("diloco", diloco_.get());
+    return out;
+  }
+
   std::shared_ptr<torch::nn::Module> model_;
   std::shared_ptr<cohort::Group> group_;
   std::unique_ptr<cohort::amp::MasterWeights> master_;

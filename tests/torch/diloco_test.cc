@@ -14,13 +14,16 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cohort/core/error.h"
+#include "cohort/torch/checkpoint/checkpoint.h"
 #include "cohort/torch/compress/quantization.h"
 #include "cohort/torch/ddp/comm_hook.h"
 #include "cohort/torch/ddp/ddp.h"
 #include "ddp_harness.h"
+#include "support/process.h"
 
 namespace cohort::testing {
 namespace diloco_test {
@@ -274,6 +277,106 @@ TEST(DiLoCo, HierarchicalWithDdpInsideNodesMatchesAReplayOfOneWorkerPerNode) {
   });
   // 12 steps, H = 3: 4 rounds of each fragment (160 and 84 elements), float32.
   EXPECT_EQ(sent, (std::vector<int64_t>{4 * 244 * 4, 0, 4 * 244 * 4, 0}));
+}
+
+// DiLoCo as a checkpoint part: 2 ranks, H = 4, SGD inside (stateless: the one-file checkpoint
+// holds rank 0's inner optimizer for every rank) and Nesterov outside. A checkpoint taken at
+// step 8 (every rank just synchronized) and loaded into fresh models, inner optimizers and
+// DiLoCos goes on to step 12 exactly as the uninterrupted run; loaded without the part (the
+// outer momentum and the schedule lost) it does not. One taken at step 9 with a round in flight
+// (overlap 2) keeps that round and applies it at step 10: rank 0 equals the uninterrupted run
+// until the next round (rank 1 resumed from rank 0's local model, which its pseudo-gradient
+// then carries into the round at step 12).
+std::vector<torch::Tensor> parameters_of(torch::nn::Sequential& model) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+void inner_steps(torch::nn::Sequential& model, torch::optim::Optimizer& inner, DiLoCo& diloco,
+                 int rank, int first, int last) {
+  for (int step = first; step <= last; ++step) {
+    inner.zero_grad();
+    loss_of(model, batch_of(step, rank)).backward();
+    inner.step();
+    diloco.step();
+  }
+}
+
+TEST(DiLoCoCheckpoint, ResumesTheOuterStateAndTheScheduleExactly) {
+  const std::string dir = fresh_temp_dir("diloco_checkpoint");
+  for (const int64_t overlap : {0, 2}) {
+    SCOPED_TRACE("overlap " + std::to_string(overlap));
+    const int saved_at = overlap == 0 ? 8 : 9;
+    const int last = overlap == 0 ? 12 : 11;
+    const std::string path = dir + "/run" + std::to_string(overlap) + ".ckpt";
+    run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+      DiLoCoOptions options;
+      options.inner_steps = 4;
+      options.overlap_steps = overlap;
+      auto run = [&] {
+        torch::nn::Sequential model = make_model();
+        auto inner = inner_optimizer(Inner::kSgd, model->parameters());
+        auto diloco = std::make_unique<DiLoCo>(group, *model, options);
+        return std::make_tuple(model, std::move(inner), std::move(diloco));
+      };
+      auto state_of = [](torch::nn::Sequential& model, torch::optim::Optimizer& inner) {
+        TrainingState state{model.ptr().get(), &inner};
+        state.rng = false;  // the rank threads share the default generator
+        return state;
+      };
+      auto [whole, whole_inner, whole_diloco] = run();
+      inner_steps(whole, *whole_inner, *whole_diloco, rank, 1, last);
+
+      auto [first, first_inner, first_diloco] = run();
+      inner_steps(first, *first_inner, *first_diloco, rank, 1, saved_at);
+      TrainingState saved = state_of(first, *first_inner);
+      saved.parts = {{"diloco", first_diloco.get()}};
+      save_checkpoint(path, *group, saved);
+
+      auto [resumed, resumed_inner, resumed_diloco] = run();
+      TrainingState loaded = state_of(resumed, *resumed_inner);
+      loaded.parts = {{"diloco", resumed_diloco.get()}};
+      ASSERT_TRUE(load_checkpoint(path, *group, loaded));
+      EXPECT_EQ(resumed_diloco->inner_step(), saved_at);
+      inner_steps(resumed, *resumed_inner, *resumed_diloco, rank, saved_at + 1, last);
+      if (overlap == 0 || rank == 0) {
+        expect_close(parameters_of(resumed), parameters_of(whole), "rank " + std::to_string(rank));
+      }
+      if (overlap != 0) return;
+      auto [forgetful, forgetful_inner, forgetful_diloco] = run();
+      TrainingState without = state_of(forgetful, *forgetful_inner);
+      ASSERT_TRUE(load_checkpoint(path, *group, without));
+      inner_steps(forgetful, *forgetful_inner, *forgetful_diloco, rank, saved_at + 1, last);
+      EXPECT_FALSE(torch::allclose(parameters_of(forgetful)[0], parameters_of(whole)[0]))
+          << "the part made no difference: the test cannot see it";
+    });
+  }
+}
+
+TEST(DiLoCoCheckpoint, AnotherModelOrFragmentCountIsACheckpointErrorNamingThePart) {
+  const std::string path = fresh_temp_dir("diloco_checkpoint_errors") + "/run.ckpt";
+  run_with_groups(1, [&](int, std::shared_ptr<Group> group) {
+    torch::nn::Sequential model = make_model();
+    DiLoCoOptions options;
+    options.inner_steps = 2;
+    DiLoCo diloco(group, *model, options);
+    TrainingState state{model.ptr().get()};
+    state.parts = {{"diloco", &diloco}};
+    save_checkpoint(path, state);
+    options.fragments = 2;
+    DiLoCo two_fragments(group, *model, options);
+    state.parts = {{"diloco", &two_fragments}};
+    try {
+      load_checkpoint(path, state, LoadOptions{true});
+      ADD_FAILURE() << "no error";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("part 'diloco'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("this DiLoCo has 2"), std::string::npos) << e.what();
+    }
+    state.parts = {{"other", &diloco}};
+    EXPECT_THROW(load_checkpoint(path, state, LoadOptions{true}), CheckpointError);
+  });
 }
 
 // The round through a communication hook: the plain averaging hook gives the replay's result.

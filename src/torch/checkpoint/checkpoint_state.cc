@@ -79,6 +79,14 @@ void write_text(OutputArchive& archive, const std::string& key, const std::strin
   archive.write(key, bytes, /*is_buffer=*/true);
 }
 
+void write_parts(OutputArchive& archive, const TrainingState& state) {
+  write_nested(archive, "parts", [&](OutputArchive& parts) {
+    for (const auto& [name, part] : state.parts) {
+      write_nested(parts, name, [&, part = part](OutputArchive& out) { part->save(out); });
+    }
+  });
+}
+
 // ---- reading: everything is read and checked before anything is changed
 
 // A text entry; "" when the file has none (files of earlier cohort versions).
@@ -212,6 +220,24 @@ SamplerPlace read_sampler(const std::string& path, InputArchive& archive,
   record.seed = read_int(path, saved, "seed");
   record.shuffle = read_int(path, saved, "shuffle") != 0;
   return sampler_place(path, record, sampler);
+}
+
+// Each part's archive, in the order of state.parts.
+std::vector<InputArchive> read_parts(const std::string& path, InputArchive& archive,
+                                     const TrainingState& state) {
+  std::vector<InputArchive> out(state.parts.size());
+  if (state.parts.empty()) return out;
+  InputArchive parts;
+  const bool found = archive.try_read("parts", parts);
+  for (size_t i = 0; i < state.parts.size(); ++i) {
+    const std::string& name = state.parts[i].first;
+    if (!found || !parts.try_read(name, out[i])) {
+      throw CheckpointError(concat("checkpoint '", path, "' was saved without the part '", name,
+                                   "' (TrainingState::parts); leave it out of the parts to load "
+                                   "the checkpoint without it, or load one that has it"));
+    }
+  }
+  return out;
 }
 
 torch::Tensor read_rng(const std::string& path, InputArchive& archive, int64_t source_rank) {
@@ -432,6 +458,12 @@ std::string current_job_id() {
 void check_training_state(const TrainingState& state, const char* caller) {
   COHORT_CHECK(state.module != nullptr, caller,
                ": TrainingState::module is null; point it at the model (it is required)");
+  std::set<std::string> names;
+  for (const auto& [name, part] : state.parts) {
+    COHORT_CHECK(part != nullptr && !name.empty() && names.insert(name).second, caller,
+                 ": TrainingState::parts needs a non-empty, unique name and a part for each "
+                 "entry; '", name, "' is not");
+  }
 }
 
 // A data-parallel checkpoint holds rank 0's optimizer for every rank: right only when each
@@ -488,6 +520,7 @@ std::unique_ptr<OutputArchive> training_archive(const std::string& path, const T
     for (size_t r = 0; r < rng_states.size(); ++r) {
       archive->write(rng_key(static_cast<int64_t>(r)), rng_states[r], /*is_buffer=*/true);
     }
+    if (!state.parts.empty()) write_parts(*archive, state);
   });
   return archive;
 }
@@ -551,6 +584,7 @@ bool decode_training_state(const std::string& path, const std::string& payload, 
   }
   torch::Tensor rng;
   if (state.rng) rng = read_rng(path, archive, rank % saved_world);
+  std::vector<InputArchive> parts = read_parts(path, archive, state);
 
   copy_into_module(model);
   if (state.optimizer != nullptr) load_optimizer(path, optimizer, *state.optimizer);
@@ -559,6 +593,14 @@ bool decode_training_state(const std::string& path, const std::string& payload, 
   // After the optimizer, whose load restores the saved LRs: the scheduler sets them again.
   if (state.lr_scheduler != nullptr) state.lr_scheduler->load_state(schedule);
   if (state.rng) set_cpu_generator_state(path, rng);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    try {
+      state.parts[i].second->load(parts[i]);
+    } catch (const std::exception& error) {  // a part's own CheckpointError too: name the part
+      throw CheckpointError(concat("checkpoint '", path, "' does not fit the part '",
+                                   state.parts[i].first, "': ", reason_of(error), kRefitAdvice));
+    }
+  }
   state.step = step;
   state.epoch = epoch;
   return true;

@@ -16,6 +16,9 @@ const OptimizerCodec* check_arguments(const TrainingState& state, const RankHold
                                       const torch::nn::Module* expected_module,
                                       const char* caller) {
   check_training_state(state, caller);
+  COHORT_CHECK(state.parts.empty(), caller,
+               ": TrainingState::parts are kept by save_checkpoint's one file only, not by a "
+               "sharded checkpoint; save them with save_checkpoint, or leave them out");
   COHORT_CHECK(expected_module == nullptr || state.module == expected_module, caller,
                ": TrainingState::module is not the wrapper's module; point it at "
                "&zero.module() or &fsdp.module()");

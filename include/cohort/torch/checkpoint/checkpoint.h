@@ -30,6 +30,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cohort/comm/group.h"
 #include "cohort/torch/amp/grad_scaler.h"
@@ -37,6 +39,19 @@
 #include "cohort/torch/optim/lr_schedule.h"
 
 namespace cohort {
+
+// A piece of training state beyond those below that a checkpoint keeps (cohort::DiLoCo's outer
+// parameters, outer optimizer and schedule; or your own), in a nested torch archive of its own.
+class CheckpointPart {
+ public:
+  virtual ~CheckpointPart() = default;
+  // Writes the part. A background save (async_checkpoint.h) calls it on the caller's thread in
+  // save(), and writes the archive later: write copies of what may change before the next
+  // AsyncCheckpointer::before_update().
+  virtual void save(torch::serialize::OutputArchive& archive) = 0;
+  // Reads it back; throws (CheckpointError, InvalidArgument) for a state that does not fit.
+  virtual void load(torch::serialize::InputArchive& archive) = 0;
+};
 
 // What a checkpoint holds. The pointers are not owned; null ones (other than module) are not
 // saved, and not restored.
@@ -62,6 +77,10 @@ struct TrainingState {
   // file's `step` (the caller's counter, which a loop that steps both together keeps equal to
   // the scheduler's count) with the base LRs it was made with.
   optim::WarmupDecayLR* lr_scheduler = nullptr;
+  // Named parts (CheckpointPart), saved under "parts/<name>" and restored, after everything
+  // above, into the parts of the same names, which the file must have. The one-file checkpoints
+  // only (the sharded ones refuse parts with InvalidArgument). Names must be unique.
+  std::vector<std::pair<std::string, CheckpointPart*>> parts = {};
 };
 
 // Which checkpoint a load resumes.

@@ -36,6 +36,7 @@
 
 #include "cohort/comm/group.h"
 #include "cohort/comm/work.h"
+#include "cohort/torch/checkpoint/checkpoint.h"
 #include "cohort/torch/ddp/comm_hook.h"
 
 namespace cohort {
@@ -85,7 +86,14 @@ struct DiLoCoOptions {
   bool hierarchical = false;
 };
 
-class DiLoCo {
+// A DiLoCo is a CheckpointPart: put it in TrainingState::parts (say as "diloco") and a
+// checkpoint keeps its outer parameters, the outer optimizer's state, the schedule's step and
+// the rounds in flight, so that a resumed run goes on with them. The local parameters and the
+// inner optimizer are the checkpoint's module and optimizer, rank 0's: a checkpoint taken right
+// after a synchronization (synchronize_all(), or a step at which every fragment is synchronized)
+// resumes exactly; one taken between synchronizations resumes every rank from rank 0's local
+// model. A hook's own state (error feedback) is not kept.
+class DiLoCo : public CheckpointPart {
  public:
   // Collective: checks that every rank has the same trainable parameters (shapes, dtypes),
   // copies rank 0's values to every rank, and takes them as the outer parameters. Throws
@@ -100,7 +108,7 @@ class DiLoCo {
   // Call after every inner optimizer step, on every rank. Synchronizes the fragments that are
   // due at this step (collective); returns how many it synchronized.
   int64_t step();
-  ~DiLoCo();
+  ~DiLoCo() override;
   DiLoCo(const DiLoCo&) = delete;
   DiLoCo& operator=(const DiLoCo&) = delete;
 
@@ -117,6 +125,13 @@ class DiLoCo {
   torch::optim::Optimizer& outer_optimizer() { return *outer_; }
   // Float32 copies of the trainable parameters as of their fragment's last synchronization.
   const std::vector<torch::Tensor>& outer_parameters() const { return outer_parameters_; }
+
+  // CheckpointPart. save() first waits for the reductions of the rounds in flight (every rank
+  // started them), which are kept, averaged, to be applied at their steps. load() checks the
+  // saved state against this DiLoCo (the parameters' count, shapes and dtypes, the fragments)
+  // and throws CheckpointError naming what differs; every rank loads the same state.
+  void save(torch::serialize::OutputArchive& archive) override;
+  void load(torch::serialize::InputArchive& archive) override;
 
  private:
   // A fragment's round: its pseudo-gradients averaging, and the step to apply it.
