@@ -7,11 +7,13 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -971,6 +973,22 @@ TEST(AsyncCheckpoint, AFullDiskIsReportedByTheNextSaveAndTrainingGoesOn) {
   ASSERT_TRUE(load_checkpoint(path, next));
   EXPECT_EQ(next.step, 4);
   EXPECT_EQ(dir.names(), std::set<std::string>{"run.ckpt"});
+}
+
+// The writing thread takes only idle CPU time (SCHED_IDLE) unless asked not to.
+TEST(AsyncCheckpoint, TheWriterRunsAtIdlePriorityUnlessAskedNot) {
+  TempDir dir;
+  auto net = trained_net(1).first;
+  for (const bool idle : {true, false}) {
+    std::atomic<int> policy{-1};
+    AsyncCheckpointOptions options;
+    options.idle_priority = idle;
+    options.on_progress = [&policy](uint64_t) { policy = ::sched_getscheduler(0); };
+    AsyncCheckpointer checkpointer(options);
+    ASSERT_TRUE(checkpointer.save(dir.file("run.ckpt"), TrainingState{net.get()}));
+    checkpointer.wait();
+    EXPECT_EQ(policy.load(), idle ? SCHED_IDLE : SCHED_OTHER) << "idle_priority " << idle;
+  }
 }
 
 // IfBusy::kSkip: a save while the previous one is still being written saves nothing.

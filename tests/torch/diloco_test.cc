@@ -167,6 +167,36 @@ void expect_close(const std::vector<torch::Tensor>& got, const std::vector<torch
   }
 }
 
+std::vector<torch::Tensor> parameters_of(torch::nn::Sequential& model) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+// Inner steps first..last on `rank`'s batches, each followed by diloco.step(); after each,
+// `check(step)` when given.
+void inner_steps(torch::nn::Sequential& model, torch::optim::Optimizer& inner, DiLoCo& diloco,
+                 int rank, int first, int last, const std::function<void(int)>& check = {}) {
+  for (int step = first; step <= last; ++step) {
+    inner.zero_grad();
+    loss_of(model, batch_of(step, rank)).backward();
+    inner.step();
+    diloco.step();
+    if (check) check(step);
+  }
+}
+
+// inner_steps from 1 to c.steps, the parameters after each step close to replayed `worker`'s.
+void expect_steps_match_replay(const Case& c, torch::nn::Sequential& model,
+                               torch::optim::Optimizer& inner, DiLoCo& diloco, int rank,
+                               const std::vector<std::vector<std::vector<torch::Tensor>>>& states,
+                               int worker) {
+  inner_steps(model, inner, diloco, rank, 1, c.steps, [&](int step) {
+    expect_close(parameters_of(model), states[step - 1][worker],
+                 "rank " + std::to_string(rank) + " step " + std::to_string(step));
+  });
+}
+
 // 8 inner steps (AdamW) at 2 ranks with DiLoCo H = 2 and what `adjust` sets (called on each
 // rank, for a hook object of its own): rank 0's parameters at the end and its sent_bytes().
 std::pair<std::vector<torch::Tensor>, int64_t> train_two_ranks(
@@ -208,16 +238,7 @@ void expect_matches_replay(const Case& c, const std::vector<int64_t>& fragments)
     options.outer_optimizer = outer_of(c);
     DiLoCo diloco(group, *model, options);
     ASSERT_EQ(diloco.fragment_of_parameter(), fragments);
-    for (int step = 1; step <= c.steps; ++step) {
-      inner->zero_grad();
-      loss_of(model, batch_of(step, rank)).backward();
-      inner->step();
-      diloco.step();
-      std::vector<torch::Tensor> mine;
-      for (const auto& p : model->parameters()) mine.push_back(p.detach().clone());
-      expect_close(mine, states[step - 1][rank],
-                   "rank " + std::to_string(rank) + " step " + std::to_string(step));
-    }
+    expect_steps_match_replay(c, model, *inner, diloco, rank, states, rank);
   });
 }
 
@@ -263,16 +284,7 @@ TEST(DiLoCo, HierarchicalWithDdpInsideNodesMatchesAReplayOfOneWorkerPerNode) {
     options.outer_optimizer = outer_of(c);
     options.hierarchical = true;
     DiLoCo diloco(group, *model, options);
-    for (int step = 1; step <= c.steps; ++step) {
-      inner->zero_grad();
-      loss_of(model, batch_of(step, rank)).backward();
-      inner->step();
-      diloco.step();
-      std::vector<torch::Tensor> mine;
-      for (const auto& p : model->parameters()) mine.push_back(p.detach().clone());
-      expect_close(mine, states[step - 1][rank / 2],
-                   "rank " + std::to_string(rank) + " step " + std::to_string(step));
-    }
+    expect_steps_match_replay(c, model, *inner, diloco, rank, states, rank / 2);
     sent[rank] = diloco.sent_bytes();
   });
   // 12 steps, H = 3: 4 rounds of each fragment (160 and 84 elements), float32.
@@ -287,22 +299,6 @@ TEST(DiLoCo, HierarchicalWithDdpInsideNodesMatchesAReplayOfOneWorkerPerNode) {
 // (overlap 2) keeps that round and applies it at step 10: rank 0 equals the uninterrupted run
 // until the next round (rank 1 resumed from rank 0's local model, which its pseudo-gradient
 // then carries into the round at step 12).
-std::vector<torch::Tensor> parameters_of(torch::nn::Sequential& model) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
-  return out;
-}
-
-void inner_steps(torch::nn::Sequential& model, torch::optim::Optimizer& inner, DiLoCo& diloco,
-                 int rank, int first, int last) {
-  for (int step = first; step <= last; ++step) {
-    inner.zero_grad();
-    loss_of(model, batch_of(step, rank)).backward();
-    inner.step();
-    diloco.step();
-  }
-}
-
 TEST(DiLoCoCheckpoint, ResumesTheOuterStateAndTheScheduleExactly) {
   const std::string dir = fresh_temp_dir("diloco_checkpoint");
   for (const int64_t overlap : {0, 2}) {

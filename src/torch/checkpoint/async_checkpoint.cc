@@ -225,7 +225,8 @@ class AsyncCheckpointer::Impl {
     current_what_ = what;
     waited_ms_ = 0;
     save_ms_ = ms_since(start);
-    current_ = std::make_unique<BackgroundSave>(std::move(job), reads_nothing);
+    current_ = std::make_unique<BackgroundSave>(std::move(job), reads_nothing,
+                                                options_.idle_priority);
   }
 
   Group* group_;

@@ -1,5 +1,7 @@
 #include "checkpoint/background_save.h"
 
+#include <sched.h>
+
 #include <condition_variable>
 #include <mutex>
 #include <utility>
@@ -44,9 +46,23 @@ struct BackgroundSave::Shared {
   }
 };
 
-BackgroundSave::BackgroundSave(Job job, bool staged) : shared_(std::make_shared<Shared>()) {
+namespace {
+
+// Linux applies a scheduling policy set with pid 0 to the calling thread only. Where it cannot
+// be set (another kernel), the thread simply keeps the caller's priority.
+void run_at_idle_priority() {
+  sched_param parameters{};
+  parameters.sched_priority = 0;
+  (void)::sched_setscheduler(0, SCHED_IDLE, &parameters);
+}
+
+}  // namespace
+
+BackgroundSave::BackgroundSave(Job job, bool staged, bool idle_priority)
+    : shared_(std::make_shared<Shared>()) {
   if (staged) shared_->mark_staged();
-  thread_ = std::thread([shared = shared_, job = std::move(job)] {
+  thread_ = std::thread([shared = shared_, job = std::move(job), idle_priority] {
+    if (idle_priority) run_at_idle_priority();
     std::exception_ptr thrown;
     try {
       job([&shared] { shared->mark_staged(); });

@@ -18,8 +18,9 @@ class BackgroundSave {
   using Job = std::function<void(const std::function<void()>& staged)>;
 
   // Starts `job` on a new thread; `staged`: whether it reads nothing of the training state
-  // after the start (a rank that writes no file), so that before_update never waits on it.
-  BackgroundSave(Job job, bool staged);
+  // after the start (a rank that writes no file), so that before_update never waits on it;
+  // `idle_priority`: the thread runs under SCHED_IDLE (AsyncCheckpointOptions::idle_priority).
+  BackgroundSave(Job job, bool staged, bool idle_priority);
   // Joins the thread once the job has ended; a job still running (past every deadline of the
   // caller) is left to finish on its own: it holds everything it uses.
   ~BackgroundSave();

@@ -54,6 +54,12 @@ struct AsyncCheckpointOptions {
   // Called on the writing thread after each piece of a file is written, with the payload bytes
   // written so far (for progress reports; it must not call the checkpointer).
   std::function<void(uint64_t bytes)> on_progress;
+  // The writing thread runs at the lowest CPU priority (Linux SCHED_IDLE): it takes only the
+  // CPU time training leaves idle, so it never slows a step down, and what it has not written
+  // when before_update() is called it writes while training waits there, at full speed. False:
+  // at the caller's priority, sharing the cores with training (faster to disk where cores are
+  // free, slower steps where they are not).
+  bool idle_priority = true;
 };
 
 // What the last save that finished did (AsyncCheckpointer::last_save()).
