@@ -170,6 +170,28 @@ TEST(CharLmExample, DiLoCoInBfloat16SendsTheModelEveryFourSteps) {
   }
 }
 
+// Checkpoints are written in the background by default and synchronously with
+// --sync-checkpoint (docs/checkpoints.md, "Asynchronous saves"); both say what they cost, and
+// both resume to the same training: the same loss two steps after the resume.
+TEST(CharLmExample, BackgroundAndSynchronousCheckpointsResumeTheSameRun) {
+  std::vector<double> losses;
+  for (const std::string mode : {"", "--sync-checkpoint"}) {
+    SCOPED_TRACE(mode.empty() ? "background" : mode);
+    const ExampleRun run = run_example(2, "--checkpoint-every 4 --skip-eval " + mode, 8);
+    ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+    const std::string said = mode.empty() ? "] checkpoints: 3 written in the background in "
+                                          : "] checkpoints: 3 written synchronously; ";
+    EXPECT_NE(run.result.output.find(said), std::string::npos) << run.result.output;
+    const ExampleRun resumed = run_example(1, "--resume --skip-eval " + mode, 10, run.dir);
+    ASSERT_EQ(resumed.result.exit_code, 0) << resumed.result.output;
+    EXPECT_NE(resumed.result.output.find("resumed from " + run.dir + "/ck at epoch 1, step 8"),
+              std::string::npos)
+        << resumed.result.output;
+    losses.push_back(read_lines(run.dir + "/steps.jsonl").back()["loss"].get<double>());
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+}
+
 // `strategy` at 2 ranks learns as DDP does and saves a sharded checkpoint (a directory: a
 // manifest and one file per rank), which `resume_as` at 1 rank resumes. `memory_line`: what
 // rank 1's memory line must say.
