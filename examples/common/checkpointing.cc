@@ -61,7 +61,8 @@ void CheckpointWriter::save_sharded(const std::string& directory,
 
 void CheckpointWriter::count_last_save() {
   const cohort::AsyncSaveStats last = async_->last_save();
-  if (last.written_ms == 0) return;  // none finished yet
+  if (last.number == counted_) return;  // none finished since the last count
+  counted_ = last.number;
   ++saves_;
   save_ms_ += last.save_ms;
   waited_ms_ += last.waited_ms;

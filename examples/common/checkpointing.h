@@ -44,8 +44,7 @@ class CheckpointWriter {
 
  private:
   cohort::AsyncCheckpointer& checkpointer();
-  // Adds the figures of the save that last finished (each is counted once: every save, and
-  // finish(), settle the one before).
+  // Adds the figures of the save that last finished, once.
   void count_last_save();
   // Runs a synchronous save, counting the time it takes.
   template <typename Save>
@@ -55,6 +54,7 @@ class CheckpointWriter {
   bool background_;
   std::unique_ptr<cohort::AsyncCheckpointer> async_;
   int64_t saves_ = 0;
+  int64_t counted_ = 0;  // AsyncSaveStats::number of the last save counted
   double save_ms_ = 0;  // summed over the finished saves: the save calls
   double waited_ms_ = 0;  // before_update()
   double written_ms_ = 0;

@@ -158,7 +158,9 @@ class DdpStrategy : public Strategy {
     return communication;
   }
 
+  // An update: the averaging and DiLoCo's synchronization change the parameters in place.
   void end_epoch(torch::optim::Optimizer& optimizer) override {
+    checkpoints_.before_update();
     if (averager_) averager_->average_now(*model_, &optimizer);
     if (diloco_) diloco_->synchronize_all();  // every rank saves and evaluates the outer model
   }

@@ -85,7 +85,9 @@ class Strategy {
   virtual bool step(torch::optim::Optimizer& optimizer, cohort::amp::GradScaler& scaler) = 0;
   virtual StepCommunication last_step_communication() const = 0;
   // At the end of an epoch, before evaluation and the checkpoint: makes the replicas equal
-  // where they may differ (local SGD averages them now). Collective.
+  // where they may differ (local SGD averages them now; DiLoCo synchronizes every fragment), an
+  // update like step(), so it first waits for a background checkpoint still reading the
+  // parameters. Collective.
   virtual void end_epoch(torch::optim::Optimizer& /*optimizer*/) {}
   // This rank's model state.
   virtual ModelStateBytes model_state_bytes(const torch::optim::Optimizer& optimizer) const = 0;

@@ -980,14 +980,77 @@ TEST(AsyncCheckpoint, TheWriterRunsAtIdlePriorityUnlessAskedNot) {
   TempDir dir;
   auto net = trained_net(1).first;
   for (const bool idle : {true, false}) {
-    std::atomic<int> policy{-1};
+    // The policy at the first piece, before wait() (which raises the writer back) is called.
+    std::promise<int> first_piece;
+    std::atomic<bool> reported{false};
     AsyncCheckpointOptions options;
     options.idle_priority = idle;
-    options.on_progress = [&policy](uint64_t) { policy = ::sched_getscheduler(0); };
+    options.on_progress = [&](uint64_t) {
+      if (!reported.exchange(true)) first_piece.set_value(::sched_getscheduler(0));
+    };
     AsyncCheckpointer checkpointer(options);
     ASSERT_TRUE(checkpointer.save(dir.file("run.ckpt"), TrainingState{net.get()}));
+    std::future<int> policy = first_piece.get_future();
+    ASSERT_EQ(policy.wait_for(std::chrono::minutes(1)), std::future_status::ready);
+    EXPECT_EQ(policy.get(), idle ? SCHED_IDLE : SCHED_OTHER) << "idle_priority " << idle;
     checkpointer.wait();
-    EXPECT_EQ(policy.load(), idle ? SCHED_IDLE : SCHED_OTHER) << "idle_priority " << idle;
+  }
+}
+
+// Two models made before the rank threads start (they share the default generator).
+const std::vector<std::shared_ptr<Net>>& nets_for_parts() {
+  static const std::vector<std::shared_ptr<Net>> nets = {trained_net(1).first,
+                                                         trained_net(1).first};
+  return nets;
+}
+
+// What on_progress throws fails the save (thrown by wait(), not through torch's writer), and
+// the previous checkpoint stays.
+TEST(AsyncCheckpoint, AnOnProgressThatThrowsFailsTheSaveOnly) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  auto net = trained_net(1).first;
+  save_checkpoint(path, TrainingState{net.get(), nullptr, nullptr, 1});
+  AsyncCheckpointOptions options;
+  options.on_progress = [](uint64_t) { throw std::runtime_error("progress report failed"); };
+  AsyncCheckpointer checkpointer(options);
+  ASSERT_TRUE(checkpointer.save(path, TrainingState{net.get(), nullptr, nullptr, 2}));
+  try {
+    checkpointer.wait();
+    ADD_FAILURE() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "progress report failed");
+  }
+  TrainingState state{net.get()};
+  ASSERT_TRUE(load_checkpoint(path, state));
+  EXPECT_EQ(state.step, 1);
+  EXPECT_EQ(dir.names(), std::set<std::string>{"run.ckpt"});
+}
+
+// A part that cannot be written (on rank 0, the only one that writes it) fails the save on
+// every rank with its error, synchronous or in the background: no rank is left waiting.
+struct FailingPart : CheckpointPart {
+  void save(torch::serialize::OutputArchive&) override {
+    throw CheckpointError("the part cannot be written");
+  }
+  void load(torch::serialize::InputArchive&) override {}
+};
+
+TEST(CheckpointGroup, APartThatCannotBeWrittenFailsEveryRank) {
+  TempDir dir;
+  for (const bool background : {false, true}) {
+    SCOPED_TRACE(background ? "background" : "synchronous");
+    const auto errors = checkpoint_errors(2, [&](int rank, std::shared_ptr<Group> group) {
+      FailingPart part;
+      TrainingState state{nets_for_parts()[static_cast<size_t>(rank)].get()};
+      state.rng = false;
+      state.parts = {{"failing", &part}};
+      if (!background) return save_checkpoint(dir.file("run.ckpt"), *group, state);
+      AsyncCheckpointer checkpointer(*group);
+      checkpointer.save(dir.file("run.ckpt"), state);
+      checkpointer.wait();
+    });
+    expect_every_rank_names(errors, {"the part cannot be written"});
   }
 }
 

@@ -19,6 +19,7 @@
 
 #include "cohort/core/error.h"
 #include "cohort/torch/checkpoint/checkpoint.h"
+#include "cohort/torch/compress/powersgd.h"
 #include "cohort/torch/compress/quantization.h"
 #include "cohort/torch/ddp/comm_hook.h"
 #include "cohort/torch/ddp/ddp.h"
@@ -348,6 +349,34 @@ TEST(DiLoCoCheckpoint, ResumesTheOuterStateAndTheScheduleExactly) {
           << "the part made no difference: the test cannot see it";
     });
   }
+}
+
+// A round in flight whose hook finishes with a collective (PowerSGD's second allreduce) is
+// finished by every rank before rank 0 writes the part (CheckpointPart::before_save), so the
+// ranks' collectives stay in step: the run saves twice mid-round and trains on to the end.
+TEST(DiLoCoCheckpoint, ASaveWithAPowerSgdRoundInFlightKeepsTheRanksInStep) {
+  const std::string path = fresh_temp_dir("diloco_checkpoint_powersgd") + "/run.ckpt";
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    torch::nn::Sequential model = make_model();
+    auto inner = inner_optimizer(Inner::kSgd, model->parameters());
+    DiLoCoOptions options;
+    options.inner_steps = 4;
+    options.fragments = 2;
+    options.overlap_steps = 2;
+    PowerSgdOptions powersgd;
+    powersgd.start_iter = 0;
+    options.hook = powersgd_hook(powersgd);
+    DiLoCo diloco(group, *model, options);
+    TrainingState state{model.ptr().get(), inner.get()};
+    state.rng = false;
+    state.parts = {{"diloco", &diloco}};
+    inner_steps(model, *inner, diloco, rank, 1, 5);  // a round of each fragment in flight
+    save_checkpoint(path, *group, state);
+    inner_steps(model, *inner, diloco, rank, 6, 9);
+    save_checkpoint(path, *group, state);
+    inner_steps(model, *inner, diloco, rank, 10, 12);
+    EXPECT_EQ(diloco.inner_step(), 12);
+  });
 }
 
 TEST(DiLoCoCheckpoint, AnotherModelOrFragmentCountIsACheckpointErrorNamingThePart) {

@@ -27,6 +27,8 @@
 // same (the background collectives decide them), so that every rank throws at the same call.
 #include "cohort/torch/checkpoint/async_checkpoint.h"
 
+#include <torch/cuda.h>
+
 #include <chrono>
 #include <exception>
 #include <memory>
@@ -70,6 +72,17 @@ void check_unchanged(const std::string& path, const std::vector<detail::ReadTens
   }
 }
 
+// The writer reads the tensors on its own thread, outside the caller's CUDA stream order: a
+// save of device tensors waits for the work queued so far (the last update, the buffers'
+// copies) before the writer starts.
+void synchronize_devices(const std::vector<detail::ReadTensor>& reads) {
+  for (const detail::ReadTensor& read : reads) {
+    if (!read.tensor.is_cuda()) continue;
+    torch::cuda::synchronize();
+    return;
+  }
+}
+
 detail::FileWriteHooks hooks_for(const std::string& path,
                                  std::shared_ptr<const std::vector<detail::ReadTensor>> reads,
                                  const AsyncCheckpointOptions& options,
@@ -103,6 +116,7 @@ class AsyncCheckpointer::Impl {
 
   ~Impl() {
     if (!current_) return;
+    current_->raise_priority();
     if (!current_->wait_finished(Clock::now() + options_.timeout)) {
       COHORT_LOG(kError, "the asynchronous save of '", current_what_, "' is still running after ",
                  options_.timeout.count(), " ms; it is left to finish on its own (the previous "
@@ -125,6 +139,7 @@ class AsyncCheckpointer::Impl {
     auto save = std::make_shared<detail::PreparedFileSave>(
         detail::prepare_file_save(path, group_, state));
     auto reads = std::make_shared<const std::vector<detail::ReadTensor>>(save->reads);
+    synchronize_devices(*reads);
     const bool reads_nothing = save->archive == nullptr;
     launch(path, start, reads_nothing,
            [save, reads, options = options_,
@@ -148,6 +163,7 @@ class AsyncCheckpointer::Impl {
     auto save = std::make_shared<detail::PreparedShardedSave>(detail::prepare_sharded_save(
         directory, group, std::move(holdings), state, expected_module));
     auto reads = std::make_shared<const std::vector<detail::ReadTensor>>(save->reads);
+    synchronize_devices(*reads);
     launch(directory, start, /*reads_nothing=*/false,
            [save, reads, options = options_,
             background = background_group_ ? background_group_ : own_group_](
@@ -167,6 +183,7 @@ class AsyncCheckpointer::Impl {
   void before_update() {
     if (!current_ || current_->staged()) return;
     const Clock::time_point start = Clock::now();
+    current_->raise_priority();  // training now waits for it: no more waiting for idle CPU
     if (!current_->wait_staged(start + options_.timeout)) {
       throw TimeoutError(concat("AsyncCheckpointer::before_update(): the asynchronous save of '",
                                 current_what_, "' still reads the training state after ",
@@ -179,6 +196,7 @@ class AsyncCheckpointer::Impl {
   void wait() {
     if (!current_) return;
     const Clock::time_point start = Clock::now();
+    current_->raise_priority();
     if (!current_->wait_finished(start + options_.timeout)) {
       throw TimeoutError(concat("AsyncCheckpointer: the asynchronous save of '", current_what_,
                                 "' has not finished after ", options_.timeout.count(),
@@ -188,6 +206,7 @@ class AsyncCheckpointer::Impl {
     last_.written_ms = current_->finished_ms();
     last_.waited_ms = waited_ms_;
     last_.save_ms = save_ms_;
+    last_.number = started_;
     const std::exception_ptr error = current_->error();
     current_.reset();
     if (error) std::rethrow_exception(error);
@@ -225,6 +244,7 @@ class AsyncCheckpointer::Impl {
     current_what_ = what;
     waited_ms_ = 0;
     save_ms_ = ms_since(start);
+    ++started_;
     current_ = std::make_unique<BackgroundSave>(std::move(job), reads_nothing,
                                                 options_.idle_priority);
   }
@@ -237,6 +257,7 @@ class AsyncCheckpointer::Impl {
   std::string current_what_;
   double waited_ms_ = 0;
   double save_ms_ = 0;
+  int64_t started_ = 0;  // saves launched
   AsyncSaveStats last_;
 };
 

@@ -1,6 +1,8 @@
 #include "checkpoint/background_save.h"
 
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <mutex>
@@ -18,6 +20,9 @@ struct BackgroundSave::Shared {
   bool staged = false;
   bool finished = false;
   std::exception_ptr error;
+  pid_t thread_id = 0;          // the job's thread, once it runs
+  bool idle = false;            // it runs at SCHED_IDLE
+  bool raise_requested = false;  // raise_priority() was called (maybe before the thread ran)
 
   void mark_staged() {
     std::lock_guard<std::mutex> lock(mutex);
@@ -48,12 +53,12 @@ struct BackgroundSave::Shared {
 
 namespace {
 
-// Linux applies a scheduling policy set with pid 0 to the calling thread only. Where it cannot
-// be set (another kernel), the thread simply keeps the caller's priority.
-void run_at_idle_priority() {
+// Linux applies a scheduling policy set for a thread id to that thread only (0: the calling
+// one). Where it cannot be set (another kernel), the thread keeps the priority it has.
+bool set_policy(pid_t thread, int policy) {
   sched_param parameters{};
   parameters.sched_priority = 0;
-  (void)::sched_setscheduler(0, SCHED_IDLE, &parameters);
+  return ::sched_setscheduler(thread, policy, &parameters) == 0;
 }
 
 }  // namespace
@@ -62,7 +67,11 @@ BackgroundSave::BackgroundSave(Job job, bool staged, bool idle_priority)
     : shared_(std::make_shared<Shared>()) {
   if (staged) shared_->mark_staged();
   thread_ = std::thread([shared = shared_, job = std::move(job), idle_priority] {
-    if (idle_priority) run_at_idle_priority();
+    {
+      std::lock_guard<std::mutex> lock(shared->mutex);
+      shared->thread_id = static_cast<pid_t>(::syscall(SYS_gettid));
+      shared->idle = idle_priority && !shared->raise_requested && set_policy(0, SCHED_IDLE);
+    }
     std::exception_ptr thrown;
     try {
       job([&shared] { shared->mark_staged(); });
@@ -79,6 +88,13 @@ BackgroundSave::~BackgroundSave() {
   } else {
     thread_.detach();
   }
+}
+
+void BackgroundSave::raise_priority() {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  shared_->raise_requested = true;
+  if (!shared_->idle || shared_->finished) return;
+  shared_->idle = !set_policy(shared_->thread_id, SCHED_OTHER);
 }
 
 bool BackgroundSave::wait_staged(Clock::time_point deadline) const {

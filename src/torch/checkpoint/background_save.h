@@ -27,6 +27,11 @@ class BackgroundSave {
   BackgroundSave(const BackgroundSave&) = delete;
   BackgroundSave& operator=(const BackgroundSave&) = delete;
 
+  // Puts the thread back at the normal priority (SCHED_OTHER), for the rest of the job: the
+  // caller is about to wait for it, so it must not wait for idle CPU time (busy-polling peers
+  // may leave none).
+  void raise_priority();
+
   // Block until the job is staged / has ended; false when `deadline` came first.
   bool wait_staged(Clock::time_point deadline) const;
   bool wait_finished(Clock::time_point deadline) const;

@@ -134,11 +134,16 @@ PreparedFileSave prepare_file_save(const std::string& path, Group* group,
     rng_states = group ? gather_generator_states(path, *group)
                        : std::vector<torch::Tensor>{cpu_generator_state()};
   }
+  for (const auto& [name, part] : state.parts) part->before_save();  // on every rank
   PreparedFileSave save;
   save.path = path;
   if (group != nullptr && group->rank() != 0) return save;
-  save.archive = training_archive(path, state, group ? group->size() : 1, rng_states,
-                                  current_job_id());
+  try {
+    save.archive = training_archive(path, state, group ? group->size() : 1, rng_states,
+                                    current_job_id());
+  } catch (...) {
+    save.error = std::current_exception();
+  }
   for (const auto& item : state.module->named_parameters()) {
     save.reads.push_back({item.key(), item.value(), item.value()._version()});
   }
@@ -149,8 +154,9 @@ void finish_file_save(PreparedFileSave& save, Group* group, const FileWriteHooks
                       CallSite site) {
   int64_t status = kStatusOk;
   std::string message;
-  if (save.archive) {
+  if (save.archive || save.error) {
     try {
+      if (save.error) std::rethrow_exception(save.error);
       write_checkpoint_file(save.path, archive_producer(save.path, *save.archive), hooks);
     } catch (const std::exception& error) {
       if (group == nullptr) throw;

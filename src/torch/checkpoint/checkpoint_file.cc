@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <system_error>
 
@@ -129,17 +130,29 @@ class PayloadStream {
     error_ = write_all(fd_, bytes, size);
     if (error_ != 0) return size;
     bytes_ += size;
-    if (hooks_.on_progress) hooks_.on_progress(bytes_);
+    if (hooks_.on_progress) report_progress();
     return size;
   }
 
   int error() const { return error_; }
+  // What on_progress threw (null: nothing): kept, not thrown through torch's writer.
+  std::exception_ptr progress_error() const { return progress_error_; }
   uint64_t bytes() const { return bytes_; }
   uint32_t crc() const { return static_cast<uint32_t>(crc_); }
 
  private:
+  void report_progress() {
+    try {
+      hooks_.on_progress(bytes_);
+    } catch (...) {
+      progress_error_ = std::current_exception();
+      error_ = ECANCELED;  // every later piece is dropped
+    }
+  }
+
   int fd_;
   const FileWriteHooks& hooks_;
+  std::exception_ptr progress_error_;
   int error_ = 0;
   uint64_t bytes_ = 0;
   uLong crc_ = ::crc32(0L, Z_NULL, 0);
@@ -162,9 +175,11 @@ WrittenPayload write_synced(const std::string& path, const std::string& temporar
     produce([&stream](const void* data, size_t size) { return stream.put(data, size); });
   } catch (...) {
     // Where a producer stops at a write error, the write's own reason is the one to report.
+    if (stream.progress_error()) std::rethrow_exception(stream.progress_error());
     if (stream.error() != 0) throw_write_error(path, writing, stream.error());
     throw;
   }
+  if (stream.progress_error()) std::rethrow_exception(stream.progress_error());
   if (stream.error() != 0) throw_write_error(path, writing, stream.error());
   if (hooks.on_payload_written) hooks.on_payload_written();
   const std::string footer = footer_of(stream.bytes(), stream.crc());

@@ -26,7 +26,8 @@ using PayloadProducer = std::function<void(const PayloadSink& sink)>;
 
 // What a streamed write reports while it runs (both optional; run on the writing thread).
 struct FileWriteHooks {
-  // After each piece of the payload is in the file: the payload bytes written so far.
+  // After each piece of the payload is in the file: the payload bytes written so far. What it
+  // throws fails the write (thrown once the producer returns, not through the producer).
   std::function<void(uint64_t bytes)> on_progress;
   // Once the whole payload is in the file, before the footer, the sync and the rename. What it
   // throws fails the write as a write error would (the temporary file is removed).

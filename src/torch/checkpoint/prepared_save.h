@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
@@ -34,6 +35,9 @@ struct PreparedFileSave {
   std::string path;
   std::unique_ptr<torch::serialize::OutputArchive> archive;  // null on ranks that write nothing
   std::vector<ReadTensor> reads;
+  // What building the archive threw on the writing rank: finish reports it as a failed write,
+  // so that every rank gets it (the others have already gone on to finish).
+  std::exception_ptr error;
 };
 
 // The checks of save_checkpoint, and the archive; collective over `group` when not null (the
@@ -55,6 +59,7 @@ struct PreparedShardedSave {
   std::unique_ptr<torch::serialize::OutputArchive> archive;
   Manifest manifest;  // all but its tensors and files, which finish_sharded_save adds
   std::vector<ReadTensor> reads;
+  std::exception_ptr error;  // building this rank's archive or manifest: reported by finish
 };
 
 // The ranks agree on the arguments and on the save's token; collective over `group`.

@@ -599,9 +599,11 @@ PreparedShardedSave prepare_sharded_save(const std::string& directory, Group& gr
   save.ranges = saved_ranges(holdings, group.rank());
   const std::string path =
       join(directory, shard_file_name(group.rank(), group.size(), save.token));
-  const torch::Tensor rng = state.rng ? cpu_generator_state() : torch::Tensor();
-  save.archive = shard_archive(path, holdings, save.ranges, state.optimizer, save.codec, rng);
-  save.manifest = manifest_base(holdings, state, save.codec, group.size(), save.token);
+  save.error = caught([&] {
+    const torch::Tensor rng = state.rng ? cpu_generator_state() : torch::Tensor();
+    save.archive = shard_archive(path, holdings, save.ranges, state.optimizer, save.codec, rng);
+    save.manifest = manifest_base(holdings, state, save.codec, group.size(), save.token);
+  });
   for (const ParameterShard& shard : holdings.shards) {
     save.reads.push_back({shard.name, shard.tensor, shard.tensor._version()});
   }
@@ -614,7 +616,8 @@ void finish_sharded_save(PreparedShardedSave& save, Group& group, const FileWrit
   const std::string mine =
       join(save.directory, shard_file_name(group.rank(), group.size(), save.token));
   ManifestFile file;
-  std::exception_ptr failure = caught([&] { file = write_shard_file(save, group, hooks); });
+  std::exception_ptr failure =
+      save.error ? save.error : caught([&] { file = write_shard_file(save, group, hooks); });
   failure = first_failure_on_any_rank(group, failure, site);
   if (!failure) failure = commit_manifest(save, group, file, site);
   // Only a failure every rank agrees on removes the file: after a broken group (an exception

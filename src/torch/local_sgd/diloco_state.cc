@@ -49,14 +49,23 @@ std::string round_key(size_t round, const char* field) {
 
 }  // namespace
 
-void DiLoCo::save(OutputArchive& archive) {
-  // The rounds in flight were started on every rank; their averages are what a resumed run
-  // applies at their steps, so they are finished here.
+void DiLoCo::before_save() {
+  // The rounds in flight were started on every rank, and a hook's finish may be a collective
+  // (PowerSGD's second allreduce): every rank finishes them here, so that their averages, what a
+  // resumed run applies at their steps, are in rank 0's part.
   for (Round& round : in_flight_) {
     if (round.work) round.work->wait();
     if (round.finish) round.finish();
     round.work = nullptr;
     round.finish = nullptr;
+  }
+}
+
+void DiLoCo::save(OutputArchive& archive) {
+  for (const Round& round : in_flight_) {
+    COHORT_CHECK(!round.work && !round.finish,
+                 "DiLoCo::save: a round is still in flight; the checkpoint calls before_save() "
+                 "on every rank first");
   }
   write_int(archive, "step", step_);
   write_int(archive, "fragments", options_.fragments);

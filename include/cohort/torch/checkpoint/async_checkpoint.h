@@ -21,9 +21,9 @@
 //   save does: a crash at any moment leaves the previous checkpoint loadable.
 // - before_update() must come before anything changes the parameters or the optimizer's state
 //   (optimizer.step(), GradScaler::step, a model averager): it returns at once unless the
-//   background thread is still reading them, and then waits until it is done. What an update
-//   would have done to the tensors under a save cannot reach the file: a save that finds a
-//   parameter changed while it read it is abandoned with a CheckpointError naming it.
+//   background thread is still reading them, and then waits until it is done. As a check, a
+//   save that finds a module parameter (or a shard) changed while it read it is abandoned with
+//   a CheckpointError naming it; the optimizer's state and the parts are not checked.
 // - A save's error (a full disk, a permission) is thrown by the next call of save(),
 //   save_sharded() or wait() (on every rank, the same error), and logged by the destructor
 //   when nothing reported it. docs/checkpoints.md, "Asynchronous saves".
@@ -55,15 +55,16 @@ struct AsyncCheckpointOptions {
   // written so far (for progress reports; it must not call the checkpointer).
   std::function<void(uint64_t bytes)> on_progress;
   // The writing thread runs at the lowest CPU priority (Linux SCHED_IDLE): it takes only the
-  // CPU time training leaves idle, so it never slows a step down, and what it has not written
-  // when before_update() is called it writes while training waits there, at full speed. False:
-  // at the caller's priority, sharing the cores with training (faster to disk where cores are
-  // free, slower steps where they are not).
+  // CPU time training leaves idle, so it does not slow a step down. When before_update() or
+  // wait() has to wait for it, it is put back at the normal priority and writes what is left
+  // while training waits. False: at the caller's priority from the start, sharing the cores
+  // with training (faster to disk where cores are free, slower steps where they are not).
   bool idle_priority = true;
 };
 
 // What the last save that finished did (AsyncCheckpointer::last_save()).
 struct AsyncSaveStats {
+  int64_t number = 0;     // which save of the checkpointer this was: 1, 2, ... (0: none yet)
   double save_ms = 0;     // the save() call: checks, collectives, copies, and waiting for the
                           // save before it (IfBusy::kWait)
   double staged_ms = 0;   // from the start until before_update() would no longer wait

@@ -45,11 +45,16 @@ namespace cohort {
 class CheckpointPart {
  public:
   virtual ~CheckpointPart() = default;
+  // Called on every rank of a save before the part is written (a group save writes rank 0's
+  // part only): collective work the part needs done first belongs here. The default does
+  // nothing.
+  virtual void before_save() {}
   // Writes the part. A background save (async_checkpoint.h) calls it on the caller's thread in
   // save(), and writes the archive later: write copies of what may change before the next
   // AsyncCheckpointer::before_update().
   virtual void save(torch::serialize::OutputArchive& archive) = 0;
-  // Reads it back; throws (CheckpointError, InvalidArgument) for a state that does not fit.
+  // Reads it back; throws (CheckpointError, InvalidArgument) for a state that does not fit. The
+  // parts are loaded last, so a part that throws leaves the rest of the state already restored.
   virtual void load(torch::serialize::InputArchive& archive) = 0;
 };
 

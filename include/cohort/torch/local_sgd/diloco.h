@@ -126,10 +126,12 @@ class DiLoCo : public CheckpointPart {
   // Float32 copies of the trainable parameters as of their fragment's last synchronization.
   const std::vector<torch::Tensor>& outer_parameters() const { return outer_parameters_; }
 
-  // CheckpointPart. save() first waits for the reductions of the rounds in flight (every rank
-  // started them), which are kept, averaged, to be applied at their steps. load() checks the
-  // saved state against this DiLoCo (the parameters' count, shapes and dtypes, the fragments)
-  // and throws CheckpointError naming what differs; every rank loads the same state.
+  // CheckpointPart. before_save() (every rank) finishes the reductions of the rounds in flight
+  // (a hook's may be collective), which save() keeps, averaged, to be applied at their steps.
+  // load() checks the saved state against this DiLoCo (the parameters' count, shapes and
+  // dtypes, the fragments) and throws CheckpointError naming what differs; every rank loads the
+  // same state.
+  void before_save() override;
   void save(torch::serialize::OutputArchive& archive) override;
   void load(torch::serialize::InputArchive& archive) override;
 
