@@ -303,10 +303,13 @@ TEST(ElasticCohortrunNodes, ALostNodeLeavesTheOtherNodeRunning) {
       << out;
   EXPECT_TRUE(contains(out, "cohortrun: the job goes on with 2 ranks (generation 2: 2 left)\n"))
       << out;
-  EXPECT_TRUE(contains(out,
-                       "cohortrun: node 1 left (its cohortrun was not heard from for 2 s "
-                       "(--node-timeout): it was killed or its host is gone); the job goes on "
-                       "with 2 ranks\n"))
+  // Whether the survivors had formed generation 2 when cohortrun noticed the silence depends on
+  // timing (a loaded machine): either ending is right, and the line above says what followed.
+  const std::string lost =
+      "cohortrun: node 1 left (its cohortrun was not heard from for 2 s (--node-timeout): it was "
+      "killed or its host is gone); the job goes on ";
+  EXPECT_TRUE(contains(out, lost + "with 2 ranks\n") ||
+              contains(out, lost + "without its ranks once the others notice\n"))
       << out;
   expect_every_step_once(out, {0, 1}, [](int s) { return s < 5 ? 4 : 2; });
   const std::string both = out + node1.output();
