@@ -1054,6 +1054,30 @@ TEST(CheckpointGroup, APartThatCannotBeWrittenFailsEveryRank) {
   }
 }
 
+// A writer held past AsyncCheckpointOptions::timeout (a stalled disk, as before_update() sees
+// it) is a TimeoutError naming the save and the option, not a hang; released, it finishes.
+TEST(AsyncCheckpoint, AWriterStalledPastTheTimeoutIsATimeoutError) {
+  TempDir dir;
+  auto net = trained_net(1).first;
+  WriterGate gate;
+  AsyncCheckpointOptions options;
+  options.timeout = std::chrono::milliseconds(200);
+  AsyncCheckpointer checkpointer(gate.options(options));
+  ASSERT_TRUE(checkpointer.save(dir.file("run.ckpt"), TrainingState{net.get()}));
+  gate.wait_until_writing();
+  try {
+    checkpointer.before_update();
+    ADD_FAILURE() << "no TimeoutError";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.file("run.ckpt")), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("AsyncCheckpointOptions::timeout"), std::string::npos)
+        << e.what();
+  }
+  gate.open();
+  checkpointer.wait();
+  EXPECT_EQ(dir.names(), std::set<std::string>{"run.ckpt"});
+}
+
 // IfBusy::kSkip: a save while the previous one is still being written saves nothing.
 TEST(AsyncCheckpoint, UnderSkipASaveWhileOneIsWrittenIsSkipped) {
   TempDir dir;

@@ -523,6 +523,26 @@ TEST_P(ShardedCheckpoint, AsyncSaveResumesTheStepItWasTakenAtWhileTrainingWentOn
   }
 }
 
+// A checkpointer made over another group than the wrapper's is refused before anything starts.
+TEST(ShardedCheckpointArguments, AnAsyncSaveOverAnotherGroupIsRefused) {
+  TempDir dir;
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    auto alone = group->split(rank, 0);  // each rank a group of its own
+    auto model = mlp()();
+    ZeroDataParallel zero(model, group);
+    AsyncCheckpointer checkpointer(*alone);
+    try {
+      checkpointer.save_sharded(dir.path(), zero, TrainingState{model.get()});
+      ADD_FAILURE() << "no error on rank " << rank;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("make the checkpointer over the wrapper's group"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+  EXPECT_EQ(dir.names(), std::set<std::string>{});
+}
+
 INSTANTIATE_TEST_SUITE_P(Optimizers, ShardedCheckpoint,
                          ::testing::Values(OptimizerKind::kAdamW, OptimizerKind::kSgdMomentum),
                          [](const auto& param_info) {

@@ -83,14 +83,16 @@ void synchronize_devices(const std::vector<detail::ReadTensor>& reads) {
   }
 }
 
-detail::FileWriteHooks hooks_for(const std::string& path,
-                                 std::shared_ptr<const std::vector<detail::ReadTensor>> reads,
+// The hooks of a prepared save's write; they run inside the job, which owns the save, so they
+// may refer to its path and reads.
+template <typename Prepared>
+detail::FileWriteHooks hooks_for(const Prepared& save, const std::string& path,
                                  const AsyncCheckpointOptions& options,
                                  const std::function<void()>& staged) {
   detail::FileWriteHooks hooks;
   hooks.on_progress = options.on_progress;
-  hooks.on_payload_written = [path, reads, staged] {
-    check_unchanged(path, *reads);
+  hooks.on_payload_written = [&save, &path, staged] {
+    check_unchanged(path, save.reads);
     staged();
   };
   return hooks;
@@ -138,14 +140,13 @@ class AsyncCheckpointer::Impl {
     if (!settle_previous(path)) return false;
     auto save = std::make_shared<detail::PreparedFileSave>(
         detail::prepare_file_save(path, group_, state));
-    auto reads = std::make_shared<const std::vector<detail::ReadTensor>>(save->reads);
-    synchronize_devices(*reads);
+    synchronize_devices(save->reads);
     const bool reads_nothing = save->archive == nullptr;
     launch(path, start, reads_nothing,
-           [save, reads, options = options_,
+           [save, options = options_,
             group = background_group_](const std::function<void()>& staged) {
              detail::finish_file_save(*save, group.get(),
-                                      hooks_for(save->path, reads, options, staged), kSite);
+                                      hooks_for(*save, save->path, options, staged), kSite);
            });
     return true;
   }
@@ -162,14 +163,13 @@ class AsyncCheckpointer::Impl {
     if (!settle_previous(directory)) return false;
     auto save = std::make_shared<detail::PreparedShardedSave>(detail::prepare_sharded_save(
         directory, group, std::move(holdings), state, expected_module));
-    auto reads = std::make_shared<const std::vector<detail::ReadTensor>>(save->reads);
-    synchronize_devices(*reads);
+    synchronize_devices(save->reads);
     launch(directory, start, /*reads_nothing=*/false,
-           [save, reads, options = options_,
+           [save, options = options_,
             background = background_group_ ? background_group_ : own_group_](
                const std::function<void()>& staged) {
              detail::finish_sharded_save(*save, *background,
-                                         hooks_for(save->directory, reads, options, staged),
+                                         hooks_for(*save, save->directory, options, staged),
                                          kSite);
            });
     return true;

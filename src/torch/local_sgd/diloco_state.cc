@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "checkpoint/checkpoint_state.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/local_sgd/diloco.h"
@@ -18,12 +19,9 @@
 namespace cohort {
 namespace {
 
+using detail::write_int;
 using torch::serialize::InputArchive;
 using torch::serialize::OutputArchive;
-
-void write_int(OutputArchive& archive, const std::string& key, int64_t value) {
-  archive.write(key, torch::tensor(value), /*is_buffer=*/true);
-}
 
 [[noreturn]] void throw_unfit(const std::string& what) {
   throw CheckpointError(detail::concat("its DiLoCo state ", what));
