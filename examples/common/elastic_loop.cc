@@ -25,6 +25,10 @@ cohort::ElasticTrainerOptions elastic_trainer_options(const ElasticRunSettings& 
   options.checkpoint_dir = elastic_checkpoint_dir(settings.checkpoint);
   options.checkpoint_every = settings.checkpoint_every;
   options.resume = settings.resume;
+  if (settings.diloco) {
+    options.strategy = cohort::ElasticStrategy::kDiLoCo;
+    options.diloco = *settings.diloco;
+  }
   return options;
 }
 
@@ -125,8 +129,13 @@ double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettin
         !settings.checkpoint.empty() && checkpoint_due(settings.checkpoint_every, done);
     if (saved) say_saved(trainer, settings);  // the trainer wrote it with the commit
   }
+  // DiLoCo: the members' models differ since the last synchronization; the evaluation and the
+  // last checkpoint take the outer parameters.
+  if (settings.diloco) trainer.diloco().synchronize_all();
+  const bool synchronized_after_last_save = settings.diloco.has_value();
   if (!settings.checkpoint.empty() &&
-      !checkpoint_due(settings.checkpoint_every, trainer.committed_steps())) {
+      (synchronized_after_last_save ||
+       !checkpoint_due(settings.checkpoint_every, trainer.committed_steps()))) {
     trainer.save_checkpoint();
     say_saved(trainer, settings);
   }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "checkpointing.h"
@@ -28,6 +29,8 @@ struct ElasticRunSettings {
   std::string checkpoint;
   int64_t checkpoint_every = 0;
   cohort::LoadOptions resume;
+  // --diloco H (and its other options): ElasticStrategy::kDiLoCo instead of DDP.
+  std::optional<cohort::DiLoCoOptions> diloco;
 };
 
 // The settings from an example's TrainOptions (both examples name these fields alike).
@@ -44,6 +47,7 @@ ElasticRunSettings elastic_run_settings(const TrainOptions& o) {
   run.checkpoint = o.checkpoint;
   run.checkpoint_every = o.checkpoint_every;
   run.resume = load_options(o.resume, o.overwrite_checkpoint);
+  if (o.diloco.enabled()) run.diloco = o.diloco.options();
   return run;
 }
 
@@ -54,7 +58,8 @@ std::string elastic_checkpoint_dir(const std::string& checkpoint);
 // Throws cohort::InvalidArgument naming `what` when `set`: an option --elastic does not take.
 void refuse_for_elastic(bool set, const char* what);
 
-// The global batch kept (each rank's share grows when members leave), DDP's bucket size.
+// The global batch kept (each rank's share grows when members leave), DDP's bucket size, or
+// DiLoCo.
 cohort::ElasticTrainerOptions elastic_trainer_options(const ElasticRunSettings& settings);
 
 // Prints every membership on its rank 0 ("membership: generation 2: rank 1 left; ..."), after
@@ -71,7 +76,8 @@ struct ElasticStepHooks {
 // rank's loss on its share of each step, which is then backpropagated. Prints "step S loss L on
 // W rank(s)" on rank 0 every log_every committed steps, writes settings.metrics, and writes the
 // checkpoint every checkpoint_every steps and at the end (saying so on rank 0, with the
-// generation and world size). Returns the wall time in seconds.
+// generation and world size). Under DiLoCo every member ends with the outer parameters (a last
+// synchronization), for the evaluation. Returns the wall time in seconds.
 double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings,
                          const std::function<torch::Tensor(const cohort::ElasticStep&)>& loss_of,
                          const ElasticStepHooks& hooks = {});

@@ -18,7 +18,6 @@ void check_elastic_options(const TrainOptions& o) {
   refuse_for_elastic(o.mode != "sync", "--mode ps or ssp");
   refuse_for_elastic(o.sync_bn, "--sync-bn");
   refuse_for_elastic(o.local_sgd.period > 0, "--local-sgd");
-  refuse_for_elastic(o.diloco.enabled(), "--diloco");
 }
 
 torch::Tensor take(const torch::Tensor& all, const std::vector<size_t>& indices) {

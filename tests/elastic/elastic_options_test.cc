@@ -1,5 +1,6 @@
-// What a sharded ElasticTrainer refuses, before it trains anything: the FSDP strategy and
-// options it cannot re-slice, and optimizers whose state is not kept per element.
+// What an ElasticTrainer refuses, before it trains anything: the FSDP strategy and options it
+// cannot re-slice, optimizers whose state is not kept per element, and DiLoCo options whose
+// rounds it cannot redo over a new generation.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -69,6 +70,40 @@ TEST(ElasticOptions, AnOptimizerInsteadOfAFactoryIsRefusedForAShardedStrategy) {
   auto model = testing::make_elastic_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
   EXPECT_THROW(ElasticTrainer(elastic, model, sgd, 100, full_shard_options()), InvalidArgument);
+}
+
+// Refused in the constructor, before the trainer joins the job (the store is never reached).
+void expect_diloco_refused(const DiLoCoOptions& diloco, const std::string& words) {
+  ElasticGroup elastic(std::make_shared<MemoryStore>());
+  auto model = testing::make_elastic_model();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  ElasticTrainerOptions options;
+  options.strategy = ElasticStrategy::kDiLoCo;
+  options.sampler.batch_per_rank = 4;
+  options.diloco = diloco;
+  try {
+    ElasticTrainer trainer(elastic, model, sgd, 100, options);
+    ADD_FAILURE() << "the trainer accepted DiLoCo options it cannot train with";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+TEST(ElasticOptions, HierarchicalOrOverlappedDiLoCoIsRefused) {
+  DiLoCoOptions hierarchical;
+  hierarchical.hierarchical = true;
+  expect_diloco_refused(hierarchical, "hierarchical");
+  DiLoCoOptions overlapped;
+  overlapped.inner_steps = 4;
+  overlapped.overlap_steps = 1;
+  expect_diloco_refused(overlapped, "overlap_steps");
+}
+
+TEST(ElasticOptions, AFactoryInsteadOfAnOptimizerIsRefusedForDiLoCo) {
+  ElasticTrainerOptions options;
+  options.strategy = ElasticStrategy::kDiLoCo;
+  options.sampler.batch_per_rank = 4;
+  expect_refused(options, "pass the optimizer itself");
 }
 
 }  // namespace

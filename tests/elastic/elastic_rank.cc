@@ -14,9 +14,14 @@
 //              save() (--opaque-optimizer)
 // --stop-after N leaves after N committed steps (a job that ends there); --resume resumes
 // another job's checkpoint in --checkpoint-dir. --strategy ddp|zero1|zero2|full_shard|
-// hybrid_shard picks ElasticTrainerOptions::strategy (the sharded ones build their optimizer
-// through a factory); --ranks-per-node N puts the launch ranks on simulated nodes of N
-// (COHORT_NODE_ID), for hybrid_shard;
+// hybrid_shard|diloco picks ElasticTrainerOptions::strategy (the sharded ones build their
+// optimizer through a factory; diloco synchronizes every --diloco-steps steps, in
+// --diloco-fragments fragments, and each member prints every committed step as
+// "diloco <step> <member> <rank> <world> <inner world> <i1,i2,...>", where <member> is the
+// launch rank (plus 100 for a joiner), and the inner world and samples are "-" where it took no
+// inner step in it: a joiner healed while the step's synchronization was redone; first it
+// prints "fragments <f1,f2,...>", the fragment of each parameter); --ranks-per-node
+// N puts the launch ranks on simulated nodes of N (COHORT_NODE_ID), for hybrid_shard;
 // --opaque-optimizer gives DDP an optimizer that no checkpoint codec knows, so that its state heals
 // through save() and load(); --no-buddy turns buddy copies off, --checkpoint-dir and
 // --checkpoint-every make the trainer write sharded checkpoints.
@@ -29,6 +34,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,7 +133,10 @@ int main(int argc, char** argv) {
   app.add_flag("--adam", adam, "DDP: Adam instead of the job's SGD (another optimizer)");
   app.add_flag("--opaque-optimizer", opaque, "DDP: the SGD as an optimizer no codec knows");
   app.add_option("--strategy", strategy)
-      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "full_shard", "hybrid_shard"}));
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "full_shard", "hybrid_shard", "diloco"}));
+  int64_t diloco_steps = 4, diloco_fragments = 1;
+  app.add_option("--diloco-steps", diloco_steps);
+  app.add_option("--diloco-fragments", diloco_fragments);
   int ranks_per_node = 0;
   app.add_option("--ranks-per-node", ranks_per_node,
                  "COHORT_NODE_ID from the launch rank: launch ranks 0..N-1 on node0, ...");
@@ -167,10 +176,13 @@ int main(int argc, char** argv) {
     cohort::ElasticTrainerOptions options;
     options.sampler = cohort::testing::elastic_sampler_options(batch_per_rank, global_batch);
     options.joiner_poll = std::chrono::milliseconds(0);
-    options.strategy = strategy == "zero1"   ? cohort::ElasticStrategy::kZero1
-                       : strategy == "zero2" ? cohort::ElasticStrategy::kZero2
-                       : strategy == "ddp"   ? cohort::ElasticStrategy::kDdp
-                                             : cohort::ElasticStrategy::kFullShard;
+    options.strategy = strategy == "zero1"    ? cohort::ElasticStrategy::kZero1
+                       : strategy == "zero2"  ? cohort::ElasticStrategy::kZero2
+                       : strategy == "ddp"    ? cohort::ElasticStrategy::kDdp
+                       : strategy == "diloco" ? cohort::ElasticStrategy::kDiLoCo
+                                              : cohort::ElasticStrategy::kFullShard;
+    options.diloco.inner_steps = diloco_steps;
+    options.diloco.fragments = diloco_fragments;
     if (strategy == "hybrid_shard") options.fsdp.strategy = cohort::ShardingStrategy::kHybridShard;
     options.buddy_copies = !no_buddy;
     options.checkpoint_dir = checkpoint_dir;
@@ -181,7 +193,8 @@ int main(int argc, char** argv) {
     torch::optim::Adam other_optimizer(model->parameters());
     OpaqueSgd opaque_optimizer(model->parameters(), sgd);
     std::unique_ptr<cohort::ElasticTrainer> made;
-    if (options.strategy == cohort::ElasticStrategy::kDdp) {
+    if (options.strategy == cohort::ElasticStrategy::kDdp ||
+        options.strategy == cohort::ElasticStrategy::kDiLoCo) {
       torch::optim::Optimizer& optimizer =
           adam     ? static_cast<torch::optim::Optimizer&>(other_optimizer)
           : opaque ? static_cast<torch::optim::Optimizer&>(opaque_optimizer)
@@ -196,10 +209,17 @@ int main(int argc, char** argv) {
                                                       options);
     }
     cohort::ElasticTrainer& trainer = *made;
+    if (strategy == "diloco") {
+      std::cout << "fragments ";
+      for (int64_t f : trainer.diloco().fragment_of_parameter()) std::cout << f << ",";
+      std::cout << std::endl;
+    }
     trainer.on_membership_change([](const cohort::Membership& m) {
       std::cout << "membership " << m.describe() << " rank " << m.rank << std::endl;
     });
     bool awaited = false;  // once: a member lost meanwhile is not waited for again
+    const int member = launch_rank + (first_process ? 0 : 100);
+    std::optional<cohort::ElasticStep> trained;  // diloco: kept across a redone synchronization
     while (trainer.committed_steps() < steps && trainer.committed_steps() != stop_after) {
       if (trainer.committed_steps() == await_step && trainer.membership().size < await_size &&
           !awaited) {
@@ -212,6 +232,7 @@ int main(int argc, char** argv) {
       cohort::ElasticStep taken;
       const bool committed = trainer.step([&](const cohort::ElasticStep& step) {
         taken = step;
+        trained = step;
         if (fault_at(step.step, "forward")) fail("forward");
         if (fault_at(step.step, "stop")) fail("stop");
         if (auto* faulty = dynamic_cast<FaultySgd*>(&trainer.optimizer())) {
@@ -235,7 +256,19 @@ int main(int argc, char** argv) {
         }
         loss.backward();
       });
-      if (committed) {
+      if (committed && strategy == "diloco") {
+        const int64_t step = trainer.committed_steps() - 1;
+        const cohort::Membership& m = trainer.membership();
+        std::cout << "diloco " << step << " " << member << " " << m.rank << " " << m.size << " ";
+        if (trained && trained->step == step) {
+          std::cout << trained->world_size << " ";
+          for (size_t index : trained->indices) std::cout << index << ",";
+        } else {
+          std::cout << "- -";
+        }
+        std::cout << std::endl;
+        trained.reset();
+      } else if (committed) {
         std::cout << "commit " << taken.step << " " << taken.world_size << " " << taken.generation
                   << " " << taken.epoch << " ";
         for (size_t index : taken.indices) std::cout << index << ",";

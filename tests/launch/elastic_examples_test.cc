@@ -128,5 +128,15 @@ TEST(ElasticExamples, CharLmTrainsThroughAKill) {
                                  150);
 }
 
+// DiLoCo (ElasticStrategy::kDiLoCo): the killed rank is noticed at the next synchronization,
+// which the survivors redo without it.
+TEST(ElasticExamples, CharLmWithDiLoCoTrainsThroughAKill) {
+  expect_training_through_a_kill(
+      CHAR_LM,
+      {"--layers", "1", "--width", "32", "--heads", "2", "--context", "32", "--batch-size", "24",
+       "--skip-eval", "--sample", "0", "--diloco", "10"},
+      150);
+}
+
 }  // namespace
 }  // namespace cohort

@@ -73,9 +73,11 @@ void restore_sampler(ElasticSampler& sampler, const std::array<int64_t, 3>& plac
 
 void save_replica_checkpoint(const std::string& directory, torch::nn::Module& module,
                              torch::optim::Optimizer& optimizer, int64_t committed,
-                             const ElasticSampler& sampler, const Membership& membership) {
+                             const ElasticSampler& sampler, const Membership& membership,
+                             const std::vector<std::pair<std::string, CheckpointPart*>>& parts) {
   write_sampler_file(directory, committed, sampler, membership);
   TrainingState state;
+  state.parts = parts;
   state.module = &module;
   state.optimizer = &optimizer;
   state.step = committed;
@@ -84,12 +86,12 @@ void save_replica_checkpoint(const std::string& directory, torch::nn::Module& mo
   remove_other_sampler_files(directory, committed);
 }
 
-std::optional<int64_t> load_replica_checkpoint(const std::string& directory,
-                                               torch::nn::Module& module,
-                                               torch::optim::Optimizer& optimizer,
-                                               ElasticSampler& sampler,
-                                               const LoadOptions& options) {
+std::optional<int64_t> load_replica_checkpoint(
+    const std::string& directory, torch::nn::Module& module, torch::optim::Optimizer& optimizer,
+    ElasticSampler& sampler, const LoadOptions& options,
+    std::vector<std::pair<std::string, CheckpointPart*>> parts) {
   TrainingState state;
+  state.parts = std::move(parts);
   state.module = &module;
   state.optimizer = &optimizer;
   state.rng = false;

@@ -33,6 +33,7 @@
 #include "cohort/core/logging.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "elastic/elastic_checkpoint.h"
+#include "elastic/elastic_diloco.h"
 #include "elastic/optimizer_broadcast.h"
 #include "elastic/sharded_run.h"
 
@@ -91,11 +92,17 @@ std::string model_fingerprint(const torch::nn::Module& module) {
 struct ElasticTrainer::State {
   ElasticGroup& elastic;
   std::shared_ptr<torch::nn::Module> module;
-  torch::optim::Optimizer* optimizer;  // kDdp's; a sharded strategy's is sharded->optimizer()
+  torch::optim::Optimizer* optimizer;  // kDdp's and kDiLoCo's (the inner one); a sharded
+                                       // strategy's is sharded->optimizer()
   ElasticTrainerOptions options;
   ElasticSampler sampler;
   std::unique_ptr<DistributedDataParallel> ddp;
-  std::unique_ptr<detail::ShardedRun> sharded;  // strategies other than kDdp
+  std::unique_ptr<detail::ShardedRun> sharded;    // the sharded strategies
+  std::unique_ptr<detail::ElasticDiLoCo> diloco;  // kDiLoCo
+  // kDiLoCo (Note [Elastic DiLoCo]): the step whose inner step is done and whose synchronization
+  // is not (-1: none), and the world size its samples were taken at.
+  int64_t sync_pending = -1;
+  int64_t pending_world = 0;
   std::function<void(const Membership&)> callback;
   std::vector<std::pair<std::string, torch::Tensor>> extra;
   torch::Tensor ballot = torch::zeros({2}, torch::kInt64);
@@ -122,6 +129,7 @@ struct ElasticTrainer::State {
   // its pieces.
   void drop_wrapper(std::exception_ptr cause = nullptr) {
     ddp.reset();
+    if (diloco) diloco->drop_rounds();
     if (sharded) sharded->drop_wrapper(std::move(cause));
     drop_gradients();
   }
@@ -149,8 +157,11 @@ struct ElasticTrainer::State {
       // whole state is in, it holds none (-1), so that a failure meanwhile never makes it the
       // source of the next generation (Note [Elastic commit]).
       if (heal && receives_state(m)) committed = -1;
+      if (diloco) diloco->adopt(elastic.group_ptr());  // before a resume: it loads into it
       if (m.committed_step() < 0) resume_at_start();
-      ddp = std::make_unique<DistributedDataParallel>(module, elastic.group_ptr(), options.ddp);
+      if (!diloco) {
+        ddp = std::make_unique<DistributedDataParallel>(module, elastic.group_ptr(), options.ddp);
+      }
       if (heal) heal_from_rank0();
     }
     ++changes;
@@ -162,8 +173,8 @@ struct ElasticTrainer::State {
     if (callback) callback(m);
   }
 
-  // kDdp at a job's start: rank 0 loads the checkpoint in checkpoint_dir, if there is one it
-  // may resume, and heals the others from it (every member of a start is healed). Its error
+  // kDdp and kDiLoCo at a job's start: rank 0 loads the checkpoint in checkpoint_dir, if there is
+  // one it may resume, and heals the others from it (every member of a start is healed). Its error
   // (another job's checkpoint, a corrupt one) is every member's.
   void resume_at_start() {
     if (options.checkpoint_dir.empty()) return;
@@ -172,8 +183,9 @@ struct ElasticTrainer::State {
     std::string error;
     if (group.rank() == 0) {
       try {
-        if (const auto step = detail::load_replica_checkpoint(
-                options.checkpoint_dir, *module, *optimizer, sampler, options.resume)) {
+        if (const auto step =
+                detail::load_replica_checkpoint(options.checkpoint_dir, *module, *optimizer,
+                                                sampler, options.resume, checkpoint_parts())) {
           committed = *step;
           COHORT_LOG(kInfo, "resumed from the checkpoint in '", options.checkpoint_dir,
                      "' of step ", committed);
@@ -195,7 +207,7 @@ struct ElasticTrainer::State {
       sharded->save_checkpoint(committed, sampler, m);
     } else if (m.rank == 0) {
       detail::save_replica_checkpoint(options.checkpoint_dir, *module, *optimizer, committed,
-                                      sampler, m);
+                                      sampler, m, checkpoint_parts());
     }
   }
 
@@ -206,18 +218,30 @@ struct ElasticTrainer::State {
     }
   }
 
+  // kDiLoCo's outer state travels in replica checkpoints as a part.
+  std::vector<std::pair<std::string, CheckpointPart*>> checkpoint_parts() {
+    if (!diloco) return {};
+    return {{"diloco", diloco->part()}};
+  }
+
   void heal_from_rank0() {
+    const Membership& m = elastic.membership();
     const int64_t step = heal_counters();
-    detail::broadcast_optimizer_state(elastic.group(), *optimizer);
+    if (diloco) {
+      diloco->heal(elastic.group(), receives_state(m));
+    } else {
+      detail::broadcast_optimizer_state(elastic.group(), *optimizer);
+    }
     committed = step;
   }
 
-  // Rank 0's sampler place and add_state tensors on every member; returns rank 0's step.
+  // Rank 0's sampler place, add_state tensors and (kDiLoCo) pending synchronization on every
+  // member; returns rank 0's step.
   int64_t heal_counters() {
     Group& group = elastic.group();
     auto counters = torch::tensor(
         {committed, static_cast<int64_t>(sampler.epoch()), static_cast<int64_t>(sampler.position()),
-         static_cast<int64_t>(sampler.skipped()), rolled_back},
+         static_cast<int64_t>(sampler.skipped()), rolled_back, sync_pending, pending_world},
         torch::kInt64);
     CollectiveOptions root0;
     root0.site = call_sites::kElasticHeal;
@@ -226,6 +250,8 @@ struct ElasticTrainer::State {
                     static_cast<size_t>(counters[2].item<int64_t>()),
                     static_cast<size_t>(counters[3].item<int64_t>()));
     rolled_back = counters[4].item<int64_t>();
+    sync_pending = counters[5].item<int64_t>();
+    pending_world = counters[6].item<int64_t>();
     std::vector<torch::Tensor> tensors;
     for (auto& item : extra) tensors.push_back(item.second);
     if (!tensors.empty()) broadcast_coalesced(group, tensors, 0, call_sites::kElasticHeal);
@@ -279,6 +305,32 @@ struct ElasticTrainer::State {
     return true;
   }
 
+  // A step under kDiLoCo (Note [Elastic DiLoCo]): the inner step, unless only its synchronization
+  // is left (the generation it ran in broke); then, where a fragment is due, the rounds, the vote
+  // and the outer steps.
+  bool diloco_step(const std::function<void(const ElasticStep&)>& forward_backward) {
+    const bool redo = sync_pending == committed;
+    if (!redo) {
+      const ElasticStep step = next_step();
+      optimizer->zero_grad();
+      forward_backward(step);
+      optimizer->step();
+      diloco->note_progress();
+      pending_world = step.world_size;
+    }
+    if (diloco->synchronizes_at(committed)) {
+      sync_pending = committed;
+      diloco->start_rounds(committed, redo);
+      vote();
+      diloco->apply_rounds();
+    }
+    sync_pending = -1;
+    ++committed;
+    sampler.advance(static_cast<int>(pending_world));
+    maybe_save_checkpoint();
+    return true;
+  }
+
   // After `cause` broke the step: the next generation, healed. A failure meanwhile (while
   // healing) is met the same way.
   void recover(std::exception_ptr cause) {
@@ -309,9 +361,15 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
                                ElasticTrainerOptions options)
     : state_(std::make_unique<State>(elastic, std::move(module), &optimizer, dataset_size,
                                      std::move(options))) {
-  COHORT_CHECK(state_->options.strategy == ElasticStrategy::kDdp,
+  const ElasticStrategy strategy = state_->options.strategy;
+  COHORT_CHECK(strategy == ElasticStrategy::kDdp || strategy == ElasticStrategy::kDiLoCo,
                "ElasticTrainer: a sharded strategy builds its optimizer for each generation; pass "
                "an optimizer factory (ElasticOptimizerFactory) instead of an optimizer");
+  COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
+  if (strategy == ElasticStrategy::kDiLoCo) {
+    state_->diloco =
+        std::make_unique<detail::ElasticDiLoCo>(*state_->module, state_->options.diloco);
+  }
   start();
 }
 
@@ -320,8 +378,9 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
                                ElasticTrainerOptions options)
     : state_(std::make_unique<State>(elastic, std::move(module), nullptr, dataset_size,
                                      std::move(options))) {
-  COHORT_CHECK(state_->options.strategy != ElasticStrategy::kDdp,
-               "ElasticTrainer: under kDdp pass the optimizer itself");
+  COHORT_CHECK(state_->options.strategy != ElasticStrategy::kDdp &&
+                   state_->options.strategy != ElasticStrategy::kDiLoCo,
+               "ElasticTrainer: under kDdp and kDiLoCo pass the optimizer itself");
   COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
   state_->sharded = std::make_unique<detail::ShardedRun>(state_->module, std::move(make_optimizer),
                                                          state_->options);
@@ -348,6 +407,7 @@ void ElasticTrainer::start() {
 ElasticTrainer::~ElasticTrainer() {
   state_->ddp.reset();
   state_->sharded.reset();
+  state_->diloco.reset();
 }
 
 bool ElasticTrainer::step(const std::function<void(const ElasticStep&)>& forward_backward) {
@@ -361,6 +421,7 @@ bool ElasticTrainer::step(const std::function<void(const ElasticStep&)>& forward
       s.elastic.grow(s.committed);
       s.adopt_generation(start);
     }
+    if (s.diloco) return s.diloco_step(forward_backward);
     const ElasticStep step = s.next_step();
     if (s.sharded) return s.sharded_step(step, forward_backward, committed);
     s.optimizer->zero_grad();
@@ -405,6 +466,10 @@ const Membership& ElasticTrainer::membership() const {
 DistributedDataParallel& ElasticTrainer::ddp() {
   COHORT_CHECK(state_->ddp, "ElasticTrainer::ddp(): the strategy is not kDdp");
   return *state_->ddp;
+}
+DiLoCo& ElasticTrainer::diloco() {
+  COHORT_CHECK(state_->diloco, "ElasticTrainer::diloco(): the strategy is not kDiLoCo");
+  return state_->diloco->diloco();
 }
 torch::optim::Optimizer& ElasticTrainer::optimizer() {
   return state_->current_optimizer();

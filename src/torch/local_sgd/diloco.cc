@@ -91,11 +91,17 @@ void check_options(const DiLoCoOptions& options, const std::vector<torch::Tensor
 
 DiLoCo::DiLoCo(std::shared_ptr<Group> group, std::vector<torch::Tensor> parameters,
                DiLoCoOptions options)
+    : DiLoCo(std::move(group), std::move(parameters), std::move(options), /*agree=*/true) {}
+
+DiLoCo::DiLoCo(std::shared_ptr<Group> group, std::vector<torch::Tensor> parameters,
+               DiLoCoOptions options, bool agree)
     : group_(std::move(group)), options_(std::move(options)), parameters_(std::move(parameters)) {
   COHORT_CHECK(group_ != nullptr, kDiLoCo, ": the group is null");
   check_options(options_, parameters_);
-  local_sgd::check_same_parameters(*group_, parameters_, kDiLoCo);
-  broadcast_coalesced(*group_, parameters_, 0, call_sites::kDiLoCoConstructor);
+  if (agree) {
+    local_sgd::check_same_parameters(*group_, parameters_, kDiLoCo);
+    broadcast_coalesced(*group_, parameters_, 0, call_sites::kDiLoCoConstructor);
+  }
   for (const auto& p : parameters_) {
     outer_parameters_.push_back(p.detach().to(torch::kFloat32, /*non_blocking=*/false,
                                               /*copy=*/true).requires_grad_(true));
@@ -222,7 +228,8 @@ void DiLoCo::apply(Round& round, double merge_local) {
     node_group_->broadcast(tensor_buffer(round.flat), collective);
   }
   torch::NoGradGuard no_grad;
-  const torch::Tensor average = round.flat.to(torch::kFloat32);
+  torch::Tensor average = round.flat.to(torch::kFloat32);
+  if (round.scale != 1.0) average.mul_(round.scale);
   int64_t offset = 0;
   for (size_t i : members_[static_cast<size_t>(round.fragment)]) {
     torch::Tensor& outer = outer_parameters_[i];

@@ -34,6 +34,7 @@
 #include "cohort/torch/checkpoint/checkpoint.h"
 #include "cohort/torch/data/elastic_sampler.h"
 #include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/local_sgd/diloco.h"
 #include "cohort/torch/shard/fsdp.h"
 #include "cohort/torch/shard/zero.h"
 #include "cohort/torch/sharded_parameters.h"
@@ -52,6 +53,12 @@ enum class ElasticStrategy {
   // FullyShardedDataParallel (FsdpOptions::strategy kFullShard, kShardGradOp or kHybridShard:
   // under kHybridShard each node is a replica, so a node lost whole loses nothing)
   kFullShard,
+  // DiLoCo (local_sgd/diloco.h): each member takes inner steps with its own optimizer and the
+  // members synchronize every DiLoCoOptions::inner_steps steps; a member lost between two
+  // synchronizations takes its progress since the last one with it, the survivors keep theirs,
+  // and a joiner starts from the outer parameters (Note [Elastic DiLoCo] in
+  // src/torch/elastic/elastic_diloco.h; docs/elastic.md)
+  kDiLoCo,
 };
 
 struct ElasticTrainerOptions {
@@ -60,6 +67,9 @@ struct ElasticTrainerOptions {
   DdpOptions ddp;    // of each generation's DistributedDataParallel (kDdp)
   ZeroOptions zero;  // of each generation's ZeroDataParallel (its stage is the strategy's)
   FsdpOptions fsdp;  // of each generation's FullyShardedDataParallel (kFullShard)
+  // kDiLoCo's (one DiLoCo for the job, its rounds over each generation's group): overlap_steps
+  // must stay 0 and hierarchical false.
+  DiLoCoOptions diloco;
   // Sharded strategies: after each committed step every member holds a copy of its ring
   // predecessor's shards (values and optimizer state, Note [Buddy copies] in
   // src/torch/elastic/buddy_copy.h), so that the state of one dead member, or of several that
@@ -112,9 +122,10 @@ class ElasticTrainer {
                  ElasticTrainerOptions options)
       : ElasticTrainer(elastic, std::static_pointer_cast<torch::nn::Module>(module.ptr()),
                        std::move(make_optimizer), dataset_size, std::move(options)) {}
-  // Joins the elastic job (waits for its next generation; a member joining a running job is
-  // healed from it). Every member passes the same kind of model and optimizer: a member whose
-  // parameters (names, shapes, dtypes) differ is refused with ElasticError.
+  // kDdp or kDiLoCo (whose inner optimizer it is). Joins the elastic job (waits for its next
+  // generation; a member joining a running job is healed from it). Every member passes the same
+  // kind of model and optimizer: a member whose parameters (names, shapes, dtypes) differ is
+  // refused with ElasticError.
   ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn::Module> module,
                  torch::optim::Optimizer& optimizer, size_t dataset_size,
                  ElasticTrainerOptions options = {});
@@ -149,6 +160,7 @@ class ElasticTrainer {
   const ElasticSampler& sampler() const;
   const Membership& membership() const;
   DistributedDataParallel& ddp();  // kDdp only
+  DiLoCo& diloco();                // kDiLoCo only (sent_bytes(), the outer optimizer, ...)
   // The optimizer that steps this member's parameters or shards now (a sharded strategy's is
   // made anew for each generation).
   torch::optim::Optimizer& optimizer();

@@ -40,6 +40,9 @@
 #include "cohort/torch/ddp/comm_hook.h"
 
 namespace cohort {
+namespace detail {
+class ElasticDiLoCo;
+}  // namespace detail
 
 struct DiLoCoOptions {
   // Inner steps between two synchronizations of a fragment (H).
@@ -139,11 +142,17 @@ class DiLoCo : public CheckpointPart {
   // A fragment's round: its pseudo-gradients averaging, and the step to apply it.
   struct Round {
     int64_t fragment = 0;
-    torch::Tensor flat;  // pseudo-gradients; their average once the round ended
+    torch::Tensor flat;            // pseudo-gradients; their average once the round ended
     std::shared_ptr<Work> work;    // null where this rank does not reduce (hierarchical)
     std::function<void()> finish;  // a hook's, after work
     int64_t apply_at = 0;
+    double scale = 1.0;  // of the average when applied (ElasticTrainer: members without progress)
   };
+  friend class detail::ElasticDiLoCo;  // ElasticTrainer's: rounds over each generation's group
+  // `agree` false: no collectives (no check, no broadcast of rank 0's values): ElasticTrainer
+  // compared the models at its rendezvous and heals every member from rank 0.
+  DiLoCo(std::shared_ptr<Group> group, std::vector<torch::Tensor> parameters, DiLoCoOptions options,
+         bool agree);
   void start_reduction(Round& round);
   Round start(int64_t fragment);
   void apply(Round& round, double merge_local);
@@ -162,7 +171,7 @@ class DiLoCo : public CheckpointPart {
   std::unique_ptr<torch::optim::Optimizer> outer_;
   int64_t step_ = 0;
   int64_t sent_bytes_ = 0;
-  std::vector<Round> in_flight_;  // in the order they started
+  std::vector<Round> in_flight_;             // in the order they started
   std::vector<int64_t> rounds_of_fragment_;  // a hook's GradBucket::iteration
 };
 
