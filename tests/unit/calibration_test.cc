@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cohort/core/error.h"
-#include "choice/cost_model.h"
+#include "cohort/comm/cost_model.h"
 #include "support/test_support.h"
 
 namespace cohort {

@@ -1,10 +1,11 @@
 // The cost model: its file round-trips and bad files are named errors; its predictions pick
 // shared memory inside one node, hierarchical across nodes of several ranks, and the flat
 // algorithms by size as measured (docs/algorithms.md, "Cost model").
-#include "choice/cost_model.h"
+#include "cohort/comm/cost_model.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -47,10 +48,9 @@ TEST(CostModel, BadFilesAreNamedErrors) {
   expect_config_error(R"({"version": 7})", "version 1");
   std::string json = CostModel::defaults().to_json();
   expect_config_error(json.replace(json.find("\"alpha_us\""), 10, "\"alpha_ux\""), "alpha_us");
-  expect_config_error(
-      R"({"version":1,"tcp":{"alpha_us":-1,"gbytes_per_s":1},"shm":{"alpha_us":1,)"
-      R"("gbytes_per_s":1},"reduce":{"gbytes_per_s":1}})",
-      "tcp.alpha_us");
+  expect_config_error(R"({"version":1,"tcp":{"alpha_us":-1,"gbytes_per_s":1},"shm":{"alpha_us":1,)"
+                      R"("gbytes_per_s":1},"reduce":{"gbytes_per_s":1}})",
+                      "tcp.alpha_us");
   EXPECT_THROW(CostModel::from_file("/nonexistent/cohort/model.json"), ConfigError);
 }
 
@@ -104,12 +104,46 @@ TEST(CostModel, FlatChoiceFollowsSizeAndWorld) {
   // A power of two: halving-doubling has fewer latency terms for the same bytes.
   EXPECT_EQ(cheapest_allreduce(4 << 20, flat(8), model), Algorithm::kHalvingDoubling);
   // Predictions grow with the message.
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree,
-                      Algorithm::kDirect}) {
+  for (Algorithm a :
+       {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree, Algorithm::kDirect}) {
     EXPECT_LT(predict_allreduce(a, 1 << 10, flat(4), model),
               predict_allreduce(a, 1 << 20, flat(4), model));
   }
   EXPECT_EQ(predict_allreduce(Algorithm::kRing, 1 << 20, flat(1), model), 0);
+}
+
+// All-gather and reduce-scatter (the planner's collectives): alpha 1 ms, beta 1 us/byte, gamma
+// 0.5 us/byte, 4 ranks in one node without shared memory, 4000 bytes.
+TEST(CostModel, GatherAndScatterTermsByHand) {
+  CostModel model;
+  model.tcp = {1e-3, 1e-6};
+  model.shm = {1e-6, 1e-9};
+  model.gamma_s_per_byte = 0.5e-6;
+  GroupShape one_node;
+  one_node.world = 4;
+  one_node.local_size = 4;
+  const auto ag = CollectiveKind::kAllgather, rs = CollectiveKind::kReduceScatter;
+  // Ring: 3 steps of a quarter; direct: one round; halving-doubling: log2 4 = 2 rounds.
+  EXPECT_NEAR(predict_gather_or_scatter(ag, Algorithm::kRing, 4000, one_node, model), 0.006, 1e-12);
+  EXPECT_NEAR(predict_gather_or_scatter(ag, Algorithm::kDirect, 4000, one_node, model), 0.004,
+              1e-12);
+  EXPECT_NEAR(predict_gather_or_scatter(ag, Algorithm::kHalvingDoubling, 4000, one_node, model),
+              0.005, 1e-12);
+  // A reduce-scatter also reduces the 3000 bytes it receives.
+  EXPECT_NEAR(predict_gather_or_scatter(rs, Algorithm::kRing, 4000, one_node, model), 0.0075,
+              1e-12);
+  // Shared memory runs only in one node that has it.
+  EXPECT_TRUE(std::isinf(predict_gather_or_scatter(ag, Algorithm::kShm, 4000, one_node, model)));
+  one_node.shared_memory = true;
+  // One round each way (ceil(4000 / 256 KiB) = 1), the piece in and the whole buffer out.
+  EXPECT_NEAR(predict_gather_or_scatter(ag, Algorithm::kShm, 4000, one_node, model),
+              2e-6 + 1.25 * 4000 * 1e-9, 1e-15);
+  // The automatic choice: shared memory in one node; 4 flat ranks at 4000 bytes: direct.
+  EXPECT_NEAR(predict_automatic(ag, 4000, one_node, model), 2e-6 + 1.25 * 4000 * 1e-9, 1e-15);
+  EXPECT_NEAR(predict_automatic(ag, 4000, flat(4), model), 0.004, 1e-12);
+  EXPECT_NEAR(predict_automatic(CollectiveKind::kAllreduce, 4000, flat(4), model),
+              predict_allreduce(cheapest_allreduce(4000, flat(4), model), 4000, flat(4), model),
+              1e-15);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "choice/algorithm_choice.h"
 
+#include <limits>
+
 #include "backends/native_backend.h"
 
 namespace cohort {
@@ -61,6 +63,18 @@ Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t byte
                            const GroupShape& shape, const CostModel& model) {
   if (requested != Algorithm::kAuto && has_variant(kind, requested, shape)) return requested;
   return automatic(kind, bytes, shape, model);
+}
+
+double predict_automatic(CollectiveKind kind, size_t bytes, const GroupShape& shape,
+                         const CostModel& model) {
+  const Algorithm algorithm = automatic(kind, bytes, shape, model);
+  switch (kind) {
+    case CollectiveKind::kAllreduce: return predict_allreduce(algorithm, bytes, shape, model);
+    case CollectiveKind::kAllgather:
+    case CollectiveKind::kReduceScatter:
+      return predict_gather_or_scatter(kind, algorithm, bytes, shape, model);
+    default: return std::numeric_limits<double>::infinity();
+  }
 }
 
 }  // namespace cohort

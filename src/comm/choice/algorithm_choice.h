@@ -9,7 +9,7 @@
 #include <cstddef>
 
 #include "cohort/comm/options.h"
-#include "choice/cost_model.h"
+#include "cohort/comm/cost_model.h"
 
 namespace cohort {
 

@@ -17,8 +17,8 @@
 #include <sstream>
 #include <vector>
 
+#include "cohort/comm/cost_model.h"
 #include "cohort/core/error.h"
-#include "choice/cost_model.h"
 #include "kernels/reduce_kernels.h"
 #include "transport/shm/shm_window.h"
 

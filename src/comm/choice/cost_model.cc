@@ -1,4 +1,4 @@
-#include "choice/cost_model.h"
+#include "cohort/comm/cost_model.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -183,6 +183,28 @@ Algorithm cheapest_allreduce(size_t bytes, const GroupShape& shape, const CostMo
     }
   }
   return best;
+}
+
+double predict_gather_or_scatter(CollectiveKind kind, Algorithm algorithm, size_t bytes,
+                                 const GroupShape& shape, const CostModel& model) {
+  if (shape.world <= 1) return 0;
+  const double n = shape.world, total = static_cast<double>(bytes), moved = (n - 1) / n * total;
+  const double reduce = kind == CollectiveKind::kReduceScatter ? moved * model.gamma_s_per_byte : 0;
+  const double link = ranks_sharing_a_link(shape);
+  const LinkCost& tcp = model.tcp;
+  switch (algorithm) {
+    case Algorithm::kShm:  // the rank's piece in, the whole buffer out (or the reverse)
+      if (shape.nodes != 1 || !shape.shared_memory) return kInfinity;
+      return 2 * shm_rounds(total) * model.shm.alpha_s +
+             (1 + 1 / n) * total * model.shm.beta_s_per_byte + reduce;
+    case Algorithm::kDirect:  // one round: every piece to every rank at once
+      return tcp.alpha_s + moved * link * tcp.beta_s_per_byte + reduce;
+    case Algorithm::kHalvingDoubling:
+      return log2_ceil(shape.world) * tcp.alpha_s + moved * link * tcp.beta_s_per_byte + reduce;
+    case Algorithm::kRing:  // n-1 steps of one piece, one rank per node across at a time
+      return (n - 1) * tcp.alpha_s + moved * tcp.beta_s_per_byte + reduce;
+    default: return kInfinity;
+  }
 }
 
 // Note [Ring across nodes]: the ring is taken whenever the model predicts it within

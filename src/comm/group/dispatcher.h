@@ -17,7 +17,7 @@
 #include "backends/native_backend.h"
 #include "backends/staging_backend.h"
 #include "choice/algorithm_choice.h"
-#include "choice/cost_model.h"
+#include "cohort/comm/cost_model.h"
 #include "cohort/comm/group.h"
 #include "group/operation.h"
 #include "group/scheduler.h"

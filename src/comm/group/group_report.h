@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "choice/cost_model.h"
+#include "cohort/comm/cost_model.h"
 #include "topology/topology.h"
 
 namespace cohort {

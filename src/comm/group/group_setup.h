@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backends/collective_engine.h"
-#include "choice/cost_model.h"
+#include "cohort/comm/cost_model.h"
 #include "cohort/comm/group.h"
 #include "cohort/comm/store.h"
 #include "topology/topology.h"

@@ -1,7 +1,8 @@
 // The alpha-beta cost model that the automatic algorithm choice minimizes (docs/algorithms.md,
-// "Cost model"). A link costs alpha per message (or per shared-memory round) and beta per
-// byte; reducing costs gamma per byte. Each algorithm's time is a sum of those terms with
-// counts that follow from its steps (the header comment of each algorithm file).
+// "Cost model"), and the planner predicts step times with (docs/planner.md). A link costs alpha per
+// message (or per shared-memory round) and beta per byte; reducing costs gamma per byte. Each
+// algorithm's time is a sum of those terms with counts that follow from its steps (the header
+// comment of each algorithm file).
 //
 // The parameters come from `cohort-bench --calibrate`, which measures them on this machine and
 // writes a JSON file; without one, the defaults were measured on the 2-core development VM.
@@ -58,5 +59,17 @@ double predict_allreduce(Algorithm algorithm, size_t bytes, const GroupShape& sh
 Algorithm cheapest_allreduce(size_t bytes, const GroupShape& shape, const CostModel& model);
 // The flat algorithm for hierarchical allreduce's phase across the nodes of `shape`.
 Algorithm cheapest_across_nodes(size_t bytes, const GroupShape& shape, const CostModel& model);
+
+// Predicted seconds for an all-gather (`bytes`: its output per rank) or a reduce-scatter
+// (`bytes`: its input per rank) with `algorithm` (kDirect, kRing, kHalvingDoubling, or kShm in
+// one node with shared memory; infinity for the others). Each moves (n-1)/n of the buffer per
+// rank once; a reduce-scatter also reduces it.
+double predict_gather_or_scatter(CollectiveKind kind, Algorithm algorithm, size_t bytes,
+                                 const GroupShape& shape, const CostModel& model);
+// Predicted seconds for `kind` (kAllreduce, kAllgather or kReduceScatter) of `bytes` with the
+// algorithm a group of `shape` chooses automatically (algorithm_choice.cc): what a caller that
+// plans collectives (the planner, docs/planner.md) asks. Infinity for other kinds.
+double predict_automatic(CollectiveKind kind, size_t bytes, const GroupShape& shape,
+                         const CostModel& model);
 
 }  // namespace cohort

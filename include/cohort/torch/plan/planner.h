@@ -1,0 +1,141 @@
+// The planner: predicts a data-parallel configuration's step time, peak memory per rank and
+// bytes per link from a description of the model, one measured compute profile and the
+// calibrated link model, and chooses the fastest configuration that fits a memory budget
+// (docs/planner.md).
+//
+//   auto model = cohort::ModelSpec::of(*net, cohort::kAdamStateBytes);   // sizes, FSDP units
+//   auto compute = cohort::ComputeProfile::measure(*net, step, 3);      // world 1, a few steps
+//   auto machine = cohort::MachineSpec::of(*group);                     // shape, calibration
+//   cohort::PlannerOptions options;
+//   options.memory_budget_bytes = 8ll << 30;
+//   cohort::Plan plan = cohort::plan(model, compute, machine, options);
+//   std::cout << plan.table();                  // every candidate, predicted
+//   plan.chosen.config                          // strategy, bucket cap, reduce dtype
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/cost_model.h"
+#include "cohort/comm/group.h"
+
+namespace cohort {
+
+// Optimizer state per parameter element, in bytes (ModelSpec::optimizer_state_per_element).
+inline constexpr int64_t kSgdStateBytes = 0;       // SGD without momentum
+inline constexpr int64_t kMomentumStateBytes = 4;  // SGD with momentum (float32)
+inline constexpr int64_t kAdamStateBytes = 8;      // Adam, AdamW: two float32 moments
+
+struct ParameterSpec {
+  std::string name;
+  int64_t elements = 0;
+  int64_t element_bytes = 4;
+  int64_t unit = 0;  // the FSDP unit that holds it (ModelSpec::units)
+};
+
+// The trainable parameters in registration order, the FSDP units over them, and what the
+// optimizer keeps per element.
+struct ModelSpec {
+  std::vector<ParameterSpec> parameters;
+  std::vector<std::string> units;  // FSDP's, in order ("" is the root unit)
+  int64_t optimizer_state_per_element = kAdamStateBytes;
+
+  // The module's trainable parameters, with FSDP's units as FsdpOptions{} would cut them
+  // (every container child with parameters is a unit) unless `min_unit_parameters` > 0 (units of
+  // at least that many parameters, as FsdpOptions::auto_wrap.min_parameters).
+  static ModelSpec of(torch::nn::Module& module, int64_t optimizer_state_per_element,
+                      int64_t min_unit_parameters = 0);
+  int64_t parameter_bytes() const;
+  int64_t elements() const;
+};
+
+// One rank's compute for one step at its batch, measured at world 1 (no communication).
+struct ComputeProfile {
+  double forward_s = 0;
+  double backward_s = 0;
+  double optimizer_s = 0;  // the whole model's update (a sharded strategy's is 1/W of it)
+  // Per parameter (registration order): when its gradient is ready, as a fraction of backward
+  // (0: at its start, 1: at its end). Empty: in reverse registration order, spread by size.
+  std::vector<double> gradient_ready;
+  // What one step allocates beyond the model's state (activations, temporaries): measured when
+  // CPU tensor memory is tracked (tensor_memory.h), else 0 unless you set it.
+  int64_t activation_bytes = 0;
+
+  // Runs `step` (zero_grad, forward, backward, optimizer step: one training step at this rank's
+  // batch) `steps` + 1 times, the first a warm-up, and returns the medians; the forward and
+  // backward times are told apart by the first gradient hook that fires, and each parameter's
+  // ready time by its hook. Not collective: agree() makes every rank's the same.
+  static ComputeProfile measure(torch::nn::Module& module, const std::function<void()>& step,
+                                int steps = 3);
+  // The slowest rank's times (and the latest ready fractions) on every rank of `group`, so that
+  // every rank plans the same. Collective.
+  void agree(Group& group);
+};
+
+// The machine: the group's shape and the calibrated link costs.
+struct MachineSpec {
+  GroupShape shape;
+  CostModel links = CostModel::defaults();
+  // `group`'s shape, and the calibration at CostModel::default_path() (cohort-bench
+  // --calibrate), or the defaults when there is none.
+  static MachineSpec of(const Group& group);
+};
+
+enum class PlanStrategy { kDdp, kZero1, kZero2, kFullShard, kShardGradOp, kHybridShard };
+const char* plan_strategy_name(PlanStrategy strategy);  // "ddp", "zero1", ... as the examples
+
+struct PlanConfig {
+  PlanStrategy strategy = PlanStrategy::kDdp;
+  double bucket_cap_mb = 25.0;                  // DDP and ZeRO (DdpOptions::bucket_cap_mb)
+  double first_bucket_cap_mb = 1.0;             // DdpOptions::first_bucket_cap_mb
+  torch::Dtype reduce_dtype = torch::kFloat32;  // what gradients travel as (bf16: half)
+  std::string describe() const;                 // "ddp, 25 MiB buckets (first 1), float32"
+};
+
+// What the planner predicts for one configuration, per rank and step.
+struct Prediction {
+  PlanConfig config;
+  double step_s = 0;              // compute + exposed communication
+  double compute_s = 0;           // forward + backward + this rank's optimizer step
+  double communication_s = 0;     // every collective's time, overlapped or not
+  double exposed_s = 0;           // the communication that compute did not hide
+  int64_t peak_memory_bytes = 0;  // parameters, gradients, optimizer state, gathered units,
+                                  // buckets in flight, activations
+  int64_t shm_bytes = 0;          // sent through shared memory (one node)
+  int64_t network_bytes = 0;      // sent over TCP (between nodes, or loopback without shm)
+  bool fits = true;               // within PlannerOptions::memory_budget_bytes
+};
+
+struct PlannerOptions {
+  int64_t memory_budget_bytes = 0;  // per rank; 0: no limit
+  std::vector<PlanStrategy> strategies = {PlanStrategy::kDdp,         PlanStrategy::kZero1,
+                                          PlanStrategy::kZero2,       PlanStrategy::kFullShard,
+                                          PlanStrategy::kShardGradOp, PlanStrategy::kHybridShard};
+  std::vector<double> bucket_caps_mb = {1, 2, 4, 8, 16, 25, 50, 100};
+  std::vector<torch::Dtype> reduce_dtypes = {torch::kFloat32};  // add torch::kBFloat16 to allow
+};
+
+struct Plan {
+  Prediction chosen;
+  std::vector<Prediction> candidates;  // every configuration considered, fastest first
+  // A table of the candidates: configuration, predicted step, exposed communication, peak
+  // memory, bytes over shared memory and the network, and whether it fits.
+  std::string table(size_t rows = 20) const;
+};
+
+// Predicts one configuration. Throws InvalidArgument for a strategy the machine cannot run
+// (kHybridShard needs several nodes of equal size) or an empty model.
+Prediction predict(const ModelSpec& model, const ComputeProfile& compute,
+                   const MachineSpec& machine, const PlanConfig& config);
+
+// Every allowed configuration, predicted; the fastest that fits the budget is chosen (ties go to
+// the earlier strategy in PlannerOptions::strategies, then the larger bucket). Throws
+// InvalidArgument naming the smallest configuration's memory when none fits.
+Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSpec& machine,
+          const PlannerOptions& options = {});
+
+}  // namespace cohort

@@ -1,0 +1,114 @@
+// ComputeProfile::measure and ::agree (include/cohort/torch/plan/planner.h).
+#include <algorithm>
+#include <chrono>
+
+#include "cohort/core/check.h"
+#include "cohort/torch/plan/planner.h"
+#include "cohort/torch/tensor_buffer.h"
+#include "cohort/torch/tensor_memory.h"
+
+namespace cohort {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0 : values[values.size() / 2];
+}
+
+// One step's timings: the gradient hooks mark backward's start (the first to fire) and end
+// (the last), and each parameter's ready time.
+struct StepTiming {
+  double forward = 0, backward = 0, optimizer = 0;
+  std::vector<double> ready;  // fractions of backward
+  int64_t allocated = 0;      // the step's peak CPU tensor bytes above what it started with
+};
+
+StepTiming time_step(const std::vector<torch::Tensor>& parameters,
+                     const std::function<void()>& step) {
+  std::vector<Clock::time_point> at(parameters.size());
+  std::vector<unsigned> hooks;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    hooks.push_back(parameters[i].register_hook([&at, i](torch::Tensor grad) {
+      at[i] = Clock::now();
+      return grad;
+    }));
+  }
+  const bool tracking = tracking_cpu_tensor_memory();
+  const int64_t before = tracking ? cpu_tensor_bytes() : 0;
+  if (tracking) reset_peak_cpu_tensor_bytes();
+  const auto start = Clock::now();
+  step();
+  const auto end = Clock::now();
+  for (size_t i = 0; i < parameters.size(); ++i) parameters[i].remove_hook(hooks[i]);
+  const auto first = *std::min_element(at.begin(), at.end());
+  const auto last = *std::max_element(at.begin(), at.end());
+  COHORT_CHECK(first > start, "ComputeProfile::measure: the step computed no gradients");
+  StepTiming t{seconds(start, first), seconds(first, last), seconds(last, end), {}, 0};
+  for (const auto& ready : at) {
+    t.ready.push_back(t.backward > 0 ? seconds(first, ready) / t.backward : 1.0);
+  }
+  if (tracking) t.allocated = std::max<int64_t>(0, peak_cpu_tensor_bytes() - before);
+  return t;
+}
+
+}  // namespace
+
+ComputeProfile ComputeProfile::measure(torch::nn::Module& module, const std::function<void()>& step,
+                                       int steps) {
+  COHORT_CHECK(steps >= 1, "ComputeProfile::measure: steps must be >= 1, got ", steps);
+  std::vector<torch::Tensor> parameters;
+  for (const auto& p : module.parameters()) {
+    if (p.requires_grad()) parameters.push_back(p);
+  }
+  COHORT_CHECK(!parameters.empty(),
+               "ComputeProfile::measure: the module has no trainable parameters");
+  time_step(parameters, step);  // warm-up: first-touch allocations, the optimizer's state
+  std::vector<StepTiming> timings;
+  for (int s = 0; s < steps; ++s) timings.push_back(time_step(parameters, step));
+  ComputeProfile profile;
+  std::vector<double> forward, backward, optimizer;
+  for (const auto& t : timings) {
+    forward.push_back(t.forward);
+    backward.push_back(t.backward);
+    optimizer.push_back(t.optimizer);
+    profile.activation_bytes = std::max(profile.activation_bytes, t.allocated);
+  }
+  profile.forward_s = median(forward);
+  profile.backward_s = median(backward);
+  profile.optimizer_s = median(optimizer);
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    std::vector<double> ready;
+    for (const auto& t : timings) ready.push_back(t.ready[i]);
+    profile.gradient_ready.push_back(median(ready));
+  }
+  return profile;
+}
+
+void ComputeProfile::agree(Group& group) {
+  std::vector<double> values = {forward_s, backward_s, optimizer_s,
+                                static_cast<double>(activation_bytes)};
+  values.insert(values.end(), gradient_ready.begin(), gradient_ready.end());
+  auto tensor = torch::tensor(values, torch::kFloat64);
+  const auto count = static_cast<int64_t>(values.size());
+  auto lengths = torch::tensor({count, -count}, torch::kInt64);  // the longest, minus the shortest
+  CollectiveOptions max;
+  max.op = ReduceOp::kMax;
+  group.allreduce(tensor_buffer(lengths), max);
+  COHORT_CHECK(lengths[0].item<int64_t>() == -lengths[1].item<int64_t>(),
+               "ComputeProfile::agree: the ranks measured models of different parameter counts");
+  group.allreduce(tensor_buffer(tensor), max);
+  const double* v = tensor.data_ptr<double>();
+  forward_s = v[0];
+  backward_s = v[1];
+  optimizer_s = v[2];
+  activation_bytes = static_cast<int64_t>(v[3]);
+  gradient_ready.assign(v + 4, v + values.size());
+}
+
+}  // namespace cohort

@@ -1,0 +1,116 @@
+// cohort::predict and cohort::plan (include/cohort/torch/plan/planner.h, docs/planner.md).
+#include "cohort/torch/plan/planner.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "cohort/core/check.h"
+#include "plan/step_model.h"
+
+namespace cohort {
+namespace {
+
+void check_runnable(const ModelSpec& model, const MachineSpec& machine, const PlanConfig& config) {
+  COHORT_CHECK(!model.parameters.empty(), "planner: the model has no trainable parameters");
+  COHORT_CHECK(config.bucket_cap_mb > 0 && config.first_bucket_cap_mb > 0,
+               "planner: bucket caps must be positive, got ", config.bucket_cap_mb, " and ",
+               config.first_bucket_cap_mb);
+  COHORT_CHECK(config.reduce_dtype == torch::kFloat32 || config.reduce_dtype == torch::kBFloat16,
+               "planner: reduce_dtype must be float32 or bfloat16");
+  const GroupShape& shape = machine.shape;
+  COHORT_CHECK(
+      config.strategy != PlanStrategy::kHybridShard || (shape.nodes > 1 && shape.local_size > 1),
+      "planner: hybrid_shard needs several nodes with the same number (> 1) of ranks "
+      "each; this machine has ",
+      shape.nodes, " node(s), ", shape.local_size, " rank(s) per node (0: unequal)");
+}
+
+std::string mebibytes(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+}  // namespace
+
+Prediction predict(const ModelSpec& model, const ComputeProfile& compute,
+                   const MachineSpec& machine, const PlanConfig& config) {
+  check_runnable(model, machine, config);
+  const detail::StepTimes t = detail::predict_step(model, compute, machine, config);
+  Prediction p;
+  p.config = config;
+  p.compute_s = t.compute_s;
+  p.communication_s = t.communication_s;
+  p.exposed_s = t.exposed_s;
+  p.step_s = t.compute_s + t.exposed_s;
+  p.shm_bytes = t.shm_bytes;
+  p.network_bytes = t.network_bytes;
+  p.peak_memory_bytes = detail::predict_peak_memory(model, compute, machine, config);
+  return p;
+}
+
+Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSpec& machine,
+          const PlannerOptions& options) {
+  const GroupShape& shape = machine.shape;
+  Plan result;
+  for (PlanStrategy strategy : options.strategies) {
+    if (strategy == PlanStrategy::kHybridShard && (shape.nodes < 2 || shape.local_size < 2)) {
+      continue;  // not on this machine
+    }
+    std::vector<double> caps = options.bucket_caps_mb;
+    if (!detail::uses_buckets(strategy)) caps = {PlanConfig{}.bucket_cap_mb};
+    std::sort(caps.begin(), caps.end(), std::greater<>());  // ties go to the larger bucket
+    for (double cap : caps) {
+      for (torch::Dtype dtype : options.reduce_dtypes) {
+        PlanConfig config;
+        config.strategy = strategy;
+        config.bucket_cap_mb = cap;
+        config.reduce_dtype = dtype;
+        Prediction p = predict(model, compute, machine, config);
+        p.fits =
+            options.memory_budget_bytes <= 0 || p.peak_memory_bytes <= options.memory_budget_bytes;
+        result.candidates.push_back(p);
+      }
+    }
+  }
+  COHORT_CHECK(!result.candidates.empty(), "planner: no strategy allowed can run on this machine");
+  // Fastest first; stable, so equal times keep the order of options.strategies and caps.
+  std::stable_sort(result.candidates.begin(), result.candidates.end(),
+                   [](const Prediction& a, const Prediction& b) { return a.step_s < b.step_s; });
+  const auto fitting = std::find_if(result.candidates.begin(), result.candidates.end(),
+                                    [](const Prediction& p) { return p.fits; });
+  if (fitting == result.candidates.end()) {
+    const auto smallest = std::min_element(result.candidates.begin(), result.candidates.end(),
+                                           [](const Prediction& a, const Prediction& b) {
+                                             return a.peak_memory_bytes < b.peak_memory_bytes;
+                                           });
+    COHORT_CHECK(false, "planner: no configuration fits the memory budget of ",
+                 mebibytes(options.memory_budget_bytes), " MiB per rank; the smallest, ",
+                 smallest->config.describe(), ", needs ", mebibytes(smallest->peak_memory_bytes),
+                 " MiB: add ranks, allow more strategies, or raise the budget");
+  }
+  result.chosen = *fitting;
+  return result;
+}
+
+std::string Plan::table(size_t rows) const {
+  std::ostringstream out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-44s %9s %9s %10s %10s %10s %s\n", "configuration", "step ms",
+                "exposed", "peak MiB", "shm MiB", "net MiB", "fits");
+  out << line;
+  for (size_t i = 0; i < std::min(rows, candidates.size()); ++i) {
+    const Prediction& p = candidates[i];
+    std::snprintf(line, sizeof line, "%-44s %9.2f %9.2f %10s %10s %10s %s%s\n",
+                  p.config.describe().c_str(), p.step_s * 1e3, p.exposed_s * 1e3,
+                  mebibytes(p.peak_memory_bytes).c_str(), mebibytes(p.shm_bytes).c_str(),
+                  mebibytes(p.network_bytes).c_str(), p.fits ? "yes" : "no",
+                  p.config.describe() == chosen.config.describe() ? "  <- chosen" : "");
+    out << line;
+  }
+  if (candidates.size() > rows) out << "(" << candidates.size() - rows << " more)\n";
+  return out.str();
+}
+
+}  // namespace cohort

@@ -1,0 +1,304 @@
+// The planner's arithmetic (step_model.h, Note [Planned step]).
+#include "plan/step_model.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "ddp/bucket_plan.h"
+
+namespace cohort::detail {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+size_t cap_bytes(double mebibytes) {
+  return static_cast<size_t>(mebibytes * kMiB);
+}
+
+int64_t wire_bytes(const ParameterSpec& p, const PlanConfig& config) {
+  return p.elements * (config.reduce_dtype == torch::kBFloat16 ? 2 : p.element_bytes);
+}
+
+// When each gradient is ready, as a fraction of backward: the profile's, or reverse
+// registration order with each parameter taking its share of the elements.
+std::vector<double> ready_fractions(const ModelSpec& model, const ComputeProfile& compute) {
+  if (compute.gradient_ready.size() == model.parameters.size()) return compute.gradient_ready;
+  const double total = std::max<int64_t>(1, model.elements());
+  std::vector<double> ready(model.parameters.size());
+  double after = 0;  // elements of the parameters registered after this one
+  for (size_t i = model.parameters.size(); i-- > 0;) {
+    after += static_cast<double>(model.parameters[i].elements);
+    ready[i] = after / total;
+  }
+  return ready;
+}
+
+// Compute and the group's collectives, each a timeline of work done one piece at a time.
+class Timelines {
+ public:
+  double compute(double ready, double seconds) {
+    compute_free_ = std::max(ready, compute_free_) + seconds;
+    return compute_free_;
+  }
+  double communicate(double ready, double seconds) {
+    comm_free_ = std::max(ready, comm_free_) + seconds;
+    comm_total_ += seconds;
+    return comm_free_;
+  }
+  double compute_free() const { return compute_free_; }
+  double end() const { return std::max(compute_free_, comm_free_); }
+  double comm_total() const { return comm_total_; }
+
+ private:
+  double compute_free_ = 0, comm_free_ = 0, comm_total_ = 0;
+};
+
+bool shm_only(const GroupShape& shape) {
+  return shape.nodes == 1 && shape.shared_memory;
+}
+
+// The bytes a rank sends for an allreduce of `bytes`, by the link they take.
+void count_allreduce(StepTimes& t, double bytes, const GroupShape& shape, const CostModel& links) {
+  const double n = shape.world;
+  if (n <= 1) return;
+  const Algorithm algorithm = cheapest_allreduce(static_cast<size_t>(bytes), shape, links);
+  if (algorithm == Algorithm::kShm) {
+    t.shm_bytes += static_cast<int64_t>(2 * (n - 1) / n * bytes);
+  } else if (algorithm == Algorithm::kHierarchical) {
+    const double local = shape.local_size, nodes = shape.nodes;
+    t.shm_bytes += static_cast<int64_t>(2 * (local - 1) / local * bytes);
+    t.network_bytes += static_cast<int64_t>(2 * (nodes - 1) / nodes * bytes / local);
+  } else {
+    t.network_bytes += static_cast<int64_t>(2 * (n - 1) / n * bytes);
+  }
+}
+
+void count_gather_or_scatter(StepTimes& t, double bytes, const GroupShape& shape) {
+  const double n = shape.world;
+  if (n <= 1) return;
+  (shm_only(shape) ? t.shm_bytes : t.network_bytes) += static_cast<int64_t>((n - 1) / n * bytes);
+}
+
+double collective_s(CollectiveKind kind, double bytes, const GroupShape& shape,
+                    const CostModel& links) {
+  return predict_automatic(kind, static_cast<size_t>(bytes), shape, links);
+}
+
+// DDP and ZeRO-1/2 (Note [Planned step]).
+StepTimes bucketed_step(const ModelSpec& model, const ComputeProfile& compute,
+                        const MachineSpec& machine, const PlanConfig& config) {
+  const GroupShape& shape = machine.shape;
+  const bool zero = config.strategy != PlanStrategy::kDdp;
+  const std::vector<double> ready = ready_fractions(model, compute);
+  const double backward_end = compute.forward_s + compute.backward_s;
+  StepTimes t;
+  Timelines lines;
+  lines.compute(0, backward_end);
+  const auto buckets = planned_buckets(model, compute, config);
+  for (const auto& bucket : buckets) {
+    double bytes = 0, last = 0;
+    for (size_t i : bucket) {
+      bytes += static_cast<double>(wire_bytes(model.parameters[i], config));
+      last = std::max(last, ready[i]);
+    }
+    const double at = compute.forward_s + last * compute.backward_s;
+    if (zero) {
+      lines.communicate(at,
+                        collective_s(CollectiveKind::kReduceScatter, bytes, shape, machine.links));
+      count_gather_or_scatter(t, bytes, shape);
+    } else {
+      lines.communicate(at, collective_s(CollectiveKind::kAllreduce, bytes, shape, machine.links));
+      count_allreduce(t, bytes, shape, machine.links);
+    }
+  }
+  const double ranks = zero ? std::max(1, shape.world) : 1;
+  t.compute_s = backward_end + compute.optimizer_s / ranks;
+  if (!zero) {
+    lines.compute(lines.end(), compute.optimizer_s);
+  } else {  // step() waits for the reductions, then steps and all-gathers bucket by bucket
+    double at = lines.end();
+    const double total = std::max<int64_t>(1, model.elements());
+    for (const auto& bucket : buckets) {
+      double bytes = 0, elements = 0;
+      for (size_t i : bucket) {
+        bytes +=
+            static_cast<double>(model.parameters[i].elements * model.parameters[i].element_bytes);
+        elements += static_cast<double>(model.parameters[i].elements);
+      }
+      at = lines.compute(at, compute.optimizer_s / ranks * elements / total);
+      lines.communicate(at, collective_s(CollectiveKind::kAllgather, bytes, shape, machine.links));
+      count_gather_or_scatter(t, bytes, shape);
+    }
+  }
+  t.communication_s = lines.comm_total();
+  t.exposed_s = std::max(0.0, lines.end() - t.compute_s);
+  return t;
+}
+
+struct UnitSizes {
+  std::vector<double> bytes, wire, share;  // per unit: parameter bytes, wire bytes, elements share
+  std::vector<bool> root;
+};
+
+UnitSizes unit_sizes(const ModelSpec& model, const PlanConfig& config) {
+  const size_t units = std::max<size_t>(1, model.units.size());
+  UnitSizes s{std::vector<double>(units), std::vector<double>(units), std::vector<double>(units),
+              std::vector<bool>(units, false)};
+  const double total = std::max<int64_t>(1, model.elements());
+  for (const auto& p : model.parameters) {
+    const auto u =
+        static_cast<size_t>(std::clamp<int64_t>(p.unit, 0, static_cast<int64_t>(units) - 1));
+    s.bytes[u] += static_cast<double>(p.elements * p.element_bytes);
+    s.wire[u] += static_cast<double>(wire_bytes(p, config));
+    s.share[u] += static_cast<double>(p.elements) / total;
+  }
+  for (size_t u = 0; u < model.units.size(); ++u) s.root[u] = model.units[u].empty();
+  return s;
+}
+
+// The group a unit's collectives run over: every rank, or (HYBRID_SHARD) this node's.
+GroupShape shard_shape(const MachineSpec& machine, const PlanConfig& config) {
+  if (config.strategy != PlanStrategy::kHybridShard) return machine.shape;
+  GroupShape node;
+  node.world = node.local_size = machine.shape.local_size;
+  node.nodes = 1;
+  node.shared_memory = machine.shape.shared_memory;
+  return node;
+}
+
+GroupShape across_nodes_shape(const GroupShape& shape) {
+  GroupShape across;
+  across.world = across.nodes = shape.nodes;
+  across.local_size = 1;
+  return across;
+}
+
+// FSDP (Note [Planned step]).
+StepTimes sharded_step(const ModelSpec& model, const ComputeProfile& compute,
+                       const MachineSpec& machine, const PlanConfig& config) {
+  const UnitSizes units = unit_sizes(model, config);
+  const GroupShape shard = shard_shape(machine, config);
+  const bool hybrid = config.strategy == PlanStrategy::kHybridShard;
+  const bool regather = config.strategy != PlanStrategy::kShardGradOp;
+  const size_t count = units.bytes.size();
+  StepTimes t;
+  Timelines lines;
+  auto gather = [&](size_t u, double at) {
+    count_gather_or_scatter(t, units.bytes[u], shard);
+    return lines.communicate(
+        at, collective_s(CollectiveKind::kAllgather, units.bytes[u], shard, machine.links));
+  };
+  std::vector<double> gathered(count, 0);
+  gathered[0] = gather(0, 0);
+  for (size_t u = 0; u < count; ++u) {  // forward: each unit prefetches the next
+    const double start = std::max(lines.compute_free(), gathered[u]);
+    if (u + 1 < count) gathered[u + 1] = gather(u + 1, start);
+    lines.compute(start, compute.forward_s * units.share[u]);
+  }
+  std::vector<double> regathered(count, lines.compute_free());
+  const size_t last = count - 1;
+  if (regather && !units.root[last]) regathered[last] = gather(last, lines.compute_free());
+  for (size_t u = count; u-- > 0;) {  // backward, in reverse: prefetch, compute, reduce
+    const double start = std::max(lines.compute_free(), regathered[u]);
+    if (u > 0 && regather && !units.root[u - 1]) regathered[u - 1] = gather(u - 1, start);
+    const double end = lines.compute(start, compute.backward_s * units.share[u]);
+    double reduced = lines.communicate(
+        end, collective_s(CollectiveKind::kReduceScatter, units.wire[u], shard, machine.links));
+    count_gather_or_scatter(t, units.wire[u], shard);
+    if (hybrid) {
+      const GroupShape across = across_nodes_shape(machine.shape);
+      const double piece = units.wire[u] / std::max(1, shard.world);
+      reduced = lines.communicate(
+          reduced, collective_s(CollectiveKind::kAllreduce, piece, across, machine.links));
+      count_allreduce(t, piece, across, machine.links);
+    }
+  }
+  const double ranks = std::max(1, shard.world);
+  lines.compute(lines.compute_free(), compute.optimizer_s / ranks);
+  t.compute_s = compute.forward_s + compute.backward_s + compute.optimizer_s / ranks;
+  t.communication_s = lines.comm_total();
+  t.exposed_s = std::max(0.0, lines.end() - t.compute_s);
+  return t;
+}
+
+std::vector<double> sorted_descending(std::vector<double> values) {
+  std::sort(values.begin(), values.end(), std::greater<>());
+  return values;
+}
+
+double largest(const std::vector<double>& sorted, size_t count) {
+  double sum = 0;
+  for (size_t i = 0; i < std::min(count, sorted.size()); ++i) sum += sorted[i];
+  return sum;
+}
+
+}  // namespace
+
+std::vector<std::vector<size_t>> planned_buckets(const ModelSpec& model,
+                                                 const ComputeProfile& compute,
+                                                 const PlanConfig& config) {
+  const std::vector<double> ready = ready_fractions(model, compute);
+  BucketPlanInput input;
+  for (size_t i = 0; i < model.parameters.size(); ++i) {
+    input.order.push_back(i);
+    input.bytes.push_back(
+        static_cast<size_t>(model.parameters[i].elements * model.parameters[i].element_bytes));
+    input.kind.push_back(static_cast<int>(model.parameters[i].element_bytes));
+  }
+  std::stable_sort(input.order.begin(), input.order.end(),
+                   [&](size_t a, size_t b) { return ready[a] < ready[b]; });
+  input.first_cap_bytes = cap_bytes(config.first_bucket_cap_mb);
+  input.cap_bytes = cap_bytes(config.bucket_cap_mb);
+  return plan_buckets(input);
+}
+
+StepTimes predict_step(const ModelSpec& model, const ComputeProfile& compute,
+                       const MachineSpec& machine, const PlanConfig& config) {
+  return uses_buckets(config.strategy) ? bucketed_step(model, compute, machine, config)
+                                       : sharded_step(model, compute, machine, config);
+}
+
+int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& compute,
+                            const MachineSpec& machine, const PlanConfig& config) {
+  const double params = static_cast<double>(model.parameter_bytes());
+  const double grads = params;
+  const double state = static_cast<double>(model.elements() * model.optimizer_state_per_element);
+  const double activations = static_cast<double>(compute.activation_bytes);
+  const double world = std::max(1, machine.shape.world);
+  double bucket = 0;  // the largest bucket, in the parameters' dtype
+  if (uses_buckets(config.strategy)) {
+    for (const auto& b : planned_buckets(model, compute, config)) {
+      double bytes = 0;
+      for (size_t i : b)
+        bytes +=
+            static_cast<double>(model.parameters[i].elements * model.parameters[i].element_bytes);
+      bucket = std::max(bucket, bytes);
+    }
+  }
+  const UnitSizes units = unit_sizes(model, config);
+  const auto unit_bytes = sorted_descending(units.bytes);
+  const auto unit_wire = sorted_descending(units.wire);
+  double bytes = 0;
+  switch (config.strategy) {
+    case PlanStrategy::kDdp:  // gradients are views of the buckets; bfloat16 adds a copy of one
+      bytes = params + grads + state + (config.reduce_dtype == torch::kBFloat16 ? bucket / 2 : 0);
+      break;
+    case PlanStrategy::kZero1: bytes = params + grads + state / world; break;
+    case PlanStrategy::kZero2: bytes = params + grads / world + 2 * bucket + state / world; break;
+    case PlanStrategy::kFullShard:
+      bytes = (params + grads + state) / world + largest(unit_bytes, 2) + largest(unit_wire, 3);
+      break;
+    case PlanStrategy::kShardGradOp:
+      bytes = (params + grads + state) / world + params + largest(unit_wire, 3);
+      break;
+    case PlanStrategy::kHybridShard: {
+      const double local = std::max(1, machine.shape.local_size);
+      bytes = (params + grads + state) / local + grads / local + largest(unit_bytes, 2) +
+              largest(unit_wire, 3);
+      break;
+    }
+  }
+  return static_cast<int64_t>(bytes + activations);
+}
+
+}  // namespace cohort::detail

@@ -1,0 +1,48 @@
+// The planner's arithmetic (docs/planner.md, "The model"): a configuration's step time, from
+// when each bucket's or unit's collective can start and how long the cost model says it takes,
+// and its peak memory per rank.
+//
+// Note [Planned step]
+// Compute runs on one timeline and the collectives on another (a group runs its collectives one
+// at a time, in the order they were issued). DDP and ZeRO: backward makes each bucket ready when
+// the last of its parameters' gradients is (ComputeProfile::gradient_ready); its allreduce (ZeRO:
+// reduce-scatter) starts then, or when the one before it ends. What runs past the end of
+// backward is exposed. ZeRO then steps its block bucket by bucket, each bucket's all-gather after
+// its step. FSDP: each unit's all-gather is issued when the unit before it starts computing
+// (prefetch), and the unit computes once it has its parameters; in backward (reverse order)
+// FULL_SHARD gathers again, and each unit's reduce-scatter is issued when its backward ends.
+// HYBRID_SHARD's unit collectives run inside a node, and each reduce-scatter is followed by an
+// allreduce of the node's shard across nodes. A unit's share of forward and backward is its
+// share of the parameters.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cohort/torch/plan/planner.h"
+
+namespace cohort::detail {
+
+bool uses_buckets(PlanStrategy strategy);
+
+struct StepTimes {
+  double compute_s = 0;
+  double communication_s = 0;
+  double exposed_s = 0;
+  int64_t shm_bytes = 0;
+  int64_t network_bytes = 0;
+};
+
+// DDP's and ZeRO's buckets as the reducer cuts them after its first iteration (in the order
+// the gradients are ready), as parameter indices.
+std::vector<std::vector<size_t>> planned_buckets(const ModelSpec& model,
+                                                 const ComputeProfile& compute,
+                                                 const PlanConfig& config);
+
+StepTimes predict_step(const ModelSpec& model, const ComputeProfile& compute,
+                       const MachineSpec& machine, const PlanConfig& config);
+
+int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& compute,
+                            const MachineSpec& machine, const PlanConfig& config);
+
+}  // namespace cohort::detail

@@ -1,0 +1,241 @@
+// The planner (docs/planner.md): its step-time arithmetic against cases worked by hand, its
+// memory formulas, the chooser's decisions on synthetic machines, its errors, and the inputs it
+// takes from a module (ModelSpec::of, ComputeProfile::measure).
+#include "cohort/torch/plan/planner.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "cohort/core/error.h"
+
+namespace cohort {
+namespace {
+
+constexpr int64_t kMiB = 1024 * 1024;
+constexpr int64_t kFloatsPerMiB = kMiB / 4;
+
+// `count` float32 parameters of 1 MiB, each its own FSDP unit; Adam.
+ModelSpec mebibyte_parameters(int count) {
+  ModelSpec model;
+  for (int i = 0; i < count; ++i) {
+    model.parameters.push_back({"p" + std::to_string(i), kFloatsPerMiB, 4, i});
+    model.units.push_back("u" + std::to_string(i));
+  }
+  return model;
+}
+
+ModelSpec four_mebibytes() {
+  return mebibyte_parameters(4);
+}
+
+ComputeProfile profile(double forward_ms, double backward_ms, double optimizer_ms) {
+  ComputeProfile compute;
+  compute.forward_s = forward_ms * 1e-3;
+  compute.backward_s = backward_ms * 1e-3;
+  compute.optimizer_s = optimizer_ms * 1e-3;
+  return compute;
+}
+
+// `world` ranks on one node over TCP (no shared memory): 10 ns per byte (100 MB/s), no
+// latency, free reductions.
+MachineSpec slow_loopback(int world) {
+  MachineSpec machine;
+  machine.shape.world = world;
+  machine.shape.nodes = 1;
+  machine.shape.local_size = world;
+  machine.links.tcp = {0, 1e-8};
+  machine.links.shm = {0, 1e-9};
+  machine.links.gamma_s_per_byte = 0;
+  return machine;
+}
+
+PlanConfig ddp(double cap_mb) {
+  PlanConfig config;
+  config.bucket_cap_mb = cap_mb;
+  return config;
+}
+
+// A 1 MiB allreduce at 2 ranks is a ring of one MiB each way per rank: 10.48576 ms.
+constexpr double kAllreduceMs = 10.48576;
+
+TEST(PlannerModel, DdpWithOneBucketPerParameterOverlapsBackward) {
+  // Gradients ready at 1/4, 1/2, 3/4 and all of backward (reverse order, by size): at 20, 30, 40
+  // and 50 ms. Each allreduce waits for its bucket and for the one before it.
+  const Prediction p = predict(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), ddp(1));
+  const double last_end = 20 + 4 * kAllreduceMs;  // each starts as the one before ends
+  EXPECT_NEAR(p.communication_s * 1e3, 4 * kAllreduceMs, 1e-9);
+  EXPECT_NEAR(p.compute_s * 1e3, 55, 1e-9);
+  EXPECT_NEAR(p.step_s * 1e3, last_end + 5, 1e-9);  // the optimizer steps after the last
+  EXPECT_NEAR(p.exposed_s * 1e3, last_end + 5 - 55, 1e-9);
+  EXPECT_EQ(p.network_bytes, 4 * kMiB);  // 2 (n-1)/n of each bucket
+  EXPECT_EQ(p.shm_bytes, 0);
+}
+
+TEST(PlannerModel, DdpWithALargeBucketWaitsForTheWholeBackward) {
+  // The first bucket closes at 1 MiB (the last parameter); the other three share one bucket,
+  // ready at the end of backward (50 ms), and take 3 allreduce times.
+  const Prediction p = predict(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), ddp(25));
+  EXPECT_NEAR(p.step_s * 1e3, 50 + 3 * kAllreduceMs + 5, 1e-9);
+}
+
+TEST(PlannerModel, FullShardPrefetchesAndReduceScattersUnitByUnit) {
+  // Two units of 1 MiB at 2 ranks: an all-gather or reduce-scatter is one direct round of half
+  // the buffer, 5.24288 ms. Worked by hand: forward 0-5.24 gather 0, 5.24-10.24 unit 0 while
+  // unit 1 is gathered (to 10.49), 10.49-15.49 unit 1; backward regathers unit 1 (to 20.73),
+  // 20.73-30.73 unit 1 while unit 0 is regathered, then reduce-scatters unit 1 (to 35.97),
+  // 30.73-40.73 unit 0, and its reduce-scatter ends at 45.97.
+  ModelSpec model;
+  model.parameters = {{"a", kFloatsPerMiB, 4, 0}, {"b", kFloatsPerMiB, 4, 1}};
+  model.units = {"u0", "u1"};
+  PlanConfig config;
+  config.strategy = PlanStrategy::kFullShard;
+  const Prediction p = predict(model, profile(10, 20, 0), slow_loopback(2), config);
+  EXPECT_NEAR(p.step_s * 1e3, 45.97152, 1e-9);
+  EXPECT_NEAR(p.exposed_s * 1e3, 15.97152, 1e-9);
+  EXPECT_NEAR(p.communication_s * 1e3, 6 * 5.24288, 1e-9);  // 4 gathers, 2 reduce-scatters
+}
+
+TEST(PlannerModel, ShardGradOpGathersOnlyInForward) {
+  ModelSpec model;
+  model.parameters = {{"a", kFloatsPerMiB, 4, 0}, {"b", kFloatsPerMiB, 4, 1}};
+  model.units = {"u0", "u1"};
+  PlanConfig config;
+  config.strategy = PlanStrategy::kShardGradOp;
+  const Prediction p = predict(model, profile(10, 20, 0), slow_loopback(2), config);
+  // Forward as FULL_SHARD (to 15.49); backward 15.49-25.49 unit 1, its reduce-scatter to 30.73;
+  // 25.49-35.49 unit 0, its reduce-scatter to 40.73.
+  EXPECT_NEAR(p.step_s * 1e3, 15.48576 + 20 + 5.24288, 1e-9);
+  EXPECT_NEAR(p.communication_s * 1e3, 4 * 5.24288, 1e-9);
+}
+
+TEST(PlannerModel, BfloatGradientsHalveTheBytes) {
+  PlanConfig bf16 = ddp(1);
+  bf16.reduce_dtype = torch::kBFloat16;
+  const auto machine = slow_loopback(2);
+  const Prediction p = predict(four_mebibytes(), profile(10, 40, 5), machine, bf16);
+  EXPECT_EQ(p.network_bytes, 2 * kMiB);
+  EXPECT_NEAR(p.communication_s * 1e3, 2 * kAllreduceMs, 1e-9);
+}
+
+TEST(PlannerModel, MemoryPerStrategyWithAdamAtTwoRanks) {
+  const ModelSpec model = four_mebibytes();  // 4 MiB of parameters: 16 MiB of state under DDP
+  ComputeProfile compute = profile(10, 40, 5);
+  compute.activation_bytes = 3 * kMiB;
+  const auto machine = slow_loopback(2);
+  auto memory = [&](PlanStrategy strategy) {
+    PlanConfig config = ddp(1);
+    config.strategy = strategy;
+    return predict(model, compute, machine, config).peak_memory_bytes / kMiB;
+  };
+  EXPECT_EQ(memory(PlanStrategy::kDdp), 4 + 4 + 8 + 3);
+  EXPECT_EQ(memory(PlanStrategy::kZero1), 4 + 4 + 4 + 3);
+  EXPECT_EQ(memory(PlanStrategy::kZero2), 4 + 2 + 2 * 1 + 4 + 3);  // two 1 MiB buckets in flight
+  // (4 + 4 + 8) / 2, two gathered units and three units' gradients.
+  EXPECT_EQ(memory(PlanStrategy::kFullShard), 8 + 2 + 3 + 3);
+  EXPECT_EQ(memory(PlanStrategy::kShardGradOp), 8 + 4 + 3 + 3);  // the whole model gathered
+}
+
+TEST(PlannerChoice, SmallBucketsWinWhereBackwardCanHideThem) {
+  PlannerOptions options;
+  options.strategies = {PlanStrategy::kDdp};
+  options.bucket_caps_mb = {1, 25};
+  const Plan plan = cohort::plan(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), options);
+  EXPECT_EQ(plan.chosen.config.bucket_cap_mb, 1);
+  ASSERT_EQ(plan.candidates.size(), 2u);
+  EXPECT_LT(plan.candidates[0].step_s, plan.candidates[1].step_s);
+  EXPECT_NE(plan.table().find("<- chosen"), std::string::npos) << plan.table();
+}
+
+// Without an optimizer step to share, the sharded strategies only add collectives.
+TEST(PlannerChoice, FastSharedMemoryKeepsDdp) {
+  MachineSpec machine = slow_loopback(2);
+  machine.shape.shared_memory = true;
+  machine.links = CostModel::defaults();
+  const Plan plan = cohort::plan(four_mebibytes(), profile(10, 40, 0), machine);
+  EXPECT_EQ(plan.chosen.config.strategy, PlanStrategy::kDdp) << plan.table();
+}
+
+TEST(PlannerChoice, ASlowLinkTakesBfloatGradientsWhereAllowed) {
+  MachineSpec machine;  // 2 hosts x 1 rank at 100 Mbit/s
+  machine.shape.world = machine.shape.nodes = 2;
+  machine.links.tcp = {100e-6, 8.0 / 100e6};
+  PlannerOptions options;
+  options.reduce_dtypes = {torch::kFloat32, torch::kBFloat16};
+  const Plan plan = cohort::plan(four_mebibytes(), profile(10, 40, 5), machine, options);
+  EXPECT_EQ(plan.chosen.config.reduce_dtype, torch::kBFloat16) << plan.table();
+}
+
+TEST(PlannerChoice, ATinyBudgetTakesTheOnlyStrategyThatFits) {
+  // 16 MiB of parameters at 2 ranks: DDP needs 64 MiB, ZeRO-1 48, ZeRO-2 42 (1 MiB buckets),
+  // SHARD_GRAD_OP 51, FULL_SHARD 32 + 2 gathered units + 3 units' gradients = 37.
+  PlannerOptions options;
+  options.memory_budget_bytes = 40 * kMiB;
+  const Plan plan =
+      cohort::plan(mebibyte_parameters(16), profile(10, 40, 5), slow_loopback(2), options);
+  EXPECT_EQ(plan.chosen.config.strategy, PlanStrategy::kFullShard) << plan.table();
+  EXPECT_TRUE(plan.chosen.fits);
+}
+
+TEST(PlannerChoice, NothingFittingIsANamedError) {
+  PlannerOptions options;
+  options.memory_budget_bytes = 4 * kMiB;
+  try {
+    cohort::plan(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), options);
+    FAIL() << "a plan over the budget was accepted";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no configuration fits the memory budget of 4.0 MiB"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("needs 12.0 MiB"), std::string::npos) << what;  // ZeRO's 4 + 4 + 8 / 2
+  }
+}
+
+TEST(PlannerChoice, HybridShardNeedsSeveralEqualNodes) {
+  PlanConfig config;
+  config.strategy = PlanStrategy::kHybridShard;
+  EXPECT_THROW(predict(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), config),
+               InvalidArgument);
+  MachineSpec two_by_two = slow_loopback(4);
+  two_by_two.shape.nodes = 2;
+  two_by_two.shape.local_size = 2;
+  two_by_two.shape.shared_memory = true;
+  const Prediction p = predict(four_mebibytes(), profile(10, 40, 5), two_by_two, config);
+  EXPECT_GT(p.network_bytes, 0);  // the shards' allreduce across the nodes
+  EXPECT_GT(p.shm_bytes, 0);      // the units' collectives inside each node
+}
+
+TEST(PlannerInputs, ModelSpecTakesFsdpUnitsAndTrainableParameters) {
+  torch::nn::Sequential net(torch::nn::Linear(8, 16), torch::nn::ReLU(), torch::nn::Linear(16, 4));
+  net[2]->as<torch::nn::Linear>()->bias.set_requires_grad(false);
+  const ModelSpec spec = ModelSpec::of(*net, kAdamStateBytes);
+  ASSERT_EQ(spec.parameters.size(), 3u);  // the frozen bias is left out
+  EXPECT_EQ(spec.elements(), 8 * 16 + 16 + 16 * 4);
+  EXPECT_EQ(spec.parameter_bytes(), 4 * spec.elements());
+  EXPECT_NE(spec.parameters[0].unit, spec.parameters[2].unit) << "each Linear is a unit";
+}
+
+TEST(PlannerInputs, MeasuredProfileSeesBackwardInReverse) {
+  torch::manual_seed(0);
+  torch::nn::Sequential net(torch::nn::Linear(64, 256), torch::nn::Tanh(),
+                            torch::nn::Linear(256, 256), torch::nn::Tanh(),
+                            torch::nn::Linear(256, 8));
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.01));
+  const auto inputs = torch::randn({128, 64});
+  const ComputeProfile p = ComputeProfile::measure(*net, [&] {
+    sgd.zero_grad();
+    net->forward(inputs).pow(2).mean().backward();
+    sgd.step();
+  });
+  EXPECT_GT(p.forward_s, 0);
+  EXPECT_GT(p.backward_s, 0);
+  ASSERT_EQ(p.gradient_ready.size(), 6u);
+  for (double f : p.gradient_ready) {
+    EXPECT_GE(f, 0);
+    EXPECT_LE(f, 1);
+  }
+  // The last layer's gradients are computed first, the first layer's last.
+  EXPECT_LT(p.gradient_ready[5], p.gradient_ready[0]);
+}
+
+}  // namespace
+}  // namespace cohort
