@@ -16,6 +16,7 @@ using cohort_examples::refuse_for_elastic;
 
 void check_elastic_options(const TrainOptions& o) {
   refuse_for_elastic(o.strategy != "ddp", "--strategy other than ddp");
+  refuse_for_elastic(o.bucket_cap.automatic, "--bucket-cap-mb auto");
   refuse_for_elastic(o.precision != "fp32", "--precision other than fp32");
   refuse_for_elastic(o.local_sgd.period > 0, "--local-sgd");
   refuse_for_elastic(o.comm_hook.name != "allreduce", "--comm-hook");

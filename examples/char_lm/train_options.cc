@@ -69,8 +69,7 @@ void add_run_options(CLI::App& app, TrainOptions& o) {
   cohort_examples::add_comm_hook_options(app, o.comm_hook);
   cohort_examples::add_local_sgd_options(app, o.local_sgd);
   cohort_examples::add_diloco_options(app, o.diloco);
-  app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP gradient bucket size (MiB)")
-      ->check(CLI::PositiveNumber);
+  cohort_examples::add_plan_options(app, o.bucket_cap, o.memory_budget_mb);
   cohort_examples::add_checkpoint_flags(app, o.checkpoint, o.checkpoint_every, o.resume,
                                         o.overwrite_checkpoint, o.sync_checkpoint);
   app.add_option("--metrics", o.metrics, "Write every step's figures here (.csv or JSON lines)");
@@ -95,7 +94,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   o.data_dir = kDefaultFortuneDir;
   app.add_option("--data", o.data_dir, "Directory of fortune files")->capture_default_str();
   app.add_option("--strategy", o.strategy, cohort_examples::strategy_help())
-      ->check(CLI::IsMember(cohort_examples::kStrategyNames))
+      ->check(CLI::IsMember(cohort_examples::strategy_choices()))
       ->capture_default_str();
   cohort_examples::add_precision_options(app, o.precision, o.master_weights);
   add_model_options(app, o);

@@ -6,11 +6,12 @@
 #include <cstdint>
 #include <string>
 
+#include "auto_plan.h"
 #include "cohort/torch/optim/lr_schedule.h"
 #include "comm_hooks.h"
 #include "diloco_options.h"
-#include "local_sgd_options.h"
 #include "gpt.h"
+#include "local_sgd_options.h"
 
 namespace CLI {
 class App;  // CLI11's, included only by the files that build the command line
@@ -21,9 +22,9 @@ namespace char_lm {
 struct TrainOptions {
   std::string data_dir;  // default: kDefaultFortuneDir
   std::string strategy = "ddp";
-  std::string precision = "fp32";  // cohort_examples::kPrecisionNames (docs/amp.md)
-  bool master_weights = false;     // the model in 16-bit, float32 masters (docs/amp.md)
-  bool activation_checkpointing = false;  // every block recomputed in backward
+  std::string precision = "fp32";          // cohort_examples::kPrecisionNames (docs/amp.md)
+  bool master_weights = false;             // the model in 16-bit, float32 masters (docs/amp.md)
+  bool activation_checkpointing = false;   // every block recomputed in backward
   cohort_examples::DiLoCoSettings diloco;  // --diloco H, --diloco-fragments, --diloco-dtype
   cohort_examples::LocalSgdSettings local_sgd;  // --local-sgd H, --local-sgd-warmup K
   cohort_examples::CommHookSettings comm_hook;  // --comm-hook (docs/compression.md)
@@ -42,7 +43,8 @@ struct TrainOptions {
   double weight_decay = 0.1;  // on weight matrices and embeddings, not on biases or norms
   double clip = 1.0;          // gradient 2-norm limit; 0: no clipping
   uint64_t seed = 42;
-  double bucket_cap_mb = 25.0;
+  cohort_examples::BucketCap bucket_cap;    // --bucket-cap-mb: MiB, or auto (docs/planner.md)
+  int64_t memory_budget_mb = 0;             // --memory-budget-mb: the planner's limit; 0: none
   std::string checkpoint = "char_lm.ckpt";  // written after each epoch; "" for none
   int64_t checkpoint_every = 0;             // --checkpoint-every: also every N steps
   bool resume = false;

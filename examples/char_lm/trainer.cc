@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
+#include <optional>
 #include <vector>
 
 #include "adamw.h"
+#include "auto_plan.h"
 #include "checkpointing.h"
 #include "cohort/comm/timeline.h"
 #include "cohort/torch/data/distributed_sampler.h"
@@ -51,6 +54,8 @@ class Trainer {
       std::declval<TextWindows>(), std::declval<cohort::DistributedSampler>(),
       std::declval<torch::data::DataLoaderOptions>()));
 
+  std::optional<cohort_examples::PlanChoice> plan_configuration(
+      const cohort_examples::StrategyOptions& wrapping);
   void build_optimizer();
   void build_loader();
   void describe() const;
@@ -72,6 +77,8 @@ class Trainer {
   TextWindows validation_;
   int64_t per_rank_batch_;
   Gpt model_{nullptr};
+  std::string strategy_name_;                        // --strategy, or the planner's choice
+  std::optional<cohort_examples::PlanChoice> plan_;  // --strategy / --bucket-cap-mb auto
   std::unique_ptr<cohort_examples::Strategy> strategy_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;  // AdamW or Lamb (--optimizer)
   std::unique_ptr<cohort::DistributedSampler> sampler_;
@@ -87,7 +94,7 @@ class Trainer {
 cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
                                                   std::shared_ptr<cohort::Timeline> timeline) {
   cohort_examples::StrategyOptions o;
-  o.bucket_cap_mb = options.bucket_cap_mb;
+  o.bucket_cap_mb = options.bucket_cap.mebibytes;
   o.timeline = std::move(timeline);
   o.background_checkpoints = !options.sync_checkpoint;
   o.comm_hook = cohort_examples::make_comm_hook(options.comm_hook);
@@ -113,7 +120,13 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   if (options_.activation_checkpointing) checkpoint_blocks(*model_, rank0());
   cohort_examples::StrategyOptions wrapping = strategy_options(options_, timeline_);
   wrapping.master_weights = precision_.master_weights();
-  strategy_ = cohort_examples::make_strategy(options_.strategy, model_.ptr(), group_, wrapping);
+  strategy_name_ = options_.strategy;
+  plan_ = plan_configuration(wrapping);
+  if (plan_) {
+    strategy_name_ = plan_->strategy;
+    wrapping.bucket_cap_mb = plan_->bucket_cap_mb;
+  }
+  strategy_ = cohort_examples::make_strategy(strategy_name_, model_.ptr(), group_, wrapping);
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
   build_optimizer();
   build_loader();
@@ -126,6 +139,36 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   if (precision_.scales_loss()) state_.grad_scaler = &precision_.scaler();
   if (!options_.metrics.empty() && rank0())
     metrics_ = std::make_unique<MetricsFile>(options_.metrics);
+}
+
+// --strategy auto or --bucket-cap-mb auto: the planner times one training step of a probe copy
+// of the model on this rank's first batch (the model itself stays as it is; the seed is set
+// again for dropout after this) and chooses. Collective.
+std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
+    const cohort_examples::StrategyOptions& wrapping) {
+  cohort_examples::PlanRequest request;
+  request.strategy = options_.strategy;
+  request.bucket_cap = options_.bucket_cap;
+  request.memory_budget_mb = options_.memory_budget_mb;
+  if (!cohort_examples::wants_plan(request)) return std::nullopt;
+  request.allowed = cohort_examples::strategies_allowed(wrapping);
+  request.optimizer_state_per_element = cohort::kAdamStateBytes;  // AdamW and Lamb
+  Gpt probe(options_.model_config(data_.vocabulary.size()));
+  auto probe_optimizer = make_adamw(*probe, probe->named_parameters(), options_);
+  TextWindows windows(data_.train, options_.context);
+  std::vector<size_t> first(static_cast<size_t>(per_rank_batch_));
+  std::iota(first.begin(), first.end(), size_t{0});
+  const auto batch = windows.get_batch(first);
+  request.probe = probe.ptr().get();
+  request.probe_step = [&] {
+    probe_optimizer->zero_grad();
+    const auto logits = probe->forward(batch.data);
+    torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                         batch.target.reshape({-1}))
+        .backward();
+    probe_optimizer->step();
+  };
+  return cohort_examples::choose_configuration(*group_, *model_, request);
 }
 
 void Trainer::build_optimizer() {
@@ -156,7 +199,7 @@ void Trainer::describe() const {
       (long long)data_.train.numel(), (long long)data_.validation.numel(),
       (long long)data_.vocabulary.size(), data_.unigram_entropy, (long long)c.layers,
       (long long)c.width, (long long)c.heads, (long long)c.context,
-      (long long)count_parameters(*model_), options_.strategy.c_str(),
+      (long long)count_parameters(*model_), strategy_name_.c_str(),
       (options_.precision + (options_.master_weights ? " with float32 master weights" : ""))
           .c_str(),
       group_->size(), (long long)options_.batch_size);
@@ -298,6 +341,7 @@ double Trainer::evaluate() {
 void Trainer::report_epoch(const std::vector<StepRecord>& steps,
                            const std::optional<double>& validation) {
   const cohort_examples::EpochSummary s = cohort_examples::summarize(steps);
+  if (plan_ && rank0()) cohort_examples::log_plan_accuracy(*plan_, steps, state_.epoch + 1);
   if (rank0()) {
     std::printf("epoch %lld/%lld: %lld steps, train loss %.4f", (long long)state_.epoch + 1,
                 (long long)options_.epochs, (long long)s.steps, s.mean_loss);

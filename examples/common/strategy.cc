@@ -291,10 +291,9 @@ class ShardedStrategy : public Strategy {
 
   void save(const std::string& path, const cohort::TrainingState& state,
             cohort::DistributedSampler& sampler, bool epoch_finished) override {
-    save_epoch_checkpoint(path, *group_, state, sampler, epoch_finished,
-                          [&](const cohort::TrainingState& s) {
-                            checkpoints_.save_sharded(path, wrapper_, s);
-                          });
+    save_epoch_checkpoint(
+        path, *group_, state, sampler, epoch_finished,
+        [&](const cohort::TrainingState& s) { checkpoints_.save_sharded(path, wrapper_, s); });
   }
 
   void finish_checkpoints() override { checkpoints_.finish(); }
@@ -343,7 +342,23 @@ cohort::FsdpOptions fsdp_options(const StrategyOptions& options, cohort::Shardin
 std::string strategy_help() {
   return "data parallelism: ddp (DistributedDataParallel), zero1 or zero2 (ZeroDataParallel "
          "stage 1 or 2), full_shard, shard_grad_op or hybrid_shard (FullyShardedDataParallel "
-         "with that strategy)";
+         "with that strategy), or auto (the planner's choice: docs/planner.md)";
+}
+
+std::vector<std::string> strategy_choices() {
+  std::vector<std::string> choices = kStrategyNames;
+  choices.push_back("auto");
+  return choices;
+}
+
+std::vector<std::string> strategies_allowed(const StrategyOptions& options) {
+  if (options.comm_hook || options.local_sgd_period > 0 || options.diloco.enabled()) return {"ddp"};
+  std::vector<std::string> allowed;
+  for (const auto& name : kStrategyNames) {
+    const bool zero = name == "zero1" || name == "zero2";
+    if (!(zero && options.master_weights)) allowed.push_back(name);
+  }
+  return allowed;
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name,
@@ -359,19 +374,25 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name,
   }
   if (name == "ddp") return std::make_unique<DdpStrategy>(model, group, options);
   if (options.comm_hook || options.local_sgd_period > 0 || options.diloco.enabled()) {
-    throw cohort::InvalidArgument("--comm-hook, --local-sgd and --diloco work with --strategy ddp "
-                                  "only (" + name + " shards the gradients; docs/compression.md)");
+    throw cohort::InvalidArgument(
+        "--comm-hook, --local-sgd and --diloco work with --strategy ddp "
+        "only (" +
+        name + " shards the gradients; docs/compression.md)");
   }
-  if (name == "zero1") return std::make_unique<Zero>(model, group, zero_options(options, 1), background);
-  if (name == "zero2") return std::make_unique<Zero>(model, group, zero_options(options, 2), background);
+  if (name == "zero1")
+    return std::make_unique<Zero>(model, group, zero_options(options, 1), background);
+  if (name == "zero2")
+    return std::make_unique<Zero>(model, group, zero_options(options, 2), background);
   if (name == "full_shard") {
     return std::make_unique<Fsdp>(model, group, fsdp_options(options, How::kFullShard), background);
   }
   if (name == "shard_grad_op") {
-    return std::make_unique<Fsdp>(model, group, fsdp_options(options, How::kShardGradOp), background);
+    return std::make_unique<Fsdp>(model, group, fsdp_options(options, How::kShardGradOp),
+                                  background);
   }
   if (name == "hybrid_shard") {
-    return std::make_unique<Fsdp>(model, group, fsdp_options(options, How::kHybridShard), background);
+    return std::make_unique<Fsdp>(model, group, fsdp_options(options, How::kHybridShard),
+                                  background);
   }
   throw cohort::InvalidArgument("--strategy " + name +
                                 " is unknown: give one of ddp, zero1, zero2, full_shard, "

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpointing.h"
 #include "cohort/comm/group.h"
 #include "cohort/comm/timeline.h"
 #include "cohort/torch/amp/grad_scaler.h"
@@ -17,7 +18,6 @@
 #include "cohort/torch/data/distributed_sampler.h"
 #include "cohort/torch/ddp/comm_hook.h"
 #include "cohort/torch/optim/trust_ratio.h"
-#include "checkpointing.h"
 #include "diloco_options.h"
 #include "memory.h"
 
@@ -26,6 +26,9 @@ namespace cohort_examples {
 // Every name --strategy takes (docs/sharding.md, docs/fsdp.md).
 inline const std::vector<std::string> kStrategyNames = {
     "ddp", "zero1", "zero2", "full_shard", "shard_grad_op", "hybrid_shard"};
+
+// What --strategy takes: kStrategyNames and "auto" (the planner's choice, auto_plan.h).
+std::vector<std::string> strategy_choices();
 
 // The --strategy help text: the names and what each is.
 std::string strategy_help();
@@ -106,6 +109,10 @@ class Strategy {
   // throws its error. Collective.
   virtual void finish_checkpoints() = 0;
 };
+
+// The strategies make_strategy accepts with `options` (hooks, local SGD and DiLoCo need ddp;
+// master weights are refused under ZeRO): what --strategy auto chooses among.
+std::vector<std::string> strategies_allowed(const StrategyOptions& options);
 
 // Collective over `group`: wraps `model` (whose weights must be the same on every rank, or
 // rank 0's are taken). Throws cohort::InvalidArgument for a name not in kStrategyNames.

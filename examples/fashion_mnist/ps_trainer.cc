@@ -46,6 +46,7 @@ void refuse_what_does_not_apply(const TrainOptions& o) {
     }
   };
   refuse(o.strategy != "ddp", "--strategy " + o.strategy);
+  refuse(o.bucket_cap.automatic, "--bucket-cap-mb auto");
   refuse(o.precision != "fp32" || o.master_weights, "--precision/--master-weights");
   refuse(o.sync_bn, "--sync-bn");
   refuse(!o.comm_hook.name.empty() && o.comm_hook.name != "allreduce", "--comm-hook");

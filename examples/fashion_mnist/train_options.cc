@@ -49,7 +49,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                "Recompute the conv stack's activations in backward instead of keeping them "
                "(cohort::checkpoint_modules; needs --model cnn_bn)");
   app.add_option("--strategy", o.strategy, cohort_examples::strategy_help())
-      ->check(CLI::IsMember(cohort_examples::kStrategyNames))
+      ->check(CLI::IsMember(cohort_examples::strategy_choices()))
       ->capture_default_str();
   cohort_examples::add_precision_options(app, o.precision, o.master_weights);
   app.add_option("--epochs", o.epochs, "Passes over the training set")->check(CLI::PositiveNumber);
@@ -75,8 +75,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember(kLrScheduleNames))
       ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the weights, the shuffle and dropout");
-  app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP gradient bucket size (MiB)")
-      ->check(CLI::PositiveNumber);
+  cohort_examples::add_plan_options(app, o.bucket_cap, o.memory_budget_mb);
   cohort_examples::add_comm_hook_options(app, o.comm_hook);
   cohort_examples::add_local_sgd_options(app, o.local_sgd);
   cohort_examples::add_diloco_options(app, o.diloco);

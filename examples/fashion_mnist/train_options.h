@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "auto_plan.h"
 #include "cohort/torch/optim/lr_schedule.h"
 #include "comm_hooks.h"
 #include "diloco_options.h"
@@ -28,9 +29,9 @@ struct TrainOptions {
   // (docs/large_batch.md): statistics of the global batch instead of each rank's slice.
   bool sync_bn = false;
   bool activation_checkpointing = false;  // the conv stack recomputed in backward (cnn_bn)
-  std::string strategy = "ddp";    // cohort_examples::kStrategyNames
-  std::string precision = "fp32";  // cohort_examples::kPrecisionNames (docs/amp.md)
-  bool master_weights = false;     // the model in 16-bit, float32 masters (docs/amp.md)
+  std::string strategy = "ddp";           // cohort_examples::kStrategyNames
+  std::string precision = "fp32";         // cohort_examples::kPrecisionNames (docs/amp.md)
+  bool master_weights = false;            // the model in 16-bit, float32 masters (docs/amp.md)
   // FSDP's units: the submodules of at least this many parameters (the models have no
   // Sequential or ModuleList to take the units from): fc1 of cnn, fc1 and fc2 of mlp.
   static constexpr int64_t kFsdpMinUnitParameters = 500000;
@@ -54,7 +55,8 @@ struct TrainOptions {
   std::string lr_schedule = "constant";
   static constexpr double kPolyPower = 2.0;
   uint64_t seed = 42;
-  double bucket_cap_mb = 25.0;
+  cohort_examples::BucketCap bucket_cap;  // --bucket-cap-mb: MiB, or auto (docs/planner.md)
+  int64_t memory_budget_mb = 0;           // --memory-budget-mb: the planner's limit; 0: none
   // How DDP reduces gradients (--comm-hook and its knobs; docs/compression.md).
   cohort_examples::CommHookSettings comm_hook;
   // Local SGD (docs/compression.md): period > 0: each rank steps on its own and the models are

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "auto_plan.h"
 #include "checkpointing.h"
 #include "cohort/comm/straggler.h"
 #include "cohort/comm/timeline.h"
@@ -54,6 +55,8 @@ class Trainer {
   std::vector<StepRecord> train_epoch();
   StepRecord train_step(torch::data::Example<>& batch, double data_ms);
   void convert_batch_norms();
+  std::optional<cohort_examples::PlanChoice> plan_configuration(
+      const cohort_examples::StrategyOptions& wrapping, const FashionMnist& train_set);
   Evaluation evaluate();
   void report_epoch(const std::vector<StepRecord>& steps, const std::optional<Evaluation>& eval);
   void report_step_times();
@@ -70,6 +73,7 @@ class Trainer {
   std::shared_ptr<cohort::Timeline> timeline_ = cohort::Timeline::from_env();
   Images test_;
   std::shared_ptr<FmnistModel> model_;
+  std::optional<cohort_examples::PlanChoice> plan_;  // --strategy / --bucket-cap-mb auto
   std::unique_ptr<cohort_examples::Strategy> strategy_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<cohort::DistributedSampler> sampler_;
@@ -94,7 +98,7 @@ int64_t per_rank_batch(const TrainOptions& options, const cohort::Group& group) 
 cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
                                                   std::shared_ptr<cohort::Timeline> timeline) {
   cohort_examples::StrategyOptions o;
-  o.bucket_cap_mb = options.bucket_cap_mb;
+  o.bucket_cap_mb = options.bucket_cap.mebibytes;
   o.timeline = std::move(timeline);
   o.background_checkpoints = !options.sync_checkpoint;
   o.fsdp_min_unit_parameters = TrainOptions::kFsdpMinUnitParameters;
@@ -121,7 +125,13 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   if (options_.activation_checkpointing) checkpoint_conv_stack(*model_, options_, rank0());
   cohort_examples::StrategyOptions wrapping = strategy_options(options_, timeline_);
   wrapping.master_weights = precision_.master_weights();
-  strategy_ = cohort_examples::make_strategy(options_.strategy, model_, group_, wrapping);
+  std::string strategy = options_.strategy;
+  plan_ = plan_configuration(wrapping, train_set);
+  if (plan_) {
+    strategy = plan_->strategy;
+    wrapping.bucket_cap_mb = plan_->bucket_cap_mb;
+  }
+  strategy_ = cohort_examples::make_strategy(strategy, model_, group_, wrapping);
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
   cohort_examples::OptimizerSettings settings;
   settings.lr = options_.scaled_lr();  // the scheduler's base LR
@@ -159,6 +169,40 @@ int64_t Trainer::planned_steps() const {
 }
 
 // --sync-bn: before the strategy wraps the model and the optimizer is built over it.
+// --strategy auto or --bucket-cap-mb auto: the planner times one training step of a probe copy
+// of the model on this rank's first batch (the model itself stays as it is; the seed is set
+// again for dropout after this) and chooses. Collective.
+std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
+    const cohort_examples::StrategyOptions& wrapping, const FashionMnist& train_set) {
+  cohort_examples::PlanRequest request;
+  request.strategy = options_.strategy;
+  request.bucket_cap = options_.bucket_cap;
+  request.memory_budget_mb = options_.memory_budget_mb;
+  if (!cohort_examples::wants_plan(request)) return std::nullopt;
+  request.allowed = cohort_examples::strategies_allowed(wrapping);
+  request.optimizer_state_per_element =
+      cohort_examples::optimizer_state_per_element(options_.optimizer, options_.momentum);
+  request.fsdp_min_unit_parameters = wrapping.fsdp_min_unit_parameters;
+  auto probe = make_fmnist_model(options_.model);
+  cohort_examples::OptimizerSettings settings;
+  settings.lr = options_.scaled_lr();
+  settings.momentum = options_.momentum;
+  settings.weight_decay = options_.weight_decay;
+  settings.module = probe.get();
+  auto probe_optimizer =
+      cohort_examples::make_optimizer(options_.optimizer, probe->named_parameters(), settings);
+  const auto count = std::min<int64_t>(per_rank_batch(options_, *group_), train_set.data().size());
+  const auto images = train_set.data().images.narrow(0, 0, count);
+  const auto labels = train_set.data().labels.narrow(0, 0, count);
+  request.probe = probe.get();
+  request.probe_step = [&] {
+    probe_optimizer->zero_grad();
+    torch::nll_loss(probe->forward(images), labels).backward();
+    probe_optimizer->step();
+  };
+  return cohort_examples::choose_configuration(*group_, *model_, request);
+}
+
 void Trainer::convert_batch_norms() {
   cohort::nn::convert_sync_batchnorm(model_, group_);
   int converted = 0;
@@ -294,6 +338,7 @@ Evaluation Trainer::evaluate() {
 void Trainer::report_epoch(const std::vector<StepRecord>& steps,
                            const std::optional<Evaluation>& eval) {
   if (!rank0()) return;
+  if (plan_) cohort_examples::log_plan_accuracy(*plan_, steps, state_.epoch + 1);
   const EpochSummary s = cohort_examples::summarize(steps);
   std::printf("epoch %lld/%lld: %lld steps, train loss %.4f", (long long)state_.epoch + 1,
               (long long)options_.epochs, (long long)s.steps, s.mean_loss);

@@ -1,0 +1,72 @@
+// --strategy auto and --bucket-cap-mb auto of both examples (docs/planner.md): the planner
+// chooses what is left to it from the model, one measured compute profile on a probe copy of
+// the model and the group's calibrated links; --memory-budget-mb caps the peak memory per rank.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/group.h"
+#include "cohort/torch/plan/planner.h"
+#include "step_metrics.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace cohort_examples {
+
+// What --bucket-cap-mb holds: a size in MiB, or "auto".
+struct BucketCap {
+  double mebibytes = 25.0;
+  bool automatic = false;
+};
+
+// --bucket-cap-mb (a positive number or "auto") and --memory-budget-mb.
+void add_plan_options(CLI::App& app, BucketCap& bucket_cap, int64_t& memory_budget_mb);
+
+struct PlanRequest {
+  std::string strategy;  // the --strategy given: "auto" or a name of kStrategyNames
+  BucketCap bucket_cap;
+  int64_t memory_budget_mb = 0;  // 0: no cap
+  // Strategies the run's other options allow (hooks, local SGD and DiLoCo need ddp; master
+  // weights rule out ZeRO).
+  std::vector<std::string> allowed;
+  int64_t optimizer_state_per_element = cohort::kAdamStateBytes;
+  int64_t fsdp_min_unit_parameters = 0;
+  // One training step of a probe copy of the model at this rank's batch, and that copy: timed
+  // at world 1 so that the model itself is not changed.
+  torch::nn::Module* probe = nullptr;
+  std::function<void()> probe_step;
+};
+
+struct PlanChoice {
+  std::string strategy;
+  double bucket_cap_mb = 25.0;
+  cohort::Prediction prediction;
+};
+
+// Whether the request leaves anything to the planner.
+bool wants_plan(const PlanRequest& request);
+
+// Collective over `group`: measures the probe (every rank; the slowest counts), plans, logs the
+// candidates at COHORT_LOG_LEVEL=info and prints the choice on rank 0. Throws
+// cohort::InvalidArgument when nothing fits the budget.
+PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
+                                const PlanRequest& request);
+
+// At COHORT_LOG_LEVEL=info: the epoch's median step (without loading data; the first step of the
+// run, which builds buckets and optimizer state, left out) against the prediction.
+void log_plan_accuracy(const PlanChoice& choice, const std::vector<StepRecord>& steps,
+                       int64_t epoch);
+
+// Optimizer state per parameter element of the examples' optimizers, by --optimizer name.
+int64_t optimizer_state_per_element(const std::string& optimizer, double momentum);
+
+}  // namespace cohort_examples
