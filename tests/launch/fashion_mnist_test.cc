@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -329,6 +330,47 @@ TEST(FashionMnistExampleStrategies, FullShardTrainsAndZero1ResumesItsCheckpoint)
   EXPECT_NE(resumed.output.find("on 2 rank(s), 16 steps"), std::string::npos) << resumed.output;
 }
 
+// The losses of every step (rank 0's), from a run's metrics file.
+std::vector<double> step_losses(const std::string& dir) {
+  std::vector<double> losses;
+  for (const json& step : read_lines(dir + "/steps.jsonl")) losses.push_back(step["loss"]);
+  return losses;
+}
+
+ExampleRun run_plain(const std::string& name, const std::string& options) {
+  const std::string dir = testing::fresh_temp_dir(name);
+  const std::string command = COHORTRUN " --nproc-per-node 2 " FASHION_MNIST
+                                        " --max-steps 8 --skip-eval --checkpoint '' --metrics " +
+                              dir + "/steps.jsonl " + options;
+  return {testing::run_shell(command, {"OMP_NUM_THREADS=1"}, kDeadline), dir};
+}
+
+// --strategy auto and --bucket-cap-mb auto (docs/planner.md): the configuration the planner
+// chose trains exactly as that configuration given by hand (the probe it timed leaves the model
+// and the seeds alone).
+TEST(FashionMnistExamplePlanner, AutoTrainsAsTheConfigurationItChose) {
+  const ExampleRun planned =
+      run_plain("fmnist_auto", "--model cnn --strategy auto --bucket-cap-mb auto");
+  ASSERT_EQ(planned.result.exit_code, 0) << planned.result.output;
+  const std::string& out = planned.result.output;
+  const auto at = out.find("[0] plan: ");
+  ASSERT_NE(at, std::string::npos) << out;
+  std::istringstream line(out.substr(at + 10, out.find('\n', at) - at - 10));
+  std::string strategy, cap = "25";
+  std::getline(line, strategy, ',');
+  line >> cap;  // "<MiB> MiB buckets" where the strategy has buckets, else the dtype
+  if (cap == "float32") cap = "25";
+  const ExampleRun by_hand =
+      run_plain("fmnist_by_hand", "--model cnn --strategy " + strategy + " --bucket-cap-mb " + cap);
+  ASSERT_EQ(by_hand.result.exit_code, 0) << by_hand.result.output;
+  EXPECT_NE(by_hand.result.output.find("on 2 rank(s), 8 steps"), std::string::npos);
+  const auto losses = step_losses(planned.dir);
+  ASSERT_EQ(losses.size(), 8u);
+  EXPECT_EQ(losses, step_losses(by_hand.dir))
+      << "--strategy " << strategy << " --bucket-cap-mb " << cap << "\n"
+      << out;
+}
+
 // bfloat16 autocast (docs/amp.md) trains and evaluates the CNN; its checkpoint (float32
 // parameters: autocast changes only the compute) resumes in float32.
 TEST(FashionMnistExamplePrecision, Bf16TrainsAndFloat32ResumesItsCheckpoint) {
@@ -444,7 +486,8 @@ TEST(FashionMnistExampleCompression, DiLoCoSendsOneFragmentEveryHalfPeriod) {
 // --diloco with --comm-hook qsgd: the rounds travel quantized (a float32 norm and one byte per
 // element: 4 + 1,199,882 bytes), every 4th step.
 TEST(FashionMnistExampleCompression, DiLoCoRoundsThroughQsgdSendAByteAParameter) {
-  const ExampleRun run = run_example(2, "--diloco 4 --comm-hook qsgd --hook-levels 127 --skip-eval");
+  const ExampleRun run =
+      run_example(2, "--diloco 4 --comm-hook qsgd --hook-levels 127 --skip-eval");
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
   const std::vector<json> steps = read_lines(run.dir + "/steps.jsonl");
   ASSERT_EQ(steps.size(), size_t(kSteps));
