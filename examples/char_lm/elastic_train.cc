@@ -16,7 +16,9 @@ using cohort_examples::refuse_for_elastic;
 
 void check_elastic_options(const TrainOptions& o) {
   refuse_for_elastic(o.strategy != "ddp", "--strategy other than ddp");
-  refuse_for_elastic(o.bucket_cap.automatic, "--bucket-cap-mb auto");
+  refuse_for_elastic(o.plan.bucket_cap.automatic, "--bucket-cap-mb auto");
+  refuse_for_elastic(o.plan.memory_budget_mb > 0 || !o.plan.plan_out.empty(),
+                     "--memory-budget-mb and --plan-out");
   refuse_for_elastic(o.precision != "fp32", "--precision other than fp32");
   refuse_for_elastic(o.local_sgd.period > 0, "--local-sgd");
   refuse_for_elastic(o.comm_hook.name != "allreduce", "--comm-hook");

@@ -69,7 +69,7 @@ void add_run_options(CLI::App& app, TrainOptions& o) {
   cohort_examples::add_comm_hook_options(app, o.comm_hook);
   cohort_examples::add_local_sgd_options(app, o.local_sgd);
   cohort_examples::add_diloco_options(app, o.diloco);
-  cohort_examples::add_plan_options(app, o.bucket_cap, o.memory_budget_mb);
+  cohort_examples::add_plan_options(app, o.plan);
   cohort_examples::add_checkpoint_flags(app, o.checkpoint, o.checkpoint_every, o.resume,
                                         o.overwrite_checkpoint, o.sync_checkpoint);
   app.add_option("--metrics", o.metrics, "Write every step's figures here (.csv or JSON lines)");

@@ -43,8 +43,7 @@ struct TrainOptions {
   double weight_decay = 0.1;  // on weight matrices and embeddings, not on biases or norms
   double clip = 1.0;          // gradient 2-norm limit; 0: no clipping
   uint64_t seed = 42;
-  cohort_examples::BucketCap bucket_cap;    // --bucket-cap-mb: MiB, or auto (docs/planner.md)
-  int64_t memory_budget_mb = 0;             // --memory-budget-mb: the planner's limit; 0: none
+  cohort_examples::PlanSettings plan;       // --bucket-cap-mb, --memory-budget-mb, --plan-out
   std::string checkpoint = "char_lm.ckpt";  // written after each epoch; "" for none
   int64_t checkpoint_every = 0;             // --checkpoint-every: also every N steps
   bool resume = false;

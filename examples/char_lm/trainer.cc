@@ -94,7 +94,7 @@ class Trainer {
 cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
                                                   std::shared_ptr<cohort::Timeline> timeline) {
   cohort_examples::StrategyOptions o;
-  o.bucket_cap_mb = options.bucket_cap.mebibytes;
+  o.bucket_cap_mb = options.plan.bucket_cap.mebibytes;
   o.timeline = std::move(timeline);
   o.background_checkpoints = !options.sync_checkpoint;
   o.comm_hook = cohort_examples::make_comm_hook(options.comm_hook);
@@ -148,8 +148,7 @@ std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
     const cohort_examples::StrategyOptions& wrapping) {
   cohort_examples::PlanRequest request;
   request.strategy = options_.strategy;
-  request.bucket_cap = options_.bucket_cap;
-  request.memory_budget_mb = options_.memory_budget_mb;
+  request.settings = options_.plan;
   if (!cohort_examples::wants_plan(request)) return std::nullopt;
   request.allowed = cohort_examples::strategies_allowed(wrapping);
   request.optimizer_state_per_element = cohort::kAdamStateBytes;  // AdamW and Lamb

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
@@ -28,20 +29,23 @@ cohort::PlanStrategy plan_strategy(const std::string& name) {
 
 cohort::PlannerOptions planner_options(const PlanRequest& request) {
   cohort::PlannerOptions options;
-  options.memory_budget_bytes = request.memory_budget_mb * 1024 * 1024;
+  options.memory_budget_bytes = request.settings.memory_budget_mb * 1024 * 1024;
   options.strategies.clear();
   if (request.strategy == "auto") {
     for (const auto& name : request.allowed) options.strategies.push_back(plan_strategy(name));
   } else {
     options.strategies.push_back(plan_strategy(request.strategy));
   }
-  if (!request.bucket_cap.automatic) options.bucket_caps_mb = {request.bucket_cap.mebibytes};
+  if (!request.settings.bucket_cap.automatic) {
+    options.bucket_caps_mb = {request.settings.bucket_cap.mebibytes};
+  }
   return options;
 }
 
 }  // namespace
 
-void add_plan_options(CLI::App& app, BucketCap& bucket_cap, int64_t& memory_budget_mb) {
+void add_plan_options(CLI::App& app, PlanSettings& settings) {
+  BucketCap& bucket_cap = settings.bucket_cap;
   app.add_option_function<std::string>(
          "--bucket-cap-mb",
          [&bucket_cap](const std::string& text) {
@@ -60,14 +64,17 @@ void add_plan_options(CLI::App& app, BucketCap& bucket_cap, int64_t& memory_budg
           },
           "MiB|auto"))
       ->default_str("25");
-  app.add_option("--memory-budget-mb", memory_budget_mb,
+  app.add_option("--memory-budget-mb", settings.memory_budget_mb,
                  "With --strategy auto: the most memory per rank the chosen configuration may "
                  "need, in MiB (0: no limit)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--plan-out", settings.plan_out,
+                 "Write this job's planner input here (rank 0), for cohort-plan");
 }
 
 bool wants_plan(const PlanRequest& request) {
-  return request.strategy == "auto" || request.bucket_cap.automatic;
+  return request.strategy == "auto" || request.settings.bucket_cap.automatic ||
+         request.settings.memory_budget_mb > 0 || !request.settings.plan_out.empty();
 }
 
 PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
@@ -78,6 +85,13 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
   auto compute = cohort::ComputeProfile::measure(*request.probe, request.probe_step);
   compute.agree(group);
   const auto machine = cohort::MachineSpec::of(group);
+  if (group.rank() == 0 && !request.settings.plan_out.empty()) {
+    std::ofstream out(request.settings.plan_out);
+    out << cohort::PlanInput{spec, compute}.to_json();
+    if (!out) {
+      throw cohort::InvalidArgument("--plan-out: cannot write " + request.settings.plan_out);
+    }
+  }
   const cohort::Plan plan = cohort::plan(spec, compute, machine, planner_options(request));
   PlanChoice choice;
   choice.strategy = cohort::plan_strategy_name(plan.chosen.config.strategy);

@@ -28,13 +28,19 @@ struct BucketCap {
   bool automatic = false;
 };
 
-// --bucket-cap-mb (a positive number or "auto") and --memory-budget-mb.
-void add_plan_options(CLI::App& app, BucketCap& bucket_cap, int64_t& memory_budget_mb);
+// What the examples' planner options hold.
+struct PlanSettings {
+  BucketCap bucket_cap;          // --bucket-cap-mb: MiB, or auto
+  int64_t memory_budget_mb = 0;  // --memory-budget-mb: the planner's limit; 0: none
+  std::string plan_out;          // --plan-out: where rank 0 writes the job's plan input
+};
+
+// --bucket-cap-mb (a positive number or "auto"), --memory-budget-mb and --plan-out.
+void add_plan_options(CLI::App& app, PlanSettings& settings);
 
 struct PlanRequest {
   std::string strategy;  // the --strategy given: "auto" or a name of kStrategyNames
-  BucketCap bucket_cap;
-  int64_t memory_budget_mb = 0;  // 0: no cap
+  PlanSettings settings;
   // Strategies the run's other options allow (hooks, local SGD and DiLoCo need ddp; master
   // weights rule out ZeRO).
   std::vector<std::string> allowed;
@@ -52,7 +58,8 @@ struct PlanChoice {
   cohort::Prediction prediction;
 };
 
-// Whether the request leaves anything to the planner.
+// Whether the request leaves anything to the planner, checks a budget, or asks for the planner's
+// input (--plan-out).
 bool wants_plan(const PlanRequest& request);
 
 // Collective over `group`: measures the probe (every rank; the slowest counts), plans, logs the

@@ -42,7 +42,7 @@ ElasticRunSettings elastic_run_settings(const TrainOptions& o) {
   run.log_every = o.log_every;
   run.global_batch = o.batch_size;
   run.seed = o.seed;
-  run.bucket_cap_mb = o.bucket_cap.mebibytes;
+  run.bucket_cap_mb = o.plan.bucket_cap.mebibytes;
   run.metrics = o.metrics;
   run.checkpoint = o.checkpoint;
   run.checkpoint_every = o.checkpoint_every;

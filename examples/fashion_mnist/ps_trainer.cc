@@ -46,7 +46,8 @@ void refuse_what_does_not_apply(const TrainOptions& o) {
     }
   };
   refuse(o.strategy != "ddp", "--strategy " + o.strategy);
-  refuse(o.bucket_cap.automatic, "--bucket-cap-mb auto");
+  refuse(o.plan.bucket_cap.automatic || o.plan.memory_budget_mb > 0 || !o.plan.plan_out.empty(),
+         "--bucket-cap-mb auto, --memory-budget-mb and --plan-out");
   refuse(o.precision != "fp32" || o.master_weights, "--precision/--master-weights");
   refuse(o.sync_bn, "--sync-bn");
   refuse(!o.comm_hook.name.empty() && o.comm_hook.name != "allreduce", "--comm-hook");

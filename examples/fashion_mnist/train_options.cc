@@ -75,7 +75,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember(kLrScheduleNames))
       ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the weights, the shuffle and dropout");
-  cohort_examples::add_plan_options(app, o.bucket_cap, o.memory_budget_mb);
+  cohort_examples::add_plan_options(app, o.plan);
   cohort_examples::add_comm_hook_options(app, o.comm_hook);
   cohort_examples::add_local_sgd_options(app, o.local_sgd);
   cohort_examples::add_diloco_options(app, o.diloco);

@@ -55,8 +55,7 @@ struct TrainOptions {
   std::string lr_schedule = "constant";
   static constexpr double kPolyPower = 2.0;
   uint64_t seed = 42;
-  cohort_examples::BucketCap bucket_cap;  // --bucket-cap-mb: MiB, or auto (docs/planner.md)
-  int64_t memory_budget_mb = 0;           // --memory-budget-mb: the planner's limit; 0: none
+  cohort_examples::PlanSettings plan;  // --bucket-cap-mb, --memory-budget-mb, --plan-out
   // How DDP reduces gradients (--comm-hook and its knobs; docs/compression.md).
   cohort_examples::CommHookSettings comm_hook;
   // Local SGD (docs/compression.md): period > 0: each rank steps on its own and the models are

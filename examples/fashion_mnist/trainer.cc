@@ -98,7 +98,7 @@ int64_t per_rank_batch(const TrainOptions& options, const cohort::Group& group) 
 cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
                                                   std::shared_ptr<cohort::Timeline> timeline) {
   cohort_examples::StrategyOptions o;
-  o.bucket_cap_mb = options.bucket_cap.mebibytes;
+  o.bucket_cap_mb = options.plan.bucket_cap.mebibytes;
   o.timeline = std::move(timeline);
   o.background_checkpoints = !options.sync_checkpoint;
   o.fsdp_min_unit_parameters = TrainOptions::kFsdpMinUnitParameters;
@@ -176,8 +176,7 @@ std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
     const cohort_examples::StrategyOptions& wrapping, const FashionMnist& train_set) {
   cohort_examples::PlanRequest request;
   request.strategy = options_.strategy;
-  request.bucket_cap = options_.bucket_cap;
-  request.memory_budget_mb = options_.memory_budget_mb;
+  request.settings = options_.plan;
   if (!cohort_examples::wants_plan(request)) return std::nullopt;
   request.allowed = cohort_examples::strategies_allowed(wrapping);
   request.optimizer_state_per_element =

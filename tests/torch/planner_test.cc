@@ -237,5 +237,39 @@ TEST(PlannerInputs, MeasuredProfileSeesBackwardInReverse) {
   EXPECT_LT(p.gradient_ready[5], p.gradient_ready[0]);
 }
 
+TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {
+  PlanInput job{four_mebibytes(), profile(10, 40, 5)};
+  job.compute.gradient_ready = {1.0, 0.75, 0.5, 0.25};
+  job.compute.activation_bytes = 12345;
+  const PlanInput back = PlanInput::from_json(job.to_json(), "job.json");
+  ASSERT_EQ(back.model.parameters.size(), 4u);
+  EXPECT_EQ(back.model.parameters[3].name, "p3");
+  EXPECT_EQ(back.model.parameters[3].unit, 3);
+  EXPECT_EQ(back.model.units, job.model.units);
+  EXPECT_EQ(back.compute.gradient_ready, job.compute.gradient_ready);
+  EXPECT_EQ(back.compute.activation_bytes, 12345);
+  EXPECT_NEAR(back.compute.backward_s, 0.040, 1e-12);
+  const auto machine = slow_loopback(2);
+  EXPECT_EQ(predict(back.model, back.compute, machine, ddp(1)).step_s,
+            predict(job.model, job.compute, machine, ddp(1)).step_s);
+  auto refused = [](const std::string& text, const std::string& words) {
+    try {
+      PlanInput::from_json(text, "job.json");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused("{", "job.json: not a plan input (invalid JSON");
+  refused(R"({"version": 2})", "not a version 1 plan input");
+  std::string no_compute = job.to_json();
+  no_compute.replace(no_compute.find("\"compute\""), 9, "\"computed\"");
+  refused(no_compute, "job.json: the plan input has no 'compute'");
+  std::string bad_unit = job.to_json();
+  bad_unit.replace(bad_unit.find("\"unit\": 3"), 9, "\"unit\": 9");
+  refused(bad_unit,
+          "parameter 'p3' has a negative size, no bytes per element or a unit out of range");
+}
+
 }  // namespace
 }  // namespace cohort

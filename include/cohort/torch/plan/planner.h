@@ -127,6 +127,16 @@ struct Plan {
   std::string table(size_t rows = 20) const;
 };
 
+// What the planner needs of a job besides the machine, as a file: so that a job for a cluster can
+// be planned on one node (cohort-plan, docs/planner.md "Planning a cluster job").
+struct PlanInput {
+  ModelSpec model;
+  ComputeProfile compute;
+  std::string to_json() const;
+  // Throws InvalidArgument naming `origin` and the field that is missing or wrong.
+  static PlanInput from_json(const std::string& text, const std::string& origin);
+};
+
 // Predicts one configuration. Throws InvalidArgument for a strategy the machine cannot run
 // (kHybridShard needs several nodes of equal size) or an empty model.
 Prediction predict(const ModelSpec& model, const ComputeProfile& compute,
