@@ -371,6 +371,34 @@ TEST(FashionMnistExamplePlanner, AutoTrainsAsTheConfigurationItChose) {
       << out;
 }
 
+#ifdef COHORT_PLAN
+// Planning a cluster job from one node: the example writes its plan input (--plan-out) at 2
+// ranks here; cohort-plan predicts it on 4 nodes x 8 ranks, within a memory budget, and names
+// what is wrong with a budget nothing fits.
+TEST(FashionMnistExamplePlanner, CohortPlanPlansAClusterJobFromTheExamplesInput) {
+  const std::string dir = testing::fresh_temp_dir("fmnist_plan_out");
+  const ExampleRun run =
+      run_plain("fmnist_plan_out", "--model cnn --plan-out " + dir + "/job.json");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.output.find("[0] plan: ddp, 25 MiB buckets"), std::string::npos)
+      << run.result.output;  // the configuration given, predicted
+  const auto planned = testing::run_shell(COHORT_PLAN " --input " + dir +
+                                              "/job.json --nodes 4 --ranks-per-node 8 "
+                                              "--memory-budget-mb 4000 --allow-bf16",
+                                          {}, kDeadline);
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  EXPECT_NE(planned.output.find("32 ranks (4 node(s) x 8)"), std::string::npos) << planned.output;
+  EXPECT_NE(planned.output.find("<- chosen"), std::string::npos) << planned.output;
+  EXPECT_NE(planned.output.find("hybrid_shard"), std::string::npos) << planned.output;
+  const auto too_small = testing::run_shell(
+      COHORT_PLAN " --input " + dir + "/job.json --nodes 2 --memory-budget-mb 1", {}, kDeadline);
+  EXPECT_EQ(too_small.exit_code, 2) << too_small.output;
+  EXPECT_NE(too_small.output.find("no configuration fits the memory budget of 1.0 MiB"),
+            std::string::npos)
+      << too_small.output;
+}
+#endif
+
 // bfloat16 autocast (docs/amp.md) trains and evaluates the CNN; its checkpoint (float32
 // parameters: autocast changes only the compute) resumes in float32.
 TEST(FashionMnistExamplePrecision, Bf16TrainsAndFloat32ResumesItsCheckpoint) {
