@@ -191,6 +191,35 @@ TEST(DdpBehaviour, IterationStatsAndTimelineDescribeEveryBucket) {
   EXPECT_EQ(waits, 1u);
 }
 
+// DistributedDataParallel::rebucket (the planner's online correction): the next backward
+// rebuilds the buckets with the new cap, and its gradients come out whole (equal to those of the
+// same backward again, the parameters unchanged).
+TEST(DdpBehaviour, RebucketRebuildsAtTheEndOfTheNextBackwardAndLosesNoGradient) {
+  run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
+    auto net = layers({10, 64, 64, 4});
+    DdpOptions options;
+    options.first_bucket_cap_mb = 1e-6;  // every bucket by the cap below
+    DistributedDataParallel ddp(net, group, options);
+    const auto inputs = torch::full({3, 10}, static_cast<float>(rank + 1));
+    auto backward = [&] {
+      for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
+      net->forward(inputs).sum().backward();
+      std::vector<torch::Tensor> grads;
+      for (auto& p : net->parameters()) grads.push_back(p.grad().clone());
+      return grads;
+    };
+    backward();  // the first rebuild
+    EXPECT_EQ(ddp.bucket_parameter_names().size(), 2u);  // 16 B, then 25 MiB for the rest
+    ddp.rebucket(1e-6);                                  // one parameter per bucket
+    const auto rebuilt = backward();
+    EXPECT_EQ(ddp.bucket_parameter_names().size(), 6u);
+    const auto again = backward();
+    EXPECT_EQ(ddp.last_iteration_stats().buckets.size(), 6u);
+    for (size_t i = 0; i < again.size(); ++i) EXPECT_TRUE(torch::equal(rebuilt[i], again[i])) << i;
+    EXPECT_THROW(ddp.rebucket(0), InvalidArgument);
+  });
+}
+
 // Note [Registered buckets]: on ranks that share a host, the buckets are registered memory
 // (reduced in place) unless the option turns it off; the parity tests check the numbers.
 TEST(DdpBehaviour, BucketsAreSharedMemoryOnOneHostUnlessTurnedOff) {

@@ -271,5 +271,32 @@ TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {
           "parameter 'p3' has a negative size, no bytes per element or a unit out of range");
 }
 
+// Online correction: a run whose compute took twice the profile's and whose reductions took
+// 1.5x the prediction refits both, and the refit predicts what was measured.
+TEST(PlannerRefit, ScalesComputeAndLinksByWhatWasMeasured) {
+  const ModelSpec model = four_mebibytes();
+  const ComputeProfile compute = profile(10, 40, 5);
+  const MachineSpec machine = slow_loopback(2);
+  const Prediction predicted = predict(model, compute, machine, ddp(1));
+  ASSERT_EQ(predicted.reduction_s.size(), 4u);  // one per bucket
+  EXPECT_NEAR(predicted.reduction_s[0] * 1e3, kAllreduceMs, 1e-9);
+  StepMeasurement measured;
+  measured.compute_s = 2 * predicted.compute_s;
+  for (double s : predicted.reduction_s) measured.reduction_s.push_back(1.5 * s);
+  const Refit r = refit(compute, machine, predicted, measured);
+  EXPECT_NEAR(r.compute_ratio, 2, 1e-12);
+  EXPECT_NEAR(r.link_ratio, 1.5, 1e-12);
+  EXPECT_TRUE(r.off);
+  const Prediction again = predict(model, r.compute, r.machine, ddp(1));
+  EXPECT_NEAR(again.compute_s, measured.compute_s, 1e-12);
+  for (size_t i = 0; i < again.reduction_s.size(); ++i) {
+    EXPECT_NEAR(again.reduction_s[i], measured.reduction_s[i], 1e-12);
+  }
+  // Within the threshold: nothing to plan again.
+  measured.compute_s = 1.1 * predicted.compute_s;
+  measured.reduction_s = predicted.reduction_s;
+  EXPECT_FALSE(refit(compute, machine, predicted, measured).off);
+}
+
 }  // namespace
 }  // namespace cohort

@@ -245,6 +245,12 @@ const IterationStats& DistributedDataParallel::last_iteration_stats() const {
   return impl_->reducer_->last_iteration_stats();
 }
 
+void DistributedDataParallel::rebucket(double bucket_cap_mb) {
+  COHORT_CHECK(bucket_cap_mb > 0, "DistributedDataParallel::rebucket: the cap must be positive, got ",
+               bucket_cap_mb);
+  impl_->reducer_->rebucket(bucket_cap_mb);
+}
+
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {
   return impl_->reducer_->bucket_parameter_names();
 }

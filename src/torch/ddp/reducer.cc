@@ -590,6 +590,13 @@ void Reducer::forget_globally_unused_gradients() {
   }
 }
 
+void Reducer::rebucket(double bucket_cap_mb) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  options_.bucket_cap_mb = bucket_cap_mb;
+  ready_order_.clear();
+  rebuilt_ = false;
+}
+
 // Note [Collective order]: the measured order comes from the authority rank so that every
 // rank builds the same buckets.
 void Reducer::rebuild_buckets_from_ready_order() {
@@ -609,7 +616,7 @@ void Reducer::rebuild_buckets_from_ready_order() {
   from_authority.root = authority_;
   group_->broadcast(make_buffer(order), from_authority);
   build_buckets(std::vector<size_t>(order.begin(), order.end()));
-  log_buckets("rebuilt in the order gradients became ready in the first backward");
+  log_buckets("rebuilt in the order gradients became ready in the last backward");
 }
 
 // COHORT_LOG_LEVEL=info: the group's rank 0 says how gradients are bucketed (every rank has

@@ -136,6 +136,9 @@ class Reducer {
 
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
   const IterationStats& last_iteration_stats() const { return stats_; }
+  // The next synchronized backward records the ready order, and its end rebuilds the buckets
+  // with this cap (DistributedDataParallel::rebucket).
+  void rebucket(double bucket_cap_mb);
   std::vector<BucketLayout> layout() const;
   const std::vector<Parameter>& parameters() const { return parameters_; }
   // Bytes of the parameters' .grad that are not views into a bucket (Note [Gradient memory]).

@@ -2,6 +2,7 @@
 #include "cohort/torch/plan/planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -47,7 +48,30 @@ Prediction predict(const ModelSpec& model, const ComputeProfile& compute,
   p.shm_bytes = t.shm_bytes;
   p.network_bytes = t.network_bytes;
   p.peak_memory_bytes = detail::predict_peak_memory(model, compute, machine, config);
+  p.reduction_s = t.reduction_s;
   return p;
+}
+
+Refit refit(const ComputeProfile& compute, const MachineSpec& machine, const Prediction& predicted,
+            const StepMeasurement& measured, double threshold) {
+  Refit r{compute, machine, 1, 1, false};
+  if (predicted.compute_s > 0 && measured.compute_s > 0) {
+    r.compute_ratio = measured.compute_s / predicted.compute_s;
+  }
+  double predicted_s = 0, measured_s = 0;
+  for (double s : predicted.reduction_s) predicted_s += s;
+  for (double s : measured.reduction_s) measured_s += s;
+  if (predicted_s > 0 && measured_s > 0) r.link_ratio = measured_s / predicted_s;
+  r.compute.forward_s *= r.compute_ratio;
+  r.compute.backward_s *= r.compute_ratio;
+  r.compute.optimizer_s *= r.compute_ratio;
+  for (LinkCost* link : {&r.machine.links.tcp, &r.machine.links.shm}) {
+    link->alpha_s *= r.link_ratio;
+    link->beta_s_per_byte *= r.link_ratio;
+  }
+  r.machine.links.gamma_s_per_byte *= r.link_ratio;
+  r.off = std::abs(r.compute_ratio - 1) > threshold || std::abs(r.link_ratio - 1) > threshold;
+  return r;
 }
 
 Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSpec& machine,

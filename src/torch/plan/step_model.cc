@@ -102,12 +102,14 @@ StepTimes bucketed_step(const ModelSpec& model, const ComputeProfile& compute,
       last = std::max(last, ready[i]);
     }
     const double at = compute.forward_s + last * compute.backward_s;
+    const double seconds =
+        collective_s(zero ? CollectiveKind::kReduceScatter : CollectiveKind::kAllreduce, bytes,
+                     shape, machine.links);
+    lines.communicate(at, seconds);
+    t.reduction_s.push_back(seconds);
     if (zero) {
-      lines.communicate(at,
-                        collective_s(CollectiveKind::kReduceScatter, bytes, shape, machine.links));
       count_gather_or_scatter(t, bytes, shape);
     } else {
-      lines.communicate(at, collective_s(CollectiveKind::kAllreduce, bytes, shape, machine.links));
       count_allreduce(t, bytes, shape, machine.links);
     }
   }
@@ -202,8 +204,10 @@ StepTimes sharded_step(const ModelSpec& model, const ComputeProfile& compute,
     const double start = std::max(lines.compute_free(), regathered[u]);
     if (u > 0 && regather && !units.root[u - 1]) regathered[u - 1] = gather(u - 1, start);
     const double end = lines.compute(start, compute.backward_s * units.share[u]);
-    double reduced = lines.communicate(
-        end, collective_s(CollectiveKind::kReduceScatter, units.wire[u], shard, machine.links));
+    const double scatter_s =
+        collective_s(CollectiveKind::kReduceScatter, units.wire[u], shard, machine.links);
+    double reduced = lines.communicate(end, scatter_s);
+    t.reduction_s.push_back(scatter_s);
     count_gather_or_scatter(t, units.wire[u], shard);
     if (hybrid) {
       const GroupShape across = across_nodes_shape(machine.shape);

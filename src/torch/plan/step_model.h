@@ -31,6 +31,7 @@ struct StepTimes {
   double exposed_s = 0;
   int64_t shm_bytes = 0;
   int64_t network_bytes = 0;
+  std::vector<double> reduction_s;  // each gradient reduction's time, in order
 };
 
 // DDP's and ZeRO's buckets as the reducer cuts them after its first iteration (in the order

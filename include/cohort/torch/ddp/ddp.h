@@ -186,6 +186,11 @@ class DistributedDataParallel {
   // After a synchronized backward: its communication figures (above). Not thread-safe
   // against a backward that is running.
   const IterationStats& last_iteration_stats() const;
+  // Buckets of `bucket_cap_mb` MiB from the next synchronized backward: the reducer rebuilds
+  // them at its end, in the order the gradients became ready, as it does after the first (the
+  // planner's online correction, docs/planner.md). Every rank calls it before the same
+  // iteration (the rebuild is collective). InvalidArgument for a cap that is not positive.
+  void rebucket(double bucket_cap_mb);
 
   // What this rank holds now (as ZeroDataParallel::memory() and FullyShardedDataParallel's);
   // optimizer: the one that steps this model, for its state.

@@ -108,6 +108,9 @@ struct Prediction {
   int64_t shm_bytes = 0;          // sent through shared memory (one node)
   int64_t network_bytes = 0;      // sent over TCP (between nodes, or loopback without shm)
   bool fits = true;               // within PlannerOptions::memory_budget_bytes
+  // Each gradient reduction's time (DDP's and ZeRO's buckets, FSDP's units), in the order they
+  // run: what DDP's IterationStats measure per bucket (BucketStats::comm_ms).
+  std::vector<double> reduction_s;
 };
 
 struct PlannerOptions {
@@ -136,6 +139,25 @@ struct PlanInput {
   // Throws InvalidArgument naming `origin` and the field that is missing or wrong.
   static PlanInput from_json(const std::string& text, const std::string& origin);
 };
+
+// What a run measured in its first steps (online correction, docs/planner.md).
+struct StepMeasurement {
+  double compute_s = 0;             // a step without loading data or exposed communication
+  std::vector<double> reduction_s;  // per bucket or unit, as Prediction::reduction_s
+};
+
+// The model corrected by a measurement: the compute profile scaled by measured / predicted
+// compute, the links' costs by measured / predicted reduction time (summed), and whether either
+// is off by more than `threshold` (then plan again with these).
+struct Refit {
+  ComputeProfile compute;
+  MachineSpec machine;
+  double compute_ratio = 1;
+  double link_ratio = 1;
+  bool off = false;
+};
+Refit refit(const ComputeProfile& compute, const MachineSpec& machine, const Prediction& predicted,
+            const StepMeasurement& measured, double threshold = 0.25);
 
 // Predicts one configuration. Throws InvalidArgument for a strategy the machine cannot run
 // (kHybridShard needs several nodes of equal size) or an empty model.
