@@ -7,6 +7,8 @@
 
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
+#include "cohort/torch/tensor_buffer.h"
+#include "strategy.h"
 
 namespace cohort_examples {
 namespace {
@@ -96,7 +98,10 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
   PlanChoice choice;
   choice.strategy = cohort::plan_strategy_name(plan.chosen.config.strategy);
   choice.bucket_cap_mb = plan.chosen.config.bucket_cap_mb;
-  choice.prediction = plan.chosen;
+  choice.prediction = choice.first_prediction = plan.chosen;
+  choice.input = {spec, compute};
+  choice.machine = machine;
+  choice.options = planner_options(request);
   if (group.rank() == 0) {
     COHORT_LOG(kInfo, "plan: compute forward ", compute.forward_s * 1e3, " ms, backward ",
                compute.backward_s * 1e3, " ms, optimizer ", compute.optimizer_s * 1e3,
@@ -113,6 +118,73 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
   return choice;
 }
 
+namespace {
+
+constexpr int64_t kFirstMeasuredStep = 2;  // the first builds buckets and optimizer state
+constexpr int64_t kCorrectionStep = 4;
+constexpr double kOffBy = 0.25;
+
+// The median over the steps measured of the compute and of the reductions' total, the slowest
+// rank's (every rank refits alike).
+cohort::StepMeasurement agreed_measurement(cohort::Group& group,
+                                           const std::vector<cohort::StepMeasurement>& steps) {
+  std::vector<double> compute, reductions;
+  for (const auto& s : steps) {
+    compute.push_back(s.compute_s);
+    double total = 0;
+    for (double r : s.reduction_s) total += r;
+    reductions.push_back(total);
+  }
+  auto figures =
+      torch::tensor({quantile(compute, 0.5), quantile(reductions, 0.5)}, torch::kFloat64);
+  cohort::CollectiveOptions max;
+  max.op = cohort::ReduceOp::kMax;
+  group.allreduce(cohort::tensor_buffer(figures), max);
+  cohort::StepMeasurement agreed;
+  agreed.compute_s = figures[0].item<double>();
+  agreed.reduction_s = {figures[1].item<double>()};
+  return agreed;
+}
+
+}  // namespace
+
+void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& record,
+                  const std::vector<double>& reduction_ms, Strategy& strategy) {
+  if (choice.corrected || record.step < kFirstMeasuredStep) return;
+  cohort::StepMeasurement step;
+  step.compute_s = (record.step_ms - record.data_ms - record.exposed_comm_ms) * 1e-3;
+  for (double ms : reduction_ms) step.reduction_s.push_back(ms * 1e-3);
+  choice.measured.push_back(step);
+  if (record.step < kCorrectionStep) return;
+  choice.corrected = true;
+  const cohort::StepMeasurement measured = agreed_measurement(group, choice.measured);
+  const cohort::Refit r =
+      cohort::refit(choice.input.compute, choice.machine, choice.prediction, measured, kOffBy);
+  COHORT_LOG(kInfo, "plan: after step ", record.step, " compute took ", r.compute_ratio * 100,
+             "% and the gradient reductions ", r.link_ratio * 100, "% of the prediction");
+  if (!r.off) return;
+  cohort::PlannerOptions options = choice.options;
+  options.strategies = {choice.prediction.config.strategy};  // a run keeps its strategy
+  options.memory_budget_bytes = 0;                           // the memory is what it is by now
+  const cohort::Plan again = cohort::plan(choice.input.model, r.compute, r.machine, options);
+  const double cap = again.chosen.config.bucket_cap_mb;
+  const bool rebuilt = cap != choice.bucket_cap_mb && strategy.rebucket(cap);
+  cohort::PlanConfig config = choice.prediction.config;
+  if (rebuilt) config.bucket_cap_mb = choice.bucket_cap_mb = cap;
+  choice.prediction = cohort::predict(choice.input.model, r.compute, r.machine, config);
+  if (group.rank() == 0) {
+    const std::string what = rebuilt
+                                 ? "buckets of " + std::to_string(cap) + " MiB from the next step"
+                                 : std::string("the configuration stays");
+    std::printf(
+        "plan: after step %lld the model was off (compute %.0f%%, gradient reductions "
+        "%.0f%% of the prediction): refitted; %s (predicted step %.1f ms)\n",
+        static_cast<long long>(record.step), r.compute_ratio * 100, r.link_ratio * 100,
+        what.c_str(), choice.prediction.step_s * 1e3);
+    std::fflush(stdout);
+  }
+}
+
 void log_plan_accuracy(const PlanChoice& choice, const std::vector<StepRecord>& steps,
                        int64_t epoch) {
   std::vector<double> step_ms;
@@ -122,9 +194,12 @@ void log_plan_accuracy(const PlanChoice& choice, const std::vector<StepRecord>& 
   if (step_ms.empty()) return;
   const double measured_step_ms = quantile(step_ms, 0.5);
   const double predicted = choice.prediction.step_s * 1e3;
+  const double first = choice.first_prediction.step_s * 1e3;
   COHORT_LOG(kInfo, "plan: epoch ", epoch, ": measured median step ", measured_step_ms,
              " ms against ", predicted, " ms predicted for ", choice.prediction.config.describe(),
-             " (", predicted > 0 ? (measured_step_ms / predicted - 1) * 100 : 0, "%)");
+             " (", predicted > 0 ? (measured_step_ms / predicted - 1) * 100 : 0,
+             "%); before the online correction ", first, " ms (",
+             first > 0 ? (measured_step_ms / first - 1) * 100 : 0, "%)");
 }
 
 int64_t optimizer_state_per_element(const std::string& optimizer, double momentum) {

@@ -56,6 +56,13 @@ struct PlanChoice {
   std::string strategy;
   double bucket_cap_mb = 25.0;
   cohort::Prediction prediction;
+  // What it was chosen from, for the online correction.
+  cohort::PlanInput input;
+  cohort::MachineSpec machine;
+  cohort::PlannerOptions options;
+  cohort::Prediction first_prediction;            // before the online correction
+  std::vector<cohort::StepMeasurement> measured;  // steps 2 to 4
+  bool corrected = false;
 };
 
 // Whether the request leaves anything to the planner, checks a budget, or asks for the planner's
@@ -67,6 +74,15 @@ bool wants_plan(const PlanRequest& request);
 // cohort::InvalidArgument when nothing fits the budget.
 PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
                                 const PlanRequest& request);
+
+class Strategy;
+
+// The online correction (docs/planner.md): measures steps 2 to 4 (the first builds buckets and
+// optimizer state), then at step 4 refits the model and, where it was off by more than 25%,
+// plans again among the buckets of the chosen strategy and rebuilds them if another size wins.
+// Collective at step 4 (every rank calls it after every step).
+void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& record,
+                  const std::vector<double>& reduction_ms, Strategy& strategy);
 
 // At COHORT_LOG_LEVEL=info: the epoch's median step (without loading data; the first step of the
 // run, which builds buckets and optimizer state, left out) against the prediction.

@@ -21,6 +21,7 @@ StepCommunication communication_of(const cohort::IterationStats& stats) {
   out.exposed_ms = stats.exposed_comm_ms;
   for (const cohort::BucketStats& b : stats.buckets) {
     out.bucket_latency_ms.push_back(b.latency_ms);
+    out.bucket_comm_ms.push_back(b.comm_ms);
     out.reduced_bytes += static_cast<int64_t>(b.reduced_bytes);
   }
   return out;
@@ -149,6 +150,11 @@ class DdpStrategy : public Strategy {
       diloco_sent_ = diloco_->sent_bytes() - sent_before;
     }
     return stepped;
+  }
+
+  bool rebucket(double bucket_cap_mb) override {
+    ddp_.rebucket(bucket_cap_mb);
+    return true;
   }
 
   StepCommunication last_step_communication() const override {

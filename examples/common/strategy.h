@@ -63,6 +63,7 @@ struct StrategyOptions {
 struct StepCommunication {
   double exposed_ms = 0;                  // the time backward waited for it
   std::vector<double> bucket_latency_ms;  // per bucket (FSDP: per unit), in reduction order
+  std::vector<double> bucket_comm_ms;     // the same reductions' time on the wire
   int64_t reduced_bytes = 0;              // what the buckets' reductions took in, summed
 };
 
@@ -87,6 +88,9 @@ class Strategy {
   // and whatever must follow it before the next forward. Returns whether it stepped.
   virtual bool step(torch::optim::Optimizer& optimizer, cohort::amp::GradScaler& scaler) = 0;
   virtual StepCommunication last_step_communication() const = 0;
+  // Buckets of this cap from the next step (DDP: DistributedDataParallel::rebucket; the
+  // planner's online correction). Returns false where the strategy cannot change them.
+  virtual bool rebucket(double /*bucket_cap_mb*/) { return false; }
   // At the end of an epoch, before evaluation and the checkpoint: makes the replicas equal
   // where they may differ (local SGD averages them now; DiLoCo synchronizes every fragment), an
   // update like step(), so it first waits for a background checkpoint still reading the

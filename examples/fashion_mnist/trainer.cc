@@ -262,6 +262,11 @@ std::vector<StepRecord> Trainer::train_epoch() {
   for (auto it = loader_->begin(); it != loader_->end() && !out_of_steps();) {
     const double data_ms = ms_since(fetch);
     records.push_back(train_step(*it, data_ms));
+    if (plan_) {
+      cohort_examples::correct_plan(*group_, *plan_, records.back(),
+                                    strategy_->last_step_communication().bucket_comm_ms,
+                                    *strategy_);
+    }
     if (cohort_examples::checkpoint_due(options_.checkpoint_every, state_.step)) {
       strategy_->save(options_.checkpoint, state_, *sampler_, /*epoch_finished=*/false);
     }
