@@ -157,7 +157,12 @@ void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& re
   choice.measured.push_back(step);
   if (record.step < kCorrectionStep) return;
   choice.corrected = true;
-  const cohort::StepMeasurement measured = agreed_measurement(group, choice.measured);
+  cohort::StepMeasurement measured = agreed_measurement(group, choice.measured);
+  // The reductions of ZeRO and FSDP run beside compute for the same cores here and measure
+  // slower than their links, while their all-gathers, which wait on the step, do not: scaling the
+  // links by them overshoots. Only DDP's, whose buckets are what a correction changes, refit the
+  // links.
+  if (choice.prediction.config.strategy != cohort::PlanStrategy::kDdp) measured.reduction_s.clear();
   const cohort::Refit r =
       cohort::refit(choice.input.compute, choice.machine, choice.prediction, measured, kOffBy);
   COHORT_LOG(kInfo, "plan: after step ", record.step, " compute took ", r.compute_ratio * 100,

@@ -78,8 +78,9 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
 class Strategy;
 
 // The online correction (docs/planner.md): measures steps 2 to 4 (the first builds buckets and
-// optimizer state), then at step 4 refits the model and, where it was off by more than 25%,
-// plans again among the buckets of the chosen strategy and rebuilds them if another size wins.
+// optimizer state), then at step 4 refits the model (the compute; under DDP the links too, from
+// the buckets' reductions) and, where it was off by more than 25%, plans again among the buckets
+// of the chosen strategy and rebuilds them if another size wins.
 // Collective at step 4 (every rank calls it after every step).
 void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& record,
                   const std::vector<double>& reduction_ms, Strategy& strategy);

@@ -12,6 +12,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr int kWarmUpSteps = 3;
+
 double seconds(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
@@ -68,7 +70,9 @@ ComputeProfile ComputeProfile::measure(torch::nn::Module& module, const std::fun
   }
   COHORT_CHECK(!parameters.empty(),
                "ComputeProfile::measure: the module has no trainable parameters");
-  time_step(parameters, step);  // warm-up: first-touch allocations, the optimizer's state
+  // Warm-up: first-touch allocations, the optimizer's state, and the allocator's thresholds,
+  // which settle over the first few steps (the first steps of a run are slower for it).
+  for (int warm = 0; warm < kWarmUpSteps; ++warm) time_step(parameters, step);
   std::vector<StepTiming> timings;
   for (int s = 0; s < steps; ++s) timings.push_back(time_step(parameters, step));
   ComputeProfile profile;
@@ -102,12 +106,16 @@ void ComputeProfile::agree(Group& group) {
   group.allreduce(tensor_buffer(lengths), max);
   COHORT_CHECK(lengths[0].item<int64_t>() == -lengths[1].item<int64_t>(),
                "ComputeProfile::agree: the ranks measured models of different parameter counts");
-  group.allreduce(tensor_buffer(tensor), max);
+  const auto activations = torch::tensor({activation_bytes}, torch::kInt64);
+  group.allreduce(tensor_buffer(activations), max);
+  CollectiveOptions mean;
+  mean.op = ReduceOp::kAvg;
+  group.allreduce(tensor_buffer(tensor), mean);
   const double* v = tensor.data_ptr<double>();
   forward_s = v[0];
   backward_s = v[1];
   optimizer_s = v[2];
-  activation_bytes = static_cast<int64_t>(v[3]);
+  activation_bytes = activations.item<int64_t>();
   gradient_ready.assign(v + 4, v + values.size());
 }
 

@@ -66,13 +66,13 @@ struct ComputeProfile {
   int64_t activation_bytes = 0;
 
   // Runs `step` (zero_grad, forward, backward, optimizer step: one training step at this rank's
-  // batch) `steps` + 1 times, the first a warm-up, and returns the medians; the forward and
+  // batch) `steps` + 3 times, the first three a warm-up, and returns the medians; the forward and
   // backward times are told apart by the first gradient hook that fires, and each parameter's
   // ready time by its hook. Not collective: agree() makes every rank's the same.
   static ComputeProfile measure(torch::nn::Module& module, const std::function<void()>& step,
-                                int steps = 3);
-  // The slowest rank's times (and the latest ready fractions) on every rank of `group`, so that
-  // every rank plans the same. Collective.
+                                int steps = 5);
+  // The ranks' mean times and ready fractions (the largest activations) on every rank of
+  // `group`, so that every rank plans the same. Collective.
   void agree(Group& group);
 };
 

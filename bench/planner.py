@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""How right the planner is (docs/planner.md, "Measured"): predicted against measured step time
+and peak memory for every strategy, and the planner's own pick against the best of them.
+
+For each example (fashion_mnist's CNN, char_lm's default model) and each rank count, runs the
+example once per strategy with --plan-out (which makes it plan the configuration given, print
+the prediction and, at COHORT_LOG_LEVEL=info, log the epoch's measured median step against it,
+before and after the online correction), then once with --strategy auto --bucket-cap-mb auto.
+Measured peak memory is rank 0's parameters (or shards) plus the most tensor memory its steps
+held above what training started with (the example's memory line); predicted is the plan's
+peak. Rounds are interleaved; medians are printed.
+
+Usage: bench/planner.py [--build build] [--ranks 2 4] [--steps 40] [--rounds 3]
+                        [--examples fashion_mnist char_lm] [--net RATE --ranks-per-host K]
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+STRATEGIES = ["ddp", "zero1", "zero2", "full_shard", "shard_grad_op"]
+EXAMPLE_ARGS = {
+    "fashion_mnist": ["--model", "cnn"],
+    "char_lm": ["--sample", "0"],
+}
+
+
+def launcher(build, ranks, cluster, ranks_per_host):
+    if cluster is None:
+        return [f"{build}/bin/cohortrun", "--nproc-per-node", str(ranks)]
+    return ["scripts/netns-cluster", "run", "--cluster", cluster, "--ranks-per-host",
+            str(ranks_per_host), "--timeout", "1800", "--"]
+
+
+def run(build, example, ranks, strategy, steps, cluster, ranks_per_host):
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o777)
+        extra = (["--strategy", "auto", "--bucket-cap-mb", "auto"] if strategy == "auto"
+                 else ["--strategy", strategy, "--plan-out", f"{tmp}/job.json"])
+        threads = [] if cluster is None else ["--threads", "1"]
+        command = [*launcher(build, ranks, cluster, ranks_per_host), f"{build}/bin/{example}",
+                   "--max-steps", str(steps), "--skip-eval", "--no-progress", "--checkpoint", "",
+                   *threads, *EXAMPLE_ARGS[example], *extra]
+        out = subprocess.run(command, capture_output=True, text=True, timeout=1800,
+                             env={**os.environ, "OMP_NUM_THREADS": "1",
+                                  "COHORT_LOG_LEVEL": "info"})
+    text = out.stdout + out.stderr
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed:\n{text}")
+    plan = re.search(r"\[0\] plan: (.*?) \(predicted step ([\d.]+) ms.*?peak ([\d.]+) MiB", text)
+    accuracy = re.search(r"plan: epoch 1: measured median step ([\d.]+) ms against ([\d.]+) ms "
+                         r"predicted.*?before the online correction ([\d.]+) ms", text)
+    memory = re.search(r"memory of rank 0: model state [\d.]+ MiB \(parameters ([\d.]+).*?"
+                       r"tensors of the steps ([\d.]+) MiB at peak", text)
+    if not (plan and accuracy and memory):
+        sys.exit(f"{' '.join(command)}: no plan, accuracy or memory line:\n{text}")
+    return {"config": plan.group(1), "measured": float(accuracy.group(1)),
+            "corrected": float(accuracy.group(2)), "predicted": float(accuracy.group(3)),
+            "peak_predicted": float(plan.group(3)),
+            "peak_measured": float(memory.group(1)) + float(memory.group(2))}
+
+
+def median_of(runs, key):
+    return statistics.median(r[key] for r in runs)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--ranks", nargs="+", type=int, default=[2, 4])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--examples", nargs="+", default=["fashion_mnist", "char_lm"])
+    parser.add_argument("--net", help="a link rate in tc units: run on a netns cluster of 2 hosts")
+    parser.add_argument("--ranks-per-host", type=int, default=2)
+    args = parser.parse_args()
+    cluster = None
+    if args.net:
+        cluster = f"cohort-planner-{os.getpid()}"
+        subprocess.run(["scripts/netns-cluster", "up", "--hosts", "2", "--name", cluster,
+                        "--rate", args.net], check=True, stdout=subprocess.DEVNULL)
+        args.ranks = [2 * args.ranks_per_host]
+    try:
+        for example in args.examples:
+            for ranks in args.ranks:
+                runs = {s: [] for s in STRATEGIES + ["auto"]}
+                for _ in range(args.rounds):
+                    for s in runs:
+                        runs[s].append(run(args.build, example, ranks, s, args.steps, cluster,
+                                           args.ranks_per_host))
+                where = (f"2 hosts x {args.ranks_per_host} at {args.net}" if cluster
+                         else f"{ranks} ranks, one host")
+                print(f"\n{example}, {where}, {args.steps} steps, medians of {args.rounds}")
+                print(f"{'configuration':42s} {'predicted':>9s} {'corrected':>9s} "
+                      f"{'measured':>9s} {'error':>7s} {'MiB pred.':>9s} {'MiB meas.':>9s} "
+                      f"{'error':>7s}")
+                for s, rs in runs.items():
+                    measured, predicted = median_of(rs, "measured"), median_of(rs, "predicted")
+                    peak_p, peak_m = median_of(rs, "peak_predicted"), median_of(rs, "peak_measured")
+                    name = rs[0]["config"] + (" (auto)" if s == "auto" else "")
+                    print(f"{name:42s} {predicted:9.1f} {median_of(rs, 'corrected'):9.1f} "
+                          f"{measured:9.1f} {(predicted / measured - 1) * 100:+6.1f}% "
+                          f"{peak_p:9.1f} {peak_m:9.1f} {(peak_p / peak_m - 1) * 100:+6.1f}%",
+                          flush=True)
+                best = min(STRATEGIES, key=lambda s: median_of(runs[s], "measured"))
+                auto = median_of(runs["auto"], "measured")
+                print(f"auto picked {runs['auto'][0]['config']}: {auto:.1f} ms; the best tried, "
+                      f"{best}: {median_of(runs[best], 'measured'):.1f} ms "
+                      f"({(auto / median_of(runs[best], 'measured') - 1) * 100:+.1f}%)")
+    finally:
+        if cluster:
+            subprocess.run(["scripts/netns-cluster", "down", "--name", cluster],
+                           stdout=subprocess.DEVNULL)
+
+
+if __name__ == "__main__":
+    main()
