@@ -6,9 +6,8 @@ For each example (fashion_mnist's CNN, char_lm's default model) and each rank co
 example once per strategy with --plan-out (which makes it plan the configuration given, print
 the prediction and, at COHORT_LOG_LEVEL=info, log the epoch's measured median step against it,
 before and after the online correction), then once with --strategy auto --bucket-cap-mb auto.
-Measured peak memory is rank 0's parameters (or shards) plus the most tensor memory its steps
-held above what training started with (the example's memory line); predicted is the plan's
-peak. Rounds are interleaved; medians are printed.
+Measured peak memory is the most tensor memory rank 0 held during the first epoch's steps
+beyond what it held before the model was made (the data sets); predicted is the plan's peak. Rounds are interleaved; medians are printed.
 
 Usage: bench/planner.py [--build build] [--ranks 2 4] [--steps 40] [--rounds 3]
                         [--examples fashion_mnist char_lm] [--net RATE --ranks-per-host K]
@@ -52,15 +51,13 @@ def run(build, example, ranks, strategy, steps, cluster, ranks_per_host):
         sys.exit(f"{' '.join(command)} failed:\n{text}")
     plan = re.search(r"\[0\] plan: (.*?) \(predicted step ([\d.]+) ms.*?peak ([\d.]+) MiB", text)
     accuracy = re.search(r"plan: epoch 1: measured median step ([\d.]+) ms against ([\d.]+) ms "
-                         r"predicted.*?before the online correction ([\d.]+) ms", text)
-    memory = re.search(r"memory of rank 0: model state [\d.]+ MiB \(parameters ([\d.]+).*?"
-                       r"tensors of the steps ([\d.]+) MiB at peak", text)
-    if not (plan and accuracy and memory):
+                         r"predicted.*?before the online correction ([\d.]+) ms.*?peak memory "
+                         r"([\d.]+) MiB", text)
+    if not (plan and accuracy):
         sys.exit(f"{' '.join(command)}: no plan, accuracy or memory line:\n{text}")
     return {"config": plan.group(1), "measured": float(accuracy.group(1)),
             "corrected": float(accuracy.group(2)), "predicted": float(accuracy.group(3)),
-            "peak_predicted": float(plan.group(3)),
-            "peak_measured": float(memory.group(1)) + float(memory.group(2))}
+            "peak_predicted": float(plan.group(3)), "peak_measured": float(accuracy.group(4))}
 
 
 def median_of(runs, key):

@@ -116,6 +116,7 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   cohort::track_cpu_tensor_memory();  // the peak tensors of the memory lines
   torch::set_num_threads(cohort_examples::threads_per_rank(options_.threads, *group_));
   torch::manual_seed(options_.seed);  // the same initial weights everywhere (DDP checks)
+  cohort_examples::mark_memory_before_model();
   model_ = Gpt(options_.model_config(data_.vocabulary.size()));
   if (options_.activation_checkpointing) checkpoint_blocks(*model_, rank0());
   cohort_examples::StrategyOptions wrapping = strategy_options(options_, timeline_);
@@ -345,7 +346,9 @@ double Trainer::evaluate() {
 void Trainer::report_epoch(const std::vector<StepRecord>& steps,
                            const std::optional<double>& validation) {
   const cohort_examples::EpochSummary s = cohort_examples::summarize(steps);
-  if (plan_ && rank0()) cohort_examples::log_plan_accuracy(*plan_, steps, state_.epoch + 1);
+  if (plan_ && rank0())
+    cohort_examples::log_plan_accuracy(*plan_, steps, state_.epoch + 1,
+                                       cohort_examples::training_peak_bytes());
   if (rank0()) {
     std::printf("epoch %lld/%lld: %lld steps, train loss %.4f", (long long)state_.epoch + 1,
                 (long long)options_.epochs, (long long)s.steps, s.mean_loss);

@@ -191,7 +191,7 @@ void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& re
 }
 
 void log_plan_accuracy(const PlanChoice& choice, const std::vector<StepRecord>& steps,
-                       int64_t epoch) {
+                       int64_t epoch, int64_t measured_peak_bytes) {
   std::vector<double> step_ms;
   for (const auto& s : steps) {
     if (s.step > 1) step_ms.push_back(s.step_ms - s.data_ms);
@@ -204,7 +204,10 @@ void log_plan_accuracy(const PlanChoice& choice, const std::vector<StepRecord>& 
              " ms against ", predicted, " ms predicted for ", choice.prediction.config.describe(),
              " (", predicted > 0 ? (measured_step_ms / predicted - 1) * 100 : 0,
              "%); before the online correction ", first, " ms (",
-             first > 0 ? (measured_step_ms / first - 1) * 100 : 0, "%)");
+             first > 0 ? (measured_step_ms / first - 1) * 100 : 0, "%); peak memory ",
+             static_cast<double>(measured_peak_bytes) / (1024.0 * 1024.0), " MiB against ",
+             static_cast<double>(choice.prediction.peak_memory_bytes) / (1024.0 * 1024.0),
+             " MiB predicted");
 }
 
 int64_t optimizer_state_per_element(const std::string& optimizer, double momentum) {

@@ -87,8 +87,9 @@ void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& re
 
 // At COHORT_LOG_LEVEL=info: the epoch's median step (without loading data; the first step of the
 // run, which builds buckets and optimizer state, left out) against the prediction.
+// And the peak memory measured (training_peak_bytes(), memory.h) against the prediction.
 void log_plan_accuracy(const PlanChoice& choice, const std::vector<StepRecord>& steps,
-                       int64_t epoch);
+                       int64_t epoch, int64_t measured_peak_bytes);
 
 // Optimizer state per parameter element of the examples' optimizers, by --optimizer name.
 int64_t optimizer_state_per_element(const std::string& optimizer, double momentum);

@@ -89,13 +89,15 @@ void CheckpointWriter::finish() {
   }
   if (group_->rank() != 0 || saves_ == 0) return;
   if (background_) {
-    std::printf("checkpoints: %lld written in the background in %.1f ms each; training spent "
-                "%.1f ms in the save calls and waited %.1f ms before its updates\n",
-                (long long)saves_, written_ms_ / saves_, save_ms_, waited_ms_);
+    std::printf(
+        "checkpoints: %lld written in the background in %.1f ms each; training spent "
+        "%.1f ms in the save calls and waited %.1f ms before its updates\n",
+        (long long)saves_, written_ms_ / saves_, save_ms_, waited_ms_);
   } else {
-    std::printf("checkpoints: %lld written synchronously; training spent %.1f ms in the save "
-                "calls\n",
-                (long long)saves_, save_ms_);
+    std::printf(
+        "checkpoints: %lld written synchronously; training spent %.1f ms in the save "
+        "calls\n",
+        (long long)saves_, save_ms_);
   }
 }
 

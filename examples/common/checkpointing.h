@@ -54,8 +54,8 @@ class CheckpointWriter {
   bool background_;
   std::unique_ptr<cohort::AsyncCheckpointer> async_;
   int64_t saves_ = 0;
-  int64_t counted_ = 0;  // AsyncSaveStats::number of the last save counted
-  double save_ms_ = 0;  // summed over the finished saves: the save calls
+  int64_t counted_ = 0;   // AsyncSaveStats::number of the last save counted
+  double save_ms_ = 0;    // summed over the finished saves: the save calls
   double waited_ms_ = 0;  // before_update()
   double written_ms_ = 0;
 };

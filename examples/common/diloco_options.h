@@ -18,8 +18,8 @@ struct DiLoCoSettings {
   int64_t inner_steps = 0;  // H; 0: off
   int64_t fragments = 1;    // F
   std::string dtype = "fp32";
-  int64_t overlap = 0;   // tau: rounds applied this many steps after they start
-  double merge = 0.5;    // with overlap: the local parameters' share when a round is applied
+  int64_t overlap = 0;        // tau: rounds applied this many steps after they start
+  double merge = 0.5;         // with overlap: the local parameters' share when a round is applied
   bool hierarchical = false;  // DDP inside a node, DiLoCo across nodes
   bool enabled() const { return inner_steps > 0; }
   // The library's options (DiLoCo's default outer optimizer: Nesterov SGD, lr 0.7, momentum 0.9).

@@ -30,7 +30,17 @@ namespace {
 // One training loop per process.
 int64_t g_step_memory_base = 0;
 int64_t g_step_memory_peak = 0;
+int64_t g_before_model = 0;
 }  // namespace
+
+void mark_memory_before_model() {
+  g_before_model = cohort::cpu_tensor_bytes();
+}
+
+int64_t training_peak_bytes() {
+  if (!cohort::tracking_cpu_tensor_memory()) return 0;
+  return g_step_memory_base + g_step_memory_peak - g_before_model;
+}
 
 void start_counting_step_memory() {
   g_step_memory_base = cohort::cpu_tensor_bytes();
@@ -42,6 +52,8 @@ void stop_counting_step_memory() {
     g_step_memory_peak = cohort::peak_cpu_tensor_bytes() - g_step_memory_base;
 }
 
-int64_t step_memory_peak_bytes() { return g_step_memory_peak; }
+int64_t step_memory_peak_bytes() {
+  return g_step_memory_peak;
+}
 
 }  // namespace cohort_examples

@@ -39,4 +39,10 @@ void start_counting_step_memory();
 void stop_counting_step_memory();
 int64_t step_memory_peak_bytes();
 
+// What training's tensors took at their peak beyond those held before the model was made (the
+// data sets): the model's state and the steps' memory, what the planner predicts per rank.
+// mark_memory_before_model() takes the base (0 when tensor memory is not tracked).
+void mark_memory_before_model();
+int64_t training_peak_bytes();
+
 }  // namespace cohort_examples

@@ -120,6 +120,7 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   torch::set_num_threads(cohort_examples::threads_per_rank(options_.threads, *group_));
   FashionMnist train_set(load_split(options_.data_dir, Split::kTrain));
   torch::manual_seed(options_.seed);  // the same initial weights everywhere (DDP checks)
+  cohort_examples::mark_memory_before_model();
   model_ = make_fmnist_model(options_.model);
   if (options_.sync_bn) convert_batch_norms();
   if (options_.activation_checkpointing) checkpoint_conv_stack(*model_, options_, rank0());
@@ -342,7 +343,9 @@ Evaluation Trainer::evaluate() {
 void Trainer::report_epoch(const std::vector<StepRecord>& steps,
                            const std::optional<Evaluation>& eval) {
   if (!rank0()) return;
-  if (plan_) cohort_examples::log_plan_accuracy(*plan_, steps, state_.epoch + 1);
+  if (plan_)
+    cohort_examples::log_plan_accuracy(*plan_, steps, state_.epoch + 1,
+                                       cohort_examples::training_peak_bytes());
   const EpochSummary s = cohort_examples::summarize(steps);
   std::printf("epoch %lld/%lld: %lld steps, train loss %.4f", (long long)state_.epoch + 1,
               (long long)options_.epochs, (long long)s.steps, s.mean_loss);
