@@ -9,6 +9,11 @@ before and after the online correction), then once with --strategy auto --bucket
 Measured peak memory is the most tensor memory rank 0 held during the first epoch's steps
 beyond what it held before the model was made (the data sets); predicted is the plan's peak. Rounds are interleaved; medians are printed.
 
+With --net RATE the ranks run on 2 simulated hosts of scripts/netns-cluster (root only) whose
+links are limited to RATE, --ranks-per-host each; the cluster is calibrated first
+(cohort-bench --calibrate over it, one rank per host), and every run reads that calibration
+(COHORT_COST_MODEL).
+
 Usage: bench/planner.py [--build build] [--ranks 2 4] [--steps 40] [--rounds 3]
                         [--examples fashion_mnist char_lm] [--net RATE --ranks-per-host K]
 """
@@ -32,6 +37,16 @@ def launcher(build, ranks, cluster, ranks_per_host):
         return [f"{build}/bin/cohortrun", "--nproc-per-node", str(ranks)]
     return ["scripts/netns-cluster", "run", "--cluster", cluster, "--ranks-per-host",
             str(ranks_per_host), "--timeout", "1800", "--"]
+
+
+def calibrate(build, cluster, path):
+    """The cost model of the cluster's links, written to `path`."""
+    out = subprocess.run(["scripts/netns-cluster", "run", "--cluster", cluster, "--ranks-per-host",
+                          "1", "--timeout", "900", "--", f"{build}/bin/cohort-bench",
+                          "--calibrate", path], capture_output=True, text=True, timeout=1000)
+    if out.returncode != 0:
+        sys.exit(f"calibration failed:\n{out.stdout}{out.stderr}")
+    print("".join(line + "\n" for line in out.stdout.splitlines() if line.startswith("#")), end="")
 
 
 def run(build, example, ranks, strategy, steps, cluster, ranks_per_host):
@@ -75,11 +90,15 @@ def main():
     parser.add_argument("--ranks-per-host", type=int, default=2)
     args = parser.parse_args()
     cluster = None
+    calibration = tempfile.TemporaryDirectory()
     if args.net:
         cluster = f"cohort-planner-{os.getpid()}"
         subprocess.run(["scripts/netns-cluster", "up", "--hosts", "2", "--name", cluster,
                         "--rate", args.net], check=True, stdout=subprocess.DEVNULL)
         args.ranks = [2 * args.ranks_per_host]
+        os.chmod(calibration.name, 0o777)
+        os.environ["COHORT_COST_MODEL"] = f"{calibration.name}/cost_model.json"
+        calibrate(args.build, cluster, os.environ["COHORT_COST_MODEL"])
     try:
         for example in args.examples:
             for ranks in args.ranks:

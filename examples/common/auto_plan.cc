@@ -29,6 +29,16 @@ cohort::PlanStrategy plan_strategy(const std::string& name) {
   return cohort::PlanStrategy::kDdp;
 }
 
+// Rank 0's choice, by its place among the candidates, on every rank: the ranks plan from the same
+// figures, but a last bit of floating-point difference between machines must not split them.
+size_t rank0_choice(cohort::Group& group, const cohort::Plan& plan) {
+  size_t index = 0;
+  while (plan.candidates[index].config.describe() != plan.chosen.config.describe()) ++index;
+  auto chosen = torch::tensor({static_cast<int64_t>(index)}, torch::kInt64);
+  group.broadcast(cohort::tensor_buffer(chosen), cohort::CollectiveOptions{});
+  return static_cast<size_t>(chosen.item<int64_t>());
+}
+
 cohort::PlannerOptions planner_options(const PlanRequest& request) {
   cohort::PlannerOptions options;
   options.memory_budget_bytes = request.settings.memory_budget_mb * 1024 * 1024;
@@ -94,7 +104,8 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
       throw cohort::InvalidArgument("--plan-out: cannot write " + request.settings.plan_out);
     }
   }
-  const cohort::Plan plan = cohort::plan(spec, compute, machine, planner_options(request));
+  cohort::Plan plan = cohort::plan(spec, compute, machine, planner_options(request));
+  plan.chosen = plan.candidates[rank0_choice(group, plan)];
   PlanChoice choice;
   choice.strategy = cohort::plan_strategy_name(plan.chosen.config.strategy);
   choice.bucket_cap_mb = plan.chosen.config.bucket_cap_mb;
@@ -171,7 +182,8 @@ void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& re
   cohort::PlannerOptions options = choice.options;
   options.strategies = {choice.prediction.config.strategy};  // a run keeps its strategy
   options.memory_budget_bytes = 0;                           // the memory is what it is by now
-  const cohort::Plan again = cohort::plan(choice.input.model, r.compute, r.machine, options);
+  cohort::Plan again = cohort::plan(choice.input.model, r.compute, r.machine, options);
+  again.chosen = again.candidates[rank0_choice(group, again)];
   const double cap = again.chosen.config.bucket_cap_mb;
   const bool rebuilt = cap != choice.bucket_cap_mb && strategy.rebucket(cap);
   cohort::PlanConfig config = choice.prediction.config;

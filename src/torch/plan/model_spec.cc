@@ -6,6 +6,7 @@
 #include "cohort/core/check.h"
 #include "cohort/torch/plan/planner.h"
 #include "cohort/torch/shard/fsdp.h"
+#include "cohort/torch/tensor_buffer.h"
 #include "plan/step_model.h"
 #include "shard/unit_plan.h"
 
@@ -47,7 +48,7 @@ int64_t ModelSpec::elements() const {
   return elements;
 }
 
-MachineSpec MachineSpec::of(const Group& group) {
+MachineSpec MachineSpec::of(Group& group) {
   MachineSpec machine;
   GroupShape& shape = machine.shape;
   shape.world = group.size();
@@ -57,7 +58,18 @@ MachineSpec MachineSpec::of(const Group& group) {
   const Algorithm large = group.algorithm_for(CollectiveKind::kAllreduce, size_t{64} << 20);
   shape.shared_memory = large == Algorithm::kShm || large == Algorithm::kHierarchical ||
                         (shape.nodes > 1 && group.options().shared_memory);
-  machine.links = CostModel::load_default();
+  CostModel& links = machine.links;
+  links = CostModel::load_default();
+  auto figures = torch::tensor({links.tcp.alpha_s, links.tcp.beta_s_per_byte, links.shm.alpha_s,
+                                links.shm.beta_s_per_byte, links.gamma_s_per_byte},
+                               torch::kFloat64);
+  CollectiveOptions from_rank0;
+  group.broadcast(tensor_buffer(figures), from_rank0);
+  const double* f = figures.data_ptr<double>();
+  links.tcp = {f[0], f[1]};
+  links.shm = {f[2], f[3]};
+  links.gamma_s_per_byte = f[4];
+  if (group.rank() != 0) links.source = "rank 0's " + links.source;
   return machine;
 }
 

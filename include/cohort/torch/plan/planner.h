@@ -80,9 +80,10 @@ struct ComputeProfile {
 struct MachineSpec {
   GroupShape shape;
   CostModel links = CostModel::defaults();
-  // `group`'s shape, and the calibration at CostModel::default_path() (cohort-bench
-  // --calibrate), or the defaults when there is none.
-  static MachineSpec of(const Group& group);
+  // `group`'s shape, and rank 0's calibration (at CostModel::default_path(): cohort-bench
+  // --calibrate; the defaults where there is none) on every rank, so that every rank plans
+  // alike even where the nodes hold different files. Collective.
+  static MachineSpec of(Group& group);
 };
 
 enum class PlanStrategy { kDdp, kZero1, kZero2, kFullShard, kShardGradOp, kHybridShard };
