@@ -64,7 +64,7 @@ def run(build, example, ranks, strategy, steps, cluster, ranks_per_host):
     text = out.stdout + out.stderr
     if out.returncode != 0:
         sys.exit(f"{' '.join(command)} failed:\n{text}")
-    plan = re.search(r"\[0\] plan: (.*?) \(predicted step ([\d.]+) ms.*?peak ([\d.]+) MiB", text)
+    plan = re.search(r"(?:\[0\] )?plan: (.*?) \(predicted step ([\d.]+) ms.*?peak ([\d.]+) MiB", text)
     accuracy = re.search(r"plan: epoch 1: measured median step ([\d.]+) ms against ([\d.]+) ms "
                          r"predicted.*?before the online correction ([\d.]+) ms.*?peak memory "
                          r"([\d.]+) MiB", text)
@@ -96,9 +96,12 @@ def main():
         subprocess.run(["scripts/netns-cluster", "up", "--hosts", "2", "--name", cluster,
                         "--rate", args.net], check=True, stdout=subprocess.DEVNULL)
         args.ranks = [2 * args.ranks_per_host]
+        if args.ranks_per_host > 1:
+            STRATEGIES.append("hybrid_shard")
         os.chmod(calibration.name, 0o777)
-        os.environ["COHORT_COST_MODEL"] = f"{calibration.name}/cost_model.json"
-        calibrate(args.build, cluster, os.environ["COHORT_COST_MODEL"])
+        calibrate(args.build, cluster, f"{calibration.name}/cost_model.json")
+        os.environ["COHORT_COST_MODEL"] = f"{calibration.name}/cost_model.json"  # after: a
+        # named file that is not there yet is an error
     try:
         for example in args.examples:
             for ranks in args.ranks:

@@ -38,13 +38,8 @@ TrainResult train_elastic(const TrainOptions& options) {
   torch::manual_seed(options.seed);
   auto model = make_fmnist_model(options.model);
   if (options.activation_checkpointing) checkpoint_conv_stack(*model, options, false);
-  cohort_examples::OptimizerSettings settings;
-  settings.lr = options.scaled_lr();
-  settings.momentum = options.momentum;
-  settings.weight_decay = options.weight_decay;
-  settings.module = model.get();
-  auto optimizer =
-      cohort_examples::make_optimizer(options.optimizer, model->named_parameters(), settings);
+  auto optimizer = cohort_examples::make_optimizer(options.optimizer, model->named_parameters(),
+                                                   options.optimizer_settings(model.get()));
   const auto run = cohort_examples::elastic_run_settings(options);
   cohort::ElasticTrainer trainer(*elastic, model, *optimizer, static_cast<size_t>(train_set.size()),
                                  cohort_examples::elastic_trainer_options(run));

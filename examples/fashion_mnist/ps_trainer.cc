@@ -166,12 +166,8 @@ class PsTrainer {
         if (t.is_same(item.value())) named.insert(item.key(), t);
       }
     }
-    cohort_examples::OptimizerSettings settings;
-    settings.lr = options_.scaled_lr();
-    settings.momentum = options_.momentum;
-    settings.weight_decay = options_.weight_decay;
-    settings.module = model_.get();
-    return cohort_examples::make_optimizer(options_.optimizer, named, settings);
+    return cohort_examples::make_optimizer(options_.optimizer, named,
+                                           options_.optimizer_settings(model_.get()));
   }
 
   TrainResult serve() {

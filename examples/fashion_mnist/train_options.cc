@@ -24,6 +24,16 @@ double TrainOptions::scaled_lr() const {
   return cohort::optim::linear_scaled_lr(base_lr, kReferenceBatch, batch_size);
 }
 
+cohort_examples::OptimizerSettings TrainOptions::optimizer_settings(
+    torch::nn::Module* module) const {
+  cohort_examples::OptimizerSettings settings;
+  settings.lr = scaled_lr();
+  settings.momentum = momentum;
+  settings.weight_decay = weight_decay;
+  settings.module = module;
+  return settings;
+}
+
 cohort::optim::LrScheduleOptions TrainOptions::lr_schedule_options(int64_t planned_steps) const {
   cohort::optim::LrScheduleOptions o;
   o.warmup_steps = warmup();

@@ -12,6 +12,7 @@
 #include "comm_hooks.h"
 #include "diloco_options.h"
 #include "local_sgd_options.h"
+#include "optimizers.h"
 
 namespace CLI {
 class App;  // CLI11's, included only by the files that build the command line
@@ -92,6 +93,8 @@ struct TrainOptions {
 
   // --lr scaled linearly from batch 64 to --batch-size (cohort::optim::linear_scaled_lr).
   double scaled_lr() const;
+  // The --optimizer's settings (scaled LR, momentum, weight decay) over `module`'s parameters.
+  cohort_examples::OptimizerSettings optimizer_settings(torch::nn::Module* module) const;
   int64_t warmup() const;
   // The library scheduler's options for a run of `planned_steps` optimizer steps.
   cohort::optim::LrScheduleOptions lr_schedule_options(int64_t planned_steps) const;

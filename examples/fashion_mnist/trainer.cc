@@ -134,11 +134,8 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   }
   strategy_ = cohort_examples::make_strategy(strategy, model_, group_, wrapping);
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
-  cohort_examples::OptimizerSettings settings;
-  settings.lr = options_.scaled_lr();  // the scheduler's base LR
-  settings.momentum = options_.momentum;
-  settings.weight_decay = options_.weight_decay;
-  settings.module = model_.get();
+  // The scaled LR is the scheduler's base LR.
+  cohort_examples::OptimizerSettings settings = options_.optimizer_settings(model_.get());
   settings.norm_reduction = strategy_->norm_reduction();
   optimizer_ = cohort_examples::make_optimizer(options_.optimizer,
                                                strategy_->optimizer_parameters(), settings);
@@ -184,13 +181,8 @@ std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
       cohort_examples::optimizer_state_per_element(options_.optimizer, options_.momentum);
   request.fsdp_min_unit_parameters = wrapping.fsdp_min_unit_parameters;
   auto probe = make_fmnist_model(options_.model);
-  cohort_examples::OptimizerSettings settings;
-  settings.lr = options_.scaled_lr();
-  settings.momentum = options_.momentum;
-  settings.weight_decay = options_.weight_decay;
-  settings.module = probe.get();
-  auto probe_optimizer =
-      cohort_examples::make_optimizer(options_.optimizer, probe->named_parameters(), settings);
+  auto probe_optimizer = cohort_examples::make_optimizer(
+      options_.optimizer, probe->named_parameters(), options_.optimizer_settings(probe.get()));
   const auto count = std::min<int64_t>(per_rank_batch(options_, *group_), train_set.data().size());
   const auto images = train_set.data().images.narrow(0, 0, count);
   const auto labels = train_set.data().labels.narrow(0, 0, count);

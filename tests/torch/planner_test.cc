@@ -84,9 +84,7 @@ TEST(PlannerModel, FullShardPrefetchesAndReduceScattersUnitByUnit) {
   // unit 1 is gathered (to 10.49), 10.49-15.49 unit 1; backward regathers unit 1 (to 20.73),
   // 20.73-30.73 unit 1 while unit 0 is regathered, then reduce-scatters unit 1 (to 35.97),
   // 30.73-40.73 unit 0, and its reduce-scatter ends at 45.97.
-  ModelSpec model;
-  model.parameters = {{"a", kFloatsPerMiB, 4, 0}, {"b", kFloatsPerMiB, 4, 1}};
-  model.units = {"u0", "u1"};
+  const ModelSpec model = mebibyte_parameters(2);  // two units of 1 MiB
   PlanConfig config;
   config.strategy = PlanStrategy::kFullShard;
   const Prediction p = predict(model, profile(10, 20, 0), slow_loopback(2), config);
@@ -96,9 +94,7 @@ TEST(PlannerModel, FullShardPrefetchesAndReduceScattersUnitByUnit) {
 }
 
 TEST(PlannerModel, ShardGradOpGathersOnlyInForward) {
-  ModelSpec model;
-  model.parameters = {{"a", kFloatsPerMiB, 4, 0}, {"b", kFloatsPerMiB, 4, 1}};
-  model.units = {"u0", "u1"};
+  const ModelSpec model = mebibyte_parameters(2);  // two units of 1 MiB
   PlanConfig config;
   config.strategy = PlanStrategy::kShardGradOp;
   const Prediction p = predict(model, profile(10, 20, 0), slow_loopback(2), config);

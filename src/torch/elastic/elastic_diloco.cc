@@ -78,7 +78,7 @@ bool ElasticDiLoCo::synchronizes_at(int64_t step) const {
   return false;
 }
 
-void ElasticDiLoCo::start_rounds(int64_t step, bool redo) {
+void ElasticDiLoCo::reduce_rounds(int64_t step, bool redo) {
   DiLoCo& d = diloco();
   const double scale = redo ? scale_for_members_with_progress(*d.group_) : 1.0;
   d.step_ = step + 1;
@@ -86,6 +86,14 @@ void ElasticDiLoCo::start_rounds(int64_t step, bool redo) {
     if (!d.due(f, d.step_)) continue;
     d.in_flight_.push_back(d.start(f));
     d.in_flight_.back().scale = scale;
+  }
+  // Every collective of the rounds ends before the vote (a hook's finish may be one: PowerSGD's
+  // second allreduce), so that what follows the vote is local and cannot fail for a peer.
+  for (DiLoCo::Round& round : d.in_flight_) {
+    if (round.work) round.work->wait();
+    if (round.finish) round.finish();
+    round.work = nullptr;
+    round.finish = nullptr;
   }
 }
 

@@ -47,9 +47,10 @@ class ElasticDiLoCo {
 
   // Whether the step with this number (committed steps before it) synchronizes fragments.
   bool synchronizes_at(int64_t step) const;
-  // Starts that step's rounds. `redo`: the synchronization of a step whose inner step is done,
-  // over a new generation, whose members may hold no progress (collective count).
-  void start_rounds(int64_t step, bool redo);
+  // Runs that step's rounds' reductions to their end. `redo`: the synchronization of a step whose
+  // inner step is done, over a new generation, whose members may hold no progress (collective
+  // count).
+  void reduce_rounds(int64_t step, bool redo);
   // The outer steps of the rounds started (after the commit vote).
   void apply_rounds();
 

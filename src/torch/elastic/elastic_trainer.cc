@@ -320,7 +320,7 @@ struct ElasticTrainer::State {
     }
     if (diloco->synchronizes_at(committed)) {
       sync_pending = committed;
-      diloco->start_rounds(committed, redo);
+      diloco->reduce_rounds(committed, redo);
       vote();
       diloco->apply_rounds();
     }

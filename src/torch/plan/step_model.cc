@@ -209,11 +209,12 @@ StepTimes sharded_step(const ModelSpec& model, const ComputeProfile& compute,
     double reduced = lines.communicate(end, scatter_s);
     t.reduction_s.push_back(scatter_s);
     count_gather_or_scatter(t, units.wire[u], shard);
-    if (hybrid) {
+    if (hybrid) {  // each rank's shard with its peers on the other nodes: the L allreduces
+                   // of a node run at once and share its link, as one of the whole unit would
       const GroupShape across = across_nodes_shape(machine.shape);
       const double piece = units.wire[u] / std::max(1, shard.world);
       reduced = lines.communicate(
-          reduced, collective_s(CollectiveKind::kAllreduce, piece, across, machine.links));
+          reduced, collective_s(CollectiveKind::kAllreduce, units.wire[u], across, machine.links));
       count_allreduce(t, piece, across, machine.links);
     }
   }

@@ -12,7 +12,8 @@
 // (prefetch), and the unit computes once it has its parameters; in backward (reverse order)
 // FULL_SHARD gathers again, and each unit's reduce-scatter is issued when its backward ends.
 // HYBRID_SHARD's unit collectives run inside a node, and each reduce-scatter is followed by an
-// allreduce of the node's shard across nodes. A unit's share of forward and backward is its
+// allreduce of each rank's shard with its peers on the other nodes (a node's L ranks at once,
+// sharing its link: timed as one allreduce of the whole unit across the nodes). A unit's share of forward and backward is its
 // share of the parameters.
 #pragma once
 
