@@ -67,7 +67,17 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
 }
 
 ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
+  std::optional<ShmSegment> segment = open_if_present(name, bytes);
+  if (!segment) {
+    throw ConfigError(
+        detail::concat("cannot open shared memory segment ", name, ": ", std::strerror(ENOENT)));
+  }
+  return std::move(*segment);
+}
+
+std::optional<ShmSegment> ShmSegment::open_if_present(const std::string& name, size_t bytes) {
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0 && errno == ENOENT) return std::nullopt;
   if (fd < 0) {
     throw ConfigError(
         detail::concat("cannot open shared memory segment ", name, ": ", std::strerror(errno)));
@@ -84,8 +94,8 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
 ShmSegment ShmSegment::create_anonymous(size_t bytes) {
   const int fd = ::memfd_create(kAnonymousName, MFD_CLOEXEC);
   if (fd < 0) {
-    throw ConfigError(detail::concat("cannot create anonymous shared memory: ",
-                                     std::strerror(errno)));
+    throw ConfigError(
+        detail::concat("cannot create anonymous shared memory: ", std::strerror(errno)));
   }
   // As in create(): reserve the pages now rather than meet a SIGBUS in a collective.
   const int error = ::ftruncate(fd, static_cast<off_t>(bytes)) == 0

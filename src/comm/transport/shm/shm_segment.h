@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 namespace cohort {
@@ -13,6 +14,8 @@ class ShmSegment {
   static ShmSegment create(const std::string& name, size_t bytes);
   // Maps an existing segment; throws ConfigError when it is missing or smaller than `bytes`.
   static ShmSegment open(const std::string& name, size_t bytes);
+  // As open(), but nullopt when no segment has the name (it was removed before this opened it).
+  static std::optional<ShmSegment> open_if_present(const std::string& name, size_t bytes);
   // A segment without a name (memfd_create): nothing of it is ever in /dev/shm, and its
   // memory is freed with the last mapping however the processes end. fd() stays open for
   // peers to map it (open_peer) until close_fd(). Throws ConfigError when it cannot be made.

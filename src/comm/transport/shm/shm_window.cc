@@ -164,12 +164,36 @@ std::string wait_for_creator(Store& store, const std::string& key, pid_t creator
   }
 }
 
+// The segment rank 0 published was removed before this rank opened it: rank 0 gave the window
+// up, because a rank it waited for died (named when its process is gone and the host exchange
+// gave its pid; rank 0 last, whose own end may follow the loss it gave up for) or because it
+// failed itself.
+[[noreturn]] void throw_segment_gone(const std::string& name, const std::vector<int>& group_ranks,
+                                     const std::vector<pid_t>& pids) {
+  // The others first: rank 0 may have ended already, after giving up for one of them.
+  for (size_t i = 1; i <= pids.size(); ++i) {
+    const size_t r = i % pids.size();
+    if (pids[r] <= 0 || pids[r] == ::getpid() || !process_is_gone(pids[r])) continue;
+    throw PeerError(group_ranks[r],
+                    detail::concat("attaching shared memory: rank ", group_ranks[r], " (pid ",
+                                   pids[r], ") never attached here and its process is gone; rank ",
+                                   group_ranks[0], " gave up the window (removed ", name,
+                                   "), and its shared memory peers cannot go on"));
+  }
+  throw PeerError(group_ranks[0],
+                  detail::concat("attaching shared memory: rank ", group_ranks[0], " removed ",
+                                 name, " before this rank opened it: it gave up the window"));
+}
+
 // Other ranks: the segment rank 0 published, checked to be this job's; nullopt if none. The
-// guard watches its name from the moment it is known. `known_creator` is rank 0's pid when
-// the caller knows it (0: read what rank 0 publishes).
-std::optional<ShmSegment> open_published(Store& store, size_t bytes, int creator_rank,
-                                         pid_t known_creator, ShmNameGuard& guard,
+// guard watches its name from the moment it is known. `pids` (may be empty) holds rank 0's pid
+// when the caller knows it (else it is read from what rank 0 publishes).
+std::optional<ShmSegment> open_published(Store& store, size_t bytes,
+                                         const std::vector<int>& group_ranks,
+                                         const std::vector<pid_t>& pids, ShmNameGuard& guard,
                                          Deadline deadline) {
+  const int creator_rank = group_ranks[0];
+  const pid_t known_creator = pids.empty() ? 0 : pids[0];
   const pid_t creator =
       known_creator > 0
           ? known_creator
@@ -181,7 +205,9 @@ std::optional<ShmSegment> open_published(Store& store, size_t bytes, int creator
     guard.release();  // rank 0 made nothing under this name
     return std::nullopt;
   }
-  ShmSegment opened = ShmSegment::open(name, bytes);
+  std::optional<ShmSegment> present = ShmSegment::open_if_present(name, bytes);
+  if (!present) throw_segment_gone(name, group_ranks, pids);
+  ShmSegment opened = std::move(*present);
   const auto* header = static_cast<const ShmHeader*>(opened.data());
   if (header->magic != kMagic || std::to_string(header->nonce) != nonce) {
     guard.release();  // not ours to remove
@@ -241,8 +267,7 @@ std::unique_ptr<ShmWindow> ShmWindow::create(Store& store, int rank, int size,
     reached("named", 0);
     segment = create_and_publish(store, name, nonce, size, slot_bytes, bytes);
   } else {
-    segment =
-        open_published(store, bytes, group_ranks[0], pids.empty() ? 0 : pids[0], guard, deadline);
+    segment = open_published(store, bytes, group_ranks, pids, guard, deadline);
   }
   if (!segment) {
     guard.release();  // no segment was made under this name: it may not be ours
