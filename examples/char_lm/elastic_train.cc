@@ -7,6 +7,7 @@
 #include "dataset.h"
 #include "elastic_loop.h"
 #include "gpt.h"
+#include "next_char_loss.h"
 #include "validation.h"
 
 namespace char_lm {
@@ -26,15 +27,6 @@ void check_elastic_options(const TrainOptions& o) {
 
 torch::data::Example<> windows(TextWindows& data, const std::vector<size_t>& indices) {
   return data.get_batch(c10::ArrayRef<size_t>(indices));
-}
-
-torch::Tensor next_char_loss(
-    Gpt& model, const torch::data::Example<>& batch,
-    torch::nn::functional::CrossEntropyFuncOptions::reduction_t reduction = torch::kMean) {
-  const auto logits = model->forward(batch.data);
-  return torch::nn::functional::cross_entropy(
-      logits.reshape({-1, logits.size(-1)}), batch.target.reshape({-1}),
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(reduction));
 }
 
 }  // namespace

@@ -13,20 +13,10 @@
 namespace cohort_examples {
 namespace {
 
-const std::vector<std::pair<std::string, cohort::PlanStrategy>> kPlanNames = {
-    {"ddp", cohort::PlanStrategy::kDdp},
-    {"zero1", cohort::PlanStrategy::kZero1},
-    {"zero2", cohort::PlanStrategy::kZero2},
-    {"full_shard", cohort::PlanStrategy::kFullShard},
-    {"shard_grad_op", cohort::PlanStrategy::kShardGradOp},
-    {"hybrid_shard", cohort::PlanStrategy::kHybridShard}};
-
 cohort::PlanStrategy plan_strategy(const std::string& name) {
-  for (const auto& [text, strategy] : kPlanNames) {
-    if (text == name) return strategy;
-  }
-  COHORT_CHECK(false, "--strategy ", name, " has no planner counterpart");
-  return cohort::PlanStrategy::kDdp;
+  const auto strategy = cohort::plan_strategy_named(name);
+  COHORT_CHECK(strategy.has_value(), "--strategy ", name, " has no planner counterpart");
+  return *strategy;
 }
 
 // Rank 0's choice, by its place among the candidates, on every rank: the ranks plan from the same
@@ -104,7 +94,8 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
       throw cohort::InvalidArgument("--plan-out: cannot write " + request.settings.plan_out);
     }
   }
-  cohort::Plan plan = cohort::plan(spec, compute, machine, planner_options(request));
+  const cohort::PlannerOptions options = planner_options(request);
+  cohort::Plan plan = cohort::plan(spec, compute, machine, options);
   plan.chosen = plan.candidates[rank0_choice(group, plan)];
   PlanChoice choice;
   choice.strategy = cohort::plan_strategy_name(plan.chosen.config.strategy);
@@ -112,7 +103,7 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
   choice.prediction = choice.first_prediction = plan.chosen;
   choice.input = {spec, compute};
   choice.machine = machine;
-  choice.options = planner_options(request);
+  choice.options = options;
   if (group.rank() == 0) {
     COHORT_LOG(kInfo, "plan: compute forward ", compute.forward_s * 1e3, " ms, backward ",
                compute.backward_s * 1e3, " ms, optimizer ", compute.optimizer_s * 1e3,
@@ -160,11 +151,11 @@ cohort::StepMeasurement agreed_measurement(cohort::Group& group,
 }  // namespace
 
 void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& record,
-                  const std::vector<double>& reduction_ms, Strategy& strategy) {
+                  Strategy& strategy) {
   if (choice.corrected || record.step < kFirstMeasuredStep) return;
   cohort::StepMeasurement step;
   step.compute_s = (record.step_ms - record.data_ms - record.exposed_comm_ms) * 1e-3;
-  for (double ms : reduction_ms) step.reduction_s.push_back(ms * 1e-3);
+  for (double ms : record.bucket_comm_ms) step.reduction_s.push_back(ms * 1e-3);
   choice.measured.push_back(step);
   if (record.step < kCorrectionStep) return;
   choice.corrected = true;

@@ -83,7 +83,7 @@ class Strategy;
 // of the chosen strategy and rebuilds them if another size wins.
 // Collective at step 4 (every rank calls it after every step).
 void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& record,
-                  const std::vector<double>& reduction_ms, Strategy& strategy);
+                  Strategy& strategy);
 
 // At COHORT_LOG_LEVEL=info: the epoch's median step (without loading data; the first step of the
 // run, which builds buckets and optimizer state, left out) against the prediction.

@@ -22,6 +22,7 @@ struct StepRecord {
   double step_ms = 0;  // all of the above
   double exposed_comm_ms = 0;
   std::vector<double> bucket_latency_ms;  // in reduction order
+  std::vector<double> bucket_comm_ms;     // the same reductions' time on the wire (not written)
   int64_t reduced_bytes = 0;  // of gradients this rank's reductions took in (all buckets)
   double loss_scale = 1;      // the GradScaler's scale the step used (1: no loss scaling)
   // --elastic (docs/elastic.md): the ranks that committed the step and their generation, so

@@ -256,9 +256,7 @@ std::vector<StepRecord> Trainer::train_epoch() {
     const double data_ms = ms_since(fetch);
     records.push_back(train_step(*it, data_ms));
     if (plan_) {
-      cohort_examples::correct_plan(*group_, *plan_, records.back(),
-                                    strategy_->last_step_communication().bucket_comm_ms,
-                                    *strategy_);
+      cohort_examples::correct_plan(*group_, *plan_, records.back(), *strategy_);
     }
     if (cohort_examples::checkpoint_due(options_.checkpoint_every, state_.step)) {
       strategy_->save(options_.checkpoint, state_, *sampler_, /*epoch_finished=*/false);
@@ -311,6 +309,7 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   const cohort_examples::StepCommunication comm = strategy_->last_step_communication();
   r.exposed_comm_ms = comm.exposed_ms;
   r.bucket_latency_ms = comm.bucket_latency_ms;
+  r.bucket_comm_ms = comm.bucket_comm_ms;
   r.reduced_bytes = comm.reduced_bytes;
   if (metrics_) metrics_->write(r);
   samples_run_ += r.samples;

@@ -294,5 +294,14 @@ TEST(PlannerRefit, ScalesComputeAndLinksByWhatWasMeasured) {
   EXPECT_FALSE(refit(compute, machine, predicted, measured).off);
 }
 
+TEST(PlannerInputs, StrategyNamesRoundTripAndAnUnknownOneIsNone) {
+  for (auto strategy :
+       {PlanStrategy::kDdp, PlanStrategy::kZero1, PlanStrategy::kZero2, PlanStrategy::kFullShard,
+        PlanStrategy::kShardGradOp, PlanStrategy::kHybridShard}) {
+    EXPECT_EQ(plan_strategy_named(plan_strategy_name(strategy)), strategy);
+  }
+  EXPECT_EQ(plan_strategy_named("zero3"), std::nullopt);
+}
+
 }  // namespace
 }  // namespace cohort

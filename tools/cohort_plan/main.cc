@@ -24,11 +24,7 @@ std::string read_file(const std::string& path) {
 }
 
 cohort::PlanStrategy strategy_named(const std::string& name) {
-  for (auto s : {cohort::PlanStrategy::kDdp, cohort::PlanStrategy::kZero1,
-                 cohort::PlanStrategy::kZero2, cohort::PlanStrategy::kFullShard,
-                 cohort::PlanStrategy::kShardGradOp, cohort::PlanStrategy::kHybridShard}) {
-    if (name == cohort::plan_strategy_name(s)) return s;
-  }
+  if (const auto strategy = cohort::plan_strategy_named(name)) return *strategy;
   throw cohort::InvalidArgument("--strategies: unknown strategy '" + name +
                                 "' (ddp, zero1, zero2, full_shard, shard_grad_op, hybrid_shard)");
 }

@@ -38,7 +38,7 @@ ModelSpec ModelSpec::of(torch::nn::Module& module, int64_t optimizer_state_per_e
 
 int64_t ModelSpec::parameter_bytes() const {
   int64_t bytes = 0;
-  for (const auto& p : parameters) bytes += p.elements * p.element_bytes;
+  for (const auto& p : parameters) bytes += p.bytes();
   return bytes;
 }
 
@@ -83,6 +83,15 @@ const char* plan_strategy_name(PlanStrategy strategy) {
     case PlanStrategy::kHybridShard: return "hybrid_shard";
   }
   return "?";
+}
+
+std::optional<PlanStrategy> plan_strategy_named(const std::string& name) {
+  for (auto strategy :
+       {PlanStrategy::kDdp, PlanStrategy::kZero1, PlanStrategy::kZero2, PlanStrategy::kFullShard,
+        PlanStrategy::kShardGradOp, PlanStrategy::kHybridShard}) {
+    if (name == plan_strategy_name(strategy)) return strategy;
+  }
+  return std::nullopt;
 }
 
 bool detail::uses_buckets(PlanStrategy strategy) {

@@ -19,6 +19,13 @@ int64_t wire_bytes(const ParameterSpec& p, const PlanConfig& config) {
   return p.elements * (config.reduce_dtype == torch::kBFloat16 ? 2 : p.element_bytes);
 }
 
+// A bucket's parameters' bytes, in their own dtype.
+double bytes_of(const ModelSpec& model, const std::vector<size_t>& bucket) {
+  double bytes = 0;
+  for (size_t i : bucket) bytes += static_cast<double>(model.parameters[i].bytes());
+  return bytes;
+}
+
 // When each gradient is ready, as a fraction of backward: the profile's, or reverse
 // registration order with each parameter taking its share of the elements.
 std::vector<double> ready_fractions(const ModelSpec& model, const ComputeProfile& compute) {
@@ -121,12 +128,9 @@ StepTimes bucketed_step(const ModelSpec& model, const ComputeProfile& compute,
     double at = lines.end();
     const double total = std::max<int64_t>(1, model.elements());
     for (const auto& bucket : buckets) {
-      double bytes = 0, elements = 0;
-      for (size_t i : bucket) {
-        bytes +=
-            static_cast<double>(model.parameters[i].elements * model.parameters[i].element_bytes);
-        elements += static_cast<double>(model.parameters[i].elements);
-      }
+      double elements = 0;
+      for (size_t i : bucket) elements += static_cast<double>(model.parameters[i].elements);
+      const double bytes = bytes_of(model, bucket);
       at = lines.compute(at, compute.optimizer_s / ranks * elements / total);
       lines.communicate(at, collective_s(CollectiveKind::kAllgather, bytes, shape, machine.links));
       count_gather_or_scatter(t, bytes, shape);
@@ -150,7 +154,7 @@ UnitSizes unit_sizes(const ModelSpec& model, const PlanConfig& config) {
   for (const auto& p : model.parameters) {
     const auto u =
         static_cast<size_t>(std::clamp<int64_t>(p.unit, 0, static_cast<int64_t>(units) - 1));
-    s.bytes[u] += static_cast<double>(p.elements * p.element_bytes);
+    s.bytes[u] += static_cast<double>(p.bytes());
     s.wire[u] += static_cast<double>(wire_bytes(p, config));
     s.share[u] += static_cast<double>(p.elements) / total;
   }
@@ -246,8 +250,7 @@ std::vector<std::vector<size_t>> planned_buckets(const ModelSpec& model,
   BucketPlanInput input;
   for (size_t i = 0; i < model.parameters.size(); ++i) {
     input.order.push_back(i);
-    input.bytes.push_back(
-        static_cast<size_t>(model.parameters[i].elements * model.parameters[i].element_bytes));
+    input.bytes.push_back(static_cast<size_t>(model.parameters[i].bytes()));
     input.kind.push_back(static_cast<int>(model.parameters[i].element_bytes));
   }
   std::stable_sort(input.order.begin(), input.order.end(),
@@ -273,11 +276,7 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
   double bucket = 0;  // the largest bucket, in the parameters' dtype
   if (uses_buckets(config.strategy)) {
     for (const auto& b : planned_buckets(model, compute, config)) {
-      double bytes = 0;
-      for (size_t i : b)
-        bytes +=
-            static_cast<double>(model.parameters[i].elements * model.parameters[i].element_bytes);
-      bucket = std::max(bucket, bytes);
+      bucket = std::max(bucket, bytes_of(model, b));
     }
   }
   const UnitSizes units = unit_sizes(model, config);

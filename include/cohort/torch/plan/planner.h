@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@ struct ParameterSpec {
   int64_t elements = 0;
   int64_t element_bytes = 4;
   int64_t unit = 0;  // the FSDP unit that holds it (ModelSpec::units)
+  int64_t bytes() const { return elements * element_bytes; }
 };
 
 // The trainable parameters in registration order, the FSDP units over them, and what the
@@ -88,6 +90,8 @@ struct MachineSpec {
 
 enum class PlanStrategy { kDdp, kZero1, kZero2, kFullShard, kShardGradOp, kHybridShard };
 const char* plan_strategy_name(PlanStrategy strategy);  // "ddp", "zero1", ... as the examples
+// The strategy of that name (plan_strategy_name's), or nullopt.
+std::optional<PlanStrategy> plan_strategy_named(const std::string& name);
 
 struct PlanConfig {
   PlanStrategy strategy = PlanStrategy::kDdp;
