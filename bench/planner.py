@@ -14,8 +14,15 @@ links are limited to RATE, --ranks-per-host each; the cluster is calibrated firs
 (cohort-bench --calibrate over it, one rank per host), and every run reads that calibration
 (COHORT_COST_MODEL).
 
+The gain (docs/planner.md, "Measured"): with --ddp-buckets CAPS the example also runs under ddp
+at each of those bucket sizes (bench/bucket_sweep's), and the summary puts auto against the
+defaults (ddp, 25 MiB buckets) and the best of those hand-picked sizes. --memory-budget-mb M
+gives auto a budget (the fixed configurations run as they are: their predicted peak says whether
+they would have fit).
+
 Usage: bench/planner.py [--build build] [--ranks 2 4] [--steps 40] [--rounds 3]
                         [--examples fashion_mnist char_lm] [--net RATE --ranks-per-host K]
+                        [--ddp-buckets 1 4 8] [--memory-budget-mb M] [--strategies ddp ...]
 """
 import argparse
 import os
@@ -49,11 +56,20 @@ def calibrate(build, cluster, path):
     print("".join(line + "\n" for line in out.stdout.splitlines() if line.startswith("#")), end="")
 
 
-def run(build, example, ranks, strategy, steps, cluster, ranks_per_host):
+def configuration_args(configuration, budget_mb, tmp):
+    """"auto", a strategy, or "ddp@CAP" (ddp at that bucket size) as the example's options."""
+    if configuration == "auto":
+        budget = ["--memory-budget-mb", str(budget_mb)] if budget_mb else []
+        return ["--strategy", "auto", "--bucket-cap-mb", "auto", *budget]
+    strategy, _, cap = configuration.partition("@")
+    buckets = ["--bucket-cap-mb", cap] if cap else []
+    return ["--strategy", strategy, *buckets, "--plan-out", f"{tmp}/job.json"]
+
+
+def run(build, example, ranks, configuration, steps, cluster, ranks_per_host, budget_mb):
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o777)
-        extra = (["--strategy", "auto", "--bucket-cap-mb", "auto"] if strategy == "auto"
-                 else ["--strategy", strategy, "--plan-out", f"{tmp}/job.json"])
+        extra = configuration_args(configuration, budget_mb, tmp)
         threads = [] if cluster is None else ["--threads", "1"]
         command = [*launcher(build, ranks, cluster, ranks_per_host), f"{build}/bin/{example}",
                    "--max-steps", str(steps), "--skip-eval", "--no-progress", "--checkpoint", "",
@@ -88,7 +104,12 @@ def main():
     parser.add_argument("--examples", nargs="+", default=["fashion_mnist", "char_lm"])
     parser.add_argument("--net", help="a link rate in tc units: run on a netns cluster of 2 hosts")
     parser.add_argument("--ranks-per-host", type=int, default=2)
+    parser.add_argument("--ddp-buckets", nargs="*", default=[],
+                        help="also run ddp at these bucket sizes (MiB): the hand-picked best")
+    parser.add_argument("--memory-budget-mb", type=int, default=0, help="auto's budget")
+    parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
     args = parser.parse_args()
+    strategies = list(args.strategies)
     cluster = None
     calibration = tempfile.TemporaryDirectory()
     if args.net:
@@ -96,8 +117,8 @@ def main():
         subprocess.run(["scripts/netns-cluster", "up", "--hosts", "2", "--name", cluster,
                         "--rate", args.net], check=True, stdout=subprocess.DEVNULL)
         args.ranks = [2 * args.ranks_per_host]
-        if args.ranks_per_host > 1:
-            STRATEGIES.append("hybrid_shard")
+        if args.ranks_per_host > 1 and args.strategies == STRATEGIES:
+            strategies.append("hybrid_shard")
         os.chmod(calibration.name, 0o777)
         calibrate(args.build, cluster, f"{calibration.name}/cost_model.json")
         os.environ["COHORT_COST_MODEL"] = f"{calibration.name}/cost_model.json"  # after: a
@@ -105,11 +126,12 @@ def main():
     try:
         for example in args.examples:
             for ranks in args.ranks:
-                runs = {s: [] for s in STRATEGIES + ["auto"]}
+                swept = [f"ddp@{cap}" for cap in args.ddp_buckets]
+                runs = {s: [] for s in strategies + swept + ["auto"]}
                 for _ in range(args.rounds):
                     for s in runs:
                         runs[s].append(run(args.build, example, ranks, s, args.steps, cluster,
-                                           args.ranks_per_host))
+                                           args.ranks_per_host, args.memory_budget_mb))
                 where = (f"2 hosts x {args.ranks_per_host} at {args.net}" if cluster
                          else f"{ranks} ranks, one host")
                 print(f"\n{example}, {where}, {args.steps} steps, medians of {args.rounds}")
@@ -124,11 +146,19 @@ def main():
                           f"{measured:9.1f} {(predicted / measured - 1) * 100:+6.1f}% "
                           f"{peak_p:9.1f} {peak_m:9.1f} {(peak_p / peak_m - 1) * 100:+6.1f}%",
                           flush=True)
-                best = min(STRATEGIES, key=lambda s: median_of(runs[s], "measured"))
+                def against(label, configuration):
+                    other = median_of(runs[configuration], "measured")
+                    return (f"{label}, {runs[configuration][0]['config']}: {other:.1f} ms "
+                            f"({(auto / other - 1) * 100:+.1f}%)")
+                best = min(strategies + swept, key=lambda s: median_of(runs[s], "measured"))
                 auto = median_of(runs["auto"], "measured")
-                print(f"auto picked {runs['auto'][0]['config']}: {auto:.1f} ms; the best tried, "
-                      f"{best}: {median_of(runs[best], 'measured'):.1f} ms "
-                      f"({(auto / median_of(runs[best], 'measured') - 1) * 100:+.1f}%)")
+                print(f"auto picked {runs['auto'][0]['config']}: {auto:.1f} ms; "
+                      + against("the best tried", best))
+                if "ddp" in runs:
+                    print("  against " + against("the defaults", "ddp"))
+                if swept:
+                    hand = min(swept + ["ddp"], key=lambda s: median_of(runs[s], "measured"))
+                    print("  against " + against("the best hand-picked ddp bucket", hand))
     finally:
         if cluster:
             subprocess.run(["scripts/netns-cluster", "down", "--name", cluster],

@@ -127,6 +127,7 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   if (plan_) {
     strategy_name_ = plan_->strategy;
     wrapping.bucket_cap_mb = plan_->bucket_cap_mb;
+    wrapping.local_sgd_period = plan_->local_sgd_period;
   }
   strategy_ = cohort_examples::make_strategy(strategy_name_, model_.ptr(), group_, wrapping);
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
@@ -154,17 +155,16 @@ std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
   if (!cohort_examples::wants_plan(request)) return std::nullopt;
   request.allowed = cohort_examples::strategies_allowed(wrapping);
   request.optimizer_state_per_element = cohort::kAdamStateBytes;  // AdamW and Lamb
+  request.wrapping = wrapping;
   Gpt probe(options_.model_config(data_.vocabulary.size()));
-  auto probe_optimizer = make_adamw(*probe, probe->named_parameters(), options_);
   TextWindows windows(data_.train, options_.context);
   std::vector<size_t> first(static_cast<size_t>(per_rank_batch_));
   std::iota(first.begin(), first.end(), size_t{0});
   const auto batch = windows.get_batch(first);
-  request.probe = probe.ptr().get();
-  request.probe_step = [&] {
-    probe_optimizer->zero_grad();
-    next_char_loss(probe, batch).backward();
-    probe_optimizer->step();
+  request.probe = probe.ptr();
+  request.probe_loss = [&] { return next_char_loss(probe, batch); };
+  request.probe_optimizer = [&](const torch::OrderedDict<std::string, torch::Tensor>& tensors) {
+    return make_adamw(*probe, tensors, options_);
   };
   return cohort_examples::choose_configuration(*group_, *model_, request);
 }

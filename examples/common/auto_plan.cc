@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 
+#include "cohort/comm/inproc_transport.h"
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
 #include "cohort/torch/tensor_buffer.h"
@@ -41,7 +43,53 @@ cohort::PlannerOptions planner_options(const PlanRequest& request) {
   if (!request.settings.bucket_cap.automatic) {
     options.bucket_caps_mb = {request.settings.bucket_cap.mebibytes};
   }
+  if (request.settings.allow_local_sgd) {
+    COHORT_CHECK(request.strategy == "auto" || request.strategy == "ddp",
+                 "--allow-local-sgd: local SGD runs under ddp; --strategy is ", request.strategy);
+    COHORT_CHECK(
+        std::find(request.allowed.begin(), request.allowed.end(), "ddp") != request.allowed.end() &&
+            request.wrapping.local_sgd_period == 0 && !request.wrapping.comm_hook &&
+            !request.wrapping.diloco.enabled() && !request.wrapping.master_weights,
+        "--allow-local-sgd: not with --local-sgd, --comm-hook, --diloco or "
+        "--master-weights (the planner chooses the period)");
+    options.local_sgd_periods = kPlannedLocalSgdPeriods;
+  }
   return options;
+}
+
+bool is_fsdp(const std::string& name) {
+  return name == "full_shard" || name == "shard_grad_op" || name == "hybrid_shard";
+}
+
+bool fsdp_is_a_candidate(const PlanRequest& request) {
+  if (request.strategy != "auto") return is_fsdp(request.strategy);
+  return std::any_of(request.allowed.begin(), request.allowed.end(), is_fsdp);
+}
+
+// The probe's training step at world 1: plain, then (where an FSDP strategy may be chosen)
+// through FULL_SHARD over a group of one, whose cost over the plain step is FSDP's own compute.
+cohort::ComputeProfile measure_probe(const PlanRequest& request) {
+  auto optimizer = request.probe_optimizer(request.probe->named_parameters());
+  auto compute = cohort::ComputeProfile::measure(*request.probe, [&] {
+    optimizer->zero_grad();
+    request.probe_loss().backward();
+    optimizer->step();
+  });
+  if (!fsdp_is_a_candidate(request)) return compute;
+  StrategyOptions wrapping = request.wrapping;
+  wrapping.timeline = nullptr;  // the probe's copies are not the run's communication
+  auto alone = cohort::Group::create_inproc(std::make_shared<cohort::InprocFabric>(1), 0);
+  auto sharded = make_strategy("full_shard", request.probe, alone, wrapping);
+  auto sharded_optimizer = request.probe_optimizer(sharded->optimizer_parameters());
+  cohort::amp::GradScalerOptions scaling;
+  scaling.enabled = false;
+  cohort::amp::GradScaler no_scaling(scaling);
+  compute.measure_sharded([&] {
+    sharded->zero_grad(*sharded_optimizer);
+    request.probe_loss().backward();
+    sharded->step(*sharded_optimizer, no_scaling);
+  });
+  return compute;
 }
 
 }  // namespace
@@ -72,19 +120,24 @@ void add_plan_options(CLI::App& app, PlanSettings& settings) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--plan-out", settings.plan_out,
                  "Write this job's planner input here (rank 0), for cohort-plan");
+  app.add_flag("--allow-local-sgd", settings.allow_local_sgd,
+               "With --strategy auto or ddp: the planner may choose local SGD (a period of 2, 4, "
+               "8 or 16 steps), which changes what training computes (docs/planner.md)");
 }
 
 bool wants_plan(const PlanRequest& request) {
   return request.strategy == "auto" || request.settings.bucket_cap.automatic ||
-         request.settings.memory_budget_mb > 0 || !request.settings.plan_out.empty();
+         request.settings.memory_budget_mb > 0 || !request.settings.plan_out.empty() ||
+         request.settings.allow_local_sgd;
 }
 
 PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
                                 const PlanRequest& request) {
-  COHORT_CHECK(request.probe && request.probe_step, "choose_configuration: no probe step");
+  COHORT_CHECK(request.probe && request.probe_loss && request.probe_optimizer,
+               "choose_configuration: no probe");
   const auto spec = cohort::ModelSpec::of(model, request.optimizer_state_per_element,
-                                          request.fsdp_min_unit_parameters);
-  auto compute = cohort::ComputeProfile::measure(*request.probe, request.probe_step);
+                                          request.wrapping.fsdp_min_unit_parameters);
+  auto compute = measure_probe(request);
   compute.agree(group);
   const auto machine = cohort::MachineSpec::of(group);
   if (group.rank() == 0 && !request.settings.plan_out.empty()) {
@@ -100,6 +153,7 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
   PlanChoice choice;
   choice.strategy = cohort::plan_strategy_name(plan.chosen.config.strategy);
   choice.bucket_cap_mb = plan.chosen.config.bucket_cap_mb;
+  choice.local_sgd_period = plan.chosen.config.local_sgd_period;
   choice.prediction = choice.first_prediction = plan.chosen;
   choice.input = {spec, compute};
   choice.machine = machine;
@@ -107,7 +161,8 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
   if (group.rank() == 0) {
     COHORT_LOG(kInfo, "plan: compute forward ", compute.forward_s * 1e3, " ms, backward ",
                compute.backward_s * 1e3, " ms, optimizer ", compute.optimizer_s * 1e3,
-               " ms; links: ", machine.links.source, "\n", plan.table(plan.candidates.size()));
+               " ms, under FSDP x", compute.sharded_compute_ratio,
+               "; links: ", machine.links.source, "\n", plan.table(plan.candidates.size()));
     std::printf(
         "plan: %s (predicted step %.1f ms, %.1f ms of it communication not hidden; "
         "peak %.1f MiB per rank; %zu candidates)\n",
@@ -172,11 +227,13 @@ void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& re
   if (!r.off) return;
   cohort::PlannerOptions options = choice.options;
   options.strategies = {choice.prediction.config.strategy};  // a run keeps its strategy
-  options.memory_budget_bytes = 0;                           // the memory is what it is by now
+  options.local_sgd_periods.clear();  // and its period: only the buckets may change
+  options.memory_budget_bytes = 0;    // the memory is what it is by now
   cohort::Plan again = cohort::plan(choice.input.model, r.compute, r.machine, options);
   again.chosen = again.candidates[rank0_choice(group, again)];
   const double cap = again.chosen.config.bucket_cap_mb;
-  const bool rebuilt = cap != choice.bucket_cap_mb && strategy.rebucket(cap);
+  const bool rebuilt = choice.local_sgd_period == 0 && cap != choice.bucket_cap_mb &&
+                       strategy.rebucket(cap);  // local SGD reduces no gradients
   cohort::PlanConfig config = choice.prediction.config;
   if (rebuilt) config.bucket_cap_mb = choice.bucket_cap_mb = cap;
   choice.prediction = cohort::predict(choice.input.model, r.compute, r.machine, config);
@@ -200,7 +257,11 @@ void log_plan_accuracy(const PlanChoice& choice, const std::vector<StepRecord>& 
     if (s.step > 1) step_ms.push_back(s.step_ms - s.data_ms);
   }
   if (step_ms.empty()) return;
-  const double measured_step_ms = quantile(step_ms, 0.5);
+  // Local SGD's steps are unequal (one in a period averages): its prediction is their mean.
+  const double measured_step_ms = choice.local_sgd_period > 0
+                                      ? std::accumulate(step_ms.begin(), step_ms.end(), 0.0) /
+                                            static_cast<double>(step_ms.size())
+                                      : quantile(step_ms, 0.5);
   const double predicted = choice.prediction.step_s * 1e3;
   const double first = choice.first_prediction.step_s * 1e3;
   COHORT_LOG(kInfo, "plan: epoch ", epoch, ": measured median step ", measured_step_ms,

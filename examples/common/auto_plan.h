@@ -15,6 +15,7 @@
 #include "cohort/comm/group.h"
 #include "cohort/torch/plan/planner.h"
 #include "step_metrics.h"
+#include "strategy.h"
 
 namespace CLI {
 class App;
@@ -33,9 +34,11 @@ struct PlanSettings {
   BucketCap bucket_cap;          // --bucket-cap-mb: MiB, or auto
   int64_t memory_budget_mb = 0;  // --memory-budget-mb: the planner's limit; 0: none
   std::string plan_out;          // --plan-out: where rank 0 writes the job's plan input
+  bool allow_local_sgd = false;  // --allow-local-sgd: local SGD periods are candidates
 };
 
-// --bucket-cap-mb (a positive number or "auto"), --memory-budget-mb and --plan-out.
+// --bucket-cap-mb (a positive number or "auto"), --memory-budget-mb, --plan-out and
+// --allow-local-sgd.
 void add_plan_options(CLI::App& app, PlanSettings& settings);
 
 struct PlanRequest {
@@ -45,16 +48,25 @@ struct PlanRequest {
   // weights rule out ZeRO).
   std::vector<std::string> allowed;
   int64_t optimizer_state_per_element = cohort::kAdamStateBytes;
-  int64_t fsdp_min_unit_parameters = 0;
-  // One training step of a probe copy of the model at this rank's batch, and that copy: timed
-  // at world 1 so that the model itself is not changed.
-  torch::nn::Module* probe = nullptr;
-  std::function<void()> probe_step;
+  // A probe copy of the model, its loss at this rank's first batch, and the run's optimizer over
+  // the tensors given: the training step is timed on the copy at world 1 so that the model itself
+  // is not changed, and again through FSDP over a group of one where an FSDP strategy is a
+  // candidate (ComputeProfile::measure_sharded), with `wrapping`'s units and dtype.
+  std::shared_ptr<torch::nn::Module> probe;
+  std::function<torch::Tensor()> probe_loss;
+  std::function<std::unique_ptr<torch::optim::Optimizer>(
+      const torch::OrderedDict<std::string, torch::Tensor>&)>
+      probe_optimizer;
+  StrategyOptions wrapping;
 };
+
+// The local SGD periods --allow-local-sgd lets the planner consider.
+inline const std::vector<int> kPlannedLocalSgdPeriods = {2, 4, 8, 16};
 
 struct PlanChoice {
   std::string strategy;
   double bucket_cap_mb = 25.0;
+  int local_sgd_period = 0;  // ddp: local SGD every this many steps (StrategyOptions); 0: off
   cohort::Prediction prediction;
   // What it was chosen from, for the online correction.
   cohort::PlanInput input;
@@ -75,8 +87,6 @@ bool wants_plan(const PlanRequest& request);
 PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
                                 const PlanRequest& request);
 
-class Strategy;
-
 // The online correction (docs/planner.md): measures steps 2 to 4 (the first builds buckets and
 // optimizer state), then at step 4 refits the model (the compute; under DDP the links too, from
 // the buckets' reductions) and, where it was off by more than 25%, plans again among the buckets
@@ -85,8 +95,9 @@ class Strategy;
 void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& record,
                   Strategy& strategy);
 
-// At COHORT_LOG_LEVEL=info: the epoch's median step (without loading data; the first step of the
-// run, which builds buckets and optimizer state, left out) against the prediction.
+// At COHORT_LOG_LEVEL=info: the epoch's median step (under local SGD the mean, as predicted;
+// without loading data; the first step of the run, which builds buckets and optimizer state,
+// left out) against the prediction.
 // And the peak memory measured (training_peak_bytes(), memory.h) against the prediction.
 void log_plan_accuracy(const PlanChoice& choice, const std::vector<StepRecord>& steps,
                        int64_t epoch, int64_t measured_peak_bytes);

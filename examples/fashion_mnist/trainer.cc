@@ -131,6 +131,7 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   if (plan_) {
     strategy = plan_->strategy;
     wrapping.bucket_cap_mb = plan_->bucket_cap_mb;
+    wrapping.local_sgd_period = plan_->local_sgd_period;
   }
   strategy_ = cohort_examples::make_strategy(strategy, model_, group_, wrapping);
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
@@ -179,18 +180,16 @@ std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
   request.allowed = cohort_examples::strategies_allowed(wrapping);
   request.optimizer_state_per_element =
       cohort_examples::optimizer_state_per_element(options_.optimizer, options_.momentum);
-  request.fsdp_min_unit_parameters = wrapping.fsdp_min_unit_parameters;
+  request.wrapping = wrapping;
   auto probe = make_fmnist_model(options_.model);
-  auto probe_optimizer = cohort_examples::make_optimizer(
-      options_.optimizer, probe->named_parameters(), options_.optimizer_settings(probe.get()));
   const auto count = std::min<int64_t>(per_rank_batch(options_, *group_), train_set.data().size());
   const auto images = train_set.data().images.narrow(0, 0, count);
   const auto labels = train_set.data().labels.narrow(0, 0, count);
-  request.probe = probe.get();
-  request.probe_step = [&] {
-    probe_optimizer->zero_grad();
-    torch::nll_loss(probe->forward(images), labels).backward();
-    probe_optimizer->step();
+  request.probe = probe;
+  request.probe_loss = [&] { return torch::nll_loss(probe->forward(images), labels); };
+  request.probe_optimizer = [&](const torch::OrderedDict<std::string, torch::Tensor>& tensors) {
+    return cohort_examples::make_optimizer(options_.optimizer, tensors,
+                                           options_.optimizer_settings(probe.get()));
   };
   return cohort_examples::choose_configuration(*group_, *model_, request);
 }

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -337,12 +338,21 @@ std::vector<double> step_losses(const std::string& dir) {
   return losses;
 }
 
-ExampleRun run_plain(const std::string& name, const std::string& options) {
+ExampleRun run_plain(const std::string& name, const std::string& options,
+                     std::vector<std::string> env = {}) {
   const std::string dir = testing::fresh_temp_dir(name);
   const std::string command = COHORTRUN " --nproc-per-node 2 " FASHION_MNIST
                                         " --max-steps 8 --skip-eval --checkpoint '' --metrics " +
                               dir + "/steps.jsonl " + options;
-  return {testing::run_shell(command, {"OMP_NUM_THREADS=1"}, kDeadline), dir};
+  env.push_back("OMP_NUM_THREADS=1");
+  return {testing::run_shell(command, env, kDeadline), dir};
+}
+
+// The configuration rank 0 printed ("[0] plan: <configuration> (predicted ..."), or "".
+std::string planned_configuration(const std::string& out) {
+  const auto at = out.find("[0] plan: ");
+  if (at == std::string::npos) return "";
+  return out.substr(at + 10, out.find(" (predicted", at) - at - 10);
 }
 
 // --strategy auto and --bucket-cap-mb auto (docs/planner.md): the configuration the planner
@@ -369,6 +379,33 @@ TEST(FashionMnistExamplePlanner, AutoTrainsAsTheConfigurationItChose) {
   EXPECT_EQ(losses, step_losses(by_hand.dir))
       << "--strategy " << strategy << " --bucket-cap-mb " << cap << "\n"
       << out;
+}
+
+// --allow-local-sgd on links a calibration says are slow (1 MB/s): the planner takes local SGD,
+// and the run trains exactly as that period given by hand (a run without it, plain DDP, would
+// average every step's gradients and part from it at step 2).
+TEST(FashionMnistExamplePlanner, LocalSgdChosenOnSlowLinksTrainsAsThePeriodGivenByHand) {
+  const std::string dir = testing::fresh_temp_dir("fmnist_slow_links");
+  {
+    std::ofstream calibration(dir + "/cost_model.json");
+    calibration << R"({"version": 1, "tcp": {"alpha_us": 100, "gbytes_per_s": 0.001},)"
+                << R"( "shm": {"alpha_us": 100, "gbytes_per_s": 0.001},)"
+                << R"( "reduce": {"gbytes_per_s": 1}})";
+  }
+  const ExampleRun planned =
+      run_plain("fmnist_local_sgd_auto", "--model cnn --strategy auto --allow-local-sgd",
+                {"COHORT_COST_MODEL=" + dir + "/cost_model.json"});
+  ASSERT_EQ(planned.result.exit_code, 0) << planned.result.output;
+  const std::string chosen = planned_configuration(planned.result.output);
+  std::smatch period;
+  ASSERT_TRUE(std::regex_search(chosen, period, std::regex("^ddp, local SGD every (\\d+) steps")))
+      << planned.result.output;
+  const ExampleRun by_hand = run_plain("fmnist_local_sgd_by_hand",
+                                       "--model cnn --strategy ddp --local-sgd " + period.str(1));
+  ASSERT_EQ(by_hand.result.exit_code, 0) << by_hand.result.output;
+  const auto losses = step_losses(planned.dir);
+  ASSERT_EQ(losses.size(), 8u);
+  EXPECT_EQ(losses, step_losses(by_hand.dir)) << chosen;
 }
 
 #ifdef COHORT_PLAN

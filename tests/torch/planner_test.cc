@@ -104,6 +104,58 @@ TEST(PlannerModel, ShardGradOpGathersOnlyInForward) {
   EXPECT_NEAR(p.communication_s * 1e3, 4 * 5.24288, 1e-9);
 }
 
+TEST(PlannerModel, FsdpComputeTakesTheShardedRatio) {
+  // The case above with FSDP's own compute making forward and backward 1.5x: 15 and 30 ms. Each
+  // forward unit now outlasts the prefetch: 5.24-12.74 unit 0, 12.74-20.24 unit 1; backward
+  // regathers unit 1 (to 25.49), 25.49-40.49 unit 1, 40.49-55.49 unit 0, whose reduce-scatter
+  // ends at 60.73. DDP and ZeRO, which do not intercept operators, keep their compute.
+  const ModelSpec model = mebibyte_parameters(2);
+  ComputeProfile compute = profile(10, 20, 0);
+  compute.sharded_compute_ratio = 1.5;
+  PlanConfig config;
+  config.strategy = PlanStrategy::kFullShard;
+  const Prediction p = predict(model, compute, slow_loopback(2), config);
+  EXPECT_NEAR(p.compute_s * 1e3, 45, 1e-9);
+  EXPECT_NEAR(p.step_s * 1e3, 5.24288 + 45 + 2 * 5.24288, 1e-9);
+  EXPECT_NEAR(predict(model, compute, slow_loopback(2), ddp(25)).compute_s * 1e3, 30, 1e-9);
+}
+
+TEST(PlannerModel, HybridShardAveragesOverTheNodesAfterBackward) {
+  // Two units of 1 MiB on 2 nodes x 2 ranks. Inside a node a gather or reduce-scatter through
+  // shared memory takes 1.5 MiB at 1 ns per byte: 1.572864 ms; across the nodes each unit's
+  // allreduce (a ring of 2) 10.48576 ms. Forward: gather unit 0, 10 ms of compute (the prefetch
+  // of unit 1 hidden); backward: regather unit 1, 20 ms (unit 0's prefetch and unit 1's
+  // reduce-scatter hidden), unit 0's reduce-scatter; then, at the end of backward, the two
+  // allreduces one after the other, which backward did not hide.
+  MachineSpec two_by_two = slow_loopback(4);
+  two_by_two.shape.nodes = 2;
+  two_by_two.shape.local_size = 2;
+  two_by_two.shape.shared_memory = true;
+  PlanConfig config;
+  config.strategy = PlanStrategy::kHybridShard;
+  const Prediction p = predict(mebibyte_parameters(2), profile(10, 20, 0), two_by_two, config);
+  EXPECT_NEAR(p.step_s * 1e3, 3 * 1.572864 + 30 + 2 * kAllreduceMs, 1e-9);
+}
+
+TEST(PlannerModel, LocalSgdAveragesTheParametersOncePerPeriod) {
+  // No communication in backward; every 4 steps one 4 MiB allreduce (2 x 4 MiB ring at 2 ranks:
+  // 4 x 10.48576 ms) after the step: a quarter of it per step on average.
+  PlanConfig config;
+  config.local_sgd_period = 4;
+  const Prediction p = predict(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), config);
+  EXPECT_NEAR(p.compute_s * 1e3, 55, 1e-9);
+  EXPECT_NEAR(p.exposed_s * 1e3, kAllreduceMs, 1e-9);
+  EXPECT_NEAR(p.step_s * 1e3, 55 + kAllreduceMs, 1e-9);
+  EXPECT_EQ(p.network_bytes, kMiB);  // 4 MiB every 4 steps
+  EXPECT_TRUE(p.reduction_s.empty());
+  // Parameters, gradients, Adam's 8 MiB of state, and the flat copy of the parameters it
+  // averages through after the step.
+  EXPECT_EQ(p.peak_memory_bytes, 20 * kMiB);
+  config.strategy = PlanStrategy::kZero1;
+  EXPECT_THROW(predict(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), config),
+               InvalidArgument);
+}
+
 TEST(PlannerModel, BfloatGradientsHalveTheBytes) {
   PlanConfig bf16 = ddp(1);
   bf16.reduce_dtype = torch::kBFloat16;
@@ -159,6 +211,20 @@ TEST(PlannerChoice, ASlowLinkTakesBfloatGradientsWhereAllowed) {
   options.reduce_dtypes = {torch::kFloat32, torch::kBFloat16};
   const Plan plan = cohort::plan(four_mebibytes(), profile(10, 40, 5), machine, options);
   EXPECT_EQ(plan.chosen.config.reduce_dtype, torch::kBFloat16) << plan.table();
+}
+
+TEST(PlannerChoice, ASlowLinkTakesTheLongestLocalSgdPeriodWhereAllowed) {
+  MachineSpec machine;  // 2 hosts x 1 rank at 100 Mbit/s: a 4 MiB allreduce takes about 0.34 s
+  machine.shape.world = machine.shape.nodes = 2;
+  machine.links.tcp = {100e-6, 8.0 / 100e6};
+  PlannerOptions options;
+  const Plan plain = cohort::plan(four_mebibytes(), profile(10, 40, 5), machine, options);
+  EXPECT_EQ(plain.chosen.config.local_sgd_period, 0) << "local SGD changes training: not unasked";
+  options.local_sgd_periods = {2, 8, 4};
+  const Plan plan = cohort::plan(four_mebibytes(), profile(10, 40, 5), machine, options);
+  EXPECT_EQ(plan.chosen.config.local_sgd_period, 8) << plan.table();
+  EXPECT_EQ(plan.chosen.config.describe(), "ddp, local SGD every 8 steps, float32");
+  EXPECT_LT(plan.chosen.step_s, plain.chosen.step_s);
 }
 
 TEST(PlannerChoice, ATinyBudgetTakesTheOnlyStrategyThatFits) {
@@ -233,10 +299,38 @@ TEST(PlannerInputs, MeasuredProfileSeesBackwardInReverse) {
   EXPECT_LT(p.gradient_ready[5], p.gradient_ready[0]);
 }
 
+TEST(PlannerInputs, ShardedRatioIsTheShardedStepOverThePlainOne) {
+  torch::manual_seed(0);
+  torch::nn::Sequential net(torch::nn::Linear(256, 512), torch::nn::Tanh(),
+                            torch::nn::Linear(512, 8));
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.01));
+  const auto inputs = torch::randn({256, 256});
+  const auto step = [&] {
+    sgd.zero_grad();
+    net->forward(inputs).pow(2).mean().backward();
+    sgd.step();
+  };
+  ComputeProfile p;
+  EXPECT_THROW(p.measure_sharded(step), InvalidArgument);  // no plain step measured yet
+  p = ComputeProfile::measure(*net, step);
+  // A "sharded" step that computes forward and backward three times: (3 (f + b) + o - o) /
+  // (f + b) = 3, give or take the machine's noise.
+  p.measure_sharded([&] {
+    sgd.zero_grad();
+    for (int i = 0; i < 3; ++i) net->forward(inputs).pow(2).mean().backward();
+    sgd.step();
+  });
+  EXPECT_GT(p.sharded_compute_ratio, 2.0);
+  EXPECT_LT(p.sharded_compute_ratio, 4.5);
+  p.measure_sharded([] {});  // faster than the plain step: no less than 1
+  EXPECT_EQ(p.sharded_compute_ratio, 1.0);
+}
+
 TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {
   PlanInput job{four_mebibytes(), profile(10, 40, 5)};
   job.compute.gradient_ready = {1.0, 0.75, 0.5, 0.25};
   job.compute.activation_bytes = 12345;
+  job.compute.sharded_compute_ratio = 1.25;
   const PlanInput back = PlanInput::from_json(job.to_json(), "job.json");
   ASSERT_EQ(back.model.parameters.size(), 4u);
   EXPECT_EQ(back.model.parameters[3].name, "p3");
@@ -245,6 +339,7 @@ TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {
   EXPECT_EQ(back.compute.gradient_ready, job.compute.gradient_ready);
   EXPECT_EQ(back.compute.activation_bytes, 12345);
   EXPECT_NEAR(back.compute.backward_s, 0.040, 1e-12);
+  EXPECT_EQ(back.compute.sharded_compute_ratio, 1.25);
   const auto machine = slow_loopback(2);
   EXPECT_EQ(predict(back.model, back.compute, machine, ddp(1)).step_s,
             predict(job.model, job.compute, machine, ddp(1)).step_s);
@@ -265,6 +360,9 @@ TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {
   bad_unit.replace(bad_unit.find("\"unit\": 3"), 9, "\"unit\": 9");
   refused(bad_unit,
           "parameter 'p3' has a negative size, no bytes per element or a unit out of range");
+  std::string faster_sharded = job.to_json();
+  faster_sharded.replace(faster_sharded.find("1.25"), 4, "0.50");
+  refused(faster_sharded, "job.json: sharded_compute_ratio must be at least 1");
 }
 
 // Online correction: a run whose compute took twice the profile's and whose reductions took

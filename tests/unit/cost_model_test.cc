@@ -146,5 +146,40 @@ TEST(CostModel, GatherAndScatterTermsByHand) {
               1e-15);
 }
 
+// Between nodes, the busiest node's link: what each algorithm sends across, round by round
+// (Note [Gather and scatter across nodes]).
+TEST(CostModel, GatherAndScatterAcrossNodesByHand) {
+  CostModel model;
+  model.tcp = {1e-3, 1e-6};
+  model.gamma_s_per_byte = 0.5e-6;
+  GroupShape two_by_two;  // ranks 0, 1 on node 0; 2, 3 on node 1; blocks of 1000 bytes
+  two_by_two.world = 4;
+  two_by_two.nodes = 2;
+  two_by_two.local_size = 2;
+  two_by_two.shared_memory = true;
+  const auto ag = CollectiveKind::kAllgather, rs = CollectiveKind::kReduceScatter;
+  // Ring: 3 steps, one block across per node each.
+  EXPECT_NEAR(predict_gather_or_scatter(ag, Algorithm::kRing, 4000, two_by_two, model), 0.006,
+              1e-12);
+  // Direct: each node's 2 ranks send a block to each of the other node's 2 at once: 4 blocks.
+  EXPECT_NEAR(predict_gather_or_scatter(ag, Algorithm::kDirect, 4000, two_by_two, model), 0.005,
+              1e-12);
+  // Bruck: at distance 1 one rank per node sends its block across (0 to 3, 2 to 1); at distance
+  // 2 both send two blocks across: 5 blocks in 2 rounds.
+  EXPECT_NEAR(predict_gather_or_scatter(ag, Algorithm::kHalvingDoubling, 4000, two_by_two, model),
+              0.007, 1e-12);
+  // Halving: at distance 2 every rank sends half its input (2000) across, at distance 1 inside
+  // the node: 4000 bytes in 2 rounds, and the 3000 bytes received reduced.
+  EXPECT_NEAR(predict_gather_or_scatter(rs, Algorithm::kHalvingDoubling, 4000, two_by_two, model),
+              0.0075, 1e-12);
+  // Three nodes of one rank: the fold (rank 0's whole 3000 bytes to rank 1), one halving step of
+  // 1500 from each of ranks 1 and 2, the unfold (1000 back to rank 0): 5500 bytes, 3 rounds.
+  GroupShape three_nodes;
+  three_nodes.world = three_nodes.nodes = 3;
+  three_nodes.local_size = 1;
+  EXPECT_NEAR(predict_gather_or_scatter(rs, Algorithm::kHalvingDoubling, 3000, three_nodes, model),
+              0.003 + 0.0055 + 0.001, 1e-12);
+}
+
 }  // namespace
 }  // namespace cohort

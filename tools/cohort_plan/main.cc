@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   size_t rows = 30;
   std::vector<std::string> strategies;
   std::vector<double> caps;
+  std::vector<int> local_sgd_periods;
   app.add_option("--input", input, "The job: a plan input file (an example's --plan-out)")
       ->required();
   app.add_option("--calibration", calibration,
@@ -61,6 +62,10 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
   app.add_flag("--allow-bf16", allow_bf16, "Consider gradients reduced in bfloat16 too");
+  app.add_option("--local-sgd-periods", local_sgd_periods,
+                 "Consider local SGD under ddp with these periods (steps), e.g. 2,4,8,16")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   app.add_option("--compute-scale", compute_scale,
                  "Multiply the measured compute by this (another per-rank batch, a faster CPU)")
       ->check(CLI::PositiveNumber);
@@ -86,6 +91,7 @@ int main(int argc, char** argv) {
     }
     if (!caps.empty()) options.bucket_caps_mb = caps;
     if (allow_bf16) options.reduce_dtypes = {torch::kFloat32, torch::kBFloat16};
+    options.local_sgd_periods = local_sgd_periods;
     const cohort::Plan plan = cohort::plan(job.model, job.compute, machine, options);
     std::printf(
         "cohort-plan: %s: %zu parameters, %.1f MiB; %d ranks (%d node(s) x %d); links: "

@@ -1,11 +1,13 @@
 #include "cohort/comm/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "cohort/core/env.h"
 #include "cohort/core/error.h"
@@ -69,6 +71,95 @@ int ranks_sharing_a_link(const GroupShape& shape) {
 double across_nodes(Algorithm algorithm, double bytes, const GroupShape& shape,
                     const CostModel& model) {
   return flat_allreduce(algorithm, bytes / shape.local_size, bytes, shape.nodes, model);
+}
+
+// Note [Gather and scatter across nodes]
+// Between nodes, what a collective costs is what the busiest node sends to the others, round by
+// round (every rank of a node shares its link; ranks are placed in node order, L per node, as
+// the groups of cohortrun and the examples are). The algorithms differ there though each rank
+// sends (n-1)/n of the buffer: the ring has one rank per node send across per step; the direct
+// exchange sends L (n - L) blocks across from each node at once; Bruck's round at distance d
+// sends min(d, n-d) blocks from each rank whose target r - d is on another node; recursive
+// halving's step at distance d sends half of what is left from each participant whose partner
+// is on another node, so it crosses with its largest halves when d spans nodes. Inside a node
+// (loopback) the rounds are not counted: they are much faster than the link between nodes.
+class NodePlacement {
+ public:
+  explicit NodePlacement(const GroupShape& shape)
+      : n_(shape.world), nodes_(shape.nodes), per_node_(ranks_sharing_a_link(shape)) {}
+  int node(int rank) const { return std::min(rank / per_node_, nodes_ - 1); }
+  bool across(int from, int to) const { return node(from) != node(to); }
+  // The most `blocks` any node sends across when each rank r with `sends(r)` sends them.
+  template <typename Sends>
+  double busiest(Sends sends) const {
+    std::vector<double> out(static_cast<size_t>(nodes_), 0);
+    for (int r = 0; r < n_; ++r) out[static_cast<size_t>(node(r))] += sends(r);
+    return *std::max_element(out.begin(), out.end());
+  }
+  int world() const { return n_; }
+  int per_node() const { return per_node_; }
+
+ private:
+  int n_, nodes_, per_node_;
+};
+
+// Seconds on the busiest node's link: one alpha per round, its bytes across at beta.
+struct LinkRounds {
+  double rounds = 0, bytes = 0;
+  double seconds(const LinkCost& link) const {
+    return rounds * link.alpha_s + bytes * link.beta_s_per_byte;
+  }
+};
+
+LinkRounds bruck_across(const NodePlacement& at, double block) {
+  const int n = at.world();
+  LinkRounds t;
+  for (int d = 1; d < n; d *= 2, ++t.rounds) {
+    const double blocks = std::min(d, n - d);
+    t.bytes +=
+        block * at.busiest([&](int r) { return at.across(r, (r - d + n) % n) ? blocks : 0; });
+  }
+  return t;
+}
+
+LinkRounds halving_across(const NodePlacement& at, double block) {
+  const int n = at.world();
+  const int p = 1 << static_cast<int>(std::floor(std::log2(n)));
+  const int rem = n - p;
+  const auto rank_of = [rem](int i) { return i < rem ? 2 * i + 1 : i + rem; };
+  const double total = n * block;
+  LinkRounds t;
+  if (rem > 0) {  // the fold and the unfold
+    t.rounds += 2;
+    t.bytes +=
+        total * at.busiest([&](int r) { return r < 2 * rem && r % 2 == 0 && at.across(r, r + 1); });
+    t.bytes +=
+        block * at.busiest([&](int r) { return r < 2 * rem && r % 2 == 1 && at.across(r, r - 1); });
+  }
+  double half = total / 2;
+  for (int d = p / 2; d >= 1; d /= 2, half /= 2, ++t.rounds) {
+    std::vector<double> sends(static_cast<size_t>(n), 0);
+    for (int i = 0; i < p; ++i) {
+      if (at.across(rank_of(i), rank_of(i ^ d))) sends[static_cast<size_t>(rank_of(i))] = 1;
+    }
+    t.bytes += half * at.busiest([&](int r) { return sends[static_cast<size_t>(r)]; });
+  }
+  return t;
+}
+
+// The busiest node's rounds and bytes across for an all-gather or reduce-scatter of blocks of
+// `block` bytes (Note [Gather and scatter across nodes]).
+LinkRounds gather_or_scatter_across(CollectiveKind kind, Algorithm algorithm,
+                                    const NodePlacement& at, double block) {
+  const int n = at.world(), local = at.per_node();
+  switch (algorithm) {
+    case Algorithm::kDirect: return {1, static_cast<double>(local) * (n - local) * block};
+    case Algorithm::kRing: return {n - 1.0, (n - 1.0) * block};
+    case Algorithm::kHalvingDoubling:
+      return kind == CollectiveKind::kAllgather ? bruck_across(at, block)
+                                                : halving_across(at, block);
+    default: return {0, std::numeric_limits<double>::infinity()};
+  }
 }
 
 double positive(const nlohmann::json& json, const char* section, const char* field,
@@ -190,19 +281,21 @@ double predict_gather_or_scatter(CollectiveKind kind, Algorithm algorithm, size_
   if (shape.world <= 1) return 0;
   const double n = shape.world, total = static_cast<double>(bytes), moved = (n - 1) / n * total;
   const double reduce = kind == CollectiveKind::kReduceScatter ? moved * model.gamma_s_per_byte : 0;
-  const double link = ranks_sharing_a_link(shape);
   const LinkCost& tcp = model.tcp;
-  switch (algorithm) {
-    case Algorithm::kShm:  // the rank's piece in, the whole buffer out (or the reverse)
-      if (shape.nodes != 1 || !shape.shared_memory) return kInfinity;
-      return 2 * shm_rounds(total) * model.shm.alpha_s +
-             (1 + 1 / n) * total * model.shm.beta_s_per_byte + reduce;
-    case Algorithm::kDirect:  // one round: every piece to every rank at once
-      return tcp.alpha_s + moved * link * tcp.beta_s_per_byte + reduce;
+  if (algorithm == Algorithm::kShm) {  // the rank's piece in, the whole buffer out (or reverse)
+    if (shape.nodes != 1 || !shape.shared_memory) return kInfinity;
+    return 2 * shm_rounds(total) * model.shm.alpha_s +
+           (1 + 1 / n) * total * model.shm.beta_s_per_byte + reduce;
+  }
+  if (shape.nodes > 1) {
+    return gather_or_scatter_across(kind, algorithm, NodePlacement(shape), total / n).seconds(tcp) +
+           reduce;
+  }
+  switch (algorithm) {  // loopback: each rank's own connections
+    case Algorithm::kDirect: return tcp.alpha_s + moved * tcp.beta_s_per_byte + reduce;
     case Algorithm::kHalvingDoubling:
-      return log2_ceil(shape.world) * tcp.alpha_s + moved * link * tcp.beta_s_per_byte + reduce;
-    case Algorithm::kRing:  // n-1 steps of one piece, one rank per node across at a time
-      return (n - 1) * tcp.alpha_s + moved * tcp.beta_s_per_byte + reduce;
+      return log2_ceil(shape.world) * tcp.alpha_s + moved * tcp.beta_s_per_byte + reduce;
+    case Algorithm::kRing: return (n - 1) * tcp.alpha_s + moved * tcp.beta_s_per_byte + reduce;
     default: return kInfinity;
   }
 }

@@ -93,9 +93,24 @@ ComputeProfile ComputeProfile::measure(torch::nn::Module& module, const std::fun
   return profile;
 }
 
+void ComputeProfile::measure_sharded(const std::function<void()>& sharded_step, int steps) {
+  COHORT_CHECK(steps >= 1, "ComputeProfile::measure_sharded: steps must be >= 1, got ", steps);
+  COHORT_CHECK(forward_s + backward_s > 0,
+               "ComputeProfile::measure_sharded: measure() the plain step first");
+  const auto time = [&] {
+    const auto start = Clock::now();
+    sharded_step();
+    return seconds(start, Clock::now());
+  };
+  for (int warm = 0; warm < kWarmUpSteps; ++warm) time();
+  std::vector<double> totals;
+  for (int s = 0; s < steps; ++s) totals.push_back(time());
+  sharded_compute_ratio = std::max(1.0, (median(totals) - optimizer_s) / (forward_s + backward_s));
+}
+
 void ComputeProfile::agree(Group& group) {
   std::vector<double> values = {forward_s, backward_s, optimizer_s,
-                                static_cast<double>(activation_bytes)};
+                                static_cast<double>(activation_bytes), sharded_compute_ratio};
   values.insert(values.end(), gradient_ready.begin(), gradient_ready.end());
   auto tensor = torch::tensor(values, torch::kFloat64);
   const auto count = static_cast<int64_t>(values.size());
@@ -115,7 +130,8 @@ void ComputeProfile::agree(Group& group) {
   backward_s = v[1];
   optimizer_s = v[2];
   activation_bytes = activations.item<int64_t>();
-  gradient_ready.assign(v + 4, v + values.size());
+  sharded_compute_ratio = v[4];
+  gradient_ready.assign(v + 5, v + values.size());
 }
 
 }  // namespace cohort

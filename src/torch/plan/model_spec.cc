@@ -102,7 +102,9 @@ bool detail::uses_buckets(PlanStrategy strategy) {
 std::string PlanConfig::describe() const {
   std::ostringstream out;
   out << plan_strategy_name(strategy);
-  if (detail::uses_buckets(strategy)) {
+  if (local_sgd_period > 0) {
+    out << ", local SGD every " << local_sgd_period << " steps";
+  } else if (detail::uses_buckets(strategy)) {
     out << ", " << bucket_cap_mb << " MiB buckets (first " << first_bucket_cap_mb << ")";
   }
   out << ", " << (reduce_dtype == torch::kBFloat16 ? "bfloat16" : "float32");

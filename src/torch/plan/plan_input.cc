@@ -3,7 +3,8 @@
 //   {"version": 1, "optimizer_state_per_element": 8, "units": ["", "blocks.0", ...],
 //    "parameters": [{"name": "...", "elements": 1024, "element_bytes": 4, "unit": 1}, ...],
 //    "compute": {"forward_ms": 12.5, "backward_ms": 25.1, "optimizer_ms": 3.2,
-//                "activation_bytes": 1048576, "gradient_ready": [0.98, ...]}}
+//                "activation_bytes": 1048576, "gradient_ready": [0.98, ...],
+//                "sharded_compute_ratio": 1.08}}   (optional: 1 when absent)
 #include <nlohmann/json.hpp>
 
 #include "cohort/core/error.h"
@@ -46,7 +47,8 @@ std::string PlanInput::to_json() const {
                 {"backward_ms", compute.backward_s * 1e3},
                 {"optimizer_ms", compute.optimizer_s * 1e3},
                 {"activation_bytes", compute.activation_bytes},
-                {"gradient_ready", compute.gradient_ready}}}};
+                {"gradient_ready", compute.gradient_ready},
+                {"sharded_compute_ratio", compute.sharded_compute_ratio}}}};
   return out.dump(1) + "\n";
 }
 
@@ -85,6 +87,12 @@ PlanInput PlanInput::from_json(const std::string& text, const std::string& origi
   c.optimizer_s = field<double>(compute, "optimizer_ms", origin) * 1e-3;
   c.activation_bytes = field<int64_t>(compute, "activation_bytes", origin);
   c.gradient_ready = field<std::vector<double>>(compute, "gradient_ready", origin);
+  if (compute.contains("sharded_compute_ratio")) {
+    c.sharded_compute_ratio = field<double>(compute, "sharded_compute_ratio", origin);
+    if (!(c.sharded_compute_ratio >= 1)) {
+      throw InvalidArgument(origin + ": sharded_compute_ratio must be at least 1");
+    }
+  }
   if (!c.gradient_ready.empty() && c.gradient_ready.size() != model.parameters.size()) {
     throw InvalidArgument(origin + ": gradient_ready has " +
                           std::to_string(c.gradient_ready.size()) + " entries for " +

@@ -19,6 +19,11 @@ void check_runnable(const ModelSpec& model, const MachineSpec& machine, const Pl
                config.first_bucket_cap_mb);
   COHORT_CHECK(config.reduce_dtype == torch::kFloat32 || config.reduce_dtype == torch::kBFloat16,
                "planner: reduce_dtype must be float32 or bfloat16");
+  COHORT_CHECK(config.local_sgd_period >= 0, "planner: local_sgd_period must be >= 0, got ",
+               config.local_sgd_period);
+  COHORT_CHECK(config.local_sgd_period == 0 || (config.strategy == PlanStrategy::kDdp &&
+                                                config.reduce_dtype == torch::kFloat32),
+               "planner: local SGD runs under ddp with float32 gradients only");
   const GroupShape& shape = machine.shape;
   COHORT_CHECK(
       config.strategy != PlanStrategy::kHybridShard || (shape.nodes > 1 && shape.local_size > 1),
@@ -85,17 +90,26 @@ Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSp
     std::vector<double> caps = options.bucket_caps_mb;
     if (!detail::uses_buckets(strategy)) caps = {PlanConfig{}.bucket_cap_mb};
     std::sort(caps.begin(), caps.end(), std::greater<>());  // ties go to the larger bucket
+    const auto consider = [&](const PlanConfig& config) {
+      Prediction p = predict(model, compute, machine, config);
+      p.fits =
+          options.memory_budget_bytes <= 0 || p.peak_memory_bytes <= options.memory_budget_bytes;
+      result.candidates.push_back(p);
+    };
     for (double cap : caps) {
       for (torch::Dtype dtype : options.reduce_dtypes) {
         PlanConfig config;
         config.strategy = strategy;
         config.bucket_cap_mb = cap;
         config.reduce_dtype = dtype;
-        Prediction p = predict(model, compute, machine, config);
-        p.fits =
-            options.memory_budget_bytes <= 0 || p.peak_memory_bytes <= options.memory_budget_bytes;
-        result.candidates.push_back(p);
+        consider(config);
       }
+    }
+    for (int period :
+         strategy == PlanStrategy::kDdp ? options.local_sgd_periods : std::vector<int>{}) {
+      PlanConfig config;  // no gradient buckets to size: the default cap
+      config.local_sgd_period = period;
+      consider(config);
     }
   }
   COHORT_CHECK(!result.candidates.empty(), "planner: no strategy allowed can run on this machine");

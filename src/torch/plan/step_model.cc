@@ -141,6 +141,21 @@ StepTimes bucketed_step(const ModelSpec& model, const ComputeProfile& compute,
   return t;
 }
 
+// DDP under local SGD: no communication in backward; every `period` steps one allreduce of
+// the parameters (fused, PeriodicModelAverager) after the optimizer step, which nothing hides.
+// The step is the mean over a period.
+StepTimes local_sgd_step(const ModelSpec& model, const ComputeProfile& compute,
+                         const MachineSpec& machine, const PlanConfig& config) {
+  const double bytes = static_cast<double>(model.parameter_bytes());
+  const double period = config.local_sgd_period;
+  StepTimes t;
+  t.compute_s = compute.forward_s + compute.backward_s + compute.optimizer_s;
+  t.communication_s = t.exposed_s =
+      collective_s(CollectiveKind::kAllreduce, bytes, machine.shape, machine.links) / period;
+  count_allreduce(t, bytes / period, machine.shape, machine.links);
+  return t;
+}
+
 struct UnitSizes {
   std::vector<double> bytes, wire, share;  // per unit: parameter bytes, wire bytes, elements share
   std::vector<bool> root;
@@ -194,12 +209,14 @@ StepTimes sharded_step(const ModelSpec& model, const ComputeProfile& compute,
     return lines.communicate(
         at, collective_s(CollectiveKind::kAllgather, units.bytes[u], shard, machine.links));
   };
+  const double forward_s = compute.forward_s * compute.sharded_compute_ratio;
+  const double backward_s = compute.backward_s * compute.sharded_compute_ratio;
   std::vector<double> gathered(count, 0);
   gathered[0] = gather(0, 0);
   for (size_t u = 0; u < count; ++u) {  // forward: each unit prefetches the next
     const double start = std::max(lines.compute_free(), gathered[u]);
     if (u + 1 < count) gathered[u + 1] = gather(u + 1, start);
-    lines.compute(start, compute.forward_s * units.share[u]);
+    lines.compute(start, forward_s * units.share[u]);
   }
   std::vector<double> regathered(count, lines.compute_free());
   const size_t last = count - 1;
@@ -207,24 +224,26 @@ StepTimes sharded_step(const ModelSpec& model, const ComputeProfile& compute,
   for (size_t u = count; u-- > 0;) {  // backward, in reverse: prefetch, compute, reduce
     const double start = std::max(lines.compute_free(), regathered[u]);
     if (u > 0 && regather && !units.root[u - 1]) regathered[u - 1] = gather(u - 1, start);
-    const double end = lines.compute(start, compute.backward_s * units.share[u]);
+    const double end = lines.compute(start, backward_s * units.share[u]);
     const double scatter_s =
         collective_s(CollectiveKind::kReduceScatter, units.wire[u], shard, machine.links);
-    double reduced = lines.communicate(end, scatter_s);
+    lines.communicate(end, scatter_s);
     t.reduction_s.push_back(scatter_s);
     count_gather_or_scatter(t, units.wire[u], shard);
-    if (hybrid) {  // each rank's shard with its peers on the other nodes: the L allreduces
-                   // of a node run at once and share its link, as one of the whole unit would
-      const GroupShape across = across_nodes_shape(machine.shape);
-      const double piece = units.wire[u] / std::max(1, shard.world);
-      reduced = lines.communicate(
-          reduced, collective_s(CollectiveKind::kAllreduce, units.wire[u], across, machine.links));
-      count_allreduce(t, piece, across, machine.links);
+  }
+  if (hybrid) {  // at the end of backward, unit by unit, each rank's shard with its peers on
+                 // the other nodes: a node's L allreduces run at once and share its link, as
+                 // one of the whole unit would
+    const GroupShape across = across_nodes_shape(machine.shape);
+    for (size_t u = count; u-- > 0;) {
+      lines.communicate(lines.compute_free(), collective_s(CollectiveKind::kAllreduce,
+                                                           units.wire[u], across, machine.links));
+      count_allreduce(t, units.wire[u] / std::max(1, shard.world), across, machine.links);
     }
   }
   const double ranks = std::max(1, shard.world);
-  lines.compute(lines.compute_free(), compute.optimizer_s / ranks);
-  t.compute_s = compute.forward_s + compute.backward_s + compute.optimizer_s / ranks;
+  lines.compute(lines.end(), compute.optimizer_s / ranks);  // once every reduction has ended
+  t.compute_s = forward_s + backward_s + compute.optimizer_s / ranks;
   t.communication_s = lines.comm_total();
   t.exposed_s = std::max(0.0, lines.end() - t.compute_s);
   return t;
@@ -262,6 +281,7 @@ std::vector<std::vector<size_t>> planned_buckets(const ModelSpec& model,
 
 StepTimes predict_step(const ModelSpec& model, const ComputeProfile& compute,
                        const MachineSpec& machine, const PlanConfig& config) {
+  if (config.local_sgd_period > 0) return local_sgd_step(model, compute, machine, config);
   return uses_buckets(config.strategy) ? bucketed_step(model, compute, machine, config)
                                        : sharded_step(model, compute, machine, config);
 }
@@ -274,7 +294,7 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
   const double activations = static_cast<double>(compute.activation_bytes);
   const double world = std::max(1, machine.shape.world);
   double bucket = 0;  // the largest bucket, in the parameters' dtype
-  if (uses_buckets(config.strategy)) {
+  if (uses_buckets(config.strategy) && config.local_sgd_period == 0) {
     for (const auto& b : planned_buckets(model, compute, config)) {
       bucket = std::max(bucket, bytes_of(model, b));
     }
@@ -284,8 +304,11 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
   const auto unit_wire = sorted_descending(units.wire);
   double bytes = 0;
   switch (config.strategy) {
-    case PlanStrategy::kDdp:  // gradients are views of the buckets; bfloat16 adds a copy of one
-      bytes = params + grads + state + (config.reduce_dtype == torch::kBFloat16 ? bucket / 2 : 0);
+    case PlanStrategy::kDdp:  // gradients are views of the buckets; bfloat16 adds a copy of one;
+                              // local SGD averages through a flat copy of the parameters after
+                              // the step, when the activations are gone
+      bytes = params + grads + state + (config.reduce_dtype == torch::kBFloat16 ? bucket / 2 : 0) +
+              (config.local_sgd_period > 0 ? std::max(0.0, params - activations) : 0);
       break;
     case PlanStrategy::kZero1: bytes = params + grads + state / world; break;
     case PlanStrategy::kZero2: bytes = params + grads / world + 2 * bucket + state / world; break;

@@ -11,10 +11,15 @@
 // its step. FSDP: each unit's all-gather is issued when the unit before it starts computing
 // (prefetch), and the unit computes once it has its parameters; in backward (reverse order)
 // FULL_SHARD gathers again, and each unit's reduce-scatter is issued when its backward ends.
-// HYBRID_SHARD's unit collectives run inside a node, and each reduce-scatter is followed by an
-// allreduce of each rank's shard with its peers on the other nodes (a node's L ranks at once,
-// sharing its link: timed as one allreduce of the whole unit across the nodes). A unit's share of forward and backward is its
-// share of the parameters.
+// HYBRID_SHARD's unit collectives run inside a node; at the end of backward, unit by unit in
+// the order they were reduced, each rank's shard is averaged with its peers on the other nodes
+// (FullyShardedDataParallel::Impl::average_over_replicas, which waits for each: not overlapped
+// with backward; a node's L ranks at once, sharing its link: timed as one allreduce of the whole
+// unit across the nodes). The optimizer steps once every reduction has ended. FSDP's forward and
+// backward take ComputeProfile::sharded_compute_ratio times the profile's (its interception and
+// copies), and a unit's share of them is its share of the parameters. DDP under local SGD has no
+// communication in backward and averages the parameters (one allreduce) every period steps after
+// the optimizer step: its step is the mean over a period.
 #pragma once
 
 #include <cstdint>

@@ -66,6 +66,11 @@ struct ComputeProfile {
   // What one step allocates beyond the model's state (activations, temporaries): measured when
   // CPU tensor memory is tracked (tensor_memory.h), else 0 unless you set it.
   int64_t activation_bytes = 0;
+  // Forward and backward under FSDP over their time on the plain module: FSDP intercepts every
+  // operator to find the units it reads (Note [FSDP interception]) and copies each unit's
+  // parameters and gradients in and out of its flat storage, compute that the plain module does
+  // not do. The planner times the FSDP strategies' forward and backward by it. 1: not measured.
+  double sharded_compute_ratio = 1;
 
   // Runs `step` (zero_grad, forward, backward, optimizer step: one training step at this rank's
   // batch) `steps` + 3 times, the first three a warm-up, and returns the medians; the forward and
@@ -73,6 +78,11 @@ struct ComputeProfile {
   // ready time by its hook. Not collective: agree() makes every rank's the same.
   static ComputeProfile measure(torch::nn::Module& module, const std::function<void()>& step,
                                 int steps = 5);
+  // Times `sharded_step`, the same training step through a FullyShardedDataParallel over a group
+  // of one (no communication: what is left is FSDP's own compute), as measure() times `step`, and
+  // sets sharded_compute_ratio from its median: (sharded step - optimizer_s) / (forward_s +
+  // backward_s), at least 1. Call it after measure(). Not collective.
+  void measure_sharded(const std::function<void()>& sharded_step, int steps = 5);
   // The ranks' mean times and ready fractions (the largest activations) on every rank of
   // `group`, so that every rank plans the same. Collective.
   void agree(Group& group);
@@ -98,7 +108,12 @@ struct PlanConfig {
   double bucket_cap_mb = 25.0;                  // DDP and ZeRO (DdpOptions::bucket_cap_mb)
   double first_bucket_cap_mb = 1.0;             // DdpOptions::first_bucket_cap_mb
   torch::Dtype reduce_dtype = torch::kFloat32;  // what gradients travel as (bf16: half)
-  std::string describe() const;                 // "ddp, 25 MiB buckets (first 1), float32"
+  // DDP only: local SGD (docs/compression.md), the models averaged every this many steps (one
+  // allreduce of the parameters after the optimizer step) instead of the gradients every step;
+  // 0: off. It changes what training computes, so it is a candidate only where
+  // PlannerOptions::local_sgd_periods allows it; its predicted step is the mean over a period.
+  int local_sgd_period = 0;
+  std::string describe() const;  // "ddp, 25 MiB buckets (first 1), float32"
 };
 
 // What the planner predicts for one configuration, per rank and step.
@@ -125,6 +140,7 @@ struct PlannerOptions {
                                           PlanStrategy::kShardGradOp, PlanStrategy::kHybridShard};
   std::vector<double> bucket_caps_mb = {1, 2, 4, 8, 16, 25, 50, 100};
   std::vector<torch::Dtype> reduce_dtypes = {torch::kFloat32};  // add torch::kBFloat16 to allow
+  std::vector<int> local_sgd_periods;  // e.g. {2, 4, 8, 16} to allow local SGD under DDP
 };
 
 struct Plan {
