@@ -81,16 +81,16 @@ TEST(PlannerModel, DdpWithALargeBucketWaitsForTheWholeBackward) {
 TEST(PlannerModel, FullShardPrefetchesAndReduceScattersUnitByUnit) {
   // Two units of 1 MiB at 2 ranks: an all-gather or reduce-scatter is one direct round of half
   // the buffer, 5.24288 ms. Worked by hand: forward 0-5.24 gather 0, 5.24-10.24 unit 0 while
-  // unit 1 is gathered (to 10.49), 10.49-15.49 unit 1; backward regathers unit 1 (to 20.73),
-  // 20.73-30.73 unit 1 while unit 0 is regathered, then reduce-scatters unit 1 (to 35.97),
-  // 30.73-40.73 unit 0, and its reduce-scatter ends at 45.97.
+  // unit 1 is gathered (to 10.49), 10.49-15.49 unit 1; backward starts on unit 1, still
+  // gathered, 15.49-25.49, while unit 0 is gathered again (to 20.73), then reduce-scatters
+  // unit 1 (to 30.73); 25.49-35.49 unit 0, and its reduce-scatter ends at 40.73.
   const ModelSpec model = mebibyte_parameters(2);  // two units of 1 MiB
   PlanConfig config;
   config.strategy = PlanStrategy::kFullShard;
   const Prediction p = predict(model, profile(10, 20, 0), slow_loopback(2), config);
-  EXPECT_NEAR(p.step_s * 1e3, 45.97152, 1e-9);
-  EXPECT_NEAR(p.exposed_s * 1e3, 15.97152, 1e-9);
-  EXPECT_NEAR(p.communication_s * 1e3, 6 * 5.24288, 1e-9);  // 4 gathers, 2 reduce-scatters
+  EXPECT_NEAR(p.step_s * 1e3, 40.72864, 1e-9);
+  EXPECT_NEAR(p.exposed_s * 1e3, 10.72864, 1e-9);
+  EXPECT_NEAR(p.communication_s * 1e3, 5 * 5.24288, 1e-9);  // 3 gathers, 2 reduce-scatters
 }
 
 TEST(PlannerModel, ShardGradOpGathersOnlyInForward) {
@@ -107,8 +107,8 @@ TEST(PlannerModel, ShardGradOpGathersOnlyInForward) {
 TEST(PlannerModel, FsdpComputeTakesTheShardedRatio) {
   // The case above with FSDP's own compute making forward and backward 1.5x: 15 and 30 ms. Each
   // forward unit now outlasts the prefetch: 5.24-12.74 unit 0, 12.74-20.24 unit 1; backward
-  // regathers unit 1 (to 25.49), 25.49-40.49 unit 1, 40.49-55.49 unit 0, whose reduce-scatter
-  // ends at 60.73. DDP and ZeRO, which do not intercept operators, keep their compute.
+  // 20.24-35.24 unit 1, 35.24-50.24 unit 0, whose reduce-scatter ends at 55.49. DDP and ZeRO,
+  // which do not intercept operators, keep their compute.
   const ModelSpec model = mebibyte_parameters(2);
   ComputeProfile compute = profile(10, 20, 0);
   compute.sharded_compute_ratio = 1.5;
@@ -116,7 +116,7 @@ TEST(PlannerModel, FsdpComputeTakesTheShardedRatio) {
   config.strategy = PlanStrategy::kFullShard;
   const Prediction p = predict(model, compute, slow_loopback(2), config);
   EXPECT_NEAR(p.compute_s * 1e3, 45, 1e-9);
-  EXPECT_NEAR(p.step_s * 1e3, 5.24288 + 45 + 2 * 5.24288, 1e-9);
+  EXPECT_NEAR(p.step_s * 1e3, 5.24288 + 45 + 5.24288, 1e-9);
   EXPECT_NEAR(predict(model, compute, slow_loopback(2), ddp(25)).compute_s * 1e3, 30, 1e-9);
 }
 
@@ -124,9 +124,9 @@ TEST(PlannerModel, HybridShardAveragesOverTheNodesAfterBackward) {
   // Two units of 1 MiB on 2 nodes x 2 ranks. Inside a node a gather or reduce-scatter through
   // shared memory takes 1.5 MiB at 1 ns per byte: 1.572864 ms; across the nodes each unit's
   // allreduce (a ring of 2) 10.48576 ms. Forward: gather unit 0, 10 ms of compute (the prefetch
-  // of unit 1 hidden); backward: regather unit 1, 20 ms (unit 0's prefetch and unit 1's
-  // reduce-scatter hidden), unit 0's reduce-scatter; then, at the end of backward, the two
-  // allreduces one after the other, which backward did not hide.
+  // of unit 1 hidden); backward: 20 ms (unit 0's gather and unit 1's reduce-scatter hidden),
+  // unit 0's reduce-scatter; then, at the end of backward, the two allreduces one after the
+  // other, which backward did not hide.
   MachineSpec two_by_two = slow_loopback(4);
   two_by_two.shape.nodes = 2;
   two_by_two.shape.local_size = 2;
@@ -134,7 +134,7 @@ TEST(PlannerModel, HybridShardAveragesOverTheNodesAfterBackward) {
   PlanConfig config;
   config.strategy = PlanStrategy::kHybridShard;
   const Prediction p = predict(mebibyte_parameters(2), profile(10, 20, 0), two_by_two, config);
-  EXPECT_NEAR(p.step_s * 1e3, 3 * 1.572864 + 30 + 2 * kAllreduceMs, 1e-9);
+  EXPECT_NEAR(p.step_s * 1e3, 2 * 1.572864 + 30 + 2 * kAllreduceMs, 1e-9);
 }
 
 TEST(PlannerModel, LocalSgdAveragesTheParametersOncePerPeriod) {

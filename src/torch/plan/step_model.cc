@@ -218,9 +218,9 @@ StepTimes sharded_step(const ModelSpec& model, const ComputeProfile& compute,
     if (u + 1 < count) gathered[u + 1] = gather(u + 1, start);
     lines.compute(start, forward_s * units.share[u]);
   }
+  // The unit forward used last stays gathered into backward (FSDP frees a unit when an
+  // operator uses another): backward starts on it without gathering.
   std::vector<double> regathered(count, lines.compute_free());
-  const size_t last = count - 1;
-  if (regather && !units.root[last]) regathered[last] = gather(last, lines.compute_free());
   for (size_t u = count; u-- > 0;) {  // backward, in reverse: prefetch, compute, reduce
     const double start = std::max(lines.compute_free(), regathered[u]);
     if (u > 0 && regather && !units.root[u - 1]) regathered[u - 1] = gather(u - 1, start);
