@@ -60,12 +60,15 @@ struct PlanRequest {
   StrategyOptions wrapping;
 };
 
+// DDP's first bucket sizes --bucket-cap-mb auto lets the planner consider.
+inline const std::vector<double> kPlannedFirstBucketCapsMb = {0.25, 1, 4};
 // The local SGD periods --allow-local-sgd lets the planner consider.
 inline const std::vector<int> kPlannedLocalSgdPeriods = {2, 4, 8, 16};
 
 struct PlanChoice {
   std::string strategy;
   double bucket_cap_mb = 25.0;
+  double first_bucket_cap_mb = 1.0;  // ddp's
   int local_sgd_period = 0;  // ddp: local SGD every this many steps (StrategyOptions); 0: off
   cohort::Prediction prediction;
   // What it was chosen from, for the online correction.
@@ -88,10 +91,10 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
                                 const PlanRequest& request);
 
 // The online correction (docs/planner.md): measures steps 2 to 4 (the first builds buckets and
-// optimizer state), then at step 4 refits the model (the compute; under DDP the links too, from
-// the buckets' reductions) and, where it was off by more than 25%, plans again among the buckets
-// of the chosen strategy and rebuilds them if another size wins.
-// Collective at step 4 (every rank calls it after every step).
+// optimizer state), then at step 4 refits the model (the compute, but not under ZeRO; under DDP the
+// links too, from the buckets' reductions) and, where it was off by more than 25%, plans again
+// among the buckets of the chosen strategy and rebuilds them if another size wins. Collective at
+// step 4 (every rank calls it after every step).
 void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& record,
                   Strategy& strategy);
 

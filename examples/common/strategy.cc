@@ -30,6 +30,7 @@ StepCommunication communication_of(const cohort::IterationStats& stats) {
 cohort::DdpOptions ddp_options(const StrategyOptions& options) {
   cohort::DdpOptions o;
   o.bucket_cap_mb = options.bucket_cap_mb;
+  o.first_bucket_cap_mb = options.first_bucket_cap_mb;
   o.timeline = options.timeline;
   o.comm_hook = options.comm_hook;
   if (options.master_weights && std::dynamic_pointer_cast<cohort::CompressionHook>(o.comm_hook)) {

@@ -35,6 +35,7 @@ std::string strategy_help();
 
 struct StrategyOptions {
   double bucket_cap_mb = 25.0;                 // gradient bucket size (DDP, ZeRO)
+  double first_bucket_cap_mb = 1.0;            // DDP's first bucket (the planner's choice)
   std::shared_ptr<cohort::Timeline> timeline;  // where communication is recorded; may be null
   // FSDP's units besides the children of every Sequential and ModuleList: any submodule of at
   // least this many parameter elements (AutoWrapPolicy::min_parameters); 0: none.

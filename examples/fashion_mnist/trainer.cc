@@ -131,6 +131,7 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   if (plan_) {
     strategy = plan_->strategy;
     wrapping.bucket_cap_mb = plan_->bucket_cap_mb;
+    wrapping.first_bucket_cap_mb = plan_->first_bucket_cap_mb;
     wrapping.local_sgd_period = plan_->local_sgd_period;
   }
   strategy_ = cohort_examples::make_strategy(strategy, model_, group_, wrapping);

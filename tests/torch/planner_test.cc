@@ -195,6 +195,23 @@ TEST(PlannerChoice, SmallBucketsWinWhereBackwardCanHideThem) {
 }
 
 // Without an optimizer step to share, the sharded strategies only add collectives.
+TEST(PlannerChoice, DdpsFirstBucketIsSizedToo) {
+  // Eight 1 MiB parameters, backward 80 ms, 25 MiB buckets. A first bucket of 1 MiB is ready
+  // at 20 ms but leaves 7 MiB for the end of backward: 90 + 7 allreduces = 163.4 ms. One of
+  // 4 MiB is ready at 50 ms (its allreduce ends at 91.9), and the other 4 MiB follow it at 91.9:
+  // 133.9 ms.
+  PlannerOptions options;
+  options.strategies = {PlanStrategy::kDdp};
+  options.bucket_caps_mb = {25};
+  options.first_bucket_caps_mb = {1, 4};
+  const Plan plan = cohort::plan(mebibyte_parameters(8), profile(10, 80, 0), slow_loopback(2),
+                                 options);
+  ASSERT_EQ(plan.candidates.size(), 2u);
+  EXPECT_EQ(plan.chosen.config.first_bucket_cap_mb, 4) << plan.table();
+  EXPECT_NEAR(plan.chosen.step_s * 1e3, 50 + 8 * kAllreduceMs, 1e-9);
+  EXPECT_NEAR(plan.candidates[1].step_s * 1e3, 90 + 7 * kAllreduceMs, 1e-9);
+}
+
 TEST(PlannerChoice, FastSharedMemoryKeepsDdp) {
   MachineSpec machine = slow_loopback(2);
   machine.shape.shared_memory = true;

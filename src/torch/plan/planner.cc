@@ -38,6 +38,20 @@ std::string mebibytes(int64_t bytes) {
   return text;
 }
 
+// DDP's first bucket sizes to try under `cap` (the larger first: equal times go to it); ZeRO's
+// and FSDP's first bucket is not theirs to choose.
+std::vector<double> first_bucket_caps(PlanStrategy strategy, double cap,
+                                      const PlannerOptions& options) {
+  if (strategy != PlanStrategy::kDdp) return {PlanConfig{}.first_bucket_cap_mb};
+  std::vector<double> firsts;
+  for (double first : options.first_bucket_caps_mb) {
+    if (first <= cap) firsts.push_back(first);
+  }
+  if (firsts.empty()) firsts.push_back(cap);
+  std::sort(firsts.begin(), firsts.end(), std::greater<>());
+  return firsts;
+}
+
 }  // namespace
 
 Prediction predict(const ModelSpec& model, const ComputeProfile& compute,
@@ -97,12 +111,15 @@ Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSp
       result.candidates.push_back(p);
     };
     for (double cap : caps) {
-      for (torch::Dtype dtype : options.reduce_dtypes) {
-        PlanConfig config;
-        config.strategy = strategy;
-        config.bucket_cap_mb = cap;
-        config.reduce_dtype = dtype;
-        consider(config);
+      for (double first : first_bucket_caps(strategy, cap, options)) {
+        for (torch::Dtype dtype : options.reduce_dtypes) {
+          PlanConfig config;
+          config.strategy = strategy;
+          config.bucket_cap_mb = cap;
+          config.first_bucket_cap_mb = first;
+          config.reduce_dtype = dtype;
+          consider(config);
+        }
       }
     }
     for (int period :

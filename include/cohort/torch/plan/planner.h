@@ -139,6 +139,9 @@ struct PlannerOptions {
                                           PlanStrategy::kZero2,       PlanStrategy::kFullShard,
                                           PlanStrategy::kShardGradOp, PlanStrategy::kHybridShard};
   std::vector<double> bucket_caps_mb = {1, 2, 4, 8, 16, 25, 50, 100};
+  // DDP's first bucket (the buckets need not be equal): a small one starts backward's first
+  // allreduce early, a larger one leaves less for the end. Each at most the bucket cap.
+  std::vector<double> first_bucket_caps_mb = {1};
   std::vector<torch::Dtype> reduce_dtypes = {torch::kFloat32};  // add torch::kBFloat16 to allow
   std::vector<int> local_sgd_periods;  // e.g. {2, 4, 8, 16} to allow local SGD under DDP
 };
