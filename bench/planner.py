@@ -81,7 +81,7 @@ def run(build, example, ranks, configuration, steps, cluster, ranks_per_host, bu
     if out.returncode != 0:
         sys.exit(f"{' '.join(command)} failed:\n{text}")
     plan = re.search(r"(?:\[0\] )?plan: (.*?) \(predicted step ([\d.]+) ms.*?peak ([\d.]+) MiB", text)
-    accuracy = re.search(r"plan: epoch 1: measured median step ([\d.]+) ms against ([\d.]+) ms "
+    accuracy = re.search(r"plan: epoch 1: measured (?:median|mean) step ([\d.]+) ms against ([\d.]+) ms "
                          r"predicted.*?before the online correction ([\d.]+) ms.*?peak memory "
                          r"([\d.]+) MiB", text)
     if not (plan and accuracy):

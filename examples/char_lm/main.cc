@@ -11,6 +11,7 @@
 #include "cohort/core/error.h"
 #include "elastic_train.h"
 #include "fortune_files.h"
+#include "memory.h"
 #include "option_agreement.h"
 #include "trainer.h"
 
@@ -30,6 +31,7 @@ void print_result(const char_lm::TrainResult& result, int ranks) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cohort_examples::keep_freed_memory();  // before the first large tensor
   CLI::App app("Trains a character-level GPT on Debian's fortunes with cohort's data parallelism");
   char_lm::TrainOptions options;
   char_lm::add_train_options(app, options);

@@ -280,7 +280,8 @@ void log_plan_accuracy(const PlanChoice& choice, const std::vector<StepRecord>& 
                                       : quantile(step_ms, 0.5);
   const double predicted = choice.prediction.step_s * 1e3;
   const double first = choice.first_prediction.step_s * 1e3;
-  COHORT_LOG(kInfo, "plan: epoch ", epoch, ": measured median step ", measured_step_ms,
+  COHORT_LOG(kInfo, "plan: epoch ", epoch, ": measured ",
+             choice.local_sgd_period > 0 ? "mean" : "median", " step ", measured_step_ms,
              " ms against ", predicted, " ms predicted for ", choice.prediction.config.describe(),
              " (", predicted > 0 ? (measured_step_ms / predicted - 1) * 100 : 0,
              "%); before the online correction ", first, " ms (",

@@ -2,6 +2,10 @@
 
 #include <sys/resource.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include "cohort/torch/tensor_memory.h"
 
 namespace cohort_examples {
@@ -24,6 +28,15 @@ int64_t peak_rss_bytes() {
   struct rusage usage {};
   ::getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports kilobytes
+}
+
+void keep_freed_memory() {
+#ifdef __GLIBC__
+  constexpr int kLargestMmapThreshold = 32 * 1024 * 1024;  // glibc's HEAP_MAX_SIZE / 2
+  constexpr int kTrimThreshold = 1024 * 1024 * 1024;
+  ::mallopt(M_MMAP_THRESHOLD, kLargestMmapThreshold);
+  ::mallopt(M_TRIM_THRESHOLD, kTrimThreshold);
+#endif
 }
 
 namespace {

@@ -29,6 +29,14 @@ int64_t gradient_bytes(const std::vector<torch::Tensor>& parameters);
 // This process's peak resident set size in bytes (getrusage's ru_maxrss).
 int64_t peak_rss_bytes();
 
+// Keeps freed blocks of up to 32 MiB (glibc's largest mmap threshold) and the heap's free top in
+// the process (glibc mallopt; elsewhere a no-op). A training step frees and allocates the same
+// large tensors again; where glibc hands them back to the system, every step faults their pages
+// in anew. On a 2-vCPU AMD EPYC VM the planner's probe of char_lm, timed before training, took
+// 450 ms a step that way against the 200 ms training took (docs/planner.md, "Measured"). Call it
+// first in main().
+void keep_freed_memory();
+
 // The training steps' own tensor memory (cohort::track_cpu_tensor_memory, started by the
 // trainers): start_counting_step_memory() before an epoch's steps takes the bytes held then
 // (data set, model, optimizer) as the base, stop_counting_step_memory() after them keeps the

@@ -11,10 +11,12 @@
 #include "cohort/core/error.h"
 #include "elastic_train.h"
 #include "idx_file.h"
+#include "memory.h"
 #include "option_agreement.h"
 #include "trainer.h"
 
 int main(int argc, char** argv) {
+  cohort_examples::keep_freed_memory();  // before the first large tensor
   CLI::App app("Trains a Fashion-MNIST classifier with cohort's DistributedDataParallel");
   fashion_mnist::TrainOptions options;
   fashion_mnist::add_train_options(app, options);
