@@ -363,9 +363,9 @@ TEST(FashionMnistExamplePlanner, AutoTrainsAsTheConfigurationItChose) {
       run_plain("fmnist_auto", "--model cnn --strategy auto --bucket-cap-mb auto");
   ASSERT_EQ(planned.result.exit_code, 0) << planned.result.output;
   const std::string& out = planned.result.output;
-  const auto at = out.find("[0] plan: ");
-  ASSERT_NE(at, std::string::npos) << out;
-  std::istringstream line(out.substr(at + 10, out.find('\n', at) - at - 10));
+  const std::string chosen = planned_configuration(out);
+  ASSERT_FALSE(chosen.empty()) << out;
+  std::istringstream line(chosen);
   std::string strategy, cap = "25";
   std::getline(line, strategy, ',');
   line >> cap;  // "<MiB> MiB buckets" where the strategy has buckets, else the dtype
