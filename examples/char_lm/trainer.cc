@@ -126,9 +126,7 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   plan_ = plan_configuration(wrapping);
   if (plan_) {
     strategy_name_ = plan_->strategy;
-    wrapping.bucket_cap_mb = plan_->bucket_cap_mb;
-    wrapping.first_bucket_cap_mb = plan_->first_bucket_cap_mb;
-    wrapping.local_sgd_period = plan_->local_sgd_period;
+    cohort_examples::apply_plan(*plan_, wrapping);
   }
   strategy_ = cohort_examples::make_strategy(strategy_name_, model_.ptr(), group_, wrapping);
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout

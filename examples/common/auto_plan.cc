@@ -59,25 +59,25 @@ cohort::PlannerOptions planner_options(const PlanRequest& request) {
   return options;
 }
 
-bool is_fsdp(const std::string& name) {
-  return name == "full_shard" || name == "shard_grad_op" || name == "hybrid_shard";
-}
-
-bool fsdp_is_a_candidate(const PlanRequest& request) {
-  if (request.strategy != "auto") return is_fsdp(request.strategy);
-  return std::any_of(request.allowed.begin(), request.allowed.end(), is_fsdp);
+bool fsdp_is_a_candidate(const cohort::PlannerOptions& options) {
+  return std::any_of(options.strategies.begin(), options.strategies.end(), [](auto strategy) {
+    return strategy == cohort::PlanStrategy::kFullShard ||
+           strategy == cohort::PlanStrategy::kShardGradOp ||
+           strategy == cohort::PlanStrategy::kHybridShard;
+  });
 }
 
 // The probe's training step at world 1: plain, then (where an FSDP strategy may be chosen)
 // through FULL_SHARD over a group of one, whose cost over the plain step is FSDP's own compute.
-cohort::ComputeProfile measure_probe(const PlanRequest& request) {
+cohort::ComputeProfile measure_probe(const PlanRequest& request,
+                                     const cohort::PlannerOptions& options) {
   auto optimizer = request.probe_optimizer(request.probe->named_parameters());
   auto compute = cohort::ComputeProfile::measure(*request.probe, [&] {
     optimizer->zero_grad();
     request.probe_loss().backward();
     optimizer->step();
   });
-  if (!fsdp_is_a_candidate(request)) return compute;
+  if (!fsdp_is_a_candidate(options)) return compute;
   StrategyOptions wrapping = request.wrapping;
   wrapping.timeline = nullptr;  // the probe's copies are not the run's communication
   auto alone = cohort::Group::create_inproc(std::make_shared<cohort::InprocFabric>(1), 0);
@@ -139,10 +139,11 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
                "choose_configuration: no probe");
   const auto spec = cohort::ModelSpec::of(model, request.optimizer_state_per_element,
                                           request.wrapping.fsdp_min_unit_parameters);
+  const cohort::PlannerOptions options = planner_options(request);  // checked before the probe
   // Every rank times its probe at once, as they will train: a rank still loading its data would
   // otherwise take cores from one already timing.
   group.barrier();
-  auto compute = measure_probe(request);
+  auto compute = measure_probe(request, options);
   compute.agree(group);
   const auto machine = cohort::MachineSpec::of(group);
   if (group.rank() == 0 && !request.settings.plan_out.empty()) {
@@ -152,7 +153,6 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
       throw cohort::InvalidArgument("--plan-out: cannot write " + request.settings.plan_out);
     }
   }
-  const cohort::PlannerOptions options = planner_options(request);
   cohort::Plan plan = cohort::plan(spec, compute, machine, options);
   plan.chosen = plan.candidates[rank0_choice(group, plan)];
   PlanChoice choice;
@@ -213,6 +213,12 @@ cohort::StepMeasurement agreed_measurement(cohort::Group& group,
 }
 
 }  // namespace
+
+void apply_plan(const PlanChoice& choice, StrategyOptions& wrapping) {
+  wrapping.bucket_cap_mb = choice.bucket_cap_mb;
+  wrapping.first_bucket_cap_mb = choice.first_bucket_cap_mb;
+  wrapping.local_sgd_period = choice.local_sgd_period;
+}
 
 void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& record,
                   Strategy& strategy) {

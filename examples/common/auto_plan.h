@@ -90,6 +90,10 @@ bool wants_plan(const PlanRequest& request);
 PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
                                 const PlanRequest& request);
 
+// The choice's buckets and local SGD period in the options the strategy is made with (its name
+// goes to make_strategy).
+void apply_plan(const PlanChoice& choice, StrategyOptions& wrapping);
+
 // The online correction (docs/planner.md): measures steps 2 to 4 (the first builds buckets and
 // optimizer state), then at step 4 refits the model (the compute, but not under ZeRO; under DDP the
 // links too, from the buckets' reductions) and, where it was off by more than 25%, plans again

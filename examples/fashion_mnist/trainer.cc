@@ -130,9 +130,7 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   plan_ = plan_configuration(wrapping, train_set);
   if (plan_) {
     strategy = plan_->strategy;
-    wrapping.bucket_cap_mb = plan_->bucket_cap_mb;
-    wrapping.first_bucket_cap_mb = plan_->first_bucket_cap_mb;
-    wrapping.local_sgd_period = plan_->local_sgd_period;
+    cohort_examples::apply_plan(*plan_, wrapping);
   }
   strategy_ = cohort_examples::make_strategy(strategy, model_, group_, wrapping);
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout

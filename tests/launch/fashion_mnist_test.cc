@@ -408,6 +408,23 @@ TEST(FashionMnistExamplePlanner, LocalSgdChosenOnSlowLinksTrainsAsThePeriodGiven
   EXPECT_EQ(losses, step_losses(by_hand.dir)) << chosen;
 }
 
+// --allow-local-sgd where local SGD cannot run: a named error before the probe is timed.
+TEST(FashionMnistExamplePlanner, LocalSgdAllowedWhereItCannotRunIsRefused) {
+  const ExampleRun zero = run_plain("fmnist_local_sgd_zero1", "--strategy zero1 --allow-local-sgd");
+  EXPECT_NE(zero.result.exit_code, 0);
+  EXPECT_NE(zero.result.output.find("--allow-local-sgd: local SGD runs under ddp; --strategy is "
+                                    "zero1"),
+            std::string::npos)
+      << zero.result.output;
+  const ExampleRun hooked =
+      run_plain("fmnist_local_sgd_hook", "--strategy auto --comm-hook bf16 --allow-local-sgd");
+  EXPECT_NE(hooked.result.exit_code, 0);
+  EXPECT_NE(hooked.result.output.find("--allow-local-sgd: not with --local-sgd, --comm-hook, "
+                                      "--diloco or --master-weights"),
+            std::string::npos)
+      << hooked.result.output;
+}
+
 #ifdef COHORT_PLAN
 // Planning a cluster job from one node: the example writes its plan input (--plan-out) at 2
 // ranks here; cohort-plan predicts it on 4 nodes x 8 ranks, within a memory budget, and names
