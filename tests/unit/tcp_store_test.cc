@@ -642,18 +642,25 @@ TEST_F(TcpStoreTest, APeerThatNeverSendsHelloIsDroppedAfterTheFrameTimeout) {
 }
 
 // A client that does not read its (large) reply holds up nobody: the reply waits in the
-// server, and the loop serves the others. The frame timeout (30 s) is far beyond the other
-// client's (3 s), so a server that waited on the slow reader would fail the second client.
+// server, and the loop serves the others. The frame timeout (120 s) is far beyond the other
+// client's (20 s), so a server that waited on the slow reader would fail the second client;
+// 20 s leaves room for a sanitizer build on a loaded machine, where copying the value takes
+// seconds. The slow end's receive buffer is capped at 64 KiB (else it may grow to
+// net.ipv4.tcp_rmem's maximum, 32 MiB here), so 8 MiB is more than both ends can hold.
 TEST_F(TcpStoreTest, AClientThatDoesNotReadItsReplyDelaysNobody) {
   TcpStoreServerOptions so = server_options();
-  so.frame_timeout = 30'000ms;
+  so.frame_timeout = 120'000ms;
   TcpStoreServer server(so);
-  Bytes big(32 << 20);  // more than the socket buffers of both ends hold
+  TcpStoreOptions patient = client_options(server.port());
+  patient.timeout = 20'000ms;
+  Bytes big(8 << 20);
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 13);
-  TcpStore(client_options(server.port())).set("big", big);
+  TcpStore(patient).set("big", big);
   net::Socket slow = authenticated(server.port());
+  const int small_buffer = 64 << 10;
+  ASSERT_EQ(::setsockopt(slow.fd(), SOL_SOCKET, SO_RCVBUF, &small_buffer, sizeof small_buffer), 0);
   send_frame(slow, get_frame("big", 1000ms));  // and do not read the reply yet
-  TcpStore other(client_options(server.port()));
+  TcpStore other(patient);
   other.set("small", "value");
   EXPECT_EQ(other.get_string("small", 1000ms), "value");
   const store_wire::Frame reply = read_reply(slow);
