@@ -102,6 +102,7 @@ cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
   o.diloco = options.diloco;
   o.local_sgd_period = options.local_sgd.period;
   o.local_sgd_warmup = options.local_sgd.warmup;
+  cohort_examples::apply_fsdp_settings(options.plan, 0, o);
   return o;
 }
 

@@ -31,15 +31,39 @@ size_t rank0_choice(cohort::Group& group, const cohort::Plan& plan) {
   return static_cast<size_t>(chosen.item<int64_t>());
 }
 
+std::string comma_separated(const std::vector<std::string>& names) {
+  std::string text;
+  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
 cohort::PlannerOptions planner_options(const PlanRequest& request) {
   cohort::PlannerOptions options;
   options.memory_budget_bytes = request.settings.memory_budget_mb * 1024 * 1024;
   options.strategies.clear();
+  const std::vector<std::string>& asked = request.settings.strategies;
+  COHORT_CHECK(asked.empty() || request.strategy == "auto",
+               "--plan-strategies: only with --strategy auto (--strategy is ", request.strategy,
+               ")");
   if (request.strategy == "auto") {
-    for (const auto& name : request.allowed) options.strategies.push_back(plan_strategy(name));
+    for (const auto& name : request.allowed) {
+      if (asked.empty() || std::find(asked.begin(), asked.end(), name) != asked.end()) {
+        options.strategies.push_back(plan_strategy(name));
+      }
+    }
+    COHORT_CHECK(!options.strategies.empty(),
+                 "--plan-strategies: none of the strategies asked for runs with the other "
+                 "options given; these do: ",
+                 comma_separated(request.allowed));
   } else {
     options.strategies.push_back(plan_strategy(request.strategy));
   }
+  // The FSDP units and prefetch are the planner's under --strategy auto only: a strategy named
+  // runs as its options say.
+  options.search_fsdp_units = request.strategy == "auto" &&
+                              !request.settings.fsdp_min_unit_parameters &&
+                              !request.settings.fsdp_no_prefetch;
+  options.fsdp_prefetch = request.wrapping.fsdp_prefetch;
   if (request.settings.bucket_cap.automatic) {
     options.first_bucket_caps_mb = kPlannedFirstBucketCapsMb;
   } else {
@@ -65,6 +89,19 @@ bool fsdp_is_a_candidate(const cohort::PlannerOptions& options) {
            strategy == cohort::PlanStrategy::kShardGradOp ||
            strategy == cohort::PlanStrategy::kHybridShard;
   });
+}
+
+// FSDP's unit layouts besides the run's own, cut at a spread of sizes
+// (ModelSpec::unit_thresholds): candidates under --strategy auto, and in the plan input for
+// cohort-plan.
+std::vector<int64_t> other_unit_thresholds(const PlanRequest& request,
+                                           const cohort::PlannerOptions& options,
+                                           torch::nn::Module& model) {
+  if (!request.settings.plan_out.empty() ||
+      (options.search_fsdp_units && fsdp_is_a_candidate(options))) {
+    return cohort::ModelSpec::unit_thresholds(model);
+  }
+  return {};
 }
 
 // The probe's training step at world 1: plain, then (where an FSDP strategy may be chosen)
@@ -122,24 +159,47 @@ void add_plan_options(CLI::App& app, PlanSettings& settings) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--plan-out", settings.plan_out,
                  "Write this job's planner input here (rank 0), for cohort-plan");
+  app.add_option_function<int64_t>(
+         "--fsdp-min-unit-params",
+         [&settings](const int64_t& count) { settings.fsdp_min_unit_parameters = count; },
+         "FSDP strategies: besides the children of every Sequential and ModuleList, any "
+         "submodule of at least this many parameters is a unit (0: none); with --strategy auto "
+         "the planner chooses it unless given")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--fsdp-no-prefetch", settings.fsdp_no_prefetch,
+               "FSDP strategies: gather each unit only when it is needed (one unit gathered fewer, "
+               "nothing overlapped); with --strategy auto the planner chooses unless given");
+  app.add_option("--plan-strategies", settings.strategies,
+                 "With --strategy auto: the strategies the planner chooses among, e.g. "
+                 "ddp,full_shard (default: every one the other options allow)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(kStrategyNames));
   app.add_flag("--allow-local-sgd", settings.allow_local_sgd,
                "With --strategy auto or ddp: the planner may choose local SGD (a period of 2, 4, "
                "8 or 16 steps), which changes what training computes (docs/planner.md)");
 }
 
+void apply_fsdp_settings(const PlanSettings& settings, int64_t default_min_unit_parameters,
+                         StrategyOptions& wrapping) {
+  wrapping.fsdp_min_unit_parameters =
+      settings.fsdp_min_unit_parameters.value_or(default_min_unit_parameters);
+  wrapping.fsdp_prefetch = !settings.fsdp_no_prefetch;
+}
+
 bool wants_plan(const PlanRequest& request) {
   return request.strategy == "auto" || request.settings.bucket_cap.automatic ||
          request.settings.memory_budget_mb > 0 || !request.settings.plan_out.empty() ||
-         request.settings.allow_local_sgd;
+         request.settings.allow_local_sgd || !request.settings.strategies.empty();
 }
 
 PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
                                 const PlanRequest& request) {
   COHORT_CHECK(request.probe && request.probe_loss && request.probe_optimizer,
                "choose_configuration: no probe");
-  const auto spec = cohort::ModelSpec::of(model, request.optimizer_state_per_element,
-                                          request.wrapping.fsdp_min_unit_parameters);
   const cohort::PlannerOptions options = planner_options(request);  // checked before the probe
+  const auto spec = cohort::ModelSpec::of(model, request.optimizer_state_per_element,
+                                          request.wrapping.fsdp_min_unit_parameters,
+                                          other_unit_thresholds(request, options, model));
   // Every rank times its probe at once, as they will train: a rank still loading its data would
   // otherwise take cores from one already timing.
   group.barrier();
@@ -160,6 +220,9 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
   choice.bucket_cap_mb = plan.chosen.config.bucket_cap_mb;
   choice.first_bucket_cap_mb = plan.chosen.config.first_bucket_cap_mb;
   choice.local_sgd_period = plan.chosen.config.local_sgd_period;
+  choice.fsdp_min_unit_parameters =
+      plan.chosen.config.min_unit_parameters.value_or(spec.min_unit_parameters);
+  choice.fsdp_prefetch = plan.chosen.config.fsdp_prefetch;
   choice.prediction = choice.first_prediction = plan.chosen;
   choice.input = {spec, compute};
   choice.machine = machine;
@@ -218,6 +281,8 @@ void apply_plan(const PlanChoice& choice, StrategyOptions& wrapping) {
   wrapping.bucket_cap_mb = choice.bucket_cap_mb;
   wrapping.first_bucket_cap_mb = choice.first_bucket_cap_mb;
   wrapping.local_sgd_period = choice.local_sgd_period;
+  wrapping.fsdp_min_unit_parameters = choice.fsdp_min_unit_parameters;
+  wrapping.fsdp_prefetch = choice.fsdp_prefetch;
 }
 
 void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& record,

@@ -35,11 +35,23 @@ struct PlanSettings {
   int64_t memory_budget_mb = 0;  // --memory-budget-mb: the planner's limit; 0: none
   std::string plan_out;          // --plan-out: where rank 0 writes the job's plan input
   bool allow_local_sgd = false;  // --allow-local-sgd: local SGD periods are candidates
+  // --plan-strategies: with --strategy auto, the strategies to choose among (default: every one
+  // the run's other options allow).
+  std::vector<std::string> strategies;
+  // --fsdp-min-unit-params and --fsdp-no-prefetch: the FSDP strategies' units and prefetch,
+  // which --strategy auto chooses unless one of them is given.
+  std::optional<int64_t> fsdp_min_unit_parameters;
+  bool fsdp_no_prefetch = false;
 };
 
-// --bucket-cap-mb (a positive number or "auto"), --memory-budget-mb, --plan-out and
-// --allow-local-sgd.
+// --bucket-cap-mb (a positive number or "auto"), --memory-budget-mb, --plan-out,
+// --plan-strategies, --allow-local-sgd, --fsdp-min-unit-params and --fsdp-no-prefetch.
 void add_plan_options(CLI::App& app, PlanSettings& settings);
+
+// The FSDP units and prefetch `settings` give in `wrapping`: units cut at
+// --fsdp-min-unit-params, else at the example's own `default_min_unit_parameters`.
+void apply_fsdp_settings(const PlanSettings& settings, int64_t default_min_unit_parameters,
+                         StrategyOptions& wrapping);
 
 struct PlanRequest {
   std::string strategy;  // the --strategy given: "auto" or a name of kStrategyNames
@@ -70,6 +82,8 @@ struct PlanChoice {
   double bucket_cap_mb = 25.0;
   double first_bucket_cap_mb = 1.0;  // ddp's
   int local_sgd_period = 0;  // ddp: local SGD every this many steps (StrategyOptions); 0: off
+  int64_t fsdp_min_unit_parameters = 0;  // the FSDP strategies' units (StrategyOptions)
+  bool fsdp_prefetch = true;
   cohort::Prediction prediction;
   // What it was chosen from, for the online correction.
   cohort::PlanInput input;
@@ -80,7 +94,8 @@ struct PlanChoice {
   bool corrected = false;
 };
 
-// Whether the request leaves anything to the planner, checks a budget, or asks for the planner's
+// Whether the request leaves anything to the planner, checks a budget, names planner options to
+// check (--plan-strategies, --allow-local-sgd) or asks for the planner's
 // input (--plan-out).
 bool wants_plan(const PlanRequest& request);
 
@@ -90,8 +105,8 @@ bool wants_plan(const PlanRequest& request);
 PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
                                 const PlanRequest& request);
 
-// The choice's buckets and local SGD period in the options the strategy is made with (its name
-// goes to make_strategy).
+// The choice's buckets, local SGD period, FSDP units and prefetch in the options the strategy is
+// made with (its name goes to make_strategy).
 void apply_plan(const PlanChoice& choice, StrategyOptions& wrapping);
 
 // The online correction (docs/planner.md): measures steps 2 to 4 (the first builds buckets and

@@ -339,6 +339,7 @@ cohort::FsdpOptions fsdp_options(const StrategyOptions& options, cohort::Shardin
   cohort::FsdpOptions o;
   o.strategy = how;
   o.auto_wrap.min_parameters = options.fsdp_min_unit_parameters;
+  o.forward_prefetch = o.backward_prefetch = options.fsdp_prefetch;
   o.mixed_precision.param_dtype = options.master_weights;  // float32 shards, 16-bit units
   o.timeline = options.timeline;
   return o;

@@ -40,6 +40,8 @@ struct StrategyOptions {
   // FSDP's units besides the children of every Sequential and ModuleList: any submodule of at
   // least this many parameter elements (AutoWrapPolicy::min_parameters); 0: none.
   int64_t fsdp_min_unit_parameters = 0;
+  // FSDP's forward_prefetch and backward_prefetch (the planner may turn them off to save memory).
+  bool fsdp_prefetch = true;
   // --master-weights: the model held in this 16-bit dtype, the optimizer updating float32
   // master weights (docs/amp.md): under ddp cohort::amp::MasterWeights, under the FSDP
   // strategies MixedPrecisionPolicy::param_dtype (the float32 shards are the masters); refused

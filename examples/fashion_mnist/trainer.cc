@@ -101,7 +101,7 @@ cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
   o.bucket_cap_mb = options.plan.bucket_cap.mebibytes;
   o.timeline = std::move(timeline);
   o.background_checkpoints = !options.sync_checkpoint;
-  o.fsdp_min_unit_parameters = TrainOptions::kFsdpMinUnitParameters;
+  cohort_examples::apply_fsdp_settings(options.plan, TrainOptions::kFsdpMinUnitParameters, o);
   o.comm_hook = cohort_examples::make_comm_hook(options.comm_hook);
   o.local_sgd_period = options.local_sgd.period;
   o.local_sgd_warmup = options.local_sgd.warmup;

@@ -355,6 +355,24 @@ std::string planned_configuration(const std::string& out) {
   return out.substr(at + 10, out.find(" (predicted", at) - at - 10);
 }
 
+// The example's options for a configuration the planner printed: "zero1, 100 MiB buckets
+// (first 1), float32" or "full_shard, units of 599941+ parameters, no prefetch, float32".
+std::string options_for(const std::string& chosen) {
+  const std::string strategy = chosen.substr(0, chosen.find(','));
+  std::string options = "--strategy " + strategy;
+  std::smatch found;
+  if (std::regex_search(chosen, found, std::regex(", ([0-9.]+) MiB buckets"))) {
+    options += " --bucket-cap-mb " + found.str(1);
+  }
+  if (strategy == "full_shard" || strategy == "shard_grad_op" || strategy == "hybrid_shard") {
+    const bool cut =
+        std::regex_search(chosen, found, std::regex(", units of (\\d+)\\+ parameters"));
+    options += " --fsdp-min-unit-params " + (cut ? found.str(1) : std::string("0"));
+    if (chosen.find(", no prefetch") != std::string::npos) options += " --fsdp-no-prefetch";
+  }
+  return options;
+}
+
 // --strategy auto and --bucket-cap-mb auto (docs/planner.md): the configuration the planner
 // chose trains exactly as that configuration given by hand (the probe it timed leaves the model
 // and the seeds alone).
@@ -365,20 +383,44 @@ TEST(FashionMnistExamplePlanner, AutoTrainsAsTheConfigurationItChose) {
   const std::string& out = planned.result.output;
   const std::string chosen = planned_configuration(out);
   ASSERT_FALSE(chosen.empty()) << out;
-  std::istringstream line(chosen);
-  std::string strategy, cap = "25";
-  std::getline(line, strategy, ',');
-  line >> cap;  // "<MiB> MiB buckets" where the strategy has buckets, else the dtype
-  if (cap == "float32") cap = "25";
-  const ExampleRun by_hand =
-      run_plain("fmnist_by_hand", "--model cnn --strategy " + strategy + " --bucket-cap-mb " + cap);
+  const std::string by_hand_options = options_for(chosen);
+  const ExampleRun by_hand = run_plain("fmnist_by_hand", "--model cnn " + by_hand_options);
   ASSERT_EQ(by_hand.result.exit_code, 0) << by_hand.result.output;
   EXPECT_NE(by_hand.result.output.find("on 2 rank(s), 8 steps"), std::string::npos);
   const auto losses = step_losses(planned.dir);
   ASSERT_EQ(losses.size(), 8u);
-  EXPECT_EQ(losses, step_losses(by_hand.dir))
-      << "--strategy " << strategy << " --bucket-cap-mb " << cap << "\n"
-      << out;
+  EXPECT_EQ(losses, step_losses(by_hand.dir)) << by_hand_options << "\n" << out;
+}
+
+// FSDP's units are the planner's under --strategy auto: where every collective costs 50 ms
+// (a calibration), FULL_SHARD over the CNN as one unit (cut at 0 parameters: 2 collectives)
+// beats the example's own units (the 1.2M-parameter fc1 and the root: 5 collectives), and the
+// run trains exactly as those units given by hand, one reduce-scatter per step (FSDP's results
+// do not depend on the units: the count of reductions shows the run took them).
+TEST(FashionMnistExamplePlanner, FsdpUnitsChosenOnASlowLinkTrainAsGivenByHand) {
+  const std::string dir = testing::fresh_temp_dir("fmnist_fsdp_units");
+  {
+    std::ofstream calibration(dir + "/cost_model.json");
+    calibration << R"({"version": 1, "tcp": {"alpha_us": 50000, "gbytes_per_s": 1},)"
+                << R"( "shm": {"alpha_us": 50000, "gbytes_per_s": 1},)"
+                << R"( "reduce": {"gbytes_per_s": 1}})";
+  }
+  const ExampleRun planned = run_plain("fmnist_fsdp_units_auto",
+                                       "--model cnn --strategy auto --plan-strategies full_shard",
+                                       {"COHORT_COST_MODEL=" + dir + "/cost_model.json"});
+  ASSERT_EQ(planned.result.exit_code, 0) << planned.result.output;
+  const std::string chosen = planned_configuration(planned.result.output);
+  EXPECT_EQ(chosen, "full_shard, float32") << planned.result.output;
+  EXPECT_EQ(options_for(chosen), "--strategy full_shard --fsdp-min-unit-params 0");
+  const ExampleRun by_hand =
+      run_plain("fmnist_fsdp_units_by_hand", "--model cnn " + options_for(chosen));
+  ASSERT_EQ(by_hand.result.exit_code, 0) << by_hand.result.output;
+  const auto losses = step_losses(planned.dir);
+  ASSERT_EQ(losses.size(), 8u);
+  EXPECT_EQ(losses, step_losses(by_hand.dir));
+  for (const json& step : read_lines(planned.dir + "/steps.jsonl")) {
+    EXPECT_EQ(step["bucket_latency_ms"].size(), 1u) << step.dump();
+  }
 }
 
 // --allow-local-sgd on links a calibration says are slow (1 MB/s): the planner takes local SGD,
@@ -423,6 +465,25 @@ TEST(FashionMnistExamplePlanner, LocalSgdAllowedWhereItCannotRunIsRefused) {
                                       "--diloco or --master-weights"),
             std::string::npos)
       << hooked.result.output;
+}
+
+// --plan-strategies narrows what --strategy auto chooses among: with a named strategy, or
+// naming only strategies the other options rule out, it is a named error.
+TEST(FashionMnistExamplePlanner, PlanStrategiesOutsideAutoOrAllRuledOutIsRefused) {
+  const ExampleRun named =
+      run_plain("fmnist_plan_strategies_named", "--strategy ddp --plan-strategies zero1");
+  EXPECT_NE(named.result.exit_code, 0);
+  EXPECT_NE(named.result.output.find("--plan-strategies: only with --strategy auto"),
+            std::string::npos)
+      << named.result.output;
+  const ExampleRun ruled_out =
+      run_plain("fmnist_plan_strategies_ruled_out",
+                "--strategy auto --plan-strategies zero1 --comm-hook bf16");
+  EXPECT_NE(ruled_out.result.exit_code, 0);
+  EXPECT_NE(ruled_out.result.output.find("none of the strategies asked for runs with the other "
+                                         "options given; these do: ddp"),
+            std::string::npos)
+      << ruled_out.result.output;
 }
 
 #ifdef COHORT_PLAN

@@ -3,7 +3,7 @@
 // --plan-out, or PlanInput::to_json of your own program); the machine is a node count, ranks
 // per node and a calibration file (cohort-bench --calibrate on the cluster, or its defaults).
 //
-//   cohort-plan --input job.json --nodes 4 --ranks-per-node 8 --calibration cluster.json \
+//   cohort-plan --input job.json --nodes 4 --ranks-per-node 8 --calibration cluster.json
 //       --memory-budget-mb 16000 --allow-bf16
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
       "configuration for a job (docs/planner.md)");
   std::string input, calibration;
   int nodes = 1, ranks_per_node = 1;
-  bool no_shm = false, allow_bf16 = false;
+  bool no_shm = false, allow_bf16 = false, own_units = false;
   int64_t budget_mb = 0;
   double compute_scale = 1.0;
   size_t rows = 30;
@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
                  "Consider local SGD under ddp with these periods (steps), e.g. 2,4,8,16")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
+  app.add_flag("--own-units", own_units,
+               "FSDP strategies under the job's own units, with prefetch only (default: every "
+               "unit layout the plan input holds, with prefetch and without)");
   app.add_option("--compute-scale", compute_scale,
                  "Multiply the measured compute by this (another per-rank batch, a faster CPU)")
       ->check(CLI::PositiveNumber);
@@ -92,6 +95,7 @@ int main(int argc, char** argv) {
     if (!caps.empty()) options.bucket_caps_mb = caps;
     if (allow_bf16) options.reduce_dtypes = {torch::kFloat32, torch::kBFloat16};
     options.local_sgd_periods = local_sgd_periods;
+    options.search_fsdp_units = !own_units;
     const cohort::Plan plan = cohort::plan(job.model, job.compute, machine, options);
     std::printf(
         "cohort-plan: %s: %zu parameters, %.1f MiB; %d ranks (%d node(s) x %d); links: "

@@ -1,5 +1,6 @@
 // ModelSpec, MachineSpec and the names of the planner's configurations
 // (include/cohort/torch/plan/planner.h).
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -12,28 +13,105 @@
 
 namespace cohort {
 
-ModelSpec ModelSpec::of(torch::nn::Module& module, int64_t optimizer_state_per_element,
-                        int64_t min_unit_parameters) {
+namespace {
+
+// The units FsdpOptions with auto_wrap.min_parameters = `min_unit_parameters` cuts, and each
+// trainable parameter's (named_parameters order).
+UnitLayout cut_units(torch::nn::Module& module, int64_t min_unit_parameters) {
   FsdpOptions fsdp;
   fsdp.auto_wrap.min_parameters = min_unit_parameters;
   const std::vector<UnitPlan> units = plan_units(module, fsdp);
-  ModelSpec spec;
-  spec.optimizer_state_per_element = optimizer_state_per_element;
+  UnitLayout layout;
+  layout.min_unit_parameters = min_unit_parameters;
   std::map<const void*, int64_t> unit_of;  // a parameter's storage -> its unit
   for (size_t u = 0; u < units.size(); ++u) {
-    spec.units.push_back(units[u].name);
+    layout.units.push_back(units[u].name);
     for (const auto& p : units[u].parameters) {
       unit_of[p.tensor.unsafeGetTensorImpl()] = static_cast<int64_t>(u);
     }
   }
+  for (const auto& p : module.parameters()) {
+    if (!p.requires_grad()) continue;
+    const auto unit = unit_of.find(p.unsafeGetTensorImpl());
+    layout.unit_of.push_back(unit == unit_of.end() ? 0 : unit->second);
+  }
+  return layout;
+}
+
+bool same_cut(const UnitLayout& a, const UnitLayout& b) {
+  return a.units == b.units && a.unit_of == b.unit_of;
+}
+
+}  // namespace
+
+ModelSpec ModelSpec::of(torch::nn::Module& module, int64_t optimizer_state_per_element,
+                        int64_t min_unit_parameters,
+                        const std::vector<int64_t>& other_min_unit_parameters) {
+  const UnitLayout own = cut_units(module, min_unit_parameters);
+  ModelSpec spec;
+  spec.optimizer_state_per_element = optimizer_state_per_element;
+  spec.units = own.units;
+  spec.min_unit_parameters = min_unit_parameters;
+  size_t index = 0;
   for (const auto& item : module.named_parameters()) {
     const torch::Tensor& p = item.value();
     if (!p.requires_grad()) continue;
-    const auto unit = unit_of.find(p.unsafeGetTensorImpl());
-    spec.parameters.push_back({item.key(), p.numel(), static_cast<int64_t>(p.element_size()),
-                               unit == unit_of.end() ? 0 : unit->second});
+    spec.parameters.push_back(
+        {item.key(), p.numel(), static_cast<int64_t>(p.element_size()), own.unit_of[index++]});
+  }
+  for (int64_t threshold : other_min_unit_parameters) {
+    UnitLayout layout = cut_units(module, threshold);
+    const auto seen = [&](const UnitLayout& other) { return same_cut(layout, other); };
+    if (same_cut(layout, own) ||
+        std::any_of(spec.other_unit_layouts.begin(), spec.other_unit_layouts.end(), seen)) {
+      continue;
+    }
+    spec.other_unit_layouts.push_back(std::move(layout));
   }
   return spec;
+}
+
+std::vector<int64_t> ModelSpec::unit_thresholds(torch::nn::Module& module) {
+  int64_t elements = 0;
+  for (const auto& p : module.parameters()) {
+    if (p.requires_grad()) elements += p.numel();
+  }
+  std::vector<int64_t> thresholds = {0};
+  for (int64_t divisor = 2; divisor <= 32 && elements / divisor > 0; divisor *= 2) {
+    thresholds.push_back(elements / divisor);
+  }
+  return thresholds;
+}
+
+ModelSpec ModelSpec::with_units(int64_t threshold) const {
+  if (threshold == min_unit_parameters) return *this;
+  const auto layout =
+      std::find_if(other_unit_layouts.begin(), other_unit_layouts.end(),
+                   [&](const UnitLayout& l) { return l.min_unit_parameters == threshold; });
+  COHORT_CHECK(layout != other_unit_layouts.end(),
+               "planner: the model holds no unit layout cut at ", threshold,
+               " parameters (it holds ", unit_layout_thresholds().size(),
+               " layouts; ModelSpec::of's other_min_unit_parameters adds them)");
+  COHORT_CHECK(layout->unit_of.size() == parameters.size(), "planner: the unit layout cut at ",
+               threshold, " names ", layout->unit_of.size(), " parameters' units; the model has ",
+               parameters.size());
+  ModelSpec spec = *this;
+  UnitLayout& swapped = spec.other_unit_layouts[layout - other_unit_layouts.begin()];
+  swapped.min_unit_parameters = min_unit_parameters;  // this spec's own becomes another
+  swapped.units = units;
+  spec.units = layout->units;
+  spec.min_unit_parameters = threshold;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    swapped.unit_of[i] = parameters[i].unit;
+    spec.parameters[i].unit = layout->unit_of[i];
+  }
+  return spec;
+}
+
+std::vector<int64_t> ModelSpec::unit_layout_thresholds() const {
+  std::vector<int64_t> thresholds = {min_unit_parameters};
+  for (const auto& layout : other_unit_layouts) thresholds.push_back(layout.min_unit_parameters);
+  return thresholds;
 }
 
 int64_t ModelSpec::parameter_bytes() const {
@@ -106,6 +184,12 @@ std::string PlanConfig::describe() const {
     out << ", local SGD every " << local_sgd_period << " steps";
   } else if (detail::uses_buckets(strategy)) {
     out << ", " << bucket_cap_mb << " MiB buckets (first " << first_bucket_cap_mb << ")";
+  }
+  if (!detail::uses_buckets(strategy)) {
+    if (min_unit_parameters.value_or(0) > 0) {
+      out << ", units of " << *min_unit_parameters << "+ parameters";
+    }
+    if (!fsdp_prefetch) out << ", no prefetch";
   }
   out << ", " << (reduce_dtype == torch::kBFloat16 ? "bfloat16" : "float32");
   return out.str();

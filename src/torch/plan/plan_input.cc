@@ -2,9 +2,13 @@
 // optimizer's state per element and the measured compute, as JSON:
 //   {"version": 1, "optimizer_state_per_element": 8, "units": ["", "blocks.0", ...],
 //    "parameters": [{"name": "...", "elements": 1024, "element_bytes": 4, "unit": 1}, ...],
+//    "min_unit_parameters": 0,                                          (optional: 0)
+//    "other_unit_layouts": [{"min_unit_parameters": 500000, "units": ["", "fc1"],
+//                            "unit_of": [0, 0, 1, ...]}, ...],          (optional: none)
 //    "compute": {"forward_ms": 12.5, "backward_ms": 25.1, "optimizer_ms": 3.2,
 //                "activation_bytes": 1048576, "gradient_ready": [0.98, ...],
 //                "sharded_compute_ratio": 1.08}}   (optional: 1 when absent)
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "cohort/core/error.h"
@@ -28,6 +32,28 @@ T field(const json& object, const char* name, const std::string& origin) {
   }
 }
 
+// A unit index that names one of `units` (an empty list is the root unit alone).
+bool names_a_unit(int64_t unit, const std::vector<std::string>& units) {
+  return unit >= 0 && unit < static_cast<int64_t>(std::max<size_t>(1, units.size()));
+}
+
+UnitLayout read_layout(const json& in, size_t parameters, const std::string& origin) {
+  UnitLayout layout{field<int64_t>(in, "min_unit_parameters", origin),
+                    field<std::vector<std::string>>(in, "units", origin),
+                    field<std::vector<int64_t>>(in, "unit_of", origin)};
+  const std::string which =
+      origin + ": the unit layout cut at " + std::to_string(layout.min_unit_parameters);
+  if (layout.unit_of.size() != parameters) {
+    throw InvalidArgument(which + " gives " + std::to_string(layout.unit_of.size()) +
+                          " parameters' units for " + std::to_string(parameters) + " parameters");
+  }
+  for (int64_t unit : layout.unit_of) {
+    if (!names_a_unit(unit, layout.units))
+      throw InvalidArgument(which + " has a unit out of range");
+  }
+  return layout;
+}
+
 }  // namespace
 
 std::string PlanInput::to_json() const {
@@ -42,6 +68,7 @@ std::string PlanInput::to_json() const {
               {"optimizer_state_per_element", model.optimizer_state_per_element},
               {"units", model.units},
               {"parameters", parameters},
+              {"min_unit_parameters", model.min_unit_parameters},
               {"compute",
                {{"forward_ms", compute.forward_s * 1e3},
                 {"backward_ms", compute.backward_s * 1e3},
@@ -49,6 +76,13 @@ std::string PlanInput::to_json() const {
                 {"activation_bytes", compute.activation_bytes},
                 {"gradient_ready", compute.gradient_ready},
                 {"sharded_compute_ratio", compute.sharded_compute_ratio}}}};
+  json layouts = json::array();
+  for (const auto& l : model.other_unit_layouts) {
+    layouts.push_back({{"min_unit_parameters", l.min_unit_parameters},
+                       {"units", l.units},
+                       {"unit_of", l.unit_of}});
+  }
+  out["other_unit_layouts"] = layouts;
   return out.dump(1) + "\n";
 }
 
@@ -72,14 +106,21 @@ PlanInput PlanInput::from_json(const std::string& text, const std::string& origi
         {field<std::string>(p, "name", origin), field<int64_t>(p, "elements", origin),
          field<int64_t>(p, "element_bytes", origin), field<int64_t>(p, "unit", origin)});
     const ParameterSpec& added = model.parameters.back();
-    if (added.elements < 0 || added.element_bytes <= 0 || added.unit < 0 ||
-        added.unit >= static_cast<int64_t>(std::max<size_t>(1, model.units.size()))) {
+    if (added.elements < 0 || added.element_bytes <= 0 || !names_a_unit(added.unit, model.units)) {
       throw InvalidArgument(origin + ": parameter '" + added.name +
                             "' has a negative size, no bytes per element or a unit out of range");
     }
   }
   if (model.parameters.empty())
     throw InvalidArgument(origin + ": the plan input has no parameters");
+  if (in.contains("min_unit_parameters")) {
+    model.min_unit_parameters = field<int64_t>(in, "min_unit_parameters", origin);
+  }
+  if (in.contains("other_unit_layouts")) {
+    for (const auto& layout : field<json>(in, "other_unit_layouts", origin)) {
+      model.other_unit_layouts.push_back(read_layout(layout, model.parameters.size(), origin));
+    }
+  }
   const json compute = field<json>(in, "compute", origin);
   ComputeProfile& c = result.compute;
   c.forward_s = field<double>(compute, "forward_ms", origin) * 1e-3;

@@ -52,10 +52,9 @@ std::vector<double> first_bucket_caps(PlanStrategy strategy, double cap,
   return firsts;
 }
 
-}  // namespace
-
-Prediction predict(const ModelSpec& model, const ComputeProfile& compute,
-                   const MachineSpec& machine, const PlanConfig& config) {
+// `model` already cut into the units `config` asks for.
+Prediction predict_cut(const ModelSpec& model, const ComputeProfile& compute,
+                       const MachineSpec& machine, const PlanConfig& config) {
   check_runnable(model, machine, config);
   const detail::StepTimes t = detail::predict_step(model, compute, machine, config);
   Prediction p;
@@ -69,6 +68,24 @@ Prediction predict(const ModelSpec& model, const ComputeProfile& compute,
   p.peak_memory_bytes = detail::predict_peak_memory(model, compute, machine, config);
   p.reduction_s = t.reduction_s;
   return p;
+}
+
+// The model under each of its unit layouts, its own first.
+std::vector<ModelSpec> unit_cuts(const ModelSpec& model) {
+  std::vector<ModelSpec> cuts;
+  for (int64_t threshold : model.unit_layout_thresholds())
+    cuts.push_back(model.with_units(threshold));
+  return cuts;
+}
+
+}  // namespace
+
+Prediction predict(const ModelSpec& model, const ComputeProfile& compute,
+                   const MachineSpec& machine, const PlanConfig& config) {
+  const bool recut = !detail::uses_buckets(config.strategy) && config.min_unit_parameters &&
+                     *config.min_unit_parameters != model.min_unit_parameters;
+  if (!recut) return predict_cut(model, compute, machine, config);
+  return predict_cut(model.with_units(*config.min_unit_parameters), compute, machine, config);
 }
 
 Refit refit(const ComputeProfile& compute, const MachineSpec& machine, const Prediction& predicted,
@@ -96,6 +113,11 @@ Refit refit(const ComputeProfile& compute, const MachineSpec& machine, const Pre
 Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSpec& machine,
           const PlannerOptions& options) {
   const GroupShape& shape = machine.shape;
+  const std::vector<ModelSpec> cuts =
+      options.search_fsdp_units ? unit_cuts(model) : std::vector<ModelSpec>{model};
+  const std::vector<bool> prefetches = options.search_fsdp_units
+                                           ? std::vector<bool>{true, false}
+                                           : std::vector<bool>{options.fsdp_prefetch};
   Plan result;
   for (PlanStrategy strategy : options.strategies) {
     if (strategy == PlanStrategy::kHybridShard && (shape.nodes < 2 || shape.local_size < 2)) {
@@ -104,8 +126,8 @@ Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSp
     std::vector<double> caps = options.bucket_caps_mb;
     if (!detail::uses_buckets(strategy)) caps = {PlanConfig{}.bucket_cap_mb};
     std::sort(caps.begin(), caps.end(), std::greater<>());  // ties go to the larger bucket
-    const auto consider = [&](const PlanConfig& config) {
-      Prediction p = predict(model, compute, machine, config);
+    const auto consider = [&](const ModelSpec& cut, const PlanConfig& config) {
+      Prediction p = predict_cut(cut, compute, machine, config);
       p.fits =
           options.memory_budget_bytes <= 0 || p.peak_memory_bytes <= options.memory_budget_bytes;
       result.candidates.push_back(p);
@@ -118,7 +140,17 @@ Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSp
           config.bucket_cap_mb = cap;
           config.first_bucket_cap_mb = first;
           config.reduce_dtype = dtype;
-          consider(config);
+          if (detail::uses_buckets(strategy)) {
+            consider(model, config);
+            continue;
+          }
+          for (const ModelSpec& cut : cuts) {
+            for (bool prefetch : prefetches) {
+              config.min_unit_parameters = cut.min_unit_parameters;
+              config.fsdp_prefetch = prefetch;
+              consider(cut, config);
+            }
+          }
         }
       }
     }
@@ -126,7 +158,7 @@ Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSp
          strategy == PlanStrategy::kDdp ? options.local_sgd_periods : std::vector<int>{}) {
       PlanConfig config;  // no gradient buckets to size: the default cap
       config.local_sgd_period = period;
-      consider(config);
+      consider(model, config);
     }
   }
   COHORT_CHECK(!result.candidates.empty(), "planner: no strategy allowed can run on this machine");

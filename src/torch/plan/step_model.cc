@@ -211,25 +211,32 @@ StepTimes sharded_step(const ModelSpec& model, const ComputeProfile& compute,
   };
   const double forward_s = compute.forward_s * compute.sharded_compute_ratio;
   const double backward_s = compute.backward_s * compute.sharded_compute_ratio;
+  // Forward: with prefetch each unit's all-gather is issued when the unit before it starts
+  // computing, without it when the unit is needed.
+  const bool prefetch = config.fsdp_prefetch;
   std::vector<double> gathered(count, 0);
   gathered[0] = gather(0, 0);
-  for (size_t u = 0; u < count; ++u) {  // forward: each unit prefetches the next
+  for (size_t u = 0; u < count; ++u) {
+    if (!prefetch && u > 0) gathered[u] = gather(u, lines.compute_free());
     const double start = std::max(lines.compute_free(), gathered[u]);
-    if (u + 1 < count) gathered[u + 1] = gather(u + 1, start);
+    if (prefetch && u + 1 < count) gathered[u + 1] = gather(u + 1, start);
     lines.compute(start, forward_s * units.share[u]);
   }
   // The unit forward used last stays gathered into backward (FSDP frees a unit when an
-  // operator uses another): backward starts on it without gathering.
+  // operator uses another): backward starts on it without gathering. Without prefetch a unit's
+  // gather is issued when the unit after it has finished, behind that unit's reduce-scatter.
   std::vector<double> regathered(count, lines.compute_free());
   for (size_t u = count; u-- > 0;) {  // backward, in reverse: prefetch, compute, reduce
+    const bool gathers_next = u > 0 && regather && !units.root[u - 1];
     const double start = std::max(lines.compute_free(), regathered[u]);
-    if (u > 0 && regather && !units.root[u - 1]) regathered[u - 1] = gather(u - 1, start);
+    if (prefetch && gathers_next) regathered[u - 1] = gather(u - 1, start);
     const double end = lines.compute(start, backward_s * units.share[u]);
     const double scatter_s =
         collective_s(CollectiveKind::kReduceScatter, units.wire[u], shard, machine.links);
     lines.communicate(end, scatter_s);
     t.reduction_s.push_back(scatter_s);
     count_gather_or_scatter(t, units.wire[u], shard);
+    if (!prefetch && gathers_next) regathered[u - 1] = gather(u - 1, end);
   }
   if (hybrid) {  // at the end of backward, unit by unit, each rank's shard with its peers on
                  // the other nodes: a node's L allreduces run at once and share its link, as
@@ -302,6 +309,7 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
   const UnitSizes units = unit_sizes(model, config);
   const auto unit_bytes = sorted_descending(units.bytes);
   const auto unit_wire = sorted_descending(units.wire);
+  const size_t gathered_units = config.fsdp_prefetch ? 2 : 1;  // in use (+ the one prefetched)
   double bytes = 0;
   switch (config.strategy) {
     case PlanStrategy::kDdp:  // gradients are views of the buckets; bfloat16 adds a copy of one;
@@ -313,15 +321,16 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
     case PlanStrategy::kZero1: bytes = params + grads + state / world; break;
     case PlanStrategy::kZero2: bytes = params + grads / world + 2 * bucket + state / world; break;
     case PlanStrategy::kFullShard:
-      bytes = (params + grads + state) / world + largest(unit_bytes, 2) + largest(unit_wire, 3);
+      bytes = (params + grads + state) / world + largest(unit_bytes, gathered_units) +
+              largest(unit_wire, 3);
       break;
     case PlanStrategy::kShardGradOp:
       bytes = (params + grads + state) / world + params + largest(unit_wire, 3);
       break;
     case PlanStrategy::kHybridShard: {
       const double local = std::max(1, machine.shape.local_size);
-      bytes = (params + grads + state) / local + grads / local + largest(unit_bytes, 2) +
-              largest(unit_wire, 3);
+      bytes = (params + grads + state) / local + grads / local +
+              largest(unit_bytes, gathered_units) + largest(unit_wire, 3);
       break;
     }
   }

@@ -11,7 +11,10 @@
 // its step. FSDP: each unit's all-gather is issued when the unit before it starts computing
 // (prefetch), and the unit computes once it has its parameters; in backward (reverse order)
 // FULL_SHARD gathers each unit again but the last forward used, which stays gathered, and each
-// unit's reduce-scatter is issued when its backward ends.
+// unit's reduce-scatter is issued when its backward ends. Without prefetch
+// (PlanConfig::fsdp_prefetch) a unit's all-gather is issued when the unit before it has
+// finished: in backward behind that unit's reduce-scatter. The units are those of the layout
+// the configuration names (ModelSpec::with_units).
 // HYBRID_SHARD's unit collectives run inside a node; at the end of backward, unit by unit in
 // the order they were reduced, each rank's shard is averaged with its peers on the other nodes
 // (FullyShardedDataParallel::Impl::average_over_replicas, which waits for each: not overlapped

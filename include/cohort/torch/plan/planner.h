@@ -39,18 +39,40 @@ struct ParameterSpec {
   int64_t bytes() const { return elements * element_bytes; }
 };
 
+// One way FSDP can cut the model into units: the units FsdpOptions would make with
+// auto_wrap.min_parameters = min_unit_parameters (and the children of every container).
+struct UnitLayout {
+  int64_t min_unit_parameters = 0;  // 0: the container children only
+  std::vector<std::string> units;   // in order ("" is the root unit)
+  std::vector<int64_t> unit_of;     // each parameter's unit, in ModelSpec::parameters' order
+};
+
 // The trainable parameters in registration order, the FSDP units over them, and what the
 // optimizer keeps per element.
 struct ModelSpec {
   std::vector<ParameterSpec> parameters;
-  std::vector<std::string> units;  // FSDP's, in order ("" is the root unit)
+  std::vector<std::string> units;   // FSDP's, in order ("" is the root unit)
+  int64_t min_unit_parameters = 0;  // what cut `units` (UnitLayout::min_unit_parameters)
   int64_t optimizer_state_per_element = kAdamStateBytes;
-
+  // Other ways to cut the units, each different from `units` and from one another: the planner
+  // predicts the FSDP strategies under each (PlanConfig::min_unit_parameters).
+  std::vector<UnitLayout> other_unit_layouts;
   // The module's trainable parameters, with FSDP's units as FsdpOptions{} would cut them
   // (every container child with parameters is a unit) unless `min_unit_parameters` > 0 (units of
-  // at least that many parameters, as FsdpOptions::auto_wrap.min_parameters).
+  // at least that many parameters, as FsdpOptions::auto_wrap.min_parameters). Each of
+  // `other_min_unit_parameters` that cuts the units differently adds a layout the planner may
+  // choose (unit_thresholds() gives a spread of them).
   static ModelSpec of(torch::nn::Module& module, int64_t optimizer_state_per_element,
-                      int64_t min_unit_parameters = 0);
+                      int64_t min_unit_parameters = 0,
+                      const std::vector<int64_t>& other_min_unit_parameters = {});
+  // Thresholds worth trying for `module`: 0 and half, a quarter, ... (down to 1/32) of its
+  // parameter elements. ModelSpec::of keeps those that cut differently.
+  static std::vector<int64_t> unit_thresholds(torch::nn::Module& module);
+  // The same model with the layout cut by `min_unit_parameters` as its units; throws
+  // InvalidArgument when the spec holds no such layout.
+  ModelSpec with_units(int64_t min_unit_parameters) const;
+  // Every layout's threshold: this spec's own first.
+  std::vector<int64_t> unit_layout_thresholds() const;
   int64_t parameter_bytes() const;
   int64_t elements() const;
 };
@@ -113,6 +135,12 @@ struct PlanConfig {
   // 0: off. It changes what training computes, so it is a candidate only where
   // PlannerOptions::local_sgd_periods allows it; its predicted step is the mean over a period.
   int local_sgd_period = 0;
+  // The FSDP strategies: the unit layout (ModelSpec::units or one of its other_unit_layouts, by
+  // threshold; unset: the spec's own units), and whether each unit's all-gather is issued while
+  // the unit before it computes (FsdpOptions::forward_prefetch and backward_prefetch) or only
+  // when the unit is needed, which holds one gathered unit fewer.
+  std::optional<int64_t> min_unit_parameters;
+  bool fsdp_prefetch = true;
   std::string describe() const;  // "ddp, 25 MiB buckets (first 1), float32"
 };
 
@@ -144,6 +172,10 @@ struct PlannerOptions {
   std::vector<double> first_bucket_caps_mb = {1};
   std::vector<torch::Dtype> reduce_dtypes = {torch::kFloat32};  // add torch::kBFloat16 to allow
   std::vector<int> local_sgd_periods;  // e.g. {2, 4, 8, 16} to allow local SGD under DDP
+  // The FSDP strategies are predicted under every unit layout the ModelSpec holds, each with
+  // prefetch and without; false: under the spec's own units, with prefetch as fsdp_prefetch says.
+  bool search_fsdp_units = true;
+  bool fsdp_prefetch = true;
 };
 
 struct Plan {
@@ -184,12 +216,14 @@ Refit refit(const ComputeProfile& compute, const MachineSpec& machine, const Pre
             const StepMeasurement& measured, double threshold = 0.25);
 
 // Predicts one configuration. Throws InvalidArgument for a strategy the machine cannot run
-// (kHybridShard needs several nodes of equal size) or an empty model.
+// (kHybridShard needs several nodes of equal size), an empty model, or a unit layout the model
+// does not hold.
 Prediction predict(const ModelSpec& model, const ComputeProfile& compute,
                    const MachineSpec& machine, const PlanConfig& config);
 
 // Every allowed configuration, predicted; the fastest that fits the budget is chosen (ties go to
-// the earlier strategy in PlannerOptions::strategies, then the larger bucket). Throws
+// the earlier strategy in PlannerOptions::strategies, then the larger bucket, then the spec's own
+// unit layout and prefetch). Throws
 // InvalidArgument naming the smallest configuration's memory when none fits.
 Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSpec& machine,
           const PlannerOptions& options = {});
