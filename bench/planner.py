@@ -20,9 +20,14 @@ defaults (ddp, 25 MiB buckets) and the best of those hand-picked sizes. --memory
 gives auto a budget (the fixed configurations run as they are: their predicted peak says whether
 they would have fit).
 
+--also "STRATEGY FLAGS..." runs further configurations given by hand, e.g. "full_shard
+--fsdp-no-prefetch" or "full_shard --fsdp-min-unit-params 0" (the FSDP units and prefetch the
+planner also chooses among).
+
 Usage: bench/planner.py [--build build] [--ranks 2 4] [--steps 40] [--rounds 3]
                         [--examples fashion_mnist char_lm] [--net RATE --ranks-per-host K]
                         [--ddp-buckets 1 4 8] [--memory-budget-mb M] [--strategies ddp ...]
+                        [--also "full_shard --fsdp-no-prefetch" ...]
 """
 import argparse
 import os
@@ -57,13 +62,15 @@ def calibrate(build, cluster, path):
 
 
 def configuration_args(configuration, budget_mb, tmp):
-    """"auto", a strategy, or "ddp@CAP" (ddp at that bucket size) as the example's options."""
+    """"auto", a strategy, "ddp@CAP" (ddp at that bucket size) or "STRATEGY FLAGS..." as the
+    example's options."""
     if configuration == "auto":
         budget = ["--memory-budget-mb", str(budget_mb)] if budget_mb else []
         return ["--strategy", "auto", "--bucket-cap-mb", "auto", *budget]
-    strategy, _, cap = configuration.partition("@")
+    strategy, *flags = configuration.split()
+    strategy, _, cap = strategy.partition("@")
     buckets = ["--bucket-cap-mb", cap] if cap else []
-    return ["--strategy", strategy, *buckets, "--plan-out", f"{tmp}/job.json"]
+    return ["--strategy", strategy, *buckets, *flags, "--plan-out", f"{tmp}/job.json"]
 
 
 def run(build, example, ranks, configuration, steps, cluster, ranks_per_host, budget_mb):
@@ -108,6 +115,8 @@ def main():
                         help="also run ddp at these bucket sizes (MiB): the hand-picked best")
     parser.add_argument("--memory-budget-mb", type=int, default=0, help="auto's budget")
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
+    parser.add_argument("--also", nargs="*", default=[],
+                        help='further configurations: "STRATEGY FLAGS...", one argument each')
     args = parser.parse_args()
     strategies = list(args.strategies)
     cluster = None
@@ -127,7 +136,7 @@ def main():
         for example in args.examples:
             for ranks in args.ranks:
                 swept = [f"ddp@{cap}" for cap in args.ddp_buckets]
-                runs = {s: [] for s in strategies + swept + ["auto"]}
+                runs = {s: [] for s in strategies + swept + args.also + ["auto"]}
                 for _ in range(args.rounds):
                     for s in runs:
                         runs[s].append(run(args.build, example, ranks, s, args.steps, cluster,
@@ -150,9 +159,11 @@ def main():
                     other = median_of(runs[configuration], "measured")
                     return (f"{label}, {runs[configuration][0]['config']}: {other:.1f} ms "
                             f"({(auto / other - 1) * 100:+.1f}%)")
-                best = min(strategies + swept, key=lambda s: median_of(runs[s], "measured"))
+                best = min(strategies + swept + args.also,
+                           key=lambda s: median_of(runs[s], "measured"))
                 auto = median_of(runs["auto"], "measured")
-                print(f"auto picked {runs['auto'][0]['config']}: {auto:.1f} ms; "
+                picks = sorted({r["config"] for r in runs["auto"]})  # each round probes anew
+                print(f"auto picked {' / '.join(picks)}: {auto:.1f} ms; "
                       + against("the best tried", best))
                 if "ddp" in runs:
                     print("  against " + against("the defaults", "ddp"))

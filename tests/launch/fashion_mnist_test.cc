@@ -505,6 +505,22 @@ TEST(FashionMnistExamplePlanner, CohortPlanPlansAClusterJobFromTheExamplesInput)
   EXPECT_NE(planned.output.find("32 ranks (4 node(s) x 8)"), std::string::npos) << planned.output;
   EXPECT_NE(planned.output.find("<- chosen"), std::string::npos) << planned.output;
   EXPECT_NE(planned.output.find("hybrid_shard"), std::string::npos) << planned.output;
+  // The plan input holds the CNN's other unit layouts: the FSDP strategies are predicted under
+  // them and without prefetch, unless --own-units keeps the job's own.
+  const std::string fsdp_only =
+      COHORT_PLAN " --input " + dir + "/job.json --nodes 2 --strategies full_shard --rows 100";
+  const auto searched = testing::run_shell(fsdp_only, {}, kDeadline);
+  ASSERT_EQ(searched.exit_code, 0) << searched.output;
+  EXPECT_NE(searched.output.find("full_shard, float32"), std::string::npos) << searched.output;
+  EXPECT_NE(searched.output.find("full_shard, units of 500000+ parameters, no prefetch, float32"),
+            std::string::npos)
+      << searched.output;
+  const auto own = testing::run_shell(fsdp_only + " --own-units", {}, kDeadline);
+  ASSERT_EQ(own.exit_code, 0) << own.output;
+  EXPECT_EQ(own.output.find("full_shard, float32"), std::string::npos) << own.output;
+  EXPECT_EQ(own.output.find("no prefetch"), std::string::npos) << own.output;
+  EXPECT_NE(own.output.find("full_shard, units of 500000+ parameters, float32"), std::string::npos)
+      << own.output;
   const auto too_small = testing::run_shell(
       COHORT_PLAN " --input " + dir + "/job.json --nodes 2 --memory-budget-mb 1", {}, kDeadline);
   EXPECT_EQ(too_small.exit_code, 2) << too_small.output;

@@ -184,8 +184,7 @@ std::string PlanConfig::describe() const {
     out << ", local SGD every " << local_sgd_period << " steps";
   } else if (detail::uses_buckets(strategy)) {
     out << ", " << bucket_cap_mb << " MiB buckets (first " << first_bucket_cap_mb << ")";
-  }
-  if (!detail::uses_buckets(strategy)) {
+  } else {  // FSDP
     if (min_unit_parameters.value_or(0) > 0) {
       out << ", units of " << *min_unit_parameters << "+ parameters";
     }
