@@ -181,8 +181,9 @@ struct PlannerOptions {
 struct Plan {
   Prediction chosen;
   std::vector<Prediction> candidates;  // every configuration considered, fastest first
-  // A table of the candidates: configuration, predicted step, exposed communication, peak
-  // memory, bytes over shared memory and the network, and whether it fits.
+  // A table of the candidates: configuration, predicted step, communication (all of it, then
+  // what compute did not hide), peak memory, bytes over shared memory and the network, and
+  // whether it fits.
   std::string table(size_t rows = 20) const;
 };
 
