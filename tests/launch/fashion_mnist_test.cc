@@ -392,22 +392,28 @@ TEST(FashionMnistExamplePlanner, AutoTrainsAsTheConfigurationItChose) {
   EXPECT_EQ(losses, step_losses(by_hand.dir)) << by_hand_options << "\n" << out;
 }
 
+// Writes a calibration whose links all cost `alpha_us` per message and move `gbytes_per_s`
+// into `dir`, and returns the environment entry that points a run at it.
+std::string calibration_env(const std::string& dir, int alpha_us, double gbytes_per_s) {
+  const std::string path = dir + "/cost_model.json";
+  const json link = {{"alpha_us", alpha_us}, {"gbytes_per_s", gbytes_per_s}};
+  std::ofstream(path) << json{{"version", 1},
+                              {"tcp", link},
+                              {"shm", link},
+                              {"reduce", {{"gbytes_per_s", 1}}}}
+                             .dump();
+  return "COHORT_COST_MODEL=" + path;
+}
+
 // FSDP's units are the planner's under --strategy auto: where every collective costs 50 ms
 // (a calibration), FULL_SHARD over the CNN as one unit (cut at 0 parameters: 2 collectives)
 // beats the example's own units (the 1.2M-parameter fc1 and the root: 5 collectives), and the
 // run trains exactly as those units given by hand, one reduce-scatter per step (FSDP's results
 // do not depend on the units: the count of reductions shows the run took them).
 TEST(FashionMnistExamplePlanner, FsdpUnitsChosenOnASlowLinkTrainAsGivenByHand) {
-  const std::string dir = testing::fresh_temp_dir("fmnist_fsdp_units");
-  {
-    std::ofstream calibration(dir + "/cost_model.json");
-    calibration << R"({"version": 1, "tcp": {"alpha_us": 50000, "gbytes_per_s": 1},)"
-                << R"( "shm": {"alpha_us": 50000, "gbytes_per_s": 1},)"
-                << R"( "reduce": {"gbytes_per_s": 1}})";
-  }
-  const ExampleRun planned = run_plain("fmnist_fsdp_units_auto",
-                                       "--model cnn --strategy auto --plan-strategies full_shard",
-                                       {"COHORT_COST_MODEL=" + dir + "/cost_model.json"});
+  const ExampleRun planned = run_plain(
+      "fmnist_fsdp_units_auto", "--model cnn --strategy auto --plan-strategies full_shard",
+      {calibration_env(testing::fresh_temp_dir("fmnist_fsdp_units"), 50000, 1)});
   ASSERT_EQ(planned.result.exit_code, 0) << planned.result.output;
   const std::string chosen = planned_configuration(planned.result.output);
   EXPECT_EQ(chosen, "full_shard, float32") << planned.result.output;
@@ -427,16 +433,9 @@ TEST(FashionMnistExamplePlanner, FsdpUnitsChosenOnASlowLinkTrainAsGivenByHand) {
 // and the run trains exactly as that period given by hand (a run without it, plain DDP, would
 // average every step's gradients and part from it at step 2).
 TEST(FashionMnistExamplePlanner, LocalSgdChosenOnSlowLinksTrainsAsThePeriodGivenByHand) {
-  const std::string dir = testing::fresh_temp_dir("fmnist_slow_links");
-  {
-    std::ofstream calibration(dir + "/cost_model.json");
-    calibration << R"({"version": 1, "tcp": {"alpha_us": 100, "gbytes_per_s": 0.001},)"
-                << R"( "shm": {"alpha_us": 100, "gbytes_per_s": 0.001},)"
-                << R"( "reduce": {"gbytes_per_s": 1}})";
-  }
   const ExampleRun planned =
       run_plain("fmnist_local_sgd_auto", "--model cnn --strategy auto --allow-local-sgd",
-                {"COHORT_COST_MODEL=" + dir + "/cost_model.json"});
+                {calibration_env(testing::fresh_temp_dir("fmnist_slow_links"), 100, 0.001)});
   ASSERT_EQ(planned.result.exit_code, 0) << planned.result.output;
   const std::string chosen = planned_configuration(planned.result.output);
   std::smatch period;

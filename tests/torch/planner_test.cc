@@ -297,29 +297,28 @@ TEST(PlannerChoice, ASlowLinkTakesTheLongestLocalSgdPeriodWhereAllowed) {
   EXPECT_LT(plan.chosen.step_s, plain.chosen.step_s);
 }
 
+// 16 MiB of parameters at 2 ranks under a budget: DDP needs 64 MiB, ZeRO-1 48, ZeRO-2 42 (1 MiB
+// buckets), SHARD_GRAD_OP 51, FULL_SHARD 32 + 2 gathered units + 3 units' gradients = 37.
+Plan plan_sixteen_mebibytes(int64_t budget_mib, PlannerOptions options = {}) {
+  options.memory_budget_bytes = budget_mib * kMiB;
+  return cohort::plan(mebibyte_parameters(16), profile(10, 40, 5), slow_loopback(2), options);
+}
+
 TEST(PlannerChoice, ATinyBudgetTakesTheOnlyStrategyThatFits) {
-  // 16 MiB of parameters at 2 ranks: DDP needs 64 MiB, ZeRO-1 48, ZeRO-2 42 (1 MiB buckets),
-  // SHARD_GRAD_OP 51, FULL_SHARD 32 + 2 gathered units + 3 units' gradients = 37.
-  PlannerOptions options;
-  options.memory_budget_bytes = 40 * kMiB;
-  const Plan plan =
-      cohort::plan(mebibyte_parameters(16), profile(10, 40, 5), slow_loopback(2), options);
+  const Plan plan = plan_sixteen_mebibytes(40);
   EXPECT_EQ(plan.chosen.config.strategy, PlanStrategy::kFullShard) << plan.table();
   EXPECT_TRUE(plan.chosen.fits);
 }
 
 TEST(PlannerChoice, ABudgetOneUnitShortOfFullShardTakesItWithoutPrefetch) {
-  // As above: FULL_SHARD needs 37 MiB with prefetch, 36 without (one 1 MiB unit gathered fewer).
-  PlannerOptions options;
-  options.memory_budget_bytes = 36 * kMiB;
-  const Plan plan =
-      cohort::plan(mebibyte_parameters(16), profile(10, 40, 5), slow_loopback(2), options);
+  // FULL_SHARD needs 37 MiB with prefetch, 36 without (one 1 MiB unit gathered fewer).
+  const Plan plan = plan_sixteen_mebibytes(36);
   EXPECT_EQ(plan.chosen.config.strategy, PlanStrategy::kFullShard) << plan.table();
   EXPECT_FALSE(plan.chosen.config.fsdp_prefetch) << plan.table();
   EXPECT_EQ(plan.chosen.peak_memory_bytes, 36 * kMiB);
-  options.search_fsdp_units = false;
-  EXPECT_THROW(cohort::plan(mebibyte_parameters(16), profile(10, 40, 5), slow_loopback(2), options),
-               InvalidArgument);
+  PlannerOptions own_units;
+  own_units.search_fsdp_units = false;
+  EXPECT_THROW(plan_sixteen_mebibytes(36, own_units), InvalidArgument);
 }
 
 TEST(PlannerChoice, NothingFittingIsANamedError) {
