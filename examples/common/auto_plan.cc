@@ -168,7 +168,8 @@ void add_plan_options(CLI::App& app, PlanSettings& settings) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--fsdp-no-prefetch", settings.fsdp_no_prefetch,
                "FSDP strategies: gather each unit only when it is needed (one unit gathered fewer, "
-               "nothing overlapped); with --strategy auto the planner chooses unless given");
+               "no all-gather hidden behind compute); with --strategy auto the planner chooses "
+               "unless given");
   app.add_option("--plan-strategies", settings.strategies,
                  "With --strategy auto: the strategies the planner chooses among, e.g. "
                  "ddp,full_shard (default: every one the other options allow)")
