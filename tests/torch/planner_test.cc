@@ -360,8 +360,9 @@ TEST(PlannerInputs, ModelSpecTakesFsdpUnitsAndTrainableParameters) {
 }
 
 // Two Linear layers outside any container: the root unit alone by default; cut at 1,000
-// parameters the 64x32 layer (2,080) is a unit of its own (FSDP lists the root unit last) and
-// the 32x4 one (132) stays in the root. A threshold that cuts as another does adds nothing.
+// parameters the 64x32 layer (2,080) is a unit of its own and the 32x4 one (132) stays in the
+// root, listed after it (units go in the order of their first parameters). A threshold that cuts
+// as another does adds nothing.
 TEST(PlannerInputs, ModelSpecHoldsTheOtherUnitLayoutsThatCutDifferently) {
   struct TwoLayers : torch::nn::Module {
     TwoLayers() {
