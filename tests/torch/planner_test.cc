@@ -142,6 +142,16 @@ TEST(PlannerModel, UnitLayoutsAreCandidatesAndPredictRecutsTheModel) {
   EXPECT_EQ(predict(model.with_units(4 * kFloatsPerMiB), profile(10, 40, 0), latency, {}).step_s,
             predict(model, profile(10, 40, 0), latency, ddp(25)).step_s)
       << "DDP does not depend on the units";
+  ModelSpec mislaid = model;  // a layout made by hand that names too few parameters' units
+  mislaid.other_unit_layouts[0].unit_of.pop_back();
+  try {
+    predict(mislaid, profile(10, 40, 0), latency, one_unit);
+    FAIL() << "a layout of 3 parameters was predicted for a model of 4";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("names 3 parameters' units; the model has 4"),
+              std::string::npos)
+        << e.what();
+  }
   one_unit.min_unit_parameters = 12345;
   try {
     predict(model, profile(10, 40, 0), latency, one_unit);
@@ -319,6 +329,10 @@ TEST(PlannerChoice, ABudgetOneUnitShortOfFullShardTakesItWithoutPrefetch) {
   PlannerOptions own_units;
   own_units.search_fsdp_units = false;
   EXPECT_THROW(plan_sixteen_mebibytes(36, own_units), InvalidArgument);
+  own_units.fsdp_prefetch = false;  // as the run says (--fsdp-no-prefetch)
+  const Plan without = plan_sixteen_mebibytes(36, own_units);
+  EXPECT_FALSE(without.chosen.config.fsdp_prefetch) << without.table();
+  EXPECT_EQ(without.chosen.peak_memory_bytes, 36 * kMiB);
 }
 
 TEST(PlannerChoice, NothingFittingIsANamedError) {
@@ -483,6 +497,9 @@ TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {
   std::string short_layout = layouts.to_json();
   short_layout.replace(short_layout.find("\"unit_of\""), 9, "\"unit_of\": [0],\"x\"");
   refused(short_layout, "the unit layout cut at 99 gives 1 parameters' units for 4 parameters");
+  std::string outside = layouts.to_json();
+  outside.replace(outside.find("\"unit_of\""), 9, "\"unit_of\": [0, 1, 2, 0],\"x\"");
+  refused(outside, "the unit layout cut at 99 has a unit out of range");
   std::string faster_sharded = job.to_json();
   faster_sharded.replace(faster_sharded.find("1.25"), 4, "0.50");
   refused(faster_sharded, "job.json: sharded_compute_ratio must be at least 1");

@@ -42,6 +42,13 @@ bool same_cut(const UnitLayout& a, const UnitLayout& b) {
   return a.units == b.units && a.unit_of == b.unit_of;
 }
 
+// The spec's own units as a layout.
+UnitLayout own_layout(const ModelSpec& spec) {
+  UnitLayout layout{spec.min_unit_parameters, spec.units, {}};
+  for (const auto& p : spec.parameters) layout.unit_of.push_back(p.unit);
+  return layout;
+}
+
 }  // namespace
 
 ModelSpec ModelSpec::of(torch::nn::Module& module, int64_t optimizer_state_per_element,
@@ -96,15 +103,11 @@ ModelSpec ModelSpec::with_units(int64_t threshold) const {
                threshold, " names ", layout->unit_of.size(), " parameters' units; the model has ",
                parameters.size());
   ModelSpec spec = *this;
-  UnitLayout& swapped = spec.other_unit_layouts[layout - other_unit_layouts.begin()];
-  swapped.min_unit_parameters = min_unit_parameters;  // this spec's own becomes another
-  swapped.units = units;
+  // The chosen layout becomes the spec's own, and its own one of the others.
+  spec.other_unit_layouts[layout - other_unit_layouts.begin()] = own_layout(*this);
   spec.units = layout->units;
   spec.min_unit_parameters = threshold;
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    swapped.unit_of[i] = parameters[i].unit;
-    spec.parameters[i].unit = layout->unit_of[i];
-  }
+  for (size_t i = 0; i < parameters.size(); ++i) spec.parameters[i].unit = layout->unit_of[i];
   return spec;
 }
 

@@ -70,21 +70,44 @@ Prediction predict_cut(const ModelSpec& model, const ComputeProfile& compute,
   return p;
 }
 
-// The model under each of its unit layouts, its own first.
-std::vector<ModelSpec> unit_cuts(const ModelSpec& model) {
+// The model under each of its unit layouts, its own first (only its own unless the options
+// search them).
+std::vector<ModelSpec> unit_cuts(const ModelSpec& model, const PlannerOptions& options) {
+  if (!options.search_fsdp_units) return {model};
   std::vector<ModelSpec> cuts;
-  for (int64_t threshold : model.unit_layout_thresholds())
+  for (int64_t threshold : model.unit_layout_thresholds()) {
     cuts.push_back(model.with_units(threshold));
+  }
   return cuts;
+}
+
+// How a strategy's parameters are cut and gathered: DDP and ZeRO have the model as it is; the
+// FSDP strategies each unit layout, with prefetch and (where the options search) without.
+struct UnitChoice {
+  const ModelSpec* model;
+  std::optional<int64_t> min_unit_parameters;
+  bool prefetch = true;
+};
+
+std::vector<UnitChoice> fsdp_unit_choices(const std::vector<ModelSpec>& cuts,
+                                          const PlannerOptions& options) {
+  const std::vector<bool> prefetches = options.search_fsdp_units
+                                           ? std::vector<bool>{true, false}
+                                           : std::vector<bool>{options.fsdp_prefetch};
+  std::vector<UnitChoice> choices;
+  for (const ModelSpec& cut : cuts) {
+    for (bool prefetch : prefetches) choices.push_back({&cut, cut.min_unit_parameters, prefetch});
+  }
+  return choices;
 }
 
 }  // namespace
 
 Prediction predict(const ModelSpec& model, const ComputeProfile& compute,
                    const MachineSpec& machine, const PlanConfig& config) {
-  const bool recut = !detail::uses_buckets(config.strategy) && config.min_unit_parameters &&
-                     *config.min_unit_parameters != model.min_unit_parameters;
-  if (!recut) return predict_cut(model, compute, machine, config);
+  if (detail::uses_buckets(config.strategy) || !config.min_unit_parameters) {
+    return predict_cut(model, compute, machine, config);
+  }
   return predict_cut(model.with_units(*config.min_unit_parameters), compute, machine, config);
 }
 
@@ -113,11 +136,9 @@ Refit refit(const ComputeProfile& compute, const MachineSpec& machine, const Pre
 Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSpec& machine,
           const PlannerOptions& options) {
   const GroupShape& shape = machine.shape;
-  const std::vector<ModelSpec> cuts =
-      options.search_fsdp_units ? unit_cuts(model) : std::vector<ModelSpec>{model};
-  const std::vector<bool> prefetches = options.search_fsdp_units
-                                           ? std::vector<bool>{true, false}
-                                           : std::vector<bool>{options.fsdp_prefetch};
+  const std::vector<ModelSpec> cuts = unit_cuts(model, options);
+  const std::vector<UnitChoice> fsdp_choices = fsdp_unit_choices(cuts, options);
+  const std::vector<UnitChoice> as_it_is = {{&model, std::nullopt, true}};
   Plan result;
   for (PlanStrategy strategy : options.strategies) {
     if (strategy == PlanStrategy::kHybridShard && (shape.nodes < 2 || shape.local_size < 2)) {
@@ -127,7 +148,7 @@ Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSp
     if (!detail::uses_buckets(strategy)) caps = {PlanConfig{}.bucket_cap_mb};
     std::sort(caps.begin(), caps.end(), std::greater<>());  // ties go to the larger bucket
     const auto consider = [&](const ModelSpec& cut, const PlanConfig& config) {
-      Prediction p = predict_cut(cut, compute, machine, config);
+      Prediction p = predict_cut(cut, compute, machine, config);  // cut as config names
       p.fits =
           options.memory_budget_bytes <= 0 || p.peak_memory_bytes <= options.memory_budget_bytes;
       result.candidates.push_back(p);
@@ -135,21 +156,15 @@ Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSp
     for (double cap : caps) {
       for (double first : first_bucket_caps(strategy, cap, options)) {
         for (torch::Dtype dtype : options.reduce_dtypes) {
-          PlanConfig config;
-          config.strategy = strategy;
-          config.bucket_cap_mb = cap;
-          config.first_bucket_cap_mb = first;
-          config.reduce_dtype = dtype;
-          if (detail::uses_buckets(strategy)) {
-            consider(model, config);
-            continue;
-          }
-          for (const ModelSpec& cut : cuts) {
-            for (bool prefetch : prefetches) {
-              config.min_unit_parameters = cut.min_unit_parameters;
-              config.fsdp_prefetch = prefetch;
-              consider(cut, config);
-            }
+          for (const UnitChoice& units : detail::uses_buckets(strategy) ? as_it_is : fsdp_choices) {
+            PlanConfig config;
+            config.strategy = strategy;
+            config.bucket_cap_mb = cap;
+            config.first_bucket_cap_mb = first;
+            config.reduce_dtype = dtype;
+            config.min_unit_parameters = units.min_unit_parameters;
+            config.fsdp_prefetch = units.prefetch;
+            consider(*units.model, config);
           }
         }
       }
@@ -191,9 +206,9 @@ std::string Plan::table(size_t rows) const {
     const Prediction& p = candidates[i];
     std::snprintf(line, sizeof line, "%-44s %9.2f %9.2f %9.2f %10s %10s %10s %s%s\n",
                   p.config.describe().c_str(), p.step_s * 1e3, p.communication_s * 1e3,
-                  p.exposed_s * 1e3,
-                  mebibytes(p.peak_memory_bytes).c_str(), mebibytes(p.shm_bytes).c_str(),
-                  mebibytes(p.network_bytes).c_str(), p.fits ? "yes" : "no",
+                  p.exposed_s * 1e3, mebibytes(p.peak_memory_bytes).c_str(),
+                  mebibytes(p.shm_bytes).c_str(), mebibytes(p.network_bytes).c_str(),
+                  p.fits ? "yes" : "no",
                   p.config.describe() == chosen.config.describe() ? "  <- chosen" : "");
     out << line;
   }
