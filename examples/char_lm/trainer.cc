@@ -156,6 +156,7 @@ std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
   request.allowed = cohort_examples::strategies_allowed(wrapping);
   request.optimizer_state_per_element = cohort::kAdamStateBytes;  // AdamW and Lamb
   request.wrapping = wrapping;
+  request.hook = options_.comm_hook;
   Gpt probe(options_.model_config(data_.vocabulary.size()));
   TextWindows windows(data_.train, options_.context);
   std::vector<size_t> first(static_cast<size_t>(per_rank_batch_));

@@ -9,6 +9,7 @@
 #include "cohort/comm/inproc_transport.h"
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
+#include "cohort/torch/compress/powersgd.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "strategy.h"
 
@@ -80,6 +81,17 @@ cohort::PlannerOptions planner_options(const PlanRequest& request) {
         "--master-weights (the planner chooses the period)");
     options.local_sgd_periods = kPlannedLocalSgdPeriods;
   }
+  if (request.settings.allow_powersgd) {
+    COHORT_CHECK(request.strategy == "auto" || request.strategy == "ddp",
+                 "--allow-powersgd: PowerSGD runs under ddp; --strategy is ", request.strategy);
+    COHORT_CHECK(
+        std::find(request.allowed.begin(), request.allowed.end(), "ddp") != request.allowed.end() &&
+            request.wrapping.local_sgd_period == 0 && !request.wrapping.comm_hook &&
+            !request.wrapping.diloco.enabled() && !request.wrapping.master_weights,
+        "--allow-powersgd: not with --local-sgd, --comm-hook, --diloco or --master-weights (the "
+        "planner chooses whether PowerSGD reduces the gradients)");
+    options.powersgd_ranks = {request.hook.rank};
+  }
   return options;
 }
 
@@ -104,8 +116,49 @@ std::vector<int64_t> other_unit_thresholds(const PlanRequest& request,
   return {};
 }
 
-// The probe's training step at world 1: plain, then (where an FSDP strategy may be chosen)
-// through FULL_SHARD over a group of one, whose cost over the plain step is FSDP's own compute.
+// DDP's gradients through one hook or the other, switched between steps: the probe times
+// PowerSGD's arithmetic against the plain allreduce on one DDP (two at once would both reduce).
+class SwitchedHook final : public cohort::CommHook {
+ public:
+  SwitchedHook(std::shared_ptr<cohort::CommHook> plain, std::shared_ptr<cohort::CommHook> other)
+      : plain_(std::move(plain)), other_(std::move(other)) {}
+  cohort::PendingReduction start(cohort::Group& group, cohort::GradBucket& bucket) override {
+    return (use_other ? other_ : plain_)->start(group, bucket);
+  }
+  std::string name() const override { return use_other ? other_->name() : plain_->name(); }
+  bool use_other = false;
+
+ private:
+  std::shared_ptr<cohort::CommHook> plain_, other_;
+};
+
+// The probe's training step through `strategy` over a group of one (no communication, and no
+// loss scaling).
+std::function<void()> probe_step(const PlanRequest& request, Strategy& strategy,
+                                 torch::optim::Optimizer& optimizer) {
+  return [&request, &strategy, &optimizer] {
+    cohort::amp::GradScalerOptions scaling;
+    scaling.enabled = false;
+    cohort::amp::GradScaler no_scaling(scaling);
+    strategy.zero_grad(optimizer);
+    request.probe_loss().backward();
+    strategy.step(optimizer, no_scaling);
+  };
+}
+
+std::unique_ptr<Strategy> probe_strategy(const PlanRequest& request, const std::string& name,
+                                         std::shared_ptr<cohort::CommHook> hook = nullptr) {
+  StrategyOptions wrapping = request.wrapping;
+  wrapping.timeline = nullptr;  // the probe's copies are not the run's communication
+  wrapping.comm_hook = std::move(hook);
+  auto alone = cohort::Group::create_inproc(std::make_shared<cohort::InprocFabric>(1), 0);
+  return make_strategy(name, request.probe, alone, wrapping);
+}
+
+// The probe's training step at world 1: plain; then (where PowerSGD may be chosen) through DDP
+// over a group of one with PowerSGD and with the plain allreduce, in turns; then (where an FSDP
+// strategy may be chosen) through FULL_SHARD over a group of one, whose cost over the plain step
+// is FSDP's own compute. FSDP comes last: it flattens the probe's parameters.
 cohort::ComputeProfile measure_probe(const PlanRequest& request,
                                      const cohort::PlannerOptions& options) {
   auto optimizer = request.probe_optimizer(request.probe->named_parameters());
@@ -114,20 +167,30 @@ cohort::ComputeProfile measure_probe(const PlanRequest& request,
     request.probe_loss().backward();
     optimizer->step();
   });
+  for (int rank : options.powersgd_ranks) {
+    cohort::PowerSgdOptions powersgd;
+    powersgd.rank = rank;
+    powersgd.start_iter = 0;  // compress from the first step timed
+    auto hook =
+        std::make_shared<SwitchedHook>(cohort::allreduce_hook(), cohort::powersgd_hook(powersgd));
+    auto ddp = probe_strategy(request, "ddp", hook);
+    auto ddp_optimizer = request.probe_optimizer(ddp->optimizer_parameters());
+    const auto step = probe_step(request, *ddp, *ddp_optimizer);
+    compute.measure_powersgd(
+        rank,
+        [&] {
+          hook->use_other = false;
+          step();
+        },
+        [&] {
+          hook->use_other = true;
+          step();
+        });
+  }
   if (!fsdp_is_a_candidate(options)) return compute;
-  StrategyOptions wrapping = request.wrapping;
-  wrapping.timeline = nullptr;  // the probe's copies are not the run's communication
-  auto alone = cohort::Group::create_inproc(std::make_shared<cohort::InprocFabric>(1), 0);
-  auto sharded = make_strategy("full_shard", request.probe, alone, wrapping);
+  auto sharded = probe_strategy(request, "full_shard");
   auto sharded_optimizer = request.probe_optimizer(sharded->optimizer_parameters());
-  cohort::amp::GradScalerOptions scaling;
-  scaling.enabled = false;
-  cohort::amp::GradScaler no_scaling(scaling);
-  compute.measure_sharded([&] {
-    sharded->zero_grad(*sharded_optimizer);
-    request.probe_loss().backward();
-    sharded->step(*sharded_optimizer, no_scaling);
-  });
+  compute.measure_sharded(probe_step(request, *sharded, *sharded_optimizer));
   return compute;
 }
 
@@ -178,6 +241,10 @@ void add_plan_options(CLI::App& app, PlanSettings& settings) {
   app.add_flag("--allow-local-sgd", settings.allow_local_sgd,
                "With --strategy auto or ddp: the planner may choose local SGD (a period of 2, 4, "
                "8 or 16 steps), which changes what training computes (docs/planner.md)");
+  app.add_flag("--allow-powersgd", settings.allow_powersgd,
+               "With --strategy auto or ddp: the planner may choose to reduce DDP's gradients "
+               "through PowerSGD at --hook-rank (after --hook-start-iter plain steps), which "
+               "changes what training computes (docs/planner.md)");
 }
 
 void apply_fsdp_settings(const PlanSettings& settings, int64_t default_min_unit_parameters,
@@ -190,7 +257,8 @@ void apply_fsdp_settings(const PlanSettings& settings, int64_t default_min_unit_
 bool wants_plan(const PlanRequest& request) {
   return request.strategy == "auto" || request.settings.bucket_cap.automatic ||
          request.settings.memory_budget_mb > 0 || !request.settings.plan_out.empty() ||
-         request.settings.allow_local_sgd || !request.settings.strategies.empty();
+         request.settings.allow_local_sgd || request.settings.allow_powersgd ||
+         !request.settings.strategies.empty();
 }
 
 PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
@@ -221,6 +289,8 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
   choice.bucket_cap_mb = plan.chosen.config.bucket_cap_mb;
   choice.first_bucket_cap_mb = plan.chosen.config.first_bucket_cap_mb;
   choice.local_sgd_period = plan.chosen.config.local_sgd_period;
+  choice.powersgd_rank = plan.chosen.config.powersgd_rank;
+  choice.powersgd_start_iter = request.hook.start_iter;
   choice.fsdp_min_unit_parameters =
       plan.chosen.config.min_unit_parameters.value_or(spec.min_unit_parameters);
   choice.fsdp_prefetch = plan.chosen.config.fsdp_prefetch;
@@ -282,13 +352,20 @@ void apply_plan(const PlanChoice& choice, StrategyOptions& wrapping) {
   wrapping.bucket_cap_mb = choice.bucket_cap_mb;
   wrapping.first_bucket_cap_mb = choice.first_bucket_cap_mb;
   wrapping.local_sgd_period = choice.local_sgd_period;
+  if (choice.powersgd_rank > 0) {
+    cohort::PowerSgdOptions powersgd;
+    powersgd.rank = choice.powersgd_rank;
+    powersgd.start_iter = choice.powersgd_start_iter;
+    wrapping.comm_hook = cohort::powersgd_hook(powersgd);
+  }
   wrapping.fsdp_min_unit_parameters = choice.fsdp_min_unit_parameters;
   wrapping.fsdp_prefetch = choice.fsdp_prefetch;
 }
 
 void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& record,
                   Strategy& strategy) {
-  if (choice.corrected || record.step < kFirstMeasuredStep) return;
+  // PowerSGD's first steps are plain allreduces (--hook-start-iter): nothing to compare.
+  if (choice.corrected || choice.powersgd_rank > 0 || record.step < kFirstMeasuredStep) return;
   cohort::StepMeasurement step;
   step.compute_s = (record.step_ms - record.data_ms - record.exposed_comm_ms) * 1e-3;
   for (double ms : record.bucket_comm_ms) step.reduction_s.push_back(ms * 1e-3);
@@ -340,9 +417,13 @@ void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& re
 
 void log_plan_accuracy(const PlanChoice& choice, const std::vector<StepRecord>& steps,
                        int64_t epoch, int64_t measured_peak_bytes) {
+  // The first step builds buckets and optimizer state; PowerSGD's plain steps come before it
+  // compresses.
+  const int64_t last_left_out =
+      choice.powersgd_rank > 0 ? std::max<int64_t>(1, choice.powersgd_start_iter) : 1;
   std::vector<double> step_ms;
   for (const auto& s : steps) {
-    if (s.step > 1) step_ms.push_back(s.step_ms - s.data_ms);
+    if (s.step > last_left_out) step_ms.push_back(s.step_ms - s.data_ms);
   }
   if (step_ms.empty()) return;
   // Local SGD's steps are unequal (one in a period averages): its prediction is their mean.

@@ -14,6 +14,7 @@
 
 #include "cohort/comm/group.h"
 #include "cohort/torch/plan/planner.h"
+#include "comm_hooks.h"
 #include "step_metrics.h"
 #include "strategy.h"
 
@@ -35,6 +36,7 @@ struct PlanSettings {
   int64_t memory_budget_mb = 0;  // --memory-budget-mb: the planner's limit; 0: none
   std::string plan_out;          // --plan-out: where rank 0 writes the job's plan input
   bool allow_local_sgd = false;  // --allow-local-sgd: local SGD periods are candidates
+  bool allow_powersgd = false;   // --allow-powersgd: PowerSGD at --hook-rank is a candidate
   // --plan-strategies: with --strategy auto, the strategies to choose among (default: every one
   // the run's other options allow).
   std::vector<std::string> strategies;
@@ -45,7 +47,8 @@ struct PlanSettings {
 };
 
 // --bucket-cap-mb (a positive number or "auto"), --memory-budget-mb, --plan-out,
-// --plan-strategies, --allow-local-sgd, --fsdp-min-unit-params and --fsdp-no-prefetch.
+// --plan-strategies, --allow-local-sgd, --allow-powersgd, --fsdp-min-unit-params and
+// --fsdp-no-prefetch.
 void add_plan_options(CLI::App& app, PlanSettings& settings);
 
 // The FSDP units and prefetch `settings` give in `wrapping`: units cut at
@@ -70,6 +73,9 @@ struct PlanRequest {
       const torch::OrderedDict<std::string, torch::Tensor>&)>
       probe_optimizer;
   StrategyOptions wrapping;
+  // --hook-rank and --hook-start-iter: PowerSGD's, where --allow-powersgd lets the planner
+  // choose it.
+  CommHookSettings hook;
 };
 
 // DDP's first bucket sizes --bucket-cap-mb auto lets the planner consider.
@@ -82,6 +88,8 @@ struct PlanChoice {
   double bucket_cap_mb = 25.0;
   double first_bucket_cap_mb = 1.0;  // ddp's
   int local_sgd_period = 0;  // ddp: local SGD every this many steps (StrategyOptions); 0: off
+  int powersgd_rank = 0;     // ddp: gradients through PowerSGD at this rank; 0: not
+  int64_t powersgd_start_iter = 0;       // its plain steps first (--hook-start-iter)
   int64_t fsdp_min_unit_parameters = 0;  // the FSDP strategies' units (StrategyOptions)
   bool fsdp_prefetch = true;
   cohort::Prediction prediction;
@@ -95,7 +103,7 @@ struct PlanChoice {
 };
 
 // Whether the request leaves anything to the planner, checks a budget, names planner options to
-// check (--plan-strategies, --allow-local-sgd) or asks for the planner's
+// check (--plan-strategies, --allow-local-sgd, --allow-powersgd) or asks for the planner's
 // input (--plan-out).
 bool wants_plan(const PlanRequest& request);
 
@@ -105,21 +113,22 @@ bool wants_plan(const PlanRequest& request);
 PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
                                 const PlanRequest& request);
 
-// The choice's buckets, local SGD period, FSDP units and prefetch in the options the strategy is
-// made with (its name goes to make_strategy).
+// The choice's buckets, local SGD period, PowerSGD hook, FSDP units and prefetch in the options
+// the strategy is made with (its name goes to make_strategy).
 void apply_plan(const PlanChoice& choice, StrategyOptions& wrapping);
 
 // The online correction (docs/planner.md): measures steps 2 to 4 (the first builds buckets and
 // optimizer state), then at step 4 refits the model (the compute, but not under ZeRO; under DDP the
 // links too, from the buckets' reductions) and, where it was off by more than 25%, plans again
 // among the buckets of the chosen strategy and rebuilds them if another size wins. Collective at
-// step 4 (every rank calls it after every step).
+// step 4 (every rank calls it after every step). Not under PowerSGD, whose first steps
+// (--hook-start-iter) are plain allreduces, not what was predicted.
 void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& record,
                   Strategy& strategy);
 
 // At COHORT_LOG_LEVEL=info: the epoch's median step (under local SGD the mean, as predicted;
 // without loading data; the first step of the run, which builds buckets and optimizer state,
-// left out) against the prediction.
+// left out, and under PowerSGD its plain steps before --hook-start-iter) against the prediction.
 // And the peak memory measured (training_peak_bytes(), memory.h) against the prediction.
 void log_plan_accuracy(const PlanChoice& choice, const std::vector<StepRecord>& steps,
                        int64_t epoch, int64_t measured_peak_bytes);

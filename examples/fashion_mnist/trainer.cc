@@ -180,6 +180,7 @@ std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
   request.optimizer_state_per_element =
       cohort_examples::optimizer_state_per_element(options_.optimizer, options_.momentum);
   request.wrapping = wrapping;
+  request.hook = options_.comm_hook;
   auto probe = make_fmnist_model(options_.model);
   const auto count = std::min<int64_t>(per_rank_batch(options_, *group_), train_set.data().size());
   const auto images = train_set.data().images.narrow(0, 0, count);

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
+
 #include "cohort/core/error.h"
 
 namespace cohort {
@@ -219,6 +221,46 @@ TEST(PlannerModel, LocalSgdAveragesTheParametersOncePerPeriod) {
                InvalidArgument);
 }
 
+// A 512 x 512 weight, a 4 x 4 one and a bias of 512, in one bucket (ready at the end of
+// backward, 50 ms), under PowerSGD at rank 2 with 3 ms of arithmetic measured. The weight sends
+// P (512 x 2) in round 1 and Q (512 x 2) in round 2; the 4 x 4 one would gain too little
+// (16 < 2 x 2 x (4 + 4)) and goes whole with the bias in round 1: 1,552 floats, then 1,024.
+ModelSpec a_layer_with_a_small_matrix() {
+  ModelSpec model;
+  model.parameters = {{"w", 512 * 512, 4, 0, 512}, {"s", 16, 4, 0, 4}, {"b", 512, 4, 0, 1}};
+  model.units = {""};
+  return model;
+}
+
+TEST(PlannerModel, PowerSgdSendsPThenQAroundItsArithmetic) {
+  ComputeProfile compute = profile(10, 40, 5);
+  compute.powersgd = {{2, 3e-3}};
+  PlanConfig config = ddp(25);
+  config.first_bucket_cap_mb = 25;
+  config.powersgd_rank = 2;
+  const ModelSpec model = a_layer_with_a_small_matrix();
+  const Prediction p = predict(model, compute, slow_loopback(2), config);
+  const double round1_ms = 1552 * 4 * 1e-5, round2_ms = 1024 * 4 * 1e-5;  // 10 ns a byte
+  // Round 1 at 50 ms; the arithmetic 50-53; round 2 at 53; then the optimizer.
+  EXPECT_NEAR(p.compute_s * 1e3, 10 + 40 + 3 + 5, 1e-9);
+  EXPECT_NEAR(p.exposed_s * 1e3, round2_ms, 1e-9);
+  EXPECT_NEAR(p.step_s * 1e3, 58 + round2_ms, 1e-9);
+  EXPECT_NEAR(p.communication_s * 1e3, round1_ms + round2_ms, 1e-9);
+  ASSERT_EQ(p.reduction_s.size(), 1u);
+  EXPECT_NEAR(p.reduction_s[0] * 1e3, round1_ms + round2_ms, 1e-9);
+  EXPECT_EQ(p.network_bytes, (1552 + 1024) * 4);
+  // DDP's parameters, gradients and Adam's state (16 bytes an element), the residual (4) and Q
+  // (1,024 floats) that stay, and the compensated gradients (4), more than the activations (0).
+  const int64_t parameter_bytes = model.parameter_bytes();
+  EXPECT_EQ(p.peak_memory_bytes, 6 * parameter_bytes + 1024 * 4);
+  EXPECT_EQ(p.config.describe(), "ddp, 25 MiB buckets (first 25), powersgd rank 2");
+  config.powersgd_rank = 4;  // not measured
+  EXPECT_THROW(predict(model, compute, slow_loopback(2), config), InvalidArgument);
+  config.powersgd_rank = 2;
+  config.strategy = PlanStrategy::kZero1;  // a DDP hook
+  EXPECT_THROW(predict(model, compute, slow_loopback(2), config), InvalidArgument);
+}
+
 TEST(PlannerModel, BfloatGradientsHalveTheBytes) {
   PlanConfig bf16 = ddp(1);
   bf16.reduce_dtype = torch::kBFloat16;
@@ -307,6 +349,34 @@ TEST(PlannerChoice, ASlowLinkTakesTheLongestLocalSgdPeriodWhereAllowed) {
   EXPECT_LT(plan.chosen.step_s, plain.chosen.step_s);
 }
 
+// Four 512 x 512 weights (1 MiB each): at rank 2 PowerSGD sends 2,048 floats for each.
+TEST(PlannerChoice, PowerSgdOnlyWhereAllowedAndWhereItsArithmeticCostsLessThanTheLink) {
+  ModelSpec model = four_mebibytes();
+  for (auto& p : model.parameters) p.rows = 512;
+  ComputeProfile compute = profile(10, 40, 5);
+  compute.powersgd = {{2, 8e-3}};
+  MachineSpec slow;  // 2 hosts x 1 rank at 100 Mbit/s: a 4 MiB allreduce takes about 0.34 s
+  slow.shape.world = slow.shape.nodes = 2;
+  slow.links.tcp = {100e-6, 8.0 / 100e6};
+  PlannerOptions options;
+  EXPECT_EQ(cohort::plan(model, compute, slow, options).chosen.config.powersgd_rank, 0)
+      << "PowerSGD changes training: not unasked";
+  options.powersgd_ranks = {2};
+  const Plan plan = cohort::plan(model, compute, slow, options);
+  EXPECT_EQ(plan.chosen.config.powersgd_rank, 2) << plan.table();
+  EXPECT_EQ(plan.chosen.config.strategy, PlanStrategy::kDdp);
+  EXPECT_LE(plan.chosen.network_bytes, 4 * 2048 * 4 * 2);  // P and Q of each, on 2 hosts
+  MachineSpec fast = slow;  // the same ranks on one node over shared memory
+  fast.shape.nodes = 1;
+  fast.shape.local_size = 2;
+  fast.shape.shared_memory = true;
+  fast.links = CostModel::defaults();
+  const Plan on_one_node = cohort::plan(model, compute, fast, options);
+  EXPECT_EQ(on_one_node.chosen.config.powersgd_rank, 0) << on_one_node.table();
+  options.powersgd_ranks = {2, 4};  // rank 4 was not measured
+  EXPECT_THROW(cohort::plan(model, compute, slow, options), InvalidArgument);
+}
+
 // 16 MiB of parameters at 2 ranks under a budget: DDP needs 64 MiB, ZeRO-1 48, ZeRO-2 42 (1 MiB
 // buckets), SHARD_GRAD_OP 51, FULL_SHARD 32 + 2 gathered units + 3 units' gradients = 37.
 Plan plan_sixteen_mebibytes(int64_t budget_mib, PlannerOptions options = {}) {
@@ -371,6 +441,8 @@ TEST(PlannerInputs, ModelSpecTakesFsdpUnitsAndTrainableParameters) {
   EXPECT_EQ(spec.elements(), 8 * 16 + 16 + 16 * 4);
   EXPECT_EQ(spec.parameter_bytes(), 4 * spec.elements());
   EXPECT_NE(spec.parameters[0].unit, spec.parameters[2].unit) << "each Linear is a unit";
+  EXPECT_EQ(spec.parameters[0].rows, 16);  // a Linear's weight is out x in
+  EXPECT_EQ(spec.parameters[1].rows, 1);   // a bias has one row
 }
 
 // Two Linear layers outside any container: the root unit alone by default; cut at 1,000
@@ -452,6 +524,29 @@ TEST(PlannerInputs, ShardedRatioIsTheShardedStepOverThePlainOne) {
   EXPECT_EQ(p.sharded_compute_ratio, 1.0);
 }
 
+// Steps that spin for a fixed time: the PowerSGD one 3 ms longer than the plain one.
+TEST(PlannerInputs, PowerSgdCostIsTheHookedStepOverThePlainOne) {
+  const auto spin = [](double ms) {
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(ms);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  };
+  ComputeProfile p;
+  EXPECT_THROW(p.powersgd_s(2), InvalidArgument);
+  p.measure_powersgd(
+      2, [&] { spin(1); }, [&] { spin(4); }, 7);
+  EXPECT_GT(p.powersgd_s(2), 2.9e-3);
+  EXPECT_LT(p.powersgd_s(2), 10e-3);  // a wrong sign or a ratio is far outside
+  p.measure_powersgd(
+      2, [&] { spin(4); }, [&] { spin(1); }, 1);  // faster: no less than 0
+  ASSERT_EQ(p.powersgd.size(), 1u) << "measured again, the rank's cost is replaced";
+  EXPECT_EQ(p.powersgd_s(2), 0.0);
+  EXPECT_THROW(p.measure_powersgd(
+                   0, [] {}, [] {}),
+               InvalidArgument);
+}
+
 TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {
   PlanInput job{four_mebibytes(), profile(10, 40, 5)};
   job.compute.gradient_ready = {1.0, 0.75, 0.5, 0.25};
@@ -467,6 +562,14 @@ TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {
   EXPECT_NEAR(back.compute.backward_s, 0.040, 1e-12);
   EXPECT_EQ(back.compute.sharded_compute_ratio, 1.25);
   EXPECT_TRUE(back.model.other_unit_layouts.empty());
+  EXPECT_TRUE(back.compute.powersgd.empty());
+  PlanInput compressed{a_layer_with_a_small_matrix(), profile(10, 40, 5)};
+  compressed.compute.powersgd = {{2, 3e-3}, {4, 5e-3}};
+  const PlanInput compressed_back = PlanInput::from_json(compressed.to_json(), "job.json");
+  EXPECT_EQ(compressed_back.model.parameters[1].rows, 4);
+  ASSERT_EQ(compressed_back.compute.powersgd.size(), 2u);
+  EXPECT_EQ(compressed_back.compute.powersgd[1].rank, 4);
+  EXPECT_NEAR(compressed_back.compute.powersgd_s(4), 5e-3, 1e-12);
   const auto machine = slow_loopback(2);
   EXPECT_EQ(predict(back.model, back.compute, machine, ddp(1)).step_s,
             predict(job.model, job.compute, machine, ddp(1)).step_s);
@@ -486,7 +589,14 @@ TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {
   std::string bad_unit = job.to_json();
   bad_unit.replace(bad_unit.find("\"unit\": 3"), 9, "\"unit\": 9");
   refused(bad_unit,
-          "parameter 'p3' has a negative size, no bytes per element or a unit out of range");
+          "parameter 'p3' has a negative size, no bytes per element, a unit out of "
+          "range or fewer than 1 row");
+  std::string no_rows = compressed.to_json();
+  no_rows.replace(no_rows.find("\"rows\": 4"), 9, "\"rows\": 0");
+  refused(no_rows, "parameter 's' has a negative size");
+  std::string bad_cost = compressed.to_json();
+  bad_cost.replace(bad_cost.find("\"rank\": 4"), 9, "\"rank\": 0");
+  refused(bad_cost, "job.json: a powersgd cost needs a rank >= 1 and ms >= 0");
   PlanInput layouts = job;
   layouts.model.min_unit_parameters = 7;
   layouts.model.other_unit_layouts.push_back({99, {"", "u"}, {0, 1, 1, 0}});

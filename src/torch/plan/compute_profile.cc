@@ -1,8 +1,10 @@
-// ComputeProfile::measure and ::agree (include/cohort/torch/plan/planner.h).
+// ComputeProfile::measure, ::measure_sharded, ::measure_powersgd and ::agree
+// (include/cohort/torch/plan/planner.h).
 #include <algorithm>
 #include <chrono>
 
 #include "cohort/core/check.h"
+#include "cohort/core/error.h"
 #include "cohort/torch/plan/planner.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "cohort/torch/tensor_memory.h"
@@ -108,10 +110,45 @@ void ComputeProfile::measure_sharded(const std::function<void()>& sharded_step, 
   sharded_compute_ratio = std::max(1.0, (median(totals) - optimizer_s) / (forward_s + backward_s));
 }
 
+void ComputeProfile::measure_powersgd(int rank, const std::function<void()>& plain_step,
+                                      const std::function<void()>& powersgd_step, int steps) {
+  COHORT_CHECK(rank >= 1, "ComputeProfile::measure_powersgd: rank must be >= 1, got ", rank);
+  COHORT_CHECK(steps >= 1, "ComputeProfile::measure_powersgd: steps must be >= 1, got ", steps);
+  const auto time = [](const std::function<void()>& step) {
+    const auto start = Clock::now();
+    step();
+    return seconds(start, Clock::now());
+  };
+  // In turns, so that a slow spell of a shared machine falls on both alike.
+  std::vector<double> differences;
+  for (int s = 0; s < kWarmUpSteps + steps; ++s) {
+    const double plain = time(plain_step);
+    const double compressed = time(powersgd_step);
+    if (s >= kWarmUpSteps) differences.push_back(compressed - plain);
+  }
+  const double added = std::max(0.0, median(differences));
+  const auto measured = std::find_if(powersgd.begin(), powersgd.end(),
+                                     [rank](const PowerSgdCost& c) { return c.rank == rank; });
+  if (measured != powersgd.end()) {
+    measured->seconds = added;
+  } else {
+    powersgd.push_back({rank, added});
+  }
+}
+
+double ComputeProfile::powersgd_s(int rank) const {
+  for (const auto& cost : powersgd) {
+    if (cost.rank == rank) return cost.seconds;
+  }
+  throw InvalidArgument("planner: PowerSGD at rank " + std::to_string(rank) +
+                        " was not measured (ComputeProfile::measure_powersgd)");
+}
+
 void ComputeProfile::agree(Group& group) {
   std::vector<double> values = {forward_s, backward_s, optimizer_s,
                                 static_cast<double>(activation_bytes), sharded_compute_ratio};
   values.insert(values.end(), gradient_ready.begin(), gradient_ready.end());
+  for (const auto& cost : powersgd) values.push_back(cost.seconds);
   auto tensor = torch::tensor(values, torch::kFloat64);
   const auto count = static_cast<int64_t>(values.size());
   auto lengths = torch::tensor({count, -count}, torch::kInt64);  // the longest, minus the shortest
@@ -131,7 +168,9 @@ void ComputeProfile::agree(Group& group) {
   optimizer_s = v[2];
   activation_bytes = activations.item<int64_t>();
   sharded_compute_ratio = v[4];
-  gradient_ready.assign(v + 5, v + values.size());
+  const size_t ready_end = 5 + gradient_ready.size();
+  gradient_ready.assign(v + 5, v + ready_end);
+  for (size_t i = 0; i < powersgd.size(); ++i) powersgd[i].seconds = v[ready_end + i];
 }
 
 }  // namespace cohort

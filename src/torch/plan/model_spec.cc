@@ -63,8 +63,8 @@ ModelSpec ModelSpec::of(torch::nn::Module& module, int64_t optimizer_state_per_e
   for (const auto& item : module.named_parameters()) {
     const torch::Tensor& p = item.value();
     if (!p.requires_grad()) continue;
-    spec.parameters.push_back(
-        {item.key(), p.numel(), static_cast<int64_t>(p.element_size()), own.unit_of[index++]});
+    spec.parameters.push_back({item.key(), p.numel(), static_cast<int64_t>(p.element_size()),
+                               own.unit_of[index++], p.dim() >= 2 ? p.size(0) : 1});
   }
   for (int64_t threshold : other_min_unit_parameters) {
     UnitLayout layout = cut_units(module, threshold);
@@ -193,7 +193,11 @@ std::string PlanConfig::describe() const {
     }
     if (!fsdp_prefetch) out << ", no prefetch";
   }
-  out << ", " << (reduce_dtype == torch::kBFloat16 ? "bfloat16" : "float32");
+  if (powersgd_rank > 0) {
+    out << ", powersgd rank " << powersgd_rank;
+  } else {
+    out << ", " << (reduce_dtype == torch::kBFloat16 ? "bfloat16" : "float32");
+  }
   return out.str();
 }
 

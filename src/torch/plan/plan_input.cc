@@ -1,13 +1,15 @@
 // PlanInput's file (include/cohort/torch/plan/planner.h): the model's parameters and units, the
 // optimizer's state per element and the measured compute, as JSON:
 //   {"version": 1, "optimizer_state_per_element": 8, "units": ["", "blocks.0", ...],
-//    "parameters": [{"name": "...", "elements": 1024, "element_bytes": 4, "unit": 1}, ...],
+//    "parameters": [{"name": "...", "elements": 1024, "element_bytes": 4, "unit": 1,
+//                    "rows": 32}, ...],                                (rows optional: 1)
 //    "min_unit_parameters": 0,                                          (optional: 0)
 //    "other_unit_layouts": [{"min_unit_parameters": 500000, "units": ["", "fc1"],
 //                            "unit_of": [0, 0, 1, ...]}, ...],          (optional: none)
 //    "compute": {"forward_ms": 12.5, "backward_ms": 25.1, "optimizer_ms": 3.2,
 //                "activation_bytes": 1048576, "gradient_ready": [0.98, ...],
-//                "sharded_compute_ratio": 1.08}}   (optional: 1 when absent)
+//                "sharded_compute_ratio": 1.08,    (optional: 1 when absent)
+//                "powersgd": [{"rank": 2, "ms": 4.1}]}}  (optional: none measured)
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -62,7 +64,8 @@ std::string PlanInput::to_json() const {
     parameters.push_back({{"name", p.name},
                           {"elements", p.elements},
                           {"element_bytes", p.element_bytes},
-                          {"unit", p.unit}});
+                          {"unit", p.unit},
+                          {"rows", p.rows}});
   }
   json out = {{"version", kVersion},
               {"optimizer_state_per_element", model.optimizer_state_per_element},
@@ -76,6 +79,11 @@ std::string PlanInput::to_json() const {
                 {"activation_bytes", compute.activation_bytes},
                 {"gradient_ready", compute.gradient_ready},
                 {"sharded_compute_ratio", compute.sharded_compute_ratio}}}};
+  json powersgd = json::array();
+  for (const auto& cost : compute.powersgd) {
+    powersgd.push_back({{"rank", cost.rank}, {"ms", cost.seconds * 1e3}});
+  }
+  out["compute"]["powersgd"] = powersgd;
   json layouts = json::array();
   for (const auto& l : model.other_unit_layouts) {
     layouts.push_back({{"min_unit_parameters", l.min_unit_parameters},
@@ -105,10 +113,13 @@ PlanInput PlanInput::from_json(const std::string& text, const std::string& origi
     model.parameters.push_back(
         {field<std::string>(p, "name", origin), field<int64_t>(p, "elements", origin),
          field<int64_t>(p, "element_bytes", origin), field<int64_t>(p, "unit", origin)});
-    const ParameterSpec& added = model.parameters.back();
-    if (added.elements < 0 || added.element_bytes <= 0 || !names_a_unit(added.unit, model.units)) {
+    ParameterSpec& added = model.parameters.back();
+    if (p.contains("rows")) added.rows = field<int64_t>(p, "rows", origin);
+    if (added.elements < 0 || added.element_bytes <= 0 || !names_a_unit(added.unit, model.units) ||
+        added.rows < 1) {
       throw InvalidArgument(origin + ": parameter '" + added.name +
-                            "' has a negative size, no bytes per element or a unit out of range");
+                            "' has a negative size, no bytes per element, a unit out of range "
+                            "or fewer than 1 row");
     }
   }
   if (model.parameters.empty())
@@ -132,6 +143,15 @@ PlanInput PlanInput::from_json(const std::string& text, const std::string& origi
     c.sharded_compute_ratio = field<double>(compute, "sharded_compute_ratio", origin);
     if (!(c.sharded_compute_ratio >= 1)) {
       throw InvalidArgument(origin + ": sharded_compute_ratio must be at least 1");
+    }
+  }
+  if (compute.contains("powersgd")) {
+    for (const auto& cost : field<json>(compute, "powersgd", origin)) {
+      c.powersgd.push_back(
+          {field<int>(cost, "rank", origin), field<double>(cost, "ms", origin) * 1e-3});
+      if (c.powersgd.back().rank < 1 || !(c.powersgd.back().seconds >= 0)) {
+        throw InvalidArgument(origin + ": a powersgd cost needs a rank >= 1 and ms >= 0");
+      }
     }
   }
   if (!c.gradient_ready.empty() && c.gradient_ready.size() != model.parameters.size()) {

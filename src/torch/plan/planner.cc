@@ -24,6 +24,12 @@ void check_runnable(const ModelSpec& model, const MachineSpec& machine, const Pl
   COHORT_CHECK(config.local_sgd_period == 0 || (config.strategy == PlanStrategy::kDdp &&
                                                 config.reduce_dtype == torch::kFloat32),
                "planner: local SGD runs under ddp with float32 gradients only");
+  COHORT_CHECK(config.powersgd_rank >= 0, "planner: powersgd_rank must be >= 0, got ",
+               config.powersgd_rank);
+  COHORT_CHECK(config.powersgd_rank == 0 ||
+                   (config.strategy == PlanStrategy::kDdp &&
+                    config.reduce_dtype == torch::kFloat32 && config.local_sgd_period == 0),
+               "planner: PowerSGD runs under ddp with float32 gradients and without local SGD");
   const GroupShape& shape = machine.shape;
   COHORT_CHECK(
       config.strategy != PlanStrategy::kHybridShard || (shape.nodes > 1 && shape.local_size > 1),
@@ -166,6 +172,17 @@ Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSp
             config.fsdp_prefetch = units.prefetch;
             consider(*units.model, config);
           }
+        }
+      }
+    }
+    for (int rank : strategy == PlanStrategy::kDdp ? options.powersgd_ranks : std::vector<int>{}) {
+      for (double cap : caps) {
+        for (double first : first_bucket_caps(strategy, cap, options)) {
+          PlanConfig config;
+          config.bucket_cap_mb = cap;
+          config.first_bucket_cap_mb = first;
+          config.powersgd_rank = rank;
+          consider(model, config);
         }
       }
     }

@@ -156,6 +156,83 @@ StepTimes local_sgd_step(const ModelSpec& model, const ComputeProfile& compute,
   return t;
 }
 
+// What one bucket sends under PowerSGD (powersgd.h: PowerSgdHook::plan_for's rule, at its
+// default min_compression_rate): round 1 carries every compressed matrix's P and the tensors
+// sent whole, round 2 every Q; in elements.
+struct PowerSgdRounds {
+  double round1 = 0, round2 = 0;
+};
+
+PowerSgdRounds powersgd_rounds(const ModelSpec& model, const std::vector<size_t>& bucket,
+                               int rank) {
+  constexpr double kMinCompressionRate = 2;  // PowerSgdOptions::min_compression_rate
+  PowerSgdRounds r;
+  for (size_t i : bucket) {
+    const ParameterSpec& p = model.parameters[i];
+    const double rows = static_cast<double>(std::max<int64_t>(1, p.rows));
+    const double cols = static_cast<double>(p.elements) / rows;
+    const double r_used = std::min({static_cast<double>(rank), rows, cols});
+    if (p.rows > 1 && rows * cols >= kMinCompressionRate * r_used * (rows + cols)) {
+      r.round1 += rows * r_used;
+      r.round2 += cols * r_used;
+    } else {
+      r.round1 += static_cast<double>(p.elements);
+    }
+  }
+  return r;
+}
+
+// Every bucket's Q, which PowerSGD keeps from step to step (the warm start).
+double powersgd_q_bytes(const ModelSpec& model, const ComputeProfile& compute,
+                        const PlanConfig& config) {
+  double elements = 0;
+  for (const auto& bucket : planned_buckets(model, compute, config)) {
+    elements += powersgd_rounds(model, bucket, config.powersgd_rank).round2;
+  }
+  return elements * sizeof(float);
+}
+
+// DDP with PowerSGD (Note [Planned step]): each bucket's first round (its P and the tensors sent
+// whole) is allreduced when the bucket is ready; the hook's arithmetic (measured, in compute's
+// timeline at the end of backward: on these cores it takes their time) comes before the second
+// rounds, which run bucket by bucket after it and after the bucket's first round.
+StepTimes powersgd_step(const ModelSpec& model, const ComputeProfile& compute,
+                        const MachineSpec& machine, const PlanConfig& config) {
+  const GroupShape& shape = machine.shape;
+  const std::vector<double> ready = ready_fractions(model, compute);
+  const double hook_s = compute.powersgd_s(config.powersgd_rank);
+  StepTimes t;
+  Timelines lines;
+  lines.compute(0, compute.forward_s + compute.backward_s);
+  const auto buckets = planned_buckets(model, compute, config);
+  std::vector<PowerSgdRounds> rounds;
+  std::vector<double> first_done;
+  for (const auto& bucket : buckets) {
+    double last = 0;
+    for (size_t i : bucket) last = std::max(last, ready[i]);
+    rounds.push_back(powersgd_rounds(model, bucket, config.powersgd_rank));
+    const double bytes = rounds.back().round1 * sizeof(float);
+    const double seconds = collective_s(CollectiveKind::kAllreduce, bytes, shape, machine.links);
+    first_done.push_back(lines.communicate(compute.forward_s + last * compute.backward_s, seconds));
+    t.reduction_s.push_back(seconds);
+    count_allreduce(t, bytes, shape, machine.links);
+  }
+  const double arithmetic_end = lines.compute(lines.compute_free(), hook_s);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const double bytes = rounds[b].round2 * sizeof(float);
+    if (bytes == 0) continue;  // nothing compressed in it: no second round
+    const double seconds = collective_s(CollectiveKind::kAllreduce, bytes, shape, machine.links);
+    lines.communicate(std::max(arithmetic_end, first_done[b]), seconds);
+    t.reduction_s[b] += seconds;
+    count_allreduce(t, bytes, shape, machine.links);
+  }
+  t.compute_s = compute.forward_s + compute.backward_s + hook_s + compute.optimizer_s;
+  lines.compute(lines.end(), compute.optimizer_s);
+  t.communication_s = lines.comm_total();
+  t.exposed_s = std::max(0.0, lines.end() - t.compute_s);
+  return t;
+}
+
 struct UnitSizes {
   std::vector<double> bytes, wire, share;  // per unit: parameter bytes, wire bytes, elements share
   std::vector<bool> root;
@@ -289,6 +366,7 @@ std::vector<std::vector<size_t>> planned_buckets(const ModelSpec& model,
 StepTimes predict_step(const ModelSpec& model, const ComputeProfile& compute,
                        const MachineSpec& machine, const PlanConfig& config) {
   if (config.local_sgd_period > 0) return local_sgd_step(model, compute, machine, config);
+  if (config.powersgd_rank > 0) return powersgd_step(model, compute, machine, config);
   return uses_buckets(config.strategy) ? bucketed_step(model, compute, machine, config)
                                        : sharded_step(model, compute, machine, config);
 }
@@ -311,12 +389,19 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
   const auto unit_wire = sorted_descending(units.wire);
   const size_t gathered_units = config.fsdp_prefetch ? 2 : 1;  // in use (+ the one prefetched)
   double bytes = 0;
+  double transient = activations;  // what a step allocates and frees
   switch (config.strategy) {
     case PlanStrategy::kDdp:  // gradients are views of the buckets; bfloat16 adds a copy of one;
                               // local SGD averages through a flat copy of the parameters after
                               // the step, when the activations are gone
       bytes = params + grads + state + (config.reduce_dtype == torch::kBFloat16 ? bucket / 2 : 0) +
               (config.local_sgd_period > 0 ? std::max(0.0, params - activations) : 0);
+      if (config.powersgd_rank > 0) {  // each bucket's residual and Q stay; its compensated
+                                       // copy lives from its first round to its second, past
+                                       // backward, when the activations are gone
+        bytes += grads + powersgd_q_bytes(model, compute, config);
+        transient = std::max(activations, grads);
+      }
       break;
     case PlanStrategy::kZero1: bytes = params + grads + state / world; break;
     case PlanStrategy::kZero2: bytes = params + grads / world + 2 * bucket + state / world; break;
@@ -334,7 +419,7 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
       break;
     }
   }
-  return static_cast<int64_t>(bytes + activations);
+  return static_cast<int64_t>(bytes + transient);
 }
 
 }  // namespace cohort::detail

@@ -23,7 +23,10 @@
 // backward take ComputeProfile::sharded_compute_ratio times the profile's (its interception and
 // copies), and a unit's share of them is its share of the parameters. DDP under local SGD has no
 // communication in backward and averages the parameters (one allreduce) every period steps after
-// the optimizer step: its step is the mean over a period.
+// the optimizer step: its step is the mean over a period. DDP with PowerSGD
+// (PlanConfig::powersgd_rank) allreduces each bucket's first round (P and the tensors sent whole)
+// when the bucket is ready; its arithmetic (ComputeProfile::powersgd, measured) follows backward
+// on compute's timeline, and the second rounds (Q) run bucket by bucket after it.
 #pragma once
 
 #include <cstdint>

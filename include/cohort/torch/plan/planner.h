@@ -36,6 +36,9 @@ struct ParameterSpec {
   int64_t elements = 0;
   int64_t element_bytes = 4;
   int64_t unit = 0;  // the FSDP unit that holds it (ModelSpec::units)
+  // Its first dimension where it has two or more, else 1: PowerSGD sees it as a rows x
+  // (elements / rows) matrix (powersgd.h), and never compresses one of a single row.
+  int64_t rows = 1;
   int64_t bytes() const { return elements * element_bytes; }
 };
 
@@ -77,6 +80,12 @@ struct ModelSpec {
   int64_t elements() const;
 };
 
+// What PowerSGD's own arithmetic adds to a step at one rank (ComputeProfile::measure_powersgd).
+struct PowerSgdCost {
+  int rank = 0;
+  double seconds = 0;
+};
+
 // One rank's compute for one step at its batch, measured at world 1 (no communication).
 struct ComputeProfile {
   double forward_s = 0;
@@ -93,6 +102,9 @@ struct ComputeProfile {
   // parameters and gradients in and out of its flat storage, compute that the plain module does
   // not do. The planner times the FSDP strategies' forward and backward by it. 1: not measured.
   double sharded_compute_ratio = 1;
+  // PowerSGD's arithmetic per step (compressing every bucket, orthogonalizing, decompressing,
+  // error feedback), by the ranks measured: what a PowerSGD candidate adds to DDP's compute.
+  std::vector<PowerSgdCost> powersgd;
 
   // Runs `step` (zero_grad, forward, backward, optimizer step: one training step at this rank's
   // batch) `steps` + 3 times, the first three a warm-up, and returns the medians; the forward and
@@ -105,6 +117,14 @@ struct ComputeProfile {
   // sets sharded_compute_ratio from its median: (sharded step - optimizer_s) / (forward_s +
   // backward_s), at least 1. Call it after measure(). Not collective.
   void measure_sharded(const std::function<void()>& sharded_step, int steps = 5);
+  // Times `powersgd_step`, the training step through DDP with powersgd_hook at `rank` (start_iter
+  // 0) over a group of one, against `plain_step`, the same through DDP with allreduce_hook(), in
+  // turns, `steps` + 3 times each (the first three a warm-up), and records the median of their
+  // differences (at least 0) for `rank`. Not collective.
+  void measure_powersgd(int rank, const std::function<void()>& plain_step,
+                        const std::function<void()>& powersgd_step, int steps = 5);
+  // What measure_powersgd recorded for `rank`; throws InvalidArgument when it measured none.
+  double powersgd_s(int rank) const;
   // The ranks' mean times and ready fractions (the largest activations) on every rank of
   // `group`, so that every rank plans the same. Collective.
   void agree(Group& group);
@@ -135,6 +155,10 @@ struct PlanConfig {
   // 0: off. It changes what training computes, so it is a candidate only where
   // PlannerOptions::local_sgd_periods allows it; its predicted step is the mean over a period.
   int local_sgd_period = 0;
+  // DDP only: gradients reduced through powersgd_hook at this rank (docs/compression.md) instead
+  // of allreduced whole; 0: off. Lossy, so a candidate only where PlannerOptions::powersgd_ranks
+  // allows it; predicted after its start_iter plain steps.
+  int powersgd_rank = 0;
   // The FSDP strategies: the unit layout (ModelSpec::units or one of its other_unit_layouts, by
   // threshold; unset: the spec's own units), and whether each unit's all-gather is issued while
   // the unit before it computes (FsdpOptions::forward_prefetch and backward_prefetch) or only
@@ -172,6 +196,9 @@ struct PlannerOptions {
   std::vector<double> first_bucket_caps_mb = {1};
   std::vector<torch::Dtype> reduce_dtypes = {torch::kFloat32};  // add torch::kBFloat16 to allow
   std::vector<int> local_sgd_periods;  // e.g. {2, 4, 8, 16} to allow local SGD under DDP
+  // e.g. {2} to allow PowerSGD at rank 2 under DDP, with each bucket size: each rank must be in
+  // ComputeProfile::powersgd (measure_powersgd).
+  std::vector<int> powersgd_ranks;
   // The FSDP strategies are predicted under every unit layout the ModelSpec holds, each with
   // prefetch and without; false: under the spec's own units, with prefetch as fsdp_prefetch says.
   bool search_fsdp_units = true;
