@@ -38,6 +38,12 @@ std::string comma_separated(const std::vector<std::string>& names) {
   return text;
 }
 
+// --comm-hook powersgd under ddp: the run's gradients go through PowerSGD whatever is planned.
+bool runs_powersgd(const PlanRequest& request) {
+  return request.hook.name == "powersgd" && request.wrapping.comm_hook &&
+         request.wrapping.local_sgd_period == 0 && !request.wrapping.diloco.enabled();
+}
+
 cohort::PlannerOptions planner_options(const PlanRequest& request) {
   cohort::PlannerOptions options;
   options.memory_budget_bytes = request.settings.memory_budget_mb * 1024 * 1024;
@@ -92,7 +98,31 @@ cohort::PlannerOptions planner_options(const PlanRequest& request) {
         "planner chooses whether PowerSGD reduces the gradients)");
     options.powersgd_ranks = {request.hook.rank};
   }
+  // What the run's options fix of how DDP reduces its gradients is planned as it will run
+  // (keep_the_runs_reduction).
+  if (request.wrapping.local_sgd_period > 0) {
+    options.local_sgd_periods = {static_cast<int>(request.wrapping.local_sgd_period)};
+  }
+  if (runs_powersgd(request)) options.powersgd_ranks = {request.hook.rank};
   return options;
+}
+
+// A run whose options fix how DDP reduces its gradients (--local-sgd, --comm-hook powersgd)
+// keeps it: the plan's choice is the fastest configuration that fits and reduces them so.
+void keep_the_runs_reduction(const PlanRequest& request, cohort::Plan& plan) {
+  const auto period = static_cast<int>(request.wrapping.local_sgd_period);
+  const int rank = runs_powersgd(request) ? request.hook.rank : 0;
+  if (period == 0 && rank == 0) return;
+  const auto runs_so = [&](const cohort::Prediction& p) {
+    return p.config.local_sgd_period == period && p.config.powersgd_rank == rank;
+  };
+  const auto chosen =
+      std::find_if(plan.candidates.begin(), plan.candidates.end(),
+                   [&](const cohort::Prediction& p) { return runs_so(p) && p.fits; });
+  COHORT_CHECK(chosen != plan.candidates.end(), "--memory-budget-mb: no configuration with ",
+               period > 0 ? "--local-sgd" : "--comm-hook powersgd", " fits ",
+               request.settings.memory_budget_mb, " MiB per rank");
+  plan.chosen = *chosen;
 }
 
 bool fsdp_is_a_candidate(const cohort::PlannerOptions& options) {
@@ -283,6 +313,7 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
     }
   }
   cohort::Plan plan = cohort::plan(spec, compute, machine, options);
+  keep_the_runs_reduction(request, plan);
   plan.chosen = plan.candidates[rank0_choice(group, plan)];
   PlanChoice choice;
   choice.strategy = cohort::plan_strategy_name(plan.chosen.config.strategy);

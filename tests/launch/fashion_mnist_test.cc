@@ -466,6 +466,68 @@ TEST(FashionMnistExamplePlanner, LocalSgdAllowedWhereItCannotRunIsRefused) {
       << hooked.result.output;
 }
 
+// --allow-powersgd on links a calibration says are slow (1 MB/s): the planner takes PowerSGD,
+// and the run trains exactly as that hook given by hand (the buckets fixed: PowerSGD's first Q
+// is drawn per bucket), compressing after its plain steps.
+TEST(FashionMnistExamplePlanner, PowerSgdChosenOnSlowLinksTrainsAsTheHookGivenByHand) {
+  const std::string hook = "--hook-start-iter 2 --bucket-cap-mb 25";
+  const ExampleRun planned =
+      run_plain("fmnist_powersgd_auto", "--model cnn --strategy auto --allow-powersgd " + hook,
+                {calibration_env(testing::fresh_temp_dir("fmnist_powersgd_links"), 100, 0.001)});
+  ASSERT_EQ(planned.result.exit_code, 0) << planned.result.output;
+  EXPECT_EQ(planned_configuration(planned.result.output),
+            "ddp, 25 MiB buckets (first 1), powersgd rank 2")
+      << planned.result.output;
+  const ExampleRun by_hand = run_plain("fmnist_powersgd_by_hand",
+                                       "--model cnn --strategy ddp --comm-hook powersgd " + hook);
+  ASSERT_EQ(by_hand.result.exit_code, 0) << by_hand.result.output;
+  const auto losses = step_losses(planned.dir);
+  ASSERT_EQ(losses.size(), 8u);
+  EXPECT_EQ(losses, step_losses(by_hand.dir));
+  const std::vector<json> steps = read_lines(planned.dir + "/steps.jsonl");
+  EXPECT_LT(steps.back()["reduced_bytes"].get<int64_t>() * 20,
+            steps.front()["reduced_bytes"].get<int64_t>());
+}
+
+// How DDP reduces is the run's where its options fix it: --local-sgd or --comm-hook powersgd
+// with --bucket-cap-mb auto is planned (and logged) as it runs, and runs as given.
+TEST(FashionMnistExamplePlanner, AReductionGivenByHandIsKeptWhenTheBucketsAreAuto) {
+  const ExampleRun averaging =
+      run_plain("fmnist_local_sgd_auto_buckets",
+                "--model cnn --strategy ddp --local-sgd 4 --bucket-cap-mb auto");
+  ASSERT_EQ(averaging.result.exit_code, 0) << averaging.result.output;
+  EXPECT_EQ(planned_configuration(averaging.result.output), "ddp, local SGD every 4 steps, float32")
+      << averaging.result.output;
+  const ExampleRun by_hand =
+      run_plain("fmnist_local_sgd_given", "--model cnn --strategy ddp --local-sgd 4");
+  ASSERT_EQ(by_hand.result.exit_code, 0) << by_hand.result.output;
+  EXPECT_EQ(step_losses(averaging.dir), step_losses(by_hand.dir));
+  const ExampleRun compressed =
+      run_plain("fmnist_powersgd_auto_buckets",
+                "--model cnn --strategy ddp --comm-hook powersgd --bucket-cap-mb auto");
+  ASSERT_EQ(compressed.result.exit_code, 0) << compressed.result.output;
+  EXPECT_NE(planned_configuration(compressed.result.output).find(", powersgd rank 2"),
+            std::string::npos)
+      << compressed.result.output;
+}
+
+// --allow-powersgd where PowerSGD cannot run: a named error before the probe is timed.
+TEST(FashionMnistExamplePlanner, PowerSgdAllowedWhereItCannotRunIsRefused) {
+  const ExampleRun zero = run_plain("fmnist_powersgd_zero1", "--strategy zero1 --allow-powersgd");
+  EXPECT_NE(zero.result.exit_code, 0);
+  EXPECT_NE(
+      zero.result.output.find("--allow-powersgd: PowerSGD runs under ddp; --strategy is zero1"),
+      std::string::npos)
+      << zero.result.output;
+  const ExampleRun hooked =
+      run_plain("fmnist_powersgd_hook", "--strategy auto --comm-hook bf16 --allow-powersgd");
+  EXPECT_NE(hooked.result.exit_code, 0);
+  EXPECT_NE(hooked.result.output.find("--allow-powersgd: not with --local-sgd, --comm-hook, "
+                                      "--diloco or --master-weights"),
+            std::string::npos)
+      << hooked.result.output;
+}
+
 // --plan-strategies narrows what --strategy auto chooses among: with a named strategy, or
 // naming only strategies the other options rule out, it is a named error.
 TEST(FashionMnistExamplePlanner, PlanStrategiesOutsideAutoOrAllRuledOutIsRefused) {
