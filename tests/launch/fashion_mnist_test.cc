@@ -588,6 +588,24 @@ TEST(FashionMnistExamplePlanner, CohortPlanPlansAClusterJobFromTheExamplesInput)
   EXPECT_NE(too_small.output.find("no configuration fits the memory budget of 1.0 MiB"),
             std::string::npos)
       << too_small.output;
+  // PowerSGD is a candidate only where the input measured its cost (--allow-powersgd).
+  const auto unmeasured = testing::run_shell(
+      COHORT_PLAN " --input " + dir + "/job.json --nodes 2 --allow-powersgd", {}, kDeadline);
+  EXPECT_EQ(unmeasured.exit_code, 2) << unmeasured.output;
+  EXPECT_NE(unmeasured.output.find("holds no measured PowerSGD cost; write it with the "
+                                   "example's --allow-powersgd"),
+            std::string::npos)
+      << unmeasured.output;
+  const ExampleRun measured = run_plain(
+      "fmnist_plan_out_powersgd", "--model cnn --allow-powersgd --plan-out " + dir + "/ps.json");
+  ASSERT_EQ(measured.result.exit_code, 0) << measured.result.output;
+  const auto compressed = testing::run_shell(
+      COHORT_PLAN " --input " + dir + "/ps.json --nodes 2 --allow-powersgd --rows 200", {},
+      kDeadline);
+  ASSERT_EQ(compressed.exit_code, 0) << compressed.output;
+  EXPECT_NE(compressed.output.find("ddp, 25 MiB buckets (first 1), powersgd rank 2"),
+            std::string::npos)
+      << compressed.output;
 }
 #endif
 

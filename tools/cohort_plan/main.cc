@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
       "configuration for a job (docs/planner.md)");
   std::string input, calibration;
   int nodes = 1, ranks_per_node = 1;
-  bool no_shm = false, allow_bf16 = false, own_units = false;
+  bool no_shm = false, allow_bf16 = false, allow_powersgd = false, own_units = false;
   int64_t budget_mb = 0;
   double compute_scale = 1.0;
   size_t rows = 30;
@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
                  "Consider local SGD under ddp with these periods (steps), e.g. 2,4,8,16")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
+  app.add_flag("--allow-powersgd", allow_powersgd,
+               "Consider PowerSGD under ddp at every rank the plan input measured (an example's "
+               "--plan-out with --allow-powersgd)");
   app.add_flag("--own-units", own_units,
                "FSDP strategies under the job's own units, with prefetch only (default: every "
                "unit layout the plan input holds, with prefetch and without)");
@@ -79,6 +82,7 @@ int main(int argc, char** argv) {
     job.compute.forward_s *= compute_scale;
     job.compute.backward_s *= compute_scale;
     job.compute.optimizer_s *= compute_scale;
+    for (auto& cost : job.compute.powersgd) cost.seconds *= compute_scale;
     cohort::MachineSpec machine;
     machine.shape.world = nodes * ranks_per_node;
     machine.shape.nodes = nodes;
@@ -96,6 +100,14 @@ int main(int argc, char** argv) {
     if (allow_bf16) options.reduce_dtypes = {torch::kFloat32, torch::kBFloat16};
     options.local_sgd_periods = local_sgd_periods;
     options.search_fsdp_units = !own_units;
+    if (allow_powersgd) {
+      if (job.compute.powersgd.empty()) {
+        throw cohort::InvalidArgument(
+            "--allow-powersgd: " + input +
+            " holds no measured PowerSGD cost; write it with the example's --allow-powersgd");
+      }
+      for (const auto& cost : job.compute.powersgd) options.powersgd_ranks.push_back(cost.rank);
+    }
     const cohort::Plan plan = cohort::plan(job.model, job.compute, machine, options);
     std::printf(
         "cohort-plan: %s: %zu parameters, %.1f MiB; %d ranks (%d node(s) x %d); links: "

@@ -216,12 +216,12 @@ Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSp
 std::string Plan::table(size_t rows) const {
   std::ostringstream out;
   char line[256];
-  std::snprintf(line, sizeof line, "%-44s %9s %9s %9s %10s %10s %10s %s\n", "configuration",
+  std::snprintf(line, sizeof line, "%-50s %9s %9s %9s %10s %10s %10s %s\n", "configuration",
                 "step ms", "comm", "exposed", "peak MiB", "shm MiB", "net MiB", "fits");
   out << line;
   for (size_t i = 0; i < std::min(rows, candidates.size()); ++i) {
     const Prediction& p = candidates[i];
-    std::snprintf(line, sizeof line, "%-44s %9.2f %9.2f %9.2f %10s %10s %10s %s%s\n",
+    std::snprintf(line, sizeof line, "%-50s %9.2f %9.2f %9.2f %10s %10s %10s %s%s\n",
                   p.config.describe().c_str(), p.step_s * 1e3, p.communication_s * 1e3,
                   p.exposed_s * 1e3, mebibytes(p.peak_memory_bytes).c_str(),
                   mebibytes(p.shm_bytes).c_str(), mebibytes(p.network_bytes).c_str(),
