@@ -22,12 +22,15 @@ they would have fit).
 
 --also "STRATEGY FLAGS..." runs further configurations given by hand, e.g. "full_shard
 --fsdp-no-prefetch" or "full_shard --fsdp-min-unit-params 0" (the FSDP units and prefetch the
-planner also chooses among).
+planner also chooses among), or "ddp --comm-hook powersgd" (PowerSGD given by hand: the run
+plans and logs it as it runs). --auto-args "FLAGS..." gives auto further options, e.g.
+"--allow-powersgd" (PowerSGD a candidate; write --auto-args=--allow-powersgd, as argparse
+takes a value that starts with a dash only after "=").
 
 Usage: bench/planner.py [--build build] [--ranks 2 4] [--steps 40] [--rounds 3]
                         [--examples fashion_mnist char_lm] [--net RATE --ranks-per-host K]
                         [--ddp-buckets 1 4 8] [--memory-budget-mb M] [--strategies ddp ...]
-                        [--also "full_shard --fsdp-no-prefetch" ...]
+                        [--also "full_shard --fsdp-no-prefetch" ...] [--auto-args "FLAGS..."]
 """
 import argparse
 import os
@@ -61,22 +64,23 @@ def calibrate(build, cluster, path):
     print("".join(line + "\n" for line in out.stdout.splitlines() if line.startswith("#")), end="")
 
 
-def configuration_args(configuration, budget_mb, tmp):
+def configuration_args(configuration, budget_mb, auto_args, tmp):
     """"auto", a strategy, "ddp@CAP" (ddp at that bucket size) or "STRATEGY FLAGS..." as the
     example's options."""
     if configuration == "auto":
         budget = ["--memory-budget-mb", str(budget_mb)] if budget_mb else []
-        return ["--strategy", "auto", "--bucket-cap-mb", "auto", *budget]
+        return ["--strategy", "auto", "--bucket-cap-mb", "auto", *budget, *auto_args.split()]
     strategy, *flags = configuration.split()
     strategy, _, cap = strategy.partition("@")
     buckets = ["--bucket-cap-mb", cap] if cap else []
     return ["--strategy", strategy, *buckets, *flags, "--plan-out", f"{tmp}/job.json"]
 
 
-def run(build, example, ranks, configuration, steps, cluster, ranks_per_host, budget_mb):
+def run(build, example, ranks, configuration, steps, cluster, ranks_per_host, budget_mb,
+        auto_args):
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o777)
-        extra = configuration_args(configuration, budget_mb, tmp)
+        extra = configuration_args(configuration, budget_mb, auto_args, tmp)
         threads = [] if cluster is None else ["--threads", "1"]
         command = [*launcher(build, ranks, cluster, ranks_per_host), f"{build}/bin/{example}",
                    "--max-steps", str(steps), "--skip-eval", "--no-progress", "--checkpoint", "",
@@ -117,6 +121,8 @@ def main():
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
     parser.add_argument("--also", nargs="*", default=[],
                         help='further configurations: "STRATEGY FLAGS...", one argument each')
+    parser.add_argument("--auto-args", default="",
+                        help='further options of the auto run, e.g. "--allow-powersgd"')
     args = parser.parse_args()
     strategies = list(args.strategies)
     cluster = None
@@ -140,7 +146,8 @@ def main():
                 for _ in range(args.rounds):
                     for s in runs:
                         runs[s].append(run(args.build, example, ranks, s, args.steps, cluster,
-                                           args.ranks_per_host, args.memory_budget_mb))
+                                           args.ranks_per_host, args.memory_budget_mb,
+                                           args.auto_args))
                 where = (f"2 hosts x {args.ranks_per_host} at {args.net}" if cluster
                          else f"{ranks} ranks, one host")
                 print(f"\n{example}, {where}, {args.steps} steps, medians of {args.rounds}")

@@ -44,6 +44,22 @@ bool runs_powersgd(const PlanRequest& request) {
          request.wrapping.local_sgd_period == 0 && !request.wrapping.diloco.enabled();
 }
 
+// The configuration the run has without the planner: its strategy (ddp under --strategy auto)
+// and bucket size (25 MiB where auto), DDP's first bucket of 1 MiB, its own local SGD period or
+// PowerSGD hook, and its own FSDP units and prefetch.
+cohort::PlanConfig run_defaults(const PlanRequest& request) {
+  cohort::PlanConfig config;
+  config.strategy = plan_strategy(request.strategy == "auto" ? "ddp" : request.strategy);
+  if (!request.settings.bucket_cap.automatic) {
+    config.bucket_cap_mb = request.settings.bucket_cap.mebibytes;
+  }
+  config.local_sgd_period = static_cast<int>(request.wrapping.local_sgd_period);
+  config.powersgd_rank = runs_powersgd(request) ? request.hook.rank : 0;
+  config.min_unit_parameters = request.wrapping.fsdp_min_unit_parameters;
+  config.fsdp_prefetch = request.wrapping.fsdp_prefetch;
+  return config;
+}
+
 cohort::PlannerOptions planner_options(const PlanRequest& request) {
   cohort::PlannerOptions options;
   options.memory_budget_bytes = request.settings.memory_budget_mb * 1024 * 1024;
@@ -104,6 +120,8 @@ cohort::PlannerOptions planner_options(const PlanRequest& request) {
     options.local_sgd_periods = {static_cast<int>(request.wrapping.local_sgd_period)};
   }
   if (runs_powersgd(request)) options.powersgd_ranks = {request.hook.rank};
+  options.baseline = run_defaults(request);
+  options.min_gain = request.settings.min_gain_percent / 100;
   return options;
 }
 
@@ -263,6 +281,12 @@ void add_plan_options(CLI::App& app, PlanSettings& settings) {
                "FSDP strategies: gather each unit only when it is needed (one unit gathered fewer, "
                "no all-gather hidden behind compute); with --strategy auto the planner chooses "
                "unless given");
+  app.add_option("--plan-min-gain", settings.min_gain_percent,
+                 "With a planner: keep the run's own configuration (under --strategy auto the "
+                 "defaults, ddp with 25 MiB buckets) unless another is predicted at least this "
+                 "many percent faster; 0: the fastest predicted (docs/planner.md)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
   app.add_option("--plan-strategies", settings.strategies,
                  "With --strategy auto: the strategies the planner chooses among, e.g. "
                  "ddp,full_shard (default: every one the other options allow)")
@@ -423,8 +447,9 @@ void correct_plan(cohort::Group& group, PlanChoice& choice, const StepRecord& re
   if (!r.off) return;
   cohort::PlannerOptions options = choice.options;
   options.strategies = {choice.prediction.config.strategy};  // a run keeps its strategy
-  options.local_sgd_periods.clear();  // and its period: only the buckets may change
-  options.memory_budget_bytes = 0;    // the memory is what it is by now
+  options.local_sgd_periods.clear();            // and its period: only the buckets may change
+  options.memory_budget_bytes = 0;              // the memory is what it is by now
+  options.baseline = choice.prediction.config;  // kept unless another size clearly wins
   cohort::Plan again = cohort::plan(choice.input.model, r.compute, r.machine, options);
   again.chosen = again.candidates[rank0_choice(group, again)];
   const double cap = again.chosen.config.bucket_cap_mb;

@@ -37,6 +37,9 @@ struct PlanSettings {
   std::string plan_out;          // --plan-out: where rank 0 writes the job's plan input
   bool allow_local_sgd = false;  // --allow-local-sgd: local SGD periods are candidates
   bool allow_powersgd = false;   // --allow-powersgd: PowerSGD at --hook-rank is a candidate
+  // --plan-min-gain: the run's own configuration is kept unless another is predicted this many
+  // percent faster (PlannerOptions::min_gain).
+  double min_gain_percent = 10;
   // --plan-strategies: with --strategy auto, the strategies to choose among (default: every one
   // the run's other options allow).
   std::vector<std::string> strategies;
@@ -47,8 +50,8 @@ struct PlanSettings {
 };
 
 // --bucket-cap-mb (a positive number or "auto"), --memory-budget-mb, --plan-out,
-// --plan-strategies, --allow-local-sgd, --allow-powersgd, --fsdp-min-unit-params and
-// --fsdp-no-prefetch.
+// --plan-strategies, --allow-local-sgd, --allow-powersgd, --plan-min-gain,
+// --fsdp-min-unit-params and --fsdp-no-prefetch.
 void add_plan_options(CLI::App& app, PlanSettings& settings);
 
 // The FSDP units and prefetch `settings` give in `wrapping`: units cut at

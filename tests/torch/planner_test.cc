@@ -299,6 +299,33 @@ TEST(PlannerChoice, SmallBucketsWinWhereBackwardCanHideThem) {
   EXPECT_NE(plan.table().find("<- chosen"), std::string::npos) << plan.table();
 }
 
+// The baseline (a run's defaults) is kept unless the fastest is predicted faster by more than
+// min_gain: 1 MiB buckets take 66.9 ms (20 ms + 4 allreduces + 5), 25 MiB 86.5 ms (50 ms + 3
+// allreduces + 5): 22.6% less.
+TEST(PlannerChoice, TheBaselineIsKeptUnlessBeatenByTheMinimumGain) {
+  PlannerOptions options;
+  options.strategies = {PlanStrategy::kDdp};
+  options.bucket_caps_mb = {1, 25};
+  const auto chosen_cap = [&](double min_gain) {
+    options.min_gain = min_gain;
+    return cohort::plan(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), options)
+        .chosen.config.bucket_cap_mb;
+  };
+  EXPECT_EQ(chosen_cap(0.5), 1) << "no baseline: the fastest";
+  options.baseline = ddp(25);
+  EXPECT_EQ(chosen_cap(0.3), 25);
+  EXPECT_EQ(chosen_cap(0.2), 1);
+  options.baseline = ddp(8);  // not a candidate
+  EXPECT_EQ(chosen_cap(0.3), 1);
+  // A baseline that does not fit is not kept: DDP needs 16 MiB, ZeRO-1 12.
+  options.baseline = ddp(25);
+  options.strategies = {PlanStrategy::kDdp, PlanStrategy::kZero1};
+  options.memory_budget_bytes = 14 * kMiB;
+  options.min_gain = 0.99;
+  const Plan plan = cohort::plan(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), options);
+  EXPECT_EQ(plan.chosen.config.strategy, PlanStrategy::kZero1) << plan.table();
+}
+
 // Without an optimizer step to share, the sharded strategies only add collectives.
 TEST(PlannerChoice, DdpsFirstBucketIsSizedToo) {
   // Eight 1 MiB parameters, backward 80 ms, 25 MiB buckets. A first bucket of 1 MiB is ready

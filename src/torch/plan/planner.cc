@@ -107,6 +107,18 @@ std::vector<UnitChoice> fsdp_unit_choices(const std::vector<ModelSpec>& cuts,
   return choices;
 }
 
+// PlannerOptions::baseline: kept where it fits and the fastest is not predicted more than
+// min_gain faster.
+void keep_the_baseline_unless_beaten(Plan& plan, const PlannerOptions& options) {
+  if (!options.baseline) return;
+  const std::string name = options.baseline->describe();
+  const auto baseline =
+      std::find_if(plan.candidates.begin(), plan.candidates.end(),
+                   [&](const Prediction& p) { return p.config.describe() == name; });
+  if (baseline == plan.candidates.end() || !baseline->fits) return;
+  if (plan.chosen.step_s > baseline->step_s * (1 - options.min_gain)) plan.chosen = *baseline;
+}
+
 }  // namespace
 
 Prediction predict(const ModelSpec& model, const ComputeProfile& compute,
@@ -210,6 +222,7 @@ Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSp
                  " MiB: add ranks, allow more strategies, or raise the budget");
   }
   result.chosen = *fitting;
+  keep_the_baseline_unless_beaten(result, options);
   return result;
 }
 

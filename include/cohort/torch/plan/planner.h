@@ -203,6 +203,13 @@ struct PlannerOptions {
   // prefetch and without; false: under the spec's own units, with prefetch as fsdp_prefetch says.
   bool search_fsdp_units = true;
   bool fsdp_prefetch = true;
+  // A configuration to keep (a run's defaults, say) unless another that fits is predicted
+  // faster by more than `min_gain`, a fraction of the baseline's predicted step: the model's
+  // error between configurations (docs/planner.md, "Measured") makes a smaller predicted gain a
+  // coin toss, and the baseline is known to work. Unset, or not among the candidates or not
+  // fitting the budget: the fastest that fits.
+  std::optional<PlanConfig> baseline;
+  double min_gain = 0;
 };
 
 struct Plan {
@@ -251,7 +258,8 @@ Prediction predict(const ModelSpec& model, const ComputeProfile& compute,
 
 // Every allowed configuration, predicted; the fastest that fits the budget is chosen (ties go to
 // the earlier strategy in PlannerOptions::strategies, then the larger bucket, then the spec's own
-// unit layout and prefetch). Throws
+// unit layout and prefetch), unless it beats PlannerOptions::baseline by less than min_gain.
+// Throws
 // InvalidArgument naming the smallest configuration's memory when none fits.
 Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSpec& machine,
           const PlannerOptions& options = {});
