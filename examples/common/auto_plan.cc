@@ -60,6 +60,19 @@ cohort::PlanConfig run_defaults(const PlanRequest& request) {
   return config;
 }
 
+// --allow-local-sgd and --allow-powersgd (`flag`) let the planner choose how DDP reduces its
+// gradients: only under ddp, and not where the run's other options fix it.
+void check_reduction_left_to_the_planner(const PlanRequest& request, const std::string& flag,
+                                         const std::string& what, const std::string& why) {
+  COHORT_CHECK(request.strategy == "auto" || request.strategy == "ddp", flag, ": ", what,
+               " runs under ddp; --strategy is ", request.strategy);
+  COHORT_CHECK(
+      std::find(request.allowed.begin(), request.allowed.end(), "ddp") != request.allowed.end() &&
+          request.wrapping.local_sgd_period == 0 && !request.wrapping.comm_hook &&
+          !request.wrapping.diloco.enabled() && !request.wrapping.master_weights,
+      flag, ": not with --local-sgd, --comm-hook, --diloco or --master-weights (", why, ")");
+}
+
 cohort::PlannerOptions planner_options(const PlanRequest& request) {
   cohort::PlannerOptions options;
   options.memory_budget_bytes = request.settings.memory_budget_mb * 1024 * 1024;
@@ -93,25 +106,14 @@ cohort::PlannerOptions planner_options(const PlanRequest& request) {
     options.bucket_caps_mb = {request.settings.bucket_cap.mebibytes};
   }
   if (request.settings.allow_local_sgd) {
-    COHORT_CHECK(request.strategy == "auto" || request.strategy == "ddp",
-                 "--allow-local-sgd: local SGD runs under ddp; --strategy is ", request.strategy);
-    COHORT_CHECK(
-        std::find(request.allowed.begin(), request.allowed.end(), "ddp") != request.allowed.end() &&
-            request.wrapping.local_sgd_period == 0 && !request.wrapping.comm_hook &&
-            !request.wrapping.diloco.enabled() && !request.wrapping.master_weights,
-        "--allow-local-sgd: not with --local-sgd, --comm-hook, --diloco or "
-        "--master-weights (the planner chooses the period)");
+    check_reduction_left_to_the_planner(request, "--allow-local-sgd", "local SGD",
+                                        "the planner chooses the period");
     options.local_sgd_periods = kPlannedLocalSgdPeriods;
   }
   if (request.settings.allow_powersgd) {
-    COHORT_CHECK(request.strategy == "auto" || request.strategy == "ddp",
-                 "--allow-powersgd: PowerSGD runs under ddp; --strategy is ", request.strategy);
-    COHORT_CHECK(
-        std::find(request.allowed.begin(), request.allowed.end(), "ddp") != request.allowed.end() &&
-            request.wrapping.local_sgd_period == 0 && !request.wrapping.comm_hook &&
-            !request.wrapping.diloco.enabled() && !request.wrapping.master_weights,
-        "--allow-powersgd: not with --local-sgd, --comm-hook, --diloco or --master-weights (the "
-        "planner chooses whether PowerSGD reduces the gradients)");
+    check_reduction_left_to_the_planner(
+        request, "--allow-powersgd", "PowerSGD",
+        "the planner chooses whether PowerSGD reduces the gradients");
     options.powersgd_ranks = {request.hook.rank};
   }
   // What the run's options fix of how DDP reduces its gradients is planned as it will run
@@ -126,14 +128,16 @@ cohort::PlannerOptions planner_options(const PlanRequest& request) {
 }
 
 // A run whose options fix how DDP reduces its gradients (--local-sgd, --comm-hook powersgd)
-// keeps it: the plan's choice is the fastest configuration that fits and reduces them so.
+// keeps it: where the plan chose another reduction, the choice is the fastest configuration
+// that fits and reduces them so.
 void keep_the_runs_reduction(const PlanRequest& request, cohort::Plan& plan) {
   const auto period = static_cast<int>(request.wrapping.local_sgd_period);
   const int rank = runs_powersgd(request) ? request.hook.rank : 0;
-  if (period == 0 && rank == 0) return;
+  if (period == 0 && rank == 0) return;  // the planner may choose (--allow-local-sgd, ...)
   const auto runs_so = [&](const cohort::Prediction& p) {
     return p.config.local_sgd_period == period && p.config.powersgd_rank == rank;
   };
+  if (runs_so(plan.chosen)) return;  // the run's baseline included
   const auto chosen =
       std::find_if(plan.candidates.begin(), plan.candidates.end(),
                    [&](const cohort::Prediction& p) { return runs_so(p) && p.fits; });

@@ -449,23 +449,6 @@ TEST(FashionMnistExamplePlanner, LocalSgdChosenOnSlowLinksTrainsAsThePeriodGiven
   EXPECT_EQ(losses, step_losses(by_hand.dir)) << chosen;
 }
 
-// --allow-local-sgd where local SGD cannot run: a named error before the probe is timed.
-TEST(FashionMnistExamplePlanner, LocalSgdAllowedWhereItCannotRunIsRefused) {
-  const ExampleRun zero = run_plain("fmnist_local_sgd_zero1", "--strategy zero1 --allow-local-sgd");
-  EXPECT_NE(zero.result.exit_code, 0);
-  EXPECT_NE(zero.result.output.find("--allow-local-sgd: local SGD runs under ddp; --strategy is "
-                                    "zero1"),
-            std::string::npos)
-      << zero.result.output;
-  const ExampleRun hooked =
-      run_plain("fmnist_local_sgd_hook", "--strategy auto --comm-hook bf16 --allow-local-sgd");
-  EXPECT_NE(hooked.result.exit_code, 0);
-  EXPECT_NE(hooked.result.output.find("--allow-local-sgd: not with --local-sgd, --comm-hook, "
-                                      "--diloco or --master-weights"),
-            std::string::npos)
-      << hooked.result.output;
-}
-
 // --allow-powersgd on links a calibration says are slow (1 MB/s): the planner takes PowerSGD,
 // and the run trains exactly as that hook given by hand (the buckets fixed: PowerSGD's first Q
 // is drawn per bucket), compressing after its plain steps.
@@ -511,21 +494,24 @@ TEST(FashionMnistExamplePlanner, AReductionGivenByHandIsKeptWhenTheBucketsAreAut
       << compressed.result.output;
 }
 
-// --allow-powersgd where PowerSGD cannot run: a named error before the probe is timed.
-TEST(FashionMnistExamplePlanner, PowerSgdAllowedWhereItCannotRunIsRefused) {
-  const ExampleRun zero = run_plain("fmnist_powersgd_zero1", "--strategy zero1 --allow-powersgd");
-  EXPECT_NE(zero.result.exit_code, 0);
-  EXPECT_NE(
-      zero.result.output.find("--allow-powersgd: PowerSGD runs under ddp; --strategy is zero1"),
-      std::string::npos)
-      << zero.result.output;
-  const ExampleRun hooked =
-      run_plain("fmnist_powersgd_hook", "--strategy auto --comm-hook bf16 --allow-powersgd");
-  EXPECT_NE(hooked.result.exit_code, 0);
-  EXPECT_NE(hooked.result.output.find("--allow-powersgd: not with --local-sgd, --comm-hook, "
-                                      "--diloco or --master-weights"),
-            std::string::npos)
-      << hooked.result.output;
+// --allow-local-sgd and --allow-powersgd where what they allow cannot run: a named error before
+// the probe is timed.
+TEST(FashionMnistExamplePlanner, LocalSgdOrPowerSgdAllowedWhereItCannotRunIsRefused) {
+  for (const auto& [flag, what] : std::vector<std::pair<std::string, std::string>>{
+           {"--allow-local-sgd", "local SGD"}, {"--allow-powersgd", "PowerSGD"}}) {
+    const ExampleRun zero = run_plain("fmnist_allowed_zero1", "--strategy zero1 " + flag);
+    EXPECT_NE(zero.result.exit_code, 0);
+    EXPECT_NE(zero.result.output.find(flag + ": " + what + " runs under ddp; --strategy is zero1"),
+              std::string::npos)
+        << zero.result.output;
+    const ExampleRun hooked =
+        run_plain("fmnist_allowed_hook", "--strategy auto --comm-hook bf16 " + flag);
+    EXPECT_NE(hooked.result.exit_code, 0);
+    EXPECT_NE(hooked.result.output.find(flag + ": not with --local-sgd, --comm-hook, --diloco or "
+                                               "--master-weights"),
+              std::string::npos)
+        << hooked.result.output;
+  }
 }
 
 // --plan-strategies narrows what --strategy auto chooses among: with a named strategy, or

@@ -613,17 +613,18 @@ TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {
   std::string no_compute = job.to_json();
   no_compute.replace(no_compute.find("\"compute\""), 9, "\"computed\"");
   refused(no_compute, "job.json: the plan input has no 'compute'");
-  std::string bad_unit = job.to_json();
-  bad_unit.replace(bad_unit.find("\"unit\": 3"), 9, "\"unit\": 9");
-  refused(bad_unit,
+  // `input`'s JSON with its first `from` written as `to`.
+  const auto edited = [](const PlanInput& input, const std::string& from, const std::string& to) {
+    std::string text = input.to_json();
+    text.replace(text.find(from), from.size(), to);
+    return text;
+  };
+  refused(edited(job, "\"unit\": 3", "\"unit\": 9"),
           "parameter 'p3' has a negative size, no bytes per element, a unit out of "
           "range or fewer than 1 row");
-  std::string no_rows = compressed.to_json();
-  no_rows.replace(no_rows.find("\"rows\": 4"), 9, "\"rows\": 0");
-  refused(no_rows, "parameter 's' has a negative size");
-  std::string bad_cost = compressed.to_json();
-  bad_cost.replace(bad_cost.find("\"rank\": 4"), 9, "\"rank\": 0");
-  refused(bad_cost, "job.json: a powersgd cost needs a rank >= 1 and ms >= 0");
+  refused(edited(compressed, "\"rows\": 4", "\"rows\": 0"), "parameter 's' has a negative size");
+  refused(edited(compressed, "\"rank\": 4", "\"rank\": 0"),
+          "job.json: a powersgd cost needs a rank >= 1 and ms >= 0");
   PlanInput layouts = job;
   layouts.model.min_unit_parameters = 7;
   layouts.model.other_unit_layouts.push_back({99, {"", "u"}, {0, 1, 1, 0}});
