@@ -492,6 +492,16 @@ TEST(FashionMnistExamplePlanner, AReductionGivenByHandIsKeptWhenTheBucketsAreAut
   EXPECT_NE(planned_configuration(compressed.result.output).find(", powersgd rank 2"),
             std::string::npos)
       << compressed.result.output;
+  // Under a budget that plain DDP fits (31.0 MiB predicted) but PowerSGD does not (35.7: its
+  // residual and compensated copies), the run's reduction is not silently dropped.
+  const ExampleRun over =
+      run_plain("fmnist_powersgd_over_budget",
+                "--model cnn --strategy ddp --comm-hook powersgd --memory-budget-mb 33");
+  EXPECT_NE(over.result.exit_code, 0);
+  EXPECT_NE(over.result.output.find(
+                "--memory-budget-mb: no configuration with --comm-hook powersgd fits 33 MiB"),
+            std::string::npos)
+      << over.result.output;
 }
 
 // --allow-local-sgd and --allow-powersgd where what they allow cannot run: a named error before

@@ -26,6 +26,18 @@ ModelSpec mebibyte_parameters(int count) {
   return model;
 }
 
+// The message of the InvalidArgument `call` threw; a test failure and "" where it threw none.
+template <typename Call>
+std::string invalid_argument_of(Call&& call) {
+  try {
+    call();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InvalidArgument was thrown";
+  return "";
+}
+
 ModelSpec four_mebibytes() {
   return mebibyte_parameters(4);
 }
@@ -146,23 +158,14 @@ TEST(PlannerModel, UnitLayoutsAreCandidatesAndPredictRecutsTheModel) {
       << "DDP does not depend on the units";
   ModelSpec mislaid = model;  // a layout made by hand that names too few parameters' units
   mislaid.other_unit_layouts[0].unit_of.pop_back();
-  try {
-    predict(mislaid, profile(10, 40, 0), latency, one_unit);
-    FAIL() << "a layout of 3 parameters was predicted for a model of 4";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("names 3 parameters' units; the model has 4"),
-              std::string::npos)
-        << e.what();
-  }
-  one_unit.min_unit_parameters = 12345;
-  try {
-    predict(model, profile(10, 40, 0), latency, one_unit);
-    FAIL() << "a layout the model does not hold was predicted";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("no unit layout cut at 12345 parameters"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string too_few =
+      invalid_argument_of([&] { predict(mislaid, profile(10, 40, 0), latency, one_unit); });
+  EXPECT_NE(too_few.find("names 3 parameters' units; the model has 4"), std::string::npos)
+      << too_few;
+  one_unit.min_unit_parameters = 12345;  // a layout the model does not hold
+  const std::string not_held =
+      invalid_argument_of([&] { predict(model, profile(10, 40, 0), latency, one_unit); });
+  EXPECT_NE(not_held.find("no unit layout cut at 12345 parameters"), std::string::npos) << not_held;
   options.search_fsdp_units = false;
   const Plan own = cohort::plan(model, profile(10, 40, 0), latency, options);
   ASSERT_EQ(own.candidates.size(), 1u) << own.table();
@@ -435,15 +438,11 @@ TEST(PlannerChoice, ABudgetOneUnitShortOfFullShardTakesItWithoutPrefetch) {
 TEST(PlannerChoice, NothingFittingIsANamedError) {
   PlannerOptions options;
   options.memory_budget_bytes = 4 * kMiB;
-  try {
-    cohort::plan(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), options);
-    FAIL() << "a plan over the budget was accepted";
-  } catch (const InvalidArgument& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("no configuration fits the memory budget of 4.0 MiB"), std::string::npos)
-        << what;
-    EXPECT_NE(what.find("needs 12.0 MiB"), std::string::npos) << what;  // ZeRO's 4 + 4 + 8 / 2
-  }
+  const std::string what = invalid_argument_of(
+      [&] { cohort::plan(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), options); });
+  EXPECT_NE(what.find("no configuration fits the memory budget of 4.0 MiB"), std::string::npos)
+      << what;
+  EXPECT_NE(what.find("needs 12.0 MiB"), std::string::npos) << what;  // ZeRO's 4 + 4 + 8 / 2
 }
 
 TEST(PlannerChoice, HybridShardNeedsSeveralEqualNodes) {
@@ -601,12 +600,8 @@ TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {
   EXPECT_EQ(predict(back.model, back.compute, machine, ddp(1)).step_s,
             predict(job.model, job.compute, machine, ddp(1)).step_s);
   auto refused = [](const std::string& text, const std::string& words) {
-    try {
-      PlanInput::from_json(text, "job.json");
-      ADD_FAILURE() << "accepted: " << text;
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-    }
+    const std::string what = invalid_argument_of([&] { PlanInput::from_json(text, "job.json"); });
+    EXPECT_NE(what.find(words), std::string::npos) << what << "\nfor " << text;
   };
   refused("{", "job.json: not a plan input (invalid JSON");
   refused(R"({"version": 2})", "not a version 1 plan input");

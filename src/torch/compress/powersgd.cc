@@ -143,10 +143,8 @@ std::shared_ptr<PowerSgdHook::BucketPlan> PowerSgdHook::plan_for(const GradBucke
     if (numel == 0) continue;
     const int64_t rows = gradient.dim() >= 2 ? gradient.size(0) : 1;
     const int64_t cols = numel / rows;
-    const int64_t rank = std::min<int64_t>({options_.rank, rows, cols});
-    const bool gains = static_cast<double>(rows) * static_cast<double>(cols) >=
-                       options_.min_compression_rate * static_cast<double>(rank * (rows + cols));
-    if (gradient.dim() >= 2 && gains) {
+    const int64_t rank = gradient.dim() >= 2 ? powersgd_matrix_rank(rows, cols, options_) : 0;
+    if (rank > 0) {
       plan->matrices.push_back(Matrix{offset, rows, cols, rank, plan->p_numel, plan->q_numel, {}});
       plan->p_numel += rows * rank;
       plan->q_numel += cols * rank;
@@ -205,6 +203,13 @@ void PowerSgdHook::finish_round_two(Group& group, BucketPlan& plan, GradBucket& 
 
 std::shared_ptr<PowerSgdHook> powersgd_hook(PowerSgdOptions options) {
   return std::make_shared<PowerSgdHook>(options);
+}
+
+int64_t powersgd_matrix_rank(int64_t rows, int64_t cols, const PowerSgdOptions& options) {
+  const int64_t rank = std::min<int64_t>({options.rank, rows, cols});
+  const bool gains = static_cast<double>(rows) * static_cast<double>(cols) >=
+                     options.min_compression_rate * static_cast<double>(rank * (rows + cols));
+  return gains ? rank : 0;
 }
 
 }  // namespace cohort

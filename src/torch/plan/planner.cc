@@ -107,6 +107,21 @@ std::vector<UnitChoice> fsdp_unit_choices(const std::vector<ModelSpec>& cuts,
   return choices;
 }
 
+// How a strategy's gradients may travel: in each dtype allowed, and under DDP through PowerSGD
+// at each rank allowed.
+struct Reduction {
+  torch::Dtype dtype = torch::kFloat32;
+  int powersgd_rank = 0;
+};
+
+std::vector<Reduction> reductions(PlanStrategy strategy, const PlannerOptions& options) {
+  std::vector<Reduction> allowed;
+  for (torch::Dtype dtype : options.reduce_dtypes) allowed.push_back({dtype, 0});
+  if (strategy != PlanStrategy::kDdp) return allowed;
+  for (int rank : options.powersgd_ranks) allowed.push_back({torch::kFloat32, rank});
+  return allowed;
+}
+
 // PlannerOptions::baseline: kept where it fits and the fastest is not predicted more than
 // min_gain faster.
 void keep_the_baseline_unless_beaten(Plan& plan, const PlannerOptions& options) {
@@ -173,28 +188,18 @@ Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSp
     };
     for (double cap : caps) {
       for (double first : first_bucket_caps(strategy, cap, options)) {
-        for (torch::Dtype dtype : options.reduce_dtypes) {
+        for (const Reduction& reduction : reductions(strategy, options)) {
           for (const UnitChoice& units : detail::uses_buckets(strategy) ? as_it_is : fsdp_choices) {
             PlanConfig config;
             config.strategy = strategy;
             config.bucket_cap_mb = cap;
             config.first_bucket_cap_mb = first;
-            config.reduce_dtype = dtype;
+            config.reduce_dtype = reduction.dtype;
+            config.powersgd_rank = reduction.powersgd_rank;
             config.min_unit_parameters = units.min_unit_parameters;
             config.fsdp_prefetch = units.prefetch;
             consider(*units.model, config);
           }
-        }
-      }
-    }
-    for (int rank : strategy == PlanStrategy::kDdp ? options.powersgd_ranks : std::vector<int>{}) {
-      for (double cap : caps) {
-        for (double first : first_bucket_caps(strategy, cap, options)) {
-          PlanConfig config;
-          config.bucket_cap_mb = cap;
-          config.first_bucket_cap_mb = first;
-          config.powersgd_rank = rank;
-          consider(model, config);
         }
       }
     }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "cohort/torch/compress/powersgd.h"
 #include "ddp/bucket_plan.h"
 
 namespace cohort::detail {
@@ -91,6 +92,14 @@ double collective_s(CollectiveKind kind, double bytes, const GroupShape& shape,
   return predict_automatic(kind, static_cast<size_t>(bytes), shape, links);
 }
 
+// When backward makes `bucket` ready: when the last of its parameters' gradients is.
+double bucket_ready_s(const std::vector<size_t>& bucket, const std::vector<double>& ready,
+                      const ComputeProfile& compute) {
+  double last = 0;
+  for (size_t i : bucket) last = std::max(last, ready[i]);
+  return compute.forward_s + last * compute.backward_s;
+}
+
 // DDP and ZeRO-1/2 (Note [Planned step]).
 StepTimes bucketed_step(const ModelSpec& model, const ComputeProfile& compute,
                         const MachineSpec& machine, const PlanConfig& config) {
@@ -103,16 +112,12 @@ StepTimes bucketed_step(const ModelSpec& model, const ComputeProfile& compute,
   lines.compute(0, backward_end);
   const auto buckets = planned_buckets(model, compute, config);
   for (const auto& bucket : buckets) {
-    double bytes = 0, last = 0;
-    for (size_t i : bucket) {
-      bytes += static_cast<double>(wire_bytes(model.parameters[i], config));
-      last = std::max(last, ready[i]);
-    }
-    const double at = compute.forward_s + last * compute.backward_s;
+    double bytes = 0;
+    for (size_t i : bucket) bytes += static_cast<double>(wire_bytes(model.parameters[i], config));
     const double seconds =
         collective_s(zero ? CollectiveKind::kReduceScatter : CollectiveKind::kAllreduce, bytes,
                      shape, machine.links);
-    lines.communicate(at, seconds);
+    lines.communicate(bucket_ready_s(bucket, ready, compute), seconds);
     t.reduction_s.push_back(seconds);
     if (zero) {
       count_gather_or_scatter(t, bytes, shape);
@@ -156,40 +161,33 @@ StepTimes local_sgd_step(const ModelSpec& model, const ComputeProfile& compute,
   return t;
 }
 
-// What one bucket sends under PowerSGD (powersgd.h: PowerSgdHook::plan_for's rule, at its
-// default min_compression_rate): round 1 carries every compressed matrix's P and the tensors
-// sent whole, round 2 every Q; in elements.
+// What parameters send under PowerSGD at `rank` with its default options (powersgd_matrix_rank):
+// round 1 carries every compressed matrix's P and the tensors sent whole, round 2 every Q; in
+// elements.
 struct PowerSgdRounds {
   double round1 = 0, round2 = 0;
 };
 
-PowerSgdRounds powersgd_rounds(const ModelSpec& model, const std::vector<size_t>& bucket,
+PowerSgdRounds powersgd_rounds(const ModelSpec& model, const std::vector<size_t>& parameters,
                                int rank) {
-  constexpr double kMinCompressionRate = 2;  // PowerSgdOptions::min_compression_rate
+  PowerSgdOptions options;
+  options.rank = rank;
   PowerSgdRounds r;
-  for (size_t i : bucket) {
+  for (size_t i : parameters) {
     const ParameterSpec& p = model.parameters[i];
-    const double rows = static_cast<double>(std::max<int64_t>(1, p.rows));
-    const double cols = static_cast<double>(p.elements) / rows;
-    const double r_used = std::min({static_cast<double>(rank), rows, cols});
-    if (p.rows > 1 && rows * cols >= kMinCompressionRate * r_used * (rows + cols)) {
-      r.round1 += rows * r_used;
-      r.round2 += cols * r_used;
-    } else {
-      r.round1 += static_cast<double>(p.elements);
-    }
+    const int64_t cols = p.elements / std::max<int64_t>(1, p.rows);
+    const int64_t compressed = p.rows > 1 ? powersgd_matrix_rank(p.rows, cols, options) : 0;
+    r.round1 += static_cast<double>(compressed > 0 ? p.rows * compressed : p.elements);
+    r.round2 += static_cast<double>(cols * compressed);
   }
   return r;
 }
 
-// Every bucket's Q, which PowerSGD keeps from step to step (the warm start).
-double powersgd_q_bytes(const ModelSpec& model, const ComputeProfile& compute,
-                        const PlanConfig& config) {
-  double elements = 0;
-  for (const auto& bucket : planned_buckets(model, compute, config)) {
-    elements += powersgd_rounds(model, bucket, config.powersgd_rank).round2;
-  }
-  return elements * sizeof(float);
+// Every matrix's Q, which PowerSGD keeps from step to step (the warm start).
+double powersgd_q_bytes(const ModelSpec& model, int rank) {
+  std::vector<size_t> every(model.parameters.size());
+  for (size_t i = 0; i < every.size(); ++i) every[i] = i;
+  return powersgd_rounds(model, every, rank).round2 * sizeof(float);
 }
 
 // DDP with PowerSGD (Note [Planned step]): each bucket's first round (its P and the tensors sent
@@ -208,12 +206,10 @@ StepTimes powersgd_step(const ModelSpec& model, const ComputeProfile& compute,
   std::vector<PowerSgdRounds> rounds;
   std::vector<double> first_done;
   for (const auto& bucket : buckets) {
-    double last = 0;
-    for (size_t i : bucket) last = std::max(last, ready[i]);
     rounds.push_back(powersgd_rounds(model, bucket, config.powersgd_rank));
     const double bytes = rounds.back().round1 * sizeof(float);
     const double seconds = collective_s(CollectiveKind::kAllreduce, bytes, shape, machine.links);
-    first_done.push_back(lines.communicate(compute.forward_s + last * compute.backward_s, seconds));
+    first_done.push_back(lines.communicate(bucket_ready_s(bucket, ready, compute), seconds));
     t.reduction_s.push_back(seconds);
     count_allreduce(t, bytes, shape, machine.links);
   }
@@ -399,7 +395,7 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
       if (config.powersgd_rank > 0) {  // each bucket's residual and Q stay; its compensated
                                        // copy lives from its first round to its second, past
                                        // backward, when the activations are gone
-        bytes += grads + powersgd_q_bytes(model, compute, config);
+        bytes += grads + powersgd_q_bytes(model, config.powersgd_rank);
         transient = std::max(activations, grads);
       }
       break;

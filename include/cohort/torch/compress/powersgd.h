@@ -71,4 +71,10 @@ class PowerSgdHook final : public CompressionHook {
 
 std::shared_ptr<PowerSgdHook> powersgd_hook(PowerSgdOptions options = {});
 
+// The rank PowerSGD compresses a gradient seen as a rows x cols matrix at: min(options.rank,
+// rows, cols), or 0 where that would not gain (rows cols < min_compression_rate r (rows + cols))
+// and the gradient is sent whole. The hook applies it to gradients of two or more dimensions;
+// the planner predicts by it (docs/planner.md).
+int64_t powersgd_matrix_rank(int64_t rows, int64_t cols, const PowerSgdOptions& options);
+
 }  // namespace cohort
