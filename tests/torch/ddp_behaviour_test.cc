@@ -8,6 +8,7 @@
 
 #include "cohort/core/error.h"
 #include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/tensor_memory.h"
 #include "ddp_harness.h"
 #include "support/log_capture.h"
 
@@ -240,6 +241,42 @@ TEST(DdpBehaviour, BucketsAreSharedMemoryOnOneHostUnlessTurnedOff) {
             ASSERT_GT(stats.buckets.size(), 1u);
             for (const BucketStats& b : stats.buckets) EXPECT_EQ(b.shared_memory, registered);
           }
+        },
+        /*over_tcp=*/true, /*shared_memory=*/true);
+  }
+}
+
+// A registered bucket is memory libtorch's allocator never saw: it still counts as tensor
+// memory (tensor_memory.h) while DDP holds it, as a private bucket does, so that a run's
+// measured peak (the planner's accuracy log) includes its gradients.
+TEST(DdpBehaviour, RegisteredBucketsCountAsTensorMemory) {
+  track_cpu_tensor_memory();
+  ASSERT_TRUE(tracking_cpu_tensor_memory());
+  for (const bool registered : {true, false}) {
+    SCOPED_TRACE(registered ? "registered buckets" : "private buckets");
+    run_with_groups(
+        2,
+        [&](int rank, std::shared_ptr<Group> group) {
+          auto net = layers({10, 256, 256, 4});
+          int64_t gradient_bytes = 0;
+          for (const auto& p : net->parameters()) gradient_bytes += p.nbytes();
+          group->barrier();
+          const int64_t before = cpu_tensor_bytes();
+          group->barrier();
+          {
+            DdpOptions options;
+            options.registered_buckets = registered;
+            DistributedDataParallel ddp(net, group, options);
+            net->forward(torch::ones({3, 10})).sum().backward();
+            EXPECT_EQ(ddp.last_iteration_stats().buckets.at(0).shared_memory, registered);
+            group->barrier();
+            // Both ranks' buckets, and the gradients they hold.
+            if (rank == 0) EXPECT_GE(cpu_tensor_bytes() - before, 2 * gradient_bytes);
+            for (const auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
+            group->barrier();
+          }
+          group->barrier();
+          if (rank == 0) EXPECT_LT(cpu_tensor_bytes() - before, gradient_bytes / 2);
         },
         /*over_tcp=*/true, /*shared_memory=*/true);
   }

@@ -274,18 +274,29 @@ TEST(PlannerModel, BfloatGradientsHalveTheBytes) {
 }
 
 TEST(PlannerModel, MemoryPerStrategyWithAdamAtTwoRanks) {
-  const ModelSpec model = four_mebibytes();  // 4 MiB of parameters: 16 MiB of state under DDP
+  ModelSpec model = four_mebibytes();  // 4 MiB of parameters: 16 MiB of state under DDP
+  model.zero_grad_keeps_gradients = false;
   ComputeProfile compute = profile(10, 40, 5);
   compute.activation_bytes = 3 * kMiB;
   const auto machine = slow_loopback(2);
-  auto memory = [&](PlanStrategy strategy) {
-    PlanConfig config = ddp(1);
+  auto memory = [&](PlanStrategy strategy, double cap_mb = 1) {
+    PlanConfig config = ddp(cap_mb);
     config.strategy = strategy;
     return predict(model, compute, machine, config).peak_memory_bytes / kMiB;
   };
   EXPECT_EQ(memory(PlanStrategy::kDdp), 4 + 4 + 8 + 3);
   EXPECT_EQ(memory(PlanStrategy::kZero1), 4 + 4 + 4 + 3);
-  EXPECT_EQ(memory(PlanStrategy::kZero2), 4 + 2 + 2 * 1 + 4 + 3);  // two 1 MiB buckets in flight
+  // Two 1 MiB buckets in flight and the reduced blocks (half the gradients).
+  EXPECT_EQ(memory(PlanStrategy::kZero2), 4 + 2 * 1 + 2 + 4 + 3);
+  // Buckets of 1, 2 and 1 MiB (the first capped at 1): the two largest are 3 MiB.
+  EXPECT_EQ(memory(PlanStrategy::kZero2, 2), 4 + (2 + 1) + 2 + 4 + 3);
+  // Where zero_grad() zeroes the gradients instead of dropping them (libtorch 1.x), ZeRO's
+  // shards keep theirs, half the gradients, from step to step; DDP's stay in the buckets.
+  model.zero_grad_keeps_gradients = true;
+  EXPECT_EQ(memory(PlanStrategy::kDdp), 4 + 4 + 8 + 3);
+  EXPECT_EQ(memory(PlanStrategy::kZero1), 4 + 4 + 2 + 4 + 3);
+  EXPECT_EQ(memory(PlanStrategy::kZero2), 4 + 2 * 1 + 2 + 2 + 4 + 3);
+  model.zero_grad_keeps_gradients = false;
   // (4 + 4 + 8) / 2, two gathered units and three units' gradients.
   EXPECT_EQ(memory(PlanStrategy::kFullShard), 8 + 2 + 3 + 3);
   EXPECT_EQ(memory(PlanStrategy::kShardGradOp), 8 + 4 + 3 + 3);  // the whole model gathered
@@ -589,6 +600,11 @@ TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {
   EXPECT_EQ(back.compute.sharded_compute_ratio, 1.25);
   EXPECT_TRUE(back.model.other_unit_layouts.empty());
   EXPECT_TRUE(back.compute.powersgd.empty());
+  EXPECT_EQ(back.model.zero_grad_keeps_gradients, kZeroGradKeepsGradients);
+  job.model.zero_grad_keeps_gradients = !kZeroGradKeepsGradients;
+  EXPECT_EQ(PlanInput::from_json(job.to_json(), "job.json").model.zero_grad_keeps_gradients,
+            !kZeroGradKeepsGradients);
+  job.model.zero_grad_keeps_gradients = kZeroGradKeepsGradients;
   PlanInput compressed{a_layer_with_a_small_matrix(), profile(10, 40, 5)};
   compressed.compute.powersgd = {{2, 3e-3}, {4, 5e-3}};
   const PlanInput compressed_back = PlanInput::from_json(compressed.to_json(), "job.json");

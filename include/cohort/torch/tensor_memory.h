@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 namespace cohort {
 
@@ -33,5 +34,12 @@ int64_t peak_cpu_tensor_bytes();
 
 // Sets the peak to the bytes held now.
 void reset_peak_cpu_tensor_bytes();
+
+// Counts `bytes` of CPU tensor memory that libtorch's allocator never saw (a tensor made with
+// torch::from_blob over memory from elsewhere: DDP's buckets in a node's registered shared
+// memory) as held until the returned handle is destroyed, so that cpu_tensor_bytes() and the
+// peak include it. Keep the handle in the tensor's deleter. Counts nothing (and returns a handle
+// all the same) when tracking is off.
+std::shared_ptr<void> count_foreign_cpu_tensor_bytes(int64_t bytes);
 
 }  // namespace cohort

@@ -8,6 +8,7 @@
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
 #include "cohort/torch/tensor_buffer.h"
+#include "cohort/torch/tensor_memory.h"
 #include "ddp/bucket_plan.h"
 
 namespace cohort {
@@ -222,7 +223,8 @@ void Reducer::allocate(Bucket& bucket) const {
 // straight out of the peers' buckets and stores the result into them, instead of copying every
 // byte into a staging window and back. Collective: every rank allocates the same buckets in
 // the same order (build_buckets). The tensor's storage keeps the memory, and this rank's
-// mappings of the peers' buckets, alive.
+// mappings of the peers' buckets, alive; it counts as CPU tensor memory while it lives
+// (tensor_memory.h), as the allocator's buckets do.
 torch::Tensor Reducer::registered_bucket(Bucket& bucket,
                                          const torch::TensorOptions& options) const {
   const size_t bytes = static_cast<size_t>(bucket.numel) *
@@ -231,8 +233,9 @@ torch::Tensor Reducer::registered_bucket(Bucket& bucket,
   bucket.shared_memory = memory->shared();
   bucket.grads.registered = memory;
   void* data = memory->data();
+  auto counted = count_foreign_cpu_tensor_bytes(static_cast<int64_t>(bytes));
   return torch::from_blob(
-      data, {bucket.numel}, [memory](void*) {}, options.requires_grad(false));
+      data, {bucket.numel}, [memory, counted](void*) {}, options.requires_grad(false));
 }
 
 void Reducer::free_memory(Bucket& bucket) {

@@ -1,6 +1,7 @@
 // PlanInput's file (include/cohort/torch/plan/planner.h): the model's parameters and units, the
 // optimizer's state per element and the measured compute, as JSON:
 //   {"version": 1, "optimizer_state_per_element": 8, "units": ["", "blocks.0", ...],
+//    "zero_grad_keeps_gradients": true,                        (optional: this build's libtorch)
 //    "parameters": [{"name": "...", "elements": 1024, "element_bytes": 4, "unit": 1,
 //                    "rows": 32}, ...],                                (rows optional: 1)
 //    "min_unit_parameters": 0,                                          (optional: 0)
@@ -69,6 +70,7 @@ std::string PlanInput::to_json() const {
   }
   json out = {{"version", kVersion},
               {"optimizer_state_per_element", model.optimizer_state_per_element},
+              {"zero_grad_keeps_gradients", model.zero_grad_keeps_gradients},
               {"units", model.units},
               {"parameters", parameters},
               {"min_unit_parameters", model.min_unit_parameters},
@@ -109,6 +111,9 @@ PlanInput PlanInput::from_json(const std::string& text, const std::string& origi
   ModelSpec& model = result.model;
   model.optimizer_state_per_element = field<int64_t>(in, "optimizer_state_per_element", origin);
   model.units = field<std::vector<std::string>>(in, "units", origin);
+  if (in.contains("zero_grad_keeps_gradients")) {
+    model.zero_grad_keeps_gradients = field<bool>(in, "zero_grad_keeps_gradients", origin);
+  }
   for (const auto& p : field<json>(in, "parameters", origin)) {
     model.parameters.push_back(
         {field<std::string>(p, "name", origin), field<int64_t>(p, "elements", origin),

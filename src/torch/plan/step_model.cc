@@ -374,12 +374,17 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
   const double state = static_cast<double>(model.elements() * model.optimizer_state_per_element);
   const double activations = static_cast<double>(compute.activation_bytes);
   const double world = std::max(1, machine.shape.world);
-  double bucket = 0;  // the largest bucket, in the parameters' dtype
+  std::vector<double> buckets;  // in the parameters' dtype
   if (uses_buckets(config.strategy) && config.local_sgd_period == 0) {
     for (const auto& b : planned_buckets(model, compute, config)) {
-      bucket = std::max(bucket, bytes_of(model, b));
+      buckets.push_back(bytes_of(model, b));
     }
   }
+  buckets = sorted_descending(buckets);
+  const double bucket = largest(buckets, 1);
+  // ZeRO's shards' gradients, where zero_grad() keeps them: they live in memory of their own
+  // from one step to the next (Note [ZeRO gradients] in src/torch/shard/zero.cc).
+  const double kept_shard_grads = model.zero_grad_keeps_gradients ? grads / world : 0;
   const UnitSizes units = unit_sizes(model, config);
   const auto unit_bytes = sorted_descending(units.bytes);
   const auto unit_wire = sorted_descending(units.wire);
@@ -399,8 +404,13 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
         transient = std::max(activations, grads);
       }
       break;
-    case PlanStrategy::kZero1: bytes = params + grads + state / world; break;
-    case PlanStrategy::kZero2: bytes = params + grads / world + 2 * bucket + state / world; break;
+    case PlanStrategy::kZero1:  // the buckets hold the gradients; the shards' own copies
+      bytes = params + grads + kept_shard_grads + state / world;
+      break;
+    case PlanStrategy::kZero2:  // at most two buckets at once (one filling, one reducing) and
+                                // the reduced blocks, beside the shards' kept gradients
+      bytes = params + largest(buckets, 2) + grads / world + kept_shard_grads + state / world;
+      break;
     case PlanStrategy::kFullShard:
       bytes = (params + grads + state) / world + largest(unit_bytes, gathered_units) +
               largest(unit_wire, 3);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cstdint>
 #include <functional>
@@ -30,6 +31,10 @@ namespace cohort {
 inline constexpr int64_t kSgdStateBytes = 0;       // SGD without momentum
 inline constexpr int64_t kMomentumStateBytes = 4;  // SGD with momentum (float32)
 inline constexpr int64_t kAdamStateBytes = 8;      // Adam, AdamW: two float32 moments
+
+// What libtorch's Optimizer::zero_grad() does by default in the release cohort is built with:
+// 1.x zeroes the gradients in place, 2.x sets them to none.
+inline constexpr bool kZeroGradKeepsGradients = TORCH_VERSION_MAJOR < 2;
 
 struct ParameterSpec {
   std::string name;
@@ -57,6 +62,12 @@ struct ModelSpec {
   std::vector<std::string> units;   // FSDP's, in order ("" is the root unit)
   int64_t min_unit_parameters = 0;  // what cut `units` (UnitLayout::min_unit_parameters)
   int64_t optimizer_state_per_element = kAdamStateBytes;
+  // Whether the optimizer's zero_grad() leaves the gradients allocated (zeroed) rather than
+  // setting them to none: libtorch 1.x's Optimizer::zero_grad() zeroes them, 2.x's default sets
+  // them to none. ZeRO's shards then keep gradient memory of their own between steps
+  // (Note [ZeRO gradients] in src/torch/shard/zero.cc). The default is what the libtorch cohort
+  // was built with does.
+  bool zero_grad_keeps_gradients = kZeroGradKeepsGradients;
   // Other ways to cut the units, each different from `units` and from one another: the planner
   // predicts the FSDP strategies under each (PlanConfig::min_unit_parameters).
   std::vector<UnitLayout> other_unit_layouts;
