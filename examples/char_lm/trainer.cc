@@ -158,12 +158,16 @@ std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
   request.wrapping = wrapping;
   request.hook = options_.comm_hook;
   Gpt probe(options_.model_config(data_.vocabulary.size()));
+  if (options_.activation_checkpointing) checkpoint_blocks(*probe, false);  // as the model
   TextWindows windows(data_.train, options_.context);
   std::vector<size_t> first(static_cast<size_t>(per_rank_batch_));
   std::iota(first.begin(), first.end(), size_t{0});
   const auto batch = windows.get_batch(first);
   request.probe = probe.ptr();
-  request.probe_loss = [&] { return next_char_loss(probe, batch); };
+  request.probe_loss = [&] {  // under the run's autocast: bfloat16 halves the compute here
+    const auto autocast = precision_.forward_scope();
+    return next_char_loss(probe, batch);
+  };
   request.probe_optimizer = [&](const torch::OrderedDict<std::string, torch::Tensor>& tensors) {
     return make_adamw(*probe, tensors, options_);
   };

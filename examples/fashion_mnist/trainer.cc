@@ -182,11 +182,15 @@ std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
   request.wrapping = wrapping;
   request.hook = options_.comm_hook;
   auto probe = make_fmnist_model(options_.model);
+  if (options_.activation_checkpointing) checkpoint_conv_stack(*probe, options_, false);
   const auto count = std::min<int64_t>(per_rank_batch(options_, *group_), train_set.data().size());
   const auto images = train_set.data().images.narrow(0, 0, count);
   const auto labels = train_set.data().labels.narrow(0, 0, count);
   request.probe = probe;
-  request.probe_loss = [&] { return torch::nll_loss(probe->forward(images), labels); };
+  request.probe_loss = [&] {  // under the run's autocast, as the training step's forward
+    const auto autocast = precision_.forward_scope();
+    return torch::nll_loss(probe->forward(images), labels);
+  };
   request.probe_optimizer = [&](const torch::OrderedDict<std::string, torch::Tensor>& tensors) {
     return cohort_examples::make_optimizer(options_.optimizer, tensors,
                                            options_.optimizer_settings(probe.get()));

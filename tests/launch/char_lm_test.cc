@@ -154,6 +154,27 @@ TEST(CharLmExample, ActivationCheckpointingTrainsTheSameModelWithLessMemoryUnder
 
 // --diloco 4 --diloco-dtype bf16 (docs/compression.md, "DiLoCo"): nothing is communicated but
 // every 4th step, which averages the whole model's change in bfloat16 (2 bytes a parameter).
+// The planner's probe (--plan-out writes what it measured) runs as the training step does:
+// under the run's bfloat16 autocast and with its activation checkpointing, each of which keeps
+// less of the forward for backward than plain float32 does.
+TEST(CharLmExample, ThePlannersProbeRunsUnderTheRunsPrecisionAndCheckpointing) {
+  auto probed_activation_bytes = [](const std::string& extra) {
+    const std::string dir = testing::fresh_temp_dir("char_lm_probe");
+    const auto result = testing::run_shell(
+        COHORTRUN " --nproc-per-node 1 " CHAR_LM
+                  " --layers 2 --width 32 --heads 2 --context 32 --dropout 0 --max-steps 1 "
+                  "--sample 0 --skip-eval --checkpoint '' --plan-out " +
+            dir + "/job.json " + extra,
+        {"OMP_NUM_THREADS=1"}, kDeadline);
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    std::ifstream in(dir + "/job.json");
+    return json::parse(in).at("compute").at("activation_bytes").get<int64_t>();
+  };
+  const int64_t plain = probed_activation_bytes("");
+  EXPECT_LT(probed_activation_bytes("--precision bf16"), plain * 9 / 10);
+  EXPECT_LT(probed_activation_bytes("--activation-checkpointing"), plain * 9 / 10);
+}
+
 TEST(CharLmExample, DiLoCoInBfloat16SendsTheModelEveryFourSteps) {
   const ExampleRun run = run_example(2, "--diloco 4 --diloco-dtype bf16 --skip-eval", 8);
   ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
