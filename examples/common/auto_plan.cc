@@ -207,18 +207,34 @@ std::unique_ptr<Strategy> probe_strategy(const PlanRequest& request, const std::
   return make_strategy(name, request.probe, alone, wrapping);
 }
 
+// The probe's plain training step at world 1. Under --master-weights the step is DDP's over a
+// group of one (no communication), which holds the model in 16-bit and steps float32 masters
+// as the run does; the probe is float32 again after it, as FSDP's probe takes it.
+cohort::ComputeProfile measure_plain_step(const PlanRequest& request) {
+  if (request.wrapping.master_weights) {
+    auto ddp = probe_strategy(request, "ddp");
+    auto optimizer = request.probe_optimizer(ddp->optimizer_parameters());
+    auto compute = cohort::ComputeProfile::measure(*request.probe,
+                                                   probe_step(request, *ddp, *optimizer));
+    ddp.reset();
+    request.probe->to(torch::kFloat32);
+    return compute;
+  }
+  auto optimizer = request.probe_optimizer(request.probe->named_parameters());
+  return cohort::ComputeProfile::measure(*request.probe, [&] {
+    optimizer->zero_grad();
+    request.probe_loss().backward();
+    optimizer->step();
+  });
+}
+
 // The probe's training step at world 1: plain; then (where PowerSGD may be chosen) through DDP
 // over a group of one with PowerSGD and with the plain allreduce, in turns; then (where an FSDP
 // strategy may be chosen) through FULL_SHARD over a group of one, whose cost over the plain step
 // is FSDP's own compute. FSDP comes last: it flattens the probe's parameters.
 cohort::ComputeProfile measure_probe(const PlanRequest& request,
                                      const cohort::PlannerOptions& options) {
-  auto optimizer = request.probe_optimizer(request.probe->named_parameters());
-  auto compute = cohort::ComputeProfile::measure(*request.probe, [&] {
-    optimizer->zero_grad();
-    request.probe_loss().backward();
-    optimizer->step();
-  });
+  auto compute = measure_plain_step(request);
   for (int rank : options.powersgd_ranks) {
     cohort::PowerSgdOptions powersgd;
     powersgd.rank = rank;
@@ -324,9 +340,10 @@ PlanChoice choose_configuration(cohort::Group& group, torch::nn::Module& model,
   COHORT_CHECK(request.probe && request.probe_loss && request.probe_optimizer,
                "choose_configuration: no probe");
   const cohort::PlannerOptions options = planner_options(request);  // checked before the probe
-  const auto spec = cohort::ModelSpec::of(model, request.optimizer_state_per_element,
-                                          request.wrapping.fsdp_min_unit_parameters,
-                                          other_unit_thresholds(request, options, model));
+  auto spec = cohort::ModelSpec::of(model, request.optimizer_state_per_element,
+                                    request.wrapping.fsdp_min_unit_parameters,
+                                    other_unit_thresholds(request, options, model));
+  if (request.wrapping.master_weights) spec.master_weights = *request.wrapping.master_weights;
   // Every rank times its probe at once, as they will train: a rank still loading its data would
   // otherwise take cores from one already timing.
   group.barrier();

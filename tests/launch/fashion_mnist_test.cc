@@ -392,6 +392,28 @@ TEST(FashionMnistExamplePlanner, AutoTrainsAsTheConfigurationItChose) {
   EXPECT_EQ(losses, step_losses(by_hand.dir)) << by_hand_options << "\n" << out;
 }
 
+// Under --precision bf16 --master-weights the probe steps the model as the run does (a 16-bit
+// model over float32 masters, under bfloat16 autocast: it used to feed FSDP's 16-bit probe
+// float32 images, and the run died), the plan input says so, ZeRO (which has no master weights)
+// is not chosen, and the run trains as the configuration it chose given by hand.
+TEST(FashionMnistExamplePlanner, AutoOverMasterWeightsTrainsAsTheConfigurationItChose) {
+  const std::string sixteen_bit = "--model cnn --precision bf16 --master-weights ";
+  const std::string dir = testing::fresh_temp_dir("fmnist_auto_master");
+  const ExampleRun planned = run_plain(
+      "fmnist_auto_master", sixteen_bit + "--strategy auto --plan-out " + dir + "/job.json");
+  ASSERT_EQ(planned.result.exit_code, 0) << planned.result.output;
+  std::ifstream job(dir + "/job.json");
+  EXPECT_EQ(json::parse(job).at("master_weights"), "bfloat16");
+  const std::string chosen = planned_configuration(planned.result.output);
+  ASSERT_FALSE(chosen.empty()) << planned.result.output;
+  EXPECT_EQ(chosen.rfind("zero", 0), std::string::npos) << chosen;
+  const ExampleRun by_hand = run_plain("fmnist_master_by_hand", sixteen_bit + options_for(chosen));
+  ASSERT_EQ(by_hand.result.exit_code, 0) << by_hand.result.output;
+  const auto losses = step_losses(planned.dir);
+  ASSERT_EQ(losses.size(), 8u);
+  EXPECT_EQ(losses, step_losses(by_hand.dir)) << chosen << "\n" << planned.result.output;
+}
+
 // Writes a calibration whose links all cost `alpha_us` per message and move `gbytes_per_s`
 // into `dir`, and returns the environment entry that points a run at it.
 std::string calibration_env(const std::string& dir, int alpha_us, double gbytes_per_s) {

@@ -302,6 +302,52 @@ TEST(PlannerModel, MemoryPerStrategyWithAdamAtTwoRanks) {
   EXPECT_EQ(memory(PlanStrategy::kShardGradOp), 8 + 4 + 3 + 3);  // the whole model gathered
 }
 
+// Over master weights (ModelSpec::master_weights: a bfloat16 model, float32 masters) DDP holds
+// the 16-bit model and its 16-bit gradients beside the masters and the state, and sends 16-bit
+// gradients; FSDP keeps float32 shards and gathers 16-bit units.
+TEST(PlannerModel, MasterWeightsHoldASixteenBitModelBesideFloat32Masters) {
+  ModelSpec model = four_mebibytes();  // 4 MiB of float32 parameters, Adam: 8 MiB of state
+  model.zero_grad_keeps_gradients = false;
+  ComputeProfile compute = profile(10, 40, 5);
+  compute.activation_bytes = 3 * kMiB;
+  const auto machine = slow_loopback(2);
+  auto predicted = [&](PlanStrategy strategy) {
+    PlanConfig config = ddp(1);
+    config.strategy = strategy;
+    return predict(model, compute, machine, config);
+  };
+  const Prediction float32_ddp = predicted(PlanStrategy::kDdp);
+  model.master_weights = torch::kBFloat16;
+  const Prediction ddp16 = predicted(PlanStrategy::kDdp);
+  EXPECT_EQ(ddp16.peak_memory_bytes, (2 + 2 + 4 + 8 + 3) * kMiB);
+  EXPECT_EQ(ddp16.network_bytes, float32_ddp.network_bytes / 2);
+  EXPECT_GT(ddp16.network_bytes, 0);
+  // (4 + 4 + 8) / 2 in shards, two gathered units and three units' gradients, each 0.5 MiB.
+  EXPECT_EQ(predicted(PlanStrategy::kFullShard).peak_memory_bytes, 8 * kMiB + kMiB + 3 * kMiB / 2 + 3 * kMiB);
+  EXPECT_EQ(predicted(PlanStrategy::kShardGradOp).peak_memory_bytes,
+            8 * kMiB + 2 * kMiB + 3 * kMiB / 2 + 3 * kMiB);
+  const std::string what = invalid_argument_of([&] { predicted(PlanStrategy::kZero1); });
+  EXPECT_NE(what.find("not ZeRO"), std::string::npos) << what;
+}
+
+TEST(PlannerChoice, OverMasterWeightsNeitherZeroNorAnotherReductionIsACandidate) {
+  ModelSpec model = four_mebibytes();
+  model.master_weights = torch::kBFloat16;
+  PlannerOptions options;
+  options.reduce_dtypes = {torch::kFloat32, torch::kBFloat16};
+  options.local_sgd_periods = {2};
+  options.powersgd_ranks = {2};  // not measured: evaluating it would throw
+  const Plan plan = cohort::plan(model, profile(10, 40, 5), slow_loopback(2), options);
+  ASSERT_FALSE(plan.candidates.empty());
+  for (const Prediction& p : plan.candidates) {
+    EXPECT_TRUE(p.config.strategy != PlanStrategy::kZero1 &&
+                p.config.strategy != PlanStrategy::kZero2 &&
+                p.config.reduce_dtype == torch::kFloat32 && p.config.local_sgd_period == 0 &&
+                p.config.powersgd_rank == 0)
+        << p.config.describe();
+  }
+}
+
 TEST(PlannerChoice, SmallBucketsWinWhereBackwardCanHideThem) {
   PlannerOptions options;
   options.strategies = {PlanStrategy::kDdp};
@@ -605,6 +651,13 @@ TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {
   EXPECT_EQ(PlanInput::from_json(job.to_json(), "job.json").model.zero_grad_keeps_gradients,
             !kZeroGradKeepsGradients);
   job.model.zero_grad_keeps_gradients = kZeroGradKeepsGradients;
+  EXPECT_FALSE(back.model.master_weights.has_value());
+  job.model.master_weights = torch::kBFloat16;
+  EXPECT_EQ(PlanInput::from_json(job.to_json(), "job.json").model.master_weights,
+            std::optional<torch::Dtype>(torch::kBFloat16));
+  std::string float64_masters = job.to_json();
+  float64_masters.replace(float64_masters.find("\"bfloat16\""), 10, "\"float64\"");
+  job.model.master_weights.reset();
   PlanInput compressed{a_layer_with_a_small_matrix(), profile(10, 40, 5)};
   compressed.compute.powersgd = {{2, 3e-3}, {4, 5e-3}};
   const PlanInput compressed_back = PlanInput::from_json(compressed.to_json(), "job.json");
@@ -621,6 +674,7 @@ TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {
   };
   refused("{", "job.json: not a plan input (invalid JSON");
   refused(R"({"version": 2})", "not a version 1 plan input");
+  refused(float64_masters, "job.json: 'master_weights' must be \"bfloat16\" or \"float16\"");
   std::string no_compute = job.to_json();
   no_compute.replace(no_compute.find("\"compute\""), 9, "\"computed\"");
   refused(no_compute, "job.json: the plan input has no 'compute'");

@@ -123,6 +123,17 @@ int64_t ModelSpec::parameter_bytes() const {
   return bytes;
 }
 
+int64_t ModelSpec::model_bytes(const ParameterSpec& parameter) const {
+  if (!master_weights) return parameter.bytes();
+  return parameter.elements * static_cast<int64_t>(c10::elementSize(*master_weights));
+}
+
+int64_t ModelSpec::model_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : parameters) bytes += model_bytes(p);
+  return bytes;
+}
+
 int64_t ModelSpec::elements() const {
   int64_t elements = 0;
   for (const auto& p : parameters) elements += p.elements;

@@ -2,6 +2,7 @@
 // optimizer's state per element and the measured compute, as JSON:
 //   {"version": 1, "optimizer_state_per_element": 8, "units": ["", "blocks.0", ...],
 //    "zero_grad_keeps_gradients": true,                        (optional: this build's libtorch)
+//    "master_weights": "bfloat16",                         (optional: none; or "float16")
 //    "parameters": [{"name": "...", "elements": 1024, "element_bytes": 4, "unit": 1,
 //                    "rows": 32}, ...],                                (rows optional: 1)
 //    "min_unit_parameters": 0,                                          (optional: 0)
@@ -57,6 +58,17 @@ UnitLayout read_layout(const json& in, size_t parameters, const std::string& ori
   return layout;
 }
 
+const char* dtype_name(torch::Dtype dtype) {
+  return dtype == torch::kBFloat16 ? "bfloat16" : "float16";
+}
+
+torch::Dtype sixteen_bit_dtype(const std::string& name, const std::string& origin) {
+  if (name == "bfloat16") return torch::kBFloat16;
+  if (name == "float16") return torch::kFloat16;
+  throw InvalidArgument(origin + ": 'master_weights' must be \"bfloat16\" or \"float16\", got \"" +
+                        name + "\"");
+}
+
 }  // namespace
 
 std::string PlanInput::to_json() const {
@@ -86,6 +98,7 @@ std::string PlanInput::to_json() const {
     powersgd.push_back({{"rank", cost.rank}, {"ms", cost.seconds * 1e3}});
   }
   out["compute"]["powersgd"] = powersgd;
+  if (model.master_weights) out["master_weights"] = dtype_name(*model.master_weights);
   json layouts = json::array();
   for (const auto& l : model.other_unit_layouts) {
     layouts.push_back({{"min_unit_parameters", l.min_unit_parameters},
@@ -111,6 +124,9 @@ PlanInput PlanInput::from_json(const std::string& text, const std::string& origi
   ModelSpec& model = result.model;
   model.optimizer_state_per_element = field<int64_t>(in, "optimizer_state_per_element", origin);
   model.units = field<std::vector<std::string>>(in, "units", origin);
+  if (in.contains("master_weights")) {
+    model.master_weights = sixteen_bit_dtype(field<std::string>(in, "master_weights", origin), origin);
+  }
   if (in.contains("zero_grad_keeps_gradients")) {
     model.zero_grad_keeps_gradients = field<bool>(in, "zero_grad_keeps_gradients", origin);
   }

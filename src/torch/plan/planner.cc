@@ -30,6 +30,14 @@ void check_runnable(const ModelSpec& model, const MachineSpec& machine, const Pl
                    (config.strategy == PlanStrategy::kDdp &&
                     config.reduce_dtype == torch::kFloat32 && config.local_sgd_period == 0),
                "planner: PowerSGD runs under ddp with float32 gradients and without local SGD");
+  COHORT_CHECK(!model.master_weights ||
+                   (!detail::uses_buckets(config.strategy) || config.strategy == PlanStrategy::kDdp),
+               "planner: master weights run under ddp and the FSDP strategies, not ZeRO");
+  COHORT_CHECK(!model.master_weights ||
+                   (config.reduce_dtype == torch::kFloat32 && config.local_sgd_period == 0 &&
+                    config.powersgd_rank == 0),
+               "planner: over master weights the gradients travel in the model's 16-bit dtype "
+               "(reduce_dtype float32), without local SGD or PowerSGD");
   const GroupShape& shape = machine.shape;
   COHORT_CHECK(
       config.strategy != PlanStrategy::kHybridShard || (shape.nodes > 1 && shape.local_size > 1),
@@ -122,6 +130,21 @@ std::vector<Reduction> reductions(PlanStrategy strategy, const PlannerOptions& o
   return allowed;
 }
 
+// The options less what cannot run over `model`'s master weights (ModelSpec::master_weights).
+PlannerOptions runnable_over(const ModelSpec& model, PlannerOptions options) {
+  if (!model.master_weights) return options;
+  auto& strategies = options.strategies;
+  strategies.erase(std::remove_if(strategies.begin(), strategies.end(),
+                                  [](PlanStrategy s) {
+                                    return s == PlanStrategy::kZero1 || s == PlanStrategy::kZero2;
+                                  }),
+                   strategies.end());
+  options.reduce_dtypes = {torch::kFloat32};
+  options.local_sgd_periods.clear();
+  options.powersgd_ranks.clear();
+  return options;
+}
+
 // PlannerOptions::baseline: kept where it fits and the fastest is not predicted more than
 // min_gain faster.
 void keep_the_baseline_unless_beaten(Plan& plan, const PlannerOptions& options) {
@@ -167,7 +190,8 @@ Refit refit(const ComputeProfile& compute, const MachineSpec& machine, const Pre
 }
 
 Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSpec& machine,
-          const PlannerOptions& options) {
+          const PlannerOptions& requested) {
+  const PlannerOptions options = runnable_over(model, requested);
   const GroupShape& shape = machine.shape;
   const std::vector<ModelSpec> cuts = unit_cuts(model, options);
   const std::vector<UnitChoice> fsdp_choices = fsdp_unit_choices(cuts, options);

@@ -16,8 +16,9 @@ size_t cap_bytes(double mebibytes) {
   return static_cast<size_t>(mebibytes * kMiB);
 }
 
-int64_t wire_bytes(const ParameterSpec& p, const PlanConfig& config) {
-  return p.elements * (config.reduce_dtype == torch::kBFloat16 ? 2 : p.element_bytes);
+// What a gradient sends: the model's dtype (16-bit under master weights), or bfloat16.
+int64_t wire_bytes(const ModelSpec& model, const ParameterSpec& p, const PlanConfig& config) {
+  return config.reduce_dtype == torch::kBFloat16 ? p.elements * 2 : model.model_bytes(p);
 }
 
 // A bucket's parameters' bytes, in their own dtype.
@@ -113,7 +114,7 @@ StepTimes bucketed_step(const ModelSpec& model, const ComputeProfile& compute,
   const auto buckets = planned_buckets(model, compute, config);
   for (const auto& bucket : buckets) {
     double bytes = 0;
-    for (size_t i : bucket) bytes += static_cast<double>(wire_bytes(model.parameters[i], config));
+    for (size_t i : bucket) bytes += static_cast<double>(wire_bytes(model, model.parameters[i], config));
     const double seconds =
         collective_s(zero ? CollectiveKind::kReduceScatter : CollectiveKind::kAllreduce, bytes,
                      shape, machine.links);
@@ -230,7 +231,9 @@ StepTimes powersgd_step(const ModelSpec& model, const ComputeProfile& compute,
 }
 
 struct UnitSizes {
-  std::vector<double> bytes, wire, share;  // per unit: parameter bytes, wire bytes, elements share
+  // Per unit: its parameters' bytes as gathered (the model's dtype), its gradients' on the wire,
+  // its share of the elements.
+  std::vector<double> bytes, wire, share;
   std::vector<bool> root;
 };
 
@@ -242,8 +245,8 @@ UnitSizes unit_sizes(const ModelSpec& model, const PlanConfig& config) {
   for (const auto& p : model.parameters) {
     const auto u =
         static_cast<size_t>(std::clamp<int64_t>(p.unit, 0, static_cast<int64_t>(units) - 1));
-    s.bytes[u] += static_cast<double>(p.bytes());
-    s.wire[u] += static_cast<double>(wire_bytes(p, config));
+    s.bytes[u] += static_cast<double>(model.model_bytes(p));
+    s.wire[u] += static_cast<double>(wire_bytes(model, p, config));
     s.share[u] += static_cast<double>(p.elements) / total;
   }
   for (size_t u = 0; u < model.units.size(); ++u) s.root[u] = model.units[u].empty();
@@ -372,6 +375,10 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
   const double params = static_cast<double>(model.parameter_bytes());
   const double grads = params;
   const double state = static_cast<double>(model.elements() * model.optimizer_state_per_element);
+  // Under master weights the model and its gradients are 16-bit and the float32 masters (DDP's)
+  // or shards (FSDP's) are what the optimizer steps.
+  const double held = static_cast<double>(model.model_bytes());
+  const double masters = model.master_weights ? params : 0;
   const double activations = static_cast<double>(compute.activation_bytes);
   const double world = std::max(1, machine.shape.world);
   std::vector<double> buckets;  // in the parameters' dtype
@@ -395,7 +402,8 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
     case PlanStrategy::kDdp:  // gradients are views of the buckets; bfloat16 adds a copy of one;
                               // local SGD averages through a flat copy of the parameters after
                               // the step, when the activations are gone
-      bytes = params + grads + state + (config.reduce_dtype == torch::kBFloat16 ? bucket / 2 : 0) +
+      bytes = held + held + masters + state +
+              (config.reduce_dtype == torch::kBFloat16 ? bucket / 2 : 0) +
               (config.local_sgd_period > 0 ? std::max(0.0, params - activations) : 0);
       if (config.powersgd_rank > 0) {  // each bucket's residual and Q stay; its compensated
                                        // copy lives from its first round to its second, past
@@ -416,7 +424,7 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
               largest(unit_wire, 3);
       break;
     case PlanStrategy::kShardGradOp:
-      bytes = (params + grads + state) / world + params + largest(unit_wire, 3);
+      bytes = (params + grads + state) / world + held + largest(unit_wire, 3);
       break;
     case PlanStrategy::kHybridShard: {
       const double local = std::max(1, machine.shape.local_size);

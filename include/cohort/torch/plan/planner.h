@@ -68,6 +68,12 @@ struct ModelSpec {
   // (Note [ZeRO gradients] in src/torch/shard/zero.cc). The default is what the libtorch cohort
   // was built with does.
   bool zero_grad_keeps_gradients = kZeroGradKeepsGradients;
+  // The 16-bit dtype the model computes and communicates in, over float32 masters that the
+  // optimizer updates (amp::MasterWeights under DDP, FsdpOptions::mixed_precision.param_dtype
+  // under the FSDP strategies); unset: none. The parameters' element_bytes stay the masters'.
+  // ZeRO, local SGD, PowerSGD and a bfloat16 reduction are then not candidates (cohort runs none
+  // of them over master weights).
+  std::optional<torch::Dtype> master_weights;
   // Other ways to cut the units, each different from `units` and from one another: the planner
   // predicts the FSDP strategies under each (PlanConfig::min_unit_parameters).
   std::vector<UnitLayout> other_unit_layouts;
@@ -89,6 +95,10 @@ struct ModelSpec {
   std::vector<int64_t> unit_layout_thresholds() const;
   int64_t parameter_bytes() const;
   int64_t elements() const;
+  // The bytes of a parameter as the model computes with it: its own, or under master_weights
+  // its 16-bit copy's; and of all of them.
+  int64_t model_bytes(const ParameterSpec& parameter) const;
+  int64_t model_bytes() const;
 };
 
 // What PowerSGD's own arithmetic adds to a step at one rank (ComputeProfile::measure_powersgd).
