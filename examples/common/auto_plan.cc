@@ -214,8 +214,8 @@ cohort::ComputeProfile measure_plain_step(const PlanRequest& request) {
   if (request.wrapping.master_weights) {
     auto ddp = probe_strategy(request, "ddp");
     auto optimizer = request.probe_optimizer(ddp->optimizer_parameters());
-    auto compute = cohort::ComputeProfile::measure(*request.probe,
-                                                   probe_step(request, *ddp, *optimizer));
+    auto compute =
+        cohort::ComputeProfile::measure(*request.probe, probe_step(request, *ddp, *optimizer));
     ddp.reset();
     request.probe->to(torch::kFloat32);
     return compute;

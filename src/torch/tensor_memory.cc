@@ -121,9 +121,8 @@ void reset_peak_cpu_tensor_bytes() { g_peak.store(cpu_tensor_bytes(), std::memor
 std::shared_ptr<void> count_foreign_cpu_tensor_bytes(int64_t bytes) {
   const int64_t counted = g_tracking ? bytes : 0;
   note_peak(g_current.fetch_add(counted, std::memory_order_relaxed) + counted);
-  return std::shared_ptr<void>(nullptr, [counted](void*) {
-    g_current.fetch_sub(counted, std::memory_order_relaxed);
-  });
+  return std::shared_ptr<void>(
+      nullptr, [counted](void*) { g_current.fetch_sub(counted, std::memory_order_relaxed); });
 }
 
 }  // namespace cohort

@@ -323,7 +323,8 @@ TEST(PlannerModel, MasterWeightsHoldASixteenBitModelBesideFloat32Masters) {
   EXPECT_EQ(ddp16.network_bytes, float32_ddp.network_bytes / 2);
   EXPECT_GT(ddp16.network_bytes, 0);
   // (4 + 4 + 8) / 2 in shards, two gathered units and three units' gradients, each 0.5 MiB.
-  EXPECT_EQ(predicted(PlanStrategy::kFullShard).peak_memory_bytes, 8 * kMiB + kMiB + 3 * kMiB / 2 + 3 * kMiB);
+  EXPECT_EQ(predicted(PlanStrategy::kFullShard).peak_memory_bytes,
+            8 * kMiB + kMiB + 3 * kMiB / 2 + 3 * kMiB);
   EXPECT_EQ(predicted(PlanStrategy::kShardGradOp).peak_memory_bytes,
             8 * kMiB + 2 * kMiB + 3 * kMiB / 2 + 3 * kMiB);
   const std::string what = invalid_argument_of([&] { predicted(PlanStrategy::kZero1); });

@@ -125,7 +125,8 @@ PlanInput PlanInput::from_json(const std::string& text, const std::string& origi
   model.optimizer_state_per_element = field<int64_t>(in, "optimizer_state_per_element", origin);
   model.units = field<std::vector<std::string>>(in, "units", origin);
   if (in.contains("master_weights")) {
-    model.master_weights = sixteen_bit_dtype(field<std::string>(in, "master_weights", origin), origin);
+    model.master_weights =
+        sixteen_bit_dtype(field<std::string>(in, "master_weights", origin), origin);
   }
   if (in.contains("zero_grad_keeps_gradients")) {
     model.zero_grad_keeps_gradients = field<bool>(in, "zero_grad_keeps_gradients", origin);

@@ -12,6 +12,10 @@
 namespace cohort {
 namespace {
 
+bool is_zero(PlanStrategy strategy) {
+  return strategy == PlanStrategy::kZero1 || strategy == PlanStrategy::kZero2;
+}
+
 void check_runnable(const ModelSpec& model, const MachineSpec& machine, const PlanConfig& config) {
   COHORT_CHECK(!model.parameters.empty(), "planner: the model has no trainable parameters");
   COHORT_CHECK(config.bucket_cap_mb > 0 && config.first_bucket_cap_mb > 0,
@@ -30,12 +34,10 @@ void check_runnable(const ModelSpec& model, const MachineSpec& machine, const Pl
                    (config.strategy == PlanStrategy::kDdp &&
                     config.reduce_dtype == torch::kFloat32 && config.local_sgd_period == 0),
                "planner: PowerSGD runs under ddp with float32 gradients and without local SGD");
-  COHORT_CHECK(!model.master_weights ||
-                   (!detail::uses_buckets(config.strategy) || config.strategy == PlanStrategy::kDdp),
+  COHORT_CHECK(!model.master_weights || !is_zero(config.strategy),
                "planner: master weights run under ddp and the FSDP strategies, not ZeRO");
-  COHORT_CHECK(!model.master_weights ||
-                   (config.reduce_dtype == torch::kFloat32 && config.local_sgd_period == 0 &&
-                    config.powersgd_rank == 0),
+  COHORT_CHECK(!model.master_weights || (config.reduce_dtype == torch::kFloat32 &&
+                                         config.local_sgd_period == 0 && config.powersgd_rank == 0),
                "planner: over master weights the gradients travel in the model's 16-bit dtype "
                "(reduce_dtype float32), without local SGD or PowerSGD");
   const GroupShape& shape = machine.shape;
@@ -134,11 +136,7 @@ std::vector<Reduction> reductions(PlanStrategy strategy, const PlannerOptions& o
 PlannerOptions runnable_over(const ModelSpec& model, PlannerOptions options) {
   if (!model.master_weights) return options;
   auto& strategies = options.strategies;
-  strategies.erase(std::remove_if(strategies.begin(), strategies.end(),
-                                  [](PlanStrategy s) {
-                                    return s == PlanStrategy::kZero1 || s == PlanStrategy::kZero2;
-                                  }),
-                   strategies.end());
+  strategies.erase(std::remove_if(strategies.begin(), strategies.end(), is_zero), strategies.end());
   options.reduce_dtypes = {torch::kFloat32};
   options.local_sgd_periods.clear();
   options.powersgd_ranks.clear();

@@ -114,7 +114,8 @@ StepTimes bucketed_step(const ModelSpec& model, const ComputeProfile& compute,
   const auto buckets = planned_buckets(model, compute, config);
   for (const auto& bucket : buckets) {
     double bytes = 0;
-    for (size_t i : bucket) bytes += static_cast<double>(wire_bytes(model, model.parameters[i], config));
+    for (size_t i : bucket)
+      bytes += static_cast<double>(wire_bytes(model, model.parameters[i], config));
     const double seconds =
         collective_s(zero ? CollectiveKind::kReduceScatter : CollectiveKind::kAllreduce, bytes,
                      shape, machine.links);
