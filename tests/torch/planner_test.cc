@@ -118,6 +118,29 @@ TEST(PlannerModel, ShardGradOpGathersOnlyInForward) {
   EXPECT_NEAR(p.communication_s * 1e3, 4 * 5.24288, 1e-9);
 }
 
+// A unit's forward and backward are its share of backward as the gradients' ready times
+// measured it, not its share of the parameters: u0 holds 1 MiB whose gradient comes at the end
+// of backward, after 90% of it (a convolution), u1 4 MiB ready at 10% (a large linear layer).
+TEST(PlannerModel, AUnitComputesItsShareOfBackwardAsMeasured) {
+  ModelSpec model;
+  model.parameters.push_back({"conv", kFloatsPerMiB, 4, 0});
+  model.parameters.push_back({"linear", 4 * kFloatsPerMiB, 4, 1});
+  model.units = {"u0", "u1"};
+  ComputeProfile compute = profile(20, 40, 0);
+  compute.gradient_ready = {1.0, 0.1};
+  PlanConfig config = ddp(25);
+  config.strategy = PlanStrategy::kFullShard;
+  // Forward: u0's gather (1 MiB at 2 ranks: 5.24288 ms), then u0 computes 18 ms while u1's
+  // gather (20.97152 ms) runs, u1 waits for it to 26.2144 and computes 2 ms. Backward: u1 4 ms
+  // while u0 is gathered again (to 33.45728), u1's reduce-scatter after that (to 54.4288), u0
+  // 36 ms from 33.45728, its reduce-scatter to 74.70016.
+  EXPECT_NEAR(predict(model, compute, slow_loopback(2), config).step_s * 1e3, 74.70016, 1e-6);
+  // Unmeasured, by their parameters (0.2 and 0.8): u0 4 ms, u1 16 ms from 26.2144, in backward
+  // 32 ms from 42.2144 and its reduce-scatter to 95.18592, u0 8 ms and its to 100.4288.
+  compute.gradient_ready.clear();
+  EXPECT_NEAR(predict(model, compute, slow_loopback(2), config).step_s * 1e3, 100.4288, 1e-6);
+}
+
 TEST(PlannerModel, FullShardWithoutPrefetchGathersEachUnitWhenNeeded) {
   // The case above without prefetch: forward 0-5.24 gather 0, 5.24-10.24 unit 0, 10.24-15.49
   // gather 1, 15.49-20.49 unit 1; backward 20.49-30.49 unit 1 (still gathered), whose

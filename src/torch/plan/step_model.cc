@@ -231,24 +231,47 @@ StepTimes powersgd_step(const ModelSpec& model, const ComputeProfile& compute,
   return t;
 }
 
+// Each parameter's share of the compute: the part of backward from the gradient ready before
+// its own to its own (the layer that made it), as the profile measured the ready times; by its
+// elements where the profile has none (ready_fractions spreads them so). A convolution's few
+// parameters take most of a CNN's compute, the large linear layer after it little.
+std::vector<double> compute_shares(const ModelSpec& model, const ComputeProfile& compute) {
+  const std::vector<double> ready = ready_fractions(model, compute);
+  std::vector<size_t> order(ready.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return ready[a] < ready[b]; });
+  std::vector<double> shares(ready.size(), 0);
+  double before = 0, total = 0;
+  for (size_t i : order) {
+    shares[i] = ready[i] - before;
+    before = ready[i];
+    total += shares[i];
+  }
+  for (double& share : shares) share = total > 0 ? share / total : 1.0 / shares.size();
+  return shares;
+}
+
 struct UnitSizes {
   // Per unit: its parameters' bytes as gathered (the model's dtype), its gradients' on the wire,
-  // its share of the elements.
+  // its share of forward's and backward's compute (compute_shares).
   std::vector<double> bytes, wire, share;
   std::vector<bool> root;
 };
 
-UnitSizes unit_sizes(const ModelSpec& model, const PlanConfig& config) {
+UnitSizes unit_sizes(const ModelSpec& model, const ComputeProfile& compute,
+                     const PlanConfig& config) {
   const size_t units = std::max<size_t>(1, model.units.size());
   UnitSizes s{std::vector<double>(units), std::vector<double>(units), std::vector<double>(units),
               std::vector<bool>(units, false)};
-  const double total = std::max<int64_t>(1, model.elements());
-  for (const auto& p : model.parameters) {
+  const std::vector<double> shares = compute_shares(model, compute);
+  for (size_t i = 0; i < model.parameters.size(); ++i) {
+    const ParameterSpec& p = model.parameters[i];
     const auto u =
         static_cast<size_t>(std::clamp<int64_t>(p.unit, 0, static_cast<int64_t>(units) - 1));
     s.bytes[u] += static_cast<double>(model.model_bytes(p));
     s.wire[u] += static_cast<double>(wire_bytes(model, p, config));
-    s.share[u] += static_cast<double>(p.elements) / total;
+    s.share[u] += shares[i];
   }
   for (size_t u = 0; u < model.units.size(); ++u) s.root[u] = model.units[u].empty();
   return s;
@@ -274,7 +297,7 @@ GroupShape across_nodes_shape(const GroupShape& shape) {
 // FSDP (Note [Planned step]).
 StepTimes sharded_step(const ModelSpec& model, const ComputeProfile& compute,
                        const MachineSpec& machine, const PlanConfig& config) {
-  const UnitSizes units = unit_sizes(model, config);
+  const UnitSizes units = unit_sizes(model, compute, config);
   const GroupShape shard = shard_shape(machine, config);
   const bool hybrid = config.strategy == PlanStrategy::kHybridShard;
   const bool regather = config.strategy != PlanStrategy::kShardGradOp;
@@ -393,7 +416,7 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
   // ZeRO's shards' gradients, where zero_grad() keeps them: they live in memory of their own
   // from one step to the next (Note [ZeRO gradients] in src/torch/shard/zero.cc).
   const double kept_shard_grads = model.zero_grad_keeps_gradients ? grads / world : 0;
-  const UnitSizes units = unit_sizes(model, config);
+  const UnitSizes units = unit_sizes(model, compute, config);
   const auto unit_bytes = sorted_descending(units.bytes);
   const auto unit_wire = sorted_descending(units.wire);
   const size_t gathered_units = config.fsdp_prefetch ? 2 : 1;  // in use (+ the one prefetched)

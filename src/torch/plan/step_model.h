@@ -21,9 +21,10 @@
 // with backward; a node's L ranks at once, sharing its link: timed as one allreduce of the whole
 // unit across the nodes). The optimizer steps once every reduction has ended. FSDP's forward and
 // backward take ComputeProfile::sharded_compute_ratio times the profile's (its interception and
-// copies), and a unit's share of them is its share of the parameters. DDP under local SGD has no
-// communication in backward and averages the parameters (one allreduce) every period steps after
-// the optimizer step: its step is the mean over a period. DDP with PowerSGD
+// copies), and a unit's share of them is the part of backward its gradients' ready times measured
+// (compute_shares). DDP under local SGD has no communication in backward and averages the
+// parameters (one allreduce) every period steps after the optimizer step: its step is the mean
+// over a period. DDP with PowerSGD
 // (PlanConfig::powersgd_rank) allreduces each bucket's first round (P and the tensors sent whole)
 // when the bucket is ready; its arithmetic (ComputeProfile::powersgd, measured) follows backward
 // on compute's timeline, and the second rounds (Q) run bucket by bucket after it.
