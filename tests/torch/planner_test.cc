@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "cohort/core/error.h"
+#include "ddp_harness.h"
 
 namespace cohort {
 namespace {
@@ -652,6 +653,25 @@ TEST(PlannerInputs, PowerSgdCostIsTheHookedStepOverThePlainOne) {
   EXPECT_THROW(p.measure_powersgd(
                    0, [] {}, [] {}),
                InvalidArgument);
+}
+
+// agree() gives every rank the mean times and the largest activations, and refuses profiles
+// whose PowerSGD costs are for different ranks (they are averaged by position).
+TEST(PlannerInputs, AgreeAveragesTheRanksProfilesAndRefusesDifferentPowerSgdRanks) {
+  testing::run_with_groups(2, [](int rank, std::shared_ptr<Group> group) {
+    ComputeProfile compute = profile(10 + 10 * rank, 40, 5);
+    compute.activation_bytes = (1 + 2 * rank) * kMiB;
+    compute.gradient_ready = {1.0, 0.5 * rank};
+    compute.powersgd = {{2, 1e-3 * (1 + rank)}};
+    compute.agree(*group);
+    EXPECT_NEAR(compute.forward_s, 15e-3, 1e-12);
+    EXPECT_EQ(compute.activation_bytes, 3 * kMiB);
+    EXPECT_EQ(compute.gradient_ready, (std::vector<double>{1.0, 0.25}));
+    EXPECT_NEAR(compute.powersgd_s(2), 1.5e-3, 1e-12);
+    ComputeProfile other = profile(10, 40, 5);
+    other.powersgd = {{2 + 2 * rank, 1e-3}};  // rank 2 here, rank 4 there
+    EXPECT_THROW(other.agree(*group), InvalidArgument);
+  });
 }
 
 TEST(PlannerInputs, PlanInputRoundTripsAndNamesWhatIsWrong) {

@@ -60,6 +60,23 @@ StepTiming time_step(const std::vector<torch::Tensor>& parameters,
   return t;
 }
 
+// The PowerSGD costs are averaged by position: every rank must have measured the same ranks in
+// the same order (equal maxima of the ranks and of their negatives). Collective.
+void check_same_powersgd_ranks(Group& group, const std::vector<PowerSgdCost>& powersgd) {
+  if (powersgd.empty()) return;  // the same on every rank: agree() checked the lengths
+  std::vector<int64_t> ranks;
+  for (const auto& cost : powersgd) ranks.push_back(cost.rank);
+  for (const auto& cost : powersgd) ranks.push_back(-cost.rank);
+  auto extremes = torch::tensor(ranks, torch::kInt64);
+  CollectiveOptions max;
+  max.op = ReduceOp::kMax;
+  group.allreduce(tensor_buffer(extremes), max);
+  const auto count = static_cast<int64_t>(powersgd.size());
+  COHORT_CHECK(torch::equal(extremes.narrow(0, 0, count), -extremes.narrow(0, count, count)),
+               "ComputeProfile::agree: the ranks measured PowerSGD at different ranks "
+               "(measure_powersgd the same ranks, in the same order, on every rank)");
+}
+
 }  // namespace
 
 ComputeProfile ComputeProfile::measure(torch::nn::Module& module, const std::function<void()>& step,
@@ -157,6 +174,7 @@ void ComputeProfile::agree(Group& group) {
   group.allreduce(tensor_buffer(lengths), max);
   COHORT_CHECK(lengths[0].item<int64_t>() == -lengths[1].item<int64_t>(),
                "ComputeProfile::agree: the ranks measured models of different parameter counts");
+  check_same_powersgd_ranks(group, powersgd);
   const auto activations = torch::tensor({activation_bytes}, torch::kInt64);
   group.allreduce(tensor_buffer(activations), max);
   CollectiveOptions mean;

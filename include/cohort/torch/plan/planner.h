@@ -147,7 +147,8 @@ struct ComputeProfile {
   // What measure_powersgd recorded for `rank`; throws InvalidArgument when it measured none.
   double powersgd_s(int rank) const;
   // The ranks' mean times and ready fractions (the largest activations) on every rank of
-  // `group`, so that every rank plans the same. Collective.
+  // `group`, so that every rank plans the same. Collective. Throws InvalidArgument where the
+  // ranks measured models of different sizes or PowerSGD at different ranks.
   void agree(Group& group);
 };
 
