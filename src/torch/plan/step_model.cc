@@ -399,9 +399,10 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
   const double params = static_cast<double>(model.parameter_bytes());
   const double grads = params;
   const double state = static_cast<double>(model.elements() * model.optimizer_state_per_element);
-  // Under master weights the model and its gradients are 16-bit and the float32 masters (DDP's)
-  // or shards (FSDP's) are what the optimizer steps.
-  const double held = static_cast<double>(model.model_bytes());
+  // What the model itself holds: under master weights a 16-bit copy of the parameters and of
+  // their gradients, beside the float32 masters (DDP's) or shards (FSDP's) the optimizer steps.
+  const double model_params = static_cast<double>(model.model_bytes());
+  const double model_grads = model_params;
   const double masters = model.master_weights ? params : 0;
   const double activations = static_cast<double>(compute.activation_bytes);
   const double world = std::max(1, machine.shape.world);
@@ -426,7 +427,7 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
     case PlanStrategy::kDdp:  // gradients are views of the buckets; bfloat16 adds a copy of one;
                               // local SGD averages through a flat copy of the parameters after
                               // the step, when the activations are gone
-      bytes = held + held + masters + state +
+      bytes = model_params + model_grads + masters + state +
               (config.reduce_dtype == torch::kBFloat16 ? bucket / 2 : 0) +
               (config.local_sgd_period > 0 ? std::max(0.0, params - activations) : 0);
       if (config.powersgd_rank > 0) {  // each bucket's residual and Q stay; its compensated
@@ -448,7 +449,7 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
               largest(unit_wire, 3);
       break;
     case PlanStrategy::kShardGradOp:
-      bytes = (params + grads + state) / world + held + largest(unit_wire, 3);
+      bytes = (params + grads + state) / world + model_params + largest(unit_wire, 3);
       break;
     case PlanStrategy::kHybridShard: {
       const double local = std::max(1, machine.shape.local_size);
