@@ -615,17 +615,22 @@ TEST(PlannerInputs, ShardedRatioIsTheShardedStepOverThePlainOne) {
   };
   ComputeProfile p;
   EXPECT_THROW(p.measure_sharded(step), InvalidArgument);  // no plain step measured yet
-  p = ComputeProfile::measure(*net, step, 9);
   // A "sharded" step that computes forward and backward three times: (3 (f + b) + o - o) /
   // (f + b) = 3, give or take the machine's noise (wide bounds: a loaded machine's medians of
-  // 9 steps; a wrong formula gives 1 or a ratio of seconds).
-  p.measure_sharded(
-      [&] {
-        sgd.zero_grad();
-        for (int i = 0; i < 3; ++i) net->forward(inputs).pow(2).mean().backward();
-        sgd.step();
-      },
-      9);
+  // 9 steps; a wrong formula gives 1 or a ratio of seconds). The plain and the sharded step are
+  // timed apart, so a burst of load on one of them (ctest runs other tests beside this one: 1.2
+  // once) can move the ratio out of the bounds; three tries, where a wrong formula fails all.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    p = ComputeProfile::measure(*net, step, 9);
+    p.measure_sharded(
+        [&] {
+          sgd.zero_grad();
+          for (int i = 0; i < 3; ++i) net->forward(inputs).pow(2).mean().backward();
+          sgd.step();
+        },
+        9);
+    if (p.sharded_compute_ratio > 1.5 && p.sharded_compute_ratio < 6.0) break;
+  }
   EXPECT_GT(p.sharded_compute_ratio, 1.5);
   EXPECT_LT(p.sharded_compute_ratio, 6.0);
   p.measure_sharded([] {});  // faster than the plain step: no less than 1
