@@ -15,8 +15,10 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "cohort/core/dtype.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/plan/planner.h"
+#include "cohort/torch/tensor_buffer.h"
 
 namespace cohort {
 namespace {
@@ -58,13 +60,10 @@ UnitLayout read_layout(const json& in, size_t parameters, const std::string& ori
   return layout;
 }
 
-const char* dtype_name(torch::Dtype dtype) {
-  return dtype == torch::kBFloat16 ? "bfloat16" : "float16";
-}
-
+// "master_weights": the 16-bit dtype by the name dtype_name gives it.
 torch::Dtype sixteen_bit_dtype(const std::string& name, const std::string& origin) {
-  if (name == "bfloat16") return torch::kBFloat16;
-  if (name == "float16") return torch::kFloat16;
+  if (name == dtype_name(DType::kBFloat16)) return torch::kBFloat16;
+  if (name == dtype_name(DType::kFloat16)) return torch::kFloat16;
   throw InvalidArgument(origin + ": 'master_weights' must be \"bfloat16\" or \"float16\", got \"" +
                         name + "\"");
 }
@@ -98,7 +97,7 @@ std::string PlanInput::to_json() const {
     powersgd.push_back({{"rank", cost.rank}, {"ms", cost.seconds * 1e3}});
   }
   out["compute"]["powersgd"] = powersgd;
-  if (model.master_weights) out["master_weights"] = dtype_name(*model.master_weights);
+  if (model.master_weights) out["master_weights"] = dtype_name(to_dtype(*model.master_weights));
   json layouts = json::array();
   for (const auto& l : model.other_unit_layouts) {
     layouts.push_back({{"min_unit_parameters", l.min_unit_parameters},

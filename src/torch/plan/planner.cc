@@ -12,8 +12,14 @@
 namespace cohort {
 namespace {
 
-bool is_zero(PlanStrategy strategy) {
-  return strategy == PlanStrategy::kZero1 || strategy == PlanStrategy::kZero2;
+// What cohort runs over master weights (ModelSpec::master_weights): DDP and the FSDP strategies
+// (ZeRO's shards would be the 16-bit parameters themselves), with the gradients in the model's
+// 16-bit dtype, without local SGD or PowerSGD.
+bool runs_over_master_weights(const PlanConfig& config) {
+  const bool zero =
+      config.strategy == PlanStrategy::kZero1 || config.strategy == PlanStrategy::kZero2;
+  return !zero && config.reduce_dtype == torch::kFloat32 && config.local_sgd_period == 0 &&
+         config.powersgd_rank == 0;
 }
 
 void check_runnable(const ModelSpec& model, const MachineSpec& machine, const PlanConfig& config) {
@@ -34,12 +40,10 @@ void check_runnable(const ModelSpec& model, const MachineSpec& machine, const Pl
                    (config.strategy == PlanStrategy::kDdp &&
                     config.reduce_dtype == torch::kFloat32 && config.local_sgd_period == 0),
                "planner: PowerSGD runs under ddp with float32 gradients and without local SGD");
-  COHORT_CHECK(!model.master_weights || !is_zero(config.strategy),
-               "planner: master weights run under ddp and the FSDP strategies, not ZeRO");
-  COHORT_CHECK(!model.master_weights || (config.reduce_dtype == torch::kFloat32 &&
-                                         config.local_sgd_period == 0 && config.powersgd_rank == 0),
-               "planner: over master weights the gradients travel in the model's 16-bit dtype "
-               "(reduce_dtype float32), without local SGD or PowerSGD");
+  COHORT_CHECK(!model.master_weights || runs_over_master_weights(config),
+               "planner: master weights run under ddp and the FSDP strategies, not ZeRO, with "
+               "the gradients in the model's 16-bit dtype (reduce_dtype float32), without local "
+               "SGD or PowerSGD");
   const GroupShape& shape = machine.shape;
   COHORT_CHECK(
       config.strategy != PlanStrategy::kHybridShard || (shape.nodes > 1 && shape.local_size > 1),
@@ -132,17 +136,6 @@ std::vector<Reduction> reductions(PlanStrategy strategy, const PlannerOptions& o
   return allowed;
 }
 
-// The options less what cannot run over `model`'s master weights (ModelSpec::master_weights).
-PlannerOptions runnable_over(const ModelSpec& model, PlannerOptions options) {
-  if (!model.master_weights) return options;
-  auto& strategies = options.strategies;
-  strategies.erase(std::remove_if(strategies.begin(), strategies.end(), is_zero), strategies.end());
-  options.reduce_dtypes = {torch::kFloat32};
-  options.local_sgd_periods.clear();
-  options.powersgd_ranks.clear();
-  return options;
-}
-
 // PlannerOptions::baseline: kept where it fits and the fastest is not predicted more than
 // min_gain faster.
 void keep_the_baseline_unless_beaten(Plan& plan, const PlannerOptions& options) {
@@ -188,8 +181,7 @@ Refit refit(const ComputeProfile& compute, const MachineSpec& machine, const Pre
 }
 
 Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSpec& machine,
-          const PlannerOptions& requested) {
-  const PlannerOptions options = runnable_over(model, requested);
+          const PlannerOptions& options) {
   const GroupShape& shape = machine.shape;
   const std::vector<ModelSpec> cuts = unit_cuts(model, options);
   const std::vector<UnitChoice> fsdp_choices = fsdp_unit_choices(cuts, options);
@@ -203,7 +195,8 @@ Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSp
     if (!detail::uses_buckets(strategy)) caps = {PlanConfig{}.bucket_cap_mb};
     std::sort(caps.begin(), caps.end(), std::greater<>());  // ties go to the larger bucket
     const auto consider = [&](const ModelSpec& cut, const PlanConfig& config) {
-      Prediction p = predict_cut(cut, compute, machine, config);  // cut as config names
+      if (model.master_weights && !runs_over_master_weights(config)) return;  // not a candidate
+      Prediction p = predict_cut(cut, compute, machine, config);              // cut as config names
       p.fits =
           options.memory_budget_bytes <= 0 || p.peak_memory_bytes <= options.memory_budget_bytes;
       result.candidates.push_back(p);

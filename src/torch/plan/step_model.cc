@@ -42,6 +42,16 @@ std::vector<double> ready_fractions(const ModelSpec& model, const ComputeProfile
   return ready;
 }
 
+// The parameters' indices in the order backward makes their gradients ready (ties keep
+// registration order).
+std::vector<size_t> ready_order(const std::vector<double>& ready) {
+  std::vector<size_t> order(ready.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return ready[a] < ready[b]; });
+  return order;
+}
+
 // Compute and the group's collectives, each a timeline of work done one piece at a time.
 class Timelines {
  public:
@@ -237,13 +247,9 @@ StepTimes powersgd_step(const ModelSpec& model, const ComputeProfile& compute,
 // parameters take most of a CNN's compute, the large linear layer after it little.
 std::vector<double> compute_shares(const ModelSpec& model, const ComputeProfile& compute) {
   const std::vector<double> ready = ready_fractions(model, compute);
-  std::vector<size_t> order(ready.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return ready[a] < ready[b]; });
   std::vector<double> shares(ready.size(), 0);
   double before = 0, total = 0;
-  for (size_t i : order) {
+  for (size_t i : ready_order(ready)) {
     shares[i] = ready[i] - before;
     before = ready[i];
     total += shares[i];
@@ -372,15 +378,12 @@ double largest(const std::vector<double>& sorted, size_t count) {
 std::vector<std::vector<size_t>> planned_buckets(const ModelSpec& model,
                                                  const ComputeProfile& compute,
                                                  const PlanConfig& config) {
-  const std::vector<double> ready = ready_fractions(model, compute);
   BucketPlanInput input;
-  for (size_t i = 0; i < model.parameters.size(); ++i) {
-    input.order.push_back(i);
-    input.bytes.push_back(static_cast<size_t>(model.parameters[i].bytes()));
-    input.kind.push_back(static_cast<int>(model.parameters[i].element_bytes));
+  input.order = ready_order(ready_fractions(model, compute));
+  for (const ParameterSpec& p : model.parameters) {
+    input.bytes.push_back(static_cast<size_t>(p.bytes()));
+    input.kind.push_back(static_cast<int>(p.element_bytes));
   }
-  std::stable_sort(input.order.begin(), input.order.end(),
-                   [&](size_t a, size_t b) { return ready[a] < ready[b]; });
   input.first_cap_bytes = cap_bytes(config.first_bucket_cap_mb);
   input.cap_bytes = cap_bytes(config.bucket_cap_mb);
   return plan_buckets(input);
