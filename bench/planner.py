@@ -7,7 +7,11 @@ example once per strategy with --plan-out (which makes it plan the configuration
 the prediction and, at COHORT_LOG_LEVEL=info, log the epoch's measured median step against it,
 before and after the online correction), then once with --strategy auto --bucket-cap-mb auto.
 Measured peak memory is the most tensor memory rank 0 held during the first epoch's steps
-beyond what it held before the model was made (the data sets); predicted is the plan's peak. Rounds are interleaved; medians are printed.
+beyond what it held before the model was made (the data sets); predicted is the plan's peak.
+Rounds are interleaved, each running the configurations in its own shuffled order (a machine that
+slows down or speeds up for a minute then does not favour the rows that run at the same place
+in every round); medians are printed, with each row's spread (the slowest round's measured step
+over the fastest's, minus one), which says how far apart two rows must be to differ.
 
 With --net RATE the ranks run on 2 simulated hosts of scripts/netns-cluster (root only) whose
 links are limited to RATE, --ranks-per-host each; the cluster is calibrated first
@@ -34,6 +38,7 @@ Usage: bench/planner.py [--build build] [--ranks 2 4] [--steps 40] [--rounds 3]
 """
 import argparse
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -106,6 +111,11 @@ def median_of(runs, key):
     return statistics.median(r[key] for r in runs)
 
 
+def spread(runs):
+    measured = [r["measured"] for r in runs]
+    return max(measured) / min(measured) - 1
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", default="build")
@@ -143,8 +153,10 @@ def main():
             for ranks in args.ranks:
                 swept = [f"ddp@{cap}" for cap in args.ddp_buckets]
                 runs = {s: [] for s in strategies + swept + args.also + ["auto"]}
-                for _ in range(args.rounds):
-                    for s in runs:
+                for round_index in range(args.rounds):
+                    order = list(runs)
+                    random.Random(round_index).shuffle(order)
+                    for s in order:
                         runs[s].append(run(args.build, example, ranks, s, args.steps, cluster,
                                            args.ranks_per_host, args.memory_budget_mb,
                                            args.auto_args))
@@ -153,15 +165,15 @@ def main():
                 print(f"\n{example}, {where}, {args.steps} steps, medians of {args.rounds}")
                 print(f"{'configuration':42s} {'predicted':>9s} {'corrected':>9s} "
                       f"{'measured':>9s} {'error':>7s} {'MiB pred.':>9s} {'MiB meas.':>9s} "
-                      f"{'error':>7s}")
+                      f"{'error':>7s} {'spread':>7s}")
                 for s, rs in runs.items():
                     measured, predicted = median_of(rs, "measured"), median_of(rs, "predicted")
                     peak_p, peak_m = median_of(rs, "peak_predicted"), median_of(rs, "peak_measured")
                     name = rs[0]["config"] + (" (auto)" if s == "auto" else "")
                     print(f"{name:42s} {predicted:9.1f} {median_of(rs, 'corrected'):9.1f} "
                           f"{measured:9.1f} {(predicted / measured - 1) * 100:+6.1f}% "
-                          f"{peak_p:9.1f} {peak_m:9.1f} {(peak_p / peak_m - 1) * 100:+6.1f}%",
-                          flush=True)
+                          f"{peak_p:9.1f} {peak_m:9.1f} {(peak_p / peak_m - 1) * 100:+6.1f}% "
+                          f"{spread(rs) * 100:6.1f}%", flush=True)
                 def against(label, configuration):
                     other = median_of(runs[configuration], "measured")
                     return (f"{label}, {runs[configuration][0]['config']}: {other:.1f} ms "
@@ -172,6 +184,10 @@ def main():
                 picks = sorted({r["config"] for r in runs["auto"]})  # each round probes anew
                 print(f"auto picked {' / '.join(picks)}: {auto:.1f} ms; "
                       + against("the best tried", best))
+                same = [s for s in strategies + swept + args.also
+                        if len(picks) == 1 and runs[s][0]["config"] == picks[0]]
+                if same:
+                    print("  against " + against("the same configuration as its own row", same[0]))
                 if "ddp" in runs:
                     print("  against " + against("the defaults", "ddp"))
                 if swept:
