@@ -277,9 +277,13 @@ TEST(PlannerModel, PowerSgdSendsPThenQAroundItsArithmetic) {
   EXPECT_NEAR(p.reduction_s[0] * 1e3, round1_ms + round2_ms, 1e-9);
   EXPECT_EQ(p.network_bytes, (1552 + 1024) * 4);
   // DDP's parameters, gradients and Adam's state (16 bytes an element), the residual (4) and Q
-  // (1,024 floats) that stay, and the compensated gradients (4), more than the activations (0).
+  // (1,024 floats) that stay, and the compensated gradients (4), made in backward beside the
+  // activations.
   const int64_t parameter_bytes = model.parameter_bytes();
   EXPECT_EQ(p.peak_memory_bytes, 6 * parameter_bytes + 1024 * 4);
+  compute.activation_bytes = 2 * parameter_bytes;
+  EXPECT_EQ(predict(model, compute, slow_loopback(2), config).peak_memory_bytes,
+            8 * parameter_bytes + 1024 * 4);
   EXPECT_EQ(p.config.describe(), "ddp, 25 MiB buckets (first 25), powersgd rank 2");
   config.powersgd_rank = 4;  // not measured
   EXPECT_THROW(predict(model, compute, slow_loopback(2), config), InvalidArgument);
@@ -660,19 +664,21 @@ TEST(PlannerInputs, PowerSgdCostIsTheHookedStepOverThePlainOne) {
                InvalidArgument);
 }
 
-// agree() gives every rank the mean times and the largest activations, and refuses profiles
-// whose PowerSGD costs are for different ranks (they are averaged by position).
-TEST(PlannerInputs, AgreeAveragesTheRanksProfilesAndRefusesDifferentPowerSgdRanks) {
+// agree() gives every rank the slowest rank's times, the mean ready fractions and the largest
+// activations, and refuses profiles whose PowerSGD costs are for different ranks (they are
+// matched by position).
+TEST(PlannerInputs, AgreeTakesTheSlowestRanksTimesAndRefusesDifferentPowerSgdRanks) {
   testing::run_with_groups(2, [](int rank, std::shared_ptr<Group> group) {
     ComputeProfile compute = profile(10 + 10 * rank, 40, 5);
     compute.activation_bytes = (1 + 2 * rank) * kMiB;
     compute.gradient_ready = {1.0, 0.5 * rank};
     compute.powersgd = {{2, 1e-3 * (1 + rank)}};
     compute.agree(*group);
-    EXPECT_NEAR(compute.forward_s, 15e-3, 1e-12);
+    EXPECT_NEAR(compute.forward_s, 20e-3, 1e-12);
+    EXPECT_NEAR(compute.backward_s, 40e-3, 1e-12);
     EXPECT_EQ(compute.activation_bytes, 3 * kMiB);
     EXPECT_EQ(compute.gradient_ready, (std::vector<double>{1.0, 0.25}));
-    EXPECT_NEAR(compute.powersgd_s(2), 1.5e-3, 1e-12);
+    EXPECT_NEAR(compute.powersgd_s(2), 2e-3, 1e-12);
     ComputeProfile other = profile(10, 40, 5);
     other.powersgd = {{2 + 2 * rank, 1e-3}};  // rank 2 here, rank 4 there
     EXPECT_THROW(other.agree(*group), InvalidArgument);

@@ -162,33 +162,38 @@ double ComputeProfile::powersgd_s(int rank) const {
 }
 
 void ComputeProfile::agree(Group& group) {
-  std::vector<double> values = {forward_s, backward_s, optimizer_s,
-                                static_cast<double>(activation_bytes), sharded_compute_ratio};
-  values.insert(values.end(), gradient_ready.begin(), gradient_ready.end());
-  for (const auto& cost : powersgd) values.push_back(cost.seconds);
-  auto tensor = torch::tensor(values, torch::kFloat64);
-  const auto count = static_cast<int64_t>(values.size());
-  auto lengths = torch::tensor({count, -count}, torch::kInt64);  // the longest, minus the shortest
+  // Times are the slowest rank's: a step waits for every rank at its collectives, so it runs at
+  // the pace of the slowest (the online correction takes the slowest rank's compute too).
+  // Fractions and ratios are the ranks' mean; the activations the largest.
+  std::vector<double> times = {forward_s, backward_s, optimizer_s,
+                               static_cast<double>(activation_bytes)};
+  for (const auto& cost : powersgd) times.push_back(cost.seconds);
+  std::vector<double> shares = {sharded_compute_ratio};
+  shares.insert(shares.end(), gradient_ready.begin(), gradient_ready.end());
+  auto lengths = torch::tensor({static_cast<int64_t>(times.size() + shares.size()),
+                                -static_cast<int64_t>(times.size() + shares.size())},
+                               torch::kInt64);  // the longest, minus the shortest
   CollectiveOptions max;
   max.op = ReduceOp::kMax;
   group.allreduce(tensor_buffer(lengths), max);
   COHORT_CHECK(lengths[0].item<int64_t>() == -lengths[1].item<int64_t>(),
                "ComputeProfile::agree: the ranks measured models of different parameter counts");
   check_same_powersgd_ranks(group, powersgd);
-  const auto activations = torch::tensor({activation_bytes}, torch::kInt64);
-  group.allreduce(tensor_buffer(activations), max);
+  auto slowest = torch::tensor(times, torch::kFloat64);
+  group.allreduce(tensor_buffer(slowest), max);
   CollectiveOptions mean;
   mean.op = ReduceOp::kAvg;
-  group.allreduce(tensor_buffer(tensor), mean);
-  const double* v = tensor.data_ptr<double>();
-  forward_s = v[0];
-  backward_s = v[1];
-  optimizer_s = v[2];
-  activation_bytes = activations.item<int64_t>();
-  sharded_compute_ratio = v[4];
-  const size_t ready_end = 5 + gradient_ready.size();
-  gradient_ready.assign(v + 5, v + ready_end);
-  for (size_t i = 0; i < powersgd.size(); ++i) powersgd[i].seconds = v[ready_end + i];
+  auto averaged = torch::tensor(shares, torch::kFloat64);
+  group.allreduce(tensor_buffer(averaged), mean);
+  const double* t = slowest.data_ptr<double>();
+  forward_s = t[0];
+  backward_s = t[1];
+  optimizer_s = t[2];
+  activation_bytes = static_cast<int64_t>(t[3]);
+  for (size_t i = 0; i < powersgd.size(); ++i) powersgd[i].seconds = t[4 + i];
+  const double* a = averaged.data_ptr<double>();
+  sharded_compute_ratio = a[0];
+  gradient_ready.assign(a + 1, a + 1 + gradient_ready.size());
 }
 
 }  // namespace cohort

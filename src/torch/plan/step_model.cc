@@ -434,10 +434,10 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
               (config.reduce_dtype == torch::kBFloat16 ? bucket / 2 : 0) +
               (config.local_sgd_period > 0 ? std::max(0.0, params - activations) : 0);
       if (config.powersgd_rank > 0) {  // each bucket's residual and Q stay; its compensated
-                                       // copy lives from its first round to its second, past
-                                       // backward, when the activations are gone
+                                       // copy is made when the bucket is ready, in backward,
+                                       // beside the activations, and lives to its second round
         bytes += grads + powersgd_q_bytes(model, config.powersgd_rank);
-        transient = std::max(activations, grads);
+        transient = activations + grads;
       }
       break;
     case PlanStrategy::kZero1:  // the buckets hold the gradients; the shards' own copies

@@ -146,9 +146,10 @@ struct ComputeProfile {
                         const std::function<void()>& powersgd_step, int steps = 5);
   // What measure_powersgd recorded for `rank`; throws InvalidArgument when it measured none.
   double powersgd_s(int rank) const;
-  // The ranks' mean times and ready fractions (the largest activations) on every rank of
-  // `group`, so that every rank plans the same. Collective. Throws InvalidArgument where the
-  // ranks measured models of different sizes or PowerSGD at different ranks.
+  // The slowest rank's times (a step waits for every rank), the ranks' mean ready fractions and
+  // FSDP ratio, and the largest activations, on every rank of `group`, so that every rank plans
+  // the same. Collective. Throws InvalidArgument where the ranks measured models of different
+  // sizes or PowerSGD at different ranks.
   void agree(Group& group);
 };
 
