@@ -162,36 +162,35 @@ double ComputeProfile::powersgd_s(int rank) const {
 }
 
 void ComputeProfile::agree(Group& group) {
-  // Times are the slowest rank's: a step waits for every rank at its collectives, so it runs at
-  // the pace of the slowest (the online correction takes the slowest rank's compute too).
-  // Fractions and ratios are the ranks' mean; the activations the largest.
-  std::vector<double> times = {forward_s, backward_s, optimizer_s,
-                               static_cast<double>(activation_bytes)};
-  for (const auto& cost : powersgd) times.push_back(cost.seconds);
-  std::vector<double> shares = {sharded_compute_ratio};
-  shares.insert(shares.end(), gradient_ready.begin(), gradient_ready.end());
-  auto lengths = torch::tensor({static_cast<int64_t>(times.size() + shares.size()),
-                                -static_cast<int64_t>(times.size() + shares.size())},
-                               torch::kInt64);  // the longest, minus the shortest
+  // A step waits for every rank at its collectives, so it runs at the slowest rank's pace (the
+  // online correction takes the slowest rank's compute too): the times, like the activations,
+  // are the ranks' largest; the ready fractions and FSDP's ratio their mean.
+  std::vector<double> largest = {forward_s, backward_s, optimizer_s,
+                                 static_cast<double>(activation_bytes)};
+  for (const auto& cost : powersgd) largest.push_back(cost.seconds);
+  std::vector<double> averaged = {sharded_compute_ratio};
+  averaged.insert(averaged.end(), gradient_ready.begin(), gradient_ready.end());
+  const auto count = static_cast<int64_t>(largest.size() + averaged.size());
+  auto lengths = torch::tensor({count, -count}, torch::kInt64);  // the longest, minus the shortest
   CollectiveOptions max;
   max.op = ReduceOp::kMax;
   group.allreduce(tensor_buffer(lengths), max);
   COHORT_CHECK(lengths[0].item<int64_t>() == -lengths[1].item<int64_t>(),
                "ComputeProfile::agree: the ranks measured models of different parameter counts");
   check_same_powersgd_ranks(group, powersgd);
-  auto slowest = torch::tensor(times, torch::kFloat64);
-  group.allreduce(tensor_buffer(slowest), max);
+  auto maxima = torch::tensor(largest, torch::kFloat64);
+  group.allreduce(tensor_buffer(maxima), max);
   CollectiveOptions mean;
   mean.op = ReduceOp::kAvg;
-  auto averaged = torch::tensor(shares, torch::kFloat64);
-  group.allreduce(tensor_buffer(averaged), mean);
-  const double* t = slowest.data_ptr<double>();
-  forward_s = t[0];
-  backward_s = t[1];
-  optimizer_s = t[2];
-  activation_bytes = static_cast<int64_t>(t[3]);
-  for (size_t i = 0; i < powersgd.size(); ++i) powersgd[i].seconds = t[4 + i];
-  const double* a = averaged.data_ptr<double>();
+  auto means = torch::tensor(averaged, torch::kFloat64);
+  group.allreduce(tensor_buffer(means), mean);
+  const double* m = maxima.data_ptr<double>();
+  forward_s = m[0];
+  backward_s = m[1];
+  optimizer_s = m[2];
+  activation_bytes = static_cast<int64_t>(m[3]);
+  for (size_t i = 0; i < powersgd.size(); ++i) powersgd[i].seconds = m[4 + i];
+  const double* a = means.data_ptr<double>();
   sharded_compute_ratio = a[0];
   gradient_ready.assign(a + 1, a + 1 + gradient_ready.size());
 }
