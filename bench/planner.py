@@ -184,8 +184,8 @@ def main():
                 picks = sorted({r["config"] for r in runs["auto"]})  # each round probes anew
                 print(f"auto picked {' / '.join(picks)}: {auto:.1f} ms; "
                       + against("the best tried", best))
-                same = [s for s in strategies + swept + args.also
-                        if len(picks) == 1 and runs[s][0]["config"] == picks[0]]
+                same = ([s for s in strategies + swept + args.also
+                         if runs[s][0]["config"] == picks[0]] if len(picks) == 1 else [])
                 if same:
                     print("  against " + against("the same configuration as its own row", same[0]))
                 if "ddp" in runs:

@@ -665,8 +665,8 @@ TEST(PlannerInputs, PowerSgdCostIsTheHookedStepOverThePlainOne) {
 }
 
 // agree() gives every rank the slowest rank's times, the mean ready fractions and the largest
-// activations, and refuses profiles whose PowerSGD costs are for different ranks (they are
-// matched by position).
+// activations, and refuses profiles of different parameter counts or whose PowerSGD costs are
+// for different ranks (they are matched by position).
 TEST(PlannerInputs, AgreeTakesTheSlowestRanksTimesAndRefusesDifferentPowerSgdRanks) {
   testing::run_with_groups(2, [](int rank, std::shared_ptr<Group> group) {
     ComputeProfile compute = profile(10 + 10 * rank, 40, 5);
@@ -679,6 +679,9 @@ TEST(PlannerInputs, AgreeTakesTheSlowestRanksTimesAndRefusesDifferentPowerSgdRan
     EXPECT_EQ(compute.activation_bytes, 3 * kMiB);
     EXPECT_EQ(compute.gradient_ready, (std::vector<double>{1.0, 0.25}));
     EXPECT_NEAR(compute.powersgd_s(2), 2e-3, 1e-12);
+    ComputeProfile uneven = profile(10, 40, 5);
+    uneven.gradient_ready.assign(static_cast<size_t>(1 + rank), 1.0);  // 1 parameter here, 2 there
+    EXPECT_THROW(uneven.agree(*group), InvalidArgument);
     ComputeProfile other = profile(10, 40, 5);
     other.powersgd = {{2 + 2 * rank, 1e-3}};  // rank 2 here, rank 4 there
     EXPECT_THROW(other.agree(*group), InvalidArgument);
