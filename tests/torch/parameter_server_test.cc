@@ -289,9 +289,9 @@ TEST(ParameterServer, AsynchronousAppliesEveryGradientAlone) {
 // ---------------------------------------------------------------- backup workers
 
 // Worker 2 pushes each gradient only once the other two hold parameters newer than the ones
-// it computed on, and they start each step only once worker 2 has its answer for the step
-// before: with one backup worker it is always too late, so the job trains exactly as the two
-// others would.
+// it computed on, and they push each step only once worker 2 holds that step's parameters:
+// with one backup worker it is always too late, so the job trains exactly as the two others
+// would.
 TEST(ParameterServer, BackupWorkerDropsTheLateGradient) {
   PsJob job;
   job.world = 4;
@@ -300,6 +300,7 @@ TEST(ParameterServer, BackupWorkerDropsTheLateGradient) {
   std::mutex mutex;
   std::condition_variable changed;
   std::vector<int64_t> steps_done(3, 0);  // steps whose wait_for_parameters returned
+  int64_t late_worker_holds = -1;         // the version worker 2 computes on, once it has it
   job.hooks.after_wait = [&](int w, int s, ParameterServer&) {
     std::lock_guard<std::mutex> lock(mutex);
     steps_done[static_cast<size_t>(w)] = s + 1;
@@ -308,12 +309,16 @@ TEST(ParameterServer, BackupWorkerDropsTheLateGradient) {
   job.hooks.before_push = [&](int w, int s, ParameterServer& ps) {
     std::unique_lock<std::mutex> lock(mutex);
     if (w != 2) {
-      changed.wait(lock, [&] { return steps_done[2] >= s; });
+      // Not before worker 2 holds version s: its first pull, made when it is created, may
+      // otherwise come after step 0 and fetch version 1.
+      changed.wait(lock, [&] { return late_worker_holds >= s; });
       return;
     }
-    // A fast worker that finished step k holds version k + 1.
-    const int64_t computed_on = ps.parameter_version();
-    changed.wait(lock, [&] { return steps_done[0] > computed_on && steps_done[1] > computed_on; });
+    late_worker_holds = ps.parameter_version();
+    changed.notify_all();
+    EXPECT_EQ(late_worker_holds, s) << "the hooks let the fast workers run ahead";
+    // A fast worker that finished step s holds version s + 1.
+    changed.wait(lock, [&] { return steps_done[0] > s && steps_done[1] > s; });
   };
   const PsResult r = run_ps(job);
   EXPECT_EQ(r.server_stats[0].dropped, job.steps);
