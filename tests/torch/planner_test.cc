@@ -330,6 +330,32 @@ TEST(PlannerModel, MemoryPerStrategyWithAdamAtTwoRanks) {
   EXPECT_EQ(memory(PlanStrategy::kShardGradOp), 8 + 4 + 3 + 3);  // the whole model gathered
 }
 
+// FSDP holds, when a unit's gradients arrive, those and the two units before it in reduce order
+// (reverse, the root last) still in flight; HYBRID_SHARD also keeps half (1/L) of each unit
+// reduced before them, to average it across the nodes at the end of backward.
+TEST(PlannerModel, FsdpHoldsThreeUnitsGradientsInReduceOrderAndHybridShardItsBlocks) {
+  ModelSpec model = mebibyte_parameters(4);
+  model.zero_grad_keeps_gradients = false;
+  ComputeProfile compute = profile(10, 40, 5);
+  compute.activation_bytes = 3 * kMiB;
+  PlanConfig config;
+  config.strategy = PlanStrategy::kFullShard;
+  // Units of 4, 1, 1 and 4 MiB: reduced 4, 1, 1, 4; at most 4 + 1 + 1 at once, not the three
+  // largest (9). (10 + 10 + 20) / 2, the two largest units gathered, 6, and the activations.
+  model.parameters[0].elements = model.parameters[3].elements = 4 * kFloatsPerMiB;
+  EXPECT_EQ(predict(model, compute, slow_loopback(2), config).peak_memory_bytes,
+            (20 + 8 + 6 + 3) * kMiB);
+  // Four 1 MiB units on 2 nodes x 2: when u0's arrive, u0..u2 in flight and u3's block kept.
+  model = mebibyte_parameters(4);
+  MachineSpec two_by_two = slow_loopback(4);
+  two_by_two.shape.nodes = 2;
+  two_by_two.shape.local_size = 2;
+  two_by_two.shape.shared_memory = true;
+  config.strategy = PlanStrategy::kHybridShard;
+  EXPECT_EQ(predict(model, compute, two_by_two, config).peak_memory_bytes,
+            8 * kMiB + 2 * kMiB + 3 * kMiB + kMiB / 2 + 3 * kMiB);
+}
+
 // Over master weights (ModelSpec::master_weights: a bfloat16 model, float32 masters) DDP holds
 // the 16-bit model and its 16-bit gradients beside the masters and the state, and sends 16-bit
 // gradients; FSDP keeps float32 shards and gathers 16-bit units.

@@ -373,6 +373,38 @@ double largest(const std::vector<double>& sorted, size_t count) {
   return sum;
 }
 
+// The units' gradients on the wire in FSDP's reduce-scatter order: the units in reverse, the
+// root last (FullyShardedDataParallel's).
+std::vector<double> wire_in_reduce_order(const UnitSizes& units) {
+  std::vector<double> order;
+  for (size_t u = units.wire.size(); u-- > 0;) {
+    if (!units.root[u]) order.push_back(units.wire[u]);
+  }
+  for (size_t u = 0; u < units.wire.size(); ++u) {
+    if (units.root[u]) order.push_back(units.wire[u]);
+  }
+  return order;
+}
+
+// The most gradient bytes FSDP holds at once in backward (Note [FSDP gradients in flight] in
+// src/torch/shard/fsdp_backward.cc): when a unit's flat gradient arrives, the two before it in
+// reduce order may still be in flight; every unit reduced before those keeps `kept_fraction` of
+// its gradient to the end of backward (HYBRID_SHARD's blocks, 1/L, wait there for the average
+// across the nodes; the other strategies land theirs in the shards' .grad at once: 0).
+double fsdp_gradients_held(const std::vector<double>& wire_in_order, double kept_fraction) {
+  constexpr size_t kHeld = 3;  // the unit that arrived and two reduce-scatters in flight
+  double in_flight = 0, kept = 0, most = 0;
+  for (size_t i = 0; i < wire_in_order.size(); ++i) {
+    in_flight += wire_in_order[i];
+    if (i >= kHeld) {
+      in_flight -= wire_in_order[i - kHeld];
+      kept += wire_in_order[i - kHeld] * kept_fraction;
+    }
+    most = std::max(most, in_flight + kept);
+  }
+  return most;
+}
+
 }  // namespace
 
 std::vector<std::vector<size_t>> planned_buckets(const ModelSpec& model,
@@ -422,7 +454,7 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
   const double kept_shard_grads = model.zero_grad_keeps_gradients ? grads / world : 0;
   const UnitSizes units = unit_sizes(model, compute, config);
   const auto unit_bytes = sorted_descending(units.bytes);
-  const auto unit_wire = sorted_descending(units.wire);
+  const auto wire_in_order = wire_in_reduce_order(units);
   const size_t gathered_units = config.fsdp_prefetch ? 2 : 1;  // in use (+ the one prefetched)
   double bytes = 0;
   double transient = activations;  // what a step allocates and frees
@@ -449,15 +481,16 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
       break;
     case PlanStrategy::kFullShard:
       bytes = (params + grads + state) / world + largest(unit_bytes, gathered_units) +
-              largest(unit_wire, 3);
+              fsdp_gradients_held(wire_in_order, 0);
       break;
     case PlanStrategy::kShardGradOp:
-      bytes = (params + grads + state) / world + model_params + largest(unit_wire, 3);
+      bytes = (params + grads + state) / world + model_params +
+              fsdp_gradients_held(wire_in_order, 0);
       break;
     case PlanStrategy::kHybridShard: {
       const double local = std::max(1, machine.shape.local_size);
-      bytes = (params + grads + state) / local + grads / local +
-              largest(unit_bytes, gathered_units) + largest(unit_wire, 3);
+      bytes = (params + grads + state) / local + largest(unit_bytes, gathered_units) +
+              fsdp_gradients_held(wire_in_order, 1 / local);
       break;
     }
   }
