@@ -345,7 +345,8 @@ TEST(PlannerModel, FsdpHoldsThreeUnitsGradientsInReduceOrderAndHybridShardItsBlo
   model.parameters[0].elements = model.parameters[3].elements = 4 * kFloatsPerMiB;
   EXPECT_EQ(predict(model, compute, slow_loopback(2), config).peak_memory_bytes,
             (20 + 8 + 6 + 3) * kMiB);
-  // Four 1 MiB units on 2 nodes x 2: when u0's arrive, u0..u2 in flight and u3's block kept.
+  // Four 1 MiB units on 2 nodes x 2: when u0's arrive, u0..u2 in flight and u3's block (half of
+  // it) kept. (4 + 4 + 8) / 2, the two largest units gathered, 3.5, and the activations.
   model = mebibyte_parameters(4);
   MachineSpec two_by_two = slow_loopback(4);
   two_by_two.shape.nodes = 2;
