@@ -40,7 +40,7 @@ run() {  # name, N (0: no kills), cohortrun args..., -- program args...
   while kill -0 "$job" 2>/dev/null; do
     if [ "$n" -gt 0 ]; then
       local step
-      step=$(grep -oE '^\[0\] step [0-9]+|step [0-9]+/' "$out" | grep -oE '[0-9]+' | tail -1)
+      step=$(grep -oE '^\[(slot )?0\] step [0-9]+|step [0-9]+/' "$out" | grep -oE '[0-9]+' | tail -1)
       if [ -n "$step" ] && [ "$step" -lt "$base" ]; then base=0; fi  # the job restarted
       if [ -n "$step" ] && [ "$step" -ge $((base + n)) ]; then
         local victim

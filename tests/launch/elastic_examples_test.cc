@@ -76,21 +76,21 @@ void expect_training_through_a_kill(const std::string& program, std::vector<std:
                                   "50"};
   all.insert(all.end(), args.begin(), args.end());
   auto job = cohortrun(all, {"OMP_NUM_THREADS=1", "COHORT_ELASTIC_SETTLE_MS=500"});
-  ASSERT_NE(job.wait_for_line("[0] step 10 ", kExampleDeadline), "") << job.output();
+  ASSERT_NE(job.wait_for_line("[slot 0] step 10 ", kExampleDeadline), "") << job.output();
   const auto ranks = children_of(job.pid());
   ASSERT_EQ(ranks.size(), 3u) << job.output();
   ASSERT_EQ(::kill(ranks[2], SIGKILL), 0);
   ASSERT_EQ(job.wait(kExampleDeadline), 0) << job.output();
   const std::string out = job.output();
   EXPECT_TRUE(contains(out, "left (killed by signal 9")) << out;
-  EXPECT_TRUE(contains(out, "[0] membership: generation 2:")) << out;
+  EXPECT_TRUE(contains(out, "[slot 0] membership: generation 2:")) << out;
   EXPECT_TRUE(contains(out, "left; 2 ranks go on")) << out;
   EXPECT_TRUE(contains(out, ", " + std::to_string(steps) + " steps")) << out;
   expect_metrics_show_the_change(metrics, steps);
   // Written by whichever member was rank 0 then; the kill at step 10 made generation 2.
   for (int step = 50; step <= steps; step += 50) {
-    EXPECT_TRUE(contains(out, "[0] checkpoint of step " + std::to_string(step) + " written to " +
-                                  checkpoint + ".elastic (generation "))
+    EXPECT_TRUE(contains(out, "[slot 0] checkpoint of step " + std::to_string(step) +
+                                  " written to " + checkpoint + ".elastic (generation "))
         << out;
   }
   EXPECT_FALSE(contains(out, ".elastic (generation 1,")) << out;
@@ -109,7 +109,7 @@ void expect_training_through_a_kill(const std::string& program, std::vector<std:
   resumed.insert(resumed.end(), args.begin(), args.end());
   auto next = cohortrun(resumed, {"OMP_NUM_THREADS=1"});
   ASSERT_EQ(next.wait(kExampleDeadline), 0) << next.output();
-  EXPECT_TRUE(contains(next.output(), "[0] resumed from " + checkpoint + ".elastic at step " +
+  EXPECT_TRUE(contains(next.output(), "[slot 0] resumed from " + checkpoint + ".elastic at step " +
                                           std::to_string(steps)))
       << next.output();
   EXPECT_TRUE(contains(next.output(), ", " + std::to_string(steps + 20) + " steps"))

@@ -38,8 +38,8 @@ struct Lifetime {
 // each rank's stdout in order).
 std::map<int, std::vector<Lifetime>> lifetimes(const std::string& output) {
   std::map<int, std::vector<Lifetime>> slots;
-  const std::regex pid(R"(^\[(\d+)\] pid \d+$)");
-  const std::regex step(R"(^\[(\d+)\] step (\d+) size (\d+) gen \d+$)");
+  const std::regex pid(R"(^\[slot (\d+)\] pid \d+$)");
+  const std::regex step(R"(^\[slot (\d+)\] step (\d+) size (\d+) gen \d+$)");
   std::istringstream lines(output);
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
@@ -64,6 +64,12 @@ void expect_contiguous(const std::map<int, std::vector<Lifetime>>& slots,
       }
     }
   }
+}
+
+// The output's last line (cohortrun's headline at the end of a job).
+std::string last_line(std::string output) {
+  while (!output.empty() && output.back() == '\n') output.pop_back();
+  return output.substr(output.rfind('\n') + 1);  // npos + 1: the whole of a single line
 }
 
 int last_step(const Lifetime& life) {
@@ -92,15 +98,16 @@ TEST(ElasticCohortrun, AKilledRankIsRestartedAndRejoinsWithoutLosingAStep) {
   ASSERT_EQ(run.wait(kDeadline), 0) << run.output();
   const std::string& out = run.output();
   EXPECT_TRUE(contains(out,
-                       "cohortrun: rank 1 left (killed by signal 9 (Killed)); restarting it "
+                       "cohortrun: slot 1 left (killed by signal 9 (Killed)); restarting it "
                        "(restart 1 of 1)\n"))
       << out;
   EXPECT_TRUE(contains(out,
-                       "[1] elastic env: COHORT_ELASTIC=1 COHORT_ELASTIC_MIN_RANKS=2 "
+                       "[slot 1] elastic env: COHORT_ELASTIC=1 COHORT_ELASTIC_MIN_RANKS=2 "
                        "COHORT_ELASTIC_MAX_RANKS=3 COHORT_ELASTIC_RESTART=1 "
                        "COHORT_STORE_HOSTED=1\n"))
       << out;
-  EXPECT_TRUE(contains(out, "[0] membership: generation 2: rank 1 left; 2 ranks go on from step 5"))
+  EXPECT_TRUE(
+      contains(out, "[slot 0] membership: generation 2: rank 1 left; 2 ranks go on from step 5"))
       << out;
   const auto slots = lifetimes(out);
   expect_contiguous(slots, out);
@@ -130,17 +137,17 @@ TEST(ElasticCohortrun, WithoutRestartsTheJobFinishesSmaller) {
   ASSERT_EQ(run.wait(kDeadline), 0) << run.output();
   const std::string& out = run.output();
   EXPECT_TRUE(contains(out,
-                       "cohortrun: rank 1 left (killed by signal 9 (Killed)); no restarts "
+                       "cohortrun: slot 1 left (killed by signal 9 (Killed)); no restarts "
                        "left, the job goes on without it\n"))
       << out;
   EXPECT_TRUE(contains(out, "COHORT_ELASTIC_MAX_RANKS=<unset> COHORT_ELASTIC_RESTART=0")) << out;
-  EXPECT_TRUE(contains(out, "[0] step 29 size 2 gen 2\n")) << out;
-  EXPECT_TRUE(contains(out, "[2] step 29 size 2 gen 2\n")) << out;
-  EXPECT_TRUE(contains(out, "cohortrun: rank 1 was killed by signal 9 (Killed) (local rank 1"))
+  EXPECT_TRUE(contains(out, "[slot 0] step 29 size 2 gen 2\n")) << out;
+  EXPECT_TRUE(contains(out, "[slot 2] step 29 size 2 gen 2\n")) << out;
+  EXPECT_TRUE(contains(out, "cohortrun: slot 1 was killed by signal 9 (Killed) (local rank 1"))
       << out;
   EXPECT_TRUE(contains(out,
                        "job succeeded: 2 of 3 ranks succeeded (--min-ranks 2); given up: "
-                       "rank(s) 1\n"))
+                       "slot(s) 1\n"))
       << out;
   const auto slots = lifetimes(out);
   expect_contiguous(slots, out);
@@ -154,18 +161,45 @@ TEST(ElasticCohortrun, BelowMinRanksTheJobFails) {
   auto run = cohortrun(elastic({"--min-ranks", "3"}, 2), kFastEnv);
   ASSERT_EQ(run.wait(kDeadline), 128 + SIGKILL) << run.output();
   const std::string& out = run.output();
-  for (const char* survivor : {"[0]", "[1]"}) {
+  for (const char* survivor : {"[slot 0]", "[slot 1]"}) {
     EXPECT_TRUE(contains(out, std::string(survivor) +
                                   " ElasticError: generation 2 cannot form: 2 member(s) arrived "
                                   "within the join timeout but the job needs at least 3"))
         << out;
   }
-  EXPECT_TRUE(contains(out, "cohortrun: rank 0 exited with code 4")) << out;
+  EXPECT_TRUE(contains(out, "cohortrun: slot 0 exited with code 4")) << out;
+  // The kill is listed, but the headline (the last line) names the cause: too few members.
+  EXPECT_TRUE(contains(out, "cohortrun: slot 2 was killed by signal 9 (Killed) (local rank 2"))
+      << out;
   EXPECT_TRUE(contains(out,
-                       "job failed: 0 of 3 ranks succeeded (--min-ranks 3); given up: "
-                       "rank(s) 0, 1, 2; the first failure: rank 2 was killed by signal 9"))
+                       "cohortrun: 0 of 3 ranks succeeded (--min-ranks 3); given up: "
+                       "slot(s) 0, 1, 2; the first failure: slot 2 was killed by signal 9"))
+      << out;
+  EXPECT_EQ(last_line(out),
+            "cohortrun: job failed: too few members left: slot 2 was given up (killed by signal 9 "
+            "(Killed)), which left 2 of 3 slots, fewer than --min-ranks 3")
       << out;
   expect_all_gone(printed_pids(out));
+}
+
+// Each failed process of a slot is listed (with its restart) with its own last lines, not with
+// those its predecessor in the slot printed.
+TEST(ElasticCohortrun, TheSummaryShowsEachFailedProcesssOwnLines) {
+  auto run = cohortrun(
+      {"--nproc-per-node", "1", "--min-ranks", "1", "--max-restarts", "1", "/bin/sh", "-c",
+       "echo process $COHORT_ELASTIC_RESTART; exit $((3 + COHORT_ELASTIC_RESTART))"});
+  ASSERT_EQ(run.wait(kDeadline), 3) << run.output();
+  const std::string& out = run.output();
+  const std::regex first(
+      R"(cohortrun: slot 0 exited with code 3 \(local rank 0 on node 0, pid \d+, restart 0\)\n)"
+      R"(cohortrun: last lines of slot 0:\n    process 0\ncohortrun: )");
+  const std::regex second(
+      R"(cohortrun: slot 0 exited with code 4 \(local rank 0 on node 0, pid \d+, restart 1\)\n)"
+      R"(cohortrun: last lines of slot 0:\n    process 1\ncohortrun: )");
+  EXPECT_TRUE(std::regex_search(out, first)) << out;
+  EXPECT_TRUE(std::regex_search(out, second)) << out;
+  EXPECT_TRUE(contains(out, "[slot 0] process 0\n")) << out;
+  EXPECT_TRUE(contains(out, "[slot 0] process 1\n")) << out;
 }
 
 // A stop signal to cohortrun stops every rank, as without --min-ranks.
@@ -190,7 +224,7 @@ TEST(ElasticCohortrun, ARankLeftStoppedIsGivenUp) {
   auto run = cohortrun({"--nproc-per-node", "3", "--min-ranks", "2", "--max-restarts", "1",
                         "--stopped-timeout", "0", LAUNCH_TEST_RANK, "stop-alone", "1"});
   ASSERT_EQ(run.wait(kDeadline), 0) << run.output();
-  EXPECT_TRUE(contains(run.output(), "cohortrun: rank 1 stayed stopped by signal 19"))
+  EXPECT_TRUE(contains(run.output(), "cohortrun: slot 1 stayed stopped by signal 19"))
       << run.output();
   EXPECT_TRUE(contains(run.output(), "job succeeded: 2 of 3 ranks succeeded")) << run.output();
   EXPECT_FALSE(contains(run.output(), "restarting it")) << run.output();
@@ -298,7 +332,7 @@ TEST(ElasticCohortrunNodes, ALostNodeLeavesTheOtherNodeRunning) {
   ASSERT_EQ(node0.wait(kDeadline), 0) << node0.output() << node1.output();
   const std::string& out = node0.output();
   EXPECT_TRUE(contains(out,
-                       "[0] membership: generation 2: ranks 2 and 3 left; 2 ranks go on "
+                       "[slot 0] membership: generation 2: ranks 2 and 3 left; 2 ranks go on "
                        "from step 5\n"))
       << out;
   EXPECT_TRUE(contains(out, "cohortrun: the job goes on with 2 ranks (generation 2: 2 left)\n"))
@@ -313,7 +347,7 @@ TEST(ElasticCohortrunNodes, ALostNodeLeavesTheOtherNodeRunning) {
       << out;
   expect_every_step_once(out, {0, 1}, [](int s) { return s < 5 ? 4 : 2; });
   const std::string both = out + node1.output();
-  EXPECT_FALSE(contains(both, "[2] step 5 ")) << both;
+  EXPECT_FALSE(contains(both, "[slot 2] step 5 ")) << both;
   expect_all_end(printed_pids(both), kDeadline);
 }
 
@@ -333,9 +367,9 @@ TEST(ElasticCohortrunNodes, ANewNodeJoinsTheRunningJob) {
   const std::string& out = node0.output();
   EXPECT_TRUE(contains(node2.output(),
                        "cohortrun: node 2 joins the running job (generation 2, "
-                       "2 ranks): its ranks 4 to 5 become members"))
+                       "2 ranks): its slots 4 to 5 become members"))
       << node2.output();
-  EXPECT_TRUE(contains(node2.output(), "[4] elastic env: COHORT_ELASTIC=1")) << node2.output();
+  EXPECT_TRUE(contains(node2.output(), "[slot 4] elastic env: COHORT_ELASTIC=1")) << node2.output();
   EXPECT_TRUE(contains(out, "cohortrun: node 2 (")) << out;
   EXPECT_TRUE(contains(out,
                        ") joined the job with 2 ranks; they become members at the next "
@@ -344,7 +378,7 @@ TEST(ElasticCohortrunNodes, ANewNodeJoinsTheRunningJob) {
   EXPECT_TRUE(contains(out, "cohortrun: the job goes on with 4 ranks (generation 3: 2 joined)\n"))
       << out;
   EXPECT_TRUE(contains(out,
-                       "[0] membership: generation 3: 2 ranks joined (now 2 and 3); 4 ranks "
+                       "[slot 0] membership: generation 3: 2 ranks joined (now 2 and 3); 4 ranks "
                        "go on from step 16\n"))
       << out;
   // Size 4 to step 4, 2 from the loss to step 15 (the survivors waited there), 4 again after.
@@ -382,7 +416,7 @@ TEST(ElasticCohortrunNodes, ANodeOfAnotherJobIsRefusedAndTheJobGoesOn) {
   const std::vector<std::string> rank_args = {"--grow-back-by-step", "10", "--grow-to", "6"};
   auto node0 = node(0, port, rank_args);
   auto node1 = node(1, port, rank_args);
-  ASSERT_FALSE(node0.wait_for_line("[0] step 9 ", kDeadline).empty()) << node0.output();
+  ASSERT_FALSE(node0.wait_for_line("[slot 0] step 9 ", kDeadline).empty()) << node0.output();
   std::vector<std::string> wrong_token = kFastEnv;
   wrong_token.insert(wrong_token.end(), {"COHORT_JOB_TOKEN=another-job", "COHORT_NODE_ID=node2"});
   auto stranger = node(2, port, rank_args, wrong_token);
@@ -405,7 +439,7 @@ TEST(ElasticCohortrunNodes, ANodeOfAnotherJobIsRefusedAndTheJobGoesOn) {
   ASSERT_EQ(node0.wait(kDeadline), 0) << node0.output();
   expect_every_step_once(node0.output(), {0, 1}, [](int s) { return s <= 10 ? 4 : 6; });
   expect_every_step_once(node1.output(), {2, 3}, [](int s) { return s <= 10 ? 4 : 6; });
-  EXPECT_TRUE(contains(node2.output(), "[5] step 29 size 6 gen 2\n")) << node2.output();
+  EXPECT_TRUE(contains(node2.output(), "[slot 5] step 29 size 6 gen 2\n")) << node2.output();
   expect_all_end(printed_pids(node0.output() + node1.output() + node2.output()), kDeadline);
 }
 

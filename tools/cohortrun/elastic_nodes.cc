@@ -93,7 +93,7 @@ void ElasticNodes::join_running_job() {
   ++joiners_seen_;             // this one
   const int first = options_.node_rank * options_.nproc_per_node;
   say("node " + std::to_string(options_.node_rank) + " joins the running job (generation " +
-      std::to_string(status_.generation) + ", " + ranks_word(status_.size) + "): its ranks " +
+      std::to_string(status_.generation) + ", " + ranks_word(status_.size) + "): its slots " +
       std::to_string(first) + " to " + std::to_string(first + options_.nproc_per_node - 1) +
       " become members at the job's next step boundary");
 }

@@ -23,7 +23,7 @@ void say(const std::string& line) {
   std::fprintf(stderr, "cohortrun: %s\n", line.c_str());
 }
 
-// "killed by signal 9 (Killed)", "exited with code 1": how a process left, for "rank 3 left
+// "killed by signal 9 (Killed)", "exited with code 1": how a process left, for "slot 3 left
 // (...)".
 std::string how_it_left(const RankProcess& process) {
   const std::string what = process.describe();
@@ -38,6 +38,7 @@ class ElasticSlots {
         watch_(watch),
         relay_(options.prefix_output, static_cast<size_t>(options.tail_lines)),
         processes_(static_cast<size_t>(options.nproc_per_node)),
+        sources_(processes_.size(), 0),
         left_stopped_(static_cast<size_t>(options.nproc_per_node), false) {
     result_.slots.resize(processes_.size());
   }
@@ -67,8 +68,11 @@ class ElasticSlots {
     result_.slots[local].rank = rank;
     processes_[local] = std::make_unique<RankProcess>(rank, options_.command,
                                                       rank_environment(options_, placement));
-    relay_.add(rank, processes_[local]->take_stdout(), stdout);
-    relay_.add(rank, processes_[local]->take_stderr(), stderr);
+    // A source of its own: its predecessors' lines are not its last words.
+    sources_[local] = next_source_++;
+    const std::string label = "slot " + std::to_string(rank);
+    relay_.add(sources_[local], label, processes_[local]->take_stdout(), stdout);
+    relay_.add(sources_[local], label, processes_[local]->take_stderr(), stderr);
   }
 
   bool any_running() const {
@@ -94,18 +98,19 @@ class ElasticSlots {
   void on_failure(size_t local) {
     RankProcess& process = *processes_[local];
     SlotOutcome& slot = result_.slots[local];
-    record(local, failure_of(process, process.describe()));
+    record(local, failure_of(local, process.describe()));
     const std::string left =
-        "rank " + std::to_string(slot.rank) + " left (" + how_it_left(process) + ")";
+        "slot " + std::to_string(slot.rank) + " left (" + how_it_left(process) + ")";
     if (watch_ != nullptr) watch_->watch_now();
     if (watch_ != nullptr && !watch_->store_lost().empty()) {
-      say(left + "; node 0's store is lost, so it is not restarted");
+      give_up(local, left + "; node 0's store is lost, so it is not restarted");
     } else if (finishing_) {
-      say(left + "; the job is finishing (a rank has exited 0), so it is not restarted");
+      give_up(local, left + "; the job is finishing (a rank has exited 0), so it is not restarted");
     } else if (watch_ != nullptr && watch_->job_finished()) {
-      say(left + "; the job has finished (its members marked it done), so it is not restarted");
+      give_up(local,
+              left + "; the job has finished (its members marked it done), so it is not restarted");
     } else if (slot.restarts >= options_.max_restarts) {
-      say(left + "; no restarts left, the job goes on without it");
+      give_up(local, left + "; no restarts left, the job goes on without it");
     } else {
       ++slot.restarts;
       say(left + "; restarting it (restart " + std::to_string(slot.restarts) + " of " +
@@ -114,22 +119,30 @@ class ElasticSlots {
     }
   }
 
-  RankFailure failure_of(const RankProcess& process, std::string what) {
+  // The failure of slot `local`'s latest process, with its own last lines.
+  RankFailure failure_of(size_t local, std::string what) {
+    const RankProcess& process = *processes_[local];
     RankFailure f;
     f.rank = process.rank();
     f.local_rank = process.rank() - global_rank(options_, 0);
     f.pid = process.pid();
     f.exit_code = process.running() ? 128 + process.stop_signal() : process.exit_code();
     f.what = std::move(what);
-    // Its last words, before a restarted process of the slot writes under the same rank.
-    if (!process.running()) relay_.finish(process.rank(), Deadline::after(kDrainTimeout));
-    f.last_lines = relay_.tail(process.rank(), static_cast<size_t>(options_.tail_lines));
+    f.slot_restart = result_.slots[local].restarts;
+    if (!process.running()) relay_.finish(sources_[local], Deadline::after(kDrainTimeout));
+    f.last_lines = relay_.tail(sources_[local], static_cast<size_t>(options_.tail_lines));
     return f;
   }
 
   void record(size_t local, RankFailure failure) {
     if (!result_.first_failure) result_.first_failure = failure;
     result_.slots[local].failures.push_back(std::move(failure));
+  }
+
+  // After record(): the slot's latest failure is its last.
+  void give_up(size_t local, const std::string& line) {
+    say(line);
+    result_.given_up.push_back(result_.slots[local].failures.back());
   }
 
   // As in the other mode (local_attempt.cc): a rank stopped by a signal never ends by itself,
@@ -164,8 +177,8 @@ class ElasticSlots {
                   "(--stopped-timeout)",
                   process.stop_signal(), strsignal(process.stop_signal()),
                   options_.stopped_timeout_s);
-    say("rank " + std::to_string(process.rank()) + " " + what + "; killed it");
-    record(local, failure_of(process, what));
+    record(local, failure_of(local, what));
+    give_up(local, "slot " + std::to_string(process.rank()) + " " + what + "; killed it");
     left_stopped_[local] = true;
     process.signal(SIGKILL);
   }
@@ -209,6 +222,8 @@ class ElasticSlots {
   JobWatch* watch_;  // null on one node
   OutputRelay relay_;
   std::vector<std::unique_ptr<RankProcess>> processes_;  // each slot's latest, by local rank
+  std::vector<int> sources_;  // the relay's name for each slot's latest process
+  int next_source_ = 0;
   std::vector<bool> left_stopped_;  // killed by end_slots_left_stopped: reported already
   ElasticResult result_;
   bool finishing_ = false;  // a rank has exited 0: failed slots are no longer restarted

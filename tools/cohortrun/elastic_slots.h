@@ -27,10 +27,11 @@ struct SlotOutcome {
 struct ElasticResult {
   std::vector<SlotOutcome> slots;  // by local rank
   std::optional<RankFailure> first_failure;
-  int stop_signal = 0;       // cohortrun was interrupted by it
-  std::vector<int> stopped;  // ranks cohortrun stopped on that signal or on a lost store
-  std::string store_lost;    // several nodes: node 0's store went away (why), so the ranks were
-                             // stopped: nothing of the job can go on without it
+  std::vector<RankFailure> given_up;  // what gave each slot up, in the order it was
+  int stop_signal = 0;                // cohortrun was interrupted by it
+  std::vector<int> stopped;           // slots cohortrun stopped on that signal or on a lost store
+  std::string store_lost;  // several nodes: node 0's store went away (why), so the ranks were
+                           // stopped: nothing of the job can go on without it
 };
 
 // What the slots learn from the rest of the job while they run (several nodes: ElasticNodes,

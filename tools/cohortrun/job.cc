@@ -46,14 +46,16 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 std::string headline(const RankFailure& f) {
-  return "rank " + std::to_string(f.rank) + " " + f.what;
+  return name_of(f) + " " + f.what;
 }
 
 void print_failure(const LaunchOptions& options, const RankFailure& f) {
+  const std::string restart =
+      f.slot_restart ? ", restart " + std::to_string(*f.slot_restart) : std::string();
   say(headline(f) + " (local rank " + std::to_string(f.local_rank) + " on node " +
-      std::to_string(options.node_rank) + ", pid " + std::to_string(f.pid) + ")");
+      std::to_string(options.node_rank) + ", pid " + std::to_string(f.pid) + restart + ")");
   if (f.last_lines.empty()) return;
-  say("last lines of rank " + std::to_string(f.rank) + ":");
+  say("last lines of " + name_of(f) + ":");
   for (const std::string& line : f.last_lines) std::fprintf(stderr, "    %s\n", line.c_str());
 }
 
@@ -103,14 +105,36 @@ int elastic_exit_code(const LaunchOptions& options, const ElasticResult& r,
   return r.first_failure->exit_code != 0 ? r.first_failure->exit_code : kExitLaunchFailed;
 }
 
-// Each slot's failures, then how the job ended.
+// Why an elastic job that ran to its end failed: it was left with fewer than --min-ranks
+// members. On one node, the moment it was: the slot whose giving up left too few (whatever
+// failed first, the job could go on until then). On several nodes this node sees only its own
+// slots, and says how many ranks of the job succeeded.
+std::string too_few_members(const LaunchOptions& options, const ElasticResult& r,
+                            std::optional<int> job_succeeded) {
+  const std::string min_ranks = "fewer than --min-ranks " + std::to_string(options.min_ranks);
+  if (options.multi_node()) {
+    return "too few members left: " +
+           (job_succeeded ? std::to_string(*job_succeeded) : std::string("an unknown number of")) +
+           " ranks of the job succeeded, " + min_ranks;
+  }
+  const int slots = static_cast<int>(r.slots.size());
+  const size_t fell_short = static_cast<size_t>(slots - options.min_ranks);
+  if (fell_short >= r.given_up.size()) return "too few members left, " + min_ranks;  // not seen
+  const RankFailure& last = r.given_up[fell_short];
+  const std::string how = last.what.rfind("was ", 0) == 0 ? last.what.substr(4) : last.what;
+  return "too few members left: " + name_of(last) + " was given up (" + how + "), which left " +
+         std::to_string(options.min_ranks - 1) + " of " + std::to_string(slots) + " slots, " +
+         min_ranks;
+}
+
+// Each slot's failures, then how the job ended: the counts, and the cause on the last line.
 void print_elastic_summary(const LaunchOptions& options, const ElasticResult& r, int code,
                            std::optional<int> job_succeeded) {
   for (const SlotOutcome& slot : r.slots) {
     for (const RankFailure& f : slot.failures) print_failure(options, f);
   }
   if (r.stop_signal != 0 || !r.store_lost.empty()) {
-    if (!r.stopped.empty()) say("stopped rank(s) " + rank_list(r.stopped));
+    if (!r.stopped.empty()) say("stopped slot(s) " + rank_list(r.stopped));
     say("job failed: " + (r.stop_signal != 0
                               ? "cohortrun was interrupted by " + signal_name(r.stop_signal)
                               : "lost node 0's store: " + r.store_lost));
@@ -125,19 +149,20 @@ void print_elastic_summary(const LaunchOptions& options, const ElasticResult& r,
   if (!options.multi_node()) {
     counts = std::to_string(slots_succeeded(r)) + " of " + std::to_string(r.slots.size()) +
              " ranks succeeded (--min-ranks " + std::to_string(options.min_ranks) +
-             "); given up: rank(s) " + rank_list(given_up);
+             "); given up: slot(s) " + rank_list(given_up);
   } else {
     counts =
         (job_succeeded ? std::to_string(*job_succeeded) : std::string("an unknown number of")) +
         " ranks of the job succeeded (--min-ranks " + std::to_string(options.min_ranks) + "), " +
         std::to_string(slots_succeeded(r)) + " of this node's " + std::to_string(r.slots.size()) +
-        "; given up on this node: rank(s) " + rank_list(given_up);
+        "; given up on this node: slot(s) " + rank_list(given_up);
   }
   if (code == kExitOk) {
     say("job succeeded: " + counts);
-  } else {
-    say("job failed: " + counts + "; the first failure: " + headline(*r.first_failure));
+    return;
   }
+  say(counts + "; the first failure: " + headline(*r.first_failure));
+  say("job failed: " + too_few_members(options, r, job_succeeded));
 }
 
 // The job's identity, kept through restarts (docs/checkpoints.md, "Restarts"): the user's

@@ -130,7 +130,8 @@ void add_launch_options(CLI::App& app, LaunchOptions& o) {
                  "Split this machine's ranks into this many simulated nodes (COHORT_NODE_ID), "
                  "e.g. to try HYBRID_SHARD on one host")
       ->check(CLI::Range(1, 1024));
-  app.add_flag("!--no-prefix", o.prefix_output, "Do not prefix output lines with '[rank] '");
+  app.add_flag("!--no-prefix", o.prefix_output,
+               "Do not prefix output lines with '[rank] ' ('[slot N] ' with --min-ranks)");
   app.add_option("--tail-lines", o.tail_lines,
                  "Lines of a failed rank's output repeated in the summary")
       ->check(CLI::NonNegativeNumber);

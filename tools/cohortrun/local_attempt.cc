@@ -62,8 +62,9 @@ class LocalAttempt {
       placement.local_rank = local;
       auto rank = std::make_unique<RankProcess>(global_rank(options_, local), options_.command,
                                                 rank_environment(options_, placement));
-      relay_.add(rank->rank(), rank->take_stdout(), stdout);
-      relay_.add(rank->rank(), rank->take_stderr(), stderr);
+      const std::string label = std::to_string(rank->rank());
+      relay_.add(rank->rank(), label, rank->take_stdout(), stdout);
+      relay_.add(rank->rank(), label, rank->take_stderr(), stderr);
       ranks_.push_back(std::move(rank));
     }
   }
@@ -300,6 +301,10 @@ class LocalAttempt {
 };
 
 }  // namespace
+
+std::string name_of(const RankFailure& failure) {
+  return (failure.slot_restart ? "slot " : "rank ") + std::to_string(failure.rank);
+}
 
 AttemptResult run_local_attempt(const LaunchOptions& options, const RankPlacement& placement,
                                 NodeRendezvous& rendezvous) {

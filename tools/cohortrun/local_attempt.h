@@ -5,6 +5,7 @@
 // nodes a failure another node reports stops this node's ranks too.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,14 @@ struct RankFailure {
   int exit_code = 0;  // what a shell would report: the code, or 128 + signal
   std::string what;   // "exited with code 3", "was killed by signal 9 (Killed)"
   std::vector<std::string> last_lines;
+  // Elastic mode: `rank` is the launch slot, not the rank in the job (which is whatever the
+  // generation gives the process), and this is which of the slot's processes failed
+  // (COHORT_ELASTIC_RESTART).
+  std::optional<int> slot_restart;
 };
+
+// "rank 2", or in elastic mode "slot 2".
+std::string name_of(const RankFailure& failure);
 
 struct AttemptResult {
   enum class Outcome {

@@ -15,8 +15,8 @@ OutputRelay::~OutputRelay() {
   for (Stream& s : streams_) close(s);
 }
 
-void OutputRelay::add(int rank, int fd, std::FILE* sink) {
-  streams_.push_back(Stream{rank, fd, sink, {}});
+void OutputRelay::add(int source, const std::string& label, int fd, std::FILE* sink) {
+  streams_.push_back(Stream{source, prefix_ ? "[" + label + "] " : "", fd, sink, {}});
 }
 
 void OutputRelay::pump(Milliseconds timeout) {
@@ -45,17 +45,17 @@ void OutputRelay::drain(Deadline deadline) {
   for (Stream& s : streams_) close(s);
 }
 
-void OutputRelay::finish(int rank, Deadline deadline) {
+void OutputRelay::finish(int source, Deadline deadline) {
   auto open = [&] {
     return std::any_of(streams_.begin(), streams_.end(),
-                       [&](const Stream& s) { return s.rank == rank && s.fd >= 0; });
+                       [&](const Stream& s) { return s.source == source && s.fd >= 0; });
   };
   // pump() serves every stream, so the other ranks' output keeps flowing meanwhile.
   while (open() && !deadline.expired()) pump(std::min(deadline.remaining(), Milliseconds(10)));
 }
 
-std::vector<std::string> OutputRelay::tail(int rank, size_t lines) const {
-  const auto it = tails_.find(rank);
+std::vector<std::string> OutputRelay::tail(int source, size_t lines) const {
+  const auto it = tails_.find(source);
   if (it == tails_.end()) return {};
   const auto& kept = it->second;
   return {kept.end() - static_cast<std::ptrdiff_t>(std::min(lines, kept.size())), kept.end()};
@@ -79,10 +79,10 @@ void OutputRelay::read_from(Stream& stream) {
 }
 
 void OutputRelay::emit(Stream& stream, const std::string& line) {
-  if (prefix_) std::fprintf(stream.sink, "[%d] ", stream.rank);
+  std::fwrite(stream.prefix.data(), 1, stream.prefix.size(), stream.sink);
   std::fwrite(line.data(), 1, line.size(), stream.sink);
   std::fputc('\n', stream.sink);
-  auto& tail = tails_[stream.rank];
+  auto& tail = tails_[stream.source];
   tail.push_back(line);
   if (tail.size() > tail_lines_) tail.pop_front();
 }
