@@ -7,6 +7,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -142,6 +145,69 @@ TEST(ShmCollectives, ReduceScatterEveryDtypeAndOp) {
           }
         }
       }
+    });
+  }
+}
+
+// Note [Reduction order] (src/comm/algorithms/algorithms.h): on one host every element is
+// combined in rank order, ((x0 + x1) + x2) + x3, whichever rank owns its piece and whether it
+// is reduced in place, so that DDP's allreduce and ZeRO's and FSDP's reduce-scatter give the
+// same bits. Rank r's elements are of magnitude 10^(4r) with random signs and mantissas, so
+// float32 sums in any other order round differently; the expected values are the rank-order
+// fold computed here. Allreduce below and above the one-round size, reduce-scatter out of and
+// in place.
+float rank_value(int rank, size_t i) {
+  std::mt19937 random(static_cast<unsigned>(7919 * i + static_cast<size_t>(rank)));
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  return mantissa(random) * std::pow(10.0f, 4.0f * static_cast<float>(rank % 3));
+}
+
+float rank_order_sum(int world, size_t i) {
+  float sum = rank_value(0, i);
+  for (int r = 1; r < world; ++r) sum += rank_value(r, i);
+  return sum;
+}
+
+std::string first_difference(const std::vector<float>& got, int world, size_t first_element) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float want = rank_order_sum(world, first_element + i);
+    if (std::memcmp(&got[i], &want, sizeof(float)) != 0) {
+      return "element " + std::to_string(first_element + i) + ": " + std::to_string(got[i]) +
+             ", the rank-order sum is " + std::to_string(want);
+    }
+  }
+  return "";
+}
+
+TEST(ShmCollectives, EveryElementIsSummedInRankOrder) {
+  for (int world : {3, 4}) {
+    auto groups = testing::make_tcp_groups(world, testing::quick_options());
+    testing::run_ranks(world, [&](int rank) {
+      Group& group = *groups[static_cast<size_t>(rank)];
+      CollectiveOptions options;
+      options.algorithm = Algorithm::kShm;
+      for (size_t count : {size_t{600}, size_t{200003}}) {  // one round; several slots
+        std::vector<float> data(count);
+        for (size_t i = 0; i < count; ++i) data[i] = rank_value(rank, i);
+        group.allreduce(Buffer{data.data(), count, DType::kFloat32}, options);
+        testing::fail_if(group, first_difference(data, world, 0), "allreduce, world ", world,
+                         " count ", count);
+      }
+      const size_t block = 70001;
+      const size_t total = block * static_cast<size_t>(world);
+      std::vector<float> in(total), out(block);
+      for (size_t i = 0; i < total; ++i) in[i] = rank_value(rank, i);
+      group.reduce_scatter(ConstBuffer{in.data(), total, DType::kFloat32},
+                           Buffer{out.data(), block, DType::kFloat32}, options);
+      const size_t mine = block * static_cast<size_t>(rank);
+      testing::fail_if(group, first_difference(out, world, mine), "reduce_scatter, world ", world);
+      // In place: the output is this rank's own block of the input.
+      group.reduce_scatter(ConstBuffer{in.data(), total, DType::kFloat32},
+                           Buffer{in.data() + mine, block, DType::kFloat32}, options);
+      const std::vector<float> own(in.begin() + static_cast<long>(mine),
+                                   in.begin() + static_cast<long>(mine + block));
+      testing::fail_if(group, first_difference(own, world, mine), "reduce_scatter in place, world ",
+                       world);
     });
   }
 }

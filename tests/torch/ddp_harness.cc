@@ -308,6 +308,27 @@ class ComputeCopy {
   torch::Dtype dtype_;
 };
 
+// ParityCase::reference_sums_in_rank_order: the gradient of each rank's slice on its own, then
+// ((g0 + g1) + g2 ...) / world into the model's gradients.
+void sum_slices_in_rank_order(const ParityCase& c, TestModel& model, const Batch& batch,
+                              int step) {
+  const std::vector<torch::Tensor> parameters = trainable(model);
+  std::vector<torch::Tensor> sums(parameters.size());
+  for (int rank = 0; rank < c.world; ++rank) {
+    for (const auto& p : parameters) p.mutable_grad() = torch::Tensor();
+    loss_of(model, batch.slice(rank, c.samples_per_rank), step, rank).backward();
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      const torch::Tensor g = parameters[i].grad().defined() ? parameters[i].grad()
+                                                             : torch::zeros_like(parameters[i]);
+      sums[i] = rank == 0 ? g.clone() : sums[i] + g;
+    }
+  }
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    parameters[i].mutable_grad() = sums[i] / static_cast<double>(c.world);
+  }
+}
+
 // One process on the whole global batch: what the data-parallel job must reproduce. Returns
 // the state after every step.
 std::vector<std::vector<torch::Tensor>> train_reference(
@@ -319,7 +340,10 @@ std::vector<std::vector<torch::Tensor>> train_reference(
   for (int step = 0; step < c.steps; ++step) {
     optimizer->zero_grad();
     TestModel& runner = copy ? copy->load() : model;
-    for (int m = 0; m < c.micro_batches; ++m) {
+    if (c.reference_sums_in_rank_order) {
+      sum_slices_in_rank_order(c, runner, data[step][0], step);
+    }
+    for (int m = 0; m < c.micro_batches && !c.reference_sums_in_rank_order; ++m) {
       const Batch& batch = data[step][m];
       const bool uneven = static_cast<bool>(c.steps_of_rank);
       if (!c.reference_per_slice && !uneven) {
@@ -575,6 +599,19 @@ void expect_parity(const ParityCase& c) {
   for (int rank = 0; rank < c.world; ++rank) {
     expect_rank_matches(c, rank, states[rank], reference);
   }
+}
+
+std::vector<std::vector<torch::Tensor>> final_states(const ParityCase& c) {
+  torch::set_num_threads(1);
+  const auto data = make_data(c);
+  std::vector<std::shared_ptr<TestModel>> models;
+  for (int rank = 0; rank < c.world; ++rank) models.push_back(model_of_rank(c, rank));
+  std::vector<std::vector<torch::Tensor>> states(c.world);
+  const auto groups = make_groups(c.world, c.over_tcp, c.shared_memory);
+  run_ranks(c.world, [&](int rank) {
+    states[rank] = train_rank(c, rank, groups[rank], models[rank], data).back();
+  });
+  return states;
 }
 
 void expect_parity_as_rank(const ParityCase& c, std::shared_ptr<Group> group) {

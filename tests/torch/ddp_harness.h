@@ -52,6 +52,11 @@ struct ParityCase {
   // The reference computes each rank's slice separately (needed when the forward depends on
   // the rank, or for BatchNorm's per-rank statistics); else one forward on the whole batch.
   bool reference_per_slice = false;
+  // The reference computes each rank's slice's gradient on its own, sums them in rank order
+  // and divides by the world: what cohort's reductions compute on one host (Note [Reduction
+  // order] in src/comm/algorithms/algorithms.h), so that with atol = rtol = 0 the comparison is
+  // bitwise. One micro-batch, no BatchNorm, even inputs.
+  bool reference_sums_in_rank_order = false;
   // Uneven inputs: rank r trains only this many steps, inside DistributedDataParallel::join.
   std::function<int(int rank)> steps_of_rank;
   // Tolerance of the comparison |ddp - reference| <= atol + rtol * |reference|.
@@ -98,6 +103,9 @@ struct ParityCase {
 
 // Runs the case; failures are reported through gtest (naming rank, step and tensor).
 void expect_parity(const ParityCase& c);
+// Runs the case's ranks alone (no reference): each rank's state (parameters, then buffers)
+// after its last step.
+std::vector<std::vector<torch::Tensor>> final_states(const ParityCase& c);
 // This process's rank of the case on `group` (a job of c.world processes, e.g. under mpirun):
 // trains its slice with DDP, trains the reference itself, and compares after every step.
 void expect_parity_as_rank(const ParityCase& c, std::shared_ptr<Group> group);

@@ -4,6 +4,28 @@
 // the Group divides the results of the others.
 // Each file opens with the algorithm's steps and bytes on the wire; docs/algorithms.md
 // collects them.
+//
+// Note [Reduction order]
+// Floating-point sums depend on their order, so every algorithm combines each element in one
+// fixed order (runs of the same call give the same bits), and every rank ends with the bits of
+// one computation. Which order:
+//   rank order, ((x0 + x1) + x2) + ..., for every element wherever it lies: direct (allreduce,
+//     reduce, reduce-scatter), shared memory (one round, the staged rounds of ShmRounds, the
+//     registered in-place paths) and the inside-node phases of hierarchical;
+//   the ring: an element of chunk c is combined from rank c+1 around to rank c, so its order
+//     depends on which chunk it falls in, i.e. on the buffer's length and n;
+//   halving-doubling: a butterfly, (x0 + x4) + (x2 + x6) ... (after the fold of the ranks
+//     beyond a power of two), the same for every element;
+//   tree: each node combines its own, then its left and its right child's, per tree (so the two
+//     halves of the buffer differ);
+//   hierarchical: rank order inside each node, then the algorithm across nodes over the nodes'
+//     sums.
+// kAvg divides the finished sum by n everywhere. So on one host with shared memory (what
+// Group::create picks there) an allreduce and a reduce-scatter give each element the same bits
+// whatever the buffers' lengths and offsets: DDP's bucket allreduce, ZeRO's and FSDP's
+// reduce-scatter produce identical gradients (the bitwise test in tests/torch/
+// reduction_order_test.cc; docs/ddp.md, "Order of reductions"). Across nodes, or over TCP on one
+// host, the ring's order follows the chunk and the strategies agree to rounding only.
 #pragma once
 
 #include <cstddef>

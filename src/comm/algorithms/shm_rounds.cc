@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "algorithms/registered_view.h"
 #include "kernels/copy_kernel.h"
 #include "kernels/reduce_kernels.h"
 #include "transport/shm/shm_window.h"
@@ -40,15 +41,14 @@ void ShmRounds::reduce_scatter(size_t j, const uint8_t* in, uint8_t* own_out, DT
   ctx_.post_shm_round(round, what_);
   const Range own = part(me, j);
   uint8_t* target = own_out + (own.begin - pieces_[static_cast<size_t>(me)].begin) * esize_;
-  if (target != in + own.begin * esize_) {
-    kernels::copy(target, in + own.begin * esize_, own.count * esize_);
-  }
+  // Note [Reduction order] in algorithms.h: rank order, this rank's own part in its place.
   const size_t my_offset = static_cast<size_t>(me) * part_elems_ * esize_;
+  std::vector<const uint8_t*> sources(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    kernels::reduce_into(target, window.slot(p, round) + my_offset, own.count, dtype,
-                         kernels::combine_op(op));
+    sources[static_cast<size_t>(p)] =
+        p == me ? in + own.begin * esize_ : window.slot(p, round) + my_offset;
   }
+  reduce_in_rank_order(sources, target, own.count, dtype, op, ctx_);
   if (divisor > 1) kernels::divide(target, own.count, dtype, divisor);
 }
 
