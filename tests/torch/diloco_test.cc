@@ -68,16 +68,13 @@ struct Case {
   int steps = 12;
   Inner inner = Inner::kAdamW;
   DiLoCoOptions options;
-  bool outer_plain_sgd = false;  // outer SGD, learning rate 1, no momentum
+  // After the last step: a round for every fragment with inner steps since its last one (what
+  // DiLoCo::synchronize_all() does; overlap_steps 0), as one more state.
+  bool synchronize_all_at_end = false;
 };
 
 std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)> outer_of(
-    const Case& c) {
-  if (c.outer_plain_sgd) {
-    return [](std::vector<torch::Tensor> p) {
-      return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(1.0));
-    };
-  }
+    const Case&) {
   return [](std::vector<torch::Tensor> p) {
     return std::make_unique<torch::optim::SGD>(
         p, torch::optim::SGDOptions(0.7).momentum(0.9).nesterov(true));
@@ -154,6 +151,23 @@ std::vector<std::vector<std::vector<torch::Tensor>>> replay(
       states.back().emplace_back();
       for (const auto& p : models[w]->parameters()) states.back().back().push_back(p.clone());
     }
+  }
+  if (!c.synchronize_all_at_end) return states;
+  torch::NoGradGuard no_grad;
+  for (int64_t f = 0; f < c.options.fragments; ++f) {
+    if (due(c.options, f, c.steps)) continue;  // synchronized by the last step itself
+    Round round{f, {}, c.steps};
+    for (size_t i = 0; i < outer_parameters.size(); ++i) {
+      torch::Tensor sum = torch::zeros_like(outer_parameters[i]);
+      for (int w = 0; w < c.world; ++w) sum += outer_parameters[i] - models[w]->parameters()[i];
+      round.average.push_back(sum / c.world);
+    }
+    apply(round, 0.0);
+  }
+  states.emplace_back();
+  for (int w = 0; w < c.world; ++w) {
+    states.back().emplace_back();
+    for (const auto& p : models[w]->parameters()) states.back().back().push_back(p.clone());
   }
   return states;
 }
@@ -265,6 +279,50 @@ TEST(DiLoCo, StreamingFragmentsAtStaggeredStepsMatchTheReplay) {
 // Hierarchical DiLoCo at 2 nodes x 2 ranks: DDP inside each node makes the node one worker
 // training on its two ranks' batches together, and DiLoCo runs between the nodes: every rank
 // matches its node's worker in a 2-worker replay; only the first rank of each node sends.
+// synchronize_all() right after a scheduled round, and at a step where only some fragments
+// have progress: the paper's algorithm has no outer step on a zero pseudo-gradient, so a
+// fragment synchronized at this step must not move (momentum alone would move it).
+TEST(DiLoCo, SynchronizeAllStepsOnlyTheFragmentsWithInnerStepsSinceTheirRound) {
+  struct Sweep {
+    int64_t inner_steps, fragments, steps, expected_rounds;
+    std::vector<int64_t> fragment_of;
+  };
+  // H 3, F 1, 6 steps: synchronized at step 6, nothing left. H 4, F 2, 4 steps: fragment 0
+  // synchronized at step 4, fragment 1 at step 2 (two inner steps since).
+  for (const Sweep& sweep : {Sweep{3, 1, 6, 0, {0, 0, 0, 0}}, Sweep{4, 2, 4, 1, {0, 1, 1, 1}}}) {
+    for (int world : {2, 3}) {
+      Case c;
+      c.world = world;
+      c.steps = static_cast<int>(sweep.steps);
+      c.options.inner_steps = sweep.inner_steps;
+      c.options.fragments = sweep.fragments;
+      c.synchronize_all_at_end = true;
+      const auto states = replay(c, sweep.fragment_of);
+      run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
+        torch::nn::Sequential model = make_model();
+        auto inner = inner_optimizer(c.inner, model->parameters());
+        DiLoCoOptions options = c.options;
+        options.outer_optimizer = outer_of(c);
+        DiLoCo diloco(group, *model, options);
+        inner_steps(model, *inner, diloco, rank, 1, c.steps);
+        EXPECT_EQ(diloco.synchronize_all(), sweep.expected_rounds);
+        const std::string what = "H " + std::to_string(sweep.inner_steps) + " F " +
+                                 std::to_string(sweep.fragments) + " rank " +
+                                 std::to_string(rank) + " after synchronize_all";
+        expect_close(parameters_of(model), states.back()[rank], what);
+        for (int w = 0; w < world; ++w) expect_close(parameters_of(model), states.back()[w], what);
+        // Once more: every fragment is synchronized now, so nothing moves at all.
+        const std::vector<torch::Tensor> before = parameters_of(model);
+        EXPECT_EQ(diloco.synchronize_all(), 0);
+        const std::vector<torch::Tensor> after = parameters_of(model);
+        for (size_t i = 0; i < before.size(); ++i) {
+          EXPECT_TRUE(torch::equal(before[i], after[i])) << what << ", again: parameter " << i;
+        }
+      });
+    }
+  }
+}
+
 TEST(DiLoCo, HierarchicalWithDdpInsideNodesMatchesAReplayOfOneWorkerPerNode) {
   Case c;
   c.world = 2;  // workers: the nodes
@@ -442,9 +500,11 @@ TEST(DiLoCo, OverlappedRoundsMixedWithTheLocalParametersMatchTheReplay) {
   expect_matches_replay(c, {0, 1, 1, 1});
 }
 
-// H = 1, outer SGD of learning rate 1: the mean of the ranks' SGD steps is the SGD step of the
-// mean gradient, so the ranks train as one process on the whole batch (DDP).
-TEST(DiLoCo, OneInnerStepAndAnOuterLearningRateOfOneIsDdp) {
+// H = 1, outer SGD of learning rate 1 without momentum, written with DiLoCo's own options
+// (outer_momentum 0 is plain SGD): the mean of the ranks' SGD steps is the SGD step of the mean
+// gradient, so the ranks train as one process on the whole batch (DDP), as docs/compression.md
+// says.
+TEST(DiLoCo, OneInnerStepAndAnOuterLearningRateOfOneWithoutMomentumIsDdp) {
   const int world = 2, steps = 8;
   torch::nn::Sequential reference = make_model();
   torch::optim::SGD sgd(reference->parameters(), torch::optim::SGDOptions(0.1));
@@ -461,11 +521,10 @@ TEST(DiLoCo, OneInnerStepAndAnOuterLearningRateOfOneIsDdp) {
   run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
     torch::nn::Sequential model = make_model();
     torch::optim::SGD inner(model->parameters(), torch::optim::SGDOptions(0.1));
-    Case c;
-    c.outer_plain_sgd = true;
     DiLoCoOptions options;
     options.inner_steps = 1;
-    options.outer_optimizer = outer_of(c);
+    options.outer_lr = 1.0;
+    options.outer_momentum = 0.0;
     DiLoCo diloco(group, *model, options);
     for (int step = 1; step <= steps; ++step) {
       inner.zero_grad();
@@ -516,6 +575,14 @@ TEST(DiLoCoErrors, BadOptionsAreRefused) {
     o.inner_steps = 4;
     o.overlap_steps = 4;
     refused(o, "overlap_steps must be at least 0 and less than inner_steps (4)");
+    o = {};
+    o.outer_momentum = -0.1;
+    refused(o, "outer_momentum must be at least 0 and below 1 (0: plain SGD), got -0.1");
+    o.outer_momentum = 1.0;
+    refused(o, "outer_momentum must be at least 0 and below 1");
+    o = {};
+    o.outer_lr = 0;
+    refused(o, "outer_lr must be above 0");
     o = {};
     o.hook = allreduce_hook();
     o.wire_dtype = torch::kBFloat16;

@@ -56,9 +56,11 @@ std::vector<int64_t> cut_fragments(const std::vector<torch::Tensor>& parameters,
 
 std::unique_ptr<torch::optim::Optimizer> default_outer(std::vector<torch::Tensor> parameters,
                                                        const DiLoCoOptions& options) {
+  // torch's SGD refuses Nesterov without momentum: momentum 0 is plain SGD.
   return std::make_unique<torch::optim::SGD>(
-      std::move(parameters),
-      torch::optim::SGDOptions(options.outer_lr).momentum(options.outer_momentum).nesterov(true));
+      std::move(parameters), torch::optim::SGDOptions(options.outer_lr)
+                                 .momentum(options.outer_momentum)
+                                 .nesterov(options.outer_momentum > 0));
 }
 
 // Throws InvalidArgument for options DiLoCo cannot run with `parameters`.
@@ -73,6 +75,11 @@ void check_options(const DiLoCoOptions& options, const std::vector<torch::Tensor
   COHORT_CHECK(options.overlap_steps >= 0 && options.overlap_steps < options.inner_steps,
                kDiLoCo, ": overlap_steps must be at least 0 and less than inner_steps (",
                options.inner_steps, "), got ", options.overlap_steps);
+  COHORT_CHECK(options.outer_lr > 0, kDiLoCo, ": outer_lr must be above 0, got ",
+               options.outer_lr);
+  COHORT_CHECK(options.outer_momentum >= 0 && options.outer_momentum < 1, kDiLoCo,
+               ": outer_momentum must be at least 0 and below 1 (0: plain SGD), got ",
+               options.outer_momentum);
   COHORT_CHECK(options.merge_local >= 0 && options.merge_local <= 1, kDiLoCo,
                ": merge_local must be between 0 and 1, got ", options.merge_local);
   COHORT_CHECK(options.wire_dtype == torch::kFloat32 || options.wire_dtype == torch::kBFloat16,
@@ -111,6 +118,7 @@ DiLoCo::DiLoCo(std::shared_ptr<Group> group, std::vector<torch::Tensor> paramete
   for (size_t i = 0; i < parameters_.size(); ++i)
     members_[static_cast<size_t>(fragment_of_[i])].push_back(i);
   rounds_of_fragment_.assign(static_cast<size_t>(options_.fragments), 0);
+  synchronized_at_.assign(static_cast<size_t>(options_.fragments), 0);
   across_ = group_;
   if (options_.hierarchical) {  // collective, both: every rank splits
     CollectiveOptions split;
@@ -165,13 +173,17 @@ void DiLoCo::apply_due_rounds() {
   }
 }
 
-void DiLoCo::synchronize_all() {
+int64_t DiLoCo::synchronize_all() {
   for (auto& round : in_flight_) apply(round, options_.merge_local);
   in_flight_.clear();
+  int64_t started = 0;
   for (int64_t f = 0; f < options_.fragments; ++f) {
+    if (synchronized_at_[static_cast<size_t>(f)] == step_) continue;  // no progress to send
     Round round = start(f);
     apply(round, 0.0);
+    ++started;
   }
+  return started;
 }
 
 DiLoCo::Round DiLoCo::start(int64_t fragment) {
@@ -179,6 +191,7 @@ DiLoCo::Round DiLoCo::start(int64_t fragment) {
   Round round;
   round.fragment = fragment;
   round.apply_at = step_ + options_.overlap_steps;
+  synchronized_at_[static_cast<size_t>(fragment)] = step_;
   std::vector<torch::Tensor> deltas;
   for (size_t i : members_[static_cast<size_t>(fragment)])
     deltas.push_back((outer_parameters_[i] - parameters_[i].to(torch::kFloat32)).reshape({-1}));
@@ -237,6 +250,8 @@ void DiLoCo::apply(Round& round, double merge_local) {
     offset += outer.numel();
   }
   outer_->step();
+  // The local progress since the round started is dropped (merge_local 0) or kept in part.
+  if (merge_local == 0.0) synchronized_at_[static_cast<size_t>(round.fragment)] = step_;
   for (size_t i : members_[static_cast<size_t>(round.fragment)]) {
     outer_parameters_[i].mutable_grad() = torch::Tensor();
     torch::Tensor local = parameters_[i].detach();

@@ -2,6 +2,9 @@
 // of it, under the part's archive:
 //   step, fragments                  int64 scalars
 //   rounds_of_fragment               int64 [F]: each fragment's round count (a hook's iteration)
+//   synchronized_at                  int64 [F]: the step each fragment's progress was last sent
+//                                    at (checkpoints written before it: the fragments due at the
+//                                    saved step count as synchronized then, the others not)
 //   outer/<i>                        the outer parameters, float32, in order
 //   outer_optimizer                  nested: the outer optimizer's save()
 //   in_flight                        int64 scalar: rounds started but not applied (overlap)
@@ -68,6 +71,7 @@ void DiLoCo::save(OutputArchive& archive) {
   write_int(archive, "step", step_);
   write_int(archive, "fragments", options_.fragments);
   archive.write("rounds_of_fragment", torch::tensor(rounds_of_fragment_), /*is_buffer=*/true);
+  archive.write("synchronized_at", torch::tensor(synchronized_at_), /*is_buffer=*/true);
   for (size_t i = 0; i < outer_parameters_.size(); ++i) {
     archive.write("outer/" + std::to_string(i), outer_parameters_[i].detach(), true);
   }
@@ -80,6 +84,23 @@ void DiLoCo::save(OutputArchive& archive) {
     write_int(archive, round_key(j, "apply_at"), in_flight_[j].apply_at);
     archive.write(round_key(j, "average"), in_flight_[j].flat, /*is_buffer=*/true);
   }
+}
+
+std::vector<int64_t> DiLoCo::saved_synchronized_at(InputArchive& archive, int64_t step) const {
+  c10::IValue value;
+  if (!archive.try_read("synchronized_at", value)) {  // a checkpoint written before it was kept
+    std::vector<int64_t> at(static_cast<size_t>(options_.fragments), -1);
+    for (int64_t f = 0; f < options_.fragments; ++f) {
+      if (options_.overlap_steps == 0 && due(f, step)) at[static_cast<size_t>(f)] = step;
+    }
+    return at;
+  }
+  const torch::Tensor saved = value.isTensor() ? value.toTensor() : torch::Tensor();
+  if (!saved.defined() || saved.scalar_type() != torch::kInt64 ||
+      saved.numel() != options_.fragments) {
+    throw_unfit("holds 'synchronized_at' as something other than an integer per fragment");
+  }
+  return {saved.data_ptr<int64_t>(), saved.data_ptr<int64_t>() + options_.fragments};
 }
 
 void DiLoCo::load(InputArchive& archive) {
@@ -123,6 +144,7 @@ void DiLoCo::load(InputArchive& archive) {
     }
     restored.push_back(std::move(round));
   }
+  std::vector<int64_t> synchronized_at = saved_synchronized_at(archive, step);
   InputArchive outer_state;
   if (!archive.try_read("outer_optimizer", outer_state)) throw_unfit("has no outer optimizer");
   for (Round& round : in_flight_) {  // this run's own rounds end before they are replaced
@@ -133,6 +155,7 @@ void DiLoCo::load(InputArchive& archive) {
   for (size_t i = 0; i < outer.size(); ++i) outer_parameters_[i].copy_(outer[i]);
   step_ = step;
   rounds_of_fragment_.assign(rounds.data_ptr<int64_t>(), rounds.data_ptr<int64_t>() + fragments);
+  synchronized_at_ = std::move(synchronized_at);
   in_flight_ = std::move(restored);
 }
 

@@ -22,7 +22,7 @@
 //     diloco.step();                                // every rank, after every inner step
 //   }
 //
-// With H = 1, one fragment and an outer SGD of learning rate 1 without momentum it is DDP with
+// With H = 1, one fragment, outer_lr 1 and outer_momentum 0 (plain SGD outside) it is DDP with
 // the inner optimizer SGD (the average of the ranks' steps is the step of the averaged
 // gradient). docs/compression.md, "DiLoCo".
 #pragma once
@@ -55,7 +55,8 @@ struct DiLoCoOptions {
   // the average is taken in bfloat16 and applied in float32).
   torch::Dtype wire_dtype = torch::kFloat32;
   // The outer optimizer, over the outer parameters (float32 copies of the trainable parameters,
-  // in order). Unset: SGD with DiLoCo's outer_lr, momentum 0.9 and Nesterov momentum. Any
+  // in order). Unset: SGD with DiLoCo's outer_lr and outer_momentum, Nesterov where the momentum
+  // is above 0 (momentum 0: plain SGD, which with outer_lr 1 and inner_steps 1 is DDP). Any
   // torch::optim optimizer works: it is stepped with gradients set only on the fragment being
   // synchronized (torch::optim skips parameters without a gradient).
   std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>
@@ -101,8 +102,8 @@ class DiLoCo : public CheckpointPart {
   // Collective: checks that every rank has the same trainable parameters (shapes, dtypes),
   // copies rank 0's values to every rank, and takes them as the outer parameters. Throws
   // InvalidArgument for a null group, inner_steps < 1, fragments < 1 or more than the
-  // parameters, a wire dtype other than float32 or bfloat16, or parameters that are not
-  // floating-point.
+  // parameters, a wire dtype other than float32 or bfloat16, outer_lr <= 0, outer_momentum
+  // outside [0, 1), or parameters that are not floating-point.
   DiLoCo(std::shared_ptr<Group> group, std::vector<torch::Tensor> parameters,
          DiLoCoOptions options = {});
   // The module's trainable parameters.
@@ -115,10 +116,14 @@ class DiLoCo : public CheckpointPart {
   DiLoCo(const DiLoCo&) = delete;
   DiLoCo& operator=(const DiLoCo&) = delete;
 
-  // Applies the rounds in flight, then synchronizes every fragment now, outside the schedule,
-  // without counting a step (before evaluating or saving: every rank then holds the outer
-  // parameters). Collective.
-  void synchronize_all();
+  // Applies the rounds in flight, then synchronizes now, outside the schedule and without
+  // counting a step, every fragment that took inner steps since its last synchronization
+  // (before evaluating or saving: every rank then holds the outer parameters). A fragment
+  // synchronized at this very step (or whose round in flight was applied with merge_local 0)
+  // is left alone: stepping the outer optimizer on its zero pseudo-gradient would move the
+  // outer parameters by momentum alone, a step DiLoCo does not have. Returns how many
+  // fragments it synchronized. Collective.
+  int64_t synchronize_all();
 
   // The fragment each trainable parameter belongs to (in order), and where the schedule is.
   const std::vector<int64_t>& fragment_of_parameter() const { return fragment_of_; }
@@ -158,6 +163,8 @@ class DiLoCo : public CheckpointPart {
   void apply(Round& round, double merge_local);
   bool due(int64_t fragment, int64_t step) const;
   void apply_due_rounds();
+  std::vector<int64_t> saved_synchronized_at(torch::serialize::InputArchive& archive,
+                                             int64_t step) const;
 
   std::shared_ptr<Group> group_;
   std::shared_ptr<Group> node_group_;  // hierarchical: this rank's node
@@ -173,6 +180,10 @@ class DiLoCo : public CheckpointPart {
   int64_t sent_bytes_ = 0;
   std::vector<Round> in_flight_;             // in the order they started
   std::vector<int64_t> rounds_of_fragment_;  // a hook's GradBucket::iteration
+  // Per fragment: the inner step up to which its local parameters' progress went into a round
+  // (the step its last round started at, or the step a round set them to the outer values).
+  // synchronize_all() skips a fragment whose entry is the current step.
+  std::vector<int64_t> synchronized_at_;
 };
 
 }  // namespace cohort
