@@ -116,6 +116,21 @@ void expect_timeline_consistent(const std::string& path, int ranks) {
   }
 }
 
+// The most peak RSS of one rank (docs/fashion_mnist.md, "Memory"): about 165 MiB of libraries,
+// the data sets held as float32 (179 and 30 MiB), the model and the steps' tensors make about
+// 450 MiB. The example peaked at 923 MiB while loading held four float copies of the training
+// set at once: a peak above this bound means a load (or anything else) holds whole copies of a
+// data set again.
+constexpr double kMostPeakRssMib = 700;
+
+// Rank 0's "memory of rank 0: ..., peak RSS X MiB" says at most `most`.
+void expect_peak_rss_below(const std::string& output, double most) {
+  std::smatch m;
+  const std::regex line(R"(memory of rank 0: [^\n]*peak RSS ([\d.]+) MiB)");
+  ASSERT_TRUE(std::regex_search(output, m, line)) << output;
+  EXPECT_LT(std::stod(m[1]), most) << m[0];
+}
+
 class FashionMnistExample : public ::testing::TestWithParam<int> {};
 
 TEST_P(FashionMnistExample, MetricsAndTimelineAreWellFormedAndConsistent) {
@@ -127,6 +142,7 @@ TEST_P(FashionMnistExample, MetricsAndTimelineAreWellFormedAndConsistent) {
       << run.result.output;
   expect_metrics_consistent(read_lines(run.dir + "/steps.jsonl"), ranks);
   expect_timeline_consistent(run.dir + "/trace.json", ranks);
+  if (ranks == 1) expect_peak_rss_below(run.result.output, kMostPeakRssMib);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, FashionMnistExample, ::testing::Values(1, 2));
