@@ -27,7 +27,9 @@ torch::Tensor sample_data(size_t i) {
   const float x = static_cast<float>(i);
   return torch::tensor({x, x + 0.5f, x + 0.25f});
 }
-torch::Tensor sample_target(size_t i) { return torch::tensor(static_cast<int64_t>(10 * i)); }
+torch::Tensor sample_target(size_t i) {
+  return torch::tensor(static_cast<int64_t>(10 * i));
+}
 
 // What a DataLoader with Stack<> would give for `indices`.
 Example<> expected_batch(const std::vector<size_t>& indices) {
@@ -63,8 +65,7 @@ class Samples : public torch::data::datasets::Dataset<Samples> {
 };
 
 // A BatchDataset that builds its batch itself, with one index_select, as the examples do.
-class GatheredSamples
-    : public torch::data::datasets::BatchDataset<GatheredSamples, Example<>> {
+class GatheredSamples : public torch::data::datasets::BatchDataset<GatheredSamples, Example<>> {
  public:
   explicit GatheredSamples(size_t size) : all_(expected_batch(every_index(size))) {}
   Example<> get_batch(c10::ArrayRef<size_t> indices) override {
@@ -191,12 +192,11 @@ TEST(ElasticBatch, AnElasticTrainerFedThroughItEqualsIndexingByHand) {
     while (trainer.committed_steps() < kTrainSteps) {
       trainer.step([&](const ElasticStep& step) {
         const auto batch = elastic_batch(dataset, step);
-        const auto rows = torch::tensor(
-            std::vector<int64_t>(step.indices.begin(), step.indices.end()));
+        const auto rows =
+            torch::tensor(std::vector<int64_t>(step.indices.begin(), step.indices.end()));
         EXPECT_TRUE(torch::equal(batch.data, data.inputs.index_select(0, rows)));
         EXPECT_TRUE(torch::equal(batch.target, data.targets.index_select(0, rows)));
-        torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target)
-            .backward();
+        torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target).backward();
         auto& mine = taken[static_cast<size_t>(step.rank)];
         mine.resize(static_cast<size_t>(step.step) + 1);
         mine[static_cast<size_t>(step.step)] = step.indices;

@@ -17,7 +17,8 @@ void check_batch_indices(c10::ArrayRef<size_t> indices, size_t dataset_size) {
     // the usual cause is an ElasticTrainer made with another dataset_size than this data set's.
     COHORT_CHECK(indices[i] < dataset_size, "elastic_batch: sample index ", indices[i],
                  " (position ", i, " of ", indices.size(), ") is outside the data set of ",
-                 dataset_size, " samples; was the ElasticTrainer or ElasticSampler given this "
+                 dataset_size,
+                 " samples; was the ElasticTrainer or ElasticSampler given this "
                  "data set's size()?");
   }
 }

@@ -48,15 +48,14 @@ template <typename Batch>
 struct StackedBatch {  // a batch returned as it is
   static Batch stack(Batch batch) { return batch; }
 };
-template <typename Example>
-struct StackedBatch<std::vector<Example>> {
+template <typename Item>
+struct StackedBatch<std::vector<Item>> {
   // The examples Stack<> knows; a vector of anything else is returned as it is.
-  static constexpr bool kStacks =
-      std::is_same_v<Example, torch::data::Example<>> ||
-      std::is_same_v<Example, torch::data::TensorExample>;
-  static auto stack(std::vector<Example> examples) {
+  static constexpr bool kStacks = std::is_same_v<Item, torch::data::Example<>> ||
+                                  std::is_same_v<Item, torch::data::TensorExample>;
+  static auto stack(std::vector<Item> examples) {
     if constexpr (kStacks) {
-      return torch::data::transforms::Stack<Example>().apply_batch(std::move(examples));
+      return torch::data::transforms::Stack<Item>().apply_batch(std::move(examples));
     } else {
       return examples;
     }
