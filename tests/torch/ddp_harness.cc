@@ -310,8 +310,7 @@ class ComputeCopy {
 
 // ParityCase::reference_sums_in_rank_order: the gradient of each rank's slice on its own, then
 // ((g0 + g1) + g2 ...) / world into the model's gradients.
-void sum_slices_in_rank_order(const ParityCase& c, TestModel& model, const Batch& batch,
-                              int step) {
+void sum_slices_in_rank_order(const ParityCase& c, TestModel& model, const Batch& batch, int step) {
   const std::vector<torch::Tensor> parameters = trainable(model);
   std::vector<torch::Tensor> sums(parameters.size());
   for (int rank = 0; rank < c.world; ++rank) {
@@ -319,8 +318,8 @@ void sum_slices_in_rank_order(const ParityCase& c, TestModel& model, const Batch
     loss_of(model, batch.slice(rank, c.samples_per_rank), step, rank).backward();
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < parameters.size(); ++i) {
-      const torch::Tensor g = parameters[i].grad().defined() ? parameters[i].grad()
-                                                             : torch::zeros_like(parameters[i]);
+      const torch::Tensor g =
+          parameters[i].grad().defined() ? parameters[i].grad() : torch::zeros_like(parameters[i]);
       sums[i] = rank == 0 ? g.clone() : sums[i] + g;
     }
   }
@@ -570,13 +569,11 @@ void expect_rank_matches(const ParityCase& c, int rank,
   ASSERT_EQ(states.size(), static_cast<size_t>(steps + (c.steps_of_rank ? 1 : 0)))
       << "rank " << rank;
   for (int step = 0; step < steps; ++step) {
-    const auto error =
-        compare(c, states[step], reference.states[step], reference.names);
+    const auto error = compare(c, states[step], reference.states[step], reference.names);
     ASSERT_EQ(error, "") << "world " << c.world << " rank " << rank << " step " << step;
   }
   if (c.steps_of_rank) {
-    const auto error =
-        compare(c, states.back(), reference.states.back(), reference.names);
+    const auto error = compare(c, states.back(), reference.states.back(), reference.names);
     ASSERT_EQ(error, "") << "world " << c.world << " rank " << rank << " after join";
   }
 }

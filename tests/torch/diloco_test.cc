@@ -307,8 +307,8 @@ TEST(DiLoCo, SynchronizeAllStepsOnlyTheFragmentsWithInnerStepsSinceTheirRound) {
         inner_steps(model, *inner, diloco, rank, 1, c.steps);
         EXPECT_EQ(diloco.synchronize_all(), sweep.expected_rounds);
         const std::string what = "H " + std::to_string(sweep.inner_steps) + " F " +
-                                 std::to_string(sweep.fragments) + " rank " +
-                                 std::to_string(rank) + " after synchronize_all";
+                                 std::to_string(sweep.fragments) + " rank " + std::to_string(rank) +
+                                 " after synchronize_all";
         expect_close(parameters_of(model), states.back()[rank], what);
         for (int w = 0; w < world; ++w) expect_close(parameters_of(model), states.back()[w], what);
         // Once more: every fragment is synchronized now, so nothing moves at all.

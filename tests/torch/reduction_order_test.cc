@@ -4,8 +4,8 @@
 // flat gradients and FSDP's per-unit reduce-scatter give the same gradient bits, and after 30
 // AdamW steps the parameters of DDP, ZeRO-1, ZeRO-2, FULL_SHARD and SHARD_GRAD_OP equal, bit
 // for bit, one process that sums the ranks' slice gradients in rank order ((g0 + g1) + g2 ...)
-// / W, and therefore each other (docs/ddp.md, "Order of reductions"). Ranks are threads over TCP with a
-// shared-memory window, as ranks of one host are.
+// / W, and therefore each other (docs/ddp.md, "Order of reductions"). Ranks are threads over TCP
+// with a shared-memory window, as ranks of one host are.
 #include <gtest/gtest.h>
 
 #include "ddp_harness.h"
@@ -15,9 +15,8 @@ namespace {
 
 TEST(ReductionOrder, DdpZeroAndFsdpEqualTheRankOrderSumBitwiseAfter30AdamWSteps) {
   for (int world : {2, 3, 4}) {
-    for (Strategy strategy :
-         {Strategy::kDdp, Strategy::kZero1, Strategy::kZero2, Strategy::kFullShard,
-          Strategy::kShardGradOp}) {
+    for (Strategy strategy : {Strategy::kDdp, Strategy::kZero1, Strategy::kZero2,
+                              Strategy::kFullShard, Strategy::kShardGradOp}) {
       SCOPED_TRACE(std::string(strategy_name(strategy)) + " at " + std::to_string(world) +
                    " ranks");
       ParityCase c;

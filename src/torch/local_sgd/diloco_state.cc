@@ -106,8 +106,8 @@ std::vector<int64_t> DiLoCo::saved_synchronized_at(InputArchive& archive, int64_
 void DiLoCo::load(InputArchive& archive) {
   const int64_t fragments = read_int(archive, "fragments");
   if (fragments != options_.fragments) {
-    throw_unfit(detail::concat("has ", fragments, " fragments, but this DiLoCo has ",
-                               options_.fragments));
+    throw_unfit(
+        detail::concat("has ", fragments, " fragments, but this DiLoCo has ", options_.fragments));
   }
   const int64_t step = read_int(archive, "step");
   const torch::Tensor rounds = read_tensor(archive, "rounds_of_fragment");
@@ -126,8 +126,8 @@ void DiLoCo::load(InputArchive& archive) {
   }
   c10::IValue extra;
   if (archive.try_read("outer/" + std::to_string(outer_parameters_.size()), extra)) {
-    throw_unfit(detail::concat("has more outer parameters than this model's ",
-                               outer_parameters_.size()));
+    throw_unfit(
+        detail::concat("has more outer parameters than this model's ", outer_parameters_.size()));
   }
   std::vector<Round> restored;
   const int64_t in_flight = read_int(archive, "in_flight");
@@ -138,7 +138,8 @@ void DiLoCo::load(InputArchive& archive) {
     round.flat = read_tensor(archive, round_key(static_cast<size_t>(j), "average"));
     if (round.fragment < 0 || round.fragment >= fragments) throw_unfit("has a round out of range");
     int64_t elements = 0;
-    for (size_t i : members_[static_cast<size_t>(round.fragment)]) elements += parameters_[i].numel();
+    for (size_t i : members_[static_cast<size_t>(round.fragment)])
+      elements += parameters_[i].numel();
     if (round.flat.dim() != 1 || round.flat.numel() != elements) {
       throw_unfit("has a round whose average does not fit its fragment");
     }
