@@ -2,12 +2,13 @@
 
 #include "adamw.h"
 #include "cohort/comm/elastic.h"
+#include "cohort/torch/data/elastic_batch.h"
 #include "cohort/torch/elastic/elastic_trainer.h"
-#include "cohort/torch/optim/lr_schedule.h"
 #include "dataset.h"
 #include "elastic_loop.h"
 #include "gpt.h"
 #include "next_char_loss.h"
+#include "sample.h"
 #include "validation.h"
 
 namespace char_lm {
@@ -21,12 +22,8 @@ void check_elastic_options(const TrainOptions& o) {
   refuse_for_elastic(o.plan.memory_budget_mb > 0 || !o.plan.plan_out.empty(),
                      "--memory-budget-mb and --plan-out");
   refuse_for_elastic(o.precision != "fp32", "--precision other than fp32");
+  refuse_for_elastic(o.master_weights, "--master-weights");
   refuse_for_elastic(o.local_sgd.period > 0, "--local-sgd");
-  refuse_for_elastic(o.comm_hook.name != "allreduce", "--comm-hook");
-}
-
-torch::data::Example<> windows(TextWindows& data, const std::vector<size_t>& indices) {
-  return data.get_batch(c10::ArrayRef<size_t>(indices));
 }
 
 }  // namespace
@@ -42,42 +39,43 @@ TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
   if (options.activation_checkpointing) checkpoint_blocks(*model, false);
   auto optimizer = make_adamw(*model, model->named_parameters(), options);
   const int64_t windows_count = static_cast<int64_t>(train_set.size().value());
-  int64_t planned = options.epochs * (windows_count / options.batch_size);
-  if (options.max_steps > 0) planned = std::min(planned, options.max_steps);
-  cohort::optim::WarmupDecayLR schedule(*optimizer, options.lr_schedule_options(planned));
-  const auto run = cohort_examples::elastic_run_settings(options);
+  // The schedule is the trainer's (ElasticTrainerOptions::lr_schedule): its place is the job's
+  // committed step, on joiners and after a resume too.
+  const auto run = cohort_examples::elastic_run_settings(options, windows_count);
   cohort::ElasticTrainer trainer(*elastic, model.ptr(), *optimizer,
                                  static_cast<size_t>(windows_count),
                                  cohort_examples::elastic_trainer_options(run));
   cohort_examples::report_memberships(trainer, [&](const cohort::Membership& m) {
-    // A joiner's schedule starts at the job's step, not at 0.
-    schedule.load_state({trainer.committed_steps(), schedule.base_lrs()});
     torch::manual_seed(options.seed + 1000 * m.generation + static_cast<uint64_t>(m.rank));
   });
   cohort_examples::ElasticStepHooks hooks;
   hooks.after_backward = [&] {  // the gradients are the same on every member: so is clipping
     if (options.clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), options.clip);
   };
-  hooks.after_commit = [&] { schedule.step(); };
+  TrainResult result;
+  // Every member takes part, rank 0 reports it; a member lost during it makes the survivors
+  // evaluate again (ElasticFinish::evaluate).
+  auto evaluate = [&](cohort::Group& group) {
+    model->eval();
+    result.validation_loss = validation_loss(
+        group, validation,
+        [&](const torch::data::Example<>& b) { return next_char_loss(model, b, torch::kSum); });
+  };
   const double seconds = run_elastic_steps(
       trainer, run,
       [&](const cohort::ElasticStep& step) {
         model->train();
-        return next_char_loss(model, windows(train_set, step.indices));
+        return next_char_loss(model, cohort::elastic_batch(train_set, step));
       },
-      hooks);
-  trainer.finish();
-  TrainResult result;
+      hooks, options.skip_eval ? std::function<void(cohort::Group&)>() : evaluate);
   result.unigram_entropy = data.unigram_entropy;
   result.steps = trainer.committed_steps();
   result.samples_per_s = seconds > 0 ? double(result.steps * options.batch_size) / seconds : 0;
   rank = trainer.membership().rank;
   ranks = trainer.membership().size;
-  if (!options.skip_eval) {  // every member takes part; rank 0 reports it
-    model->eval();
-    result.validation_loss = validation_loss(
-        elastic->group(), validation,
-        [&](const torch::data::Example<>& b) { return next_char_loss(model, b, torch::kSum); });
+  if (options.sample > 0) {  // each member's model is the same: no collective
+    result.sample = generate_text(model, data.vocabulary, kSamplePrompt, options.sample,
+                                  kSampleTemperature, options.seed);
   }
   return result;
 }

@@ -10,6 +10,11 @@
 
 namespace char_lm {
 
+// The sample both trainers print at the end: it starts a new fortune ("%\n" ends the one before
+// it in the text), at a temperature that keeps it readable.
+inline const char* const kSamplePrompt = "%\n";
+inline constexpr double kSampleTemperature = 0.8;
+
 // `characters` characters that follow `prompt` (whose characters must be in `vocabulary`),
 // drawn from the model's next-character distribution sharpened by `temperature` (< 1: likelier
 // characters more often). Deterministic for a `seed`; leaves torch's default generator alone.

@@ -35,9 +35,6 @@ using cohort_examples::MetricsFile;
 using cohort_examples::StepRecord;
 
 // Windows per evaluation forward.
-// The sample starts a new fortune: "%\n" ends the one before it in the text.
-const char* const kSamplePrompt = "%\n";
-constexpr double kSampleTemperature = 0.8;
 
 using LossReduction = torch::nn::functional::CrossEntropyFuncOptions::reduction_t;
 

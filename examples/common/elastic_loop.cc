@@ -1,5 +1,6 @@
 #include "elastic_loop.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -11,10 +12,25 @@
 
 namespace cohort_examples {
 
-void refuse_for_elastic(bool set, const char* what) {
+void refuse_for_elastic(bool set, const std::string& what) {
   if (!set) return;
-  throw cohort::InvalidArgument(
-      std::string("--elastic trains with DDP in float32; it does not take ") + what);
+  throw cohort::InvalidArgument("--elastic does not take " + what +
+                                " (docs/elastic.md, \"The examples' --elastic\")");
+}
+
+void refuse_stateful_hook(const CommHookSettings& hook) {
+  const std::vector<std::string> stateless = {"allreduce", "fp16", "bf16", "qsgd", "terngrad"};
+  refuse_for_elastic(std::find(stateless.begin(), stateless.end(), hook.name) == stateless.end(),
+                     "--comm-hook " + hook.name +
+                         ": the hook keeps state between steps that a new member would not "
+                         "have; take fp16, bf16, qsgd or terngrad");
+}
+
+int64_t elastic_planned_steps(int64_t epochs, int64_t max_steps, int64_t dataset_size,
+                              int64_t global_batch) {
+  const int64_t per_epoch = (dataset_size + global_batch - 1) / global_batch;
+  const int64_t all = epochs * per_epoch;
+  return max_steps > 0 ? std::min(all, max_steps) : all;
 }
 
 cohort::ElasticTrainerOptions elastic_trainer_options(const ElasticRunSettings& settings) {
@@ -22,12 +38,15 @@ cohort::ElasticTrainerOptions elastic_trainer_options(const ElasticRunSettings& 
   options.sampler.global_batch = static_cast<size_t>(settings.global_batch);
   options.sampler.seed = settings.seed;
   options.ddp.bucket_cap_mb = settings.bucket_cap_mb;
+  options.ddp.comm_hook = settings.comm_hook;
   options.checkpoint_dir = elastic_checkpoint_dir(settings.checkpoint);
   options.checkpoint_every = settings.checkpoint_every;
   options.resume = settings.resume;
+  options.lr_schedule = settings.lr_schedule;
   if (settings.diloco) {
     options.strategy = cohort::ElasticStrategy::kDiLoCo;
     options.diloco = *settings.diloco;
+    options.diloco.hook = settings.comm_hook;  // the rounds', as --comm-hook under --diloco
   }
   return options;
 }
@@ -98,7 +117,8 @@ void say_saved(const cohort::ElasticTrainer& trainer, const ElasticRunSettings& 
 
 double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings,
                          const std::function<torch::Tensor(const cohort::ElasticStep&)>& loss_of,
-                         const ElasticStepHooks& hooks) {
+                         const ElasticStepHooks& hooks,
+                         const std::function<void(cohort::Group&)>& evaluate) {
   const auto start = std::chrono::steady_clock::now();
   ElasticMetrics metrics(settings.metrics);
   say_resumed(trainer, settings);
@@ -106,7 +126,6 @@ double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettin
   while (static_cast<int64_t>(trainer.epoch()) < settings.epochs &&
          (settings.max_steps < 0 || trainer.committed_steps() < settings.max_steps)) {
     const auto step_start = std::chrono::steady_clock::now();
-    const double lr = trainer.optimizer().param_groups()[0].options().get_lr();
     const bool committed = trainer.step([&](const cohort::ElasticStep& step) {
       const torch::Tensor loss = loss_of(step);
       loss.backward();
@@ -115,6 +134,8 @@ double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettin
     });
     if (!committed) continue;
     if (hooks.after_commit) hooks.after_commit();
+    // The schedule's LR of the step just taken: the trainer set it before the step.
+    const double lr = trainer.optimizer().param_groups()[0].options().get_lr();
     metrics.write(
         trainer, settings, last_loss, lr,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start)
@@ -129,17 +150,16 @@ double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettin
         !settings.checkpoint.empty() && checkpoint_due(settings.checkpoint_every, done);
     if (saved) say_saved(trainer, settings);  // the trainer wrote it with the commit
   }
-  // DiLoCo: the members' models differ since the last synchronization; the evaluation and the
-  // last checkpoint take the outer parameters.
-  if (settings.diloco) trainer.diloco().synchronize_all();
-  const bool synchronized_after_last_save = settings.diloco.has_value();
-  if (!settings.checkpoint.empty() &&
-      (synchronized_after_last_save ||
-       !checkpoint_due(settings.checkpoint_every, trainer.committed_steps()))) {
-    trainer.save_checkpoint();
-    say_saved(trainer, settings);
-  }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // DiLoCo's last synchronization (the members' models differ since the previous one), the
+  // last checkpoint and the evaluation, finished by the survivors if a member is lost.
+  const int64_t saved_before = trainer.checkpoint_step();
+  cohort::ElasticFinish end;
+  end.evaluate = evaluate;
+  trainer.finish(end);
+  if (trainer.checkpoint_step() != saved_before) say_saved(trainer, settings);
+  return seconds;
 }
 
 }  // namespace cohort_examples

@@ -6,11 +6,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "checkpointing.h"
 #include "cohort/torch/elastic/elastic_trainer.h"
+#include "comm_hooks.h"
 
 namespace cohort_examples {
 
@@ -31,11 +33,32 @@ struct ElasticRunSettings {
   cohort::LoadOptions resume;
   // --diloco H (and its other options): ElasticStrategy::kDiLoCo instead of DDP.
   std::optional<cohort::DiLoCoOptions> diloco;
+  // --warmup-steps and the decay: ElasticTrainerOptions::lr_schedule, over the steps the run
+  // plans (elastic_planned_steps).
+  cohort::optim::LrScheduleOptions lr_schedule;
+  // --comm-hook: DDP's hook (DiLoCo's rounds' under --diloco); stateless hooks only
+  // (refuse_stateful_hook).
+  std::shared_ptr<cohort::CommHook> comm_hook;
 };
 
-// The settings from an example's TrainOptions (both examples name these fields alike).
+// Steps an elastic run of `epochs` over `dataset_size` samples in global batches of
+// `global_batch` takes (an epoch's last step takes what is left), or max_steps when that is
+// fewer: what the schedule decays over.
+int64_t elastic_planned_steps(int64_t epochs, int64_t max_steps, int64_t dataset_size,
+                              int64_t global_batch);
+
+// --comm-hook under --elastic: the hooks that keep state between steps (error feedback, a
+// shared random stream, PowerSGD's matrices) would carry it into a generation whose members
+// hold other state (a joiner starts empty), so they are refused by name until hooks can be
+// told of a new generation; the stateless ones (fp16, bf16, qsgd, terngrad) act as without
+// --elastic.
+void refuse_stateful_hook(const CommHookSettings& hook);
+
+// The settings from an example's TrainOptions (both examples name these fields alike), for a
+// data set of `dataset_size` samples.
 template <typename TrainOptions>
-ElasticRunSettings elastic_run_settings(const TrainOptions& o) {
+ElasticRunSettings elastic_run_settings(const TrainOptions& o, int64_t dataset_size) {
+  refuse_stateful_hook(o.comm_hook);
   ElasticRunSettings run;
   run.epochs = o.epochs;
   run.max_steps = o.max_steps;
@@ -48,6 +71,9 @@ ElasticRunSettings elastic_run_settings(const TrainOptions& o) {
   run.checkpoint_every = o.checkpoint_every;
   run.resume = load_options(o.resume, o.overwrite_checkpoint);
   if (o.diloco.enabled()) run.diloco = o.diloco.options();
+  run.lr_schedule = o.lr_schedule_options(
+      elastic_planned_steps(o.epochs, o.max_steps, dataset_size, o.batch_size));
+  run.comm_hook = make_comm_hook(o.comm_hook);
   return run;
 }
 
@@ -56,7 +82,7 @@ ElasticRunSettings elastic_run_settings(const TrainOptions& o) {
 std::string elastic_checkpoint_dir(const std::string& checkpoint);
 
 // Throws cohort::InvalidArgument naming `what` when `set`: an option --elastic does not take.
-void refuse_for_elastic(bool set, const char* what);
+void refuse_for_elastic(bool set, const std::string& what);
 
 // The global batch kept (each rank's share grows when members leave), DDP's bucket size, or
 // DiLoCo.
@@ -75,11 +101,13 @@ struct ElasticStepHooks {
 // Trains until `settings.epochs` epochs or `max_steps` committed steps: `loss_of` computes this
 // rank's loss on its share of each step, which is then backpropagated. Prints "step S loss L on
 // W rank(s)" on rank 0 every log_every committed steps, writes settings.metrics, and writes the
-// checkpoint every checkpoint_every steps and at the end (saying so on rank 0, with the
-// generation and world size). Under DiLoCo every member ends with the outer parameters (a last
-// synchronization), for the evaluation. Returns the wall time in seconds.
+// checkpoint every checkpoint_every steps (saying so on rank 0, with the generation and world
+// size). Then ends the run with ElasticTrainer::finish (Note [Elastic end]): under DiLoCo a last
+// synchronization, the checkpoint, and `evaluate` (collective; may be empty), each redone by
+// the survivors when a member is lost. Returns the wall time of the training steps in seconds.
 double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings,
                          const std::function<torch::Tensor(const cohort::ElasticStep&)>& loss_of,
-                         const ElasticStepHooks& hooks = {});
+                         const ElasticStepHooks& hooks = {},
+                         const std::function<void(cohort::Group&)>& evaluate = {});
 
 }  // namespace cohort_examples

@@ -1,6 +1,7 @@
 #include "elastic_train.h"
 
 #include "cohort/comm/elastic.h"
+#include "cohort/torch/data/elastic_batch.h"
 #include "dataset.h"
 #include "elastic_loop.h"
 #include "evaluation.h"
@@ -18,13 +19,13 @@ void check_elastic_options(const TrainOptions& o) {
   refuse_for_elastic(o.plan.memory_budget_mb > 0 || !o.plan.plan_out.empty(),
                      "--memory-budget-mb and --plan-out");
   refuse_for_elastic(o.precision != "fp32", "--precision other than fp32");
+  refuse_for_elastic(o.master_weights, "--master-weights");
   refuse_for_elastic(o.mode != "sync", "--mode ps or ssp");
   refuse_for_elastic(o.sync_bn, "--sync-bn");
   refuse_for_elastic(o.local_sgd.period > 0, "--local-sgd");
-}
-
-torch::Tensor take(const torch::Tensor& all, const std::vector<size_t>& indices) {
-  return all.index_select(0, torch::tensor(std::vector<int64_t>(indices.begin(), indices.end())));
+  // Every member would have to stop at the same step; the elastic trainer's vote does not
+  // carry a clock.
+  refuse_for_elastic(o.time_limit_s > 0, "--time-limit (stop with --max-steps instead)");
 }
 
 }  // namespace
@@ -33,37 +34,42 @@ TrainResult train_elastic(const TrainOptions& options) {
   check_elastic_options(options);
   auto elastic = cohort::init_elastic();
   torch::set_num_threads(options.threads > 0 ? options.threads : 1);
-  const Images train_set = load_split(options.data_dir, Split::kTrain);
+  FashionMnist train_set(load_split(options.data_dir, Split::kTrain));
   const Images test = options.skip_eval ? Images{} : load_split(options.data_dir, Split::kTest);
   torch::manual_seed(options.seed);
   auto model = make_fmnist_model(options.model);
   if (options.activation_checkpointing) checkpoint_conv_stack(*model, options, false);
   auto optimizer = cohort_examples::make_optimizer(options.optimizer, model->named_parameters(),
                                                    options.optimizer_settings(model.get()));
-  const auto run = cohort_examples::elastic_run_settings(options);
-  cohort::ElasticTrainer trainer(*elastic, model, *optimizer, static_cast<size_t>(train_set.size()),
+  const size_t samples = *train_set.size();
+  const auto run = cohort_examples::elastic_run_settings(options, static_cast<int64_t>(samples));
+  cohort::ElasticTrainer trainer(*elastic, model, *optimizer, samples,
                                  cohort_examples::elastic_trainer_options(run));
   cohort_examples::report_memberships(trainer);
-  model->train();
-  const double seconds = run_elastic_steps(trainer, run, [&](const cohort::ElasticStep& step) {
-    return torch::nll_loss(model->forward(take(train_set.images, step.indices)),
-                           take(train_set.labels, step.indices));
-  });
-  trainer.finish();
   TrainResult result;
+  // Each member evaluates its slice of the test set and the counts are summed: a member lost
+  // during it makes the survivors evaluate again (ElasticFinish::evaluate).
+  auto evaluate = [&](cohort::Group& group) {
+    model->eval();
+    torch::NoGradGuard no_grad;
+    result.test_accuracy = evaluate_slices(test, group, [&](const torch::Tensor& images) {
+                             return model->forward(images);
+                           }).accuracy;
+  };
+  model->train();
+  const double seconds = run_elastic_steps(
+      trainer, run,
+      [&](const cohort::ElasticStep& step) {
+        const auto batch = cohort::elastic_batch(train_set, step);
+        return torch::nll_loss(model->forward(batch.data), batch.target);
+      },
+      {}, options.skip_eval ? std::function<void(cohort::Group&)>() : evaluate);
   result.steps = trainer.committed_steps();
   result.samples_per_s = seconds > 0 ? double(result.steps * options.batch_size) / seconds : 0;
   result.reports = trainer.membership().rank == 0;
   result.covers = std::to_string(trainer.membership().size) + " rank(s) at the end, " +
                   std::to_string(trainer.membership_changes()) + " membership change(s), " +
                   std::to_string(trainer.rolled_back_steps()) + " step(s) redone";
-  if (result.reports && !options.skip_eval) {
-    model->eval();
-    torch::NoGradGuard no_grad;
-    result.test_accuracy = evaluate_all(test, [&](const torch::Tensor& images) {
-                             return model->forward(images);
-                           }).accuracy;
-  }
   return result;
 }
 

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "cohort/torch/data/elastic_sampler.h"
+#include "cohort/torch/optim/lr_schedule.h"
 
 namespace cohort::testing {
 
@@ -38,6 +39,16 @@ inline ElasticSamplerOptions elastic_sampler_options(size_t batch_per_rank, size
   }
   options.seed = 11;
   return options;
+}
+
+// ElasticTrainerOptions::lr_schedule of a job of `steps` steps: a linear warm-up of
+// `warmup_steps`, then a cosine decay to 0 at the last step.
+inline optim::LrScheduleOptions elastic_lr_schedule(int64_t warmup_steps, int64_t steps) {
+  optim::LrScheduleOptions schedule;
+  schedule.warmup_steps = warmup_steps;
+  schedule.decay = optim::LrDecay::kCosine;
+  schedule.total_steps = steps;
+  return schedule;
 }
 
 inline torch::Tensor elastic_loss(torch::nn::SequentialImpl& model, const ElasticData& data,

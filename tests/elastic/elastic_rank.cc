@@ -12,6 +12,9 @@
 //   stop       SIGSTOP before the forward pass (the process stays stopped)
 //   heal       while it heals a joining member at that step or later, in its optimizer's
 //              save() (--opaque-optimizer)
+//   end        at step --steps: after the last step, before the end of the run
+//   evaluate   in the first call of the evaluation at that step (--evaluate-every between
+//              steps, --end's at step --steps)
 // --stop-after N leaves after N committed steps (a job that ends there); --resume resumes
 // another job's checkpoint in --checkpoint-dir. --strategy ddp|zero1|zero2|full_shard|
 // hybrid_shard|diloco picks ElasticTrainerOptions::strategy (the sharded ones build their
@@ -24,8 +27,10 @@
 // N puts the launch ranks on simulated nodes of N (COHORT_NODE_ID), for hybrid_shard;
 // --opaque-optimizer gives DDP an optimizer that no checkpoint codec knows, so that its state heals
 // through save() and load(); --no-buddy turns buddy copies off, --checkpoint-dir and
-// --checkpoint-every make the trainer write sharded checkpoints.
+// --checkpoint-every make the trainer write sharded checkpoints; --lr-warmup N sets a learning-rate
+// schedule (elastic_lr_schedule).
 #include <signal.h>
+#include <sys/resource.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -98,6 +103,27 @@ class OpaqueSgd : public torch::optim::Optimizer {
   torch::optim::SGD sgd_;
 };
 
+// --fill-disk-at: writes to regular files past 64 bytes fail (EFBIG; SIGXFSZ ignored) as on a
+// full disk; the sampler's file of a checkpoint fits, its model does not. empty_disk() lifts
+// it (the soft limit only was lowered).
+void fill_disk() {
+  static bool filled = false;
+  if (filled) return;
+  filled = true;
+  signal(SIGXFSZ, SIG_IGN);
+  rlimit limit{};
+  getrlimit(RLIMIT_FSIZE, &limit);
+  limit.rlim_cur = 64;
+  setrlimit(RLIMIT_FSIZE, &limit);
+}
+
+void empty_disk() {
+  rlimit limit{};
+  getrlimit(RLIMIT_FSIZE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_FSIZE, &limit);
+}
+
 // Waits until a new member has arrived, 60 s at most.
 void await_joiner(cohort::ElasticGroup& elastic) {
   if (!elastic.wait_for_joiners(1, std::chrono::seconds(60))) {
@@ -147,6 +173,22 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", resume, "resume the checkpoint in --checkpoint-dir of another job");
   int64_t stop_after = -1;
   app.add_option("--stop-after", stop_after, "leave after this many committed steps");
+  int64_t fill_disk_at = -1;
+  app.add_option("--fill-disk-at", fill_disk_at,
+                 "from this committed step on, files this process writes stop at 64 bytes "
+                 "(RLIMIT_FSIZE): the disk is full");
+  bool end = false;
+  app.add_flag("--end", end,
+               "end with ElasticTrainer::finish(ElasticFinish) and an evaluation (a loss summed "
+               "over the members), instead of finish()");
+  int64_t evaluate_every = 0;
+  app.add_option("--evaluate-every", evaluate_every,
+                 "between steps, every N committed steps: ElasticTrainer::between_steps with the "
+                 "evaluation");
+  int64_t lr_warmup = 0;
+  app.add_option("--lr-warmup", lr_warmup,
+                 "ElasticTrainerOptions::lr_schedule: this many warm-up steps, then a cosine "
+                 "decay to 0 at --steps (cohort::testing::elastic_lr_schedule)");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(1);
   dup2(STDOUT_FILENO, STDERR_FILENO);  // the library's log, for the tests to read
@@ -188,6 +230,7 @@ int main(int argc, char** argv) {
     options.checkpoint_dir = checkpoint_dir;
     options.checkpoint_every = checkpoint_every;
     options.resume.any_job = resume;
+    if (lr_warmup > 0) options.lr_schedule = cohort::testing::elastic_lr_schedule(lr_warmup, steps);
     const auto sgd = torch::optim::SGDOptions(0.05).momentum(0.9);
     FaultySgd ddp_optimizer(model->parameters(), sgd);
     torch::optim::Adam other_optimizer(model->parameters());
@@ -217,10 +260,27 @@ int main(int argc, char** argv) {
     trainer.on_membership_change([](const cohort::Membership& m) {
       std::cout << "membership " << m.describe() << " rank " << m.rank << std::endl;
     });
+    // The evaluation: the mean loss over the data set, each member a slice, summed; "evaluate"
+    // faults fire in the first call at their step.
+    int64_t evaluated_at = -1;
+    auto evaluate = [&](cohort::Group& group) {
+      const int64_t at = trainer.committed_steps();
+      if (evaluated_at != at && fault_at(at, "evaluate")) fail("evaluate");
+      evaluated_at = at;
+      torch::NoGradGuard no_grad;
+      const auto index = torch::arange(group.rank(), data.inputs.size(0), group.size());
+      auto sum = (cohort::testing::elastic_loss(*model, data, index) * index.numel()).reshape({1});
+      group.allreduce(cohort::Buffer{sum.data_ptr<float>(), 1, cohort::DType::kFloat32});
+      if (group.rank() == 0) {
+        std::cout << "evaluated " << sum.item<float>() / data.inputs.size(0) << " on "
+                  << group.size() << " rank(s)" << std::endl;
+      }
+    };
     bool awaited = false;  // once: a member lost meanwhile is not waited for again
     const int member = launch_rank + (first_process ? 0 : 100);
     std::optional<cohort::ElasticStep> trained;  // diloco: kept across a redone synchronization
     while (trainer.committed_steps() < steps && trainer.committed_steps() != stop_after) {
+      if (trainer.committed_steps() >= fill_disk_at && fill_disk_at >= 0) fill_disk();
       if (trainer.committed_steps() == await_step && trainer.membership().size < await_size &&
           !awaited) {
         await_joiner(*elastic);
@@ -256,6 +316,12 @@ int main(int argc, char** argv) {
         }
         loss.backward();
       });
+      if (committed && evaluate_every > 0 && trainer.committed_steps() % evaluate_every == 0 &&
+          trainer.committed_steps() < steps) {
+        const bool whole = trainer.between_steps(evaluate);
+        std::cout << "evaluation at step " << trainer.committed_steps() << ": "
+                  << (whole ? "done" : "a member was lost") << std::endl;
+      }
       if (committed && strategy == "diloco") {
         const int64_t step = trainer.committed_steps() - 1;
         const cohort::Membership& m = trainer.membership();
@@ -275,9 +341,22 @@ int main(int argc, char** argv) {
         std::cout << std::endl;
       }
     }
-    trainer.finish();
+    if (fault_at(steps, "end")) fail("end");  // after the last step, before the end
+    if (end) {
+      cohort::ElasticFinish finish;
+      finish.evaluate = evaluate;
+      const bool saw_end = trainer.finish(finish);
+      double checksum = 0;
+      for (const auto& p : model->parameters()) checksum += p.detach().sum().item<double>();
+      std::cout << "end " << (saw_end ? "seen" : "finished by the others") << " at step "
+                << trainer.committed_steps() << ", parameters summing to " << checksum << std::endl;
+    } else {
+      trainer.finish();
+    }
+    std::cout << "failed saves " << trainer.failed_saves() << std::endl;
     const int final_rank = trainer.membership().rank;
     made.reset();  // FULL_SHARD: the parameters are whole again once the trainer is gone
+    if (fill_disk_at >= 0) empty_disk();
     if (final_rank == 0 && !out.empty()) {
       std::ofstream file(out, std::ios::binary);
       for (const auto& p : model->parameters()) {

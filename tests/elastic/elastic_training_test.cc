@@ -8,10 +8,12 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -83,8 +85,10 @@ struct Replay {
 };
 
 // The committed steps replayed on one process: each step's gradient is the mean over its
-// ranks of each rank's mean loss gradient, as DDP averages it.
-Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank) {
+// ranks of each rank's mean loss gradient, as DDP averages it. With `schedule`, step s runs at
+// scheduled_lr(schedule, 0.05, s).
+Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank,
+              const std::optional<optim::LrScheduleOptions>& schedule = std::nullopt) {
   Replay out;
   auto model = testing::make_elastic_model();
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
@@ -92,6 +96,9 @@ Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank
   ElasticSampler sampler(data.inputs.size(0), testing::elastic_sampler_options(batch_per_rank, 0));
   for (const auto& [step, world] : world_of_step) {
     sampler.skip_small_tail(world);
+    if (schedule) {
+      optimizer.param_groups()[0].options().set_lr(optim::scheduled_lr(*schedule, 0.05, step));
+    }
     optimizer.zero_grad();
     for (int r = 0; r < world; ++r) {
       const auto mine = sampler.step_indices(r, world);
@@ -115,12 +122,13 @@ Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank
 // sample is trained on twice in a step (a member that died after the vote printed nothing of
 // its last step, so coverage is the replay's: ElasticSamplerTest checks it).
 void expect_replay_parity(const std::string& output, const std::string& out_path,
-                          size_t batch_per_rank = 4, bool redo = false) {
+                          size_t batch_per_rank = 4, bool redo = false,
+                          const std::optional<optim::LrScheduleOptions>& schedule = std::nullopt) {
   const Committed c = read_commits(output, redo);
   ASSERT_TRUE(c.inconsistency.empty()) << c.inconsistency << "\n" << output;
   ASSERT_EQ(c.world_of_step.size(), static_cast<size_t>(kSteps)) << output;
   ASSERT_EQ(c.world_of_step.rbegin()->first, kSteps - 1);
-  const Replay reference = replay(c.world_of_step, batch_per_rank);
+  const Replay reference = replay(c.world_of_step, batch_per_rank, schedule);
   const auto& expected = reference.parameters;
   const auto got = read_params(out_path);
   ASSERT_EQ(got.size(), expected.size()) << output;
@@ -368,6 +376,10 @@ TEST(ResumedElasticDdp, AnotherJobsCheckpointIsRefusedWithoutResume) {
   EXPECT_EQ(second.wait_all(), (std::vector<int>{1, 1})) << second.output();
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_NE(second.member(i).output().find("another job"), std::string::npos) << second.output();
+    // The way on, as an ElasticTrainer user writes it.
+    EXPECT_NE(second.member(i).output().find("ElasticTrainerOptions::resume.any_job = true"),
+              std::string::npos)
+        << second.output();
   }
 }
 
@@ -392,6 +404,125 @@ TEST(ResumedElasticDdp, ACheckpointWithoutItsSamplerFileIsRefusedOnEveryMember) 
 
 INSTANTIATE_TEST_SUITE_P(Strategies, ResumedElastic,
                          ::testing::Values("ddp", "zero1", "zero2", "full_shard"));
+
+// ---- The end of a run (Note [Elastic end]): a member lost after the last step, or during the
+// final evaluation, costs the end what it costs a step; the survivors finish it.
+
+// The "end ..." lines of the members that saw the end through: each member's final parameters'
+// sum, which must be the same on every one of them.
+std::vector<std::string> end_lines(const std::string& output) {
+  std::vector<std::string> lines;
+  std::istringstream in(output);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("end seen at step ", 0) == 0) lines.push_back(line);
+  }
+  return lines;
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t count = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++count;
+  return count;
+}
+
+class ElasticEnd : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(ElasticEnd, TheSurvivorsFinishTheSynchronizationAndTheEvaluation) {
+  const auto [strategy, phase] = GetParam();
+  ElasticJob job(3, 2);
+  job.start_all(
+      {"--strategy", strategy, "--end", "--kill", "1:" + std::to_string(kSteps) + ":" + phase});
+  EXPECT_EQ(job.wait_all(), (std::vector<int>{0, 128 + SIGKILL, 0})) << job.output();
+  EXPECT_EQ(count_of(job.output(), "evaluated "), 1u) << job.output();
+  EXPECT_NE(job.output().find(" on 2 rank(s)"), std::string::npos) << job.output();
+  const auto ends = end_lines(job.output());
+  ASSERT_EQ(ends.size(), 2u) << job.output();
+  EXPECT_EQ(ends[0], ends[1]) << "the survivors end with different parameters";
+  // DiLoCo's final synchronization is a committed step of its own.
+  const int64_t last = kSteps + (std::string(strategy) == "diloco" ? 1 : 0);
+  EXPECT_EQ(ends[0].rfind("end seen at step " + std::to_string(last) + ",", 0), 0u) << ends[0];
+}
+
+// ElasticTrainer::between_steps: a member lost during an evaluation between steps is met by the
+// next step's recovery; the survivors' evaluation returns false instead of ending them, and the
+// training equals the replay.
+TEST(ElasticBetweenSteps, AMemberLostDuringAnEvaluationCostsTheNextStepOnly) {
+  ElasticJob job(3, 2);
+  job.start_all({"--evaluate-every", "10", "--kill", "1:10:evaluate"});
+  EXPECT_EQ(job.wait_all(), (std::vector<int>{0, 128 + SIGKILL, 0})) << job.output();
+  expect_replay_parity(job);
+  EXPECT_EQ(count_of(job.output(), "evaluation at step 10: a member was lost"), 2u) << job.output();
+  EXPECT_EQ(count_of(job.output(), "evaluation at step 20: done"), 2u) << job.output();
+}
+
+INSTANTIATE_TEST_SUITE_P(Phases, ElasticEnd,
+                         ::testing::Values(std::make_pair("diloco", "end"),
+                                           std::make_pair("ddp", "evaluate")),
+                         [](const auto& info) {
+                           return std::string(info.param.first) + "_" + info.param.second;
+                         });
+
+// Note [Elastic saves]: a full disk fails the periodic saves on every member alike; the job
+// goes on, the checkpoint of step 5 stays whole with its sampler file (no empty or temporary
+// file beside it), and a new job resumes from it.
+class FullDisk : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(FullDisk, PeriodicSavesAreSkippedOnEveryMemberAndThePreviousCheckpointStays) {
+  // Over TCP: the file-size limit that stands for the full disk would also refuse the shared
+  // memory of the next generation's group.
+  ElasticJob job(3, 2, {"COHORT_SHM=0"});
+  job.start_all({"--strategy", GetParam(), "--checkpoint-dir", job.checkpoint_dir(),
+                 "--checkpoint-every", "5", "--fill-disk-at", "7", "--kill", "0:12:backward"});
+  EXPECT_EQ(job.wait_all(), (std::vector<int>{128 + SIGKILL, 0, 0})) << job.output();
+  // Saves at 10 (generation 1), 15, 20, 25 and 30 (generation 2) failed; both survivors
+  // counted each.
+  EXPECT_EQ(count_of(job.member(1).output(), "failed saves 5"), 1u) << job.output();
+  EXPECT_EQ(count_of(job.member(2).output(), "failed saves 5"), 1u) << job.output();
+  EXPECT_NE(job.output().find("the previous checkpoint there is kept"), std::string::npos)
+      << job.output();
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(job.checkpoint_dir())) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_GT(std::filesystem::file_size(entry.path()), 0u) << name << " is empty";
+    EXPECT_EQ(name.find(".tmp"), std::string::npos) << name << " was left behind";
+    if (name.rfind("elastic-", 0) == 0) names.push_back(name);
+  }
+  EXPECT_EQ(names, std::vector<std::string>{"elastic-5.txt"});
+  ElasticJob second(2, 2);
+  second.start_all({"--strategy", GetParam(), "--checkpoint-dir", job.checkpoint_dir(), "--resume",
+                    "--stop-after", "6"});
+  EXPECT_EQ(second.wait_all(), (std::vector<int>{0, 0})) << second.output();
+  EXPECT_EQ(commits_before(second.output(), 5), "") << second.output();
+  EXPECT_NE(second.output().find("commit 5 "), std::string::npos) << second.output();
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, FullDisk, ::testing::Values("ddp", "zero2"));
+
+// ElasticTrainerOptions::lr_schedule is part of the job's state: its position is the committed
+// step count, so the survivors redo a step at that step's LR, and a job that resumes a
+// checkpoint goes on where the schedule was (a WarmupDecayLR in each process would restart at
+// step 0). The replay trains step s at the schedule's LR of step s.
+TEST(ElasticSchedule, SurvivorsOfAKillTrainEachStepAtItsScheduledRate) {
+  ElasticJob job(3, 2);
+  job.start_all({"--lr-warmup", "8", "--kill", "1:6:backward"});
+  EXPECT_EQ(job.wait_all(), (std::vector<int>{0, 128 + SIGKILL, 0})) << job.output();
+  expect_replay_parity(job.output(), job.out_path(), 4, false,
+                       testing::elastic_lr_schedule(8, kSteps));
+}
+
+TEST(ElasticSchedule, AResumedShardedJobGoesOnWhereTheScheduleWas) {
+  ElasticJob first(3, 2);
+  first.start_all({"--strategy", "zero2", "--lr-warmup", "8", "--stop-after", "12",
+                   "--checkpoint-dir", first.checkpoint_dir(), "--checkpoint-every", "5"});
+  EXPECT_EQ(first.wait_all(), (std::vector<int>{0, 0, 0})) << first.output();
+  ElasticJob second(3, 2);  // and a member lost at step 20: healed from its buddy copy
+  second.start_all({"--strategy", "zero2", "--lr-warmup", "8", "--checkpoint-dir",
+                    first.checkpoint_dir(), "--resume", "--kill", "1:20:backward"});
+  EXPECT_EQ(second.wait_all(), (std::vector<int>{0, 128 + SIGKILL, 0})) << second.output();
+  expect_replay_parity(commits_before(first.output(), 10) + second.output(), second.out_path(), 4,
+                       false, testing::elastic_lr_schedule(8, kSteps));
+}
 
 TEST_P(ShardedElastic, WithoutFaultsEqualsTheReplay) {
   ElasticJob job(3, 2);

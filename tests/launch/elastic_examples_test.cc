@@ -52,9 +52,9 @@ void expect_metrics_show_the_change(const std::string& path, int steps) {
 // the job ends well with `steps` committed steps, that its metrics show the change, and that
 // its checkpoints (every 50 steps and at the end) say which generation wrote them. Then a new
 // job at 2 ranks resumes the last checkpoint and goes on to `steps` + 20.
-void expect_training_through_a_kill(const std::string& program, std::vector<std::string> args,
-                                    int steps) {
-  const std::string dir = testing::fresh_temp_dir("elastic_example");
+void expect_training_through_a_kill(
+    const std::string& program, std::vector<std::string> args, int steps,
+    const std::string& dir = testing::fresh_temp_dir("elastic_example")) {
   const std::string metrics = dir + "/steps.jsonl", checkpoint = dir + "/ckpt";
   std::vector<std::string> all = {"--nproc-per-node",
                                   "3",
@@ -116,9 +116,54 @@ void expect_training_through_a_kill(const std::string& program, std::vector<std:
       << next.output();
 }
 
+// The --metrics records' learning rates: the warm-up and decay act under --elastic as without
+// it (ElasticTrainerOptions::lr_schedule), through the kill.
+std::vector<double> learning_rates(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<double> lrs;
+  for (std::string line; std::getline(in, line);) {
+    lrs.push_back(nlohmann::json::parse(line).at("lr").get<double>());
+  }
+  return lrs;
+}
+
 TEST(ElasticExamples, FashionMnistTrainsThroughAKill) {
+  const std::string dir = testing::fresh_temp_dir("elastic_example_lr");
   expect_training_through_a_kill(FASHION_MNIST,
-                                 {"--model", "mlp", "--batch-size", "96", "--skip-eval"}, 150);
+                                 {"--model", "mlp", "--batch-size", "96", "--skip-eval",
+                                  "--warmup-steps", "20", "--lr-schedule", "cosine"},
+                                 150, dir);
+  // lr 0.01 scaled to the batch of 96: 0.015; step 1 of 20 warm-up steps at 1/20 of it, the
+  // warm-up's last at all of it, then a cosine to 0 at step 150.
+  const auto lrs = learning_rates(dir + "/steps.jsonl");
+  ASSERT_EQ(lrs.size(), 150u);
+  EXPECT_NEAR(lrs[0], 0.015 / 20, 1e-9);
+  EXPECT_NEAR(lrs[19], 0.015, 1e-9);
+  EXPECT_LT(lrs[149], 0.015 * 1e-3);
+  for (size_t i = 20; i < lrs.size(); ++i) EXPECT_LE(lrs[i], lrs[i - 1]) << "step " << i + 1;
+}
+
+// Every option acts under --elastic as without it or is refused by name, before the rank
+// joins anything (docs/elastic.md, "The examples' --elastic").
+TEST(ElasticExamples, OptionsThatCannotActUnderElasticAreRefusedByName) {
+  struct Refused {
+    const char* program;
+    std::string args, named;
+  };
+  const Refused cases[] = {
+      {FASHION_MNIST, "--time-limit 5", "--elastic does not take --time-limit"},
+      {FASHION_MNIST, "--comm-hook powersgd", "--elastic does not take --comm-hook powersgd"},
+      {FASHION_MNIST, "--precision bf16 --master-weights", "--elastic does not take --precision"},
+      {CHAR_LM, "--master-weights", "--elastic does not take --master-weights"},
+      {CHAR_LM, "--comm-hook topk", "--elastic does not take --comm-hook topk"},
+  };
+  for (const Refused& c : cases) {
+    testing::ChildProcess run(
+        {"/bin/sh", "-c", std::string("exec ") + c.program + " --elastic " + c.args + " 2>&1"},
+        {"OMP_NUM_THREADS=1"});
+    EXPECT_EQ(run.wait(std::chrono::seconds(60)), 2) << c.args << "\n" << run.output();
+    EXPECT_TRUE(contains(run.output(), c.named)) << c.args << "\n" << run.output();
+  }
 }
 
 TEST(ElasticExamples, CharLmTrainsThroughAKill) {

@@ -135,6 +135,9 @@ class ElasticGroup {
 
   // Marks the job finished: members that arrive later are refused instead of waiting.
   void finish();
+  // Whether a member marked the job finished (one store lookup): a member whose recover() was
+  // refused for it learns that the others ended the job.
+  bool finished();
 
   // Sets ElasticOptions::fingerprint before join() (ElasticTrainer passes its model's).
   void set_fingerprint(std::string fingerprint);

@@ -151,6 +151,10 @@ void ElasticGroup::finish() {
   state_->rendezvous.mark_finished();
 }
 
+bool ElasticGroup::finished() {
+  return state_->rendezvous.finished();
+}
+
 void ElasticGroup::set_fingerprint(std::string fingerprint) {
   COHORT_CHECK(state_->membership.generation == 0,
                "ElasticGroup::set_fingerprint after join(): members compare it when they arrive");

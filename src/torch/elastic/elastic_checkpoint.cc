@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "call_sites.h"
+#include "checkpoint/checkpoint_collectives.h"
 #include "cohort/comm/elastic.h"
 #include "cohort/comm/group.h"
 #include "cohort/core/check.h"
@@ -24,17 +25,37 @@ std::string replica_file(const std::string& directory) {
   return directory + "/replica.ckpt";
 }
 
-void write_sampler_file(const std::string& directory, int64_t step, const ElasticSampler& s,
+// The sampler's file of `step`, written whole or not at all (a full disk fails the write at the
+// flush: the stream is closed and checked before the rename, and a failed temporary is
+// removed). Returns whether the file is new (not left by an earlier save of the same step), so
+// that a checkpoint that then fails can take it away again. Throws CheckpointError.
+bool write_sampler_file(const std::string& directory, int64_t step, const ElasticSampler& s,
                         const Membership& m) {
-  std::filesystem::create_directories(directory);
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
   const std::string path = sampler_file(directory, step), temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary);
-    out << s.epoch() << ' ' << s.position() << ' ' << s.skipped() << '\n'
-        << "written by rank 0 of generation " << m.generation << " (" << m.size << " ranks)\n";
-    COHORT_CHECK(out.good(), "ElasticTrainer: cannot write '", temporary, "'");
+  const bool fresh = !std::filesystem::exists(path, error);
+  std::ofstream out(temporary);
+  out << s.epoch() << ' ' << s.position() << ' ' << s.skipped() << '\n'
+      << "written by rank 0 of generation " << m.generation << " (" << m.size << " ranks)\n";
+  out.close();
+  if (!out) {
+    std::filesystem::remove(temporary, error);
+    throw CheckpointError("ElasticTrainer: cannot write '" + temporary +
+                          "' (is the disk full, or the directory not writable?)");
   }
-  std::filesystem::rename(temporary, path);
+  std::filesystem::rename(temporary, path, error);
+  if (error) {
+    std::filesystem::remove(temporary, error);
+    throw CheckpointError("ElasticTrainer: cannot rename '" + temporary + "' to '" + path + "'");
+  }
+  return fresh;
+}
+
+// After a checkpoint of `step` failed: its sampler file goes when this save made it.
+void remove_sampler_file(const std::string& directory, int64_t step, bool made_now) {
+  std::error_code ignored;
+  if (made_now) std::filesystem::remove(sampler_file(directory, step), ignored);
 }
 
 // Best effort: the sampler files of other steps (their checkpoints were replaced).
@@ -64,6 +85,20 @@ std::optional<std::array<int64_t, 3>> read_sampler_file(const std::string& direc
                      " (the sampler's place): write it with ElasticTrainer::save_checkpoint");
 }
 
+// A load's CheckpointError names the ways on as LoadOptions' fields; under ElasticTrainer the
+// user sets them as ElasticTrainerOptions::resume's.
+[[noreturn]] void rethrow_naming_resume(const CheckpointError& error) {
+  std::string message = error.what();
+  for (const std::string field : {"any_job", "start_afresh"}) {
+    const std::string from = "LoadOptions::" + field, to = "ElasticTrainerOptions::resume." + field;
+    for (size_t at = message.find(from); at != std::string::npos;
+         at = message.find(from, at + to.size())) {
+      message.replace(at, from.size(), to);
+    }
+  }
+  throw CheckpointError(message);
+}
+
 void restore_sampler(ElasticSampler& sampler, const std::array<int64_t, 3>& place) {
   sampler.restore(static_cast<uint64_t>(place[0]), static_cast<size_t>(place[1]),
                   static_cast<size_t>(place[2]));
@@ -75,14 +110,19 @@ void save_replica_checkpoint(const std::string& directory, torch::nn::Module& mo
                              torch::optim::Optimizer& optimizer, int64_t committed,
                              const ElasticSampler& sampler, const Membership& membership,
                              const std::vector<std::pair<std::string, CheckpointPart*>>& parts) {
-  write_sampler_file(directory, committed, sampler, membership);
+  const bool made_now = write_sampler_file(directory, committed, sampler, membership);
   TrainingState state;
   state.parts = parts;
   state.module = &module;
   state.optimizer = &optimizer;
   state.step = committed;
   state.rng = false;
-  save_checkpoint(replica_file(directory), state);
+  try {
+    save_checkpoint(replica_file(directory), state);  // atomic: the old file stays on failure
+  } catch (...) {
+    remove_sampler_file(directory, committed, made_now);
+    throw;
+  }
   remove_other_sampler_files(directory, committed);
 }
 
@@ -95,7 +135,11 @@ std::optional<int64_t> load_replica_checkpoint(
   state.module = &module;
   state.optimizer = &optimizer;
   state.rng = false;
-  if (!load_checkpoint(replica_file(directory), state, options)) return std::nullopt;
+  try {
+    if (!load_checkpoint(replica_file(directory), state, options)) return std::nullopt;
+  } catch (const CheckpointError& e) {
+    rethrow_naming_resume(e);
+  }
   const auto place = read_sampler_file(directory, state.step);
   if (!place) throw_missing_sampler_file(directory, state.step);
   restore_sampler(sampler, *place);
@@ -105,13 +149,31 @@ std::optional<int64_t> load_replica_checkpoint(
 void save_elastic_checkpoint(const std::string& directory, const ShardedParameters& view,
                              torch::optim::Optimizer& optimizer, int64_t committed,
                              const ElasticSampler& sampler, const Membership& membership) {
-  if (view.group->rank() == 0) write_sampler_file(directory, committed, sampler, membership);
+  // Rank 0's sampler file first; its failure is every member's before the collective save.
+  int64_t status = kStatusOk;
+  std::string error;
+  bool made_now = false;
+  if (view.group->rank() == 0) {
+    try {
+      made_now = write_sampler_file(directory, committed, sampler, membership);
+    } catch (const CheckpointError& e) {
+      status = kStatusFailed;
+      error = e.what();
+    }
+  }
+  broadcast_outcome(*view.group, status, error, 0, call_sites::kElasticHeal);
+  if (status == kStatusFailed) throw CheckpointError(error);
   TrainingState state;
   state.module = view.module;
   state.optimizer = &optimizer;
   state.step = committed;
   state.rng = false;
-  save_sharded_checkpoint(directory, view, state);
+  try {
+    save_sharded_checkpoint(directory, view, state);  // fails on every rank alike
+  } catch (const CheckpointError&) {
+    if (view.group->rank() == 0) remove_sampler_file(directory, committed, made_now);
+    throw;
+  }
   if (view.group->rank() == 0) remove_other_sampler_files(directory, committed);
 }
 
@@ -124,7 +186,11 @@ std::optional<int64_t> load_elastic_checkpoint(const std::string& directory,
   state.module = view.module;
   state.optimizer = &optimizer;
   state.rng = false;
-  if (!load_sharded_checkpoint(directory, view, state, options)) return std::nullopt;
+  try {
+    if (!load_sharded_checkpoint(directory, view, state, options)) return std::nullopt;
+  } catch (const CheckpointError& e) {
+    rethrow_naming_resume(e);
+  }
   auto place = torch::full({3}, -1, torch::kInt64);
   if (view.group->rank() == 0) {
     if (const auto read = read_sampler_file(directory, state.step)) {

@@ -33,6 +33,8 @@ void ElasticDiLoCo::drop_rounds() {
     } catch (const std::exception&) {      // the failure the generation is dropped for
     }
     if (options_.hook) --diloco_->rounds_of_fragment_[static_cast<size_t>(round.fragment)];
+    // Its progress was not sent: the fragment is unsynchronized until a round is redone.
+    diloco_->synchronized_at_[static_cast<size_t>(round.fragment)] = -1;
   }
   diloco_->in_flight_.clear();
 }
@@ -52,12 +54,16 @@ void ElasticDiLoCo::heal(Group& group, bool receiver) {
   DiLoCo& d = diloco();
   broadcast_coalesced(group, d.outer_parameters_, 0, call_sites::kElasticHeal);
   broadcast_optimizer_state(group, *d.outer_);
-  auto counts = torch::tensor(d.rounds_of_fragment_, torch::kInt64);
+  // Per fragment: its round count (a hook's iteration) and where it was last synchronized.
+  const auto fragments = static_cast<int64_t>(d.rounds_of_fragment_.size());
+  auto counts = torch::cat({torch::tensor(d.rounds_of_fragment_, torch::kInt64),
+                            torch::tensor(d.synchronized_at_, torch::kInt64)});
   CollectiveOptions root0;
   root0.site = call_sites::kElasticHeal;
   group.broadcast(tensor_buffer(counts), root0);
-  d.rounds_of_fragment_.assign(counts.data_ptr<int64_t>(),
-                               counts.data_ptr<int64_t>() + counts.numel());
+  const int64_t* received = counts.data_ptr<int64_t>();
+  d.rounds_of_fragment_.assign(received, received + fragments);
+  d.synchronized_at_.assign(received + fragments, received + 2 * fragments);
   // The buffers (running statistics) are each member's own, as DiLoCo leaves them: a member
   // that keeps its state receives into copies.
   std::vector<torch::Tensor> buffers = module_.buffers();
@@ -87,8 +93,40 @@ void ElasticDiLoCo::reduce_rounds(int64_t step, bool redo) {
     d.in_flight_.push_back(d.start(f));
     d.in_flight_.back().scale = scale;
   }
-  // Every collective of the rounds ends before the vote (a hook's finish may be one: PowerSGD's
-  // second allreduce), so that what follows the vote is local and cannot fail for a peer.
+  finish_reductions();
+}
+
+bool ElasticDiLoCo::needs_synchronization(int64_t committed) const {
+  for (int64_t at : diloco_->synchronized_at_) {
+    if (at < committed) return true;
+  }
+  return false;
+}
+
+void ElasticDiLoCo::reduce_unsynchronized(int64_t committed, bool redo) {
+  DiLoCo& d = diloco();
+  const double scale = redo ? scale_for_members_with_progress(*d.group_) : 1.0;
+  std::vector<int64_t> due;
+  for (int64_t f = 0; f < options_.fragments; ++f) {
+    if (d.synchronized_at_[static_cast<size_t>(f)] < committed) due.push_back(f);
+  }
+  d.step_ = committed + 1;
+  for (int64_t f : due) {
+    d.in_flight_.push_back(d.start(f));
+    d.in_flight_.back().scale = scale;
+  }
+  finish_reductions();
+}
+
+void ElasticDiLoCo::note_progress(int64_t step) {
+  has_progress_ = true;
+  diloco().step_ = step + 1;
+}
+
+// Every collective of the rounds ends before the vote (a hook's finish may be one: PowerSGD's
+// second allreduce), so that what follows the vote is local and cannot fail for a peer.
+void ElasticDiLoCo::finish_reductions() {
+  DiLoCo& d = diloco();
   for (DiLoCo::Round& round : d.in_flight_) {
     if (round.work) round.work->wait();
     if (round.finish) round.finish();

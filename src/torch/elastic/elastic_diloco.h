@@ -54,14 +54,23 @@ class ElasticDiLoCo {
   // The outer steps of the rounds started (after the commit vote).
   void apply_rounds();
 
-  // This member's inner step of the step whose synchronization is pending is done.
-  void note_progress() { has_progress_ = true; }
+  // ElasticFinish::synchronize: whether a fragment took inner steps since its last round, after
+  // `committed` steps; and the rounds of those fragments, run to their end as a step's are
+  // (`redo`: over a new generation, as in reduce_rounds). The synchronization counts as step
+  // `committed`, without an inner step.
+  bool needs_synchronization(int64_t committed) const;
+  void reduce_unsynchronized(int64_t committed, bool redo);
+
+  // This member's inner step of step `step` (committed steps before it) is done: it has progress
+  // for the synchronization, and DiLoCo's step count follows the job's.
+  void note_progress(int64_t step);
   DiLoCo& diloco();
   // The CheckpointPart of a replica checkpoint (null before the first generation).
   CheckpointPart* part() { return diloco_.get(); }
 
  private:
   double scale_for_members_with_progress(Group& group);
+  void finish_reductions();
 
   torch::nn::Module& module_;
   DiLoCoOptions options_;

@@ -31,6 +31,7 @@
 #include "coalesced_broadcast.h"
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
+#include "cohort/torch/nn/sync_batch_norm.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "elastic/elastic_checkpoint.h"
 #include "elastic/elastic_diloco.h"
@@ -61,6 +62,21 @@ bool receives_state(const Membership& m) {
     if (joined == m.rank) return true;
   }
   return m.members[m.rank].committed_step != m.committed_step();
+}
+
+// A SyncBatchNorm holds the group it was given at conversion; ElasticTrainer makes a group per
+// generation, and a layer still reducing its statistics over the first one would fail every
+// step after a change, each failure forming one more generation (issue 58 lets such modules be
+// told of a new group). Refused by name until then.
+void refuse_group_holding_modules(const torch::nn::Module& module) {
+  for (const auto& item : module.named_modules()) {
+    if (dynamic_cast<const nn::SyncBatchNormImpl*>(item.value().get()) != nullptr) {
+      throw InvalidArgument(
+          "ElasticTrainer: the model holds a cohort::nn::SyncBatchNorm ('" + item.key() +
+          "'), which reduces over the group it was made with, not over each generation's; "
+          "train with torch::nn::BatchNorm (per-member statistics) under ElasticTrainer");
+    }
+  }
 }
 
 bool needs_healing(const Membership& m) {
@@ -105,12 +121,15 @@ struct ElasticTrainer::State {
   int64_t pending_world = 0;
   std::function<void(const Membership&)> callback;
   std::vector<std::pair<std::string, torch::Tensor>> extra;
+  std::vector<double> base_lrs;  // lr_schedule's, per param group (take_base_lrs)
   torch::Tensor ballot = torch::zeros({2}, torch::kInt64);
   int64_t committed = 0;
   int64_t rolled_back = 0;
   int64_t changes = -1;  // the first generation is not a change
   double last_change_s = 0;
   bool grow_pending = false;
+  int64_t failed_saves = 0;
+  int64_t saved_step = -1;  // of the last checkpoint written (healed: the same on every member)
   std::chrono::steady_clock::time_point last_poll{};
 
   State(ElasticGroup& e, std::shared_ptr<torch::nn::Module> m, torch::optim::Optimizer* o,
@@ -123,6 +142,25 @@ struct ElasticTrainer::State {
 
   torch::optim::Optimizer& current_optimizer() {
     return sharded ? sharded->optimizer() : *optimizer;
+  }
+
+  // The base LRs of ElasticTrainerOptions::lr_schedule: the groups' LRs of an optimizer as the
+  // user made it, before any checkpoint or healing member gave it a scheduled LR.
+  void take_base_lrs(const torch::optim::Optimizer& made) {
+    for (const auto& group : made.param_groups()) base_lrs.push_back(group.options().get_lr());
+  }
+
+  // ElasticTrainerOptions::lr_schedule: the LR of step `committed` in every param group.
+  void apply_lr_schedule() {
+    if (!options.lr_schedule) return;
+    auto& groups = current_optimizer().param_groups();
+    COHORT_CHECK(groups.size() == base_lrs.size(), "ElasticTrainer: the optimizer has ",
+                 groups.size(), " param groups, the first one had ", base_lrs.size(),
+                 " when the trainer was made; ElasticTrainerOptions::lr_schedule needs the same "
+                 "groups in every generation");
+    for (size_t i = 0; i < groups.size(); ++i) {
+      groups[i].options().set_lr(optim::scheduled_lr(*options.lr_schedule, base_lrs[i], committed));
+    }
   }
 
   // The wrapper of a broken (by `cause`) or growing generation goes; a sharded strategy keeps
@@ -150,7 +188,9 @@ struct ElasticTrainer::State {
       // The pieces say what a member holds (Note [Piece exchange]); the step counts once they
       // are in, so that a joiner that fails meanwhile still arrives as holding nothing.
       int64_t step = heal ? heal_counters() : committed;
+      const int64_t held = step;
       sharded->adopt(elastic.group_ptr(), m, step, sampler);
+      if (step != held) saved_step = step;  // resumed from the checkpoint of that step
       committed = step;
     } else {
       // A receiver's parameters and optimizer state are overwritten piece by piece: until the
@@ -187,6 +227,7 @@ struct ElasticTrainer::State {
                 detail::load_replica_checkpoint(options.checkpoint_dir, *module, *optimizer,
                                                 sampler, options.resume, checkpoint_parts())) {
           committed = *step;
+          saved_step = *step;
           COHORT_LOG(kInfo, "resumed from the checkpoint in '", options.checkpoint_dir,
                      "' of step ", committed);
         }
@@ -199,22 +240,58 @@ struct ElasticTrainer::State {
     if (status == detail::kStatusFailed) throw CheckpointError(error);
   }
 
+  // Note [Elastic saves]: whoever writes (rank 0 alone under kDdp and kDiLoCo, every member
+  // under a sharded strategy), every member learns the outcome from rank 0 after the write, so
+  // that a failed save (a full disk) is the same CheckpointError on every member, once, and not
+  // the end of whichever member wrote (which would make the next rank 0 fail the same way at
+  // its next save). The writers leave the previous checkpoint as it was (detail::
+  // save_replica_checkpoint, save_sharded_checkpoint).
   void save_checkpoint() {
     COHORT_CHECK(!options.checkpoint_dir.empty(),
                  "ElasticTrainer::save_checkpoint: set ElasticTrainerOptions::checkpoint_dir");
     const Membership& m = elastic.membership();
-    if (sharded) {
-      sharded->save_checkpoint(committed, sampler, m);
-    } else if (m.rank == 0) {
-      detail::save_replica_checkpoint(options.checkpoint_dir, *module, *optimizer, committed,
-                                      sampler, m, checkpoint_parts());
+    int64_t status = detail::kStatusOk;
+    std::string error;
+    try {
+      if (sharded) {
+        sharded->save_checkpoint(committed, sampler, m);
+      } else if (m.rank == 0) {
+        detail::save_replica_checkpoint(options.checkpoint_dir, *module, *optimizer, committed,
+                                        sampler, m, checkpoint_parts());
+      }
+    } catch (const PeerError&) {
+      throw;  // a member lost: the step's or the end's recovery, not the disk's
+    } catch (const TimeoutError&) {
+      throw;
+    } catch (const std::exception& e) {
+      status = detail::kStatusFailed;
+      error = e.what();
     }
+    detail::broadcast_outcome(elastic.group(), status, error, 0, call_sites::kElasticHeal);
+    if (status == detail::kStatusFailed) {
+      throw CheckpointError(detail::concat("ElasticTrainer: the checkpoint of step ", committed,
+                                           " could not be written to '", options.checkpoint_dir,
+                                           "' (the previous checkpoint there is kept): ", error));
+    }
+    saved_step = committed;
   }
 
+  bool checkpoint_due() const {
+    return options.checkpoint_every > 0 && !options.checkpoint_dir.empty() &&
+           committed % options.checkpoint_every == 0;
+  }
+
+  // A periodic save that fails is skipped: the job goes on, the previous checkpoint stays.
   void maybe_save_checkpoint() {
-    if (options.checkpoint_every > 0 && !options.checkpoint_dir.empty() &&
-        committed % options.checkpoint_every == 0) {
+    if (!checkpoint_due()) return;
+    try {
       save_checkpoint();
+    } catch (const CheckpointError& e) {
+      ++failed_saves;
+      if (elastic.membership().rank == 0) {
+        COHORT_LOG(kWarn, e.what(), "; training goes on (", failed_saves,
+                   " periodic save(s) failed so far)");
+      }
     }
   }
 
@@ -241,7 +318,8 @@ struct ElasticTrainer::State {
     Group& group = elastic.group();
     auto counters = torch::tensor(
         {committed, static_cast<int64_t>(sampler.epoch()), static_cast<int64_t>(sampler.position()),
-         static_cast<int64_t>(sampler.skipped()), rolled_back, sync_pending, pending_world},
+         static_cast<int64_t>(sampler.skipped()), rolled_back, sync_pending, pending_world,
+         saved_step},
         torch::kInt64);
     CollectiveOptions root0;
     root0.site = call_sites::kElasticHeal;
@@ -252,6 +330,7 @@ struct ElasticTrainer::State {
     rolled_back = counters[4].item<int64_t>();
     sync_pending = counters[5].item<int64_t>();
     pending_world = counters[6].item<int64_t>();
+    saved_step = counters[7].item<int64_t>();
     std::vector<torch::Tensor> tensors;
     for (auto& item : extra) tensors.push_back(item.second);
     if (!tensors.empty()) broadcast_coalesced(group, tensors, 0, call_sites::kElasticHeal);
@@ -308,14 +387,15 @@ struct ElasticTrainer::State {
   // A step under kDiLoCo (Note [Elastic DiLoCo]): the inner step, unless only its synchronization
   // is left (the generation it ran in broke); then, where a fragment is due, the rounds, the vote
   // and the outer steps.
-  bool diloco_step(const std::function<void(const ElasticStep&)>& forward_backward) {
+  bool diloco_step(const std::function<void(const ElasticStep&)>& forward_backward, bool& done) {
     const bool redo = sync_pending == committed;
     if (!redo) {
+      apply_lr_schedule();
       const ElasticStep step = next_step();
       optimizer->zero_grad();
       forward_backward(step);
       optimizer->step();
-      diloco->note_progress();
+      diloco->note_progress(committed);
       pending_world = step.world_size;
     }
     if (diloco->synchronizes_at(committed)) {
@@ -326,16 +406,70 @@ struct ElasticTrainer::State {
     }
     sync_pending = -1;
     ++committed;
+    done = true;
     sampler.advance(static_cast<int>(pending_world));
     maybe_save_checkpoint();
     return true;
   }
 
+  // Note [Elastic end]: ElasticTrainer::finish(const ElasticFinish&). The end is one sequence,
+  // run again from its start by every member of the next generation when a member is lost:
+  //   the final DiLoCo synchronization (a committed step of its own: a member that saw its vote
+  //     through is ahead of one that did not, so the rendezvous makes it rank 0 and heals the
+  //     other, as after any step; a member that has it skips it),
+  //   the checkpoint (written again: the same state),
+  //   the evaluation (read-only),
+  //   a vote that every member saw all of it through, then the job is marked finished.
+  // The members that redo it all run the same collectives in the same order. A member whose last
+  // vote failed while the others' passed finds the job finished when it looks for the next
+  // generation: the others saw everything through, and it ends too.
+  bool finish_run(const ElasticFinish& end) {
+    const bool synchronizes = end.synchronize && diloco && diloco->needs_synchronization(committed);
+    const int64_t final_step = committed + (synchronizes ? 1 : 0);
+    bool redo = false;
+    for (;;) {
+      try {
+        if (committed < final_step) synchronize_diloco(redo);
+        if (end.save_checkpoint && !options.checkpoint_dir.empty() && saved_step != committed) {
+          save_checkpoint();
+        }
+        if (end.evaluate) end.evaluate(elastic.group());
+        vote();
+        elastic.finish();
+        return true;
+      } catch (const PeerError&) {
+        if (!recover_unless_finished(std::current_exception())) return false;
+      } catch (const TimeoutError&) {
+        if (!recover_unless_finished(std::current_exception())) return false;
+      }
+      redo = true;
+    }
+  }
+
+  // ElasticFinish::synchronize, as a step without an inner step (Note [Elastic DiLoCo]).
+  void synchronize_diloco(bool redo) {
+    diloco->reduce_unsynchronized(committed, redo);
+    vote();
+    diloco->apply_rounds();
+    ++committed;
+  }
+
+  // recover(), or false when the others finished the job meanwhile (Note [Elastic end]).
+  bool recover_unless_finished(std::exception_ptr cause) {
+    try {
+      recover(std::move(cause), /*count_rollback=*/false);
+      return true;
+    } catch (const ElasticError&) {
+      if (elastic.finished()) return false;
+      throw;
+    }
+  }
+
   // After `cause` broke the step: the next generation, healed. A failure meanwhile (while
   // healing) is met the same way.
-  void recover(std::exception_ptr cause) {
+  void recover(std::exception_ptr cause, bool count_rollback = true) {
     const auto start = std::chrono::steady_clock::now();
-    ++rolled_back;
+    if (count_rollback) ++rolled_back;
     drop_wrapper(cause);
     for (;;) {
       try {
@@ -370,6 +504,7 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
     state_->diloco =
         std::make_unique<detail::ElasticDiLoCo>(*state_->module, state_->options.diloco);
   }
+  state_->take_base_lrs(optimizer);
   start();
 }
 
@@ -382,6 +517,13 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
                    state_->options.strategy != ElasticStrategy::kDiLoCo,
                "ElasticTrainer: under kDdp and kDiLoCo pass the optimizer itself");
   COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
+  COHORT_CHECK(make_optimizer != nullptr, "ElasticTrainer: the optimizer factory is empty");
+  // The factory over the whole model, once: its groups' LRs are the schedule's bases.
+  if (state_->options.lr_schedule) {
+    const auto probe = make_optimizer(state_->module->named_parameters());
+    COHORT_CHECK(probe != nullptr, "ElasticTrainer: the optimizer factory returned null");
+    state_->take_base_lrs(*probe);
+  }
   state_->sharded = std::make_unique<detail::ShardedRun>(state_->module, std::move(make_optimizer),
                                                          state_->options);
   start();
@@ -391,6 +533,8 @@ void ElasticTrainer::start() {
   ElasticGroup& elastic = state_->elastic;
   const auto start = std::chrono::steady_clock::now();
   COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
+  refuse_group_holding_modules(*state_->module);
+  if (state_->options.lr_schedule) state_->options.lr_schedule->validate();
   if (!elastic.joined()) {
     elastic.set_fingerprint(model_fingerprint(*state_->module));
     elastic.join();
@@ -421,7 +565,8 @@ bool ElasticTrainer::step(const std::function<void(const ElasticStep&)>& forward
       s.elastic.grow(s.committed);
       s.adopt_generation(start);
     }
-    if (s.diloco) return s.diloco_step(forward_backward);
+    if (s.diloco) return s.diloco_step(forward_backward, committed);
+    s.apply_lr_schedule();
     const ElasticStep step = s.next_step();
     if (s.sharded) return s.sharded_step(step, forward_backward, committed);
     s.optimizer->zero_grad();
@@ -429,6 +574,7 @@ bool ElasticTrainer::step(const std::function<void(const ElasticStep&)>& forward
     s.vote();
     s.optimizer->step();
     ++s.committed;
+    committed = true;  // what follows (the save's agreement) may still meet a lost member
     s.sampler.advance(step.world_size);
     s.maybe_save_checkpoint();
     return true;
@@ -496,6 +642,29 @@ double ElasticTrainer::last_change_seconds() const {
 
 void ElasticTrainer::finish() {
   state_->elastic.finish();
+}
+
+bool ElasticTrainer::between_steps(const std::function<void(Group&)>& collective) {
+  try {
+    collective(state_->elastic.group());
+    return true;
+  } catch (const PeerError&) {  // the next step's first collective meets the same loss
+    return false;
+  } catch (const TimeoutError&) {
+    return false;
+  }
+}
+
+bool ElasticTrainer::finish(const ElasticFinish& end) {
+  return state_->finish_run(end);
+}
+
+int64_t ElasticTrainer::failed_saves() const {
+  return state_->failed_saves;
+}
+
+int64_t ElasticTrainer::checkpoint_step() const {
+  return state_->saved_step;
 }
 
 }  // namespace cohort

@@ -207,7 +207,12 @@ void ShardedRun::after_backward() {
 void ShardedRun::commit() {
   torch::NoGradGuard no_grad;
   own_.optimizer->step();
-  if (buddy_.optimizer) buddy_.optimizer->step();
+  if (buddy_.optimizer) {
+    // The predecessor stepped its shards with its groups' options as they are now (a schedule's
+    // LR, ElasticTrainerOptions::lr_schedule): so does the copy of them.
+    copy_group_options(*own_.optimizer, *buddy_.optimizer);
+    buddy_.optimizer->step();
+  }
   ++own_.committed;
   if (buddy_.held()) ++buddy_.committed;
   pending_ = false;

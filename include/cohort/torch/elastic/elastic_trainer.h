@@ -7,10 +7,11 @@
 //   cohort::ElasticTrainer trainer(*elastic, model, optimizer, dataset.size(), options);
 //   while (trainer.epoch() < epochs) {
 //     trainer.step([&](const cohort::ElasticStep& step) {  // this rank's share of the step
-//       auto loss = loss_fn(model->forward(inputs(step.indices)), targets(step.indices));
-//       loss.backward();                                   // DDP reduces the gradients
+//       auto batch = cohort::elastic_batch(dataset, step);  // data/elastic_batch.h
+//       loss_fn(model->forward(batch.data), batch.target).backward();  // DDP reduces
 //     });                                                  // false: rolled back, redone next
 //   }
+//   trainer.finish(cohort::ElasticFinish{});               // the end, survivors finish it
 //
 // Each step commits or rolls back everywhere (Note [Elastic commit] in
 // src/torch/elastic/elastic_trainer.cc): the optimizer steps only after a small allreduce
@@ -27,6 +28,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,7 @@
 #include "cohort/torch/data/elastic_sampler.h"
 #include "cohort/torch/ddp/ddp.h"
 #include "cohort/torch/local_sgd/diloco.h"
+#include "cohort/torch/optim/lr_schedule.h"
 #include "cohort/torch/shard/fsdp.h"
 #include "cohort/torch/shard/zero.h"
 #include "cohort/torch/sharded_parameters.h"
@@ -90,6 +93,16 @@ struct ElasticTrainerOptions {
   // Rank 0 looks in the store for members waiting to join at most this often (one store round
   // trip); they join at the step boundary after it sees them.
   std::chrono::milliseconds joiner_poll{200};
+  // A learning-rate schedule (warm-up and decay, cohort::optim::scheduled_lr) that is part of
+  // the job's state: before each step the trainer sets every param group's LR to
+  // scheduled_lr(*lr_schedule, base, committed_steps()), where base is the group's LR in the
+  // optimizer as the user made it (a sharded strategy's: one its factory makes over the whole
+  // model when the trainer is constructed, before any checkpoint is resumed). Its
+  // position is the committed step count, so a joiner, a survivor that redoes a step and a job
+  // resumed from a checkpoint all train each step at the LR the same step has without faults.
+  // Use it instead of a WarmupDecayLR, which is bound to one optimizer (a sharded strategy makes
+  // a new one for each generation) and counts the steps its own process took.
+  std::optional<optim::LrScheduleOptions> lr_schedule;
 };
 
 // One step as a rank runs it.
@@ -100,6 +113,25 @@ struct ElasticStep {
   int rank = 0;
   int world_size = 1;
   uint64_t generation = 0;
+};
+
+// How an elastic run ends: ElasticTrainer::finish(const ElasticFinish&) (docs/elastic.md, "The
+// end of a run"). Each part is redone by the survivors when a member is lost during it, as a
+// step is.
+struct ElasticFinish {
+  // kDiLoCo: synchronizes every fragment that took inner steps since its last synchronization,
+  // so that every member ends with the outer parameters. It is one more committed step, with no
+  // samples (committed_steps() counts it), so that members that saw it through and members that
+  // did not are told apart as after any step.
+  bool synchronize = true;
+  // Writes the checkpoint of the final state to checkpoint_dir (when set), unless the last
+  // committed step wrote it (checkpoint_every). A save that fails is an error on every member.
+  bool save_checkpoint = true;
+  // Collective over the final generation's group (say a validation loss summed over the
+  // members and printed by rank 0). When a member is lost during it, the survivors form the next
+  // generation and call it again from the start, over the new group: it may only read the model
+  // and must not count on a previous call having finished.
+  std::function<void(Group& group)> evaluate;
 };
 
 // Builds the optimizer of a sharded strategy over the wrapper's shards (named as the module's
@@ -168,9 +200,16 @@ class ElasticTrainer {
   // scaling, checkpoints); sharded strategies only.
   ShardedParameters sharded_parameters();
   // Writes a checkpoint of the committed state to options.checkpoint_dir, between steps: under
-  // kDdp rank 0 writes it (call it on every member; the others do nothing), under a sharded
-  // strategy every member writes its shards (collective).
+  // kDdp and kDiLoCo rank 0 writes it, under a sharded strategy every member writes its shards;
+  // call it on every member (collective: every member learns the outcome). A save that fails
+  // (a full disk, say) throws CheckpointError on every member and leaves the previous
+  // checkpoint as it was. The saves every checkpoint_every steps are skipped with a warning
+  // instead (failed_saves() counts them), so that a full disk does not end the job.
   void save_checkpoint();
+  // Periodic saves (checkpoint_every) that failed and were skipped.
+  int64_t failed_saves() const;
+  // The committed step of the last checkpoint this job wrote or resumed from (-1: none).
+  int64_t checkpoint_step() const;
   ElasticGroup& elastic();
 
   // Steps rolled back by failures so far (each redone), and membership changes.
@@ -180,9 +219,25 @@ class ElasticTrainer {
   // to the healed state of the new generation (rendezvous, new group, DDP, healing).
   double last_change_seconds() const;
 
+  // Runs `collective` (an evaluation that reduces over `group`, say) between steps, on every
+  // member. Returns false, without throwing, when a member is lost during it: the group is then
+  // broken, and the next step() (or finish()) forms the next generation as after a failure in a
+  // step, on every member alike (those that saw the collective through too). Redo it after that
+  // step if its result is needed. Any other error is rethrown.
+  bool between_steps(const std::function<void(Group& group)>& collective);
+
   // Marks the job finished (cohort::ElasticGroup::finish): call it once training is done, so
-  // that members arriving later are refused instead of waiting.
+  // that members arriving later are refused instead of waiting. Nothing after the last step is
+  // protected: a member lost in a collective after it fails the others (use the form below).
   void finish();
+  // Ends the run on every member: `end`'s final synchronization, checkpoint and evaluation, then
+  // a vote that every member saw them through, then finish(). A member lost meanwhile costs what
+  // it costs during a step: the survivors form the next generation (healed) and redo what had
+  // not ended everywhere. Returns true; false on a member whose last collective failed while
+  // the others had finished the job (they saw every part through; this member's state is the
+  // same but it saw no evaluation). Throws ElasticError as step() does, and CheckpointError
+  // (on every member) when the final checkpoint cannot be written.
+  bool finish(const ElasticFinish& end);
 
  private:
   void start();
