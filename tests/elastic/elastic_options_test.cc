@@ -8,8 +8,10 @@
 #include "cohort/comm/memory_store.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/elastic/elastic_trainer.h"
+#include "cohort/torch/nn/sync_batch_norm.h"
 #include "cohort/torch/optim/lars.h"
 #include "elastic_model.h"
+#include "support/test_support.h"
 
 namespace cohort {
 namespace {
@@ -104,6 +106,27 @@ TEST(ElasticOptions, AFactoryInsteadOfAnOptimizerIsRefusedForDiLoCo) {
   options.strategy = ElasticStrategy::kDiLoCo;
   options.sampler.batch_per_rank = 4;
   expect_refused(options, "pass the optimizer itself");
+}
+
+// A SyncBatchNorm reduces over the group it was made with, not over each generation's: after a
+// change every step failed and formed one more generation, without an error (issue 58 found
+// 1,740 generations in 35 s). Refused by name, under every strategy.
+TEST(ElasticOptions, AModelWithSyncBatchNormIsRefusedByName) {
+  auto group = testing::make_inproc_groups(1)[0];
+  auto model = testing::make_elastic_model();
+  model->push_back(nn::SyncBatchNorm(torch::nn::BatchNormOptions(4), group));
+  ElasticGroup elastic(std::make_shared<MemoryStore>());
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  ElasticTrainerOptions options;
+  options.sampler.batch_per_rank = 4;
+  try {
+    ElasticTrainer trainer(elastic, model, optimizer, 100, options);
+    ADD_FAILURE() << "a model with a SyncBatchNorm was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("holds a cohort::nn::SyncBatchNorm ('3')"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
