@@ -8,6 +8,9 @@
 // with a shared-memory window, as ranks of one host are.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+
 #include "ddp_harness.h"
 
 namespace cohort::testing {
@@ -31,6 +34,38 @@ TEST(ReductionOrder, DdpZeroAndFsdpEqualTheRankOrderSumBitwiseAfter30AdamWSteps)
       c.atol = 0;
       c.options.bucket_cap_mb = 0.001;  // several buckets, cut elsewhere than the shards
       expect_parity(c);
+    }
+  }
+}
+
+// The same runs compared with each other directly: each rank's parameters after 30 AdamW steps
+// against DDP's rank 0, printed as the table of docs/ddp.md ("Order of reductions").
+TEST(ReductionOrder, StrategiesEndBitwiseEqualToDdp) {
+  for (int world : {2, 3, 4}) {
+    auto run = [&](Strategy strategy) {
+      ParityCase c;
+      c.world = world;
+      c.steps = 30;
+      c.strategy = strategy;
+      c.optimizer = OptimizerKind::kAdamW;
+      c.over_tcp = true;
+      c.shared_memory = true;
+      c.options.bucket_cap_mb = 0.001;
+      return final_states(c);
+    };
+    const auto ddp = run(Strategy::kDdp);
+    for (Strategy strategy :
+         {Strategy::kZero1, Strategy::kZero2, Strategy::kFullShard, Strategy::kShardGradOp}) {
+      const auto states = run(strategy);
+      double worst = 0;
+      for (const auto& rank_state : states) {
+        for (size_t i = 0; i < rank_state.size(); ++i) {
+          worst = std::max(worst, (rank_state[i] - ddp[0][i]).abs().max().item<double>());
+        }
+      }
+      std::printf("W=%d %s: max |difference| from DDP %.3g\n", world, strategy_name(strategy),
+                  worst);
+      EXPECT_EQ(worst, 0.0) << strategy_name(strategy) << " at " << world << " ranks";
     }
   }
 }
