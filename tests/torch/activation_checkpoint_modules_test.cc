@@ -1,8 +1,6 @@
 // checkpoint_modules: the policy's choices, gradients bit for bit equal to the unwrapped model's
 // (CPU, deterministic operators), the model's tree untouched, the errors for what cannot be
 // checkpointed; and the memory a checkpointed model really saves, counted at the allocator.
-#include "cohort/torch/activation_checkpoint/checkpoint_modules.h"
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "cohort/core/error.h"
+#include "cohort/torch/activation_checkpoint/checkpoint_modules.h"
 #include "cohort/torch/tensor_memory.h"
 
 namespace cohort::testing {
@@ -23,9 +22,7 @@ struct MlpBlockImpl : torch::nn::Module {
     down = register_module("down", torch::nn::Linear(4 * width, width));
     drop = register_module("drop", torch::nn::Dropout(dropout));
   }
-  torch::Tensor forward(torch::Tensor x) {
-    return x + drop(down(torch::gelu(up(norm(x)))));
-  }
+  torch::Tensor forward(torch::Tensor x) { return x + drop(down(torch::gelu(up(norm(x))))); }
   torch::nn::LayerNorm norm{nullptr};
   torch::nn::Linear up{nullptr}, down{nullptr};
   torch::nn::Dropout drop{nullptr};
@@ -51,8 +48,8 @@ Stack make_stack(int64_t blocks_count = 4, int64_t width = 8) {
 }
 
 // Parameter gradients (by name) of forward -> sum of squares -> backward from seed 11.
-std::vector<std::pair<std::string, torch::Tensor>> gradients(torch::nn::Module& model,
-                                                             const std::function<torch::Tensor(torch::Tensor)>& forward) {
+std::vector<std::pair<std::string, torch::Tensor>> gradients(
+    torch::nn::Module& model, const std::function<torch::Tensor(torch::Tensor)>& forward) {
   torch::manual_seed(5);
   const auto x = torch::randn({6, 5, 8});
   torch::manual_seed(11);
@@ -106,6 +103,38 @@ TEST(CheckpointModules, EverySequentialChildGivesTheSameGradientsAndLeavesTheTre
   EXPECT_TRUE(uses_checkpoint_node(model(torch::randn({2, 5, 8}))));
   model->eval();
   EXPECT_FALSE(uses_checkpoint_node(model(torch::randn({2, 5, 8}))));
+}
+
+// libtorch cannot put a torch::nn::Sequential into a Sequential (its forward() is a template,
+// which the parent's type-erased handle cannot name): a subclass with a plain forward() can be
+// (docs/activation_checkpointing.md, "A Sequential inside a Sequential"), and checkpoint_modules
+// reaches the children of both levels, by path.
+struct StageImpl : torch::nn::SequentialImpl {
+  using SequentialImpl::SequentialImpl;
+  torch::Tensor forward(torch::Tensor x) { return SequentialImpl::forward(x); }
+};
+TORCH_MODULE(Stage);
+
+TEST(CheckpointModules, ASequentialInsideASequentialThroughASubclass) {
+  auto make = [] {
+    torch::manual_seed(0);
+    return torch::nn::Sequential(Stage(MlpBlock(8), MlpBlock(8)), Stage(MlpBlock(8), MlpBlock(8)),
+                                 torch::nn::Linear(8, 3));
+  };
+  torch::nn::Sequential model = make();
+  const auto plain = gradients(*model, [&](torch::Tensor x) { return model->forward(x); });
+  CheckpointPolicy inner;
+  inner.paths = {"0.1", "1.0"};  // children of the inner Sequentials
+  EXPECT_EQ(checkpoint_modules(*model, inner), (std::vector<std::string>{"0.1", "1.0"}));
+  expect_same(gradients(*model, [&](torch::Tensor x) { return model->forward(x); }), plain);
+
+  torch::nn::Sequential whole = make();
+  CheckpointPolicy outer;
+  outer.paths = {"0"};  // an inner Sequential itself, as one region
+  EXPECT_EQ(checkpoint_modules(*whole, outer), (std::vector<std::string>{"0"}));
+  EXPECT_TRUE(uses_checkpoint_node(whole->forward(torch::randn({2, 5, 8}))));
+  whole->zero_grad();
+  expect_same(gradients(*whole, [&](torch::Tensor x) { return whole->forward(x); }), plain);
 }
 
 TEST(CheckpointModules, EveryOtherBlockByPredicate) {
