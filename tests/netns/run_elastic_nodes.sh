@@ -134,15 +134,15 @@ check_steps() {  # ranks (a,b), the first step they run, output
     END {
       for (i = 1; i <= n; i++) if (last[r[i]] != steps - 1) printf "rank %s ended at step %s\n", r[i], last[r[i]]
       for (s = first; s < steps; s++) if (!(s in done)) printf "no rank committed step %d\n", s
-    }' "$3"
+    }' < <(sed -E 's/^\[slot /[/' "$3")  # cohortrun --min-ranks prefixes "[slot N]"
 }
 problems=$(check_steps 0,1 0 "$work/node0")
 [[ -z $problems ]] || fail "the survivors' steps: ${problems//$'\n'/; }"
 problems=$(check_steps 4,5 $((grow_at + 1)) "$work/node2")
 [[ -z $problems ]] || fail "the joined host's steps: ${problems//$'\n'/; }"
-grep -q "^\[0\] membership: generation 2: ranks 2 and 3 left; 2 ranks go on from step $kill_at\$" \
+grep -q "^\[slot 0\] membership: generation 2: ranks 2 and 3 left; 2 ranks go on from step $kill_at\$" \
   "$work/node0" || fail "rank 0 did not print the loss of ranks 2 and 3"
-grep -q "^\[4\] membership: .* 4 ranks go on from step $((grow_at + 1))\$" "$work/node2" ||
+grep -q "^\[slot 4\] membership: .* 4 ranks go on from step $((grow_at + 1))\$" "$work/node2" ||
   fail "rank 4 did not print that it joined a job of 4 at step $((grow_at + 1))"
 
 for node in 0 1 2; do
@@ -150,7 +150,7 @@ for node in 0 1 2; do
 done
 while read -r pid; do
   if kill -0 "$pid" 2>/dev/null; then fail "rank process $pid still runs"; fi
-done < <(sed -nE 's/^\[[0-9]+\] pid ([0-9]+)$/\1/p' "$work"/node*)
+done < <(sed -nE 's/^\[(slot )?[0-9]+\] pid ([0-9]+)$/\2/p' "$work"/node*)
 "$tool" down --name "$name" >/dev/null
 [[ -z $(ip netns list | awk '{print $1}' | grep "^$name-" || true) ]] ||
   fail "netns-cluster down left namespaces of $name"
