@@ -16,23 +16,29 @@
 namespace cohort::testing {
 namespace {
 
+// 30 AdamW steps of the harness's MLP at `world` ranks on one host (TCP and shared memory).
+ParityCase adamw_case(int world, Strategy strategy) {
+  ParityCase c;
+  c.world = world;
+  c.steps = 30;
+  c.strategy = strategy;
+  c.optimizer = OptimizerKind::kAdamW;
+  c.over_tcp = true;
+  c.shared_memory = true;
+  c.options.bucket_cap_mb = 0.001;  // several buckets, cut elsewhere than the shards
+  return c;
+}
+
 TEST(ReductionOrder, DdpZeroAndFsdpEqualTheRankOrderSumBitwiseAfter30AdamWSteps) {
   for (int world : {2, 3, 4}) {
     for (Strategy strategy : {Strategy::kDdp, Strategy::kZero1, Strategy::kZero2,
                               Strategy::kFullShard, Strategy::kShardGradOp}) {
       SCOPED_TRACE(std::string(strategy_name(strategy)) + " at " + std::to_string(world) +
                    " ranks");
-      ParityCase c;
-      c.world = world;
-      c.steps = 30;
-      c.strategy = strategy;
-      c.optimizer = OptimizerKind::kAdamW;
-      c.over_tcp = true;
-      c.shared_memory = true;
+      ParityCase c = adamw_case(world, strategy);
       c.reference_sums_in_rank_order = true;
       c.rtol = 0;
       c.atol = 0;
-      c.options.bucket_cap_mb = 0.001;  // several buckets, cut elsewhere than the shards
       expect_parity(c);
     }
   }
@@ -42,17 +48,7 @@ TEST(ReductionOrder, DdpZeroAndFsdpEqualTheRankOrderSumBitwiseAfter30AdamWSteps)
 // against DDP's rank 0, printed as the table of docs/ddp.md ("Order of reductions").
 TEST(ReductionOrder, StrategiesEndBitwiseEqualToDdp) {
   for (int world : {2, 3, 4}) {
-    auto run = [&](Strategy strategy) {
-      ParityCase c;
-      c.world = world;
-      c.steps = 30;
-      c.strategy = strategy;
-      c.optimizer = OptimizerKind::kAdamW;
-      c.over_tcp = true;
-      c.shared_memory = true;
-      c.options.bucket_cap_mb = 0.001;
-      return final_states(c);
-    };
+    auto run = [&](Strategy strategy) { return final_states(adamw_case(world, strategy)); };
     const auto ddp = run(Strategy::kDdp);
     for (Strategy strategy :
          {Strategy::kZero1, Strategy::kZero2, Strategy::kFullShard, Strategy::kShardGradOp}) {
