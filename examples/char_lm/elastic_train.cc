@@ -61,7 +61,7 @@ TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
         group, validation,
         [&](const torch::data::Example<>& b) { return next_char_loss(model, b, torch::kSum); });
   };
-  const double seconds = run_elastic_steps(
+  const auto time = run_elastic_steps(
       trainer, run,
       [&](const cohort::ElasticStep& step) {
         model->train();
@@ -69,8 +69,9 @@ TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
       },
       hooks, options.skip_eval ? std::function<void(cohort::Group&)>() : evaluate);
   result.unigram_entropy = data.unigram_entropy;
-  result.steps = trainer.committed_steps();
-  result.samples_per_s = seconds > 0 ? double(result.steps * options.batch_size) / seconds : 0;
+  result.steps = time.trained_steps;
+  result.samples_per_s =
+      time.seconds > 0 ? double(result.steps * options.batch_size) / time.seconds : 0;
   rank = trainer.membership().rank;
   ranks = trainer.membership().size;
   if (options.sample > 0) {  // each member's model is the same: no collective

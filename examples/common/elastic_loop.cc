@@ -115,10 +115,10 @@ void say_saved(const cohort::ElasticTrainer& trainer, const ElasticRunSettings& 
 
 }  // namespace
 
-double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings,
-                         const std::function<torch::Tensor(const cohort::ElasticStep&)>& loss_of,
-                         const ElasticStepHooks& hooks,
-                         const std::function<void(cohort::Group&)>& evaluate) {
+ElasticRunTime run_elastic_steps(
+    cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings,
+    const std::function<torch::Tensor(const cohort::ElasticStep&)>& loss_of,
+    const ElasticStepHooks& hooks, const std::function<void(cohort::Group&)>& evaluate) {
   const auto start = std::chrono::steady_clock::now();
   ElasticMetrics metrics(settings.metrics);
   say_resumed(trainer, settings);
@@ -150,8 +150,9 @@ double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettin
         !settings.checkpoint.empty() && checkpoint_due(settings.checkpoint_every, done);
     if (saved) say_saved(trainer, settings);  // the trainer wrote it with the commit
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ElasticRunTime run;
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.trained_steps = trainer.committed_steps();
   // DiLoCo's last synchronization (the members' models differ since the previous one), the
   // last checkpoint and the evaluation, finished by the survivors if a member is lost.
   const int64_t saved_before = trainer.checkpoint_step();
@@ -159,7 +160,7 @@ double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettin
   end.evaluate = evaluate;
   trainer.finish(end);
   if (trainer.checkpoint_step() != saved_before) say_saved(trainer, settings);
-  return seconds;
+  return run;
 }
 
 }  // namespace cohort_examples

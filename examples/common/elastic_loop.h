@@ -104,10 +104,14 @@ struct ElasticStepHooks {
 // checkpoint every checkpoint_every steps (saying so on rank 0, with the generation and world
 // size). Then ends the run with ElasticTrainer::finish (Note [Elastic end]): under DiLoCo a last
 // synchronization, the checkpoint, and `evaluate` (collective; may be empty), each redone by
-// the survivors when a member is lost. Returns the wall time of the training steps in seconds.
-double run_elastic_steps(cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings,
-                         const std::function<torch::Tensor(const cohort::ElasticStep&)>& loss_of,
-                         const ElasticStepHooks& hooks = {},
-                         const std::function<void(cohort::Group&)>& evaluate = {});
+// the survivors when a member is lost. Returns what the training steps took.
+struct ElasticRunTime {
+  double seconds = 0;         // wall time of the training steps
+  int64_t trained_steps = 0;  // committed steps that took samples (not the last synchronization)
+};
+ElasticRunTime run_elastic_steps(
+    cohort::ElasticTrainer& trainer, const ElasticRunSettings& settings,
+    const std::function<torch::Tensor(const cohort::ElasticStep&)>& loss_of,
+    const ElasticStepHooks& hooks = {}, const std::function<void(cohort::Group&)>& evaluate = {});
 
 }  // namespace cohort_examples

@@ -57,15 +57,16 @@ TrainResult train_elastic(const TrainOptions& options) {
                            }).accuracy;
   };
   model->train();
-  const double seconds = run_elastic_steps(
+  const auto time = run_elastic_steps(
       trainer, run,
       [&](const cohort::ElasticStep& step) {
         const auto batch = cohort::elastic_batch(train_set, step);
         return torch::nll_loss(model->forward(batch.data), batch.target);
       },
       {}, options.skip_eval ? std::function<void(cohort::Group&)>() : evaluate);
-  result.steps = trainer.committed_steps();
-  result.samples_per_s = seconds > 0 ? double(result.steps * options.batch_size) / seconds : 0;
+  result.steps = time.trained_steps;
+  result.samples_per_s =
+      time.seconds > 0 ? double(result.steps * options.batch_size) / time.seconds : 0;
   result.reports = trainer.membership().rank == 0;
   result.covers = std::to_string(trainer.membership().size) + " rank(s) at the end, " +
                   std::to_string(trainer.membership_changes()) + " membership change(s), " +
