@@ -7,9 +7,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <cmath>
+#include <cstdint>
 #include <cstring>
-#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -157,9 +156,15 @@ TEST(ShmCollectives, ReduceScatterEveryDtypeAndOp) {
 // fold computed here. Allreduce below and above the one-round size, reduce-scatter out of and
 // in place.
 float rank_value(int rank, size_t i) {
-  std::mt19937 random(static_cast<unsigned>(7919 * i + static_cast<size_t>(rank)));
-  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
-  return mantissa(random) * std::pow(10.0f, 4.0f * static_cast<float>(rank % 3));
+  // splitmix64 of (i, rank): a mantissa in [-1, 1), cheap enough for every element of a sweep
+  uint64_t z =
+      (static_cast<uint64_t>(i) << 8 | static_cast<uint64_t>(rank)) + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  const float mantissa = static_cast<float>(z >> 40) / static_cast<float>(1 << 23) - 1.0f;
+  static const float kScale[] = {1.0f, 1e4f, 1e8f};
+  return mantissa * kScale[rank % 3];
 }
 
 float rank_order_sum(int world, size_t i) {
