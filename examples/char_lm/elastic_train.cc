@@ -74,7 +74,7 @@ TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
       time.seconds > 0 ? double(result.steps * options.batch_size) / time.seconds : 0;
   rank = trainer.membership().rank;
   ranks = trainer.membership().size;
-  if (options.sample > 0) {  // each member's model is the same: no collective
+  if (options.sample > 0 && rank == 0) {  // the members' models are the same: rank 0's alone
     result.sample = generate_text(model, data.vocabulary, kSamplePrompt, options.sample,
                                   kSampleTemperature, options.seed);
   }
