@@ -344,18 +344,21 @@ std::string passed_over_because(const std::string& path, const std::string& save
 }
 
 void pass_over(const std::string& why, const LoadOptions& options, bool log, const WaysOn& ways) {
+  const std::string resume = ways.resume ? ways.resume : concat(options.named_as, "any_job = true");
+  const std::string start_afresh =
+      ways.start_afresh ? ways.start_afresh : concat(options.named_as, "start_afresh = true");
   if (!options.start_afresh) {
-    throw CheckpointError(concat(
-        why, ". Nothing was loaded, and nothing is replaced: to go on from it, set ", ways.resume,
-        " (the examples' --resume); to start afresh and let the next "
-        "save replace it, ",
-        ways.start_afresh,
-        " (the examples' "
-        "--overwrite-checkpoint); or give this job another path (docs/checkpoints.md)"));
+    throw CheckpointError(
+        concat(why, ". Nothing was loaded, and nothing is replaced: to go on from it, set ", resume,
+               " (the examples' --resume); to start afresh and let the next "
+               "save replace it, ",
+               start_afresh,
+               " (the examples' "
+               "--overwrite-checkpoint); or give this job another path (docs/checkpoints.md)"));
   }
-  if (log)
-    COHORT_LOG(kWarn, why, ". Starting afresh (", ways.start_afresh,
-               "): the next save replaces it");
+  if (log) {
+    COHORT_LOG(kWarn, why, ". Starting afresh (", start_afresh, "): the next save replaces it");
+  }
 }
 
 void check_lr_scheduler_state(const std::string& path, const optim::LrSchedulerState& saved,
@@ -462,7 +465,8 @@ void check_training_state(const TrainingState& state, const char* caller) {
   for (const auto& [name, part] : state.parts) {
     COHORT_CHECK(part != nullptr && !name.empty() && names.insert(name).second, caller,
                  ": TrainingState::parts needs a non-empty, unique name and a part for each "
-                 "entry; '", name, "' is not");
+                 "entry; '",
+                 name, "' is not");
   }
 }
 
@@ -556,7 +560,8 @@ void write_module(OutputArchive& archive, const torch::nn::Module& module) {
   }
   for (const auto& child : module.named_children()) {
     if (!child.value()->is_serializable()) continue;
-    write_nested(archive, child.key(), [&](OutputArchive& out) { write_module(out, *child.value()); });
+    write_nested(archive, child.key(),
+                 [&](OutputArchive& out) { write_module(out, *child.value()); });
   }
 }
 

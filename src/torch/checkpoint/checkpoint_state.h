@@ -80,10 +80,11 @@ std::string passed_over_because(const std::string& path, const std::string& save
 // without their manifest; Note [Job identity]): with LoadOptions::start_afresh, logged when
 // `log` (rank 0 of a group), and the load returns false, so that the job's first save replaces
 // it; else CheckpointError, with the ways on.
-// `ways` names the two options in the error, for an API whose options are not LoadOptions.
+// `ways` names the two options in the error, for an API whose options are not LoadOptions
+// (unset: `options.named_as` followed by any_job and start_afresh).
 struct WaysOn {
-  const char* resume = "LoadOptions::any_job = true";
-  const char* start_afresh = "LoadOptions::start_afresh = true";
+  const char* resume = nullptr;
+  const char* start_afresh = nullptr;
 };
 void pass_over(const std::string& why, const LoadOptions& options, bool log,
                const WaysOn& ways = {});

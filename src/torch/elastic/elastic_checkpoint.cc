@@ -85,18 +85,11 @@ std::optional<std::array<int64_t, 3>> read_sampler_file(const std::string& direc
                      " (the sampler's place): write it with ElasticTrainer::save_checkpoint");
 }
 
-// A load's CheckpointError names the ways on as LoadOptions' fields; under ElasticTrainer the
-// user sets them as ElasticTrainerOptions::resume's.
-[[noreturn]] void rethrow_naming_resume(const CheckpointError& error) {
-  std::string message = error.what();
-  for (const std::string field : {"any_job", "start_afresh"}) {
-    const std::string from = "LoadOptions::" + field, to = "ElasticTrainerOptions::resume." + field;
-    for (size_t at = message.find(from); at != std::string::npos;
-         at = message.find(from, at + to.size())) {
-      message.replace(at, from.size(), to);
-    }
-  }
-  throw CheckpointError(message);
+// The user sets ElasticTrainer's LoadOptions as ElasticTrainerOptions::resume: a load's error
+// names its fields so.
+LoadOptions as_resume(LoadOptions options) {
+  options.named_as = "ElasticTrainerOptions::resume.";
+  return options;
 }
 
 void restore_sampler(ElasticSampler& sampler, const std::array<int64_t, 3>& place) {
@@ -135,11 +128,7 @@ std::optional<int64_t> load_replica_checkpoint(
   state.module = &module;
   state.optimizer = &optimizer;
   state.rng = false;
-  try {
-    if (!load_checkpoint(replica_file(directory), state, options)) return std::nullopt;
-  } catch (const CheckpointError& e) {
-    rethrow_naming_resume(e);
-  }
+  if (!load_checkpoint(replica_file(directory), state, as_resume(options))) return std::nullopt;
   const auto place = read_sampler_file(directory, state.step);
   if (!place) throw_missing_sampler_file(directory, state.step);
   restore_sampler(sampler, *place);
@@ -186,11 +175,7 @@ std::optional<int64_t> load_elastic_checkpoint(const std::string& directory,
   state.module = view.module;
   state.optimizer = &optimizer;
   state.rng = false;
-  try {
-    if (!load_sharded_checkpoint(directory, view, state, options)) return std::nullopt;
-  } catch (const CheckpointError& e) {
-    rethrow_naming_resume(e);
-  }
+  if (!load_sharded_checkpoint(directory, view, state, as_resume(options))) return std::nullopt;
   auto place = torch::full({3}, -1, torch::kInt64);
   if (view.group->rank() == 0) {
     if (const auto read = read_sampler_file(directory, state.step)) {

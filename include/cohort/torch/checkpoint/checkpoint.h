@@ -100,6 +100,10 @@ struct LoadOptions {
   // another run's work by accident. true: returns false with a warning, and the job's first
   // save replaces it. A checkpoint this job wrote (a restart's) is resumed either way.
   bool start_afresh = false;
+  // How the caller's users spell these options, for the error that names the ways on: an API
+  // that takes a LoadOptions as one of its own options names it so (ElasticTrainer:
+  // "ElasticTrainerOptions::resume.", so the error says "ElasticTrainerOptions::resume.any_job").
+  const char* named_as = "LoadOptions::";
 };
 
 // The file is a torch archive followed by this footer, written last:
