@@ -15,6 +15,9 @@ struct HookEntry {
   std::string name;
   std::string description;
   std::function<std::shared_ptr<cohort::CommHook>(const CommHookSettings&)> make;
+  // Carries state from one step to the next (error feedback, a shared random stream, PowerSGD's
+  // matrices): a new elastic member would not have it (comm_hook_keeps_state).
+  bool keeps_state = false;
 };
 
 const std::vector<HookEntry>& hook_table() {
@@ -31,19 +34,22 @@ const std::vector<HookEntry>& hook_table() {
          o.rank = s.rank;
          o.start_iter = s.start_iter;
          return cohort::powersgd_hook(o);
-       }},
+       },
+       true},
       {"topk", "the --hook-ratio largest elements, error feedback",
        [](const CommHookSettings& s) {
          cohort::TopKOptions o;
          o.ratio = s.ratio;
          return cohort::top_k_hook(o);
-       }},
+       },
+       true},
       {"randomk", "--hook-ratio random elements (shared seed), error feedback",
        [](const CommHookSettings& s) {
          cohort::RandomKOptions o;
          o.ratio = s.ratio;
          return cohort::random_k_hook(o);
-       }},
+       },
+       true},
       {"qsgd", "--hook-levels levels per sign, stochastic rounding",
        [](const CommHookSettings& s) {
          cohort::QsgdOptions o;
@@ -53,7 +59,7 @@ const std::vector<HookEntry>& hook_table() {
       {"terngrad", "-1/0/+1 times a scale, 2 bits each",
        [](const CommHookSettings&) { return cohort::terngrad_hook(); }},
       {"sign", "1 bit each and a scale, error feedback",
-       [](const CommHookSettings&) { return cohort::sign_hook(); }},
+       [](const CommHookSettings&) { return cohort::sign_hook(); }, true},
   };
   return table;
 }
@@ -87,12 +93,24 @@ void add_comm_hook_options(CLI::App& app, CommHookSettings& settings) {
       ->capture_default_str();
 }
 
-std::shared_ptr<cohort::CommHook> make_comm_hook(const CommHookSettings& settings) {
+namespace {
+
+const HookEntry& hook_named(const std::string& name) {
   for (const auto& entry : hook_table()) {
-    if (entry.name == settings.name) return entry.make(settings);
+    if (entry.name == name) return entry;
   }
-  throw cohort::InvalidArgument("--comm-hook: no hook is named '" + settings.name +
+  throw cohort::InvalidArgument("--comm-hook: no hook is named '" + name +
                                 "'; the names are those of --help");
+}
+
+}  // namespace
+
+std::shared_ptr<cohort::CommHook> make_comm_hook(const CommHookSettings& settings) {
+  return hook_named(settings.name).make(settings);
+}
+
+bool comm_hook_keeps_state(const std::string& name) {
+  return hook_named(name).keeps_state;
 }
 
 }  // namespace cohort_examples

@@ -31,5 +31,8 @@ void add_comm_hook_options(CLI::App& app, CommHookSettings& settings);
 // The hook for settings.name; null for "allreduce" (DDP's default). A new hook is one entry of
 // the table in comm_hooks.cc.
 std::shared_ptr<cohort::CommHook> make_comm_hook(const CommHookSettings& settings);
+// Whether the hook named `name` carries state from one step to the next (error feedback, a
+// shared random stream, PowerSGD's matrices), which a new elastic member would not have.
+bool comm_hook_keeps_state(const std::string& name);
 
 }  // namespace cohort_examples

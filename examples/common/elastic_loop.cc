@@ -19,11 +19,17 @@ void refuse_for_elastic(bool set, const std::string& what) {
 }
 
 void refuse_stateful_hook(const CommHookSettings& hook) {
-  const std::vector<std::string> stateless = {"allreduce", "fp16", "bf16", "qsgd", "terngrad"};
-  refuse_for_elastic(std::find(stateless.begin(), stateless.end(), hook.name) == stateless.end(),
-                     "--comm-hook " + hook.name +
-                         ": the hook keeps state between steps that a new member would not "
-                         "have; take fp16, bf16, qsgd or terngrad");
+  if (!comm_hook_keeps_state(hook.name)) return;
+  std::string stateless;
+  for (const std::string& name : comm_hook_names()) {
+    if (name != "allreduce" && !comm_hook_keeps_state(name)) {
+      stateless += (stateless.empty() ? "" : ", ") + name;
+    }
+  }
+  refuse_for_elastic(true, "--comm-hook " + hook.name +
+                               ": the hook keeps state between steps that a new member would "
+                               "not have; take one of " +
+                               stateless);
 }
 
 int64_t elastic_planned_steps(int64_t epochs, int64_t max_steps, int64_t dataset_size,

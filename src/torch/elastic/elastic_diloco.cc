@@ -85,15 +85,7 @@ bool ElasticDiLoCo::synchronizes_at(int64_t step) const {
 }
 
 void ElasticDiLoCo::reduce_rounds(int64_t step, bool redo) {
-  DiLoCo& d = diloco();
-  const double scale = redo ? scale_for_members_with_progress(*d.group_) : 1.0;
-  d.step_ = step + 1;
-  for (int64_t f = 0; f < options_.fragments; ++f) {
-    if (!d.due(f, d.step_)) continue;
-    d.in_flight_.push_back(d.start(f));
-    d.in_flight_.back().scale = scale;
-  }
-  finish_reductions();
+  reduce_rounds_where(step, redo, [this](int64_t f, int64_t s) { return diloco_->due(f, s); });
 }
 
 bool ElasticDiLoCo::needs_synchronization(int64_t committed) const {
@@ -104,14 +96,19 @@ bool ElasticDiLoCo::needs_synchronization(int64_t committed) const {
 }
 
 void ElasticDiLoCo::reduce_unsynchronized(int64_t committed, bool redo) {
+  // A fragment's entry moves only when its own round starts: each is read before that.
+  reduce_rounds_where(committed, redo, [this](int64_t f, int64_t s) {
+    return diloco_->synchronized_at_[static_cast<size_t>(f)] < s - 1;
+  });
+}
+
+void ElasticDiLoCo::reduce_rounds_where(int64_t step, bool redo,
+                                        const std::function<bool(int64_t, int64_t)>& starts) {
   DiLoCo& d = diloco();
   const double scale = redo ? scale_for_members_with_progress(*d.group_) : 1.0;
-  std::vector<int64_t> due;
+  d.step_ = step + 1;
   for (int64_t f = 0; f < options_.fragments; ++f) {
-    if (d.synchronized_at_[static_cast<size_t>(f)] < committed) due.push_back(f);
-  }
-  d.step_ = committed + 1;
-  for (int64_t f : due) {
+    if (!starts(f, d.step_)) continue;
     d.in_flight_.push_back(d.start(f));
     d.in_flight_.back().scale = scale;
   }

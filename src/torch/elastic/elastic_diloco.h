@@ -22,6 +22,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "cohort/comm/group.h"
@@ -70,6 +71,10 @@ class ElasticDiLoCo {
 
  private:
   double scale_for_members_with_progress(Group& group);
+  // The rounds of the fragments f for which starts(f, DiLoCo's step after `step`) holds, as the
+  // synchronization of step `step` (redo: see reduce_rounds), run to their end.
+  void reduce_rounds_where(int64_t step, bool redo,
+                           const std::function<bool(int64_t, int64_t)>& starts);
   void finish_reductions();
 
   torch::nn::Module& module_;
