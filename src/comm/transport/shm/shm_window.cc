@@ -434,19 +434,27 @@ pid_t ShmWindow::watched_pid(int rank) const {
 
 // A rank that has not opened the window yet has no pid in its line: the one the host exchange
 // gave create() stands for it, so a rank that dies before it attaches is named too.
+//
+// A peer may post the round, leave it and end between this rank's look at its `posted` and the
+// look at its process: `posted` is read again once the peer is seen closed or gone (it cannot
+// post after that), so that a peer that took part is never reported lost.
 void ShmWindow::check_alive(uint64_t round, Deadline deadline, const char* what) const {
   rethrow_if_aborted();
+  const auto has_posted = [&](int r) {
+    return lines_[r].posted.load(std::memory_order_acquire) > round;
+  };
   for (int r = 0; r < size_; ++r) {
-    if (r == rank_ || lines_[r].posted.load(std::memory_order_acquire) > round) continue;
+    if (r == rank_ || has_posted(r)) continue;
     const int peer = group_ranks_[static_cast<size_t>(r)];
     if (lines_[r].closed.load(std::memory_order_acquire) != 0) {
+      if (has_posted(r)) continue;
       throw PeerError(peer, detail::concat(what, ": rank ", peer, " (pid ", watched_pid(r),
                                            ") closed its group (it destroyed it, or its process "
                                            "ended) without taking part; its shared memory peers "
                                            "cannot go on"));
     }
     const pid_t pid = watched_pid(r);
-    if (pid <= 0 || pid == ::getpid() || !process_is_gone(pid)) continue;
+    if (pid <= 0 || pid == ::getpid() || !process_is_gone(pid) || has_posted(r)) continue;
     const bool attached = lines_[r].pid.load(std::memory_order_relaxed) > 0;
     throw PeerError(peer,
                     detail::concat(what, ": rank ", peer, " (pid ", pid, ") ",
