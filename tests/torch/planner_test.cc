@@ -101,7 +101,7 @@ TEST(PlannerModel, FullShardPrefetchesAndReduceScattersUnitByUnit) {
   // unit 1 (to 30.73); 25.49-35.49 unit 0, and its reduce-scatter ends at 40.73.
   const ModelSpec model = mebibyte_parameters(2);  // two units of 1 MiB
   PlanConfig config;
-  config.strategy = PlanStrategy::kFullShard;
+  config.strategy = StrategyKind::kFullShard;
   const Prediction p = predict(model, profile(10, 20, 0), slow_loopback(2), config);
   EXPECT_NEAR(p.step_s * 1e3, 40.72864, 1e-9);
   EXPECT_NEAR(p.exposed_s * 1e3, 10.72864, 1e-9);
@@ -111,7 +111,7 @@ TEST(PlannerModel, FullShardPrefetchesAndReduceScattersUnitByUnit) {
 TEST(PlannerModel, ShardGradOpGathersOnlyInForward) {
   const ModelSpec model = mebibyte_parameters(2);  // two units of 1 MiB
   PlanConfig config;
-  config.strategy = PlanStrategy::kShardGradOp;
+  config.strategy = StrategyKind::kShardGradOp;
   const Prediction p = predict(model, profile(10, 20, 0), slow_loopback(2), config);
   // Forward as FULL_SHARD (to 15.49); backward 15.49-25.49 unit 1, its reduce-scatter to 30.73;
   // 25.49-35.49 unit 0, its reduce-scatter to 40.73.
@@ -130,7 +130,7 @@ TEST(PlannerModel, AUnitComputesItsShareOfBackwardAsMeasured) {
   ComputeProfile compute = profile(20, 40, 0);
   compute.gradient_ready = {1.0, 0.1};
   PlanConfig config = ddp(25);
-  config.strategy = PlanStrategy::kFullShard;
+  config.strategy = StrategyKind::kFullShard;
   // Forward: u0's gather (1 MiB at 2 ranks: 5.24288 ms), then u0 computes 18 ms while u1's
   // gather (20.97152 ms) runs, u1 waits for it to 26.2144 and computes 2 ms. Backward: u1 4 ms
   // while u0 is gathered again (to 33.45728), u1's reduce-scatter after that (to 54.4288), u0
@@ -149,7 +149,7 @@ TEST(PlannerModel, FullShardWithoutPrefetchGathersEachUnitWhenNeeded) {
   // its reduce-scatter ends at 56.21. One gathered unit fewer: 1 MiB less memory.
   const ModelSpec model = mebibyte_parameters(2);
   PlanConfig config;
-  config.strategy = PlanStrategy::kFullShard;
+  config.strategy = StrategyKind::kFullShard;
   config.fsdp_prefetch = false;
   const Prediction p = predict(model, profile(10, 20, 0), slow_loopback(2), config);
   EXPECT_NEAR(p.step_s * 1e3, 30 + 5 * 5.24288, 1e-9);
@@ -169,7 +169,7 @@ TEST(PlannerModel, UnitLayoutsAreCandidatesAndPredictRecutsTheModel) {
   MachineSpec latency = slow_loopback(2);
   latency.links.tcp = {50e-3, 0};
   PlannerOptions options;
-  options.strategies = {PlanStrategy::kFullShard};
+  options.strategies = {StrategyKind::kFullShard};
   const Plan plan = cohort::plan(model, profile(10, 40, 0), latency, options);
   ASSERT_EQ(plan.candidates.size(), 4u) << plan.table();  // 2 layouts x prefetch or not
   EXPECT_EQ(plan.chosen.config.min_unit_parameters, 4 * kFloatsPerMiB) << plan.table();
@@ -205,7 +205,7 @@ TEST(PlannerModel, FsdpComputeTakesTheShardedRatio) {
   ComputeProfile compute = profile(10, 20, 0);
   compute.sharded_compute_ratio = 1.5;
   PlanConfig config;
-  config.strategy = PlanStrategy::kFullShard;
+  config.strategy = StrategyKind::kFullShard;
   const Prediction p = predict(model, compute, slow_loopback(2), config);
   EXPECT_NEAR(p.compute_s * 1e3, 45, 1e-9);
   EXPECT_NEAR(p.step_s * 1e3, 5.24288 + 45 + 5.24288, 1e-9);
@@ -224,7 +224,7 @@ TEST(PlannerModel, HybridShardAveragesOverTheNodesAfterBackward) {
   two_by_two.shape.local_size = 2;
   two_by_two.shape.shared_memory = true;
   PlanConfig config;
-  config.strategy = PlanStrategy::kHybridShard;
+  config.strategy = StrategyKind::kHybridShard;
   const Prediction p = predict(mebibyte_parameters(2), profile(10, 20, 0), two_by_two, config);
   EXPECT_NEAR(p.step_s * 1e3, 2 * 1.572864 + 30 + 2 * kAllreduceMs, 1e-9);
 }
@@ -243,7 +243,7 @@ TEST(PlannerModel, LocalSgdAveragesTheParametersOncePerPeriod) {
   // Parameters, gradients, Adam's 8 MiB of state, and the flat copy of the parameters it
   // averages through after the step.
   EXPECT_EQ(p.peak_memory_bytes, 20 * kMiB);
-  config.strategy = PlanStrategy::kZero1;
+  config.strategy = StrategyKind::kZero1;
   EXPECT_THROW(predict(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), config),
                InvalidArgument);
 }
@@ -288,7 +288,7 @@ TEST(PlannerModel, PowerSgdSendsPThenQAroundItsArithmetic) {
   config.powersgd_rank = 4;  // not measured
   EXPECT_THROW(predict(model, compute, slow_loopback(2), config), InvalidArgument);
   config.powersgd_rank = 2;
-  config.strategy = PlanStrategy::kZero1;  // a DDP hook
+  config.strategy = StrategyKind::kZero1;  // a DDP hook
   EXPECT_THROW(predict(model, compute, slow_loopback(2), config), InvalidArgument);
 }
 
@@ -307,27 +307,27 @@ TEST(PlannerModel, MemoryPerStrategyWithAdamAtTwoRanks) {
   ComputeProfile compute = profile(10, 40, 5);
   compute.activation_bytes = 3 * kMiB;
   const auto machine = slow_loopback(2);
-  auto memory = [&](PlanStrategy strategy, double cap_mb = 1) {
+  auto memory = [&](StrategyKind strategy, double cap_mb = 1) {
     PlanConfig config = ddp(cap_mb);
     config.strategy = strategy;
     return predict(model, compute, machine, config).peak_memory_bytes / kMiB;
   };
-  EXPECT_EQ(memory(PlanStrategy::kDdp), 4 + 4 + 8 + 3);
-  EXPECT_EQ(memory(PlanStrategy::kZero1), 4 + 4 + 4 + 3);
+  EXPECT_EQ(memory(StrategyKind::kDdp), 4 + 4 + 8 + 3);
+  EXPECT_EQ(memory(StrategyKind::kZero1), 4 + 4 + 4 + 3);
   // Two 1 MiB buckets in flight and the reduced blocks (half the gradients).
-  EXPECT_EQ(memory(PlanStrategy::kZero2), 4 + 2 * 1 + 2 + 4 + 3);
+  EXPECT_EQ(memory(StrategyKind::kZero2), 4 + 2 * 1 + 2 + 4 + 3);
   // Buckets of 1, 2 and 1 MiB (the first capped at 1): the two largest are 3 MiB.
-  EXPECT_EQ(memory(PlanStrategy::kZero2, 2), 4 + (2 + 1) + 2 + 4 + 3);
+  EXPECT_EQ(memory(StrategyKind::kZero2, 2), 4 + (2 + 1) + 2 + 4 + 3);
   // Where zero_grad() zeroes the gradients instead of dropping them (libtorch 1.x), ZeRO's
   // shards keep theirs, half the gradients, from step to step; DDP's stay in the buckets.
   model.zero_grad_keeps_gradients = true;
-  EXPECT_EQ(memory(PlanStrategy::kDdp), 4 + 4 + 8 + 3);
-  EXPECT_EQ(memory(PlanStrategy::kZero1), 4 + 4 + 2 + 4 + 3);
-  EXPECT_EQ(memory(PlanStrategy::kZero2), 4 + 2 * 1 + 2 + 2 + 4 + 3);
+  EXPECT_EQ(memory(StrategyKind::kDdp), 4 + 4 + 8 + 3);
+  EXPECT_EQ(memory(StrategyKind::kZero1), 4 + 4 + 2 + 4 + 3);
+  EXPECT_EQ(memory(StrategyKind::kZero2), 4 + 2 * 1 + 2 + 2 + 4 + 3);
   model.zero_grad_keeps_gradients = false;
   // (4 + 4 + 8) / 2, two gathered units and three units' gradients.
-  EXPECT_EQ(memory(PlanStrategy::kFullShard), 8 + 2 + 3 + 3);
-  EXPECT_EQ(memory(PlanStrategy::kShardGradOp), 8 + 4 + 3 + 3);  // the whole model gathered
+  EXPECT_EQ(memory(StrategyKind::kFullShard), 8 + 2 + 3 + 3);
+  EXPECT_EQ(memory(StrategyKind::kShardGradOp), 8 + 4 + 3 + 3);  // the whole model gathered
 }
 
 // FSDP holds, when a unit's gradients arrive, those and the two units before it in reduce order
@@ -339,7 +339,7 @@ TEST(PlannerModel, FsdpHoldsThreeUnitsGradientsInReduceOrderAndHybridShardItsBlo
   ComputeProfile compute = profile(10, 40, 5);
   compute.activation_bytes = 3 * kMiB;
   PlanConfig config;
-  config.strategy = PlanStrategy::kFullShard;
+  config.strategy = StrategyKind::kFullShard;
   // Units of 4, 1, 1 and 4 MiB: reduced 4, 1, 1, 4; at most 4 + 1 + 1 at once, not the three
   // largest (9). (10 + 10 + 20) / 2, the two largest units gathered, 6, and the activations.
   model.parameters[0].elements = model.parameters[3].elements = 4 * kFloatsPerMiB;
@@ -352,7 +352,7 @@ TEST(PlannerModel, FsdpHoldsThreeUnitsGradientsInReduceOrderAndHybridShardItsBlo
   two_by_two.shape.nodes = 2;
   two_by_two.shape.local_size = 2;
   two_by_two.shape.shared_memory = true;
-  config.strategy = PlanStrategy::kHybridShard;
+  config.strategy = StrategyKind::kHybridShard;
   EXPECT_EQ(predict(model, compute, two_by_two, config).peak_memory_bytes,
             8 * kMiB + 2 * kMiB + 3 * kMiB + kMiB / 2 + 3 * kMiB);
 }
@@ -366,23 +366,23 @@ TEST(PlannerModel, MasterWeightsHoldASixteenBitModelBesideFloat32Masters) {
   ComputeProfile compute = profile(10, 40, 5);
   compute.activation_bytes = 3 * kMiB;
   const auto machine = slow_loopback(2);
-  auto predicted = [&](PlanStrategy strategy) {
+  auto predicted = [&](StrategyKind strategy) {
     PlanConfig config = ddp(1);
     config.strategy = strategy;
     return predict(model, compute, machine, config);
   };
-  const Prediction float32_ddp = predicted(PlanStrategy::kDdp);
+  const Prediction float32_ddp = predicted(StrategyKind::kDdp);
   model.master_weights = torch::kBFloat16;
-  const Prediction ddp16 = predicted(PlanStrategy::kDdp);
+  const Prediction ddp16 = predicted(StrategyKind::kDdp);
   EXPECT_EQ(ddp16.peak_memory_bytes, (2 + 2 + 4 + 8 + 3) * kMiB);
   EXPECT_EQ(ddp16.network_bytes, float32_ddp.network_bytes / 2);
   EXPECT_GT(ddp16.network_bytes, 0);
   // (4 + 4 + 8) / 2 in shards, two gathered units and three units' gradients, each 0.5 MiB.
-  EXPECT_EQ(predicted(PlanStrategy::kFullShard).peak_memory_bytes,
+  EXPECT_EQ(predicted(StrategyKind::kFullShard).peak_memory_bytes,
             8 * kMiB + kMiB + 3 * kMiB / 2 + 3 * kMiB);
-  EXPECT_EQ(predicted(PlanStrategy::kShardGradOp).peak_memory_bytes,
+  EXPECT_EQ(predicted(StrategyKind::kShardGradOp).peak_memory_bytes,
             8 * kMiB + 2 * kMiB + 3 * kMiB / 2 + 3 * kMiB);
-  const std::string what = invalid_argument_of([&] { predicted(PlanStrategy::kZero1); });
+  const std::string what = invalid_argument_of([&] { predicted(StrategyKind::kZero1); });
   EXPECT_NE(what.find("not ZeRO"), std::string::npos) << what;
 }
 
@@ -396,8 +396,8 @@ TEST(PlannerChoice, OverMasterWeightsNeitherZeroNorAnotherReductionIsACandidate)
   const Plan plan = cohort::plan(model, profile(10, 40, 5), slow_loopback(2), options);
   ASSERT_FALSE(plan.candidates.empty());
   for (const Prediction& p : plan.candidates) {
-    EXPECT_TRUE(p.config.strategy != PlanStrategy::kZero1 &&
-                p.config.strategy != PlanStrategy::kZero2 &&
+    EXPECT_TRUE(p.config.strategy != StrategyKind::kZero1 &&
+                p.config.strategy != StrategyKind::kZero2 &&
                 p.config.reduce_dtype == torch::kFloat32 && p.config.local_sgd_period == 0 &&
                 p.config.powersgd_rank == 0)
         << p.config.describe();
@@ -406,7 +406,7 @@ TEST(PlannerChoice, OverMasterWeightsNeitherZeroNorAnotherReductionIsACandidate)
 
 TEST(PlannerChoice, SmallBucketsWinWhereBackwardCanHideThem) {
   PlannerOptions options;
-  options.strategies = {PlanStrategy::kDdp};
+  options.strategies = {StrategyKind::kDdp};
   options.bucket_caps_mb = {1, 25};
   const Plan plan = cohort::plan(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), options);
   EXPECT_EQ(plan.chosen.config.bucket_cap_mb, 1);
@@ -420,7 +420,7 @@ TEST(PlannerChoice, SmallBucketsWinWhereBackwardCanHideThem) {
 // allreduces + 5): 22.6% less.
 TEST(PlannerChoice, TheBaselineIsKeptUnlessBeatenByTheMinimumGain) {
   PlannerOptions options;
-  options.strategies = {PlanStrategy::kDdp};
+  options.strategies = {StrategyKind::kDdp};
   options.bucket_caps_mb = {1, 25};
   const auto chosen_cap = [&](double min_gain) {
     options.min_gain = min_gain;
@@ -435,11 +435,11 @@ TEST(PlannerChoice, TheBaselineIsKeptUnlessBeatenByTheMinimumGain) {
   EXPECT_EQ(chosen_cap(0.3), 1);
   // A baseline that does not fit is not kept: DDP needs 16 MiB, ZeRO-1 12.
   options.baseline = ddp(25);
-  options.strategies = {PlanStrategy::kDdp, PlanStrategy::kZero1};
+  options.strategies = {StrategyKind::kDdp, StrategyKind::kZero1};
   options.memory_budget_bytes = 14 * kMiB;
   options.min_gain = 0.99;
   const Plan plan = cohort::plan(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), options);
-  EXPECT_EQ(plan.chosen.config.strategy, PlanStrategy::kZero1) << plan.table();
+  EXPECT_EQ(plan.chosen.config.strategy, StrategyKind::kZero1) << plan.table();
 }
 
 // Without an optimizer step to share, the sharded strategies only add collectives.
@@ -449,7 +449,7 @@ TEST(PlannerChoice, DdpsFirstBucketIsSizedToo) {
   // 4 MiB is ready at 50 ms (its allreduce ends at 91.9), and the other 4 MiB follow it at 91.9:
   // 133.9 ms.
   PlannerOptions options;
-  options.strategies = {PlanStrategy::kDdp};
+  options.strategies = {StrategyKind::kDdp};
   options.bucket_caps_mb = {25};
   options.first_bucket_caps_mb = {1, 4};
   const Plan plan =
@@ -465,7 +465,7 @@ TEST(PlannerChoice, FastSharedMemoryKeepsDdp) {
   machine.shape.shared_memory = true;
   machine.links = CostModel::defaults();
   const Plan plan = cohort::plan(four_mebibytes(), profile(10, 40, 0), machine);
-  EXPECT_EQ(plan.chosen.config.strategy, PlanStrategy::kDdp) << plan.table();
+  EXPECT_EQ(plan.chosen.config.strategy, StrategyKind::kDdp) << plan.table();
 }
 
 TEST(PlannerChoice, ASlowLinkTakesBfloatGradientsWhereAllowed) {
@@ -507,7 +507,7 @@ TEST(PlannerChoice, PowerSgdOnlyWhereAllowedAndWhereItsArithmeticCostsLessThanTh
   options.powersgd_ranks = {2};
   const Plan plan = cohort::plan(model, compute, slow, options);
   EXPECT_EQ(plan.chosen.config.powersgd_rank, 2) << plan.table();
-  EXPECT_EQ(plan.chosen.config.strategy, PlanStrategy::kDdp);
+  EXPECT_EQ(plan.chosen.config.strategy, StrategyKind::kDdp);
   EXPECT_LE(plan.chosen.network_bytes, 4 * 2048 * 4 * 2);  // P and Q of each, on 2 hosts
   MachineSpec fast = slow;  // the same ranks on one node over shared memory
   fast.shape.nodes = 1;
@@ -529,14 +529,14 @@ Plan plan_sixteen_mebibytes(int64_t budget_mib, PlannerOptions options = {}) {
 
 TEST(PlannerChoice, ATinyBudgetTakesTheOnlyStrategyThatFits) {
   const Plan plan = plan_sixteen_mebibytes(40);
-  EXPECT_EQ(plan.chosen.config.strategy, PlanStrategy::kFullShard) << plan.table();
+  EXPECT_EQ(plan.chosen.config.strategy, StrategyKind::kFullShard) << plan.table();
   EXPECT_TRUE(plan.chosen.fits);
 }
 
 TEST(PlannerChoice, ABudgetOneUnitShortOfFullShardTakesItWithoutPrefetch) {
   // FULL_SHARD needs 37 MiB with prefetch, 36 without (one 1 MiB unit gathered fewer).
   const Plan plan = plan_sixteen_mebibytes(36);
-  EXPECT_EQ(plan.chosen.config.strategy, PlanStrategy::kFullShard) << plan.table();
+  EXPECT_EQ(plan.chosen.config.strategy, StrategyKind::kFullShard) << plan.table();
   EXPECT_FALSE(plan.chosen.config.fsdp_prefetch) << plan.table();
   EXPECT_EQ(plan.chosen.peak_memory_bytes, 36 * kMiB);
   PlannerOptions own_units;
@@ -560,7 +560,7 @@ TEST(PlannerChoice, NothingFittingIsANamedError) {
 
 TEST(PlannerChoice, HybridShardNeedsSeveralEqualNodes) {
   PlanConfig config;
-  config.strategy = PlanStrategy::kHybridShard;
+  config.strategy = StrategyKind::kHybridShard;
   EXPECT_THROW(predict(four_mebibytes(), profile(10, 40, 5), slow_loopback(2), config),
                InvalidArgument);
   MachineSpec two_by_two = slow_loopback(4);
@@ -822,11 +822,11 @@ TEST(PlannerRefit, ScalesComputeAndLinksByWhatWasMeasured) {
 
 TEST(PlannerInputs, StrategyNamesRoundTripAndAnUnknownOneIsNone) {
   for (auto strategy :
-       {PlanStrategy::kDdp, PlanStrategy::kZero1, PlanStrategy::kZero2, PlanStrategy::kFullShard,
-        PlanStrategy::kShardGradOp, PlanStrategy::kHybridShard}) {
-    EXPECT_EQ(plan_strategy_named(plan_strategy_name(strategy)), strategy);
+       {StrategyKind::kDdp, StrategyKind::kZero1, StrategyKind::kZero2, StrategyKind::kFullShard,
+        StrategyKind::kShardGradOp, StrategyKind::kHybridShard}) {
+    EXPECT_EQ(strategy_named(strategy_name(strategy)), strategy);
   }
-  EXPECT_EQ(plan_strategy_named("zero3"), std::nullopt);
+  EXPECT_EQ(strategy_named("zero3"), std::nullopt);
 }
 
 }  // namespace

@@ -23,8 +23,8 @@ std::string read_file(const std::string& path) {
   return text.str();
 }
 
-cohort::PlanStrategy strategy_named(const std::string& name) {
-  if (const auto strategy = cohort::plan_strategy_named(name)) return *strategy;
+cohort::StrategyKind strategy_named(const std::string& name) {
+  if (const auto strategy = cohort::strategy_named(name)) return *strategy;
   throw cohort::InvalidArgument("--strategies: unknown strategy '" + name +
                                 "' (ddp, zero1, zero2, full_shard, shard_grad_op, hybrid_shard)");
 }

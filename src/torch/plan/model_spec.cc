@@ -165,35 +165,14 @@ MachineSpec MachineSpec::of(Group& group) {
   return machine;
 }
 
-const char* plan_strategy_name(PlanStrategy strategy) {
-  switch (strategy) {
-    case PlanStrategy::kDdp: return "ddp";
-    case PlanStrategy::kZero1: return "zero1";
-    case PlanStrategy::kZero2: return "zero2";
-    case PlanStrategy::kFullShard: return "full_shard";
-    case PlanStrategy::kShardGradOp: return "shard_grad_op";
-    case PlanStrategy::kHybridShard: return "hybrid_shard";
-  }
-  return "?";
-}
-
-std::optional<PlanStrategy> plan_strategy_named(const std::string& name) {
-  for (auto strategy :
-       {PlanStrategy::kDdp, PlanStrategy::kZero1, PlanStrategy::kZero2, PlanStrategy::kFullShard,
-        PlanStrategy::kShardGradOp, PlanStrategy::kHybridShard}) {
-    if (name == plan_strategy_name(strategy)) return strategy;
-  }
-  return std::nullopt;
-}
-
-bool detail::uses_buckets(PlanStrategy strategy) {
-  return strategy == PlanStrategy::kDdp || strategy == PlanStrategy::kZero1 ||
-         strategy == PlanStrategy::kZero2;
+bool detail::uses_buckets(StrategyKind strategy) {
+  return strategy == StrategyKind::kDdp || strategy == StrategyKind::kZero1 ||
+         strategy == StrategyKind::kZero2;
 }
 
 std::string PlanConfig::describe() const {
   std::ostringstream out;
-  out << plan_strategy_name(strategy);
+  out << strategy_name(strategy);
   if (local_sgd_period > 0) {
     out << ", local SGD every " << local_sgd_period << " steps";
   } else if (detail::uses_buckets(strategy)) {

@@ -17,7 +17,7 @@ namespace {
 // 16-bit dtype, without local SGD or PowerSGD.
 bool runs_over_master_weights(const PlanConfig& config) {
   const bool zero =
-      config.strategy == PlanStrategy::kZero1 || config.strategy == PlanStrategy::kZero2;
+      config.strategy == StrategyKind::kZero1 || config.strategy == StrategyKind::kZero2;
   return !zero && config.reduce_dtype == torch::kFloat32 && config.local_sgd_period == 0 &&
          config.powersgd_rank == 0;
 }
@@ -31,13 +31,13 @@ void check_runnable(const ModelSpec& model, const MachineSpec& machine, const Pl
                "planner: reduce_dtype must be float32 or bfloat16");
   COHORT_CHECK(config.local_sgd_period >= 0, "planner: local_sgd_period must be >= 0, got ",
                config.local_sgd_period);
-  COHORT_CHECK(config.local_sgd_period == 0 || (config.strategy == PlanStrategy::kDdp &&
+  COHORT_CHECK(config.local_sgd_period == 0 || (config.strategy == StrategyKind::kDdp &&
                                                 config.reduce_dtype == torch::kFloat32),
                "planner: local SGD runs under ddp with float32 gradients only");
   COHORT_CHECK(config.powersgd_rank >= 0, "planner: powersgd_rank must be >= 0, got ",
                config.powersgd_rank);
   COHORT_CHECK(config.powersgd_rank == 0 ||
-                   (config.strategy == PlanStrategy::kDdp &&
+                   (config.strategy == StrategyKind::kDdp &&
                     config.reduce_dtype == torch::kFloat32 && config.local_sgd_period == 0),
                "planner: PowerSGD runs under ddp with float32 gradients and without local SGD");
   COHORT_CHECK(!model.master_weights || runs_over_master_weights(config),
@@ -46,7 +46,7 @@ void check_runnable(const ModelSpec& model, const MachineSpec& machine, const Pl
                "SGD or PowerSGD");
   const GroupShape& shape = machine.shape;
   COHORT_CHECK(
-      config.strategy != PlanStrategy::kHybridShard || (shape.nodes > 1 && shape.local_size > 1),
+      config.strategy != StrategyKind::kHybridShard || (shape.nodes > 1 && shape.local_size > 1),
       "planner: hybrid_shard needs several nodes with the same number (> 1) of ranks "
       "each; this machine has ",
       shape.nodes, " node(s), ", shape.local_size, " rank(s) per node (0: unequal)");
@@ -60,9 +60,9 @@ std::string mebibytes(int64_t bytes) {
 
 // DDP's first bucket sizes to try under `cap` (the larger first: equal times go to it); ZeRO's
 // and FSDP's first bucket is not theirs to choose.
-std::vector<double> first_bucket_caps(PlanStrategy strategy, double cap,
+std::vector<double> first_bucket_caps(StrategyKind strategy, double cap,
                                       const PlannerOptions& options) {
-  if (strategy != PlanStrategy::kDdp) return {PlanConfig{}.first_bucket_cap_mb};
+  if (strategy != StrategyKind::kDdp) return {PlanConfig{}.first_bucket_cap_mb};
   std::vector<double> firsts;
   for (double first : options.first_bucket_caps_mb) {
     if (first <= cap) firsts.push_back(first);
@@ -128,10 +128,10 @@ struct Reduction {
   int powersgd_rank = 0;
 };
 
-std::vector<Reduction> reductions(PlanStrategy strategy, const PlannerOptions& options) {
+std::vector<Reduction> reductions(StrategyKind strategy, const PlannerOptions& options) {
   std::vector<Reduction> allowed;
   for (torch::Dtype dtype : options.reduce_dtypes) allowed.push_back({dtype, 0});
-  if (strategy != PlanStrategy::kDdp) return allowed;
+  if (strategy != StrategyKind::kDdp) return allowed;
   for (int rank : options.powersgd_ranks) allowed.push_back({torch::kFloat32, rank});
   return allowed;
 }
@@ -187,8 +187,8 @@ Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSp
   const std::vector<UnitChoice> fsdp_choices = fsdp_unit_choices(cuts, options);
   const std::vector<UnitChoice> as_it_is = {{&model, std::nullopt, true}};
   Plan result;
-  for (PlanStrategy strategy : options.strategies) {
-    if (strategy == PlanStrategy::kHybridShard && (shape.nodes < 2 || shape.local_size < 2)) {
+  for (StrategyKind strategy : options.strategies) {
+    if (strategy == StrategyKind::kHybridShard && (shape.nodes < 2 || shape.local_size < 2)) {
       continue;  // not on this machine
     }
     std::vector<double> caps = options.bucket_caps_mb;
@@ -219,7 +219,7 @@ Plan plan(const ModelSpec& model, const ComputeProfile& compute, const MachineSp
       }
     }
     for (int period :
-         strategy == PlanStrategy::kDdp ? options.local_sgd_periods : std::vector<int>{}) {
+         strategy == StrategyKind::kDdp ? options.local_sgd_periods : std::vector<int>{}) {
       PlanConfig config;  // no gradient buckets to size: the default cap
       config.local_sgd_period = period;
       consider(model, config);

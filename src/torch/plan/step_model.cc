@@ -115,7 +115,7 @@ double bucket_ready_s(const std::vector<size_t>& bucket, const std::vector<doubl
 StepTimes bucketed_step(const ModelSpec& model, const ComputeProfile& compute,
                         const MachineSpec& machine, const PlanConfig& config) {
   const GroupShape& shape = machine.shape;
-  const bool zero = config.strategy != PlanStrategy::kDdp;
+  const bool zero = config.strategy != StrategyKind::kDdp;
   const std::vector<double> ready = ready_fractions(model, compute);
   const double backward_end = compute.forward_s + compute.backward_s;
   StepTimes t;
@@ -285,7 +285,7 @@ UnitSizes unit_sizes(const ModelSpec& model, const ComputeProfile& compute,
 
 // The group a unit's collectives run over: every rank, or (HYBRID_SHARD) this node's.
 GroupShape shard_shape(const MachineSpec& machine, const PlanConfig& config) {
-  if (config.strategy != PlanStrategy::kHybridShard) return machine.shape;
+  if (config.strategy != StrategyKind::kHybridShard) return machine.shape;
   GroupShape node;
   node.world = node.local_size = machine.shape.local_size;
   node.nodes = 1;
@@ -305,8 +305,8 @@ StepTimes sharded_step(const ModelSpec& model, const ComputeProfile& compute,
                        const MachineSpec& machine, const PlanConfig& config) {
   const UnitSizes units = unit_sizes(model, compute, config);
   const GroupShape shard = shard_shape(machine, config);
-  const bool hybrid = config.strategy == PlanStrategy::kHybridShard;
-  const bool regather = config.strategy != PlanStrategy::kShardGradOp;
+  const bool hybrid = config.strategy == StrategyKind::kHybridShard;
+  const bool regather = config.strategy != StrategyKind::kShardGradOp;
   const size_t count = units.bytes.size();
   StepTimes t;
   Timelines lines;
@@ -459,7 +459,7 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
   double bytes = 0;
   double transient = activations;  // what a step allocates and frees
   switch (config.strategy) {
-    case PlanStrategy::kDdp:  // gradients are views of the buckets; bfloat16 adds a copy of one;
+    case StrategyKind::kDdp:  // gradients are views of the buckets; bfloat16 adds a copy of one;
                               // local SGD averages through a flat copy of the parameters after
                               // the step, when the activations are gone
       bytes = model_params + model_grads + masters + state +
@@ -472,22 +472,22 @@ int64_t predict_peak_memory(const ModelSpec& model, const ComputeProfile& comput
         transient = activations + grads;
       }
       break;
-    case PlanStrategy::kZero1:  // the buckets hold the gradients; the shards' own copies
+    case StrategyKind::kZero1:  // the buckets hold the gradients; the shards' own copies
       bytes = params + grads + kept_shard_grads + state / world;
       break;
-    case PlanStrategy::kZero2:  // at most two buckets at once (one filling, one reducing) and
+    case StrategyKind::kZero2:  // at most two buckets at once (one filling, one reducing) and
                                 // the reduced blocks, beside the shards' kept gradients
       bytes = params + largest(buckets, 2) + grads / world + kept_shard_grads + state / world;
       break;
-    case PlanStrategy::kFullShard:
+    case StrategyKind::kFullShard:
       bytes = (params + grads + state) / world + largest(unit_bytes, gathered_units) +
               fsdp_gradients_held(wire_in_order, 0);
       break;
-    case PlanStrategy::kShardGradOp:
-      bytes = (params + grads + state) / world + model_params +
-              fsdp_gradients_held(wire_in_order, 0);
+    case StrategyKind::kShardGradOp:
+      bytes =
+          (params + grads + state) / world + model_params + fsdp_gradients_held(wire_in_order, 0);
       break;
-    case PlanStrategy::kHybridShard: {
+    case StrategyKind::kHybridShard: {
       const double local = std::max(1, machine.shape.local_size);
       bytes = (params + grads + state) / local + largest(unit_bytes, gathered_units) +
               fsdp_gradients_held(wire_in_order, 1 / local);

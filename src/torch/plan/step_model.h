@@ -37,7 +37,7 @@
 
 namespace cohort::detail {
 
-bool uses_buckets(PlanStrategy strategy);
+bool uses_buckets(StrategyKind strategy);
 
 struct StepTimes {
   double compute_s = 0;

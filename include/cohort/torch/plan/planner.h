@@ -24,6 +24,7 @@
 
 #include "cohort/comm/cost_model.h"
 #include "cohort/comm/group.h"
+#include "cohort/torch/strategy/strategy_kind.h"
 
 namespace cohort {
 
@@ -163,13 +164,8 @@ struct MachineSpec {
   static MachineSpec of(Group& group);
 };
 
-enum class PlanStrategy { kDdp, kZero1, kZero2, kFullShard, kShardGradOp, kHybridShard };
-const char* plan_strategy_name(PlanStrategy strategy);  // "ddp", "zero1", ... as the examples
-// The strategy of that name (plan_strategy_name's), or nullopt.
-std::optional<PlanStrategy> plan_strategy_named(const std::string& name);
-
 struct PlanConfig {
-  PlanStrategy strategy = PlanStrategy::kDdp;
+  StrategyKind strategy = StrategyKind::kDdp;
   double bucket_cap_mb = 25.0;                  // DDP and ZeRO (DdpOptions::bucket_cap_mb)
   double first_bucket_cap_mb = 1.0;             // DdpOptions::first_bucket_cap_mb
   torch::Dtype reduce_dtype = torch::kFloat32;  // what gradients travel as (bf16: half)
@@ -210,9 +206,9 @@ struct Prediction {
 
 struct PlannerOptions {
   int64_t memory_budget_bytes = 0;  // per rank; 0: no limit
-  std::vector<PlanStrategy> strategies = {PlanStrategy::kDdp,         PlanStrategy::kZero1,
-                                          PlanStrategy::kZero2,       PlanStrategy::kFullShard,
-                                          PlanStrategy::kShardGradOp, PlanStrategy::kHybridShard};
+  std::vector<StrategyKind> strategies = {StrategyKind::kDdp,         StrategyKind::kZero1,
+                                          StrategyKind::kZero2,       StrategyKind::kFullShard,
+                                          StrategyKind::kShardGradOp, StrategyKind::kHybridShard};
   std::vector<double> bucket_caps_mb = {1, 2, 4, 8, 16, 25, 50, 100};
   // DDP's first bucket (the buckets need not be equal): a small one starts backward's first
   // allreduce early, a larger one leaves less for the end. Each at most the bucket cap.
