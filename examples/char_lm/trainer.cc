@@ -52,8 +52,7 @@ class Trainer {
       std::declval<TextWindows>(), std::declval<cohort::DistributedSampler>(),
       std::declval<torch::data::DataLoaderOptions>()));
 
-  std::optional<cohort_examples::PlanChoice> plan_configuration(
-      const cohort_examples::StrategyOptions& wrapping);
+  std::optional<cohort::RunPlan> plan_configuration(const cohort::StrategyOptions& wrapping);
   void build_optimizer();
   void build_loader();
   void describe() const;
@@ -69,15 +68,15 @@ class Trainer {
 
   TrainOptions options_;
   std::shared_ptr<cohort::Group> group_;
-  cohort_examples::Precision precision_;
+  cohort::PrecisionOptions precision_;
   std::shared_ptr<cohort::Timeline> timeline_ = cohort::Timeline::from_env();
   CharData data_;
   TextWindows validation_;
   int64_t per_rank_batch_;
   Gpt model_{nullptr};
-  std::string strategy_name_;                        // --strategy, or the planner's choice
-  std::optional<cohort_examples::PlanChoice> plan_;  // --strategy / --bucket-cap-mb auto
-  std::unique_ptr<cohort_examples::Strategy> strategy_;
+  std::string strategy_name_;            // --strategy, or the planner's choice
+  std::optional<cohort::RunPlan> plan_;  // --strategy / --bucket-cap-mb auto
+  std::unique_ptr<cohort::Strategy> strategy_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;  // AdamW or Lamb (--optimizer)
   std::unique_ptr<cohort::DistributedSampler> sampler_;
   std::unique_ptr<cohort::optim::WarmupDecayLR> scheduler_;  // after the sampler: needs its size
@@ -89,16 +88,15 @@ class Trainer {
   double ms_run_ = 0;
 };
 
-cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
-                                                  std::shared_ptr<cohort::Timeline> timeline) {
-  cohort_examples::StrategyOptions o;
+cohort::StrategyOptions strategy_options(const TrainOptions& options,
+                                         std::shared_ptr<cohort::Timeline> timeline) {
+  cohort::StrategyOptions o;
   o.bucket_cap_mb = options.plan.bucket_cap.mebibytes;
   o.timeline = std::move(timeline);
   o.background_checkpoints = !options.sync_checkpoint;
   o.comm_hook = cohort_examples::make_comm_hook(options.comm_hook);
-  o.diloco = options.diloco;
-  o.local_sgd_period = options.local_sgd.period;
-  o.local_sgd_warmup = options.local_sgd.warmup;
+  o.diloco = options.diloco.options();
+  o.local_sgd = options.local_sgd.options();
   cohort_examples::apply_fsdp_settings(options.plan, 0, o);
   return o;
 }
@@ -106,7 +104,7 @@ cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
 Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group)
     : options_(options),
       group_(std::move(group)),
-      precision_(options_.precision, torch::kCPU, options_.master_weights),
+      precision_(cohort_examples::checked_precision(options_.precision, options_.master_weights)),
       data_(load_char_data(options_.data_dir, options_.context)),
       validation_(data_.validation, options_.context),
       per_rank_batch_(cohort_examples::per_rank_batch(options_.batch_size, *group_)),
@@ -118,15 +116,16 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   cohort_examples::mark_memory_before_model();
   model_ = Gpt(options_.model_config(data_.vocabulary.size()));
   if (options_.activation_checkpointing) checkpoint_blocks(*model_, rank0());
-  cohort_examples::StrategyOptions wrapping = strategy_options(options_, timeline_);
-  wrapping.master_weights = precision_.master_weights();
+  cohort::StrategyOptions wrapping = strategy_options(options_, timeline_);
+  wrapping.precision = precision_;
   strategy_name_ = options_.strategy;
   plan_ = plan_configuration(wrapping);
   if (plan_) {
-    strategy_name_ = plan_->strategy;
-    cohort_examples::apply_plan(*plan_, wrapping);
+    strategy_name_ = cohort::strategy_name(plan_->strategy);
+    wrapping = plan_->applied(wrapping);
   }
-  strategy_ = cohort_examples::make_strategy(strategy_name_, model_.ptr(), group_, wrapping);
+  strategy_ = cohort::make_strategy(cohort_examples::strategy_kind(strategy_name_), model_, group_,
+                                    wrapping);
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
   build_optimizer();
   build_loader();
@@ -136,7 +135,6 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   state_.optimizer = optimizer_.get();
   state_.sampler = sampler_.get();
   state_.lr_scheduler = scheduler_.get();
-  if (precision_.scales_loss()) state_.grad_scaler = &precision_.scaler();
   if (!options_.metrics.empty() && rank0())
     metrics_ = std::make_unique<MetricsFile>(options_.metrics);
 }
@@ -144,16 +142,12 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
 // --strategy auto or --bucket-cap-mb auto: the planner times one training step of a probe copy
 // of the model on this rank's first batch (the model itself stays as it is; the seed is set
 // again for dropout after this) and chooses. Collective.
-std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
-    const cohort_examples::StrategyOptions& wrapping) {
-  cohort_examples::PlanRequest request;
-  request.strategy = options_.strategy;
-  request.settings = options_.plan;
-  if (!cohort_examples::wants_plan(request)) return std::nullopt;
-  request.allowed = cohort_examples::strategies_allowed(wrapping);
+std::optional<cohort::RunPlan> Trainer::plan_configuration(
+    const cohort::StrategyOptions& wrapping) {
+  if (!cohort_examples::wants_plan(options_.strategy, options_.plan)) return std::nullopt;
+  cohort::RunPlanRequest request =
+      cohort_examples::plan_request(options_.strategy, options_.plan, wrapping, options_.comm_hook);
   request.optimizer_state_per_element = cohort::kAdamStateBytes;  // AdamW and Lamb
-  request.wrapping = wrapping;
-  request.hook = options_.comm_hook;
   Gpt probe(options_.model_config(data_.vocabulary.size()));
   if (options_.activation_checkpointing) checkpoint_blocks(*probe, false);  // as the model
   TextWindows windows(data_.train, options_.context);
@@ -162,13 +156,13 @@ std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
   const auto batch = windows.get_batch(first);
   request.probe = probe.ptr();
   request.probe_loss = [&] {  // under the run's autocast: bfloat16 halves the compute here
-    const auto autocast = precision_.forward_scope();
+    const auto autocast = cohort::forward_scope(precision_);
     return next_char_loss(probe, batch);
   };
   request.probe_optimizer = [&](const torch::OrderedDict<std::string, torch::Tensor>& tensors) {
     return make_adamw(*probe, tensors, options_);
   };
-  return cohort_examples::choose_configuration(*group_, *model_, request);
+  return cohort::plan_run(*group_, *model_, request);
 }
 
 void Trainer::build_optimizer() {
@@ -218,9 +212,10 @@ int64_t Trainer::planned_steps() const {
 
 TrainResult Trainer::run() {
   describe();
-  strategy_->resume(options_.checkpoint,
-                    cohort_examples::load_options(options_.resume, options_.overwrite_checkpoint),
-                    state_);
+  cohort_examples::resume_from_checkpoint(
+      options_.checkpoint,
+      cohort_examples::load_options(options_.resume, options_.overwrite_checkpoint), *strategy_,
+      state_);
   TrainResult result;
   result.unigram_entropy = data_.unigram_entropy;
   for (; state_.epoch < options_.epochs && !out_of_steps(); ++state_.epoch) {
@@ -228,14 +223,15 @@ TrainResult Trainer::run() {
     cohort_examples::start_counting_step_memory();
     const std::vector<StepRecord> steps = train_epoch();
     cohort_examples::stop_counting_step_memory();
-    strategy_->end_epoch(*optimizer_);  // local SGD and DiLoCo: every rank evaluates and saves
+    strategy_->synchronize(*optimizer_);  // local SGD and DiLoCo: every rank evaluates and saves
     std::optional<double> validation;
     if (!options_.skip_eval) validation = evaluate();
     if (validation) result.validation_loss = validation;
     report_epoch(steps, validation);
-    strategy_->save(options_.checkpoint, state_, *sampler_, !out_of_steps());
+    cohort_examples::save_epoch_checkpoint(options_.checkpoint, *strategy_, state_, *sampler_,
+                                           !out_of_steps());
   }
-  strategy_->finish_checkpoints();
+  cohort_examples::finish_checkpoints(*strategy_);
   if (timeline_) timeline_->write(*group_);
   // Every rank writes it: under a sharded strategy each forward is collective.
   if (options_.sample > 0) {
@@ -261,7 +257,8 @@ std::vector<StepRecord> Trainer::train_epoch() {
       cohort_examples::correct_plan(*group_, *plan_, records.back(), *strategy_);
     }
     if (cohort_examples::checkpoint_due(options_.checkpoint_every, state_.step)) {
-      strategy_->save(options_.checkpoint, state_, *sampler_, /*epoch_finished=*/false);
+      cohort_examples::save_epoch_checkpoint(options_.checkpoint, *strategy_, state_, *sampler_,
+                                             /*epoch_finished=*/false);
     }
     progress_.update(static_cast<int64_t>(records.size()), records.back().samples,
                      records.back().loss);
@@ -276,7 +273,7 @@ std::vector<StepRecord> Trainer::train_epoch() {
 torch::Tensor Trainer::loss_of(const torch::data::Example<>& batch, LossReduction reduction) {
   torch::Tensor logits;
   {
-    const auto autocast = precision_.forward_scope();
+    const auto autocast = strategy_->forward_scope();
     logits = model_->forward(batch.data);
   }
   return torch::nn::functional::cross_entropy(
@@ -299,16 +296,15 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   r.forward_ms = ms_since(start);
   {
     auto span = trace(timeline_.get(), "backward");
-    precision_.scaler().scale(loss).backward();
+    strategy_->backward(loss);
   }
   r.backward_ms = ms_since(start) - r.forward_ms;
   {
     auto span = trace(timeline_.get(), "optimizer step");
-    if (options_.clip > 0)
-      strategy_->clip_gradients(*optimizer_, options_.clip, precision_.scaler());
-    r.loss_scale = precision_.scaler().get_scale();  // the scale this step's loss was scaled by
-    strategy_->step(*optimizer_, precision_.scaler());
-    precision_.scaler().update();
+    if (options_.clip > 0) strategy_->clip_gradients(*optimizer_, options_.clip);
+    // The scale this step's loss was scaled by.
+    r.loss_scale = strategy_->precision().scaler().get_scale();
+    strategy_->step(*optimizer_);
     scheduler_->step();  // the next step's LR
   }
   r.step_ms = ms_since(start) + data_ms;
@@ -318,7 +314,7 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   r.step = ++state_.step;
   r.samples = options_.batch_size;
   r.loss = loss.item<double>();
-  const cohort_examples::StepCommunication comm = strategy_->last_step_communication();
+  const cohort::StepCommunication comm = strategy_->last_step_communication();
   r.exposed_comm_ms = comm.exposed_ms;
   r.bucket_latency_ms = comm.bucket_latency_ms;
   r.bucket_comm_ms = comm.bucket_comm_ms;

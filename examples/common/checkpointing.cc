@@ -1,11 +1,7 @@
 #include "checkpointing.h"
 
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdio>
-#include <utility>
-
-#include "cohort/torch/checkpoint/sharded_checkpoint.h"
 
 namespace cohort_examples {
 
@@ -31,76 +27,6 @@ void add_checkpoint_flags(CLI::App& app, std::string& path, int64_t& every, bool
                "training waiting only while the save still reads the parameters)");
 }
 
-CheckpointWriter::CheckpointWriter(std::shared_ptr<cohort::Group> group, bool background)
-    : group_(std::move(group)), background_(background) {}
-
-cohort::AsyncCheckpointer& CheckpointWriter::checkpointer() {
-  if (!async_) async_ = std::make_unique<cohort::AsyncCheckpointer>(*group_);
-  return *async_;
-}
-
-void CheckpointWriter::save(const std::string& path, const cohort::TrainingState& state) {
-  if (!background_) {
-    timed([&] { cohort::save_checkpoint(path, *group_, state); });
-    return;
-  }
-  checkpointer().save(path, state);
-  count_last_save();
-}
-
-void CheckpointWriter::save_sharded(const std::string& directory,
-                                    const cohort::ShardedParameters& sharded,
-                                    const cohort::TrainingState& state) {
-  if (!background_) {
-    timed([&] { cohort::save_sharded_checkpoint(directory, sharded, state); });
-    return;
-  }
-  checkpointer().save_sharded(directory, sharded, state);
-  count_last_save();
-}
-
-void CheckpointWriter::count_last_save() {
-  const cohort::AsyncSaveStats last = async_->last_save();
-  if (last.number == counted_) return;  // none finished since the last count
-  counted_ = last.number;
-  ++saves_;
-  save_ms_ += last.save_ms;
-  waited_ms_ += last.waited_ms;
-  written_ms_ += last.written_ms;
-}
-
-void CheckpointWriter::before_update() {
-  if (async_) async_->before_update();
-}
-
-template <typename Save>
-void CheckpointWriter::timed(Save&& save) {
-  const auto start = std::chrono::steady_clock::now();
-  save();
-  ++saves_;
-  save_ms_ +=
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
-void CheckpointWriter::finish() {
-  if (async_) {
-    async_->wait();
-    count_last_save();
-  }
-  if (group_->rank() != 0 || saves_ == 0) return;
-  if (background_) {
-    std::printf(
-        "checkpoints: %lld written in the background in %.1f ms each; training spent "
-        "%.1f ms in the save calls and waited %.1f ms before its updates\n",
-        (long long)saves_, written_ms_ / saves_, save_ms_, waited_ms_);
-  } else {
-    std::printf(
-        "checkpoints: %lld written synchronously; training spent %.1f ms in the save "
-        "calls\n",
-        (long long)saves_, save_ms_);
-  }
-}
-
 cohort::LoadOptions load_options(bool resume, bool overwrite) {
   cohort::LoadOptions options;
   options.any_job = resume;
@@ -109,32 +35,41 @@ cohort::LoadOptions load_options(bool resume, bool overwrite) {
 }
 
 bool resume_from_checkpoint(const std::string& path, const cohort::LoadOptions& options,
-                            cohort::Group& group, cohort::TrainingState& state,
-                            const LoadFunction& load) {
-  if (path.empty()) return false;
-  const bool loaded =
-      load ? load(state, options) : cohort::load_checkpoint(path, group, state, options);
-  if (!loaded) return false;
-  if (group.rank() == 0) {
+                            cohort::Strategy& strategy, cohort::TrainingState& state) {
+  if (path.empty() || !strategy.load(path, state, options)) return false;
+  if (strategy.group().rank() == 0) {
     std::printf("resumed from %s at epoch %lld, step %lld\n", path.c_str(),
                 (long long)state.epoch + 1, (long long)state.step);
   }
   return true;
 }
 
-void save_epoch_checkpoint(const std::string& path, cohort::Group& group,
+void save_epoch_checkpoint(const std::string& path, cohort::Strategy& strategy,
                            const cohort::TrainingState& state, cohort::DistributedSampler& sampler,
-                           bool epoch_finished, const SaveFunction& save) {
+                           bool epoch_finished) {
   if (path.empty()) return;
   cohort::TrainingState saved = state;
   if (epoch_finished) {
     sampler.set_epoch(static_cast<uint64_t>(state.epoch + 1));
     saved.epoch = state.epoch + 1;
   }
-  if (save) {
-    save(saved);
+  strategy.save(path, saved);
+}
+
+void finish_checkpoints(cohort::Strategy& strategy) {
+  strategy.finish_checkpoints();
+  const cohort::CheckpointWriterStats s = strategy.checkpoint_stats();
+  if (strategy.group().rank() != 0 || s.saves == 0) return;
+  if (s.background) {
+    std::printf(
+        "checkpoints: %lld written in the background in %.1f ms each; training spent "
+        "%.1f ms in the save calls and waited %.1f ms before its updates\n",
+        (long long)s.saves, s.written_ms / s.saves, s.save_ms, s.waited_ms);
   } else {
-    cohort::save_checkpoint(path, group, saved);
+    std::printf(
+        "checkpoints: %lld written synchronously; training spent %.1f ms in the save "
+        "calls\n",
+        (long long)s.saves, s.save_ms);
   }
 }
 

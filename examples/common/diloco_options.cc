@@ -2,9 +2,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cohort/core/error.h"
+
 namespace cohort_examples {
 
-cohort::DiLoCoOptions DiLoCoSettings::options() const {
+std::optional<cohort::DiLoCoOptions> DiLoCoSettings::options() const {
+  if (hierarchical && !enabled()) {
+    throw cohort::InvalidArgument("--diloco-hierarchical needs --diloco H (the inner steps)");
+  }
+  if (!enabled()) return std::nullopt;
   cohort::DiLoCoOptions o;
   o.inner_steps = inner_steps;
   o.fragments = fragments;

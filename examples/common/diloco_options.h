@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "cohort/torch/local_sgd/diloco.h"
@@ -22,8 +23,10 @@ struct DiLoCoSettings {
   double merge = 0.5;         // with overlap: the local parameters' share when a round is applied
   bool hierarchical = false;  // DDP inside a node, DiLoCo across nodes
   bool enabled() const { return inner_steps > 0; }
-  // The library's options (DiLoCo's default outer optimizer: Nesterov SGD, lr 0.7, momentum 0.9).
-  cohort::DiLoCoOptions options() const;
+  // The library's options (StrategyOptions::diloco; DiLoCo's default outer optimizer: Nesterov
+  // SGD, lr 0.7, momentum 0.9); nullopt when off. Throws cohort::InvalidArgument for
+  // --diloco-hierarchical without --diloco.
+  std::optional<cohort::DiLoCoOptions> options() const;
 };
 
 void add_diloco_options(CLI::App& app, DiLoCoSettings& settings);

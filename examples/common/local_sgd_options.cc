@@ -4,6 +4,14 @@
 
 namespace cohort_examples {
 
+std::optional<cohort::LocalSgdOptions> LocalSgdSettings::options() const {
+  if (period <= 0) return std::nullopt;
+  cohort::LocalSgdOptions o;
+  o.period = period;
+  o.warmup_steps = warmup;
+  return o;
+}
+
 void add_local_sgd_options(CLI::App& app, LocalSgdSettings& settings) {
   app.add_option("--local-sgd", settings.period,
                  "Local SGD: average the models every this many steps instead of the gradients "

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+
+#include "cohort/torch/local_sgd/local_sgd.h"
 
 namespace CLI {
 class App;
@@ -14,6 +17,8 @@ namespace cohort_examples {
 struct LocalSgdSettings {
   int64_t period = 0;  // H; 0: off
   int64_t warmup = 0;  // K
+  // The library's options (StrategyOptions::local_sgd); nullopt when off.
+  std::optional<cohort::LocalSgdOptions> options() const;
 };
 
 void add_local_sgd_options(CLI::App& app, LocalSgdSettings& settings);

@@ -5,26 +5,8 @@
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <vector>
 
 namespace cohort_examples {
-
-// One rank's model state in bytes. Under DDP every rank holds all of it; the sharded
-// strategies divide some of it among the ranks (docs/sharding.md, docs/fsdp.md).
-struct ModelStateBytes {
-  int64_t parameters = 0;     // whole parameters (DDP, ZeRO) or this rank's shards (FSDP)
-  int64_t peak_gathered = 0;  // FSDP: the most bytes of whole units held at once
-  int64_t gradients = 0;
-  int64_t peak_gradients = 0;  // ZeRO, FSDP: the most gradient bytes held at once (in backward)
-  int64_t optimizer_state = 0;
-  int64_t total() const { return parameters + peak_gathered + gradients + optimizer_state; }
-};
-
-// Bytes of the defined tensors among `tensors` (their elements, not their storages' capacity).
-int64_t tensor_bytes(const std::vector<torch::Tensor>& tensors);
-
-// Bytes of the .grad of each of `parameters` that has one.
-int64_t gradient_bytes(const std::vector<torch::Tensor>& parameters);
 
 // This process's peak resident set size in bytes (getrusage's ru_maxrss).
 int64_t peak_rss_bytes();

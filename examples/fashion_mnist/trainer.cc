@@ -55,8 +55,8 @@ class Trainer {
   std::vector<StepRecord> train_epoch();
   StepRecord train_step(torch::data::Example<>& batch, double data_ms);
   void convert_batch_norms();
-  std::optional<cohort_examples::PlanChoice> plan_configuration(
-      const cohort_examples::StrategyOptions& wrapping, const FashionMnist& train_set);
+  std::optional<cohort::RunPlan> plan_configuration(const cohort::StrategyOptions& wrapping,
+                                                    const FashionMnist& train_set);
   Evaluation evaluate();
   void report_epoch(const std::vector<StepRecord>& steps, const std::optional<Evaluation>& eval);
   void report_step_times();
@@ -69,12 +69,12 @@ class Trainer {
 
   TrainOptions options_;
   std::shared_ptr<cohort::Group> group_;
-  cohort_examples::Precision precision_;  // before the data: a bad --precision fails first
+  cohort::PrecisionOptions precision_;  // before the data: a bad --precision fails first
   std::shared_ptr<cohort::Timeline> timeline_ = cohort::Timeline::from_env();
   Images test_;
   std::shared_ptr<FmnistModel> model_;
-  std::optional<cohort_examples::PlanChoice> plan_;  // --strategy / --bucket-cap-mb auto
-  std::unique_ptr<cohort_examples::Strategy> strategy_;
+  std::optional<cohort::RunPlan> plan_;  // --strategy / --bucket-cap-mb auto
+  std::unique_ptr<cohort::Strategy> strategy_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<cohort::DistributedSampler> sampler_;
   std::unique_ptr<cohort::optim::WarmupDecayLR> scheduler_;  // after the sampler: needs its size
@@ -95,24 +95,23 @@ int64_t per_rank_batch(const TrainOptions& options, const cohort::Group& group) 
   return cohort_examples::per_rank_batch(options.batch_size, group);
 }
 
-cohort_examples::StrategyOptions strategy_options(const TrainOptions& options,
-                                                  std::shared_ptr<cohort::Timeline> timeline) {
-  cohort_examples::StrategyOptions o;
+cohort::StrategyOptions strategy_options(const TrainOptions& options,
+                                         std::shared_ptr<cohort::Timeline> timeline) {
+  cohort::StrategyOptions o;
   o.bucket_cap_mb = options.plan.bucket_cap.mebibytes;
   o.timeline = std::move(timeline);
   o.background_checkpoints = !options.sync_checkpoint;
   cohort_examples::apply_fsdp_settings(options.plan, TrainOptions::kFsdpMinUnitParameters, o);
   o.comm_hook = cohort_examples::make_comm_hook(options.comm_hook);
-  o.local_sgd_period = options.local_sgd.period;
-  o.local_sgd_warmup = options.local_sgd.warmup;
-  o.diloco = options.diloco;
+  o.local_sgd = options.local_sgd.options();
+  o.diloco = options.diloco.options();
   return o;
 }
 
 Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group)
     : options_(options),
       group_(std::move(group)),
-      precision_(options_.precision, torch::kCPU, options_.master_weights),
+      precision_(cohort_examples::checked_precision(options_.precision, options_.master_weights)),
       test_(options.skip_eval ? Images{} : load_split(options.data_dir, Split::kTest)),
       loader_(nullptr),
       progress_(options.progress && group_->rank() == 0, options.log_every) {
@@ -124,15 +123,16 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   model_ = make_fmnist_model(options_.model);
   if (options_.sync_bn) convert_batch_norms();
   if (options_.activation_checkpointing) checkpoint_conv_stack(*model_, options_, rank0());
-  cohort_examples::StrategyOptions wrapping = strategy_options(options_, timeline_);
-  wrapping.master_weights = precision_.master_weights();
+  cohort::StrategyOptions wrapping = strategy_options(options_, timeline_);
+  wrapping.precision = precision_;
   std::string strategy = options_.strategy;
   plan_ = plan_configuration(wrapping, train_set);
   if (plan_) {
-    strategy = plan_->strategy;
-    cohort_examples::apply_plan(*plan_, wrapping);
+    strategy = cohort::strategy_name(plan_->strategy);
+    wrapping = plan_->applied(wrapping);
   }
-  strategy_ = cohort_examples::make_strategy(strategy, model_, group_, wrapping);
+  strategy_ =
+      cohort::make_strategy(cohort_examples::strategy_kind(strategy), model_, group_, wrapping);
   torch::manual_seed(options_.seed + static_cast<uint64_t>(group_->rank()));  // dropout
   // The scaled LR is the scheduler's base LR.
   cohort_examples::OptimizerSettings settings = options_.optimizer_settings(model_.get());
@@ -153,7 +153,6 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   state_.optimizer = optimizer_.get();
   state_.sampler = sampler_.get();
   state_.lr_scheduler = scheduler_.get();
-  if (precision_.scales_loss()) state_.grad_scaler = &precision_.scaler();
   if (!options_.metrics.empty() && rank0())
     metrics_ = std::make_unique<MetricsFile>(options_.metrics);
 }
@@ -170,17 +169,13 @@ int64_t Trainer::planned_steps() const {
 // --strategy auto or --bucket-cap-mb auto: the planner times one training step of a probe copy
 // of the model on this rank's first batch (the model itself stays as it is; the seed is set
 // again for dropout after this) and chooses. Collective.
-std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
-    const cohort_examples::StrategyOptions& wrapping, const FashionMnist& train_set) {
-  cohort_examples::PlanRequest request;
-  request.strategy = options_.strategy;
-  request.settings = options_.plan;
-  if (!cohort_examples::wants_plan(request)) return std::nullopt;
-  request.allowed = cohort_examples::strategies_allowed(wrapping);
+std::optional<cohort::RunPlan> Trainer::plan_configuration(const cohort::StrategyOptions& wrapping,
+                                                           const FashionMnist& train_set) {
+  if (!cohort_examples::wants_plan(options_.strategy, options_.plan)) return std::nullopt;
+  cohort::RunPlanRequest request =
+      cohort_examples::plan_request(options_.strategy, options_.plan, wrapping, options_.comm_hook);
   request.optimizer_state_per_element =
       cohort_examples::optimizer_state_per_element(options_.optimizer, options_.momentum);
-  request.wrapping = wrapping;
-  request.hook = options_.comm_hook;
   auto probe = make_fmnist_model(options_.model);
   if (options_.activation_checkpointing) checkpoint_conv_stack(*probe, options_, false);
   const auto count = std::min<int64_t>(per_rank_batch(options_, *group_), train_set.data().size());
@@ -188,14 +183,14 @@ std::optional<cohort_examples::PlanChoice> Trainer::plan_configuration(
   const auto labels = train_set.data().labels.narrow(0, 0, count);
   request.probe = probe;
   request.probe_loss = [&] {  // under the run's autocast, as the training step's forward
-    const auto autocast = precision_.forward_scope();
+    const auto autocast = cohort::forward_scope(precision_);
     return torch::nll_loss(probe->forward(images), labels);
   };
   request.probe_optimizer = [&](const torch::OrderedDict<std::string, torch::Tensor>& tensors) {
     return cohort_examples::make_optimizer(options_.optimizer, tensors,
                                            options_.optimizer_settings(probe.get()));
   };
-  return cohort_examples::choose_configuration(*group_, *model_, request);
+  return cohort::plan_run(*group_, *model_, request);
 }
 
 void Trainer::convert_batch_norms() {
@@ -220,9 +215,10 @@ void Trainer::check_time_limit() {
 }
 
 TrainResult Trainer::run() {
-  strategy_->resume(options_.checkpoint,
-                    cohort_examples::load_options(options_.resume, options_.overwrite_checkpoint),
-                    state_);
+  cohort_examples::resume_from_checkpoint(
+      options_.checkpoint,
+      cohort_examples::load_options(options_.resume, options_.overwrite_checkpoint), *strategy_,
+      state_);
   started_ = Clock::now();
   TrainResult result;
   for (; state_.epoch < options_.epochs && !out_of_steps(); ++state_.epoch) {
@@ -230,16 +226,17 @@ TrainResult Trainer::run() {
     cohort_examples::start_counting_step_memory();
     const std::vector<StepRecord> steps = train_epoch();
     cohort_examples::stop_counting_step_memory();
-    strategy_->end_epoch(*optimizer_);
+    strategy_->synchronize(*optimizer_);
     std::optional<Evaluation> eval;
     if (!options_.skip_eval) eval = evaluate();
     if (eval) result.test_accuracy = eval->accuracy;
     report_epoch(steps, eval);
     report_step_times();
     cohort_examples::print_memory_of_ranks(*strategy_, *optimizer_, *group_);
-    strategy_->save(options_.checkpoint, state_, *sampler_, !out_of_steps());
+    cohort_examples::save_epoch_checkpoint(options_.checkpoint, *strategy_, state_, *sampler_,
+                                           !out_of_steps());
   }
-  strategy_->finish_checkpoints();
+  cohort_examples::finish_checkpoints(*strategy_);
   if (timeline_) timeline_->write(*group_);
   result.samples_per_s = ms_run_ > 0 ? double(samples_run_) / (ms_run_ / 1000.0) : 0;
   result.steps = state_.step;
@@ -262,7 +259,8 @@ std::vector<StepRecord> Trainer::train_epoch() {
       cohort_examples::correct_plan(*group_, *plan_, records.back(), *strategy_);
     }
     if (cohort_examples::checkpoint_due(options_.checkpoint_every, state_.step)) {
-      strategy_->save(options_.checkpoint, state_, *sampler_, /*epoch_finished=*/false);
+      cohort_examples::save_epoch_checkpoint(options_.checkpoint, *strategy_, state_, *sampler_,
+                                             /*epoch_finished=*/false);
     }
     progress_.update(static_cast<int64_t>(records.size()), records.back().samples,
                      records.back().loss);
@@ -283,22 +281,22 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   torch::Tensor loss;
   {
     auto span = trace(timeline_.get(), "forward");
-    const auto autocast = precision_.forward_scope();
+    const auto autocast = strategy_->forward_scope();
     loss = torch::nll_loss(model_->forward(batch.data), batch.target);
   }
   r.forward_ms = ms_since(start);
   {
     auto span = trace(timeline_.get(), "backward");
-    precision_.scaler().scale(loss).backward();
+    strategy_->backward(loss);
   }
   slow_.after_compute(Clock::now() - start);
   r.backward_ms = ms_since(start) - r.forward_ms;
   step_times_.add(r.forward_ms + r.backward_ms);
   {
     auto span = trace(timeline_.get(), "optimizer step");
-    r.loss_scale = precision_.scaler().get_scale();  // the scale this step's loss was scaled by
-    strategy_->step(*optimizer_, precision_.scaler());
-    precision_.scaler().update();
+    // The scale this step's loss was scaled by.
+    r.loss_scale = strategy_->precision().scaler().get_scale();
+    strategy_->step(*optimizer_);
     scheduler_->step();  // the next step's LR
   }
   check_time_limit();  // its wait for a slow rank is part of the step
@@ -309,7 +307,7 @@ StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
   r.step = ++state_.step;
   r.samples = options_.batch_size;
   r.loss = loss.item<double>();
-  const cohort_examples::StepCommunication comm = strategy_->last_step_communication();
+  const cohort::StepCommunication comm = strategy_->last_step_communication();
   r.exposed_comm_ms = comm.exposed_ms;
   r.bucket_latency_ms = comm.bucket_latency_ms;
   r.bucket_comm_ms = comm.bucket_comm_ms;
@@ -327,7 +325,7 @@ Evaluation Trainer::evaluate() {
   const auto whole = strategy_->whole_parameters();
   model_->eval();
   const Evaluation result = evaluate_slices(test_, *group_, [&](const torch::Tensor& images) {
-    const auto autocast = precision_.forward_scope();
+    const auto autocast = strategy_->forward_scope();
     return model_->forward(images).to(torch::kFloat32);
   });
   model_->train();

@@ -545,45 +545,6 @@ TEST(FashionMnistExamplePlanner, AReductionGivenByHandIsKeptWhenTheBucketsAreAut
       << over.result.output;
 }
 
-// --allow-local-sgd and --allow-powersgd where what they allow cannot run: a named error before
-// the probe is timed.
-TEST(FashionMnistExamplePlanner, LocalSgdOrPowerSgdAllowedWhereItCannotRunIsRefused) {
-  for (const auto& [flag, what] : std::vector<std::pair<std::string, std::string>>{
-           {"--allow-local-sgd", "local SGD"}, {"--allow-powersgd", "PowerSGD"}}) {
-    const ExampleRun zero = run_plain("fmnist_allowed_zero1", "--strategy zero1 " + flag);
-    EXPECT_NE(zero.result.exit_code, 0);
-    EXPECT_NE(zero.result.output.find(flag + ": " + what + " runs under ddp; --strategy is zero1"),
-              std::string::npos)
-        << zero.result.output;
-    const ExampleRun hooked =
-        run_plain("fmnist_allowed_hook", "--strategy auto --comm-hook bf16 " + flag);
-    EXPECT_NE(hooked.result.exit_code, 0);
-    EXPECT_NE(hooked.result.output.find(flag + ": not with --local-sgd, --comm-hook, --diloco or "
-                                               "--master-weights"),
-              std::string::npos)
-        << hooked.result.output;
-  }
-}
-
-// --plan-strategies narrows what --strategy auto chooses among: with a named strategy, or
-// naming only strategies the other options rule out, it is a named error.
-TEST(FashionMnistExamplePlanner, PlanStrategiesOutsideAutoOrAllRuledOutIsRefused) {
-  const ExampleRun named =
-      run_plain("fmnist_plan_strategies_named", "--strategy ddp --plan-strategies zero1");
-  EXPECT_NE(named.result.exit_code, 0);
-  EXPECT_NE(named.result.output.find("--plan-strategies: only with --strategy auto"),
-            std::string::npos)
-      << named.result.output;
-  const ExampleRun ruled_out =
-      run_plain("fmnist_plan_strategies_ruled_out",
-                "--strategy auto --plan-strategies zero1 --comm-hook bf16");
-  EXPECT_NE(ruled_out.result.exit_code, 0);
-  EXPECT_NE(ruled_out.result.output.find("none of the strategies asked for runs with the other "
-                                         "options given; these do: ddp"),
-            std::string::npos)
-      << ruled_out.result.output;
-}
-
 #ifdef COHORT_PLAN
 // Planning a cluster job from one node: the example writes its plan input (--plan-out) at 2
 // ranks here; cohort-plan predicts it on 4 nodes x 8 ranks, within a memory budget, and names
@@ -789,14 +750,6 @@ TEST(FashionMnistExampleErrors, SyncBnWithoutBatchNormNamesTheModelToUse) {
 
 TEST(FashionMnistExampleErrors, ActivationCheckpointingOfAModelWithoutASequentialNamesTheModel) {
   expect_refused("--model cnn --activation-checkpointing", "checkpointing needs --model cnn_bn");
-}
-
-TEST(FashionMnistExampleErrors, DiLoCoNeedsDdp) {
-  expect_refused("--diloco 4 --strategy zero1", "--diloco work with --strategy ddp only");
-}
-
-TEST(FashionMnistExampleErrors, Fp16OnACpuNamesBf16) {
-  expect_refused("--precision fp16", "--precision bf16");
 }
 
 TEST(FashionMnistExampleErrors, AMissingDataSetNamesTheFileAndTheFix) {
