@@ -41,13 +41,6 @@ struct Options {
   bool buddy = true;
 };
 
-cohort::ElasticStrategy strategy_of(const std::string& name) {
-  if (name == "zero1") return cohort::ElasticStrategy::kZero1;
-  if (name == "zero2") return cohort::ElasticStrategy::kZero2;
-  if (name == "full_shard") return cohort::ElasticStrategy::kFullShard;
-  return cohort::ElasticStrategy::kDdp;
-}
-
 // The trainer of --strategy: DDP steps the optimizer given; the sharded ones build theirs.
 std::unique_ptr<cohort::ElasticTrainer> make_trainer(cohort::ElasticGroup& elastic,
                                                      torch::nn::Sequential& model,
@@ -55,10 +48,10 @@ std::unique_ptr<cohort::ElasticTrainer> make_trainer(cohort::ElasticGroup& elast
                                                      const Options& o) {
   cohort::ElasticTrainerOptions options;
   options.sampler.batch_per_rank = static_cast<size_t>(o.batch);
-  options.strategy = strategy_of(o.strategy);
+  options.strategy = cohort::strategy_named(o.strategy).value_or(cohort::StrategyKind::kDdp);
   options.buddy_copies = o.buddy;
   const auto samples = static_cast<size_t>(o.samples);
-  if (options.strategy == cohort::ElasticStrategy::kDdp) {
+  if (options.strategy == cohort::StrategyKind::kDdp) {
     return std::make_unique<cohort::ElasticTrainer>(elastic, model, optimizer, samples, options);
   }
   auto adam = [](const torch::OrderedDict<std::string, torch::Tensor>& parameters) {

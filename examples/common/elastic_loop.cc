@@ -50,9 +50,8 @@ cohort::ElasticTrainerOptions elastic_trainer_options(const ElasticRunSettings& 
   options.resume = settings.resume;
   options.lr_schedule = settings.lr_schedule;
   if (settings.diloco) {
-    options.strategy = cohort::ElasticStrategy::kDiLoCo;
     options.diloco = *settings.diloco;
-    options.diloco.hook = settings.comm_hook;  // the rounds', as --comm-hook under --diloco
+    options.diloco->hook = settings.comm_hook;  // the rounds', as --comm-hook under --diloco
   }
   return options;
 }

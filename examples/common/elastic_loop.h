@@ -31,7 +31,7 @@ struct ElasticRunSettings {
   std::string checkpoint;
   int64_t checkpoint_every = 0;
   cohort::LoadOptions resume;
-  // --diloco H (and its other options): ElasticStrategy::kDiLoCo instead of DDP.
+  // --diloco H (and its other options): ElasticTrainerOptions::diloco instead of DDP.
   std::optional<cohort::DiLoCoOptions> diloco;
   // --warmup-steps and the decay: ElasticTrainerOptions::lr_schedule, over the steps the run
   // plans (elastic_planned_steps).
@@ -70,7 +70,7 @@ ElasticRunSettings elastic_run_settings(const TrainOptions& o, int64_t dataset_s
   run.checkpoint = o.checkpoint;
   run.checkpoint_every = o.checkpoint_every;
   run.resume = load_options(o.resume, o.overwrite_checkpoint);
-  if (o.diloco.enabled()) run.diloco = o.diloco.options();
+  run.diloco = o.diloco.options();
   run.lr_schedule = o.lr_schedule_options(
       elastic_planned_steps(o.epochs, o.max_steps, dataset_size, o.batch_size));
   run.comm_hook = make_comm_hook(o.comm_hook);

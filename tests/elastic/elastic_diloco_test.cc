@@ -1,7 +1,7 @@
-// ElasticTrainer under kDiLoCo end to end (Note [Elastic DiLoCo]): members are processes
-// (elastic_rank.cc --strategy diloco) that print every step they commit, with the samples of
-// their inner step. The test replays those lines on one process: each member's own model and
-// inner SGD, and at each synchronization the outer Nesterov SGD over the average of the
+// ElasticTrainer with DiLoCo (ElasticTrainerOptions::diloco) end to end (Note [Elastic DiLoCo]):
+// members are processes (elastic_rank.cc --strategy diloco) that print every step they commit, with
+// the samples of their inner step. The test replays those lines on one process: each member's own
+// model and inner SGD, and at each synchronization the outer Nesterov SGD over the average of the
 // pseudo-gradients of the members that committed it and took its inner step. A
 // member lost between synchronizations takes its progress with it; a joiner starts from the
 // outer parameters with a fresh inner optimizer. The parameters rank 0 writes at the end

@@ -24,7 +24,7 @@ cohort::ElasticOptimizerFactory sgd_factory() {
 
 ElasticTrainerOptions full_shard_options() {
   ElasticTrainerOptions options;
-  options.strategy = ElasticStrategy::kFullShard;
+  options.strategy = StrategyKind::kFullShard;
   options.sampler.batch_per_rank = 4;
   return options;
 }
@@ -58,7 +58,7 @@ TEST(ElasticOptions, CpuOffloadAndParamDtypeAreRefused) {
 
 TEST(ElasticOptions, LarsIsRefusedUnderASharedStrategy) {
   auto options = full_shard_options();
-  options.strategy = ElasticStrategy::kZero1;
+  options.strategy = StrategyKind::kZero1;
   expect_refused(options, "LARS and LAMB",
                  [](const torch::OrderedDict<std::string, torch::Tensor>& parameters) {
                    std::vector<torch::optim::OptimizerParamGroup> groups;
@@ -80,7 +80,6 @@ void expect_diloco_refused(const DiLoCoOptions& diloco, const std::string& words
   auto model = testing::make_elastic_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
   ElasticTrainerOptions options;
-  options.strategy = ElasticStrategy::kDiLoCo;
   options.sampler.batch_per_rank = 4;
   options.diloco = diloco;
   try {
@@ -103,9 +102,23 @@ TEST(ElasticOptions, HierarchicalOrOverlappedDiLoCoIsRefused) {
 
 TEST(ElasticOptions, AFactoryInsteadOfAnOptimizerIsRefusedForDiLoCo) {
   ElasticTrainerOptions options;
-  options.strategy = ElasticStrategy::kDiLoCo;
+  options.diloco = DiLoCoOptions{};
   options.sampler.batch_per_rank = 4;
   expect_refused(options, "pass the optimizer itself");
+}
+
+// DiLoCo is a way of synchronizing ddp: with a sharded kind it is refused by name.
+TEST(ElasticOptions, DiLoCoWithAShardedStrategyIsRefused) {
+  auto options = full_shard_options();
+  options.diloco = DiLoCoOptions{};
+  expect_refused(options, "DiLoCo runs under kDdp, not full_shard");
+}
+
+// The kind says how FSDP shards: FsdpOptions::strategy saying otherwise is refused.
+TEST(ElasticOptions, AnFsdpStrategyThatContradictsTheKindIsRefused) {
+  auto options = full_shard_options();
+  options.fsdp.strategy = ShardingStrategy::kShardGradOp;
+  expect_refused(options, "not what ElasticTrainerOptions::strategy full_shard says");
 }
 
 // A SyncBatchNorm reduces over the group it was made with, not over each generation's: after a

@@ -218,14 +218,14 @@ int main(int argc, char** argv) {
     cohort::ElasticTrainerOptions options;
     options.sampler = cohort::testing::elastic_sampler_options(batch_per_rank, global_batch);
     options.joiner_poll = std::chrono::milliseconds(0);
-    options.strategy = strategy == "zero1"    ? cohort::ElasticStrategy::kZero1
-                       : strategy == "zero2"  ? cohort::ElasticStrategy::kZero2
-                       : strategy == "ddp"    ? cohort::ElasticStrategy::kDdp
-                       : strategy == "diloco" ? cohort::ElasticStrategy::kDiLoCo
-                                              : cohort::ElasticStrategy::kFullShard;
-    options.diloco.inner_steps = diloco_steps;
-    options.diloco.fragments = diloco_fragments;
-    if (strategy == "hybrid_shard") options.fsdp.strategy = cohort::ShardingStrategy::kHybridShard;
+    // The strategies by name; "diloco" is ddp with DiLoCo.
+    options.strategy = strategy == "diloco" ? cohort::StrategyKind::kDdp
+                                            : cohort::strategy_named(strategy).value();
+    if (strategy == "diloco") {
+      options.diloco = cohort::DiLoCoOptions{};
+      options.diloco->inner_steps = diloco_steps;
+      options.diloco->fragments = diloco_fragments;
+    }
     options.buddy_copies = !no_buddy;
     options.checkpoint_dir = checkpoint_dir;
     options.checkpoint_every = checkpoint_every;
@@ -236,8 +236,7 @@ int main(int argc, char** argv) {
     torch::optim::Adam other_optimizer(model->parameters());
     OpaqueSgd opaque_optimizer(model->parameters(), sgd);
     std::unique_ptr<cohort::ElasticTrainer> made;
-    if (options.strategy == cohort::ElasticStrategy::kDdp ||
-        options.strategy == cohort::ElasticStrategy::kDiLoCo) {
+    if (options.strategy == cohort::StrategyKind::kDdp) {
       torch::optim::Optimizer& optimizer =
           adam     ? static_cast<torch::optim::Optimizer&>(other_optimizer)
           : opaque ? static_cast<torch::optim::Optimizer&>(opaque_optimizer)

@@ -173,7 +173,7 @@ TEST(ElasticExamples, CharLmTrainsThroughAKill) {
                                  150);
 }
 
-// DiLoCo (ElasticStrategy::kDiLoCo): the killed rank is noticed at the next synchronization,
+// DiLoCo (ElasticTrainerOptions::diloco): the killed rank is noticed at the next synchronization,
 // which the survivors redo without it.
 TEST(ElasticExamples, CharLmWithDiLoCoTrainsThroughAKill) {
   expect_training_through_a_kill(

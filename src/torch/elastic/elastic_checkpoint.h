@@ -1,7 +1,7 @@
 // The checkpoints ElasticTrainer writes every ElasticTrainerOptions::checkpoint_every steps,
 // resumes from at a job's start, and (sharded strategies) resumes from when a change loses
 // shards that no survivor holds (buddy copies off, or a member lost with its buddy).
-// - kDdp and kDiLoCo (whose DiLoCo is a part, "diloco"): rank 0 alone writes one file,
+// - kDdp, with or without DiLoCo (whose DiLoCo is a part, "diloco"): rank 0 alone writes one file,
 // "<directory>/replica.ckpt" (save_checkpoint of one
 //   process: the model, the optimizer and the committed steps), since every member holds the
 //   same state; at a start rank 0 alone loads it and heals the others from it.

@@ -13,10 +13,10 @@ namespace cohort::detail {
 ElasticDiLoCo::ElasticDiLoCo(torch::nn::Module& module, DiLoCoOptions options)
     : module_(module), options_(std::move(options)) {
   COHORT_CHECK(!options_.hierarchical,
-               "ElasticTrainer (kDiLoCo): hierarchical DiLoCo is not supported under elastic "
+               "ElasticTrainer (DiLoCo): hierarchical DiLoCo is not supported under elastic "
                "membership; leave DiLoCoOptions::hierarchical false");
   COHORT_CHECK(options_.overlap_steps == 0,
-               "ElasticTrainer (kDiLoCo): a round in flight across steps cannot be redone over a "
+               "ElasticTrainer (DiLoCo): a round in flight across steps cannot be redone over a "
                "new generation; leave DiLoCoOptions::overlap_steps 0, got ",
                options_.overlap_steps);
 }
@@ -151,7 +151,7 @@ double ElasticDiLoCo::scale_for_members_with_progress(Group& group) {
 }
 
 DiLoCo& ElasticDiLoCo::diloco() {
-  COHORT_CHECK(diloco_ != nullptr, "ElasticTrainer (kDiLoCo): no generation formed yet");
+  COHORT_CHECK(diloco_ != nullptr, "ElasticTrainer (DiLoCo): no generation formed yet");
   return *diloco_;
 }
 

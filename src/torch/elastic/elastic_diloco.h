@@ -1,5 +1,5 @@
-// ElasticTrainer's DiLoCo (ElasticStrategy::kDiLoCo): one cohort::DiLoCo for the whole job, whose
-// rounds go over each generation's group, and what a member that joins takes from rank 0.
+// ElasticTrainer's DiLoCo (ElasticTrainerOptions::diloco): one cohort::DiLoCo for the whole job,
+// whose rounds go over each generation's group, and what a member that joins takes from rank 0.
 //
 // Note [Elastic DiLoCo]
 // The inner steps communicate nothing, so they cannot fail for a peer: a member lost during them

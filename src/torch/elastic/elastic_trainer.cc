@@ -108,14 +108,14 @@ std::string model_fingerprint(const torch::nn::Module& module) {
 struct ElasticTrainer::State {
   ElasticGroup& elastic;
   std::shared_ptr<torch::nn::Module> module;
-  torch::optim::Optimizer* optimizer;  // kDdp's and kDiLoCo's (the inner one); a sharded
+  torch::optim::Optimizer* optimizer;  // kDdp's (DiLoCo's inner one); a sharded
                                        // strategy's is sharded->optimizer()
   ElasticTrainerOptions options;
   ElasticSampler sampler;
   std::unique_ptr<DistributedDataParallel> ddp;
   std::unique_ptr<detail::ShardedRun> sharded;    // the sharded strategies
-  std::unique_ptr<detail::ElasticDiLoCo> diloco;  // kDiLoCo
-  // kDiLoCo (Note [Elastic DiLoCo]): the step whose inner step is done and whose synchronization
+  std::unique_ptr<detail::ElasticDiLoCo> diloco;  // ElasticTrainerOptions::diloco
+  // DiLoCo (Note [Elastic DiLoCo]): the step whose inner step is done and whose synchronization
   // is not (-1: none), and the world size its samples were taken at.
   int64_t sync_pending = -1;
   int64_t pending_world = 0;
@@ -213,7 +213,7 @@ struct ElasticTrainer::State {
     if (callback) callback(m);
   }
 
-  // kDdp and kDiLoCo at a job's start: rank 0 loads the checkpoint in checkpoint_dir, if there is
+  // kDdp (and DiLoCo) at a job's start: rank 0 loads the checkpoint in checkpoint_dir, if there is
   // one it may resume, and heals the others from it (every member of a start is healed). Its error
   // (another job's checkpoint, a corrupt one) is every member's.
   void resume_at_start() {
@@ -240,7 +240,7 @@ struct ElasticTrainer::State {
     if (status == detail::kStatusFailed) throw CheckpointError(error);
   }
 
-  // Note [Elastic saves]: whoever writes (rank 0 alone under kDdp and kDiLoCo, every member
+  // Note [Elastic saves]: whoever writes (rank 0 alone under kDdp, every member
   // under a sharded strategy), every member learns the outcome from rank 0 after the write, so
   // that a failed save (a full disk) is the same CheckpointError on every member, once, and not
   // the end of whichever member wrote (which would make the next rank 0 fail the same way at
@@ -295,7 +295,7 @@ struct ElasticTrainer::State {
     }
   }
 
-  // kDiLoCo's outer state travels in replica checkpoints as a part.
+  // DiLoCo's outer state travels in replica checkpoints as a part.
   std::vector<std::pair<std::string, CheckpointPart*>> checkpoint_parts() {
     if (!diloco) return {};
     return {{"diloco", diloco->part()}};
@@ -312,7 +312,7 @@ struct ElasticTrainer::State {
     committed = step;
   }
 
-  // Rank 0's sampler place, add_state tensors and (kDiLoCo) pending synchronization on every
+  // Rank 0's sampler place, add_state tensors and (DiLoCo) pending synchronization on every
   // member; returns rank 0's step.
   int64_t heal_counters() {
     Group& group = elastic.group();
@@ -384,7 +384,7 @@ struct ElasticTrainer::State {
     return true;
   }
 
-  // A step under kDiLoCo (Note [Elastic DiLoCo]): the inner step, unless only its synchronization
+  // A step under DiLoCo (Note [Elastic DiLoCo]): the inner step, unless only its synchronization
   // is left (the generation it ran in broke); then, where a fragment is due, the rounds, the vote
   // and the outer steps.
   bool diloco_step(const std::function<void(const ElasticStep&)>& forward_backward, bool& done) {
@@ -495,14 +495,13 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
                                ElasticTrainerOptions options)
     : state_(std::make_unique<State>(elastic, std::move(module), &optimizer, dataset_size,
                                      std::move(options))) {
-  const ElasticStrategy strategy = state_->options.strategy;
-  COHORT_CHECK(strategy == ElasticStrategy::kDdp || strategy == ElasticStrategy::kDiLoCo,
+  COHORT_CHECK(state_->options.strategy == StrategyKind::kDdp,
                "ElasticTrainer: a sharded strategy builds its optimizer for each generation; pass "
                "an optimizer factory (ElasticOptimizerFactory) instead of an optimizer");
   COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
-  if (strategy == ElasticStrategy::kDiLoCo) {
+  if (state_->options.diloco) {
     state_->diloco =
-        std::make_unique<detail::ElasticDiLoCo>(*state_->module, state_->options.diloco);
+        std::make_unique<detail::ElasticDiLoCo>(*state_->module, *state_->options.diloco);
   }
   state_->take_base_lrs(optimizer);
   start();
@@ -513,9 +512,11 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
                                ElasticTrainerOptions options)
     : state_(std::make_unique<State>(elastic, std::move(module), nullptr, dataset_size,
                                      std::move(options))) {
-  COHORT_CHECK(state_->options.strategy != ElasticStrategy::kDdp &&
-                   state_->options.strategy != ElasticStrategy::kDiLoCo,
-               "ElasticTrainer: under kDdp and kDiLoCo pass the optimizer itself");
+  COHORT_CHECK(state_->options.strategy != StrategyKind::kDdp,
+               "ElasticTrainer: under kDdp (with or without DiLoCo) pass the optimizer itself");
+  COHORT_CHECK(!state_->options.diloco, "ElasticTrainer: DiLoCo runs under kDdp, not ",
+               strategy_name(state_->options.strategy),
+               " (ElasticTrainerOptions::diloco with a sharded strategy)");
   COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
   COHORT_CHECK(make_optimizer != nullptr, "ElasticTrainer: the optimizer factory is empty");
   // The factory over the whole model, once: its groups' LRs are the schedule's bases.
@@ -614,7 +615,8 @@ DistributedDataParallel& ElasticTrainer::ddp() {
   return *state_->ddp;
 }
 DiLoCo& ElasticTrainer::diloco() {
-  COHORT_CHECK(state_->diloco, "ElasticTrainer::diloco(): the strategy is not kDiLoCo");
+  COHORT_CHECK(state_->diloco,
+               "ElasticTrainer::diloco(): ElasticTrainerOptions::diloco is not set");
   return state_->diloco->diloco();
 }
 torch::optim::Optimizer& ElasticTrainer::optimizer() {

@@ -25,19 +25,32 @@ void copy_group_options(const torch::optim::Optimizer& from, torch::optim::Optim
   }
 }
 
+// FSDP's sharding for an FSDP kind.
+ShardingStrategy sharding_of(StrategyKind kind) {
+  if (kind == StrategyKind::kShardGradOp) return ShardingStrategy::kShardGradOp;
+  if (kind == StrategyKind::kHybridShard) return ShardingStrategy::kHybridShard;
+  return ShardingStrategy::kFullShard;
+}
+
 }  // namespace
 
 ShardedRun::ShardedRun(std::shared_ptr<torch::nn::Module> module, ElasticOptimizerFactory factory,
                        const ElasticTrainerOptions& options)
     : module_(std::move(module)), factory_(std::move(factory)), options_(options) {
   COHORT_CHECK(factory_, "ElasticTrainer: pass an optimizer factory for a sharded strategy");
-  if (options.strategy != ElasticStrategy::kFullShard) return;
-  const FsdpOptions& fsdp = options.fsdp;
-  COHORT_CHECK(fsdp.strategy == ShardingStrategy::kFullShard ||
-                   fsdp.strategy == ShardingStrategy::kShardGradOp ||
-                   fsdp.strategy == ShardingStrategy::kHybridShard,
-               "ElasticTrainer: FsdpOptions::strategy ", sharding_strategy_name(fsdp.strategy),
-               " is not elastic; use kFullShard, kShardGradOp or kHybridShard (docs/elastic.md)");
+  if (!is_fsdp(options.strategy)) return;
+  // The kind says how FSDP shards; FsdpOptions::strategy may only say the same, or be left at
+  // its default.
+  const ShardingStrategy given = options.fsdp.strategy;
+  fsdp_options_ = options.fsdp;
+  fsdp_options_.strategy = sharding_of(options.strategy);
+  COHORT_CHECK(given == FsdpOptions{}.strategy || given == fsdp_options_.strategy,
+               "ElasticTrainer: FsdpOptions::strategy ", sharding_strategy_name(given),
+               " is not elastic, or not what ElasticTrainerOptions::strategy ",
+               strategy_name(options.strategy),
+               " says; leave it and give the strategy as full_shard, shard_grad_op or "
+               "hybrid_shard (docs/elastic.md)");
+  const FsdpOptions& fsdp = fsdp_options_;
   COHORT_CHECK(!fsdp.cpu_offload && !fsdp.mixed_precision.param_dtype.has_value(),
                "ElasticTrainer: FsdpOptions::cpu_offload and a mixed-precision param_dtype are "
                "not elastic yet (docs/elastic.md, \"Limits\"); turn them off");
@@ -67,7 +80,7 @@ void ShardedRun::drop_wrapper(std::exception_ptr cause) {
 // (FULL_SHARD) until the nodes are even again; every member's node size decides it, so that
 // all agree. A node lost whole leaves the others even: its replica was a copy.
 FsdpOptions ShardedRun::generation_fsdp_options(Group& group, const Membership& m) const {
-  FsdpOptions fsdp = options_.fsdp;
+  FsdpOptions fsdp = fsdp_options_;
   if (fsdp.strategy != ShardingStrategy::kHybridShard) return fsdp;
   auto sizes = torch::tensor(
       {static_cast<int64_t>(group.local_size()), -static_cast<int64_t>(group.local_size())},
@@ -89,13 +102,13 @@ FsdpOptions ShardedRun::generation_fsdp_options(Group& group, const Membership& 
 
 void ShardedRun::build_wrapper(std::shared_ptr<Group> group, const Membership& m) {
   group_ = group;
-  if (options_.strategy == ElasticStrategy::kFullShard) {
+  if (is_fsdp(options_.strategy)) {
     const FsdpOptions fsdp = generation_fsdp_options(*group, m);
     fsdp_ = std::make_unique<FullyShardedDataParallel>(module_, std::move(group), fsdp);
     return;
   }
   ZeroOptions zero = options_.zero;
-  zero.stage = options_.strategy == ElasticStrategy::kZero2 ? 2 : 1;
+  zero.stage = options_.strategy == StrategyKind::kZero2 ? 2 : 1;
   zero_ = std::make_unique<ZeroDataParallel>(module_, std::move(group), zero);
 }
 

@@ -58,6 +58,7 @@ class ShardedRun {
   std::shared_ptr<torch::nn::Module> module_;
   ElasticOptimizerFactory factory_;
   const ElasticTrainerOptions& options_;
+  FsdpOptions fsdp_options_;  // options_.fsdp, with the sharding of options_.strategy
   std::unique_ptr<ZeroDataParallel> zero_;
   std::unique_ptr<FullyShardedDataParallel> fsdp_;
   std::shared_ptr<Group> group_;

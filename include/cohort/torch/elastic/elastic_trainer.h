@@ -41,6 +41,7 @@
 #include "cohort/torch/shard/fsdp.h"
 #include "cohort/torch/shard/zero.h"
 #include "cohort/torch/sharded_parameters.h"
+#include "cohort/torch/strategy/strategy_kind.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -48,31 +49,25 @@ class Optimizer;
 
 namespace cohort {
 
-// How each generation trains (docs/elastic.md, "What is kept where").
-enum class ElasticStrategy {
-  kDdp,    // DistributedDataParallel: replicas, healed from rank 0
-  kZero1,  // ZeroDataParallel stage 1: optimizer state sharded
-  kZero2,  // ZeroDataParallel stage 2: gradients too
-  // FullyShardedDataParallel (FsdpOptions::strategy kFullShard, kShardGradOp or kHybridShard:
-  // under kHybridShard each node is a replica, so a node lost whole loses nothing)
-  kFullShard,
-  // DiLoCo (local_sgd/diloco.h): each member takes inner steps with its own optimizer and the
-  // members synchronize every DiLoCoOptions::inner_steps steps; a member lost between two
-  // synchronizations takes its progress since the last one with it, the survivors keep theirs,
-  // and a joiner starts from the outer parameters (Note [Elastic DiLoCo] in
-  // src/torch/elastic/elastic_diloco.h; docs/elastic.md)
-  kDiLoCo,
-};
-
 struct ElasticTrainerOptions {
   ElasticSamplerOptions sampler;  // batch size policy, shuffle, seed
-  ElasticStrategy strategy = ElasticStrategy::kDdp;
+  // How each generation trains (docs/elastic.md, "What is kept where"): kDdp (replicas, healed
+  // from rank 0), kZero1 or kZero2 (ZeroDataParallel of that stage), or an FSDP kind
+  // (FullyShardedDataParallel with that ShardingStrategy: under kHybridShard each node is a
+  // replica, so a node lost whole loses nothing).
+  StrategyKind strategy = StrategyKind::kDdp;
   DdpOptions ddp;    // of each generation's DistributedDataParallel (kDdp)
   ZeroOptions zero;  // of each generation's ZeroDataParallel (its stage is the strategy's)
-  FsdpOptions fsdp;  // of each generation's FullyShardedDataParallel (kFullShard)
-  // kDiLoCo's (one DiLoCo for the job, its rounds over each generation's group): overlap_steps
-  // must stay 0 and hierarchical false.
-  DiLoCoOptions diloco;
+  // Of each generation's FullyShardedDataParallel; its `strategy` is the kind's (one that says
+  // otherwise than its default is refused).
+  FsdpOptions fsdp;
+  // Set (under kDdp): DiLoCo instead of DDP (local_sgd/diloco.h). Each member takes inner steps
+  // with its own optimizer and the members synchronize every inner_steps steps; a member lost
+  // between two synchronizations takes its progress since the last one with it, the survivors
+  // keep theirs, and a joiner starts from the outer parameters (Note [Elastic DiLoCo] in
+  // src/torch/elastic/elastic_diloco.h). One DiLoCo for the job, its rounds over each
+  // generation's group: overlap_steps must stay 0 and hierarchical false.
+  std::optional<DiLoCoOptions> diloco;
   // Sharded strategies: after each committed step every member holds a copy of its ring
   // predecessor's shards (values and optimizer state, Note [Buddy copies] in
   // src/torch/elastic/buddy_copy.h), so that the state of one dead member, or of several that
@@ -119,7 +114,7 @@ struct ElasticStep {
 // end of a run"). Each part is redone by the survivors when a member is lost during it, as a
 // step is.
 struct ElasticFinish {
-  // kDiLoCo: synchronizes every fragment that took inner steps since its last synchronization,
+  // Under DiLoCo: synchronizes every fragment that took inner steps since its last synchronization,
   // so that every member ends with the outer parameters. It is one more committed step, with no
   // samples (committed_steps() counts it), so that members that saw it through and members that
   // did not are told apart as after any step.
@@ -154,9 +149,9 @@ class ElasticTrainer {
                  ElasticTrainerOptions options)
       : ElasticTrainer(elastic, std::static_pointer_cast<torch::nn::Module>(module.ptr()),
                        std::move(make_optimizer), dataset_size, std::move(options)) {}
-  // kDdp or kDiLoCo (whose inner optimizer it is). Joins the elastic job (waits for its next
-  // generation; a member joining a running job is healed from it). Every member passes the same
-  // kind of model and optimizer: a member whose parameters (names, shapes, dtypes) differ is
+  // kDdp, with or without DiLoCo (whose inner optimizer it is). Joins the elastic job (waits for
+  // its next generation; a member joining a running job is healed from it). Every member passes the
+  // same kind of model and optimizer: a member whose parameters (names, shapes, dtypes) differ is
   // refused with ElasticError.
   ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn::Module> module,
                  torch::optim::Optimizer& optimizer, size_t dataset_size,
@@ -191,8 +186,8 @@ class ElasticTrainer {
   uint64_t epoch() const;
   const ElasticSampler& sampler() const;
   const Membership& membership() const;
-  DistributedDataParallel& ddp();  // kDdp only
-  DiLoCo& diloco();                // kDiLoCo only (sent_bytes(), the outer optimizer, ...)
+  DistributedDataParallel& ddp();  // kDdp without DiLoCo only
+  DiLoCo& diloco();                // under DiLoCo only (sent_bytes(), the outer optimizer, ...)
   // The optimizer that steps this member's parameters or shards now (a sharded strategy's is
   // made anew for each generation).
   torch::optim::Optimizer& optimizer();
@@ -200,9 +195,9 @@ class ElasticTrainer {
   // scaling, checkpoints); sharded strategies only.
   ShardedParameters sharded_parameters();
   // Writes a checkpoint of the committed state to options.checkpoint_dir, between steps: under
-  // kDdp and kDiLoCo rank 0 writes it, under a sharded strategy every member writes its shards;
-  // call it on every member (collective: every member learns the outcome). A save that fails
-  // (a full disk, say) throws CheckpointError on every member and leaves the previous
+  // kDdp (with or without DiLoCo) rank 0 writes it, under a sharded strategy every member writes
+  // its shards; call it on every member (collective: every member learns the outcome). A save that
+  // fails (a full disk, say) throws CheckpointError on every member and leaves the previous
   // checkpoint as it was. The saves every checkpoint_every steps are skipped with a warning
   // instead (failed_saves() counts them), so that a full disk does not end the job.
   void save_checkpoint();
