@@ -28,7 +28,6 @@
 #include <vector>
 
 #include "backends/collective_engine.h"
-#include "cohort/comm/group.h"
 
 namespace cohort {
 
