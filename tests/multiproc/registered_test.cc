@@ -71,12 +71,18 @@ TEST(RegisteredMemory, AllreduceEveryDtypeOpAndSize) {
   }
 }
 
+// A reduce-scatter's count is each rank's block, so its input is `world` times an allreduce's
+// of the same count: 65537 elements a rank cross the staged path's 256 KiB rounds in every dtype
+// wider than a byte (one-byte ones at 4 ranks), and the largest count, 34 s of the suite's time,
+// is left to the allreduce sweep.
 TEST(RegisteredMemory, ReduceScatterEveryDtypeOpAndSizeInAndOutOfPlace) {
+  std::vector<size_t> counts(std::begin(kCounts), std::end(kCounts));
+  counts.pop_back();
   for (int world : {2, 3, 4}) {
     auto groups = testing::make_tcp_groups(world, testing::quick_options());
     testing::run_ranks(world, [&](int rank) {
       Group& group = *groups[static_cast<size_t>(rank)];
-      for (size_t count : registered_counts()) {
+      for (size_t count : counts) {
         for (DType dtype : testing::all_dtypes()) {
           for (ReduceOp op : testing::all_ops()) {
             testing::fail_if(group,
