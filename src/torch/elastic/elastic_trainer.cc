@@ -105,16 +105,48 @@ std::string model_fingerprint(const torch::nn::Module& module) {
   return out.str();
 }
 
+// Note [Elastic runs]: what differs between the strategies is one Run per trainer, chosen when
+// it is made: ReplicaRun (kDdp: each generation's DistributedDataParallel, healed from rank 0),
+// DiLoCoRun (kDdp with ElasticTrainerOptions::diloco: the replicas' DiLoCo rounds) and
+// ShardedStrategyRun (ZeRO and FSDP through detail::ShardedRun: pieces, buddy copies). The
+// State keeps what every strategy shares: the group, the sampler, the counters, the vote, the
+// healing of counters, the checkpoint's agreement, the recovery and the end.
 struct ElasticTrainer::State {
+  struct Run {
+    virtual ~Run() = default;
+    // The optimizer the steps update (a sharded strategy's is its generation's).
+    virtual torch::optim::Optimizer& optimizer() = 0;
+    // The wrapper of a broken (by `cause`) or growing generation goes.
+    virtual void drop_wrapper(std::exception_ptr cause) = 0;
+    // A new generation's wrapper over its group, and (`heal`) rank 0's state on every member;
+    // sets the committed step.
+    virtual void adopt(bool heal) = 0;
+    // One step (ElasticTrainer::step); `done` once it committed.
+    virtual bool step(const std::function<void(const ElasticStep&)>& forward_backward,
+                      bool& done) = 0;
+    // This member's part of a checkpoint of the committed state.
+    virtual void write_checkpoint(const Membership& m) = 0;
+    // Parts of replica checkpoints besides the model and optimizer.
+    virtual std::vector<std::pair<std::string, CheckpointPart*>> checkpoint_parts() { return {}; }
+    // ElasticFinish::synchronize: whether a last synchronization is due, and the synchronization
+    // as a step of its own.
+    virtual bool final_synchronization_due() const { return false; }
+    virtual void synchronize_final(bool /*redo*/) {}
+    // The wrappers behind the accessors of ElasticTrainer; null where the strategy has none.
+    virtual DistributedDataParallel* ddp() { return nullptr; }
+    virtual detail::ElasticDiLoCo* diloco() { return nullptr; }
+    virtual detail::ShardedRun* sharded() { return nullptr; }
+  };
+  struct ReplicaRun;
+  struct DiLoCoRun;
+  struct ShardedStrategyRun;
+
   ElasticGroup& elastic;
   std::shared_ptr<torch::nn::Module> module;
-  torch::optim::Optimizer* optimizer;  // kDdp's (DiLoCo's inner one); a sharded
-                                       // strategy's is sharded->optimizer()
+  torch::optim::Optimizer* optimizer;  // kDdp's (DiLoCo's inner one); null when sharded
   ElasticTrainerOptions options;
   ElasticSampler sampler;
-  std::unique_ptr<DistributedDataParallel> ddp;
-  std::unique_ptr<detail::ShardedRun> sharded;    // the sharded strategies
-  std::unique_ptr<detail::ElasticDiLoCo> diloco;  // ElasticTrainerOptions::diloco
+  std::unique_ptr<Run> run;
   // DiLoCo (Note [Elastic DiLoCo]): the step whose inner step is done and whose synchronization
   // is not (-1: none), and the world size its samples were taken at.
   int64_t sync_pending = -1;
@@ -140,9 +172,7 @@ struct ElasticTrainer::State {
         options(std::move(opts)),
         sampler(dataset_size, options.sampler) {}
 
-  torch::optim::Optimizer& current_optimizer() {
-    return sharded ? sharded->optimizer() : *optimizer;
-  }
+  torch::optim::Optimizer& current_optimizer() { return run->optimizer(); }
 
   // The base LRs of ElasticTrainerOptions::lr_schedule: the groups' LRs of an optimizer as the
   // user made it, before any checkpoint or healing member gave it a scheduled LR.
@@ -166,9 +196,7 @@ struct ElasticTrainer::State {
   // The wrapper of a broken (by `cause`) or growing generation goes; a sharded strategy keeps
   // its pieces.
   void drop_wrapper(std::exception_ptr cause = nullptr) {
-    ddp.reset();
-    if (diloco) diloco->drop_rounds();
-    if (sharded) sharded->drop_wrapper(std::move(cause));
+    run->drop_wrapper(std::move(cause));
     drop_gradients();
   }
 
@@ -176,34 +204,16 @@ struct ElasticTrainer::State {
     for (auto& parameter : module->parameters()) parameter.mutable_grad() = torch::Tensor();
   }
 
-  // A new generation: a DDP over its group (whose constructor copies rank 0's parameters and
-  // buffers to every member), then the rest of rank 0's state where some member lacks it.
+  // A new generation: the strategy's wrapper over its group (ReplicaRun: a DDP, whose
+  // constructor copies rank 0's parameters and buffers to every member), then the rest of rank
+  // 0's state where some member lacks it.
   // `since`: when the change began (the failure, the agreed boundary, the constructor).
   void adopt_generation(std::chrono::steady_clock::time_point since) {
     const auto start = std::chrono::steady_clock::now();
     drop_wrapper();
     const Membership& m = elastic.membership();
     const bool heal = needs_healing(m);
-    if (sharded) {
-      // The pieces say what a member holds (Note [Piece exchange]); the step counts once they
-      // are in, so that a joiner that fails meanwhile still arrives as holding nothing.
-      int64_t step = heal ? heal_counters() : committed;
-      const int64_t held = step;
-      sharded->adopt(elastic.group_ptr(), m, step, sampler);
-      if (step != held) saved_step = step;  // resumed from the checkpoint of that step
-      committed = step;
-    } else {
-      // A receiver's parameters and optimizer state are overwritten piece by piece: until the
-      // whole state is in, it holds none (-1), so that a failure meanwhile never makes it the
-      // source of the next generation (Note [Elastic commit]).
-      if (heal && receives_state(m)) committed = -1;
-      if (diloco) diloco->adopt(elastic.group_ptr());  // before a resume: it loads into it
-      if (m.committed_step() < 0) resume_at_start();
-      if (!diloco) {
-        ddp = std::make_unique<DistributedDataParallel>(module, elastic.group_ptr(), options.ddp);
-      }
-      if (heal) heal_from_rank0();
-    }
+    run->adopt(heal);
     ++changes;
     if (m.rank == 0) {
       COHORT_LOG(kInfo, m.describe(), "; state ", heal ? "healed" : "kept", " from rank 0 in ",
@@ -225,7 +235,7 @@ struct ElasticTrainer::State {
       try {
         if (const auto step =
                 detail::load_replica_checkpoint(options.checkpoint_dir, *module, *optimizer,
-                                                sampler, options.resume, checkpoint_parts())) {
+                                                sampler, options.resume, run->checkpoint_parts())) {
           committed = *step;
           saved_step = *step;
           COHORT_LOG(kInfo, "resumed from the checkpoint in '", options.checkpoint_dir,
@@ -253,12 +263,7 @@ struct ElasticTrainer::State {
     int64_t status = detail::kStatusOk;
     std::string error;
     try {
-      if (sharded) {
-        sharded->save_checkpoint(committed, sampler, m);
-      } else if (m.rank == 0) {
-        detail::save_replica_checkpoint(options.checkpoint_dir, *module, *optimizer, committed,
-                                        sampler, m, checkpoint_parts());
-      }
+      run->write_checkpoint(m);
     } catch (const PeerError&) {
       throw;  // a member lost: the step's or the end's recovery, not the disk's
     } catch (const TimeoutError&) {
@@ -293,23 +298,6 @@ struct ElasticTrainer::State {
                    " periodic save(s) failed so far)");
       }
     }
-  }
-
-  // DiLoCo's outer state travels in replica checkpoints as a part.
-  std::vector<std::pair<std::string, CheckpointPart*>> checkpoint_parts() {
-    if (!diloco) return {};
-    return {{"diloco", diloco->part()}};
-  }
-
-  void heal_from_rank0() {
-    const Membership& m = elastic.membership();
-    const int64_t step = heal_counters();
-    if (diloco) {
-      diloco->heal(elastic.group(), receives_state(m));
-    } else {
-      detail::broadcast_optimizer_state(elastic.group(), *optimizer);
-    }
-    committed = step;
   }
 
   // Rank 0's sampler place, add_state tensors and (DiLoCo) pending synchronization on every
@@ -367,51 +355,6 @@ struct ElasticTrainer::State {
                        m.rank,    m.size,          m.generation};
   }
 
-  // A step under a sharded strategy (sharded_run.h): the buddy gradients before the vote, the
-  // local optimizer steps after it, and what communicates after the commit.
-  bool sharded_step(const ElasticStep& step,
-                    const std::function<void(const ElasticStep&)>& forward_backward, bool& done) {
-    sharded->before_step();
-    forward_backward(step);
-    sharded->after_backward();
-    vote();
-    sharded->commit();
-    ++committed;
-    sampler.advance(step.world_size);
-    done = true;
-    sharded->publish();
-    maybe_save_checkpoint();
-    return true;
-  }
-
-  // A step under DiLoCo (Note [Elastic DiLoCo]): the inner step, unless only its synchronization
-  // is left (the generation it ran in broke); then, where a fragment is due, the rounds, the vote
-  // and the outer steps.
-  bool diloco_step(const std::function<void(const ElasticStep&)>& forward_backward, bool& done) {
-    const bool redo = sync_pending == committed;
-    if (!redo) {
-      apply_lr_schedule();
-      const ElasticStep step = next_step();
-      optimizer->zero_grad();
-      forward_backward(step);
-      optimizer->step();
-      diloco->note_progress(committed);
-      pending_world = step.world_size;
-    }
-    if (diloco->synchronizes_at(committed)) {
-      sync_pending = committed;
-      diloco->reduce_rounds(committed, redo);
-      vote();
-      diloco->apply_rounds();
-    }
-    sync_pending = -1;
-    ++committed;
-    done = true;
-    sampler.advance(static_cast<int>(pending_world));
-    maybe_save_checkpoint();
-    return true;
-  }
-
   // Note [Elastic end]: ElasticTrainer::finish(const ElasticFinish&). The end is one sequence,
   // run again from its start by every member of the next generation when a member is lost:
   //   the final DiLoCo synchronization (a committed step of its own: a member that saw its vote
@@ -424,12 +367,12 @@ struct ElasticTrainer::State {
   // vote failed while the others' passed finds the job finished when it looks for the next
   // generation: the others saw everything through, and it ends too.
   bool finish_run(const ElasticFinish& end) {
-    const bool synchronizes = end.synchronize && diloco && diloco->needs_synchronization(committed);
+    const bool synchronizes = end.synchronize && run->final_synchronization_due();
     const int64_t final_step = committed + (synchronizes ? 1 : 0);
     bool redo = false;
     for (;;) {
       try {
-        if (committed < final_step) synchronize_diloco(redo);
+        if (committed < final_step) run->synchronize_final(redo);
         if (end.save_checkpoint && !options.checkpoint_dir.empty() && saved_step != committed) {
           save_checkpoint();
         }
@@ -444,14 +387,6 @@ struct ElasticTrainer::State {
       }
       redo = true;
     }
-  }
-
-  // ElasticFinish::synchronize, as a step without an inner step (Note [Elastic DiLoCo]).
-  void synchronize_diloco(bool redo) {
-    diloco->reduce_unsynchronized(committed, redo);
-    vote();
-    diloco->apply_rounds();
-    ++committed;
   }
 
   // recover(), or false when the others finished the job meanwhile (Note [Elastic end]).
@@ -490,6 +425,183 @@ struct ElasticTrainer::State {
   }
 };
 
+// kDdp: each generation's DistributedDataParallel over the user's optimizer; a generation that
+// needs healing takes rank 0's parameters (DDP's constructor), optimizer state and counters.
+struct ElasticTrainer::State::ReplicaRun : Run {
+  explicit ReplicaRun(State& state) : s(state) {}
+
+  torch::optim::Optimizer& optimizer() override { return *s.optimizer; }
+  void drop_wrapper(std::exception_ptr /*cause*/) override { ddp_.reset(); }
+
+  // A receiver's parameters and optimizer state are overwritten piece by piece: until the whole
+  // state is in, it holds none (-1), so that a failure meanwhile never makes it the source of the
+  // next generation (Note [Elastic commit]).
+  void adopt(bool heal) override {
+    const Membership& m = s.elastic.membership();
+    if (heal && receives_state(m)) s.committed = -1;
+    before_resume();
+    if (m.committed_step() < 0) s.resume_at_start();
+    build_wrapper();
+    if (!heal) return;
+    const int64_t step = s.heal_counters();
+    heal_state(m);
+    s.committed = step;
+  }
+
+  bool step(const std::function<void(const ElasticStep&)>& forward_backward, bool& done) override {
+    s.apply_lr_schedule();
+    const ElasticStep step = s.next_step();
+    s.optimizer->zero_grad();
+    forward_backward(step);
+    s.vote();
+    s.optimizer->step();
+    ++s.committed;
+    done = true;  // what follows (the save's agreement) may still meet a lost member
+    s.sampler.advance(step.world_size);
+    s.maybe_save_checkpoint();
+    return true;
+  }
+
+  // Rank 0 alone writes the file (Note [Elastic saves]).
+  void write_checkpoint(const Membership& m) override {
+    if (m.rank != 0) return;
+    detail::save_replica_checkpoint(s.options.checkpoint_dir, *s.module, *s.optimizer, s.committed,
+                                    s.sampler, m, checkpoint_parts());
+  }
+
+  DistributedDataParallel* ddp() override { return ddp_.get(); }
+
+ protected:
+  virtual void before_resume() {}
+  virtual void build_wrapper() {
+    ddp_ =
+        std::make_unique<DistributedDataParallel>(s.module, s.elastic.group_ptr(), s.options.ddp);
+  }
+  virtual void heal_state(const Membership& /*m*/) {
+    detail::broadcast_optimizer_state(s.elastic.group(), *s.optimizer);
+  }
+
+  State& s;
+
+ private:
+  std::unique_ptr<DistributedDataParallel> ddp_;
+};
+
+// kDdp with ElasticTrainerOptions::diloco (Note [Elastic DiLoCo]): the replicas take inner steps
+// with the user's optimizer and synchronize through the job's one DiLoCo, whose rounds run over
+// each generation's group and whose outer state heals from rank 0 and travels in checkpoints.
+struct ElasticTrainer::State::DiLoCoRun : ReplicaRun {
+  DiLoCoRun(State& state, const DiLoCoOptions& options)
+      : ReplicaRun(state), diloco_(*state.module, options) {}
+
+  void drop_wrapper(std::exception_ptr /*cause*/) override { diloco_.drop_rounds(); }
+
+  // The inner step, unless only its synchronization is left (the generation it ran in broke);
+  // then, where a fragment is due, the rounds, the vote and the outer steps.
+  bool step(const std::function<void(const ElasticStep&)>& forward_backward, bool& done) override {
+    const bool redo = s.sync_pending == s.committed;
+    if (!redo) {
+      s.apply_lr_schedule();
+      const ElasticStep step = s.next_step();
+      s.optimizer->zero_grad();
+      forward_backward(step);
+      s.optimizer->step();
+      diloco_.note_progress(s.committed);
+      s.pending_world = step.world_size;
+    }
+    if (diloco_.synchronizes_at(s.committed)) {
+      s.sync_pending = s.committed;
+      diloco_.reduce_rounds(s.committed, redo);
+      s.vote();
+      diloco_.apply_rounds();
+    }
+    s.sync_pending = -1;
+    ++s.committed;
+    done = true;
+    s.sampler.advance(static_cast<int>(s.pending_world));
+    s.maybe_save_checkpoint();
+    return true;
+  }
+
+  std::vector<std::pair<std::string, CheckpointPart*>> checkpoint_parts() override {
+    return {{"diloco", diloco_.part()}};
+  }
+
+  bool final_synchronization_due() const override {
+    return diloco_.needs_synchronization(s.committed);
+  }
+
+  // ElasticFinish::synchronize, as a step without an inner step.
+  void synchronize_final(bool redo) override {
+    diloco_.reduce_unsynchronized(s.committed, redo);
+    s.vote();
+    diloco_.apply_rounds();
+    ++s.committed;
+  }
+
+  detail::ElasticDiLoCo* diloco() override { return &diloco_; }
+  DistributedDataParallel* ddp() override { return nullptr; }
+
+ protected:
+  void before_resume() override { diloco_.adopt(s.elastic.group_ptr()); }  // a resume loads into it
+  void build_wrapper() override {}
+  void heal_state(const Membership& m) override {
+    diloco_.heal(s.elastic.group(), receives_state(m));
+  }
+
+ private:
+  detail::ElasticDiLoCo diloco_;
+};
+
+// The sharded strategies (sharded_run.h): each generation's ZeRO or FSDP over optimizers the
+// factory makes, the pieces each member holds exchanged after a change (Note [Piece exchange]).
+struct ElasticTrainer::State::ShardedStrategyRun : Run {
+  ShardedStrategyRun(State& state, std::unique_ptr<detail::ShardedRun> sharded)
+      : s(state), sharded_(std::move(sharded)) {}
+
+  torch::optim::Optimizer& optimizer() override { return sharded_->optimizer(); }
+  void drop_wrapper(std::exception_ptr cause) override { sharded_->drop_wrapper(std::move(cause)); }
+
+  // The pieces say what a member holds (Note [Piece exchange]); the step counts once they are
+  // in, so that a joiner that fails meanwhile still arrives as holding nothing.
+  void adopt(bool heal) override {
+    int64_t step = heal ? s.heal_counters() : s.committed;
+    const int64_t held = step;
+    sharded_->adopt(s.elastic.group_ptr(), s.elastic.membership(), step, s.sampler);
+    if (step != held) s.saved_step = step;  // resumed from the checkpoint of that step
+    s.committed = step;
+  }
+
+  // The buddy gradients before the vote, the local optimizer steps after it, and what
+  // communicates after the commit.
+  bool step(const std::function<void(const ElasticStep&)>& forward_backward, bool& done) override {
+    s.apply_lr_schedule();
+    const ElasticStep step = s.next_step();
+    sharded_->before_step();
+    forward_backward(step);
+    sharded_->after_backward();
+    s.vote();
+    sharded_->commit();
+    ++s.committed;
+    s.sampler.advance(step.world_size);
+    done = true;
+    sharded_->publish();
+    s.maybe_save_checkpoint();
+    return true;
+  }
+
+  // Every member writes its shards.
+  void write_checkpoint(const Membership& m) override {
+    sharded_->save_checkpoint(s.committed, s.sampler, m);
+  }
+
+  detail::ShardedRun* sharded() override { return sharded_.get(); }
+
+ private:
+  State& s;
+  std::unique_ptr<detail::ShardedRun> sharded_;
+};
+
 ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn::Module> module,
                                torch::optim::Optimizer& optimizer, size_t dataset_size,
                                ElasticTrainerOptions options)
@@ -500,8 +612,9 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
                "an optimizer factory (ElasticOptimizerFactory) instead of an optimizer");
   COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
   if (state_->options.diloco) {
-    state_->diloco =
-        std::make_unique<detail::ElasticDiLoCo>(*state_->module, *state_->options.diloco);
+    state_->run = std::make_unique<State::DiLoCoRun>(*state_, *state_->options.diloco);
+  } else {
+    state_->run = std::make_unique<State::ReplicaRun>(*state_);
   }
   state_->take_base_lrs(optimizer);
   start();
@@ -525,8 +638,9 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
     COHORT_CHECK(probe != nullptr, "ElasticTrainer: the optimizer factory returned null");
     state_->take_base_lrs(*probe);
   }
-  state_->sharded = std::make_unique<detail::ShardedRun>(state_->module, std::move(make_optimizer),
-                                                         state_->options);
+  state_->run = std::make_unique<State::ShardedStrategyRun>(
+      *state_, std::make_unique<detail::ShardedRun>(state_->module, std::move(make_optimizer),
+                                                    state_->options));
   start();
 }
 
@@ -550,9 +664,7 @@ void ElasticTrainer::start() {
 }
 
 ElasticTrainer::~ElasticTrainer() {
-  state_->ddp.reset();
-  state_->sharded.reset();
-  state_->diloco.reset();
+  state_->run.reset();
 }
 
 bool ElasticTrainer::step(const std::function<void(const ElasticStep&)>& forward_backward) {
@@ -566,19 +678,7 @@ bool ElasticTrainer::step(const std::function<void(const ElasticStep&)>& forward
       s.elastic.grow(s.committed);
       s.adopt_generation(start);
     }
-    if (s.diloco) return s.diloco_step(forward_backward, committed);
-    s.apply_lr_schedule();
-    const ElasticStep step = s.next_step();
-    if (s.sharded) return s.sharded_step(step, forward_backward, committed);
-    s.optimizer->zero_grad();
-    forward_backward(step);
-    s.vote();
-    s.optimizer->step();
-    ++s.committed;
-    committed = true;  // what follows (the save's agreement) may still meet a lost member
-    s.sampler.advance(step.world_size);
-    s.maybe_save_checkpoint();
-    return true;
+    return s.run->step(forward_backward, committed);
   } catch (const PeerError&) {
     s.recover(std::current_exception());
   } catch (const TimeoutError&) {
@@ -611,20 +711,22 @@ const Membership& ElasticTrainer::membership() const {
   return state_->elastic.membership();
 }
 DistributedDataParallel& ElasticTrainer::ddp() {
-  COHORT_CHECK(state_->ddp, "ElasticTrainer::ddp(): the strategy is not kDdp");
-  return *state_->ddp;
+  DistributedDataParallel* ddp = state_->run->ddp();
+  COHORT_CHECK(ddp, "ElasticTrainer::ddp(): the strategy is not kDdp without DiLoCo");
+  return *ddp;
 }
 DiLoCo& ElasticTrainer::diloco() {
-  COHORT_CHECK(state_->diloco,
-               "ElasticTrainer::diloco(): ElasticTrainerOptions::diloco is not set");
-  return state_->diloco->diloco();
+  detail::ElasticDiLoCo* diloco = state_->run->diloco();
+  COHORT_CHECK(diloco, "ElasticTrainer::diloco(): ElasticTrainerOptions::diloco is not set");
+  return diloco->diloco();
 }
 torch::optim::Optimizer& ElasticTrainer::optimizer() {
   return state_->current_optimizer();
 }
 ShardedParameters ElasticTrainer::sharded_parameters() {
-  COHORT_CHECK(state_->sharded, "ElasticTrainer::sharded_parameters(): the strategy is kDdp");
-  return state_->sharded->view();
+  detail::ShardedRun* sharded = state_->run->sharded();
+  COHORT_CHECK(sharded, "ElasticTrainer::sharded_parameters(): the strategy is kDdp");
+  return sharded->view();
 }
 void ElasticTrainer::save_checkpoint() {
   state_->save_checkpoint();
