@@ -1,7 +1,7 @@
-// Note [MPI tags] (src/comm/backends/mpi/mpi_tags.h): the steps one collective uses between two
+// Note [MPI tags] (src/comm/engines/mpi/mpi_tags.h): the steps one collective uses between two
 // ranks must get distinct MPI tags, and a step the packing cannot hold must be refused, never
 // folded onto another. Pure logic: no MPI needed.
-#include "backends/mpi/mpi_tags.h"
+#include "engines/mpi/mpi_tags.h"
 
 #include <gtest/gtest.h>
 

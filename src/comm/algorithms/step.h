@@ -5,7 +5,7 @@
 // numbered by the algorithm from 0) and the segment within that round's transfer. Every
 // algorithm numbers its messages this way and no other; the transports carry the step as the
 // 64-bit Tag::step (wire_step), and a transport that needs a narrower tag (MPI's int tag)
-// unpacks it with step_from_wire, in one place (backends/mpi/mpi_tags.h). The collective's
+// unpacks it with step_from_wire, in one place (engines/mpi/mpi_tags.h). The collective's
 // sequence number travels beside it (Tag::channel), so rounds restart from 0 in every
 // collective.
 #pragma once

@@ -1,6 +1,6 @@
 // What a group needs from a device runtime to run cohort's algorithms on device buffers by
 // staging them through host memory (Note [Staged device buffers] in staging_backend.h). The
-// CUDA implementation is in backends/cuda/ (library cohort::cuda); cohort::comm knows only
+// CUDA implementation is in engines/cuda/ (library cohort::cuda); cohort::comm knows only
 // this interface, so that it builds and is tested without CUDA (tests use a host-memory
 // stand-in).
 #pragma once

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/cuda_call.h"
-#include "backends/cuda/cuda_device_staging.h"
+#include "engines/cuda/cuda_call.h"
+#include "engines/cuda/cuda_device_staging.h"
 #include "cohort/comm/cuda_staging.h"
 #include "cohort/core/check.h"
 #include "cohort/core/env.h"

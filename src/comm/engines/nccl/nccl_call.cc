@@ -1,4 +1,4 @@
-#include "backends/nccl/nccl_call.h"
+#include "engines/nccl/nccl_call.h"
 
 #include <string>
 

@@ -1,11 +1,11 @@
 // Small pieces every part of the NCCL backend uses: NCCL's return codes as cohort errors that
 // name the call, and cohort's dtypes and ops as NCCL's. CUDA's return codes and the device
-// guard are shared with the staged groups (backends/cuda/cuda_call.h).
+// guard are shared with the staged groups (engines/cuda/cuda_call.h).
 #pragma once
 
 #include <nccl.h>
 
-#include "backends/cuda/cuda_call.h"
+#include "engines/cuda/cuda_call.h"
 #include "cohort/core/dtype.h"
 
 // Nonblocking communicators (NCCL 2.14) bound every wait with a deadline, and

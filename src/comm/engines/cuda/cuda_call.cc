@@ -1,4 +1,4 @@
-#include "backends/cuda/cuda_call.h"
+#include "engines/cuda/cuda_call.h"
 
 #include <chrono>
 #include <cstdint>

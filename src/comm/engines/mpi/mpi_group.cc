@@ -1,7 +1,7 @@
 // Making a Group on MPI: the transport on duplicates of the communicator, no store, and the
 // group's default algorithm set by the collectives mode.
-#include "backends/mpi/mpi_call.h"
-#include "backends/mpi/mpi_transport.h"
+#include "engines/mpi/mpi_call.h"
+#include "engines/mpi/mpi_transport.h"
 #include "cohort/comm/mpi_comm.h"
 #include "cohort/core/env.h"
 #include "group/group_impl.h"

@@ -6,8 +6,8 @@
 // ncclGroupStart/ncclGroupEnd; barrier is a one-float allreduce the host waits for.
 #include <cstdint>
 
-#include "backends/nccl/nccl_call.h"
-#include "backends/nccl/nccl_engine.h"
+#include "engines/nccl/nccl_call.h"
+#include "engines/nccl/nccl_engine.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "kernels/byte_ranges.h"

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "backends/mpi/mpi_call.h"
-#include "backends/mpi/mpi_transport.h"
+#include "engines/mpi/mpi_call.h"
+#include "engines/mpi/mpi_transport.h"
 
 namespace cohort {
 

@@ -2,8 +2,8 @@
 #include <chrono>
 #include <thread>
 
-#include "backends/nccl/nccl_call.h"
-#include "backends/nccl/nccl_engine.h"
+#include "engines/nccl/nccl_call.h"
+#include "engines/nccl/nccl_engine.h"
 #include "backends/polling.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "backends/collective_engine.h"
-#include "backends/mpi/mpi_call.h"
-#include "backends/mpi/mpi_tags.h"
+#include "engines/mpi/mpi_call.h"
+#include "engines/mpi/mpi_tags.h"
 #include "cohort/comm/transport.h"
 
 namespace cohort {

@@ -1,4 +1,4 @@
-#include "backends/mpi/mpi_call.h"
+#include "engines/mpi/mpi_call.h"
 
 #include <atomic>
 #include <cstdlib>

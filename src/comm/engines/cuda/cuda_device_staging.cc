@@ -1,10 +1,10 @@
-#include "backends/cuda/cuda_device_staging.h"
+#include "engines/cuda/cuda_device_staging.h"
 
 #include <algorithm>
 #include <string>
 #include <thread>
 
-#include "backends/cuda/cuda_call.h"
+#include "engines/cuda/cuda_call.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 

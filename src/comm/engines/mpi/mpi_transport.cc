@@ -1,4 +1,4 @@
-#include "backends/mpi/mpi_transport.h"
+#include "engines/mpi/mpi_transport.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "backends/host_collectives.h"
-#include "backends/mpi/mpi_call.h"
+#include "engines/mpi/mpi_call.h"
 #include "backends/polling.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"

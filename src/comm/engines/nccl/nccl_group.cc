@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/cuda_call.h"
-#include "backends/nccl/nccl_engine.h"
+#include "engines/cuda/cuda_call.h"
+#include "engines/nccl/nccl_engine.h"
 #include "cohort/comm/nccl.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
