@@ -1,7 +1,8 @@
 // cohort::Strategy: one model trained data parallel under any StrategyKind, with the precision,
 // activation checkpointing, SyncBatchNorm, communication hooks and checkpoints a run asks for
 // (docs/strategy.md). The one place that knows how each strategy wraps a model: the examples,
-// the planner's apply_plan and user programs all make their runs through make_strategy.
+// the planner's plan_run (whose RunPlan::applied gives its options) and user programs all
+// make their runs through make_strategy.
 //
 //   cohort::StrategyOptions options;
 //   options.precision = cohort::precision_named("bf16");
