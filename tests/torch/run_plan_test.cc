@@ -79,8 +79,9 @@ TEST(RunPlan, StrategiesOutsideAutoOrAllRuledOutAreRefused) {
                  "these do: ddp");
 }
 
-// Two ranks plan from their own measurements; both take rank 0's choice, one of the candidates.
-TEST(RunPlan, EveryRankTakesTheSameChoiceAmongTheCandidates) {
+// Two ranks plan together (the probe timed on each, the figures agreed) and both end with one
+// choice, among the strategies asked for; the options take its buckets.
+TEST(RunPlan, TwoRanksPlanTogetherAndChooseAmongTheStrategiesAskedFor) {
   constexpr int kWorld = 2;
   auto groups = testing::make_inproc_groups(kWorld, testing::quick_options());
   std::vector<RunPlanRequest> requests;

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "cohort/core/error.h"
+#include "cohort/torch/compress/quantization.h"
 #include "cohort/torch/nn/sync_batch_norm.h"
+#include "cohort/torch/shard/fsdp.h"
 #include "support/test_support.h"
 
 namespace cohort {
@@ -180,6 +182,16 @@ TEST(StrategyLayer, RefusesWhatAStrategyCannotTrainByName) {
   StrategyOptions diloco_and_master = diloco;
   diloco_and_master.precision = master.precision;
   expect_refused(StrategyKind::kDdp, diloco_and_master, "does not combine with local SGD");
+  StrategyOptions local_sgd_and_master = master;
+  local_sgd_and_master.local_sgd = LocalSgdOptions{};
+  expect_refused(StrategyKind::kDdp, local_sgd_and_master,
+                 "local SGD (--local-sgd) averages the model's own parameters");
+  StrategyOptions compression_and_master = master;
+  compression_and_master.comm_hook = std::make_shared<QsgdHook>();
+  expect_refused(StrategyKind::kDdp, compression_and_master, "compresses float32 gradients");
+  PrecisionOptions integer;
+  integer.compute_dtype = torch::kInt32;
+  EXPECT_THROW(Precision{integer}, InvalidArgument);
   try {
     Precision master_in_float32(precision_named("fp32", /*master_weights=*/true));
     ADD_FAILURE() << "master weights in float32 were accepted";
@@ -209,6 +221,9 @@ TEST(StrategyLayer, AllowedStrategiesFollowTheOptions) {
     EXPECT_EQ(strategy_named(strategy_name(kind)), kind);
   }
   EXPECT_FALSE(strategy_named("fsdp").has_value());
+  EXPECT_EQ(fsdp_sharding_of(StrategyKind::kShardGradOp), ShardingStrategy::kShardGradOp);
+  EXPECT_EQ(fsdp_sharding_of(StrategyKind::kHybridShard), ShardingStrategy::kHybridShard);
+  EXPECT_THROW(fsdp_sharding_of(StrategyKind::kZero2), InvalidArgument);
 }
 
 // SyncBatchNorm conversion and activation checkpointing happen before the wrapping.

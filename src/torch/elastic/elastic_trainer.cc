@@ -540,7 +540,6 @@ struct ElasticTrainer::State::DiLoCoRun : ReplicaRun {
   }
 
   detail::ElasticDiLoCo* diloco() override { return &diloco_; }
-  DistributedDataParallel* ddp() override { return nullptr; }
 
  protected:
   void before_resume() override { diloco_.adopt(s.elastic.group_ptr()); }  // a resume loads into it

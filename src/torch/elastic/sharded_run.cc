@@ -25,13 +25,6 @@ void copy_group_options(const torch::optim::Optimizer& from, torch::optim::Optim
   }
 }
 
-// FSDP's sharding for an FSDP kind.
-ShardingStrategy sharding_of(StrategyKind kind) {
-  if (kind == StrategyKind::kShardGradOp) return ShardingStrategy::kShardGradOp;
-  if (kind == StrategyKind::kHybridShard) return ShardingStrategy::kHybridShard;
-  return ShardingStrategy::kFullShard;
-}
-
 }  // namespace
 
 ShardedRun::ShardedRun(std::shared_ptr<torch::nn::Module> module, ElasticOptimizerFactory factory,
@@ -43,7 +36,7 @@ ShardedRun::ShardedRun(std::shared_ptr<torch::nn::Module> module, ElasticOptimiz
   // its default.
   const ShardingStrategy given = options.fsdp.strategy;
   fsdp_options_ = options.fsdp;
-  fsdp_options_.strategy = sharding_of(options.strategy);
+  fsdp_options_.strategy = fsdp_sharding_of(options.strategy);
   COHORT_CHECK(given == FsdpOptions{}.strategy || given == fsdp_options_.strategy,
                "ElasticTrainer: FsdpOptions::strategy ", sharding_strategy_name(given),
                " is not elastic, or not what ElasticTrainerOptions::strategy ",

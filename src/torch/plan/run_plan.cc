@@ -25,13 +25,6 @@ int runs_powersgd_rank(const RunPlanRequest& request) {
   return runs ? request.powersgd.rank : 0;
 }
 
-std::string names_of(const std::vector<StrategyKind>& kinds) {
-  std::string text;
-  for (const StrategyKind kind : kinds)
-    text += (text.empty() ? "" : ", ") + std::string(strategy_name(kind));
-  return text;
-}
-
 // The configuration the run has without the planner: its strategy (ddp where it is left to the
 // planner) and bucket size (25 MiB where automatic), DDP's first bucket of 1 MiB, its own local
 // SGD period or PowerSGD hook, and its own FSDP units and prefetch.
@@ -89,7 +82,7 @@ std::vector<StrategyKind> candidate_strategies(const RunPlanRequest& request,
     throw InvalidArgument(
         "--plan-strategies (RunPlanRequest::strategies): none of the strategies asked for runs "
         "with the other options given; these do: " +
-        names_of(allowed));
+        strategy_names(allowed));
   }
   return candidates;
 }

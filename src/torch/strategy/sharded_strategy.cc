@@ -38,19 +38,11 @@ ZeroOptions zero_options(StrategyKind kind, const StrategyOptions& options) {
   return o;
 }
 
-ShardingStrategy sharding_of(StrategyKind kind) {
-  switch (kind) {
-    case StrategyKind::kShardGradOp: return ShardingStrategy::kShardGradOp;
-    case StrategyKind::kHybridShard: return ShardingStrategy::kHybridShard;
-    default: return ShardingStrategy::kFullShard;
-  }
-}
-
 // Under master weights the units are 16-bit and their float32 shards the masters.
 FsdpOptions fsdp_options(StrategyKind kind, const StrategyOptions& options,
                          const Precision& precision) {
   FsdpOptions o;
-  o.strategy = sharding_of(kind);
+  o.strategy = fsdp_sharding_of(kind);
   o.auto_wrap.min_parameters = options.fsdp_min_unit_parameters;
   o.forward_prefetch = o.backward_prefetch = options.fsdp_prefetch;
   o.mixed_precision.param_dtype = precision.master_weights();

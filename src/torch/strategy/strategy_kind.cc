@@ -3,6 +3,9 @@
 #include <array>
 #include <utility>
 
+#include "cohort/core/error.h"
+#include "cohort/torch/shard/fsdp.h"
+
 namespace cohort {
 namespace {
 
@@ -40,9 +43,10 @@ std::optional<StrategyKind> strategy_named(const std::string& name) {
   return std::nullopt;
 }
 
-std::string strategy_names() {
+std::string strategy_names(const std::vector<StrategyKind>& kinds) {
   std::string out;
-  for (const auto& [kind, name] : kNames) out += (out.empty() ? "" : ", ") + std::string(name);
+  for (const StrategyKind kind : kinds)
+    out += (out.empty() ? "" : ", ") + std::string(strategy_name(kind));
   return out;
 }
 
@@ -53,6 +57,17 @@ bool is_zero(StrategyKind kind) {
 bool is_fsdp(StrategyKind kind) {
   return kind == StrategyKind::kFullShard || kind == StrategyKind::kShardGradOp ||
          kind == StrategyKind::kHybridShard;
+}
+
+ShardingStrategy fsdp_sharding_of(StrategyKind kind) {
+  switch (kind) {
+    case StrategyKind::kFullShard: return ShardingStrategy::kFullShard;
+    case StrategyKind::kShardGradOp: return ShardingStrategy::kShardGradOp;
+    case StrategyKind::kHybridShard: return ShardingStrategy::kHybridShard;
+    default:
+      throw InvalidArgument(std::string("fsdp_sharding_of: ") + strategy_name(kind) +
+                            " is not an FSDP strategy");
+  }
 }
 
 }  // namespace cohort

@@ -9,6 +9,8 @@
 
 namespace cohort {
 
+enum class ShardingStrategy;  // FullyShardedDataParallel's (cohort/torch/shard/fsdp.h)
+
 enum class StrategyKind {
   // DistributedDataParallel: every rank holds the whole model, gradients averaged in buckets
   // during backward. Local SGD and DiLoCo are ways of synchronizing it (StrategyOptions).
@@ -32,11 +34,14 @@ const char* strategy_name(StrategyKind kind);
 // The kind of that name (strategy_name's), or nullopt.
 std::optional<StrategyKind> strategy_named(const std::string& name);
 
-// Every name, comma-separated ("ddp, zero1, ..."): for messages that list them.
-std::string strategy_names();
+// The names of `kinds`, comma-separated ("ddp, zero1, ..."): for messages that list them.
+std::string strategy_names(const std::vector<StrategyKind>& kinds = all_strategy_kinds());
 
 // ZeroDataParallel's stage 1 or 2; FullyShardedDataParallel's strategies.
 bool is_zero(StrategyKind kind);
 bool is_fsdp(StrategyKind kind);
+
+// The ShardingStrategy of an FSDP kind (is_fsdp); InvalidArgument for another kind.
+ShardingStrategy fsdp_sharding_of(StrategyKind kind);
 
 }  // namespace cohort
