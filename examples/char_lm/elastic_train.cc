@@ -16,41 +16,46 @@ namespace {
 
 using cohort_examples::refuse_for_elastic;
 
+// What --elastic does not take that the library cannot see (the rest: train_elastic_as).
 void check_elastic_options(const TrainOptions& o) {
-  refuse_for_elastic(o.strategy != "ddp", "--strategy other than ddp");
   refuse_for_elastic(o.plan.bucket_cap.automatic, "--bucket-cap-mb auto");
   refuse_for_elastic(o.plan.memory_budget_mb > 0 || !o.plan.plan_out.empty(),
                      "--memory-budget-mb and --plan-out");
-  refuse_for_elastic(o.precision != "fp32", "--precision other than fp32");
-  refuse_for_elastic(o.master_weights, "--master-weights");
-  refuse_for_elastic(o.local_sgd.period > 0, "--local-sgd");
 }
 
 }  // namespace
 
 TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
   check_elastic_options(options);
-  auto elastic = cohort::init_elastic();
   torch::set_num_threads(options.threads > 0 ? options.threads : 1);
   const CharData data = load_char_data(options.data_dir, options.context);
   TextWindows train_set(data.train, options.context), validation(data.validation, options.context);
-  torch::manual_seed(options.seed);
-  Gpt model(options.model_config(data.vocabulary.size()));
-  if (options.activation_checkpointing) checkpoint_blocks(*model, false);
-  auto optimizer = make_adamw(*model, model->named_parameters(), options);
   const int64_t windows_count = static_cast<int64_t>(train_set.size().value());
   // The schedule is the trainer's (ElasticTrainerOptions::lr_schedule): its place is the job's
   // committed step, on joiners and after a resume too.
-  const auto run = cohort_examples::elastic_run_settings(options, windows_count);
-  cohort::ElasticTrainer trainer(*elastic, model.ptr(), *optimizer,
+  const auto run = cohort_examples::elastic_run_settings(options, windows_count, 0);
+  auto elastic = cohort::init_elastic();
+  torch::manual_seed(options.seed);
+  Gpt model(options.model_config(data.vocabulary.size()));
+  if (options.activation_checkpointing) checkpoint_blocks(*model, false);
+  // Under a sharded strategy the trainer makes the optimizer over each generation's shards.
+  auto make_optimizer = [&](const torch::OrderedDict<std::string, torch::Tensor>& parameters) {
+    return make_adamw(*model, parameters, options);
+  };
+  cohort::ElasticTrainer trainer(*elastic, model.ptr(), make_optimizer,
                                  static_cast<size_t>(windows_count),
                                  cohort_examples::elastic_trainer_options(run));
   cohort_examples::report_memberships(trainer, [&](const cohort::Membership& m) {
     torch::manual_seed(options.seed + 1000 * m.generation + static_cast<uint64_t>(m.rank));
   });
   cohort_examples::ElasticStepHooks hooks;
-  hooks.after_backward = [&] {  // the gradients are the same on every member: so is clipping
-    if (options.clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), options.clip);
+  hooks.after_backward = [&] {  // the whole gradient's norm, over the shards when sharded
+    if (options.clip <= 0) return;
+    if (run.strategy == cohort::StrategyKind::kDdp) {
+      torch::nn::utils::clip_grad_norm_(model->parameters(), options.clip);
+    } else {
+      cohort::clip_grad_norm(trainer.sharded_parameters(), options.clip);
+    }
   };
   TrainResult result;
   // Every member takes part, rank 0 reports it; a member lost during it makes the survivors

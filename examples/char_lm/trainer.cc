@@ -88,19 +88,6 @@ class Trainer {
   double ms_run_ = 0;
 };
 
-cohort::StrategyOptions strategy_options(const TrainOptions& options,
-                                         std::shared_ptr<cohort::Timeline> timeline) {
-  cohort::StrategyOptions o;
-  o.bucket_cap_mb = options.plan.bucket_cap.mebibytes;
-  o.timeline = std::move(timeline);
-  o.background_checkpoints = !options.sync_checkpoint;
-  o.comm_hook = cohort_examples::make_comm_hook(options.comm_hook);
-  o.diloco = options.diloco.options();
-  o.local_sgd = options.local_sgd.options();
-  cohort_examples::apply_fsdp_settings(options.plan, 0, o);
-  return o;
-}
-
 Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group)
     : options_(options),
       group_(std::move(group)),
@@ -116,8 +103,7 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   cohort_examples::mark_memory_before_model();
   model_ = Gpt(options_.model_config(data_.vocabulary.size()));
   if (options_.activation_checkpointing) checkpoint_blocks(*model_, rank0());
-  cohort::StrategyOptions wrapping = strategy_options(options_, timeline_);
-  wrapping.precision = precision_;
+  cohort::StrategyOptions wrapping = cohort_examples::strategy_options(options_, 0, timeline_);
   strategy_name_ = options_.strategy;
   plan_ = plan_configuration(wrapping);
   if (plan_) {

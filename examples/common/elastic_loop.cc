@@ -43,16 +43,11 @@ cohort::ElasticTrainerOptions elastic_trainer_options(const ElasticRunSettings& 
   cohort::ElasticTrainerOptions options;
   options.sampler.global_batch = static_cast<size_t>(settings.global_batch);
   options.sampler.seed = settings.seed;
-  options.ddp.bucket_cap_mb = settings.bucket_cap_mb;
-  options.ddp.comm_hook = settings.comm_hook;
+  cohort::train_elastic_as(options, settings.strategy, settings.wrapping);
   options.checkpoint_dir = elastic_checkpoint_dir(settings.checkpoint);
   options.checkpoint_every = settings.checkpoint_every;
   options.resume = settings.resume;
   options.lr_schedule = settings.lr_schedule;
-  if (settings.diloco) {
-    options.diloco = *settings.diloco;
-    options.diloco->hook = settings.comm_hook;  // the rounds', as --comm-hook under --diloco
-  }
   return options;
 }
 

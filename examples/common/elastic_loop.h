@@ -13,6 +13,7 @@
 #include "checkpointing.h"
 #include "cohort/torch/elastic/elastic_trainer.h"
 #include "comm_hooks.h"
+#include "strategy.h"
 
 namespace cohort_examples {
 
@@ -22,7 +23,10 @@ struct ElasticRunSettings {
   int64_t log_every = 100;
   int64_t global_batch = 64;
   uint64_t seed = 0;
-  double bucket_cap_mb = 25.0;
+  // --strategy and the options of the strategy layer it takes, as without --elastic
+  // (cohort::train_elastic_as refuses by name what the elastic trainer does not do).
+  cohort::StrategyKind strategy = cohort::StrategyKind::kDdp;
+  cohort::StrategyOptions wrapping;
   // --metrics: one record per committed step, written by the rank 0 of its generation (a new
   // rank 0 appends), with the step's world size and generation (step_metrics.h).
   std::string metrics;
@@ -31,14 +35,9 @@ struct ElasticRunSettings {
   std::string checkpoint;
   int64_t checkpoint_every = 0;
   cohort::LoadOptions resume;
-  // --diloco H (and its other options): ElasticTrainerOptions::diloco instead of DDP.
-  std::optional<cohort::DiLoCoOptions> diloco;
   // --warmup-steps and the decay: ElasticTrainerOptions::lr_schedule, over the steps the run
   // plans (elastic_planned_steps).
   cohort::optim::LrScheduleOptions lr_schedule;
-  // --comm-hook: DDP's hook (DiLoCo's rounds' under --diloco); stateless hooks only
-  // (refuse_stateful_hook).
-  std::shared_ptr<cohort::CommHook> comm_hook;
 };
 
 // Steps an elastic run of `epochs` over `dataset_size` samples in global batches of
@@ -54,10 +53,20 @@ int64_t elastic_planned_steps(int64_t epochs, int64_t max_steps, int64_t dataset
 // --elastic.
 void refuse_stateful_hook(const CommHookSettings& hook);
 
+// Throws cohort::InvalidArgument naming `what` when `set`: an option --elastic does not take.
+void refuse_for_elastic(bool set, const std::string& what);
+
+// The global batch kept (each rank's share grows when members leave), the strategy and its
+// options (cohort::train_elastic_as), the checkpoints and the schedule.
+cohort::ElasticTrainerOptions elastic_trainer_options(const ElasticRunSettings& settings);
+
 // The settings from an example's TrainOptions (both examples name these fields alike), for a
-// data set of `dataset_size` samples.
+// data set of `dataset_size` samples; FSDP's units as without --elastic (strategy_options).
+// Throws cohort::InvalidArgument for what --elastic does not take.
 template <typename TrainOptions>
-ElasticRunSettings elastic_run_settings(const TrainOptions& o, int64_t dataset_size) {
+ElasticRunSettings elastic_run_settings(const TrainOptions& o, int64_t dataset_size,
+                                        int64_t default_min_unit_parameters) {
+  refuse_for_elastic(o.strategy == "auto", "--strategy auto (the planner)");
   refuse_stateful_hook(o.comm_hook);
   ElasticRunSettings run;
   run.epochs = o.epochs;
@@ -65,28 +74,21 @@ ElasticRunSettings elastic_run_settings(const TrainOptions& o, int64_t dataset_s
   run.log_every = o.log_every;
   run.global_batch = o.batch_size;
   run.seed = o.seed;
-  run.bucket_cap_mb = o.plan.bucket_cap.mebibytes;
+  run.strategy = strategy_kind(o.strategy);
+  run.wrapping = strategy_options(o, default_min_unit_parameters);
   run.metrics = o.metrics;
   run.checkpoint = o.checkpoint;
   run.checkpoint_every = o.checkpoint_every;
   run.resume = load_options(o.resume, o.overwrite_checkpoint);
-  run.diloco = o.diloco.options();
   run.lr_schedule = o.lr_schedule_options(
       elastic_planned_steps(o.epochs, o.max_steps, dataset_size, o.batch_size));
-  run.comm_hook = make_comm_hook(o.comm_hook);
+  elastic_trainer_options(run);  // refuses now, before the rank joins the job
   return run;
 }
 
 // Where --elastic keeps the checkpoint named `checkpoint` ("" for none): a directory, since
 // ElasticTrainer writes the sampler's place beside the model (docs/elastic.md, "Checkpoints").
 std::string elastic_checkpoint_dir(const std::string& checkpoint);
-
-// Throws cohort::InvalidArgument naming `what` when `set`: an option --elastic does not take.
-void refuse_for_elastic(bool set, const std::string& what);
-
-// The global batch kept (each rank's share grows when members leave), DDP's bucket size, or
-// DiLoCo.
-cohort::ElasticTrainerOptions elastic_trainer_options(const ElasticRunSettings& settings);
 
 // Prints every membership on its rank 0 ("membership: generation 2: rank 1 left; ..."), after
 // calling `also` (which may be empty) on every member.

@@ -13,16 +13,13 @@ namespace {
 
 using cohort_examples::refuse_for_elastic;
 
+// What --elastic does not take that the library cannot see (the rest: train_elastic_as).
 void check_elastic_options(const TrainOptions& o) {
-  refuse_for_elastic(o.strategy != "ddp", "--strategy other than ddp");
   refuse_for_elastic(o.plan.bucket_cap.automatic, "--bucket-cap-mb auto");
   refuse_for_elastic(o.plan.memory_budget_mb > 0 || !o.plan.plan_out.empty(),
                      "--memory-budget-mb and --plan-out");
-  refuse_for_elastic(o.precision != "fp32", "--precision other than fp32");
-  refuse_for_elastic(o.master_weights, "--master-weights");
   refuse_for_elastic(o.mode != "sync", "--mode ps or ssp");
   refuse_for_elastic(o.sync_bn, "--sync-bn");
-  refuse_for_elastic(o.local_sgd.period > 0, "--local-sgd");
   // Every member would have to stop at the same step; the elastic trainer's vote does not
   // carry a clock.
   refuse_for_elastic(o.time_limit_s > 0, "--time-limit (stop with --max-steps instead)");
@@ -32,18 +29,22 @@ void check_elastic_options(const TrainOptions& o) {
 
 TrainResult train_elastic(const TrainOptions& options) {
   check_elastic_options(options);
-  auto elastic = cohort::init_elastic();
   torch::set_num_threads(options.threads > 0 ? options.threads : 1);
   FashionMnist train_set(load_split(options.data_dir, Split::kTrain));
   const Images test = options.skip_eval ? Images{} : load_split(options.data_dir, Split::kTest);
+  const size_t samples = *train_set.size();
+  const auto run = cohort_examples::elastic_run_settings(options, static_cast<int64_t>(samples),
+                                                         TrainOptions::kFsdpMinUnitParameters);
+  auto elastic = cohort::init_elastic();
   torch::manual_seed(options.seed);
   auto model = make_fmnist_model(options.model);
   if (options.activation_checkpointing) checkpoint_conv_stack(*model, options, false);
-  auto optimizer = cohort_examples::make_optimizer(options.optimizer, model->named_parameters(),
-                                                   options.optimizer_settings(model.get()));
-  const size_t samples = *train_set.size();
-  const auto run = cohort_examples::elastic_run_settings(options, static_cast<int64_t>(samples));
-  cohort::ElasticTrainer trainer(*elastic, model, *optimizer, samples,
+  // Under a sharded strategy the trainer makes the optimizer over each generation's shards.
+  auto make_optimizer = [&](const cohort_examples::NamedParameters& parameters) {
+    return cohort_examples::make_optimizer(options.optimizer, parameters,
+                                           options.optimizer_settings(model.get()));
+  };
+  cohort::ElasticTrainer trainer(*elastic, model, make_optimizer, samples,
                                  cohort_examples::elastic_trainer_options(run));
   cohort_examples::report_memberships(trainer);
   TrainResult result;

@@ -95,19 +95,6 @@ int64_t per_rank_batch(const TrainOptions& options, const cohort::Group& group) 
   return cohort_examples::per_rank_batch(options.batch_size, group);
 }
 
-cohort::StrategyOptions strategy_options(const TrainOptions& options,
-                                         std::shared_ptr<cohort::Timeline> timeline) {
-  cohort::StrategyOptions o;
-  o.bucket_cap_mb = options.plan.bucket_cap.mebibytes;
-  o.timeline = std::move(timeline);
-  o.background_checkpoints = !options.sync_checkpoint;
-  cohort_examples::apply_fsdp_settings(options.plan, TrainOptions::kFsdpMinUnitParameters, o);
-  o.comm_hook = cohort_examples::make_comm_hook(options.comm_hook);
-  o.local_sgd = options.local_sgd.options();
-  o.diloco = options.diloco.options();
-  return o;
-}
-
 Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> group)
     : options_(options),
       group_(std::move(group)),
@@ -123,8 +110,8 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<cohort::Group> gro
   model_ = make_fmnist_model(options_.model);
   if (options_.sync_bn) convert_batch_norms();
   if (options_.activation_checkpointing) checkpoint_conv_stack(*model_, options_, rank0());
-  cohort::StrategyOptions wrapping = strategy_options(options_, timeline_);
-  wrapping.precision = precision_;
+  cohort::StrategyOptions wrapping =
+      cohort_examples::strategy_options(options_, TrainOptions::kFsdpMinUnitParameters, timeline_);
   std::string strategy = options_.strategy;
   plan_ = plan_configuration(wrapping, train_set);
   if (plan_) {

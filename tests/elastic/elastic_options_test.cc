@@ -7,6 +7,7 @@
 #include "cohort/comm/elastic.h"
 #include "cohort/comm/memory_store.h"
 #include "cohort/core/error.h"
+#include "cohort/torch/ddp/comm_hook.h"
 #include "cohort/torch/elastic/elastic_trainer.h"
 #include "cohort/torch/nn/sync_batch_norm.h"
 #include "cohort/torch/optim/lars.h"
@@ -100,13 +101,6 @@ TEST(ElasticOptions, HierarchicalOrOverlappedDiLoCoIsRefused) {
   expect_diloco_refused(overlapped, "overlap_steps");
 }
 
-TEST(ElasticOptions, AFactoryInsteadOfAnOptimizerIsRefusedForDiLoCo) {
-  ElasticTrainerOptions options;
-  options.diloco = DiLoCoOptions{};
-  options.sampler.batch_per_rank = 4;
-  expect_refused(options, "pass the optimizer itself");
-}
-
 // DiLoCo is a way of synchronizing ddp: with a sharded kind it is refused by name.
 TEST(ElasticOptions, DiLoCoWithAShardedStrategyIsRefused) {
   auto options = full_shard_options();
@@ -140,6 +134,108 @@ TEST(ElasticOptions, AModelWithSyncBatchNormIsRefusedByName) {
               std::string::npos)
         << e.what();
   }
+}
+
+// ---------------------------------------------------------------- train_elastic_as
+
+// The strategy layer's options become the trainer's: the kind, the wrappers' options as
+// make_strategy makes them, and DiLoCo with the comm hook for its rounds.
+TEST(TrainElasticAs, SetsTheKindAndTheWrappersOptions) {
+  StrategyOptions wrapping;
+  wrapping.bucket_cap_mb = 3;
+  wrapping.fsdp_min_unit_parameters = 7;
+  ElasticTrainerOptions options;
+  options.checkpoint_dir = "kept";
+  train_elastic_as(options, StrategyKind::kShardGradOp, wrapping);
+  EXPECT_EQ(options.strategy, StrategyKind::kShardGradOp);
+  EXPECT_EQ(options.fsdp.strategy, ShardingStrategy::kShardGradOp);
+  EXPECT_EQ(options.fsdp.auto_wrap.min_parameters, 7);
+  EXPECT_EQ(options.checkpoint_dir, "kept");
+  train_elastic_as(options, StrategyKind::kZero1, wrapping);
+  EXPECT_EQ(options.zero.stage, 1);
+  EXPECT_EQ(options.zero.ddp.bucket_cap_mb, 3);
+  wrapping.diloco = DiLoCoOptions{};
+  wrapping.comm_hook = bf16_compress_hook();
+  train_elastic_as(options, StrategyKind::kDdp, wrapping);
+  ASSERT_TRUE(options.diloco.has_value());
+  EXPECT_EQ(options.diloco->hook, wrapping.comm_hook);
+  EXPECT_EQ(options.ddp.comm_hook, nullptr);  // DiLoCo sends no gradients
+}
+
+TEST(TrainElasticAs, RefusesWhatTheElasticTrainerDoesNotDoByName) {
+  const auto refused = [](StrategyKind kind, const StrategyOptions& wrapping,
+                          const std::string& words) {
+    ElasticTrainerOptions options;
+    try {
+      train_elastic_as(options, kind, wrapping);
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  StrategyOptions bf16;
+  bf16.precision = precision_named("bf16");
+  refused(StrategyKind::kFullShard, bf16, "a precision other than float32");
+  StrategyOptions sync_bn;
+  sync_bn.sync_batchnorm = true;
+  refused(StrategyKind::kDdp, sync_bn, "SyncBatchNorm");
+  StrategyOptions local_sgd;
+  local_sgd.local_sgd = LocalSgdOptions{};
+  refused(StrategyKind::kDdp, local_sgd, "local SGD");
+  StrategyOptions recompute;
+  recompute.activation_checkpointing = CheckpointPolicy{};
+  refused(StrategyKind::kDdp, recompute, "checkpoint_modules");
+  StrategyOptions hook;  // make_strategy's own refusal
+  hook.comm_hook = bf16_compress_hook();
+  refused(StrategyKind::kZero2, hook, "work with --strategy ddp only");
+}
+
+// Two in-process members train the same steps under ddp (the optimizer factory made once),
+// zero2 and full_shard, each set up by train_elastic_as from one StrategyOptions: the losses of
+// every step are equal bitwise (the reductions sum in the same order: Note [Reduction order]).
+TEST(TrainElasticAs, EveryKindTrainsTheSameStepsFromOneStrategyOptions) {
+  constexpr int kWorld = 2;
+  constexpr int64_t kTrainSteps = 8;
+  const testing::ElasticData data = testing::elastic_data();
+  const auto losses_under = [&](StrategyKind kind) {
+    std::vector<double> losses;  // rank 0's, per step
+    auto store = std::make_shared<MemoryStore>();
+    testing::run_ranks(kWorld, [&](int rank) {
+      ElasticOptions elastic_options;
+      elastic_options.initial_size = kWorld;
+      elastic_options.launch_rank = rank;
+      elastic_options.group = testing::quick_options();
+      ElasticGroup elastic(store, elastic_options);
+      torch::manual_seed(1);
+      auto model = testing::make_elastic_model();
+      ElasticTrainerOptions options;
+      options.sampler = testing::elastic_sampler_options(5, 0);
+      train_elastic_as(options, kind, StrategyOptions{});
+      ElasticTrainer trainer(elastic, model, sgd_factory(),
+                             static_cast<size_t>(data.inputs.size(0)), options);
+      while (trainer.committed_steps() < kTrainSteps) {
+        double loss = 0;
+        const bool committed = trainer.step([&](const ElasticStep& step) {
+          const auto rows =
+              torch::tensor(std::vector<int64_t>(step.indices.begin(), step.indices.end()));
+          const auto l = testing::elastic_loss(*model, data, rows);
+          l.backward();
+          loss = l.item<double>();
+        });
+        if (committed && rank == 0) losses.push_back(loss);
+      }
+      trainer.finish();
+      if (kind == StrategyKind::kDdp) {  // it trained: the replica moved from where it started
+        EXPECT_FALSE(torch::equal(model->parameters()[0],
+                                  testing::make_elastic_model()->parameters()[0]));
+      }
+    });
+    return losses;
+  };
+  const std::vector<double> ddp = losses_under(StrategyKind::kDdp);
+  ASSERT_EQ(ddp.size(), static_cast<size_t>(kTrainSteps));
+  EXPECT_EQ(losses_under(StrategyKind::kZero2), ddp);
+  EXPECT_EQ(losses_under(StrategyKind::kFullShard), ddp);
 }
 
 }  // namespace

@@ -153,8 +153,10 @@ TEST(ElasticExamples, OptionsThatCannotActUnderElasticAreRefusedByName) {
   const Refused cases[] = {
       {FASHION_MNIST, "--time-limit 5", "--elastic does not take --time-limit"},
       {FASHION_MNIST, "--comm-hook powersgd", "--elastic does not take --comm-hook powersgd"},
-      {FASHION_MNIST, "--precision bf16 --master-weights", "--elastic does not take --precision"},
-      {CHAR_LM, "--master-weights", "--elastic does not take --master-weights"},
+      {FASHION_MNIST, "--strategy auto", "--elastic does not take --strategy auto"},
+      {FASHION_MNIST, "--precision bf16 --master-weights",
+       "ElasticTrainer does not train with a precision other than float32"},
+      {CHAR_LM, "--local-sgd 4", "ElasticTrainer does not train with local SGD"},
       {CHAR_LM, "--comm-hook topk", "--elastic does not take --comm-hook topk"},
   };
   for (const Refused& c : cases) {
@@ -166,11 +168,14 @@ TEST(ElasticExamples, OptionsThatCannotActUnderElasticAreRefusedByName) {
   }
 }
 
-TEST(ElasticExamples, CharLmTrainsThroughAKill) {
-  expect_training_through_a_kill(CHAR_LM,
-                                 {"--layers", "1", "--width", "32", "--heads", "2", "--context",
-                                  "32", "--batch-size", "24", "--skip-eval", "--sample", "0"},
-                                 150);
+// A sharded strategy (--strategy, through cohort::train_elastic_as), with --clip over the
+// shards: the killed member's shards come from the survivors' buddy copies.
+TEST(ElasticExamples, CharLmUnderZero2TrainsThroughAKill) {
+  expect_training_through_a_kill(
+      CHAR_LM,
+      {"--layers", "1", "--width", "32", "--heads", "2", "--context", "32", "--batch-size", "24",
+       "--skip-eval", "--sample", "0", "--strategy", "zero2", "--clip", "1"},
+      150);
 }
 
 // DiLoCo (ElasticTrainerOptions::diloco): the killed rank is noticed at the next synchronization,

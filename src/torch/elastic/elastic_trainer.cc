@@ -144,6 +144,8 @@ struct ElasticTrainer::State {
   ElasticGroup& elastic;
   std::shared_ptr<torch::nn::Module> module;
   torch::optim::Optimizer* optimizer;  // kDdp's (DiLoCo's inner one); null when sharded
+  // kDdp's optimizer when the trainer was given a factory (ElasticOptimizerFactory) for it.
+  std::unique_ptr<torch::optim::Optimizer> made_optimizer;
   ElasticTrainerOptions options;
   ElasticSampler sampler;
   std::unique_ptr<Run> run;
@@ -609,14 +611,7 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
   COHORT_CHECK(state_->options.strategy == StrategyKind::kDdp,
                "ElasticTrainer: a sharded strategy builds its optimizer for each generation; pass "
                "an optimizer factory (ElasticOptimizerFactory) instead of an optimizer");
-  COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
-  if (state_->options.diloco) {
-    state_->run = std::make_unique<State::DiLoCoRun>(*state_, *state_->options.diloco);
-  } else {
-    state_->run = std::make_unique<State::ReplicaRun>(*state_);
-  }
-  state_->take_base_lrs(optimizer);
-  start();
+  make_replica_run();
 }
 
 ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn::Module> module,
@@ -624,13 +619,20 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
                                ElasticTrainerOptions options)
     : state_(std::make_unique<State>(elastic, std::move(module), nullptr, dataset_size,
                                      std::move(options))) {
-  COHORT_CHECK(state_->options.strategy != StrategyKind::kDdp,
-               "ElasticTrainer: under kDdp (with or without DiLoCo) pass the optimizer itself");
+  COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
+  COHORT_CHECK(make_optimizer != nullptr, "ElasticTrainer: the optimizer factory is empty");
+  if (state_->options.strategy == StrategyKind::kDdp) {
+    // The replicas' optimizer is made once, over the whole model, and kept by the trainer.
+    state_->made_optimizer = make_optimizer(state_->module->named_parameters());
+    COHORT_CHECK(state_->made_optimizer != nullptr,
+                 "ElasticTrainer: the optimizer factory returned null");
+    state_->optimizer = state_->made_optimizer.get();
+    make_replica_run();
+    return;
+  }
   COHORT_CHECK(!state_->options.diloco, "ElasticTrainer: DiLoCo runs under kDdp, not ",
                strategy_name(state_->options.strategy),
                " (ElasticTrainerOptions::diloco with a sharded strategy)");
-  COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
-  COHORT_CHECK(make_optimizer != nullptr, "ElasticTrainer: the optimizer factory is empty");
   // The factory over the whole model, once: its groups' LRs are the schedule's bases.
   if (state_->options.lr_schedule) {
     const auto probe = make_optimizer(state_->module->named_parameters());
@@ -640,6 +642,18 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
   state_->run = std::make_unique<State::ShardedStrategyRun>(
       *state_, std::make_unique<detail::ShardedRun>(state_->module, std::move(make_optimizer),
                                                     state_->options));
+  start();
+}
+
+// kDdp, with or without DiLoCo, over state_->optimizer.
+void ElasticTrainer::make_replica_run() {
+  COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
+  if (state_->options.diloco) {
+    state_->run = std::make_unique<State::DiLoCoRun>(*state_, *state_->options.diloco);
+  } else {
+    state_->run = std::make_unique<State::ReplicaRun>(*state_);
+  }
+  state_->take_base_lrs(*state_->optimizer);
   start();
 }
 

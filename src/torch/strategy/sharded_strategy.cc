@@ -10,6 +10,26 @@
 #include "strategy/strategies.h"
 
 namespace cohort::strategy_detail {
+
+ZeroOptions zero_options(StrategyKind kind, const StrategyOptions& options) {
+  ZeroOptions o;
+  o.stage = kind == StrategyKind::kZero1 ? 1 : 2;
+  o.ddp = ddp_options(options);
+  return o;
+}
+
+// Under master weights the units are 16-bit and their float32 shards the masters.
+FsdpOptions fsdp_options(StrategyKind kind, const StrategyOptions& options,
+                         const Precision& precision) {
+  FsdpOptions o;
+  o.strategy = fsdp_sharding_of(kind);
+  o.auto_wrap.min_parameters = options.fsdp_min_unit_parameters;
+  o.forward_prefetch = o.backward_prefetch = options.fsdp_prefetch;
+  o.mixed_precision.param_dtype = precision.master_weights();
+  o.timeline = options.timeline;
+  return o;
+}
+
 namespace {
 
 ModelStateBytes bytes_of(const MemoryReport& memory) {
@@ -29,25 +49,6 @@ ModelStateBytes bytes_of(const FsdpMemoryReport& memory) {
   bytes.peak_gradients = static_cast<int64_t>(memory.peak_gradients);
   bytes.optimizer_state = static_cast<int64_t>(memory.optimizer_state);
   return bytes;
-}
-
-ZeroOptions zero_options(StrategyKind kind, const StrategyOptions& options) {
-  ZeroOptions o;
-  o.stage = kind == StrategyKind::kZero1 ? 1 : 2;
-  o.ddp = ddp_options(options);
-  return o;
-}
-
-// Under master weights the units are 16-bit and their float32 shards the masters.
-FsdpOptions fsdp_options(StrategyKind kind, const StrategyOptions& options,
-                         const Precision& precision) {
-  FsdpOptions o;
-  o.strategy = fsdp_sharding_of(kind);
-  o.auto_wrap.min_parameters = options.fsdp_min_unit_parameters;
-  o.forward_prefetch = o.backward_prefetch = options.fsdp_prefetch;
-  o.mixed_precision.param_dtype = precision.master_weights();
-  o.timeline = options.timeline;
-  return o;
 }
 
 template <typename Wrapper>

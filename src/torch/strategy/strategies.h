@@ -5,6 +5,8 @@
 #include <memory>
 
 #include "cohort/torch/ddp/ddp.h"
+#include "cohort/torch/shard/fsdp.h"
+#include "cohort/torch/shard/zero.h"
 #include "cohort/torch/strategy/strategy.h"
 
 namespace cohort::strategy_detail {
@@ -19,6 +21,14 @@ std::unique_ptr<Strategy> make_sharded_strategy(StrategyKind kind,
 
 // DDP's options as both DDP and ZeRO take them (buckets, timeline, the comm hook).
 DdpOptions ddp_options(const StrategyOptions& options);
+
+// ZeroDataParallel's options for kZero1 or kZero2 (sharded_strategy.cc).
+ZeroOptions zero_options(StrategyKind kind, const StrategyOptions& options);
+
+// FullyShardedDataParallel's options for an FSDP kind; under master weights (`precision`) the
+// units are 16-bit and their float32 shards the masters.
+FsdpOptions fsdp_options(StrategyKind kind, const StrategyOptions& options,
+                         const Precision& precision);
 
 // What a step communicated, from a wrapper's IterationStats.
 StepCommunication communication_of(const IterationStats& stats);

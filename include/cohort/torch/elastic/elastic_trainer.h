@@ -41,6 +41,7 @@
 #include "cohort/torch/shard/fsdp.h"
 #include "cohort/torch/shard/zero.h"
 #include "cohort/torch/sharded_parameters.h"
+#include "cohort/torch/strategy/strategy.h"
 #include "cohort/torch/strategy/strategy_kind.h"
 
 namespace torch::optim {
@@ -100,6 +101,18 @@ struct ElasticTrainerOptions {
   std::optional<optim::LrScheduleOptions> lr_schedule;
 };
 
+// The strategy layer's choice (docs/strategy.md) as the elastic trainer takes it: sets
+// `options.strategy` to `kind`, and `ddp`, `zero`, `fsdp` and `diloco` as make_strategy(kind,
+// ..., wrapping) would make its wrapper (buckets, timeline, comm hook, FSDP's units and
+// prefetching, DiLoCo with the hook for its rounds); the rest of `options` stays. So one
+// StrategyOptions trains a model with or without ElasticTrainer. Throws InvalidArgument, naming
+// the option, for a combination make_strategy refuses and for what ElasticTrainer does not do:
+// precision other than float32 (and master weights), SyncBatchNorm (its layers hold one group;
+// each generation has its own), local SGD, and activation checkpointing (apply
+// cohort::checkpoint_modules to the module before making the trainer).
+void train_elastic_as(ElasticTrainerOptions& options, StrategyKind kind,
+                      const StrategyOptions& wrapping);
+
 // One step as a rank runs it.
 struct ElasticStep {
   int64_t step = 0;             // the step's number: committed steps before it
@@ -136,10 +149,12 @@ using ElasticOptimizerFactory = std::function<std::unique_ptr<torch::optim::Opti
 
 class ElasticTrainer {
  public:
-  // Any strategy (options.strategy); sharded ones need this form, since their optimizer steps
-  // shards that change with the world size: `make_optimizer` is called for each generation
-  // (and for the buddy copy) with the wrapper's named_parameters(). SGD, Adam, AdamW, Adagrad
-  // and RMSprop (whose state is kept per element, so that it can be re-sliced).
+  // Any strategy (options.strategy), with or without DiLoCo; sharded ones need this form, since
+  // their optimizer steps shards that change with the world size: `make_optimizer` is called for
+  // each generation (and for the buddy copy) with the wrapper's named_parameters(). SGD, Adam,
+  // AdamW, Adagrad and RMSprop (whose state is kept per element, so that it can be re-sliced).
+  // Under kDdp it is called once, over the module's parameters, and the trainer keeps the
+  // optimizer (optimizer()).
   ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn::Module> module,
                  ElasticOptimizerFactory make_optimizer, size_t dataset_size,
                  ElasticTrainerOptions options);
@@ -235,6 +250,7 @@ class ElasticTrainer {
   bool finish(const ElasticFinish& end);
 
  private:
+  void make_replica_run();
   void start();
   struct State;
   std::unique_ptr<State> state_;
