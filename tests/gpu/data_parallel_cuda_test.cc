@@ -32,7 +32,6 @@ namespace cohort {
 namespace data_parallel_cuda_test {
 
 using testing::ParityCase;
-using testing::Strategy;
 
 std::string env_of(const char* name) {
   const char* value = std::getenv(name);
@@ -59,20 +58,21 @@ ParityCase case_named(const std::string& name, int world, torch::Device device) 
   c.device = device;
   c.options.bucket_cap_mb = 0.002;  // several buckets
   if (name == "ddp") {
-    c.strategy = Strategy::kDdp;
+    c.strategy = StrategyKind::kDdp;
     // Alone, DDP skips the default hook's reduction: this one reduces through the group anyway.
     if (world == 1) c.options.comm_hook = allreduce_hook();
   }
   if (name == "ddp_batchnorm") {
-    c.strategy = Strategy::kDdp;
+    c.strategy = StrategyKind::kDdp;
     c.make_model = testing::conv_batchnorm();
     c.image_inputs = true;
     c.reference_per_slice = true;  // BatchNorm statistics are per rank
   }
-  if (name == "zero2") c.strategy = Strategy::kZero2;
-  if (name == "full_shard") c.strategy = Strategy::kFullShard;
+  if (name == "zero2") c.strategy = StrategyKind::kZero2;
+  if (name == "full_shard") c.strategy = StrategyKind::kFullShard;
   if (name == "full_shard_offload" || name == "shard_grad_op_offload") {
-    c.strategy = name == "full_shard_offload" ? Strategy::kFullShard : Strategy::kShardGradOp;
+    c.strategy =
+        name == "full_shard_offload" ? StrategyKind::kFullShard : StrategyKind::kShardGradOp;
     c.fsdp.cpu_offload = true;
     c.optimizer = testing::OptimizerKind::kAdamW;  // state that stays in host memory
     c.rtol = 1e-4;
@@ -87,7 +87,7 @@ ParityCase case_named(const std::string& name, int world, torch::Device device) 
     };
   }
   if (name == "full_shard_adamw") {
-    c.strategy = Strategy::kFullShard;
+    c.strategy = StrategyKind::kFullShard;
     c.optimizer = testing::OptimizerKind::kAdamW;
     c.rtol = 1e-4;
     c.atol = 1e-5;

@@ -30,7 +30,7 @@ namespace activation_checkpoint_parity_test {
 
 // ---- parity with one process on the whole batch
 
-ParityCase checkpoint_case(Strategy strategy, int world) {
+ParityCase checkpoint_case(StrategyKind strategy, int world) {
   ParityCase c;
   c.world = world;
   c.strategy = strategy;
@@ -39,7 +39,7 @@ ParityCase checkpoint_case(Strategy strategy, int world) {
   return c;
 }
 
-class CheckpointParity : public ::testing::TestWithParam<Strategy> {};
+class CheckpointParity : public ::testing::TestWithParam<StrategyKind> {};
 
 TEST_P(CheckpointParity, EveryBlockCheckpointedAtTwoAndThreeRanks) {
   for (int world : {2, 3}) expect_parity(checkpoint_case(GetParam(), world));
@@ -52,15 +52,18 @@ TEST_P(CheckpointParity, NoSyncAccumulation) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, CheckpointParity,
-                         ::testing::Values(Strategy::kDdp, Strategy::kZero1, Strategy::kZero2,
-                                           Strategy::kFullShard, Strategy::kShardGradOp),
-                         [](const auto& param_info) { return std::string(strategy_name(param_info.param)); });
+                         ::testing::Values(StrategyKind::kDdp, StrategyKind::kZero1,
+                                           StrategyKind::kZero2, StrategyKind::kFullShard,
+                                           StrategyKind::kShardGradOp),
+                         [](const auto& param_info) {
+                           return std::string(strategy_name(param_info.param));
+                         });
 
 TEST(CheckpointParityDdp, FindUnusedParametersAndStaticGraph) {
-  auto unused = checkpoint_case(Strategy::kDdp, 2);
+  auto unused = checkpoint_case(StrategyKind::kDdp, 2);
   unused.options.find_unused_parameters = true;
   expect_parity(unused);
-  auto static_graph = checkpoint_case(Strategy::kDdp, 2);
+  auto static_graph = checkpoint_case(StrategyKind::kDdp, 2);
   static_graph.options.static_graph = true;
   expect_parity(static_graph);
 }
@@ -69,7 +72,7 @@ TEST(CheckpointParityDdp, FindUnusedParametersAndStaticGraph) {
 // for its backward anyway: the bytes all-gathered per step are those of the plain model.
 TEST(CheckpointParityFsdp, ACheckpointedUnitIsGatheredOncePerBackward) {
   auto gathered = [](bool checkpointed) {
-    auto c = checkpoint_case(Strategy::kFullShard, 2);
+    auto c = checkpoint_case(StrategyKind::kFullShard, 2);
     if (!checkpointed) c.make_model = [] { return std::make_shared<BlockStack>(0.0, false); };
     auto bytes = std::make_shared<std::vector<size_t>>();
     c.inspect_fsdp = [bytes](int rank, int, FullyShardedDataParallel& fsdp) {
@@ -86,26 +89,27 @@ TEST(CheckpointParityFsdp, ACheckpointedUnitIsGatheredOncePerBackward) {
 
 // ---- the same gradients with and without checkpointing, under each wrapper
 
-enum class Wrapper { kDdp, kZero2, kFullShard };
-
 struct TrainingOptions {
   bool autocast_and_scaler = false;
 };
 
-// A model wrapped for data parallelism, with its optimizer.
+// A model wrapped for data parallelism under `strategy`, with its optimizer.
 class Wrapped {
  public:
-  Wrapped(Wrapper wrapper, std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Group> group,
-          TrainingOptions options = {})
+  Wrapped(StrategyKind strategy, std::shared_ptr<torch::nn::Module> model,
+          std::shared_ptr<Group> group, TrainingOptions options = {})
       : model_(model), options_(options) {
-    if (wrapper == Wrapper::kDdp) ddp_ = std::make_unique<DistributedDataParallel>(model, group);
-    if (wrapper == Wrapper::kZero2) {
+    if (strategy == StrategyKind::kDdp) {
+      ddp_ = std::make_unique<DistributedDataParallel>(model, group);
+    }
+    if (is_zero(strategy)) {
       ZeroOptions zero;
-      zero.stage = 2;
+      zero.stage = strategy == StrategyKind::kZero1 ? 1 : 2;
       zero_ = std::make_unique<ZeroDataParallel>(model, group, zero);
     }
-    if (wrapper == Wrapper::kFullShard) {
+    if (is_fsdp(strategy)) {
       FsdpOptions fsdp;
+      fsdp.strategy = fsdp_sharding_of(strategy);
       fsdp.units = {"blocks.0", "blocks.1", "blocks.2"};
       fsdp_ = std::make_unique<FullyShardedDataParallel>(model, group, fsdp);
     }
@@ -122,7 +126,8 @@ class Wrapped {
     }
     (options_.autocast_and_scaler ? scaler_.scale(loss) : loss).backward();
     std::vector<torch::Tensor> gradients;
-    for (const auto& p : trained()) gradients.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros({0}));
+    for (const auto& p : trained())
+      gradients.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros({0}));
     if (options_.autocast_and_scaler) {
       scaler_.step(*optimizer_);
       scaler_.update();
@@ -156,10 +161,16 @@ void expect_equal_tensors(const std::vector<torch::Tensor>& got,
                           const std::vector<torch::Tensor>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_TRUE(torch::equal(got[i], want[i])) << what << " " << i << " max diff " << (got[i].sizes() == want[i].sizes() ? (got[i] - want[i]).abs().max().item<double>() : -1.0) << " of " << want[i].abs().max().item<double>();
+    EXPECT_TRUE(torch::equal(got[i], want[i]))
+        << what << " " << i << " max diff "
+        << (got[i].sizes() == want[i].sizes() ? (got[i] - want[i]).abs().max().item<double>()
+                                              : -1.0)
+        << " of " << want[i].abs().max().item<double>();
 }
 
-at::Generator rank_generator(int rank) { return at::make_generator<at::CPUGeneratorImpl>(rank + 1); }
+at::Generator rank_generator(int rank) {
+  return at::make_generator<at::CPUGeneratorImpl>(rank + 1);
+}
 
 // Gives `copy` the parameters and buffers of `model` (models made on threads that share the
 // default generator draw different initial weights).
@@ -171,7 +182,8 @@ void copy_state(torch::nn::Module& model, torch::nn::Module& copy) {
   for (size_t i = 0; i < from_buffers.size(); ++i) to_buffers[i].copy_(from_buffers[i]);
 }
 
-void expect_checkpointing_changes_nothing(Wrapper wrapper, int world, TrainingOptions options = {}) {
+void expect_checkpointing_changes_nothing(StrategyKind strategy, int world,
+                                          TrainingOptions options = {}) {
   run_with_groups(world, [&](int rank, std::shared_ptr<Group> group) {
     at::Generator generator_of_plain = rank_generator(rank);
     at::Generator generator_of_checkpointed = rank_generator(rank);
@@ -183,32 +195,35 @@ void expect_checkpointing_changes_nothing(Wrapper wrapper, int world, TrainingOp
     policy.options.generators = {generator_of_checkpointed};  // the rank's own, not the
     policy.options.preserve_rng_state = false;                // default ones all ranks share
     ASSERT_EQ(checkpoint_modules(*checkpointed, policy).size(), 3u);
-    Wrapped a(wrapper, plain, group, options), b(wrapper, checkpointed, group, options);
+    Wrapped a(strategy, plain, group, options), b(strategy, checkpointed, group, options);
     at::Generator data = rank_generator(100 + rank);
     for (int step = 0; step < 3; ++step) {
       const torch::Tensor x = torch::randn({5, 10}, data);
       const auto want = a.step([&] { return plain->forward(x, step, rank).pow(2).mean(); });
       const auto got = b.step([&] { return checkpointed->forward(x, step, rank).pow(2).mean(); });
-      expect_equal_tensors(got, want, "rank " + std::to_string(rank) + " step " +
-                                          std::to_string(step) + " gradient");
+      expect_equal_tensors(
+          got, want,
+          "rank " + std::to_string(rank) + " step " + std::to_string(step) + " gradient");
     }
     expect_equal_tensors(b.trained(), a.trained(), "rank " + std::to_string(rank) + " parameter");
   });
 }
 
 TEST(CheckpointSameGradients, DdpAtTwoAndThreeRanks) {
-  expect_checkpointing_changes_nothing(Wrapper::kDdp, 2);
-  expect_checkpointing_changes_nothing(Wrapper::kDdp, 3);
+  expect_checkpointing_changes_nothing(StrategyKind::kDdp, 2);
+  expect_checkpointing_changes_nothing(StrategyKind::kDdp, 3);
 }
 
-TEST(CheckpointSameGradients, Zero2) { expect_checkpointing_changes_nothing(Wrapper::kZero2, 2); }
+TEST(CheckpointSameGradients, Zero2) {
+  expect_checkpointing_changes_nothing(StrategyKind::kZero2, 2);
+}
 
 TEST(CheckpointSameGradients, FullShard) {
-  expect_checkpointing_changes_nothing(Wrapper::kFullShard, 2);
+  expect_checkpointing_changes_nothing(StrategyKind::kFullShard, 2);
 }
 
 TEST(CheckpointSameGradients, DdpWithBfloat16AutocastAndGradScaler) {
-  expect_checkpointing_changes_nothing(Wrapper::kDdp, 2, {/*autocast_and_scaler=*/true});
+  expect_checkpointing_changes_nothing(StrategyKind::kDdp, 2, {/*autocast_and_scaler=*/true});
 }
 
 // Conv -> BatchNorm -> ReLU twice, then a head; the BatchNorms made SyncBatchNorms, the conv stack
@@ -216,10 +231,10 @@ TEST(CheckpointSameGradients, DdpWithBfloat16AutocastAndGradScaler) {
 struct ConvStack : torch::nn::Module {
   ConvStack() {
     using namespace torch::nn;
-    layers = register_module(
-        "layers", Sequential(Conv2d(Conv2dOptions(1, 4, 3)), BatchNorm2d(4), ReLU(),
-                             Conv2d(Conv2dOptions(4, 4, 3)), BatchNorm2d(4), ReLU(), Flatten(),
-                             Linear(64, 3)));
+    layers =
+        register_module("layers", Sequential(Conv2d(Conv2dOptions(1, 4, 3)), BatchNorm2d(4), ReLU(),
+                                             Conv2d(Conv2dOptions(4, 4, 3)), BatchNorm2d(4), ReLU(),
+                                             Flatten(), Linear(64, 3)));
   }
   torch::Tensor forward(const torch::Tensor& x) { return layers->forward(x); }
   torch::nn::Sequential layers{nullptr};
@@ -236,7 +251,7 @@ TEST(CheckpointSameGradients, DdpWithSyncBatchNormCountsStatisticsOnce) {
     CheckpointPolicy policy;
     policy.spans = {{"layers", 0, 6}};
     checkpoint_modules(*checkpointed, policy);
-    Wrapped a(Wrapper::kDdp, plain, group), b(Wrapper::kDdp, checkpointed, group);
+    Wrapped a(StrategyKind::kDdp, plain, group), b(StrategyKind::kDdp, checkpointed, group);
     at::Generator data = rank_generator(100 + rank);
     for (int step = 0; step < 3; ++step) {
       const torch::Tensor x = torch::randn({3 + rank, 1, 8, 8}, data);

@@ -179,17 +179,12 @@ class ZeroTrainer final : public RankTrainer {
  private:
   static ZeroOptions zero_options(const ParityCase& c) {
     ZeroOptions options;
-    options.stage = c.strategy == Strategy::kZero1 ? 1 : 2;
+    options.stage = c.strategy == StrategyKind::kZero1 ? 1 : 2;
     options.ddp = c.options;
     return options;
   }
   ZeroDataParallel zero_;
 };
-
-bool is_fsdp(Strategy strategy) {
-  return strategy == Strategy::kFullShard || strategy == Strategy::kShardGradOp ||
-         strategy == Strategy::kNoShard || strategy == Strategy::kHybridShard;
-}
 
 class FsdpTrainer final : public RankTrainer {
  public:
@@ -223,10 +218,7 @@ class FsdpTrainer final : public RankTrainer {
  private:
   static FsdpOptions fsdp_options(const ParityCase& c) {
     FsdpOptions options = c.fsdp;
-    options.strategy = c.strategy == Strategy::kFullShard     ? ShardingStrategy::kFullShard
-                       : c.strategy == Strategy::kShardGradOp ? ShardingStrategy::kShardGradOp
-                       : c.strategy == Strategy::kNoShard     ? ShardingStrategy::kNoShard
-                                                              : ShardingStrategy::kHybridShard;
+    options.strategy = c.fsdp_sharding.value_or(fsdp_sharding_of(c.strategy));
     if (options.units.empty() && !options.auto_wrap.predicate &&
         options.auto_wrap.min_parameters == 0) {
       options.auto_wrap.min_parameters = 1;
@@ -246,7 +238,10 @@ std::unique_ptr<RankTrainer> make_trainer(const ParityCase& c, std::shared_ptr<T
   if (is_fsdp(c.strategy)) {
     return std::make_unique<FsdpTrainer>(c, rank, std::move(model), std::move(group));
   }
-  if (c.strategy == Strategy::kDdp) {
+  if (c.fsdp_sharding) {
+    ADD_FAILURE() << "fsdp_sharding set for " << strategy_name(c.strategy) << ", no FSDP kind";
+  }
+  if (c.strategy == StrategyKind::kDdp) {
     return std::make_unique<DdpTrainer>(c, std::move(model), std::move(group));
   }
   return std::make_unique<ZeroTrainer>(c, std::move(model), std::move(group));
@@ -460,19 +455,6 @@ std::vector<std::shared_ptr<Group>> make_groups_on_nodes(const std::vector<std::
 }
 
 }  // namespace
-
-const char* strategy_name(Strategy strategy) {
-  switch (strategy) {
-    case Strategy::kDdp: return "ddp";
-    case Strategy::kZero1: return "zero1";
-    case Strategy::kZero2: return "zero2";
-    case Strategy::kFullShard: return "full_shard";
-    case Strategy::kShardGradOp: return "shard_grad_op";
-    case Strategy::kNoShard: return "no_shard";
-    case Strategy::kHybridShard: return "hybrid_shard";
-  }
-  return "?";
-}
 
 ModelFactory mlp() {
   return [] { return std::make_shared<Mlp>(); };

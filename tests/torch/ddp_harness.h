@@ -7,12 +7,14 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cohort/torch/ddp/ddp.h"
 #include "cohort/torch/shard/fsdp.h"
 #include "cohort/torch/shard/zero.h"
+#include "cohort/torch/strategy/strategy_kind.h"
 
 namespace cohort::testing {
 
@@ -33,9 +35,6 @@ ModelFactory branchy(std::function<bool(int step, int rank)> use_branch);
 // the opposite of reverse registration order.
 ModelFactory reordered();
 
-// How each rank wraps its model (the reference is always plain one-process training).
-enum class Strategy { kDdp, kZero1, kZero2, kFullShard, kShardGradOp, kNoShard, kHybridShard };
-const char* strategy_name(Strategy strategy);
 enum class OptimizerKind { kSgdMomentum, kAdamW };
 
 struct ParityCase {
@@ -72,7 +71,12 @@ struct ParityCase {
   bool shared_memory = false;
   // When set: the node of each rank (GroupOptions::node_id), over TCP.
   std::vector<std::string> node_of;
-  Strategy strategy = Strategy::kDdp;
+  // How each rank wraps its model (the reference is always plain one-process training).
+  StrategyKind strategy = StrategyKind::kDdp;
+  // An FSDP strategy's ShardingStrategy instead of fsdp_sharding_of(strategy). FSDP's NO_SHARD
+  // (DDP underneath) is a ShardingStrategy but no StrategyKind: a case runs it as an FSDP kind
+  // with this set to kNoShard. Only for FSDP kinds (is_fsdp).
+  std::optional<ShardingStrategy> fsdp_sharding;
   // SGD: lr 0.05, momentum 0.9, weight decay 1e-3; AdamW: lr 0.01, weight decay 0.01.
   OptimizerKind optimizer = OptimizerKind::kSgdMomentum;
   // > 0: the learning rate instead of the one above.
@@ -82,8 +86,9 @@ struct ParityCase {
   double clip_norm = 0;
   // Parameters whose requires_grad is turned off (by name) before training, in every copy.
   std::vector<std::string> frozen;
-  // FSDP strategies: the options (strategy is set from `strategy`). With neither units nor an
-  // auto-wrap rule of its own, every child module holding parameters is a unit.
+  // FSDP strategies: the options (strategy is set from `strategy` and `fsdp_sharding`). With
+  // neither units nor an auto-wrap rule of its own, every child module holding parameters is a
+  // unit.
   FsdpOptions fsdp;
   // Mixed precision as PyTorch's FSDP MixedPrecision(param_dtype) computes: when set, the
   // reference copies its (float32) model each step into a copy whose parameters are of this

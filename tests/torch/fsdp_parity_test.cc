@@ -3,17 +3,43 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
+#include <ostream>
+#include <string>
 
 #include "ddp_harness.h"
 
 namespace cohort::testing {
 namespace fsdp_parity_test {
 
+// An FSDP strategy of these tests: an FSDP StrategyKind, its ShardingStrategy replaced by
+// `sharding` when set (ParityCase::fsdp_sharding). NO_SHARD (DDP underneath) is a
+// ShardingStrategy but no StrategyKind: kNoShard runs it as kFullShard with the sharding replaced.
+struct FsdpStrategy {
+  // Implicit: an FSDP StrategyKind is one.
+  FsdpStrategy(StrategyKind strategy, std::optional<ShardingStrategy> replaced = std::nullopt)
+      : kind(strategy), sharding(replaced) {}
+
+  StrategyKind kind;
+  std::optional<ShardingStrategy> sharding;
+};
+const FsdpStrategy kNoShard(StrategyKind::kFullShard, ShardingStrategy::kNoShard);
+
+// strategy_name's, "no_shard" for kNoShard: the names of the parameterized tests.
+std::string name_of(const FsdpStrategy& strategy) {
+  return strategy.sharding == ShardingStrategy::kNoShard ? "no_shard"
+                                                         : strategy_name(strategy.kind);
+}
+void PrintTo(const FsdpStrategy& strategy, std::ostream* out) {
+  *out << name_of(strategy);
+}
+
 // Tolerances as for ZeRO: the reduce-scatter sums in another order than one process, and AdamW
 // magnifies that rounding.
-ParityCase fsdp_case(Strategy strategy, int world, OptimizerKind optimizer) {
+ParityCase fsdp_case(const FsdpStrategy& strategy, int world, OptimizerKind optimizer) {
   ParityCase c;
-  c.strategy = strategy;
+  c.strategy = strategy.kind;
+  c.fsdp_sharding = strategy.sharding;
   c.world = world;
   c.optimizer = optimizer;
   if (optimizer == OptimizerKind::kAdamW) {
@@ -102,7 +128,7 @@ struct TinyGpt : TestModel {
   torch::nn::LayerNorm final_norm{nullptr};
 };
 
-class FsdpParity : public ::testing::TestWithParam<Strategy> {};
+class FsdpParity : public ::testing::TestWithParam<FsdpStrategy> {};
 
 TEST_P(FsdpParity, EveryWorldSizeWithSgdMomentumAndAdamW) {
   for (OptimizerKind optimizer : {OptimizerKind::kSgdMomentum, OptimizerKind::kAdamW}) {
@@ -218,18 +244,16 @@ TEST_P(FsdpParity, OverTcpAndSharedMemory) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, FsdpParity,
-                         ::testing::Values(Strategy::kFullShard, Strategy::kShardGradOp,
-                                           Strategy::kNoShard),
-                         [](const auto& param_info) {
-                           return std::string(strategy_name(param_info.param));
-                         });
+                         ::testing::Values(FsdpStrategy(StrategyKind::kFullShard),
+                                           FsdpStrategy(StrategyKind::kShardGradOp), kNoShard),
+                         [](const auto& param_info) { return name_of(param_info.param); });
 
 // Gradients reduced in another dtype than the parameters': float64 changes nothing at this
 // tolerance; bfloat16 (8 bits of mantissa) stays within a few percent over a few steps.
 TEST(FsdpMixedPrecision, ReduceDtype) {
   for (auto dtype : {torch::kFloat64, torch::kBFloat16}) {
     SCOPED_TRACE(c10::toString(dtype));
-    auto c = fsdp_case(Strategy::kFullShard, 3, OptimizerKind::kSgdMomentum);
+    auto c = fsdp_case(StrategyKind::kFullShard, 3, OptimizerKind::kSgdMomentum);
     c.fsdp.mixed_precision.reduce_dtype = dtype;
     if (dtype == torch::kBFloat16) {
       c.steps = 5;
@@ -253,7 +277,7 @@ TEST(FsdpMixedPrecision, ReduceDtype) {
 // told apart here: FsdpParamDtype.ComputesWithBfloat16CopiesOfFloat32Shards checks the
 // forward bit for bit against a bfloat16 model.
 TEST(FsdpMixedPrecision, ParamDtypeBfloat16) {
-  for (Strategy strategy : {Strategy::kFullShard, Strategy::kShardGradOp}) {
+  for (StrategyKind strategy : {StrategyKind::kFullShard, StrategyKind::kShardGradOp}) {
     for (int world : {2, 3}) {
       SCOPED_TRACE(std::string(strategy_name(strategy)) + " world " + std::to_string(world));
       auto c = fsdp_case(strategy, world, OptimizerKind::kAdamW);
@@ -269,7 +293,7 @@ TEST(FsdpMixedPrecision, ParamDtypeBfloat16) {
 // Sharded over the two ranks of each node, replicated across the two nodes.
 TEST(FsdpHybridParity, TwoNodesOfTwoRanks) {
   for (OptimizerKind optimizer : {OptimizerKind::kSgdMomentum, OptimizerKind::kAdamW}) {
-    auto c = fsdp_case(Strategy::kHybridShard, 4, optimizer);
+    auto c = fsdp_case(StrategyKind::kHybridShard, 4, optimizer);
     c.node_of = {"a", "a", "b", "b"};
     c.clip_norm = 0.5;
     c.inspect_fsdp = [](int rank, int, FullyShardedDataParallel& fsdp) {
@@ -280,7 +304,7 @@ TEST(FsdpHybridParity, TwoNodesOfTwoRanks) {
 }
 
 TEST(FsdpHybridParity, NoSyncAccumulationWithNodesNumberedOutOfOrder) {
-  auto c = fsdp_case(Strategy::kHybridShard, 4, OptimizerKind::kAdamW);
+  auto c = fsdp_case(StrategyKind::kHybridShard, 4, OptimizerKind::kAdamW);
   c.node_of = {"b", "a", "b", "a"};
   c.micro_batches = 2;
   expect_parity(c);

@@ -83,21 +83,30 @@ Run reference(const std::vector<torch::Tensor>& initial, int world, double clip)
   return run;
 }
 
-enum class Wrapper { kDdp, kZero1, kZero2, kFullShard, kShardGradOp, kNoShard, kHybridShard };
-
 struct Case {
-  Wrapper wrapper;
+  StrategyKind strategy;
   double clip = 0;
   int world = 2;
+  // An FSDP kind's ShardingStrategy instead of fsdp_sharding_of(strategy): FSDP's NO_SHARD (DDP
+  // underneath) is no StrategyKind, so it runs as kFullShard with this set to kNoShard.
+  std::optional<ShardingStrategy> fsdp_sharding = std::nullopt;
 };
+
+// The ShardingStrategy of an FSDP case.
+ShardingStrategy sharding_of(const Case& c) {
+  return c.fsdp_sharding.value_or(fsdp_sharding_of(c.strategy));
+}
 
 // Where the overflow comes from: under DDP, NO_SHARD and HYBRID_SHARD the last rank's input
 // (the reductions spread it: DDP's average to every rank, HYBRID's replica average to the other
 // node); under ZeRO, FULL_SHARD and SHARD_GRAD_OP the last rank's own gradient shard after
 // backward, which only a reduction of the finding can tell the other ranks about.
 bool overflow_in_input(const Case& c) {
-  return c.wrapper == Wrapper::kDdp || c.wrapper == Wrapper::kNoShard ||
-         c.wrapper == Wrapper::kHybridShard;
+  if (is_fsdp(c.strategy)) {
+    const ShardingStrategy sharding = sharding_of(c);
+    return sharding == ShardingStrategy::kNoShard || sharding == ShardingStrategy::kHybridShard;
+  }
+  return c.strategy == StrategyKind::kDdp;
 }
 
 // This rank's slice of the step's batch.
@@ -128,23 +137,16 @@ Run train_rank(const Case& c, int rank, std::shared_ptr<Group> group,
   std::optional<ZeroDataParallel> zero;
   std::optional<FullyShardedDataParallel> fsdp;
   std::vector<torch::Tensor> trained;
-  switch (c.wrapper) {
-    case Wrapper::kDdp: ddp.emplace(net, group); break;
-    case Wrapper::kZero1:
-    case Wrapper::kZero2: {
-      ZeroOptions options;
-      options.stage = c.wrapper == Wrapper::kZero1 ? 1 : 2;
-      zero.emplace(net, group, options);
-      break;
-    }
-    default: {
-      FsdpOptions options;
-      options.strategy = c.wrapper == Wrapper::kFullShard     ? ShardingStrategy::kFullShard
-                         : c.wrapper == Wrapper::kShardGradOp ? ShardingStrategy::kShardGradOp
-                         : c.wrapper == Wrapper::kNoShard     ? ShardingStrategy::kNoShard
-                                                              : ShardingStrategy::kHybridShard;
-      fsdp.emplace(net, group, options);
-    }
+  if (c.strategy == StrategyKind::kDdp) {
+    ddp.emplace(net, group);
+  } else if (is_zero(c.strategy)) {
+    ZeroOptions options;
+    options.stage = c.strategy == StrategyKind::kZero1 ? 1 : 2;
+    zero.emplace(net, group, options);
+  } else {
+    FsdpOptions options;
+    options.strategy = sharding_of(c);
+    fsdp.emplace(net, group, options);
   }
   const auto parameters = zero ? zero->parameters() : fsdp ? fsdp->parameters() : net->parameters();
   torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(0.05).momentum(0.9));
@@ -191,7 +193,7 @@ void expect_every_rank_skips_with_the_reference(const Case& c) {
   auto body = [&](int rank, std::shared_ptr<Group> group) {
     runs[rank] = train_rank(c, rank, std::move(group), &initial);
   };
-  if (c.wrapper == Wrapper::kHybridShard) {
+  if (c.strategy == StrategyKind::kHybridShard) {
     run_with_groups_on_nodes({"a", "a", "b", "b"}, body);
   } else {
     run_with_groups(c.world, body);
@@ -211,34 +213,35 @@ void expect_every_rank_skips_with_the_reference(const Case& c) {
 }
 
 TEST(GradScalerParity, DdpOverflowOnOneRankIsSeenByEveryRank) {
-  expect_every_rank_skips_with_the_reference({Wrapper::kDdp});
+  expect_every_rank_skips_with_the_reference({StrategyKind::kDdp});
 }
 TEST(GradScalerParity, DdpWithUnscaleAndClipping) {
-  expect_every_rank_skips_with_the_reference({Wrapper::kDdp, 0.5});
+  expect_every_rank_skips_with_the_reference({StrategyKind::kDdp, 0.5});
 }
 TEST(GradScalerParity, Zero1OverflowInOneShard) {
-  expect_every_rank_skips_with_the_reference({Wrapper::kZero1});
+  expect_every_rank_skips_with_the_reference({StrategyKind::kZero1});
 }
 TEST(GradScalerParity, Zero2OverflowInOneShardWithClipping) {
-  expect_every_rank_skips_with_the_reference({Wrapper::kZero2, 0.5});
+  expect_every_rank_skips_with_the_reference({StrategyKind::kZero2, 0.5});
 }
 TEST(GradScalerParity, Zero2AtThreeRanks) {
-  expect_every_rank_skips_with_the_reference({Wrapper::kZero2, 0, 3});
+  expect_every_rank_skips_with_the_reference({StrategyKind::kZero2, 0, 3});
 }
 TEST(GradScalerParity, FullShardOverflowInOneShard) {
-  expect_every_rank_skips_with_the_reference({Wrapper::kFullShard});
+  expect_every_rank_skips_with_the_reference({StrategyKind::kFullShard});
 }
 TEST(GradScalerParity, FullShardWithClipping) {
-  expect_every_rank_skips_with_the_reference({Wrapper::kFullShard, 0.5});
+  expect_every_rank_skips_with_the_reference({StrategyKind::kFullShard, 0.5});
 }
 TEST(GradScalerParity, ShardGradOpOverflowInOneShard) {
-  expect_every_rank_skips_with_the_reference({Wrapper::kShardGradOp});
+  expect_every_rank_skips_with_the_reference({StrategyKind::kShardGradOp});
 }
 TEST(GradScalerParity, NoShardOverflowOnOneRank) {
-  expect_every_rank_skips_with_the_reference({Wrapper::kNoShard, 0.5});
+  expect_every_rank_skips_with_the_reference(
+      {StrategyKind::kFullShard, 0.5, 2, ShardingStrategy::kNoShard});
 }
 TEST(GradScalerParity, HybridShardOverflowInOneShardOfOneReplica) {
-  expect_every_rank_skips_with_the_reference({Wrapper::kHybridShard, 0.5, 4});
+  expect_every_rank_skips_with_the_reference({StrategyKind::kHybridShard, 0.5, 4});
 }
 
 }  // namespace grad_scaler_parity_test

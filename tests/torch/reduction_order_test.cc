@@ -17,7 +17,7 @@ namespace cohort::testing {
 namespace {
 
 // 30 AdamW steps of the harness's MLP at `world` ranks on one host (TCP and shared memory).
-ParityCase adamw_case(int world, Strategy strategy) {
+ParityCase adamw_case(int world, StrategyKind strategy) {
   ParityCase c;
   c.world = world;
   c.steps = 30;
@@ -31,8 +31,8 @@ ParityCase adamw_case(int world, Strategy strategy) {
 
 TEST(ReductionOrder, DdpZeroAndFsdpEqualTheRankOrderSumBitwiseAfter30AdamWSteps) {
   for (int world : {2, 3, 4}) {
-    for (Strategy strategy : {Strategy::kDdp, Strategy::kZero1, Strategy::kZero2,
-                              Strategy::kFullShard, Strategy::kShardGradOp}) {
+    for (StrategyKind strategy : {StrategyKind::kDdp, StrategyKind::kZero1, StrategyKind::kZero2,
+                                  StrategyKind::kFullShard, StrategyKind::kShardGradOp}) {
       SCOPED_TRACE(std::string(strategy_name(strategy)) + " at " + std::to_string(world) +
                    " ranks");
       ParityCase c = adamw_case(world, strategy);
@@ -48,10 +48,10 @@ TEST(ReductionOrder, DdpZeroAndFsdpEqualTheRankOrderSumBitwiseAfter30AdamWSteps)
 // against DDP's rank 0, printed as the table of docs/ddp.md ("Order of reductions").
 TEST(ReductionOrder, StrategiesEndBitwiseEqualToDdp) {
   for (int world : {2, 3, 4}) {
-    auto run = [&](Strategy strategy) { return final_states(adamw_case(world, strategy)); };
-    const auto ddp = run(Strategy::kDdp);
-    for (Strategy strategy :
-         {Strategy::kZero1, Strategy::kZero2, Strategy::kFullShard, Strategy::kShardGradOp}) {
+    auto run = [&](StrategyKind strategy) { return final_states(adamw_case(world, strategy)); };
+    const auto ddp = run(StrategyKind::kDdp);
+    for (StrategyKind strategy : {StrategyKind::kZero1, StrategyKind::kZero2,
+                                  StrategyKind::kFullShard, StrategyKind::kShardGradOp}) {
       const auto states = run(strategy);
       double worst = 0;
       for (const auto& rank_state : states) {

@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,43 +44,39 @@ constexpr int kGlobalBatch = 12;  // divisible by every world size here
 constexpr int kSavedSteps = 4;
 constexpr int kResumedSteps = 4;
 
-enum class Wrap {
-  kOneProcess,
-  kDdp,
-  kZero1,
-  kZero2,
-  kFullShard,
-  kShardGradOp,
-  kNoShard,
-  kHybridShard
-};
+// How a run wraps each rank's model: under a StrategyKind, or not at all (kOneProcess). An FSDP
+// kind runs with `fsdp_sharding` instead of fsdp_sharding_of(kind) when that is set: FSDP's
+// NO_SHARD (DDP underneath) is no StrategyKind, so kNoShard is the kFullShard kind run with
+// ShardingStrategy::kNoShard.
+struct Wrap {
+  Wrap() = default;
+  // Implicit: a StrategyKind is how a run wraps.
+  Wrap(StrategyKind strategy, std::optional<ShardingStrategy> replaced = std::nullopt)
+      : kind(strategy), fsdp_sharding(replaced) {}
+  bool is_zero() const { return kind && cohort::is_zero(*kind); }
+  bool is_fsdp() const { return kind && cohort::is_fsdp(*kind); }
 
-const char* wrap_name(Wrap wrap) {
-  switch (wrap) {
-    case Wrap::kOneProcess: return "one process";
-    case Wrap::kDdp: return "ddp";
-    case Wrap::kZero1: return "zero1";
-    case Wrap::kZero2: return "zero2";
-    case Wrap::kFullShard: return "FULL_SHARD";
-    case Wrap::kShardGradOp: return "SHARD_GRAD_OP";
-    case Wrap::kNoShard: return "NO_SHARD";
-    case Wrap::kHybridShard: return "HYBRID_SHARD";
-  }
-  return "?";
+  std::optional<StrategyKind> kind;  // nullopt: one process
+  std::optional<ShardingStrategy> fsdp_sharding;
+};
+const Wrap kOneProcess;
+const Wrap kNoShard(StrategyKind::kFullShard, ShardingStrategy::kNoShard);
+
+// FSDP's ShardingStrategy of an FSDP wrap.
+ShardingStrategy sharding_of(const Wrap& wrap) {
+  return wrap.fsdp_sharding.value_or(fsdp_sharding_of(*wrap.kind));
 }
 
-bool is_fsdp(Wrap wrap) {
-  return wrap == Wrap::kFullShard || wrap == Wrap::kShardGradOp || wrap == Wrap::kNoShard ||
-         wrap == Wrap::kHybridShard;
+// strategy_name's; FSDP's as sharding_strategy_name ("FULL_SHARD", "NO_SHARD", ...).
+std::string wrap_name(const Wrap& wrap) {
+  if (!wrap.kind) return "one process";
+  return wrap.is_fsdp() ? sharding_strategy_name(sharding_of(wrap)) : strategy_name(*wrap.kind);
 }
 
 // Each Linear its own unit; units' sizes not multiples of the world sizes here.
-FsdpOptions fsdp_options(Wrap wrap) {
+FsdpOptions fsdp_options(const Wrap& wrap) {
   FsdpOptions options;
-  options.strategy = wrap == Wrap::kFullShard     ? ShardingStrategy::kFullShard
-                     : wrap == Wrap::kShardGradOp ? ShardingStrategy::kShardGradOp
-                     : wrap == Wrap::kNoShard     ? ShardingStrategy::kNoShard
-                                                  : ShardingStrategy::kHybridShard;
+  options.strategy = sharding_of(wrap);
   options.auto_wrap.min_parameters = 1;
   return options;
 }
@@ -93,8 +90,9 @@ std::vector<std::string> hybrid_nodes(int world) {
 }
 
 // run_with_groups, on hybrid_nodes(world) for kHybridShard.
-void run_wrapped(Wrap wrap, int world, const std::function<void(int, std::shared_ptr<Group>)>& fn) {
-  if (wrap == Wrap::kHybridShard) {
+void run_wrapped(const Wrap& wrap, int world,
+                 const std::function<void(int, std::shared_ptr<Group>)>& fn) {
+  if (wrap.kind == StrategyKind::kHybridShard) {
     run_with_groups_on_nodes(hybrid_nodes(world), fn);
   } else {
     run_with_groups(world, fn);
@@ -146,20 +144,22 @@ class RankRun {
   RankRun(Wrap wrap, std::shared_ptr<TestModel> model, std::shared_ptr<Group> group,
           OptimizerKind kind)
       : wrap_(wrap), model_(std::move(model)), group_(std::move(group)) {
-    if (wrap == Wrap::kZero1 || wrap == Wrap::kZero2) {
+    if (wrap.is_zero()) {
       ZeroOptions options;
-      options.stage = wrap == Wrap::kZero1 ? 1 : 2;
+      options.stage = wrap.kind == StrategyKind::kZero1 ? 1 : 2;
       options.ddp = small_buckets();
       zero_ = std::make_unique<ZeroDataParallel>(model_, group_, options);
       optimizer_ = make_optimizer(kind, zero_->parameters());
       return;
     }
-    if (is_fsdp(wrap)) {
+    if (wrap.is_fsdp()) {
       fsdp_ = std::make_unique<FullyShardedDataParallel>(model_, group_, fsdp_options(wrap));
       optimizer_ = make_optimizer(kind, fsdp_->parameters());
       return;
     }
-    if (wrap == Wrap::kDdp) ddp_ = std::make_unique<DistributedDataParallel>(model_, group_);
+    if (wrap.kind == StrategyKind::kDdp) {
+      ddp_ = std::make_unique<DistributedDataParallel>(model_, group_);
+    }
     optimizer_ = make_optimizer(kind, model_->parameters());
   }
 
@@ -297,7 +297,7 @@ std::vector<std::vector<torch::Tensor>> reference_run(OptimizerKind kind,
                                                       const std::vector<Batch>& batches) {
   torch::manual_seed(100);
   auto reference = mlp()();
-  RankRun run(Wrap::kOneProcess, reference, nullptr, kind);
+  RankRun run(kOneProcess, reference, nullptr, kind);
   std::vector<std::vector<torch::Tensor>> states;
   for (size_t s = 0; s < batches.size(); ++s) {
     run.train(batches[s], static_cast<int>(s));
@@ -376,7 +376,7 @@ std::vector<Resumed> load_and_train(Wrap wrap, int world, OptimizerKind kind,
     Resumed& mine = out[rank];
     // Under FSDP some units are gathered when the load writes the shards (the last one used
     // and the root): they must not keep the values from before it.
-    if (is_fsdp(wrap)) run.evaluate(batches[0]);
+    if (wrap.is_fsdp()) run.evaluate(batches[0]);
     mine.loaded = run.load(directory_of(rank), state);
     mine.step = state.step;
     mine.parameters = bitwise_difference(snapshot(run.model()), saved.parameters);
@@ -387,7 +387,7 @@ std::vector<Resumed> load_and_train(Wrap wrap, int world, OptimizerKind kind,
       if (!error.empty()) mine.training = "step " + std::to_string(s) + ": " + error;
     }
   };
-  if (wrap == Wrap::kOneProcess) {
+  if (!wrap.kind) {
     body(0, nullptr);
   } else {
     run_wrapped(wrap, world, body);
@@ -421,7 +421,7 @@ void expect_saved_at_four_resumes(Wrap saving, OptimizerKind kind,
   // checkpoint's doing.
   ASSERT_EQ(compare(saved.parameters, reference[kSavedSteps - 1], 1e-4, 1e-5), "");
   for (const auto& [wrap, world] : targets) {
-    SCOPED_TRACE(std::string(wrap_name(wrap)) + " at " + std::to_string(world));
+    SCOPED_TRACE(wrap_name(wrap) + " at " + std::to_string(world));
     expect_resumed(load_and_train(wrap, world, kind, batches, saved, reference, same));
   }
 }
@@ -431,12 +431,12 @@ class ShardedCheckpoint : public ::testing::TestWithParam<OptimizerKind> {};
 // The matrix: saved at W=4 under ZeRO-2; loaded at W=2 under ZeRO-1, at W=3 under
 // ZeRO-2, into DDP at W=2 and into one process.
 TEST_P(ShardedCheckpoint, SavedByZero2AtFourRanksResumesEverywhere) {
-  expect_saved_at_four_resumes(Wrap::kZero2, GetParam(),
-                               {{Wrap::kZero1, 2},
-                                {Wrap::kZero2, 3},
-                                {Wrap::kDdp, 2},
-                                {Wrap::kOneProcess, 1},
-                                {Wrap::kZero2, 4}});
+  expect_saved_at_four_resumes(StrategyKind::kZero2, GetParam(),
+                               {{StrategyKind::kZero1, 2},
+                                {StrategyKind::kZero2, 3},
+                                {StrategyKind::kDdp, 2},
+                                {kOneProcess, 1},
+                                {StrategyKind::kZero2, 4}});
 }
 
 // Saved by DDP (each parameter split evenly among the files) and by one process.
@@ -444,18 +444,20 @@ TEST_P(ShardedCheckpoint, SavedByDdpAndByOneProcessLoadIntoZero) {
   torch::set_num_threads(1);
   const auto batches = make_batches();
   const auto reference = reference_run(GetParam(), batches);
-  for (const auto& [wrap, world] : std::vector<std::pair<Wrap, int>>{{Wrap::kDdp, 3}}) {
+  for (const auto& [wrap, world] : std::vector<std::pair<Wrap, int>>{{StrategyKind::kDdp, 3}}) {
     TempDir dir;
     auto same = [&](int) { return dir.path(); };
     const Saved saved = train_and_save(wrap, world, GetParam(), batches, same);
-    expect_resumed(load_and_train(Wrap::kZero1, 4, GetParam(), batches, saved, reference, same));
-    expect_resumed(load_and_train(Wrap::kZero2, 2, GetParam(), batches, saved, reference, same));
+    expect_resumed(
+        load_and_train(StrategyKind::kZero1, 4, GetParam(), batches, saved, reference, same));
+    expect_resumed(
+        load_and_train(StrategyKind::kZero2, 2, GetParam(), batches, saved, reference, same));
   }
   TempDir dir;
   Saved saved;
   {
     torch::manual_seed(100);
-    RankRun run(Wrap::kOneProcess, mlp()(), nullptr, GetParam());
+    RankRun run(kOneProcess, mlp()(), nullptr, GetParam());
     for (int s = 0; s < kSavedSteps; ++s) run.train(batches[s], s);
     run.save(dir.path(), kSavedSteps);
     std::mutex mutex;
@@ -463,22 +465,23 @@ TEST_P(ShardedCheckpoint, SavedByDdpAndByOneProcessLoadIntoZero) {
     saved.parameters = snapshot(run.model());
   }
   auto same = [&](int) { return dir.path(); };
-  expect_resumed(load_and_train(Wrap::kZero2, 3, GetParam(), batches, saved, reference, same));
+  expect_resumed(
+      load_and_train(StrategyKind::kZero2, 3, GetParam(), batches, saved, reference, same));
 }
 
 // FSDP: saved at W=4 under FULL_SHARD; loaded at W=2 under ZeRO-1, at W=3 under HYBRID_SHARD
 // (three nodes of one rank: every replica is filled), in one process, and into the other FSDP
 // strategies at other world sizes; each load leaves a unit gathered from before it.
 TEST_P(ShardedCheckpoint, SavedByFullShardAtFourRanksResumesEverywhere) {
-  expect_saved_at_four_resumes(Wrap::kFullShard, GetParam(),
-                               {{Wrap::kZero1, 2},
-                                {Wrap::kHybridShard, 3},
-                                {Wrap::kOneProcess, 1},
-                                {Wrap::kFullShard, 3},
-                                {Wrap::kShardGradOp, 2},
-                                {Wrap::kNoShard, 2},
-                                {Wrap::kHybridShard, 4},
-                                {Wrap::kFullShard, 4}});
+  expect_saved_at_four_resumes(StrategyKind::kFullShard, GetParam(),
+                               {{StrategyKind::kZero1, 2},
+                                {StrategyKind::kHybridShard, 3},
+                                {kOneProcess, 1},
+                                {StrategyKind::kFullShard, 3},
+                                {StrategyKind::kShardGradOp, 2},
+                                {kNoShard, 2},
+                                {StrategyKind::kHybridShard, 4},
+                                {StrategyKind::kFullShard, 4}});
 }
 
 // Saved by ZeRO-2, by NO_SHARD (DDP underneath) and by SHARD_GRAD_OP, loaded into FULL_SHARD.
@@ -487,13 +490,13 @@ TEST_P(ShardedCheckpoint, SavedByZeroAndOtherStrategiesLoadIntoFullShard) {
   const auto batches = make_batches();
   const auto reference = reference_run(GetParam(), batches);
   for (const auto& [wrap, world] : std::vector<std::pair<Wrap, int>>{
-           {Wrap::kZero2, 4}, {Wrap::kNoShard, 3}, {Wrap::kShardGradOp, 2}}) {
+           {StrategyKind::kZero2, 4}, {kNoShard, 3}, {StrategyKind::kShardGradOp, 2}}) {
     SCOPED_TRACE(std::string("saved by ") + wrap_name(wrap) + " at " + std::to_string(world));
     TempDir dir;
     auto same = [&](int) { return dir.path(); };
     const Saved saved = train_and_save(wrap, world, GetParam(), batches, same);
     expect_resumed(
-        load_and_train(Wrap::kFullShard, 3, GetParam(), batches, saved, reference, same));
+        load_and_train(StrategyKind::kFullShard, 3, GetParam(), batches, saved, reference, same));
   }
 }
 
@@ -504,7 +507,7 @@ TEST_P(ShardedCheckpoint, AsyncSaveResumesTheStepItWasTakenAtWhileTrainingWentOn
   torch::set_num_threads(1);
   const auto batches = make_batches();
   const auto reference = reference_run(GetParam(), batches);
-  for (Wrap wrap : {Wrap::kDdp, Wrap::kZero2, Wrap::kFullShard}) {
+  for (Wrap wrap : {StrategyKind::kDdp, StrategyKind::kZero2, StrategyKind::kFullShard}) {
     SCOPED_TRACE(wrap_name(wrap));
     TempDir dir;
     const Saved saved = train_then(wrap, 2, GetParam(), batches, [&](RankRun& run, int) {
@@ -559,20 +562,20 @@ TEST(ShardedCheckpointFiles, DirectoriesThatOnlySomeRanksSeeLoad) {
   const auto batches = make_batches();
   const auto reference = reference_run(OptimizerKind::kAdamW, batches);
   auto own = [&](int rank) { return dir.file("node" + std::to_string(rank)); };
-  const Saved saved = train_and_save(Wrap::kZero2, 2, OptimizerKind::kAdamW, batches, own);
+  const Saved saved = train_and_save(StrategyKind::kZero2, 2, OptimizerKind::kAdamW, batches, own);
   EXPECT_EQ(dir.names("node1").size(), 1u);  // rank 1's file, no manifest
   EXPECT_EQ(dir.names("node0").size(), 2u);  // rank 0's file and the manifest
+  expect_resumed(load_and_train(StrategyKind::kZero1, 3, OptimizerKind::kAdamW, batches, saved,
+                                reference, own));
   expect_resumed(
-      load_and_train(Wrap::kZero1, 3, OptimizerKind::kAdamW, batches, saved, reference, own));
-  expect_resumed(
-      load_and_train(Wrap::kDdp, 2, OptimizerKind::kAdamW, batches, saved, reference, own));
+      load_and_train(StrategyKind::kDdp, 2, OptimizerKind::kAdamW, batches, saved, reference, own));
   // A damaged file that only one rank sees: the ranks it is sent to report it too.
   const std::string file = dir.file("node1/" + *dir.names("node1").begin());
   std::string bytes = read_bytes(file);
   bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x01);
   write_bytes(file, bytes);
   const auto errors = checkpoint_errors(3, [&](int rank, std::shared_ptr<Group> group) {
-    RankRun run(Wrap::kZero2, mlp()(), group, OptimizerKind::kAdamW);
+    RankRun run(StrategyKind::kZero2, mlp()(), group, OptimizerKind::kAdamW);
     TrainingState state = run.state();
     run.load(own(rank), state);
   });
@@ -704,7 +707,8 @@ std::set<int> expect_pieces_cover_mlp_once(const nlohmann::json& manifest) {
 TEST(ShardedCheckpointFiles, ManifestListsEveryParameterAndFile) {
   TempDir dir;
   const auto batches = make_batches();
-  train_and_save(Wrap::kZero2, 3, OptimizerKind::kAdamW, batches, [&](int) { return dir.path(); });
+  train_and_save(StrategyKind::kZero2, 3, OptimizerKind::kAdamW, batches,
+                 [&](int) { return dir.path(); });
   const auto names = dir.names();
   ASSERT_EQ(names.size(), 4u);
   const auto manifest = read_manifest(dir);
@@ -730,11 +734,12 @@ TEST(ShardedCheckpointFiles, HybridShardSavesEachRangeOnce) {
   const auto batches = make_batches();
   const auto reference = reference_run(OptimizerKind::kAdamW, batches);
   auto same = [&](int) { return dir.path(); };
-  const Saved saved = train_and_save(Wrap::kHybridShard, 4, OptimizerKind::kAdamW, batches, same);
+  const Saved saved =
+      train_and_save(StrategyKind::kHybridShard, 4, OptimizerKind::kAdamW, batches, same);
   EXPECT_EQ(expect_pieces_cover_mlp_once(read_manifest(dir)), (std::set<int>{0, 1, 2, 3}));
   for (const auto& [wrap, world] :
-       std::vector<std::pair<Wrap, int>>{{Wrap::kOneProcess, 1}, {Wrap::kFullShard, 3}}) {
-    SCOPED_TRACE(std::string(wrap_name(wrap)) + " at " + std::to_string(world));
+       std::vector<std::pair<Wrap, int>>{{kOneProcess, 1}, {StrategyKind::kFullShard, 3}}) {
+    SCOPED_TRACE(wrap_name(wrap) + " at " + std::to_string(world));
     expect_resumed(
         load_and_train(wrap, world, OptimizerKind::kAdamW, batches, saved, reference, same));
   }
@@ -749,7 +754,7 @@ TEST(ShardedCheckpointFiles, SavesReplaceEachOtherAndUnfinishedOnesAreIgnored) {
   std::vector<std::shared_ptr<TestModel>> models = {mlp()(), mlp()()};
   const auto batches = make_batches();
   run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
-    RankRun run(Wrap::kZero2, models[rank], group, OptimizerKind::kAdamW);
+    RankRun run(StrategyKind::kZero2, models[rank], group, OptimizerKind::kAdamW);
     run.train(batches[0], 0);
     run.save(dir.path(), 1);
     group->barrier();
@@ -770,7 +775,7 @@ TEST(ShardedCheckpointFiles, SavesReplaceEachOtherAndUnfinishedOnesAreIgnored) {
   const std::string stray = dir.file("shard-00000-of-00002.00000000000000ff.ckpt");
   write_bytes(stray, "garbage");
   run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
-    RankRun run(Wrap::kZero1, mlp()(), group, OptimizerKind::kAdamW);
+    RankRun run(StrategyKind::kZero1, mlp()(), group, OptimizerKind::kAdamW);
     TrainingState state = run.state();
     EXPECT_TRUE(run.load(dir.path(), state));
     EXPECT_EQ(state.step, 2);
@@ -779,7 +784,7 @@ TEST(ShardedCheckpointFiles, SavesReplaceEachOtherAndUnfinishedOnesAreIgnored) {
   // checkpoint at all only to a job that asked to start afresh (whose save then replaces them).
   fs::remove(dir.file("manifest.ckpt"));
   run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
-    RankRun run(Wrap::kZero2, mlp()(), group, OptimizerKind::kAdamW);
+    RankRun run(StrategyKind::kZero2, mlp()(), group, OptimizerKind::kAdamW);
     const auto before = snapshot(run.model());
     TrainingState state = run.state(7);
     EXPECT_THROW(run.load(dir.path(), state), CheckpointError) << "rank " << rank;
@@ -798,10 +803,10 @@ TEST(ShardedCheckpointFiles, SavesReplaceEachOtherAndUnfinishedOnesAreIgnored) {
 // training goes on as the reference.
 TEST(GatheredCheckpoint, LoadsWithPlainLoadCheckpoint) {
   torch::set_num_threads(1);
-  for (const auto& run_case :
-       std::vector<std::pair<Wrap, OptimizerKind>>{{Wrap::kZero2, OptimizerKind::kAdamW},
-                                                   {Wrap::kZero2, OptimizerKind::kSgdMomentum},
-                                                   {Wrap::kFullShard, OptimizerKind::kAdamW}}) {
+  for (const auto& run_case : std::vector<std::pair<Wrap, OptimizerKind>>{
+           {StrategyKind::kZero2, OptimizerKind::kAdamW},
+           {StrategyKind::kZero2, OptimizerKind::kSgdMomentum},
+           {StrategyKind::kFullShard, OptimizerKind::kAdamW}}) {
     const Wrap wrap = run_case.first;
     const OptimizerKind kind = run_case.second;
     SCOPED_TRACE(wrap_name(wrap));
@@ -821,7 +826,7 @@ TEST(GatheredCheckpoint, LoadsWithPlainLoadCheckpoint) {
     const double atol = kind == OptimizerKind::kAdamW ? 1e-5 : 1e-6;
     auto resume = [&](int rank, std::shared_ptr<Group> group) {
       torch::manual_seed(900 + rank);
-      RankRun run(group ? Wrap::kDdp : Wrap::kOneProcess, mlp()(), group, kind);
+      RankRun run(group ? Wrap(StrategyKind::kDdp) : kOneProcess, mlp()(), group, kind);
       TrainingState state = run.state();
       ASSERT_TRUE(group ? load_checkpoint(path, *group, state) : load_checkpoint(path, state));
       EXPECT_EQ(state.step, kSavedSteps);
@@ -841,8 +846,8 @@ TEST(GatheredCheckpoint, LoadsWithPlainLoadCheckpoint) {
 
 class ShardedCheckpointErrors : public ::testing::Test {
  protected:
-  virtual Wrap saving_wrap() const { return Wrap::kZero2; }
-  virtual Wrap loading_wrap() const { return Wrap::kZero1; }
+  virtual Wrap saving_wrap() const { return StrategyKind::kZero2; }
+  virtual Wrap loading_wrap() const { return StrategyKind::kZero1; }
   void SetUp() override {
     torch::set_num_threads(1);
     const auto batches = make_batches();
@@ -927,7 +932,7 @@ TEST_F(ShardedCheckpointErrors, AShardFileOfAnotherSizeThanItsManifestSaysIsRefu
 TEST_F(ShardedCheckpointErrors, ShardFileOfAnotherSaveNamesIt) {
   const std::string file = shard_file(0);
   TempDir other;
-  train_and_save(Wrap::kZero2, 4, OptimizerKind::kSgdMomentum, make_batches(),
+  train_and_save(StrategyKind::kZero2, 4, OptimizerKind::kSgdMomentum, make_batches(),
                  [&](int) { return other.path(); });
   std::string replacement;
   for (const auto& name : other.names()) {
@@ -998,7 +1003,7 @@ TEST_F(ShardedCheckpointErrors, ModelOfAnotherDtypeNamesTheParameter) {
 // Only one rank asks for state the checkpoint lacks: every rank throws that rank's error.
 TEST_F(ShardedCheckpointErrors, StateOnlyOneRankAsksForFailsEveryRank) {
   const auto errors = checkpoint_errors(3, [&](int rank, std::shared_ptr<Group> group) {
-    RankRun run(Wrap::kZero2, mlp()(), group, OptimizerKind::kAdamW);
+    RankRun run(StrategyKind::kZero2, mlp()(), group, OptimizerKind::kAdamW);
     DistributedSampler sampler(48, *group);
     TrainingState state = run.state();
     if (rank == 1) state.sampler = &sampler;
@@ -1009,7 +1014,7 @@ TEST_F(ShardedCheckpointErrors, StateOnlyOneRankAsksForFailsEveryRank) {
 
 TEST_F(ShardedCheckpointErrors, AnotherOptimizerIsACheckpointError) {
   const auto errors = checkpoint_errors(2, [&](int, std::shared_ptr<Group> group) {
-    RankRun run(Wrap::kZero2, mlp()(), group, OptimizerKind::kSgdMomentum);
+    RankRun run(StrategyKind::kZero2, mlp()(), group, OptimizerKind::kSgdMomentum);
     TrainingState state = run.state();
     run.load(dir_.path(), state);
   });
@@ -1036,7 +1041,7 @@ TEST(ShardedCheckpointArguments, UnwritableDirectoryThrowsOnEveryRank) {
   write_bytes(dir.file("a_file"), "x");
   const std::string directory = dir.file("a_file/checkpoint");
   const auto errors = checkpoint_errors(3, [&](int, std::shared_ptr<Group> group) {
-    RankRun run(Wrap::kZero2, mlp()(), group, OptimizerKind::kAdamW);
+    RankRun run(StrategyKind::kZero2, mlp()(), group, OptimizerKind::kAdamW);
     run.save(directory, 1);
   });
   expect_every_rank_names(errors, {directory});
@@ -1047,7 +1052,7 @@ TEST(ShardedCheckpointArguments, UnwritableDirectoryThrowsOnEveryRank) {
 TEST(ShardedCheckpointSampler, ResumesAtAnotherWorldSize) {
   TempDir dir;
   run_with_groups(4, [&](int, std::shared_ptr<Group> group) {
-    RankRun run(Wrap::kZero2, mlp()(), group, OptimizerKind::kAdamW);
+    RankRun run(StrategyKind::kZero2, mlp()(), group, OptimizerKind::kAdamW);
     DistributedSampler sampler(48, *group);
     sampler.set_epoch(2);
     sampler.set_position(3);
@@ -1056,7 +1061,7 @@ TEST(ShardedCheckpointSampler, ResumesAtAnotherWorldSize) {
     save_sharded_checkpoint(dir.path(), *run.zero(), state);
   });
   run_with_groups(2, [&](int rank, std::shared_ptr<Group> group) {
-    RankRun run(Wrap::kZero1, mlp()(), group, OptimizerKind::kAdamW);
+    RankRun run(StrategyKind::kZero1, mlp()(), group, OptimizerKind::kAdamW);
     DistributedSampler sampler(48, *group);
     TrainingState state = run.state();
     state.sampler = &sampler;
@@ -1066,7 +1071,7 @@ TEST(ShardedCheckpointSampler, ResumesAtAnotherWorldSize) {
     EXPECT_EQ(state.step, 11);
   });
   const auto errors = checkpoint_errors(2, [&](int, std::shared_ptr<Group> group) {
-    RankRun run(Wrap::kZero1, mlp()(), group, OptimizerKind::kAdamW);
+    RankRun run(StrategyKind::kZero1, mlp()(), group, OptimizerKind::kAdamW);
     DistributedSampler sampler(49, *group);
     TrainingState state = run.state();
     state.sampler = &sampler;
@@ -1078,8 +1083,8 @@ TEST(ShardedCheckpointSampler, ResumesAtAnotherWorldSize) {
 // The same machinery under FSDP: saved by FULL_SHARD at 4 ranks, loaded into FULL_SHARD at 3.
 class ShardedCheckpointErrorsFsdp : public ShardedCheckpointErrors {
  protected:
-  Wrap saving_wrap() const override { return Wrap::kFullShard; }
-  Wrap loading_wrap() const override { return Wrap::kFullShard; }
+  Wrap saving_wrap() const override { return StrategyKind::kFullShard; }
+  Wrap loading_wrap() const override { return StrategyKind::kFullShard; }
 };
 
 TEST_F(ShardedCheckpointErrorsFsdp, DamagedShardFileNamesIt) {
@@ -1099,11 +1104,11 @@ TEST_F(ShardedCheckpointErrorsFsdp, ModelOfAnotherShapeNamesTheParameter) {
 // another's over only when asked to start afresh.
 TEST(ShardedCheckpointOneProcess, AnotherJobsCheckpointIsRefusedUnlessAnyJobOrStartAfresh) {
   TempDir dir;
-  RankRun saving(Wrap::kOneProcess, mlp()(), nullptr, OptimizerKind::kSgdMomentum);
+  RankRun saving(kOneProcess, mlp()(), nullptr, OptimizerKind::kSgdMomentum);
   ::setenv("COHORT_JOB_ID", "an-earlier-job", 1);
   save_sharded_checkpoint(dir.path(), saving.state(9));
   ::setenv("COHORT_JOB_ID", "sharded-checkpoint-test-job", 1);
-  RankRun loading(Wrap::kOneProcess, mlp()(), nullptr, OptimizerKind::kSgdMomentum);
+  RankRun loading(kOneProcess, mlp()(), nullptr, OptimizerKind::kSgdMomentum);
   TrainingState state = loading.state(0);
   EXPECT_THROW(load_sharded_checkpoint(dir.path(), state), CheckpointError);
   LoadOptions afresh;
@@ -1120,10 +1125,10 @@ TEST(ShardedCheckpointOneProcess, AnotherJobsCheckpointIsRefusedUnlessAnyJobOrSt
 // so instead of starting afresh (whose first save would remove the shards), unless asked to.
 TEST(ShardedCheckpointOneProcess, ShardsWithoutTheirManifestAreRefusedUnlessStartingAfresh) {
   TempDir dir;
-  RankRun saving(Wrap::kOneProcess, mlp()(), nullptr, OptimizerKind::kSgdMomentum);
+  RankRun saving(kOneProcess, mlp()(), nullptr, OptimizerKind::kSgdMomentum);
   save_sharded_checkpoint(dir.path(), saving.state(9));
   ASSERT_EQ(::unlink((dir.path() + "/manifest.ckpt").c_str()), 0);
-  RankRun loading(Wrap::kOneProcess, mlp()(), nullptr, OptimizerKind::kSgdMomentum);
+  RankRun loading(kOneProcess, mlp()(), nullptr, OptimizerKind::kSgdMomentum);
   TrainingState state = loading.state(0);
   try {
     load_sharded_checkpoint(dir.path(), state);
@@ -1141,12 +1146,12 @@ TEST(ShardedCheckpointOneProcess, ShardsWithoutTheirManifestAreRefusedUnlessStar
 TEST(ShardedCheckpointOneProcess, RoundTripsGeneratorAndCounters) {
   TempDir dir;
   torch::manual_seed(3);
-  RankRun saving(Wrap::kOneProcess, mlp()(), nullptr, OptimizerKind::kAdamW);
+  RankRun saving(kOneProcess, mlp()(), nullptr, OptimizerKind::kAdamW);
   const auto batches = make_batches();
   saving.train(batches[0], 0);
   save_sharded_checkpoint(dir.path(), saving.state(5));
   const torch::Tensor next = torch::rand({4});
-  RankRun loading(Wrap::kOneProcess, mlp()(), nullptr, OptimizerKind::kAdamW);
+  RankRun loading(kOneProcess, mlp()(), nullptr, OptimizerKind::kAdamW);
   TrainingState state = loading.state();
   ASSERT_TRUE(load_sharded_checkpoint(dir.path(), state));
   EXPECT_EQ(state.step, 5);

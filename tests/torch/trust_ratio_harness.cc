@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <mutex>
 
 #include "cohort/core/check.h"
@@ -14,18 +13,6 @@
 #include "ddp_harness.h"
 
 namespace cohort::testing {
-
-const char* wrap_name(Wrap wrap) {
-  switch (wrap) {
-    case Wrap::kOneProcess: return "one process";
-    case Wrap::kDdp: return "DDP";
-    case Wrap::kZero1: return "ZeRO-1";
-    case Wrap::kZero2: return "ZeRO-2";
-    case Wrap::kFullShard: return "FULL_SHARD";
-    case Wrap::kHybridShard: return "HYBRID_SHARD";
-  }
-  return "?";
-}
 
 torch::nn::Sequential trust_ratio_model() {
   // Made from a generator of its own (thread ranks must not share torch's global one).
@@ -86,9 +73,9 @@ std::vector<torch::Tensor> train_rank(const TrainCase& c, int rank, std::shared_
   };
   LoadOptions any_job;
   any_job.any_job = true;
-  if (c.wrap == Wrap::kOneProcess || c.wrap == Wrap::kDdp) {
+  if (c.strategy == kOneProcess || c.strategy == StrategyKind::kDdp) {
     std::optional<DistributedDataParallel> ddp;
-    if (c.wrap == Wrap::kDdp) ddp.emplace(model, group);
+    if (c.strategy == StrategyKind::kDdp) ddp.emplace(model, group);
     auto optimizer = c.make_optimizer(model->named_parameters(), *model, {});
     COHORT_CHECK(ddp || (c.load_from.empty() && c.save_to.empty()), "checkpoints need ranks");
     run(
@@ -102,9 +89,9 @@ std::vector<torch::Tensor> train_rank(const TrainCase& c, int rank, std::shared_
         });
     return copies(*model);
   }
-  if (c.wrap == Wrap::kZero1 || c.wrap == Wrap::kZero2) {
+  if (is_zero(*c.strategy)) {
     ZeroOptions options;
-    options.stage = c.wrap == Wrap::kZero1 ? 1 : 2;
+    options.stage = c.strategy == StrategyKind::kZero1 ? 1 : 2;
     options.ddp.first_bucket_cap_mb = 0;  // several buckets: ZeRO steps the optimizer per bucket
     options.ddp.bucket_cap_mb = 0.002;
     ZeroDataParallel zero(model, group, options);
@@ -124,8 +111,7 @@ std::vector<torch::Tensor> train_rank(const TrainCase& c, int rank, std::shared_
     return copies(*model);
   }
   FsdpOptions options;
-  options.strategy =
-      c.wrap == Wrap::kFullShard ? ShardingStrategy::kFullShard : ShardingStrategy::kHybridShard;
+  options.strategy = fsdp_sharding_of(*c.strategy);
   std::vector<torch::Tensor> result;
   {
     FullyShardedDataParallel fsdp(model, group, options);
@@ -149,13 +135,6 @@ std::vector<torch::Tensor> train_rank(const TrainCase& c, int rank, std::shared_
   return result;
 }
 
-std::string wrap_test_name(Wrap wrap) {
-  std::string name = wrap_name(wrap);
-  name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
-  name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
-  return name;
-}
-
 void expect_refused_without_reduction(TrainCase c) {
   c.reduce_norms = false;
   const auto errors = errors_of(
@@ -168,12 +147,12 @@ void expect_refused_without_reduction(TrainCase c) {
 }
 
 std::vector<torch::Tensor> train_case(const TrainCase& c) {
-  if (c.wrap == Wrap::kOneProcess) return train_rank(c, 0, nullptr);
+  if (c.strategy == kOneProcess) return train_rank(c, 0, nullptr);
   std::vector<std::vector<torch::Tensor>> results(c.world);
   auto body = [&](int rank, std::shared_ptr<Group> group) {
     results[rank] = train_rank(c, rank, std::move(group));
   };
-  if (c.wrap == Wrap::kHybridShard) {
+  if (c.strategy == StrategyKind::kHybridShard) {
     run_with_groups_on_nodes(c.node_of, body);
   } else {
     run_with_groups(c.world, body);

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,13 +16,12 @@
 #include "cohort/comm/group.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/optim/trust_ratio.h"
+#include "cohort/torch/strategy/strategy_kind.h"
 
 namespace cohort::testing {
 
-enum class Wrap { kOneProcess, kDdp, kZero1, kZero2, kFullShard, kHybridShard };
-const char* wrap_name(Wrap wrap);
-// wrap_name without '-' and '_', as gtest wants a parameter's name.
-std::string wrap_test_name(Wrap wrap);
+// TrainCase::strategy of one process training alone: no wrapper, world 1.
+inline constexpr std::optional<StrategyKind> kOneProcess = std::nullopt;
 
 // Builds the optimizer over `named` (the tensors it steps, by parameter name: the module's
 // parameters, or the wrapper's shards) of `module`, with `reduction`.
@@ -30,7 +30,9 @@ using MakeOptimizer = std::function<std::unique_ptr<optim::TrustRatioOptimizer>(
     optim::NormReduction reduction)>;
 
 struct TrainCase {
-  Wrap wrap = Wrap::kOneProcess;
+  // How the ranks wrap the model: kDdp, kZero1, kZero2, kFullShard or kHybridShard; kOneProcess
+  // (nullopt) for one process alone.
+  std::optional<StrategyKind> strategy = kOneProcess;
   int world = 1;
   int steps = 8;
   int global_batch = 12;             // split evenly over the ranks

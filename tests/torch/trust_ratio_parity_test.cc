@@ -3,6 +3,7 @@
 // what is particular to each).
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,9 +65,9 @@ TrustRatioOptimizer lamb() {
   return {"Lamb", make_lamb(), make_lamb(), 2e-4, 1e-5};
 }
 
-TrainCase case_of(const MakeOptimizer& make, Wrap wrap, int world) {
+TrainCase case_of(const MakeOptimizer& make, std::optional<StrategyKind> strategy, int world) {
   TrainCase c;
-  c.wrap = wrap;
+  c.strategy = strategy;
   c.world = world;
   c.make_optimizer = make;
   return c;
@@ -80,52 +81,55 @@ class TrustRatioParity : public ::testing::TestWithParam<TrustRatioOptimizer> {}
 
 TEST_P(TrustRatioParity, DdpMatchesOneProcess) {
   const auto& o = GetParam();
-  const auto expected = train_case(case_of(o.make, Wrap::kOneProcess, 1));
+  const auto expected = train_case(case_of(o.make, kOneProcess, 1));
   for (int world : {2, 4}) {
     SCOPED_TRACE("world " + std::to_string(world));
-    expect_close(train_case(case_of(o.make, Wrap::kDdp, world)), expected, o.rtol, o.atol);
+    expect_close(train_case(case_of(o.make, StrategyKind::kDdp, world)), expected, o.rtol, o.atol);
   }
 }
 
 TEST_P(TrustRatioParity, ShardedMatchOneProcessWithTheNormReduction) {
   const auto& o = GetParam();
-  const auto expected = train_case(case_of(o.make, Wrap::kOneProcess, 1));
-  for (Wrap wrap : {Wrap::kZero1, Wrap::kZero2, Wrap::kFullShard}) {
+  const auto expected = train_case(case_of(o.make, kOneProcess, 1));
+  for (StrategyKind strategy :
+       {StrategyKind::kZero1, StrategyKind::kZero2, StrategyKind::kFullShard}) {
     for (int world : {2, 3}) {
-      SCOPED_TRACE(std::string(wrap_name(wrap)) + " at world " + std::to_string(world));
-      expect_close(train_case(case_of(o.make, wrap, world)), expected, o.rtol, o.atol);
+      SCOPED_TRACE(std::string(strategy_name(strategy)) + " at world " + std::to_string(world));
+      expect_close(train_case(case_of(o.make, strategy, world)), expected, o.rtol, o.atol);
     }
   }
 }
 
 TEST_P(TrustRatioParity, ShardedRefuseToStepWithoutTheReduction) {
-  for (Wrap wrap : {Wrap::kZero1, Wrap::kZero2, Wrap::kFullShard}) {
-    SCOPED_TRACE(wrap_name(wrap));
-    expect_refused_without_reduction(case_of(GetParam().make, wrap, 2));
+  for (StrategyKind strategy :
+       {StrategyKind::kZero1, StrategyKind::kZero2, StrategyKind::kFullShard}) {
+    SCOPED_TRACE(strategy_name(strategy));
+    expect_refused_without_reduction(case_of(GetParam().make, strategy, 2));
   }
 }
 
 // Two nodes of two ranks.
 TEST_P(TrustRatioParity, HybridShardSumsOverOneReplica) {
   const auto& o = GetParam();
-  auto c = case_of(o.make_for_hybrid, Wrap::kHybridShard, 4);
+  auto c = case_of(o.make_for_hybrid, StrategyKind::kHybridShard, 4);
   c.node_of = {"a", "a", "b", "b"};
-  expect_close(train_case(c), train_case(case_of(o.make_for_hybrid, Wrap::kOneProcess, 1)), o.rtol,
+  expect_close(train_case(c), train_case(case_of(o.make_for_hybrid, kOneProcess, 1)), o.rtol,
                o.atol);
 }
 
 // cohort's checkpoints: DDP's file and ZeRO's / FSDP's sharded directory, saved after 3 steps
 // and loaded into fresh ranks, continue as the run that did not stop.
 TEST_P(TrustRatioParity, CheckpointsContinueIdentically) {
-  for (Wrap wrap : {Wrap::kDdp, Wrap::kZero1, Wrap::kZero2, Wrap::kFullShard}) {
-    SCOPED_TRACE(wrap_name(wrap));
+  for (StrategyKind strategy :
+       {StrategyKind::kDdp, StrategyKind::kZero1, StrategyKind::kZero2, StrategyKind::kFullShard}) {
+    SCOPED_TRACE(strategy_name(strategy));
     TempDir dir;
-    auto whole = case_of(GetParam().make, wrap, 2);
+    auto whole = case_of(GetParam().make, strategy, 2);
     whole.steps = 6;
     const auto expected = train_case(whole);
     auto first = whole;
     first.steps = 3;
-    first.save_to = wrap == Wrap::kDdp ? dir.file("ddp.ckpt") : dir.file("sharded");
+    first.save_to = strategy == StrategyKind::kDdp ? dir.file("ddp.ckpt") : dir.file("sharded");
     train_case(first);
     auto second = whole;
     second.first_step = 3;

@@ -11,7 +11,7 @@ namespace zero_parity_test {
 
 // Tolerances: reduce-scatter sums in another order than one process's backward, and AdamW
 // divides by the square root of small second moments, which magnifies that rounding.
-ParityCase zero_case(Strategy strategy, int world, OptimizerKind optimizer) {
+ParityCase zero_case(StrategyKind strategy, int world, OptimizerKind optimizer) {
   ParityCase c;
   c.strategy = strategy;
   c.world = world;
@@ -23,7 +23,7 @@ ParityCase zero_case(Strategy strategy, int world, OptimizerKind optimizer) {
   return c;
 }
 
-class ZeroParity : public ::testing::TestWithParam<Strategy> {};
+class ZeroParity : public ::testing::TestWithParam<StrategyKind> {};
 
 TEST_P(ZeroParity, EveryWorldSizeWithSgdMomentumAndAdamW) {
   for (OptimizerKind optimizer : {OptimizerKind::kSgdMomentum, OptimizerKind::kAdamW}) {
@@ -105,7 +105,8 @@ TEST_P(ZeroParity, OverTcpAndSharedMemory) {
   expect_parity(c);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, ZeroParity, ::testing::Values(Strategy::kZero1, Strategy::kZero2),
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroParity,
+                         ::testing::Values(StrategyKind::kZero1, StrategyKind::kZero2),
                          [](const auto& param_info) {
                            return std::string(strategy_name(param_info.param));
                          });
@@ -114,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(Stages, ZeroParity, ::testing::Values(Strategy::kZero1,
 // between steps (zero_grad(set_to_none=true), libtorch 2's default), with buckets that split
 // parameters across blocks; returns rank 0's parameters. The initial weights and every rank's
 // batches are made on this thread, so two calls see the same ones.
-std::vector<torch::Tensor> train_two_ranks(Strategy strategy) {
+std::vector<torch::Tensor> train_two_ranks(StrategyKind strategy) {
   constexpr int kWorld = 2, kSteps = 10;
   torch::manual_seed(7);
   torch::nn::Sequential base = layers({10, 40, 40, 4});
@@ -133,12 +134,12 @@ std::vector<torch::Tensor> train_two_ranks(Strategy strategy) {
     std::unique_ptr<DistributedDataParallel> plain;
     std::unique_ptr<ZeroDataParallel> zero;
     std::vector<torch::Tensor> stepped;
-    if (strategy == Strategy::kDdp) {
+    if (strategy == StrategyKind::kDdp) {
       plain = std::make_unique<DistributedDataParallel>(net, group, ddp);
       stepped = net->parameters();
     } else {
       ZeroOptions options;
-      options.stage = strategy == Strategy::kZero1 ? 1 : 2;
+      options.stage = strategy == StrategyKind::kZero1 ? 1 : 2;
       options.ddp = ddp;
       zero = std::make_unique<ZeroDataParallel>(net, group, options);
       stepped = zero->parameters();
@@ -164,7 +165,7 @@ std::vector<torch::Tensor> train_two_ranks(Strategy strategy) {
 // optimizer updates each element alone, so ZeRO must train bit for bit as DDP: every element
 // that the in-place all-gather or the in-place reduce-scatter got wrong would show.
 TEST_P(ZeroParity, TwoRanksTrainBitForBitAsDdp) {
-  const auto expected = train_two_ranks(Strategy::kDdp);
+  const auto expected = train_two_ranks(StrategyKind::kDdp);
   const auto actual = train_two_ranks(GetParam());
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
