@@ -198,16 +198,19 @@ TEST(TrainElasticAs, EveryKindTrainsTheSameStepsFromOneStrategyOptions) {
   constexpr int64_t kTrainSteps = 8;
   const testing::ElasticData data = testing::elastic_data();
   const auto losses_under = [&](StrategyKind kind) {
-    std::vector<double> losses;  // rank 0's, per step
+    std::vector<double> losses;  // the generation's rank 0's, per step
     auto store = std::make_shared<MemoryStore>();
+    // Made here: the members' threads would draw their initial weights from one generator.
+    std::vector<torch::nn::Sequential> models;
+    for (int r = 0; r < kWorld; ++r) models.push_back(testing::make_elastic_model());
+    const torch::Tensor initial = models[0]->parameters()[0].clone();
     testing::run_ranks(kWorld, [&](int rank) {
       ElasticOptions elastic_options;
       elastic_options.initial_size = kWorld;
       elastic_options.launch_rank = rank;
       elastic_options.group = testing::quick_options();
       ElasticGroup elastic(store, elastic_options);
-      torch::manual_seed(1);
-      auto model = testing::make_elastic_model();
+      auto& model = models[static_cast<size_t>(rank)];
       ElasticTrainerOptions options;
       options.sampler = testing::elastic_sampler_options(5, 0);
       train_elastic_as(options, kind, StrategyOptions{});
@@ -215,19 +218,20 @@ TEST(TrainElasticAs, EveryKindTrainsTheSameStepsFromOneStrategyOptions) {
                              static_cast<size_t>(data.inputs.size(0)), options);
       while (trainer.committed_steps() < kTrainSteps) {
         double loss = 0;
+        bool first_member = false;  // the generation's rank 0 (not necessarily launch rank 0)
         const bool committed = trainer.step([&](const ElasticStep& step) {
           const auto rows =
               torch::tensor(std::vector<int64_t>(step.indices.begin(), step.indices.end()));
           const auto l = testing::elastic_loss(*model, data, rows);
           l.backward();
           loss = l.item<double>();
+          first_member = step.rank == 0;
         });
-        if (committed && rank == 0) losses.push_back(loss);
+        if (committed && first_member) losses.push_back(loss);
       }
       trainer.finish();
       if (kind == StrategyKind::kDdp) {  // it trained: the replica moved from where it started
-        EXPECT_FALSE(torch::equal(model->parameters()[0],
-                                  testing::make_elastic_model()->parameters()[0]));
+        EXPECT_FALSE(torch::equal(model->parameters()[0], initial));
       }
     });
     return losses;
