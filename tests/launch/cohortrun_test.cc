@@ -151,6 +151,24 @@ TEST(Cohortrun, GivesUpWhenRestartsRunOut) {
   expect_all_gone(printed_pids(run.output()));
 }
 
+// Issue 58: a usage or configuration error (exit code 2, as the examples report a bad option)
+// would fail every restart the same way: the job ends at once with it, restarts left or not.
+TEST(Cohortrun, AUsageErrorIsNotRestarted) {
+  auto run = cohortrun(
+      {"--nproc-per-node", "2", "--max-restarts", "2", LAUNCH_TEST_RANK, "exit", "1", "2"});
+  ASSERT_EQ(run.wait(kDeadline), 2) << run.output();
+  EXPECT_TRUE(contains(run.output(),
+                       "not restarting: rank 1 exited with code 2, a usage or configuration "
+                       "error, which a restart would repeat (--no-restart-exit-codes)"))
+      << run.output();
+  EXPECT_EQ(printed_pids(run.output()).size(), 2u) << run.output();  // one attempt
+  // Asked to, it restarts that code too.
+  auto told = cohortrun({"--nproc-per-node", "2", "--max-restarts", "1", "--no-restart-exit-codes",
+                         "none", LAUNCH_TEST_RANK, "exit", "1", "2"});
+  ASSERT_EQ(told.wait(kDeadline), 2) << told.output();
+  EXPECT_TRUE(contains(told.output(), "restarting every rank (restart 1 of 1")) << told.output();
+}
+
 TEST(Cohortrun, AMissingProgramIsAClearError) {
   auto run = cohortrun({"--nproc-per-node", "2", "no-such-program-xyz"});
   ASSERT_EQ(run.wait(kDeadline), 2) << run.output();
@@ -239,6 +257,12 @@ TEST(Cohortrun, BadOptionsAreRefused) {
   auto run = cohortrun({"--nnodes", "2", "--node-rank", "2", LAUNCH_TEST_RANK});
   ASSERT_EQ(run.wait(kDeadline), 2) << run.output();
   EXPECT_TRUE(contains(run.output(), "--node-rank 2 must be below --nnodes 2")) << run.output();
+  auto codes = cohortrun({"--no-restart-exit-codes", "2,300", LAUNCH_TEST_RANK});
+  ASSERT_EQ(codes.wait(kDeadline), 2) << codes.output();
+  EXPECT_TRUE(contains(codes.output(),
+                       "--no-restart-exit-codes 2,300: '300' is not an exit code "
+                       "from 1 to 255, or none"))
+      << codes.output();
 }
 
 #ifdef COHORT_BENCH

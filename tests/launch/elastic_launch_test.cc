@@ -155,6 +155,26 @@ TEST(ElasticCohortrun, WithoutRestartsTheJobFinishesSmaller) {
   expect_all_gone(printed_pids(out));
 }
 
+// Issue 58: every slot failing with a usage error (exit code 2) is given up at once, not
+// restarted until --max-restarts runs out (9 processes and 15 s before), and the job ends with
+// that exit code within seconds.
+TEST(ElasticCohortrun, AUsageErrorOnEverySlotEndsTheJobAtOnce) {
+  const auto start = std::chrono::steady_clock::now();
+  auto run = cohortrun({"--nproc-per-node", "3", "--min-ranks", "2", "--max-restarts", "3",
+                        LAUNCH_TEST_RANK, "all-exit", "2"},
+                       kFastEnv);
+  ASSERT_EQ(run.wait(kDeadline), 2) << run.output();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  const std::string& out = run.output();
+  EXPECT_TRUE(contains(out,
+                       "slot 1 left (exited with code 2); exit code 2 is a usage or "
+                       "configuration error, which a restart would repeat, so it is not "
+                       "restarted (--no-restart-exit-codes)"))
+      << out;
+  EXPECT_FALSE(contains(out, "restarting it")) << out;
+  EXPECT_EQ(printed_pids(out).size(), 3u) << out;  // no slot started twice
+}
+
 // (c) --min-ranks 3 of 3 and no restarts: the survivors wait for a third member until
 // COHORT_ELASTIC_TIMEOUT_S, end with an ElasticError, and the job fails.
 TEST(ElasticCohortrun, BelowMinRanksTheJobFails) {

@@ -109,6 +109,10 @@ class ElasticSlots {
     } else if (watch_ != nullptr && watch_->job_finished()) {
       give_up(local,
               left + "; the job has finished (its members marked it done), so it is not restarted");
+    } else if (!process.killed_by_signal() && options_.never_restarts(process.exit_code())) {
+      give_up(local, left + "; exit code " + std::to_string(process.exit_code()) +
+                         " is a usage or configuration error, which a restart would repeat, so "
+                         "it is not restarted (--no-restart-exit-codes)");
     } else if (slot.restarts >= options_.max_restarts) {
       give_up(local, left + "; no restarts left, the job goes on without it");
     } else {

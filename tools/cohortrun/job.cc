@@ -189,6 +189,12 @@ class Job {
       if (result.outcome == Outcome::kSucceeded) return kExitOk;
       report(attempt, result);
       if (!may_restart(attempt, result)) {
+        if (attempt < options_.max_restarts && repeats_itself(result)) {
+          say("not restarting: " + name_of(result.failures.front()) + " exited with code " +
+              std::to_string(result.failures.front().exit_code) +
+              ", a usage or configuration error, which a restart would repeat "
+              "(--no-restart-exit-codes)");
+        }
         say("job failed: " + cause_of(result));
         leave_failed(attempt);
         return exit_code_of(result);
@@ -296,7 +302,14 @@ class Job {
 
   bool may_restart(int attempt, const AttemptResult& result) const {
     return attempt < options_.max_restarts && result.outcome != Outcome::kInterrupted &&
-           result.outcome != Outcome::kStoreLost;
+           result.outcome != Outcome::kStoreLost && !repeats_itself(result);
+  }
+
+  // The first rank to fail exited (not killed) with a code of --no-restart-exit-codes.
+  bool repeats_itself(const AttemptResult& result) const {
+    if (result.outcome != Outcome::kRanksFailed || result.failures.empty()) return false;
+    const RankFailure& first = result.failures.front();
+    return first.what.rfind("exited", 0) == 0 && options_.never_restarts(first.exit_code);
   }
 
   const LaunchOptions& options_;

@@ -13,6 +13,28 @@ namespace cohort::run {
 
 namespace {
 
+// The comma-separated integers of `text` (given as `flag`), each from `lowest` to `highest`;
+// ConfigError naming the item otherwise, with `what` an item must be.
+std::vector<int> int_list(const std::string& flag, const std::string& text, int lowest, int highest,
+                          const std::string& what) {
+  std::vector<int> values;
+  std::istringstream items(text);
+  for (std::string item; std::getline(items, item, ',');) {
+    size_t used = 0;
+    int value = lowest - 1;
+    try {
+      value = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || value < lowest || value > highest) {
+      throw ConfigError(flag + " " + text + ": '" + item + "' is not " + what);
+    }
+    values.push_back(value);
+  }
+  return values;
+}
+
 Milliseconds seconds_to_ms(double seconds) {
   return Milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
@@ -86,6 +108,11 @@ bool LaunchOptions::is_expendable(int rank) const {
   return std::find(expendable.begin(), expendable.end(), rank) != expendable.end();
 }
 
+bool LaunchOptions::never_restarts(int exit_code) const {
+  return std::find(no_restart_exit_codes.begin(), no_restart_exit_codes.end(), exit_code) !=
+         no_restart_exit_codes.end();
+}
+
 void add_launch_options(CLI::App& app, LaunchOptions& o) {
   app.add_option("--nproc-per-node", o.nproc_per_node, "Ranks to start on this machine")
       ->check(CLI::Range(1, 1024));
@@ -112,6 +139,10 @@ void add_launch_options(CLI::App& app, LaunchOptions& o) {
                  "Seconds ranks stopped by a signal (SIGSTOP) may stay stopped once every other "
                  "rank has ended; then cohortrun ends them")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--no-restart-exit-codes", o.no_restart_exit_codes_list,
+                 "Exit codes of a usage or configuration error, which a restart would repeat: a "
+                 "rank exiting with one is not restarted (default 2,64,78; none: restart any "
+                 "failure)");
   app.add_option("--expendable", o.expendable_list,
                  "Ranks whose failure does not stop the others (parameter-server workers), "
                  "e.g. --expendable 1,2");
@@ -159,21 +190,13 @@ void finish_launch_options(CLI::App& app, LaunchOptions& o) {
                       " must divide --nproc-per-node " + std::to_string(o.nproc_per_node) +
                       ": every simulated node gets as many ranks");
   }
-  std::istringstream ranks(o.expendable_list);
-  for (std::string item; std::getline(ranks, item, ',');) {
-    size_t used = 0;
-    int rank = -1;
-    try {
-      rank = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || rank < 0 || rank >= o.world_size()) {
-      throw ConfigError("--expendable " + o.expendable_list + ": '" + item +
-                        "' is not a rank of this job of " + std::to_string(o.world_size()) +
-                        " ranks");
-    }
-    o.expendable.push_back(rank);
+  o.expendable = int_list("--expendable", o.expendable_list, 0, o.world_size() - 1,
+                          "a rank of this job of " + std::to_string(o.world_size()) + " ranks");
+  if (o.no_restart_exit_codes_list == "none") {
+    o.no_restart_exit_codes.clear();
+  } else if (!o.no_restart_exit_codes_list.empty()) {
+    o.no_restart_exit_codes = int_list("--no-restart-exit-codes", o.no_restart_exit_codes_list, 1,
+                                       255, "an exit code from 1 to 255, or none");
   }
   check_elastic_options(o);
   if (o.multi_node() && o.master_port < 0) o.master_port = LaunchOptions::kDefaultMasterPort;

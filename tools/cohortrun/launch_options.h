@@ -42,7 +42,14 @@ struct LaunchOptions {
   // Elastic mode on several nodes: a node whose cohortrun has not been heard from (its
   // heartbeat in the store) for this long is taken for lost (docs/launch.md, "Elastic mode").
   double node_timeout_s = 10;
-  std::vector<std::string> command;  // the program and its arguments
+  // Exit codes that say the program cannot run as it was started (a usage or configuration
+  // error: a restart would fail the same way). A rank that exits with one is not restarted, in
+  // either mode (--no-restart-exit-codes; docs/launch.md, "Restarts"): 2 (CLI11's and the
+  // examples' usage errors), 64 (EX_USAGE) and 78 (EX_CONFIG) unless the command line says
+  // otherwise ("none": every failure may be restarted).
+  std::vector<int> no_restart_exit_codes = {2, 64, 78};
+  std::string no_restart_exit_codes_list;  // as given
+  std::vector<std::string> command;        // the program and its arguments
 
   static constexpr int kDefaultMasterPort = 29500;
 
@@ -59,6 +66,8 @@ struct LaunchOptions {
   }
   bool elastic() const { return min_ranks > 0; }
   bool is_expendable(int rank) const;
+  // A rank that exited with `exit_code` would fail the same way again (no_restart_exit_codes).
+  bool never_restarts(int exit_code) const;
   Milliseconds rdzv_timeout() const;
   Milliseconds stop_timeout() const;
   Milliseconds stopped_timeout() const;

@@ -3,6 +3,7 @@
 //
 //   launch_test_rank ok                  allreduce, print "sum <total>", exit 0
 //   launch_test_rank exit R CODE         rank R exits with CODE, the others sleep
+//   launch_test_rank all-exit CODE       every rank exits with CODE
 //   launch_test_rank kill R              rank R kills itself (SIGKILL), the others sleep
 //   launch_test_rank kill-alone R        rank R kills itself (SIGKILL), the others exit 0
 //   launch_test_rank stop-alone R        rank R stops itself (SIGSTOP), the others exit 0
@@ -62,6 +63,8 @@ int main(int argc, char** argv) {
   } else if (mode == "exit") {
     if (me) return std::atoi(argv[3]);
     sleep_long();
+  } else if (mode == "all-exit") {  // every rank exits with the code given in place of a rank
+    return target;
   } else if (mode == "kill-alone") {
     if (me) ::raise(SIGKILL);
   } else if (mode == "nodes") {
