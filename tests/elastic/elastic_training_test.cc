@@ -364,6 +364,36 @@ TEST_P(ResumedElastic, ANewJobResumesTheCheckpointAndEqualsTheReplay) {
   expect_replay_parity(commits_before(first.output(), 10) + second.output(), second.out_path());
 }
 
+// Issue 58: a ZeRO-2 job's sharded checkpoint, offered to a kDdp job, is read whole and the job
+// goes on from its step as the uninterrupted run would (it used to start from step 0 unsaid).
+TEST(ResumedElasticAcrossStrategies, ADdpJobResumesAZero2CheckpointAndEqualsTheReplay) {
+  ElasticJob first(2, 2);
+  first.start_all({"--strategy", "zero2", "--stop-after", "10", "--checkpoint-dir",
+                   first.checkpoint_dir(), "--checkpoint-every", "5"});
+  EXPECT_EQ(first.wait_all(), (std::vector<int>{0, 0})) << first.output();
+  ElasticJob second(2, 2);
+  second.start_all({"--strategy", "ddp", "--checkpoint-dir", first.checkpoint_dir(), "--resume"});
+  EXPECT_EQ(second.wait_all(), (std::vector<int>{0, 0})) << second.output();
+  EXPECT_EQ(commits_before(second.output(), 10), "") << second.output();
+  expect_replay_parity(commits_before(first.output(), 10) + second.output(), second.out_path());
+}
+
+// The reverse is not re-sliced into shards: every member refuses it by name.
+TEST(ResumedElasticAcrossStrategies, AShardedJobRefusesADdpCheckpointByName) {
+  ElasticJob first(2, 2);
+  first.start_all(
+      {"--stop-after", "5", "--checkpoint-dir", first.checkpoint_dir(), "--checkpoint-every", "5"});
+  EXPECT_EQ(first.wait_all(), (std::vector<int>{0, 0})) << first.output();
+  ElasticJob second(2, 2);
+  second.start_all({"--strategy", "zero2", "--checkpoint-dir", first.checkpoint_dir(), "--resume"});
+  EXPECT_EQ(second.wait_all(), (std::vector<int>{1, 1})) << second.output();
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NE(second.member(i).output().find("holds a checkpoint written under kDdp"),
+              std::string::npos)
+        << second.output();
+  }
+}
+
 // Without --resume the second job may not take another job's checkpoint: CheckpointError on
 // every member, which names the way on.
 TEST(ResumedElasticDdp, AnotherJobsCheckpointIsRefusedWithoutResume) {

@@ -7,6 +7,7 @@
 
 #include "call_sites.h"
 #include "checkpoint/checkpoint_collectives.h"
+#include "checkpoint/shard_manifest.h"
 #include "cohort/comm/elastic.h"
 #include "cohort/comm/group.h"
 #include "cohort/core/check.h"
@@ -21,8 +22,10 @@ std::string sampler_file(const std::string& directory, int64_t step) {
   return directory + "/elastic-" + std::to_string(step) + ".txt";
 }
 
+constexpr const char* kReplicaName = "replica.ckpt";
+
 std::string replica_file(const std::string& directory) {
-  return directory + "/replica.ckpt";
+  return directory + "/" + kReplicaName;
 }
 
 // The sampler's file of `step`, written whole or not at all (a full disk fails the write at the
@@ -85,6 +88,11 @@ std::optional<std::array<int64_t, 3>> read_sampler_file(const std::string& direc
                      " (the sampler's place): write it with ElasticTrainer::save_checkpoint");
 }
 
+bool holds(const std::string& directory, const std::string& name) {
+  std::error_code error;
+  return std::filesystem::exists(directory + "/" + name, error);
+}
+
 // The user sets ElasticTrainer's LoadOptions as ElasticTrainerOptions::resume: a load's error
 // names its fields so.
 LoadOptions as_resume(LoadOptions options) {
@@ -124,11 +132,25 @@ std::optional<int64_t> load_replica_checkpoint(
     ElasticSampler& sampler, const LoadOptions& options,
     std::vector<std::pair<std::string, CheckpointPart*>> parts) {
   TrainingState state;
-  state.parts = std::move(parts);
   state.module = &module;
   state.optimizer = &optimizer;
   state.rng = false;
-  if (!load_checkpoint(replica_file(directory), state, as_resume(options))) return std::nullopt;
+  bool loaded = false;
+  if (!holds(directory, kReplicaName) && holds(directory, kManifestName)) {
+    // A sharded strategy's checkpoint: read whole, as one process loads any sharded checkpoint.
+    if (!parts.empty()) {
+      throw CheckpointError("ElasticTrainer: '" + directory +
+                            "' holds a sharded strategy's checkpoint, which has no '" +
+                            parts.front().first +
+                            "' state for this job (DiLoCo): resume it "
+                            "under the strategy that wrote it, or start in another directory");
+    }
+    loaded = load_sharded_checkpoint(directory, state, as_resume(options));
+  } else {
+    state.parts = std::move(parts);
+    loaded = load_checkpoint(replica_file(directory), state, as_resume(options));
+  }
+  if (!loaded) return std::nullopt;
   const auto place = read_sampler_file(directory, state.step);
   if (!place) throw_missing_sampler_file(directory, state.step);
   restore_sampler(sampler, *place);
@@ -171,6 +193,20 @@ std::optional<int64_t> load_elastic_checkpoint(const std::string& directory,
                                                torch::optim::Optimizer& optimizer,
                                                ElasticSampler& sampler,
                                                const LoadOptions& options) {
+  // A kDdp job's checkpoint (one file of whole tensors) is not re-sliced into shards: refused by
+  // name on every member rather than passed over (a job then started from step 0 unsaid).
+  int64_t status = kStatusOk;
+  std::string error;
+  if (view.group->rank() == 0 && !holds(directory, kManifestName) &&
+      holds(directory, kReplicaName)) {
+    status = kStatusFailed;
+    error = "ElasticTrainer: '" + directory +
+            "' holds a checkpoint written under kDdp (replica.ckpt), which a sharded strategy "
+            "does not resume: resume it with ElasticTrainerOptions::strategy kDdp (the "
+            "examples' --strategy ddp), or start in another directory";
+  }
+  broadcast_outcome(*view.group, status, error, 0, call_sites::kElasticHeal);
+  if (status == kStatusFailed) throw CheckpointError(error);
   TrainingState state;
   state.module = view.module;
   state.optimizer = &optimizer;

@@ -31,8 +31,10 @@ void save_replica_checkpoint(const std::string& directory, torch::nn::Module& mo
                              const std::vector<std::pair<std::string, CheckpointPart*>>& parts);
 
 // kDdp, on this process only: the committed steps of the checkpoint loaded (model, optimizer,
-// sampler), or nullopt when `directory` holds none (or `options` leave it). Throws
-// CheckpointError as load_checkpoint does, ElasticError when the sampler's file is missing.
+// sampler), or nullopt when `directory` holds none (or `options` leave it). A sharded
+// strategy's checkpoint there is read whole (load_sharded_checkpoint's one-process form), unless
+// the job has `parts` (DiLoCo), which it lacks: CheckpointError. Throws CheckpointError as
+// load_checkpoint does, ElasticError when the sampler's file is missing.
 std::optional<int64_t> load_replica_checkpoint(
     const std::string& directory, torch::nn::Module& module, torch::optim::Optimizer& optimizer,
     ElasticSampler& sampler, const LoadOptions& options,
@@ -45,7 +47,8 @@ void save_elastic_checkpoint(const std::string& directory, const ShardedParamete
 
 // The committed steps of the checkpoint loaded (model, optimizer, sampler), or nullopt when
 // `directory` holds none (or `options` leave it). Collective over view.group; throws
-// ElasticError when the sampler's file of the checkpoint's step is missing.
+// ElasticError when the sampler's file of the checkpoint's step is missing, CheckpointError on
+// every member when `directory` holds a kDdp job's checkpoint (not re-sliced into shards).
 std::optional<int64_t> load_elastic_checkpoint(const std::string& directory,
                                                const ShardedParameters& view,
                                                torch::optim::Optimizer& optimizer,
