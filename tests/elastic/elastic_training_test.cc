@@ -411,6 +411,17 @@ TEST(ResumedElasticDdp, AnotherJobsCheckpointIsRefusedWithoutResume) {
               std::string::npos)
         << second.output();
   }
+  // Issue 58: a restarted member would refuse it again; it is refused at once, with the
+  // reason, instead of waiting out the join timeout (300 s) for a generation that never forms.
+  const auto start = std::chrono::steady_clock::now();
+  ChildProcess& restarted = second.start(0, {"--checkpoint-dir", first.checkpoint_dir()});
+  EXPECT_EQ(restarted.wait(kDeadline), 3) << restarted.output();  // elastic_rank: ElasticError
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  EXPECT_NE(restarted.output().find("cannot join: the job ended on an error that a new member "
+                                    "would meet again: "),
+            std::string::npos)
+      << restarted.output();
+  EXPECT_NE(restarted.output().find("another job"), std::string::npos) << restarted.output();
 }
 
 // A checkpoint whose sampler file is gone cannot be resumed where it stopped: every member

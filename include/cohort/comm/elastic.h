@@ -135,6 +135,11 @@ class ElasticGroup {
 
   // Marks the job finished: members that arrive later are refused instead of waiting.
   void finish();
+  // Marks the job ended on an error that a new member would meet again (ElasticTrainer: a
+  // checkpoint every member of the job's start refused): the job is finished, so cohortrun
+  // restarts no rank, and a member that arrives later is refused at once with ElasticError
+  // naming `reason`, instead of waiting out the join timeout for a generation that never forms.
+  void fail(const std::string& reason);
   // Whether a member marked the job finished (one store lookup): a member whose recover() was
   // refused for it learns that the others ended the job.
   bool finished();

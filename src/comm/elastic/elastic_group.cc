@@ -151,6 +151,10 @@ void ElasticGroup::finish() {
   state_->rendezvous.mark_finished();
 }
 
+void ElasticGroup::fail(const std::string& reason) {
+  state_->rendezvous.mark_failed(reason);
+}
+
 bool ElasticGroup::finished() {
   return state_->rendezvous.finished();
 }

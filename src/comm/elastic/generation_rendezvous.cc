@@ -103,9 +103,23 @@ bool GenerationRendezvous::finished() {
   return store_->add(std::string(kRoot) + "/finished", 0) > 0;
 }
 
+// The reason first, then the count that says it is there, then finished.
+void GenerationRendezvous::mark_failed(const std::string& reason) {
+  const std::string root = kRoot;
+  store_->set(root + "/failed_reason", to_bytes(reason));
+  store_->add(root + "/failed", 1);
+  mark_finished();
+}
+
 uint64_t GenerationRendezvous::first_open_generation(const Arrival& self) {
   if (self.previous_generation != 0) return self.previous_generation + 1;
   if (finished()) {
+    const std::string root = kRoot;
+    if (store_->add(root + "/failed", 0) > 0) {
+      throw ElasticError("member " + self.id + " cannot join: the job ended on an error that " +
+                         "a new member would meet again: " +
+                         to_string(store_->get(root + "/failed_reason", Milliseconds(5000))));
+    }
     throw ElasticError("member " + self.id +
                        " cannot join: the job has finished (its members marked it done)");
   }

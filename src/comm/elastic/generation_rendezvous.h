@@ -61,6 +61,9 @@ class GenerationRendezvous {
   bool wait_for_arrivals_after(uint64_t generation, int count, Milliseconds timeout);
   void mark_finished();
   bool finished();
+  // Marks the job ended on an error a new member would meet again (ElasticGroup::fail): the job
+  // is finished, and a later arrival is refused with `reason`.
+  void mark_failed(const std::string& reason);
 
   // The store view of generation `generation`'s own Group.
   std::shared_ptr<Store> group_store(uint64_t generation) const;

@@ -673,6 +673,11 @@ void ElasticTrainer::start() {
     state_->recover(std::current_exception());
   } catch (const TimeoutError&) {
     state_->recover(std::current_exception());
+  } catch (const CheckpointError& e) {
+    // Every member of the job's start refused the checkpoint (another job's, a corrupt one):
+    // a restarted or new member would refuse it again, so the job ends here for all of them.
+    if (elastic.membership().committed_step() < 0) elastic.fail(e.what());
+    throw;
   }
 }
 
