@@ -378,6 +378,25 @@ TEST(ResumedElasticAcrossStrategies, ADdpJobResumesAZero2CheckpointAndEqualsTheR
   expect_replay_parity(commits_before(first.output(), 10) + second.output(), second.out_path());
 }
 
+// Under DiLoCo a sharded checkpoint lacks the outer state: refused by name on every member, not
+// resumed without it.
+TEST(ResumedElasticAcrossStrategies, ADiLoCoJobRefusesAShardedCheckpointByName) {
+  ElasticJob first(2, 2);
+  first.start_all({"--strategy", "zero2", "--stop-after", "5", "--checkpoint-dir",
+                   first.checkpoint_dir(), "--checkpoint-every", "5"});
+  EXPECT_EQ(first.wait_all(), (std::vector<int>{0, 0})) << first.output();
+  ElasticJob second(2, 2);
+  second.start_all(
+      {"--strategy", "diloco", "--checkpoint-dir", first.checkpoint_dir(), "--resume"});
+  EXPECT_EQ(second.wait_all(), (std::vector<int>{1, 1})) << second.output();
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NE(second.member(i).output().find("holds a sharded strategy's checkpoint, which has "
+                                             "no 'diloco' state"),
+              std::string::npos)
+        << second.output();
+  }
+}
+
 // The reverse is not re-sliced into shards: every member refuses it by name.
 TEST(ResumedElasticAcrossStrategies, AShardedJobRefusesADdpCheckpointByName) {
   ElasticJob first(2, 2);

@@ -131,6 +131,7 @@ class ElasticSlots {
     f.local_rank = process.rank() - global_rank(options_, 0);
     f.pid = process.pid();
     f.exit_code = process.running() ? 128 + process.stop_signal() : process.exit_code();
+    f.exited = !process.running() && !process.killed_by_signal();
     f.what = std::move(what);
     f.slot_restart = result_.slots[local].restarts;
     if (!process.running()) relay_.finish(sources_[local], Deadline::after(kDrainTimeout));

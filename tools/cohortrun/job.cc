@@ -309,7 +309,7 @@ class Job {
   bool repeats_itself(const AttemptResult& result) const {
     if (result.outcome != Outcome::kRanksFailed || result.failures.empty()) return false;
     const RankFailure& first = result.failures.front();
-    return first.what.rfind("exited", 0) == 0 && options_.never_restarts(first.exit_code);
+    return first.exited && options_.never_restarts(first.exit_code);
   }
 
   const LaunchOptions& options_;

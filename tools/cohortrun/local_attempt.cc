@@ -234,6 +234,7 @@ class LocalAttempt {
       f.what = "did not take part: the errors of the other ranks name it (it was still running)";
     } else {
       f.exit_code = rank.exit_code();
+      f.exited = !rank.killed_by_signal();
       f.what = rank.describe();
       if (named) f.what += " (the errors of the other ranks name it)";
     }

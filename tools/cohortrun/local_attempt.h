@@ -19,8 +19,9 @@ struct RankFailure {
   int rank = 0;
   int local_rank = 0;
   int pid = 0;
-  int exit_code = 0;  // what a shell would report: the code, or 128 + signal
-  std::string what;   // "exited with code 3", "was killed by signal 9 (Killed)"
+  int exit_code = 0;    // what a shell would report: the code, or 128 + signal
+  bool exited = false;  // it ended by exiting (with exit_code), not by a signal or a stop
+  std::string what;     // "exited with code 3", "was killed by signal 9 (Killed)"
   std::vector<std::string> last_lines;
   // Elastic mode: `rank` is the launch slot, not the rank in the job (which is whatever the
   // generation gives the process), and this is which of the slot's processes failed
