@@ -19,7 +19,6 @@ void check_elastic_options(const TrainOptions& o) {
   refuse_for_elastic(o.plan.memory_budget_mb > 0 || !o.plan.plan_out.empty(),
                      "--memory-budget-mb and --plan-out");
   refuse_for_elastic(o.mode != "sync", "--mode ps or ssp");
-  refuse_for_elastic(o.sync_bn, "--sync-bn");
   // Every member would have to stop at the same step; the elastic trainer's vote does not
   // carry a clock.
   refuse_for_elastic(o.time_limit_s > 0, "--time-limit (stop with --max-steps instead)");
@@ -33,8 +32,9 @@ TrainResult train_elastic(const TrainOptions& options) {
   FashionMnist train_set(load_split(options.data_dir, Split::kTrain));
   const Images test = options.skip_eval ? Images{} : load_split(options.data_dir, Split::kTest);
   const size_t samples = *train_set.size();
-  const auto run = cohort_examples::elastic_run_settings(options, static_cast<int64_t>(samples),
-                                                         TrainOptions::kFsdpMinUnitParameters);
+  auto run = cohort_examples::elastic_run_settings(options, static_cast<int64_t>(samples),
+                                                   TrainOptions::kFsdpMinUnitParameters);
+  run.wrapping.sync_batchnorm = options.sync_bn;  // the trainer converts the model's BatchNorms
   auto elastic = cohort::init_elastic();
   torch::manual_seed(options.seed);
   auto model = make_fmnist_model(options.model);

@@ -23,11 +23,15 @@ inline ElasticData elastic_data() {
   return {inputs, targets};
 }
 
-// `hidden` other than 16: another model, which a running job refuses.
-inline torch::nn::Sequential make_elastic_model(int64_t hidden = 16) {
+// `hidden` other than 16: another model, which a running job refuses. `batch_norm`: a
+// BatchNorm1d after the first layer (statistics of the batch the forward sees).
+inline torch::nn::Sequential make_elastic_model(int64_t hidden = 16, bool batch_norm = false) {
   torch::manual_seed(7);
-  return torch::nn::Sequential(torch::nn::Linear(8, hidden), torch::nn::Tanh(),
-                               torch::nn::Linear(hidden, 4));
+  torch::nn::Sequential model(torch::nn::Linear(8, hidden));
+  if (batch_norm) model->push_back(torch::nn::BatchNorm1d(hidden));
+  model->push_back(torch::nn::Tanh());
+  model->push_back(torch::nn::Linear(hidden, 4));
+  return model;
 }
 
 inline ElasticSamplerOptions elastic_sampler_options(size_t batch_per_rank, size_t global_batch) {

@@ -25,6 +25,8 @@
 // inner step in it: a joiner healed while the step's synchronization was redone; first it
 // prints "fragments <f1,f2,...>", the fragment of each parameter); --ranks-per-node
 // N puts the launch ranks on simulated nodes of N (COHORT_NODE_ID), for hybrid_shard;
+// --sync-bn adds a BatchNorm1d to the model and sets ElasticTrainerOptions::sync_batchnorm;
+// --stale-group allreduces over the first generation's group in every forward;
 // --opaque-optimizer gives DDP an optimizer that no checkpoint codec knows, so that its state heals
 // through save() and load(); --no-buddy turns buddy copies off, --checkpoint-dir and
 // --checkpoint-every make the trainer write sharded checkpoints; --lr-warmup N sets a learning-rate
@@ -189,6 +191,12 @@ int main(int argc, char** argv) {
   app.add_option("--lr-warmup", lr_warmup,
                  "ElasticTrainerOptions::lr_schedule: this many warm-up steps, then a cosine "
                  "decay to 0 at --steps (cohort::testing::elastic_lr_schedule)");
+  bool sync_bn = false, stale_group = false;
+  app.add_flag("--sync-bn", sync_bn,
+               "a BatchNorm1d in the model and ElasticTrainerOptions::sync_batchnorm");
+  app.add_flag("--stale-group", stale_group,
+               "every forward also allreduces over the first generation's group (a step that "
+               "fails in every later generation with every member alive)");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(1);
   dup2(STDOUT_FILENO, STDERR_FILENO);  // the library's log, for the tests to read
@@ -213,7 +221,7 @@ int main(int argc, char** argv) {
   }
   try {
     auto elastic = cohort::init_elastic();
-    auto model = cohort::testing::make_elastic_model(hidden);
+    auto model = cohort::testing::make_elastic_model(hidden, sync_bn);
     const auto data = cohort::testing::elastic_data();
     cohort::ElasticTrainerOptions options;
     options.sampler = cohort::testing::elastic_sampler_options(batch_per_rank, global_batch);
@@ -226,6 +234,7 @@ int main(int argc, char** argv) {
       options.diloco->inner_steps = diloco_steps;
       options.diloco->fragments = diloco_fragments;
     }
+    options.sync_batchnorm = sync_bn;
     options.buddy_copies = !no_buddy;
     options.checkpoint_dir = checkpoint_dir;
     options.checkpoint_every = checkpoint_every;
@@ -292,6 +301,11 @@ int main(int argc, char** argv) {
       const bool committed = trainer.step([&](const cohort::ElasticStep& step) {
         taken = step;
         trained = step;
+        if (stale_group) {
+          static const std::shared_ptr<cohort::Group> first = elastic->group_ptr();
+          float one = 1;
+          first->allreduce(cohort::Buffer{&one, 1, cohort::DType::kFloat32});
+        }
         if (fault_at(step.step, "forward")) fail("forward");
         if (fault_at(step.step, "stop")) fail("stop");
         if (auto* faulty = dynamic_cast<FaultySgd*>(&trainer.optimizer())) {

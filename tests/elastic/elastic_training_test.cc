@@ -84,13 +84,48 @@ struct Replay {
   std::map<int64_t, std::set<size_t>> samples_of_step;
 };
 
+torch::Tensor rows_of(const std::vector<size_t>& indices) {
+  return torch::tensor(std::vector<int64_t>(indices.begin(), indices.end()), torch::kInt64);
+}
+
+// What DDP's average makes of the ranks' losses: the mean over the ranks of each one's mean.
+torch::Tensor mean_of_rank_losses(torch::nn::SequentialImpl& model,
+                                  const testing::ElasticData& data,
+                                  const std::vector<std::vector<size_t>>& shares) {
+  torch::Tensor sum = torch::zeros({});
+  for (const auto& share : shares) sum = sum + testing::elastic_loss(model, data, rows_of(share));
+  return sum / static_cast<double>(shares.size());
+}
+
+// The same with one forward over every rank's samples: the global batch a SyncBatchNorm
+// normalizes over (a tail step may give the ranks different counts).
+torch::Tensor global_batch_loss(torch::nn::SequentialImpl& model, const testing::ElasticData& data,
+                                const std::vector<std::vector<size_t>>& shares) {
+  std::vector<size_t> all;
+  for (const auto& share : shares) all.insert(all.end(), share.begin(), share.end());
+  const auto rows = rows_of(all);
+  const auto per_sample = torch::nn::functional::cross_entropy(
+      model.forward(data.inputs.index_select(0, rows)), data.targets.index_select(0, rows),
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  torch::Tensor sum = torch::zeros({});
+  int64_t at = 0;
+  for (const auto& share : shares) {
+    const auto n = static_cast<int64_t>(share.size());
+    sum = sum + per_sample.narrow(0, at, n).mean();
+    at += n;
+  }
+  return sum / static_cast<double>(shares.size());
+}
+
 // The committed steps replayed on one process: each step's gradient is the mean over its
 // ranks of each rank's mean loss gradient, as DDP averages it. With `schedule`, step s runs at
-// scheduled_lr(schedule, 0.05, s).
+// scheduled_lr(schedule, 0.05, s). `batch_norm`: the model with a BatchNorm, one forward over
+// the step's samples of every rank (the global batch SyncBatchNorm normalizes over).
 Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank,
-              const std::optional<optim::LrScheduleOptions>& schedule = std::nullopt) {
+              const std::optional<optim::LrScheduleOptions>& schedule = std::nullopt,
+              bool batch_norm = false) {
   Replay out;
-  auto model = testing::make_elastic_model();
+  auto model = testing::make_elastic_model(16, batch_norm);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   const auto data = testing::elastic_data();
   ElasticSampler sampler(data.inputs.size(0), testing::elastic_sampler_options(batch_per_rank, 0));
@@ -100,12 +135,14 @@ Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank
       optimizer.param_groups()[0].options().set_lr(optim::scheduled_lr(*schedule, 0.05, step));
     }
     optimizer.zero_grad();
+    std::vector<std::vector<size_t>> shares;
     for (int r = 0; r < world; ++r) {
-      const auto mine = sampler.step_indices(r, world);
-      out.samples_of_step[step].insert(mine.begin(), mine.end());
-      const auto index = torch::tensor(std::vector<int64_t>(mine.begin(), mine.end()));
-      (testing::elastic_loss(*model, data, index) / world).backward();
+      shares.push_back(sampler.step_indices(r, world));
+      out.samples_of_step[step].insert(shares.back().begin(), shares.back().end());
     }
+    (batch_norm ? global_batch_loss(*model, data, shares)
+                : mean_of_rank_losses(*model, data, shares))
+        .backward();
     optimizer.step();
     sampler.advance(world);
   }
@@ -123,12 +160,13 @@ Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank
 // its last step, so coverage is the replay's: ElasticSamplerTest checks it).
 void expect_replay_parity(const std::string& output, const std::string& out_path,
                           size_t batch_per_rank = 4, bool redo = false,
-                          const std::optional<optim::LrScheduleOptions>& schedule = std::nullopt) {
+                          const std::optional<optim::LrScheduleOptions>& schedule = std::nullopt,
+                          bool batch_norm = false) {
   const Committed c = read_commits(output, redo);
   ASSERT_TRUE(c.inconsistency.empty()) << c.inconsistency << "\n" << output;
   ASSERT_EQ(c.world_of_step.size(), static_cast<size_t>(kSteps)) << output;
   ASSERT_EQ(c.world_of_step.rbegin()->first, kSteps - 1);
-  const Replay reference = replay(c.world_of_step, batch_per_rank, schedule);
+  const Replay reference = replay(c.world_of_step, batch_per_rank, schedule, batch_norm);
   const auto& expected = reference.parameters;
   const auto got = read_params(out_path);
   ASSERT_EQ(got.size(), expected.size()) << output;
@@ -192,6 +230,32 @@ TEST_P(KilledMember, SurvivorsGoOnAndEqualTheReplay) {
 
 INSTANTIATE_TEST_SUITE_P(Phases, KilledMember,
                          ::testing::Values("forward", "backward", "allreduce", "optimizer"));
+
+// Note [Following the generation]: the SyncBatchNorm layers reduce over each generation's
+// group, so a kill costs one step and each step normalizes over its global batch (the replay's
+// one forward over every rank's samples); they once reduced over the first generation's group
+// and redid the step in generation after generation.
+TEST(ElasticFollowsTheGeneration, SyncBatchNormThroughAKillEqualsTheReplay) {
+  ElasticJob job(3, 2);
+  job.start_all({"--sync-bn", "--kill", "1:6:backward"});
+  const auto codes = job.wait_all();
+  EXPECT_EQ(codes, (std::vector<int>{0, 128 + SIGKILL, 0})) << job.output();
+  expect_replay_parity(job.output(), job.out_path(), 4, false, std::nullopt, /*batch_norm=*/true);
+  EXPECT_EQ(worlds_seen(job), (std::set<int>{2, 3}));
+}
+
+// Note [Failures that do not heal]: a step that uses the first generation's group fails in
+// every later generation with every member alive; the survivors end the job with its cause
+// after three such generations instead of forming generations forever.
+TEST(ElasticFollowsTheGeneration, AStepFailingWithEveryMemberAliveEndsTheJobWithItsCause) {
+  ElasticJob job(3, 2);
+  job.start_all({"--stale-group", "--kill", "1:6:forward"});
+  const auto codes = job.wait_all();
+  EXPECT_EQ(codes, (std::vector<int>{3, 128 + SIGKILL, 3})) << job.output();
+  EXPECT_NE(job.output().find("failed in 3 generations in a row with every member alive"),
+            std::string::npos)
+      << job.output();
+}
 
 TEST(ElasticTraining, TwoFailuresInARow) {
   ElasticJob job(4, 2);

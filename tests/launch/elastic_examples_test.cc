@@ -117,7 +117,8 @@ void expect_training_through_a_kill(
 }
 
 // The --metrics records' learning rates: the warm-up and decay act under --elastic as without
-// it (ElasticTrainerOptions::lr_schedule), through the kill.
+// it (ElasticTrainerOptions::lr_schedule), through the kill; --sync-bn's layers follow each
+// generation's group (ElasticTrainerOptions::sync_batchnorm).
 std::vector<double> learning_rates(const std::string& path) {
   std::ifstream in(path);
   std::vector<double> lrs;
@@ -130,8 +131,8 @@ std::vector<double> learning_rates(const std::string& path) {
 TEST(ElasticExamples, FashionMnistTrainsThroughAKill) {
   const std::string dir = testing::fresh_temp_dir("elastic_example_lr");
   expect_training_through_a_kill(FASHION_MNIST,
-                                 {"--model", "mlp", "--batch-size", "96", "--skip-eval",
-                                  "--warmup-steps", "20", "--lr-schedule", "cosine"},
+                                 {"--model", "cnn_bn", "--sync-bn", "--batch-size", "96",
+                                  "--skip-eval", "--warmup-steps", "20", "--lr-schedule", "cosine"},
                                  150, dir);
   // lr 0.01 scaled to the batch of 96: 0.015; step 1 of 20 warm-up steps at 1/20 of it, the
   // warm-up's last at all of it, then a cosine to 0 at step 150.

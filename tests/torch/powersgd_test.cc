@@ -104,6 +104,35 @@ TEST(PowerSgd, ErrorFeedbackCarriesWhatWasNotSent) {
   }
 }
 
+// CommHook::on_new_group (ElasticTrainer's next generation): the warm-started Q goes, so a hook
+// that ran steps before compresses the next bucket as a fresh hook (a joiner's) does; a hook
+// that kept its Q does not.
+TEST(PowerSgd, ANewGroupStartsQAfreshAsAJoinersHookDoes) {
+  run_with_groups(1, [&](int, std::shared_ptr<Group> group) {
+    PowerSgdOptions o;
+    o.rank = 1;
+    o.start_iter = 0;
+    o.min_compression_rate = 0;
+    o.error_feedback = false;
+    PowerSgdHook told(o), kept(o), joiner(o);
+    for (int64_t step = 0; step < 3; ++step) {
+      for (PowerSgdHook* hook : {&told, &kept}) {
+        GradBucket bucket = make_bucket(0, step);
+        reduce(*hook, *group, bucket);
+      }
+    }
+    told.on_new_group();
+    std::vector<torch::Tensor> out;
+    for (PowerSgdHook* hook : {&told, &kept, &joiner}) {
+      GradBucket bucket = make_bucket(0, 3);
+      reduce(*hook, *group, bucket);
+      out.push_back(bucket.buffer);
+    }
+    EXPECT_TRUE(torch::equal(out[0], out[2]));
+    EXPECT_FALSE(torch::equal(out[1], out[2]));
+  });
+}
+
 // Ten steps of DDP training at 3 ranks: before start_iter the buckets are averaged exactly,
 // after it compressed; every rank holds the same parameters after every step.
 TEST(PowerSgd, UnderDdpEveryRankEndsEachStepWithTheSameParameters) {

@@ -23,9 +23,6 @@ void train_elastic_as(ElasticTrainerOptions& options, StrategyKind kind,
       wrapping.precision.compute_dtype != torch::kFloat32 || wrapping.precision.master_weights,
       "a precision other than float32 (StrategyOptions::precision; the "
       "examples' --precision and --master-weights)");
-  refuse_under_elastic(wrapping.sync_batchnorm,
-                       "SyncBatchNorm (StrategyOptions::sync_batchnorm; --sync-bn): its layers "
-                       "reduce over the group they were made with, not each generation's");
   refuse_under_elastic(wrapping.local_sgd.has_value(),
                        "local SGD (StrategyOptions::local_sgd; --local-sgd): use DiLoCo "
                        "(StrategyOptions::diloco), which the elastic trainer heals");
@@ -33,6 +30,7 @@ void train_elastic_as(ElasticTrainerOptions& options, StrategyKind kind,
                        "StrategyOptions::activation_checkpointing: apply "
                        "cohort::checkpoint_modules to the module before making the trainer");
   options.strategy = kind;
+  options.sync_batchnorm = wrapping.sync_batchnorm;
   options.ddp = strategy_detail::ddp_options(wrapping);
   options.zero = {};
   options.fsdp = {};

@@ -31,10 +31,10 @@
 #include "coalesced_broadcast.h"
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
-#include "cohort/torch/nn/sync_batch_norm.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "elastic/elastic_checkpoint.h"
 #include "elastic/elastic_diloco.h"
+#include "elastic/follow_generation.h"
 #include "elastic/optimizer_broadcast.h"
 #include "elastic/sharded_run.h"
 
@@ -62,21 +62,6 @@ bool receives_state(const Membership& m) {
     if (joined == m.rank) return true;
   }
   return m.members[m.rank].committed_step != m.committed_step();
-}
-
-// A SyncBatchNorm holds the group it was given at conversion; ElasticTrainer makes a group per
-// generation, and a layer still reducing its statistics over the first one would fail every
-// step after a change, each failure forming one more generation (issue 58 lets such modules be
-// told of a new group). Refused by name until then.
-void refuse_group_holding_modules(const torch::nn::Module& module) {
-  for (const auto& item : module.named_modules()) {
-    if (dynamic_cast<const nn::SyncBatchNormImpl*>(item.value().get()) != nullptr) {
-      throw InvalidArgument(
-          "ElasticTrainer: the model holds a cohort::nn::SyncBatchNorm ('" + item.key() +
-          "'), which reduces over the group it was made with, not over each generation's; "
-          "train with torch::nn::BatchNorm (per-member statistics) under ElasticTrainer");
-    }
-  }
 }
 
 bool needs_healing(const Membership& m) {
@@ -215,6 +200,7 @@ struct ElasticTrainer::State {
     drop_wrapper();
     const Membership& m = elastic.membership();
     const bool heal = needs_healing(m);
+    detail::follow_generation(*module, elastic.group_ptr(), options);
     run->adopt(heal);
     ++changes;
     if (m.rank == 0) {
@@ -402,6 +388,30 @@ struct ElasticTrainer::State {
     }
   }
 
+  // Note [Failures that do not heal]: a failure that loses no member heals nothing when the
+  // next generation forms, and one that comes back at the same step in generation after
+  // generation (a collective over a group of a past generation, something failing alike on
+  // every member) would form generations forever, redoing one step (Note [Following the
+  // generation] rebinds what the library knows of). After kFailuresWithoutLoss such failures
+  // in a row at one step, every member (each sees the same) ends the job with the cause.
+  static constexpr int kFailuresWithoutLoss = 3;
+  int64_t lossless_failure_step = -1;
+  int lossless_failures = 0;
+
+  void end_a_failure_that_does_not_heal(const Membership& next, const std::string& cause) {
+    if (!next.left.empty() || committed != lossless_failure_step) lossless_failures = 0;
+    lossless_failure_step = next.left.empty() ? committed : -1;
+    if (!next.left.empty() || ++lossless_failures < kFailuresWithoutLoss) return;
+    const std::string reason = detail::concat(
+        "step ", committed + 1, " failed in ", lossless_failures,
+        " generations in a row with every member alive, the last time with: ", cause,
+        "; a failure that loses no member is not healed by another generation (does the step "
+        "use a group of an earlier generation? docs/elastic.md, \"What follows a "
+        "generation\")");
+    elastic.fail(reason);
+    throw ElasticError("ElasticTrainer: " + reason);
+  }
+
   // After `cause` broke the step: the next generation, healed. A failure meanwhile (while
   // healing) is met the same way.
   void recover(std::exception_ptr cause, bool count_rollback = true) {
@@ -413,7 +423,7 @@ struct ElasticTrainer::State {
         try {
           std::rethrow_exception(cause);
         } catch (const Error& e) {
-          elastic.recover(e, committed);
+          end_a_failure_that_does_not_heal(elastic.recover(e, committed), e.what());
         }
         adopt_generation(start);
         return;
@@ -661,11 +671,14 @@ void ElasticTrainer::start() {
   ElasticGroup& elastic = state_->elastic;
   const auto start = std::chrono::steady_clock::now();
   COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
-  refuse_group_holding_modules(*state_->module);
+  detail::refuse_what_cannot_follow(state_->options);
   if (state_->options.lr_schedule) state_->options.lr_schedule->validate();
   if (!elastic.joined()) {
     elastic.set_fingerprint(model_fingerprint(*state_->module));
     elastic.join();
+  }
+  if (state_->options.sync_batchnorm) {
+    detail::convert_batch_norms(state_->module, elastic.group_ptr());
   }
   try {
     state_->adopt_generation(start);

@@ -22,6 +22,11 @@ SyncBatchNormImpl::SyncBatchNormImpl(const torch::nn::BatchNormOptions& options,
   reset();
 }
 
+void SyncBatchNormImpl::set_group(std::shared_ptr<Group> group) {
+  COHORT_CHECK(group != nullptr, "SyncBatchNorm::set_group: the group is null");
+  group_ = std::move(group);
+}
+
 // Registers weight, bias and the running statistics under BatchNorm's names: the adopted tensors
 // of a converted BatchNorm the first time, new ones after (clone()).
 void SyncBatchNormImpl::reset() {

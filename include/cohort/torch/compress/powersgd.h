@@ -53,6 +53,9 @@ class PowerSgdHook final : public CompressionHook {
   explicit PowerSgdHook(PowerSgdOptions options);
   PendingReduction start(Group& group, GradBucket& bucket) override;
   std::string name() const override { return "powersgd"; }
+  // Drops every bucket's Q (warm start): the next compressed step draws it from the seed on
+  // every member alike, as at the first.
+  void on_new_group() override { plans_.clear(); }
   const PowerSgdOptions& options() const { return options_; }
 
   struct Matrix;      // one compressed tensor of a bucket (powersgd.cc)

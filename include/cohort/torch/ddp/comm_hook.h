@@ -64,6 +64,11 @@ class CommHook {
   virtual PendingReduction start(Group& group, GradBucket& bucket) = 0;
   // For messages and logs.
   virtual std::string name() const = 0;
+  // The group changes from the next bucket on (ElasticTrainer's next generation, which may hold
+  // members that never ran this hook): drop the state the ranks must hold alike, so that every
+  // member starts it afresh together. State that is each rank's own (error feedback's residual)
+  // may stay. Called between steps, on every rank. The default holds no shared state.
+  virtual void on_new_group() {}
 };
 
 // The default: an in-place allreduce whose reduction averages (the division by the world size

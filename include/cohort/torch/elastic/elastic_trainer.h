@@ -69,6 +69,13 @@ struct ElasticTrainerOptions {
   // src/torch/elastic/elastic_diloco.h). One DiLoCo for the job, its rounds over each
   // generation's group: overlap_steps must stay 0 and hierarchical false.
   std::optional<DiLoCoOptions> diloco;
+  // Every torch::nn::BatchNorm1d/2d/3d of the module replaced by a cohort::nn::SyncBatchNorm
+  // (nn/sync_batch_norm.h) when the trainer is made, so that each step normalizes over the
+  // step's global batch at whatever world size it commits at. The layers reduce over each
+  // generation's group: so do SyncBatchNorm layers the module already holds, whatever group
+  // they were made with (Note [Following the generation]). The module itself may not be a
+  // BatchNorm (hold it in a Sequential).
+  bool sync_batchnorm = false;
   // Sharded strategies: after each committed step every member holds a copy of its ring
   // predecessor's shards (values and optimizer state, Note [Buddy copies] in
   // src/torch/elastic/buddy_copy.h), so that the state of one dead member, or of several that
@@ -102,14 +109,14 @@ struct ElasticTrainerOptions {
 };
 
 // The strategy layer's choice (docs/strategy.md) as the elastic trainer takes it: sets
-// `options.strategy` to `kind`, and `ddp`, `zero`, `fsdp` and `diloco` as make_strategy(kind,
-// ..., wrapping) would make its wrapper (buckets, timeline, comm hook, FSDP's units and
-// prefetching, DiLoCo with the hook for its rounds); the rest of `options` stays. So one
-// StrategyOptions trains a model with or without ElasticTrainer. Throws InvalidArgument, naming
-// the option, for a combination make_strategy refuses and for what ElasticTrainer does not do:
-// precision other than float32 (and master weights), SyncBatchNorm (its layers hold one group;
-// each generation has its own), local SGD, and activation checkpointing (apply
-// cohort::checkpoint_modules to the module before making the trainer).
+// `options.strategy` to `kind`, and `ddp`, `zero`, `fsdp`, `diloco` and `sync_batchnorm` as
+// make_strategy(kind, ..., wrapping) would make its wrapper (buckets, timeline, comm hook,
+// FSDP's units and prefetching, DiLoCo with the hook for its rounds, SyncBatchNorm); the rest of
+// `options` stays. So one StrategyOptions trains a model with or without ElasticTrainer. Throws
+// InvalidArgument, naming the option, for a combination make_strategy refuses and for what
+// ElasticTrainer does not do: precision other than float32 (and master weights), local SGD, and
+// activation checkpointing (apply cohort::checkpoint_modules to the module before making the
+// trainer).
 void train_elastic_as(ElasticTrainerOptions& options, StrategyKind kind,
                       const StrategyOptions& wrapping);
 

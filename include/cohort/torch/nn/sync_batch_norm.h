@@ -46,6 +46,10 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
 
   const torch::nn::BatchNormOptions& options() const { return options_; }
   const std::shared_ptr<Group>& group() const { return group_; }
+  // Reduces over `group` from the next forward on (a forward already run keeps its group for
+  // its backward). cohort::ElasticTrainer calls it with each generation's group; call it
+  // yourself only between steps, on every rank. Throws InvalidArgument for a null group.
+  void set_group(std::shared_ptr<Group> group);
 
   // Under the names torch::nn::BatchNorm uses, so state dicts and checkpoints are interchangeable.
   torch::Tensor weight, bias;                                    // undefined unless affine
