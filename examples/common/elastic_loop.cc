@@ -127,7 +127,11 @@ ElasticRunTime run_elastic_steps(
          (settings.max_steps < 0 || trainer.committed_steps() < settings.max_steps)) {
     const auto step_start = std::chrono::steady_clock::now();
     const bool committed = trainer.step([&](const cohort::ElasticStep& step) {
-      const torch::Tensor loss = loss_of(step);
+      torch::Tensor loss;
+      {
+        const auto autocast = trainer.forward_scope();  // --precision bf16
+        loss = loss_of(step);
+      }
       loss.backward();
       if (hooks.after_backward) hooks.after_backward();
       last_loss = loss.item<double>();

@@ -161,8 +161,10 @@ TEST(TrainElasticAs, SetsTheKindAndTheWrappersOptions) {
   EXPECT_EQ(options.checkpoint_dir, "kept");
   EXPECT_FALSE(options.sync_batchnorm);
   wrapping.sync_batchnorm = true;
+  wrapping.precision = precision_named("bf16");
   train_elastic_as(options, StrategyKind::kZero1, wrapping);
   EXPECT_TRUE(options.sync_batchnorm);
+  EXPECT_EQ(options.precision.compute_dtype, torch::kBFloat16);
   EXPECT_EQ(options.zero.stage, 1);
   EXPECT_EQ(options.zero.ddp.bucket_cap_mb, 3);
   wrapping.diloco = DiLoCoOptions{};
@@ -185,8 +187,8 @@ TEST(TrainElasticAs, RefusesWhatTheElasticTrainerDoesNotDoByName) {
     }
   };
   StrategyOptions bf16;
-  bf16.precision = precision_named("bf16");
-  refused(StrategyKind::kFullShard, bf16, "a precision other than float32");
+  bf16.precision = precision_named("bf16", /*master_weights=*/true);
+  refused(StrategyKind::kFullShard, bf16, "does not train with master weights");
   StrategyOptions local_sgd;
   local_sgd.local_sgd = LocalSgdOptions{};
   refused(StrategyKind::kDdp, local_sgd, "local SGD");

@@ -26,7 +26,8 @@
 // prints "fragments <f1,f2,...>", the fragment of each parameter); --ranks-per-node
 // N puts the launch ranks on simulated nodes of N (COHORT_NODE_ID), for hybrid_shard;
 // --sync-bn adds a BatchNorm1d to the model and sets ElasticTrainerOptions::sync_batchnorm;
-// --stale-group allreduces over the first generation's group in every forward;
+// --stale-group allreduces over the first generation's group in every forward; --bf16 sets
+// ElasticTrainerOptions::precision to bfloat16 autocast;
 // --opaque-optimizer gives DDP an optimizer that no checkpoint codec knows, so that its state heals
 // through save() and load(); --no-buddy turns buddy copies off, --checkpoint-dir and
 // --checkpoint-every make the trainer write sharded checkpoints; --lr-warmup N sets a learning-rate
@@ -191,7 +192,8 @@ int main(int argc, char** argv) {
   app.add_option("--lr-warmup", lr_warmup,
                  "ElasticTrainerOptions::lr_schedule: this many warm-up steps, then a cosine "
                  "decay to 0 at --steps (cohort::testing::elastic_lr_schedule)");
-  bool sync_bn = false, stale_group = false;
+  bool sync_bn = false, stale_group = false, bf16 = false;
+  app.add_flag("--bf16", bf16, "ElasticTrainerOptions::precision: bfloat16 autocast");
   app.add_flag("--sync-bn", sync_bn,
                "a BatchNorm1d in the model and ElasticTrainerOptions::sync_batchnorm");
   app.add_flag("--stale-group", stale_group,
@@ -235,6 +237,7 @@ int main(int argc, char** argv) {
       options.diloco->fragments = diloco_fragments;
     }
     options.sync_batchnorm = sync_bn;
+    if (bf16) options.precision = cohort::precision_named("bf16");
     options.buddy_copies = !no_buddy;
     options.checkpoint_dir = checkpoint_dir;
     options.checkpoint_every = checkpoint_every;
@@ -313,7 +316,11 @@ int main(int argc, char** argv) {
         }
         const auto index =
             torch::tensor(std::vector<int64_t>(step.indices.begin(), step.indices.end()));
-        auto loss = cohort::testing::elastic_loss(*model, data, index);
+        torch::Tensor loss;
+        {
+          const auto autocast = trainer.forward_scope();
+          loss = cohort::testing::elastic_loss(*model, data, index);
+        }
         torch::Tensor last = model->parameters().back(), first = model->parameters().front();
         if (fault_at(step.step, "backward")) {
           last.register_hook([](torch::Tensor g) {

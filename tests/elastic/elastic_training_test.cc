@@ -14,11 +14,13 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "cohort/torch/strategy/precision.h"
 #include "elastic_job.h"
 #include "elastic_model.h"
 #include "support/process.h"
@@ -88,16 +90,35 @@ torch::Tensor rows_of(const std::vector<size_t>& indices) {
   return torch::tensor(std::vector<int64_t>(indices.begin(), indices.end()), torch::kInt64);
 }
 
-// What DDP's average makes of the ranks' losses: the mean over the ranks of each one's mean.
-torch::Tensor mean_of_rank_losses(torch::nn::SequentialImpl& model,
-                                  const testing::ElasticData& data,
-                                  const std::vector<std::vector<size_t>>& shares) {
-  torch::Tensor sum = torch::zeros({});
-  for (const auto& share : shares) sum = sum + testing::elastic_loss(model, data, rows_of(share));
-  return sum / static_cast<double>(shares.size());
+// What DDP's average makes of the ranks' gradients: each rank's mean-loss gradient, computed
+// on its own (under bfloat16 autocast its backward rounds in bfloat16 as a rank's does, which a
+// backward through the mean of the losses would not), then the mean over the ranks in float32.
+void backward_as_ranks_do(torch::nn::SequentialImpl& model, const testing::ElasticData& data,
+                          const std::vector<std::vector<size_t>>& shares,
+                          const PrecisionOptions& precision) {
+  std::vector<torch::Tensor> sum;
+  for (const auto& share : shares) {
+    model.zero_grad();
+    torch::Tensor loss;
+    {
+      const auto autocast = forward_scope(precision);
+      loss = testing::elastic_loss(model, data, rows_of(share));
+    }
+    loss.backward();
+    const auto parameters = model.parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      if (sum.size() <= i) sum.push_back(torch::zeros_like(parameters[i]));
+      sum[i] += parameters[i].grad();
+    }
+  }
+  const auto parameters = model.parameters();
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    parameters[i].mutable_grad() = sum[i] / static_cast<double>(shares.size());
+  }
 }
 
-// The same with one forward over every rank's samples: the global batch a SyncBatchNorm
+// The mean over the ranks of their mean losses from one forward over every rank's samples:
+// the global batch a SyncBatchNorm
 // normalizes over (a tail step may give the ranks different counts).
 torch::Tensor global_batch_loss(torch::nn::SequentialImpl& model, const testing::ElasticData& data,
                                 const std::vector<std::vector<size_t>>& shares) {
@@ -117,15 +138,21 @@ torch::Tensor global_batch_loss(torch::nn::SequentialImpl& model, const testing:
   return sum / static_cast<double>(shares.size());
 }
 
+// How the members' model trains (elastic_rank's --sync-bn and --bf16).
+struct ReplayModel {
+  bool batch_norm = false;  // a BatchNorm, over each step's global batch (SyncBatchNorm)
+  bool bf16 = false;        // forwards under bfloat16 autocast
+};
+
 // The committed steps replayed on one process: each step's gradient is the mean over its
-// ranks of each rank's mean loss gradient, as DDP averages it. With `schedule`, step s runs at
-// scheduled_lr(schedule, 0.05, s). `batch_norm`: the model with a BatchNorm, one forward over
-// the step's samples of every rank (the global batch SyncBatchNorm normalizes over).
+// ranks of each rank's mean loss gradient (backward_as_ranks_do). With `schedule`, step s runs at
+// scheduled_lr(schedule, 0.05, s). `how.batch_norm`: one forward over the step's samples of
+// every rank (the global batch SyncBatchNorm normalizes over).
 Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank,
               const std::optional<optim::LrScheduleOptions>& schedule = std::nullopt,
-              bool batch_norm = false) {
+              const ReplayModel& how = {}) {
   Replay out;
-  auto model = testing::make_elastic_model(16, batch_norm);
+  auto model = testing::make_elastic_model(16, how.batch_norm);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   const auto data = testing::elastic_data();
   ElasticSampler sampler(data.inputs.size(0), testing::elastic_sampler_options(batch_per_rank, 0));
@@ -140,9 +167,17 @@ Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank
       shares.push_back(sampler.step_indices(r, world));
       out.samples_of_step[step].insert(shares.back().begin(), shares.back().end());
     }
-    (batch_norm ? global_batch_loss(*model, data, shares)
-                : mean_of_rank_losses(*model, data, shares))
-        .backward();
+    const auto precision = precision_named(how.bf16 ? "bf16" : "fp32");
+    if (how.batch_norm) {
+      torch::Tensor loss;
+      {
+        const auto autocast = forward_scope(precision);
+        loss = global_batch_loss(*model, data, shares);
+      }
+      loss.backward();
+    } else {
+      backward_as_ranks_do(*model, data, shares, precision);
+    }
     optimizer.step();
     sampler.advance(world);
   }
@@ -161,12 +196,12 @@ Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank
 void expect_replay_parity(const std::string& output, const std::string& out_path,
                           size_t batch_per_rank = 4, bool redo = false,
                           const std::optional<optim::LrScheduleOptions>& schedule = std::nullopt,
-                          bool batch_norm = false) {
+                          const ReplayModel& how = {}) {
   const Committed c = read_commits(output, redo);
   ASSERT_TRUE(c.inconsistency.empty()) << c.inconsistency << "\n" << output;
   ASSERT_EQ(c.world_of_step.size(), static_cast<size_t>(kSteps)) << output;
   ASSERT_EQ(c.world_of_step.rbegin()->first, kSteps - 1);
-  const Replay reference = replay(c.world_of_step, batch_per_rank, schedule, batch_norm);
+  const Replay reference = replay(c.world_of_step, batch_per_rank, schedule, how);
   const auto& expected = reference.parameters;
   const auto got = read_params(out_path);
   ASSERT_EQ(got.size(), expected.size()) << output;
@@ -240,8 +275,22 @@ TEST(ElasticFollowsTheGeneration, SyncBatchNormThroughAKillEqualsTheReplay) {
   job.start_all({"--sync-bn", "--kill", "1:6:backward"});
   const auto codes = job.wait_all();
   EXPECT_EQ(codes, (std::vector<int>{0, 128 + SIGKILL, 0})) << job.output();
-  expect_replay_parity(job.output(), job.out_path(), 4, false, std::nullopt, /*batch_norm=*/true);
+  ReplayModel batch_norm;
+  batch_norm.batch_norm = true;
+  expect_replay_parity(job.output(), job.out_path(), 4, false, std::nullopt, batch_norm);
   EXPECT_EQ(worlds_seen(job), (std::set<int>{2, 3}));
+}
+
+// ElasticTrainerOptions::precision: the members' forwards run under bfloat16 autocast
+// (ElasticTrainer::forward_scope) through a kill, as the replay's do.
+TEST(ElasticFollowsTheGeneration, Bf16AutocastThroughAKillEqualsTheReplay) {
+  ElasticJob job(3, 2);
+  job.start_all({"--bf16", "--kill", "2:9:backward"});
+  const auto codes = job.wait_all();
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 128 + SIGKILL})) << job.output();
+  ReplayModel bf16;
+  bf16.bf16 = true;
+  expect_replay_parity(job.output(), job.out_path(), 4, false, std::nullopt, bf16);
 }
 
 // Note [Failures that do not heal]: a step that uses the first generation's group fails in
@@ -360,6 +409,34 @@ TEST(ElasticTraining, TheSourceDyingWhileItHealsAJoinerLosesNothing) {
   expect_replay_parity(job);
   EXPECT_EQ(worlds_seen(job), (std::set<int>{2}));
   EXPECT_NE(job.member(1).output().find("rank 0 left"), std::string::npos) << job.output();
+}
+
+// Note [Lost state]: the only member holding the state dies while it heals a joiner, which then
+// holds a mix; instead of failing every restart with "no member holds the job's state", the
+// joiner resumes the last checkpoint (written every 3 steps), redoes the steps after it and ends
+// the job. (When the joiner is admitted, and so which step is lost, depends on timing.)
+TEST(ElasticTraining, WhenNoMemberHoldsTheStateTheJobResumesItsCheckpoint) {
+  ElasticJob job(1, 1, {"COHORT_JOB_ID=lost-state"});  // as cohortrun sets it for every member
+  const std::vector<std::string> saving = {"--opaque-optimizer", "--checkpoint-dir",
+                                           job.checkpoint_dir(), "--checkpoint-every", "3"};
+  std::vector<std::string> first = saving;
+  first.insert(first.end(), {"--kill", "0:4:heal", "--await-step", "4", "--await-size", "2"});
+  job.start_all(first);
+  ASSERT_NE(job.member(0).wait_for_line("commit 3 ", kDeadline), "") << job.output();
+  job.start(1, saving, /*joiner=*/true);
+  EXPECT_EQ(job.wait_all(), (std::vector<int>{128 + SIGKILL, 0})) << job.output();
+  std::smatch said;
+  const std::string output = job.output();
+  ASSERT_TRUE(std::regex_search(output, said,
+                                std::regex("the job's state of step (\\d+) .*: resumed from the "
+                                           "checkpoint of step (\\d+) .*; (\\d+) committed step")))
+      << output;
+  const int lost = std::stoi(said[1]), resumed = std::stoi(said[2]), redone = std::stoi(said[3]);
+  EXPECT_GE(lost, 4) << output;
+  EXPECT_EQ(resumed % 3, 0) << output;
+  EXPECT_GE(resumed, 3) << output;
+  EXPECT_EQ(redone, lost - resumed) << output;
+  expect_replay_parity(job.output(), job.out_path(), 4, /*redo=*/true);
 }
 
 TEST(ElasticTraining, AJoinerWithAnotherJobsTokenCannotReachTheStore) {

@@ -83,10 +83,17 @@ TEST(ElasticClose, WhenNoArrivalHoldsTheJobsStateItFails) {
   EXPECT_NE(d.error.find("no member that arrived holds the job's state (of step 11)"),
             std::string::npos)
       << d.error;
+  ElasticOptions resumable = options(1);  // ElasticTrainer with a checkpoint_dir
+  resumable.resume_lost_state = true;
+  const auto lost = decide_close(in, resumable);
+  ASSERT_EQ(lost.kind, Kind::kClose);
+  EXPECT_EQ(lost.lost_step, 10);
+  EXPECT_EQ(lost.admitted.size(), 2u);
   in.arrivals[1] = survivor(2, 10, /*failed_rank=*/0);  // one holds it: it becomes rank 0
   const auto kept = decide_close(in, options(1));
   ASSERT_EQ(kept.kind, Kind::kClose);
   EXPECT_EQ(kept.admitted, (std::vector<size_t>{1, 0}));
+  EXPECT_EQ(kept.lost_step, -1);
 }
 
 TEST(ElasticClose, ANewcomerAloneWaitsForTheRunningMembers) {

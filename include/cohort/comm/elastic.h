@@ -67,6 +67,11 @@ struct ElasticOptions {
   std::string member_id;
   // Options of each generation's Group (timeout, shared memory, host, ...).
   GroupOptions group;
+  // When the members that held the job's state died while healing the others (whose state is
+  // then a mix, -1), the next generation forms anyway, its Membership::lost_step saying so, for
+  // the members to resume from a checkpoint; false: it cannot form (ElasticError). ElasticTrainer
+  // sets it when it has a checkpoint_dir.
+  bool resume_lost_state = false;
 
   // Fills defaults and the environment overrides above; throws ConfigError for bad values.
   ElasticOptions resolved() const;
@@ -91,6 +96,10 @@ struct Membership {
   std::vector<ElasticMember> members;
   std::vector<int> left;    // ranks of the last generation that are not in this one
   std::vector<int> joined;  // ranks of this generation that were not in the last one
+  // >= 0: no member holds the job's state, which was at this committed step (those that held it
+  // died while healing the others; ElasticOptions::resume_lost_state): resume it from a
+  // checkpoint. -1: the members hold what committed_step() says.
+  int64_t lost_step = -1;
   int64_t committed_step() const { return members.empty() ? -1 : members[0].committed_step; }
   // "generation 3: rank 2 left; 3 ranks go on from step 121", "generation 4: 1 rank joined (now
   // 3); 4 ranks go on from step 130" (the step counted from 1: committed_step() + 1)
@@ -140,6 +149,8 @@ class ElasticGroup {
   // restarts no rank, and a member that arrives later is refused at once with ElasticError
   // naming `reason`, instead of waiting out the join timeout for a generation that never forms.
   void fail(const std::string& reason);
+  // ElasticOptions::resume_lost_state, before join().
+  void set_resume_lost_state(bool resume);
   // Whether a member marked the job finished (one store lookup): a member whose recover() was
   // refused for it learns that the others ended the job.
   bool finished();

@@ -77,6 +77,10 @@ std::string Membership::describe() const {
   }
   out += " " + std::to_string(size) + (size == 1 ? " rank goes on" : " ranks go on");
   if (committed_step() >= 0) out += " from step " + std::to_string(committed_step() + 1);
+  if (lost_step >= 0) {
+    out += "; no member holds the job's state of step " + std::to_string(lost_step + 1) +
+           " (those that held it died while healing the others)";
+  }
   return out;
 }
 
@@ -157,6 +161,13 @@ void ElasticGroup::fail(const std::string& reason) {
 
 bool ElasticGroup::finished() {
   return state_->rendezvous.finished();
+}
+
+void ElasticGroup::set_resume_lost_state(bool resume) {
+  COHORT_CHECK(state_->membership.generation == 0,
+               "ElasticGroup::set_resume_lost_state after join(): the closer reads it");
+  state_->options.resume_lost_state = resume;
+  state_->rendezvous.set_resume_lost_state(resume);  // it holds its own copy of the options
 }
 
 void ElasticGroup::set_fingerprint(std::string fingerprint) {

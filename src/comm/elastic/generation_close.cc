@@ -126,12 +126,15 @@ CloseDecision decide_close(const CloseInput& input, const ElasticOptions& option
       input.arrivals[candidates.front()]->committed_step < 0) {
     // Members that arrive holding no state (-1) are new, or were being healed when the
     // generation broke: what they hold is partly overwritten, and none may be a source.
-    decision.kind = CloseDecision::Kind::kFail;
-    decision.error = g + " cannot form: no member that arrived holds the job's state (of step " +
-                     std::to_string(input.previous->committed_step + 1) +
-                     "): those that held it left while healing the others (restart the job "
-                     "from a checkpoint)";
-    return decision;
+    if (!options.resume_lost_state) {
+      decision.kind = CloseDecision::Kind::kFail;
+      decision.error = g + " cannot form: no member that arrived holds the job's state (of step " +
+                       std::to_string(input.previous->committed_step + 1) +
+                       "): those that held it left while healing the others (restart the job "
+                       "from a checkpoint)";
+      return decision;
+    }
+    decision.lost_step = input.previous->committed_step;  // they resume from a checkpoint
   }
   decision.kind = CloseDecision::Kind::kClose;
   decision.admitted = std::move(candidates);

@@ -39,6 +39,9 @@ struct CloseDecision {
   std::vector<int> left;                  // previous ranks not admitted
   std::string fingerprint;                // the generation's
   std::string error;                      // kFail: why no generation formed
+  // kClose: no admitted member holds the job's state, which was at this committed step
+  // (ElasticOptions::resume_lost_state); -1: they hold it.
+  int64_t lost_step = -1;
 };
 
 CloseDecision decide_close(const CloseInput& input, const ElasticOptions& options);

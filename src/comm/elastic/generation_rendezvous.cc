@@ -54,11 +54,8 @@ json outcome_json(const CloseDecision& d, const std::vector<std::optional<Arriva
   }
   json refused = json::object();
   for (const auto& [index, why] : d.refused) refused[std::to_string(index)] = why;
-  return {{"ok", true},
-          {"members", members},
-          {"left", d.left},
-          {"refused", refused},
-          {"fingerprint", d.fingerprint}};
+  return {{"ok", true},         {"members", members},           {"left", d.left},
+          {"refused", refused}, {"fingerprint", d.fingerprint}, {"lost_step", d.lost_step}};
 }
 
 Milliseconds at_most(Milliseconds a, Milliseconds b) {
@@ -181,6 +178,7 @@ Membership GenerationRendezvous::arrive_at(uint64_t generation, const Arrival& s
   }
   m.size = static_cast<int>(m.members.size());
   m.left = outcome.at("left").get<std::vector<int>>();
+  m.lost_step = outcome.value("lost_step", int64_t{-1});
   not_admitted = m.rank < 0;
   return m;
 }

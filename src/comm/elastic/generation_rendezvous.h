@@ -64,6 +64,8 @@ class GenerationRendezvous {
   // Marks the job ended on an error a new member would meet again (ElasticGroup::fail): the job
   // is finished, and a later arrival is refused with `reason`.
   void mark_failed(const std::string& reason);
+  // ElasticOptions::resume_lost_state: what this member decides when it closes a generation.
+  void set_resume_lost_state(bool resume) { options_.resume_lost_state = resume; }
 
   // The store view of generation `generation`'s own Group.
   std::shared_ptr<Store> group_store(uint64_t generation) const;

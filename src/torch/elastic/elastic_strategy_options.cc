@@ -3,6 +3,7 @@
 // wrappers' options with, so that a strategy trains alike with and without the elastic trainer.
 #include "cohort/core/error.h"
 #include "cohort/torch/elastic/elastic_trainer.h"
+#include "elastic/follow_generation.h"
 #include "strategy/strategies.h"
 
 namespace cohort {
@@ -19,10 +20,7 @@ void refuse_under_elastic(bool given, const std::string& what) {
 void train_elastic_as(ElasticTrainerOptions& options, StrategyKind kind,
                       const StrategyOptions& wrapping) {
   check_strategy_options(kind, wrapping);
-  refuse_under_elastic(
-      wrapping.precision.compute_dtype != torch::kFloat32 || wrapping.precision.master_weights,
-      "a precision other than float32 (StrategyOptions::precision; the "
-      "examples' --precision and --master-weights)");
+  detail::refuse_inelastic_precision(wrapping.precision);
   refuse_under_elastic(wrapping.local_sgd.has_value(),
                        "local SGD (StrategyOptions::local_sgd; --local-sgd): use DiLoCo "
                        "(StrategyOptions::diloco), which the elastic trainer heals");
@@ -31,6 +29,7 @@ void train_elastic_as(ElasticTrainerOptions& options, StrategyKind kind,
                        "cohort::checkpoint_modules to the module before making the trainer");
   options.strategy = kind;
   options.sync_batchnorm = wrapping.sync_batchnorm;
+  options.precision = wrapping.precision;
   options.ddp = strategy_detail::ddp_options(wrapping);
   options.zero = {};
   options.fsdp = {};

@@ -65,7 +65,7 @@ bool receives_state(const Membership& m) {
 }
 
 bool needs_healing(const Membership& m) {
-  if (!m.joined.empty()) return true;
+  if (!m.joined.empty() || m.lost_step >= 0) return true;
   for (const auto& member : m.members) {
     if (member.committed_step != m.committed_step()) return true;
   }
@@ -202,6 +202,7 @@ struct ElasticTrainer::State {
     const bool heal = needs_healing(m);
     detail::follow_generation(*module, elastic.group_ptr(), options);
     run->adopt(heal);
+    if (m.lost_step >= 0) resumed_lost_state(m);
     ++changes;
     if (m.rank == 0) {
       COHORT_LOG(kInfo, m.describe(), "; state ", heal ? "healed" : "kept", " from rank 0 in ",
@@ -209,6 +210,29 @@ struct ElasticTrainer::State {
     }
     last_change_s = seconds_since(since);
     if (callback) callback(m);
+  }
+
+  // Note [Lost state]: the members that held the job's state died while healing the others, so
+  // no member holds it (each holds a mix). With a checkpoint_dir the generation forms anyway
+  // (ElasticOptions::resume_lost_state, Membership::lost_step) and run->adopt resumes the
+  // checkpoint as at a job's start, since every member arrives holding nothing; the steps after
+  // it are redone. Without a checkpoint of this job there, the job ends on every member.
+  void resumed_lost_state(const Membership& m) {
+    if (committed < 0) {
+      const std::string reason = detail::concat(
+          "no member of generation ", m.generation, " holds the job's state of step ",
+          m.lost_step + 1, " (those that held it died while healing the others), and '",
+          options.checkpoint_dir, "' holds no checkpoint of this job to resume");
+      elastic.fail(reason);
+      throw ElasticError("ElasticTrainer: " + reason);
+    }
+    if (m.rank == 0) {
+      COHORT_LOG(kWarn, "no member held the job's state of step ", m.lost_step + 1,
+                 " (those that held it died while healing the others): resumed from the "
+                 "checkpoint of step ",
+                 committed, " in '", options.checkpoint_dir, "'; ", m.lost_step + 1 - committed,
+                 " committed step(s) are redone");
+    }
   }
 
   // kDdp (and DiLoCo) at a job's start: rank 0 loads the checkpoint in checkpoint_dir, if there is
@@ -672,9 +696,11 @@ void ElasticTrainer::start() {
   const auto start = std::chrono::steady_clock::now();
   COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
   detail::refuse_what_cannot_follow(state_->options);
+  detail::refuse_inelastic_precision(state_->options.precision);
   if (state_->options.lr_schedule) state_->options.lr_schedule->validate();
   if (!elastic.joined()) {
     elastic.set_fingerprint(model_fingerprint(*state_->module));
+    elastic.set_resume_lost_state(!state_->options.checkpoint_dir.empty());
     elastic.join();
   }
   if (state_->options.sync_batchnorm) {
@@ -716,6 +742,10 @@ bool ElasticTrainer::step(const std::function<void(const ElasticStep&)>& forward
     s.recover(std::current_exception());
   }
   return committed;
+}
+
+amp::Autocast ElasticTrainer::forward_scope() const {
+  return cohort::forward_scope(state_->options.precision);
 }
 
 void ElasticTrainer::on_membership_change(std::function<void(const Membership&)> callback) {

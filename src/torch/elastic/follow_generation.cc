@@ -15,6 +15,23 @@ void refuse_what_cannot_follow(const ElasticTrainerOptions& options) {
   }
 }
 
+// Master weights hold the model in 16 bits beside float32 copies that the healing and the
+// checkpoints do not carry yet; float16 needs a loss scale that every member holds alike.
+void refuse_inelastic_precision(const PrecisionOptions& precision) {
+  Precision checked(precision);  // its own refusals (float16 on a CPU, ...)
+  if (precision.master_weights) {
+    throw InvalidArgument(
+        "ElasticTrainer does not train with master weights (PrecisionOptions::master_weights; "
+        "--master-weights) yet: use bfloat16 autocast over float32 parameters (docs/elastic.md, "
+        "\"Strategies and options\")");
+  }
+  if (precision.compute_dtype == torch::kFloat16) {
+    throw InvalidArgument(
+        "ElasticTrainer does not train in float16 yet (its loss scale is not healed): use "
+        "bfloat16 (docs/elastic.md, \"Strategies and options\")");
+  }
+}
+
 void convert_batch_norms(const std::shared_ptr<torch::nn::Module>& module,
                          const std::shared_ptr<Group>& group) {
   if (nn::convert_sync_batchnorm(module, group) != module) {

@@ -76,6 +76,11 @@ struct ElasticTrainerOptions {
   // they were made with (Note [Following the generation]). The module itself may not be a
   // BatchNorm (hold it in a Sequential).
   bool sync_batchnorm = false;
+  // The precision forwards compute in: float32 (the default) or bfloat16 (autocast, the
+  // parameters, gradients and optimizer state staying float32), through forward_scope(), which
+  // the step's forward runs in. Master weights, and float16's loss scaling, are not elastic yet:
+  // refused by name when the trainer is made.
+  PrecisionOptions precision;
   // Sharded strategies: after each committed step every member holds a copy of its ring
   // predecessor's shards (values and optimizer state, Note [Buddy copies] in
   // src/torch/elastic/buddy_copy.h), so that the state of one dead member, or of several that
@@ -109,12 +114,13 @@ struct ElasticTrainerOptions {
 };
 
 // The strategy layer's choice (docs/strategy.md) as the elastic trainer takes it: sets
-// `options.strategy` to `kind`, and `ddp`, `zero`, `fsdp`, `diloco` and `sync_batchnorm` as
-// make_strategy(kind, ..., wrapping) would make its wrapper (buckets, timeline, comm hook,
-// FSDP's units and prefetching, DiLoCo with the hook for its rounds, SyncBatchNorm); the rest of
+// `options.strategy` to `kind`, and `ddp`, `zero`, `fsdp`, `diloco`, `sync_batchnorm` and
+// `precision` as make_strategy(kind, ..., wrapping) would make its wrapper (buckets, timeline,
+// comm hook, FSDP's units and prefetching, DiLoCo with the hook for its rounds, SyncBatchNorm,
+// the autocast dtype); the rest of
 // `options` stays. So one StrategyOptions trains a model with or without ElasticTrainer. Throws
 // InvalidArgument, naming the option, for a combination make_strategy refuses and for what
-// ElasticTrainer does not do: precision other than float32 (and master weights), local SGD, and
+// ElasticTrainer does not do: master weights and float16 (its loss scaling), local SGD, and
 // activation checkpointing (apply cohort::checkpoint_modules to the module before making the
 // trainer).
 void train_elastic_as(ElasticTrainerOptions& options, StrategyKind kind,
@@ -192,6 +198,13 @@ class ElasticTrainer {
   // Throws ElasticError when the job cannot go on (below min_size, this member declared dead),
   // and rethrows any error that is not a member's failure (an InvalidArgument of the model).
   bool step(const std::function<void(const ElasticStep&)>& forward_backward);
+
+  // The scope the forward runs in under ElasticTrainerOptions::precision (autocast to
+  // bfloat16; nothing under float32). Hold it over the forward and the loss, not the backward:
+  //   torch::Tensor loss;
+  //   { auto autocast = trainer.forward_scope(); loss = loss_fn(model->forward(x), y); }
+  //   loss.backward();
+  amp::Autocast forward_scope() const;
 
   // Calls `callback` now, with the membership this member joined (healed already: a joiner's
   // committed_steps() is the job's), and on every member after each later change, once the
