@@ -3,8 +3,9 @@
 (docs/checkpoints.md, "Asynchronous saves").
 
 Runs char_lm at --nproc ranks (default 2, one thread each) for --steps steps with a checkpoint every --every steps (and one at the
-end), three ways, interleaved --repeats times: no checkpoint, --sync-checkpoint, and the default
-background save. For each it reads the example's own figures (the "checkpoints:" line: the time
+end), four ways, interleaved --repeats times: no checkpoint, --sync-checkpoint, the default
+background save (staged into the checkpointer's memory), and the background save without
+staging (COHORT_CHECKPOINT_STAGING_MIB=0: streamed from the live tensors). For each it reads the example's own figures (the "checkpoints:" line: the time
 training spent in the save calls, and, in the background, how long before_update() waited) and
 the per-step metrics, and prints the medians over the repeats of:
   - the stall per save: the save calls' time, plus how much longer than the median step the
@@ -43,8 +44,10 @@ def run(args, mode, directory):
                     "--checkpoint-every", str(args.every)]
     if mode == "sync":
         command.append("--sync-checkpoint")
-    out = subprocess.run(command, capture_output=True, text=True, timeout=7200,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if mode == "unstaged":
+        env["COHORT_CHECKPOINT_STAGING_MIB"] = "0"
+    out = subprocess.run(command, capture_output=True, text=True, timeout=7200, env=env)
     if out.returncode != 0:
         sys.exit(f"{' '.join(command)} failed:\n{out.stdout}{out.stderr}")
     steps = {}
@@ -92,7 +95,7 @@ def main():
     parser.add_argument("--nproc", type=int, default=2, help="ranks (each with one thread)")
     parser.add_argument("--dir")
     args = parser.parse_args()
-    runs = {"none": [], "sync": [], "background": []}
+    runs = {"none": [], "sync": [], "background": [], "unstaged": []}
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         for repeat in range(args.repeats):
             for mode in runs:
@@ -110,11 +113,14 @@ def main():
           f"checkpoint every {args.every} ({size / 2**20:.0f} MiB); medians of {args.repeats}")
     print(f"{'':12s} {'stall/save ms':>14s} {'of which in save()':>19s} {'written ms':>11s} "
           f"{'peak RSS MiB':>13s}")
-    for mode in ("none", "sync", "background"):
+    for mode in runs:
         in_save = med(mode, lambda r: r["save_ms"] / r["saves"] if r["saves"] else 0.0)
         print(f"{mode:12s} {med(mode, stall_per_save):14.1f} {in_save:19.1f} "
               f"{med(mode, lambda r: r['written_ms']):11.1f} {med(mode, lambda r: r['rss']):13.1f}")
-    print(f"background stall / synchronous stall: {background_stall / sync_stall:.3f}")
+    print(f"background stall / synchronous stall: {background_stall / sync_stall:.3f} "
+          f"(unstaged: {med('unstaged', stall_per_save) / sync_stall:.3f})")
+    print(f"median step with background saves / without checkpoints: "
+          f"{med('background', lambda r: r['median_step_ms']) / med('none', lambda r: r['median_step_ms']):.3f}")
 
 
 if __name__ == "__main__":

@@ -843,9 +843,16 @@ void forward_backward(Net& net, torch::optim::Optimizer& optimizer) {
   torch::nn::functional::cross_entropy(net.forward(inputs), torch::arange(6) % 4).backward();
 }
 
-// The file holds the step the save was taken at although the next step ran while it was written:
-// its forward changed the buffers and drew from the generator, its update waited in
-// before_update() until the whole payload was in the file, and later steps ran on.
+// AsyncCheckpointOptions without staging: the writer streams from the live tensors.
+AsyncCheckpointOptions unstaged() {
+  AsyncCheckpointOptions options;
+  options.staging_bytes = 0;
+  return options;
+}
+
+// Without staging, the file holds the step the save was taken at although the next step ran
+// while it was written: its forward changed the buffers and drew from the generator, its update
+// waited in before_update() until the whole payload was in the file, and later steps ran on.
 TEST(AsyncCheckpoint, TheFileHoldsTheStepItWasTakenAtWhileTrainingWentOn) {
   TempDir dir;
   const std::string path = dir.file("run.ckpt");
@@ -854,7 +861,7 @@ TEST(AsyncCheckpoint, TheFileHoldsTheStepItWasTakenAtWhileTrainingWentOn) {
   const auto momenta = momentum_buffers(*optimizer);
   const torch::Tensor generator = generator_state();
   WriterGate gate;
-  AsyncCheckpointer checkpointer(gate.options());
+  AsyncCheckpointer checkpointer(gate.options(unstaged()));
   ASSERT_TRUE(checkpointer.save(path, TrainingState{net.get(), optimizer.get(), nullptr, 3}));
   gate.wait_until_writing();
   EXPECT_TRUE(checkpointer.in_flight());
@@ -888,10 +895,10 @@ TEST(AsyncCheckpoint, TheFileHoldsTheStepItWasTakenAtWhileTrainingWentOn) {
   EXPECT_GE(stats.written_ms, stats.staged_ms);
 }
 
-// An update that did not wait in before_update() would mix two steps into the file: the save is
-// abandoned with an error naming the parameter, and the previous checkpoint stays. (AdamW
-// updates the parameters in place, which their version counters see; libtorch 1.13's SGD
-// writes through .data(), which they do not: Note [Asynchronous saves].)
+// Without staging, an update that did not wait in before_update() would mix two steps into the
+// file: the save is abandoned with an error naming the parameter, and the previous checkpoint
+// stays. (AdamW updates the parameters in place, which their version counters see; libtorch 1.13's
+// SGD writes through .data(), which they do not: Note [Asynchronous saves].)
 TEST(AsyncCheckpoint, AnUpdateWithoutBeforeUpdateAbandonsTheSaveAndKeepsThePreviousOne) {
   TempDir dir;
   const std::string path = dir.file("run.ckpt");
@@ -902,7 +909,7 @@ TEST(AsyncCheckpoint, AnUpdateWithoutBeforeUpdateAbandonsTheSaveAndKeepsThePrevi
   forward_backward(*net, optimizer);
   optimizer.step();
   WriterGate gate;
-  AsyncCheckpointer checkpointer(gate.options());
+  AsyncCheckpointer checkpointer(gate.options(unstaged()));
   ASSERT_TRUE(checkpointer.save(path, TrainingState{net.get(), &optimizer, nullptr, 3}));
   gate.wait_until_writing();
   forward_backward(*net, optimizer);
@@ -949,14 +956,14 @@ TEST(AsyncCheckpoint, AFullDiskIsReportedByTheNextSaveAndTrainingGoesOn) {
   TempDir dir;
   const std::string path = dir.file("run.ckpt");
   std::vector<torch::nn::Linear> layers{torch::nn::Linear(256, 256), torch::nn::Linear(256, 256)};
-  auto optimizer = std::make_unique<torch::optim::SGD>(layers[0]->parameters(),
-                                                       torch::optim::SGDOptions(0.1));
+  auto optimizer =
+      std::make_unique<torch::optim::SGD>(layers[0]->parameters(), torch::optim::SGDOptions(0.1));
   save_checkpoint(path, TrainingState{layers[0].ptr().get(), nullptr, nullptr, 1});
   AsyncCheckpointer checkpointer;
   {
     FileSizeLimit limit(64 << 10);  // the checkpoint needs 260 KB
-    ASSERT_TRUE(checkpointer.save(path, TrainingState{layers[0].ptr().get(), optimizer.get(),
-                                                      nullptr, 2}));
+    ASSERT_TRUE(
+        checkpointer.save(path, TrainingState{layers[0].ptr().get(), optimizer.get(), nullptr, 2}));
     checkpointer.before_update();  // does not throw the save's error
     const std::string message = expect_checkpoint_error(path, [&] {
       checkpointer.save(path, TrainingState{layers[0].ptr().get(), nullptr, nullptr, 3});
@@ -1055,12 +1062,13 @@ TEST(CheckpointGroup, APartThatCannotBeWrittenFailsEveryRank) {
 }
 
 // A writer held past AsyncCheckpointOptions::timeout (a stalled disk, as before_update() sees
-// it) is a TimeoutError naming the save and the option, not a hang; released, it finishes.
+// it without staging) is a TimeoutError naming the save and the option, not a hang; released,
+// it finishes.
 TEST(AsyncCheckpoint, AWriterStalledPastTheTimeoutIsATimeoutError) {
   TempDir dir;
   auto net = trained_net(1).first;
   WriterGate gate;
-  AsyncCheckpointOptions options;
+  AsyncCheckpointOptions options = unstaged();
   options.timeout = std::chrono::milliseconds(200);
   AsyncCheckpointer checkpointer(gate.options(options));
   ASSERT_TRUE(checkpointer.save(dir.file("run.ckpt"), TrainingState{net.get()}));
@@ -1078,6 +1086,130 @@ TEST(AsyncCheckpoint, AWriterStalledPastTheTimeoutIsATimeoutError) {
   EXPECT_EQ(dir.names(), std::set<std::string>{"run.ckpt"});
 }
 
+// Note [Staged saves]: a staged save (the default) has copied the state when save() returns, so
+// the file holds the step it was taken at although updates ran, without before_update(), while
+// the writer was held before its first piece (AdamW updates in place; the momenta change too).
+TEST(AsyncCheckpoint, AStagedSaveHoldsItsStepThoughUpdatesRunBeforeItIsWritten) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  auto net = trained_net(2).first;
+  torch::optim::AdamW optimizer(net->parameters());
+  forward_backward(*net, optimizer);
+  optimizer.step();
+  const auto parameters = snapshot(*net);
+  WriterGate gate;
+  AsyncCheckpointer checkpointer(gate.options());
+  ASSERT_TRUE(checkpointer.save(path, TrainingState{net.get(), &optimizer, nullptr, 3}));
+  gate.wait_until_writing();
+  EXPECT_TRUE(checkpointer.in_flight());
+  for (int s = 0; s < 2; ++s) {  // no before_update(): nothing is left to read
+    forward_backward(*net, optimizer);
+    optimizer.step();
+  }
+  gate.open();
+  checkpointer.wait();
+  EXPECT_NE(bitwise_difference(snapshot(*net), parameters), "") << "training did not go on";
+  auto fresh = std::make_shared<Net>();
+  torch::optim::AdamW fresh_optimizer(fresh->parameters());
+  TrainingState state{fresh.get(), &fresh_optimizer};
+  ASSERT_TRUE(load_checkpoint(path, state));
+  EXPECT_EQ(state.step, 3);
+  EXPECT_EQ(bitwise_difference(snapshot(*fresh), parameters), "");
+  const AsyncSaveStats stats = checkpointer.last_save();
+  EXPECT_GE(stats.staging_memory, fs::file_size(path) - kCheckpointFooterBytes)
+      << "the whole payload fits the default budget";
+}
+
+// A payload larger than AsyncCheckpointOptions::staging_bytes is staged in pieces: save()
+// returns once all but the budget is in the file, the staging never holds more than the budget,
+// and the file loads as the step it was taken at.
+TEST(AsyncCheckpoint, APayloadOverTheStagingBudgetIsStagedInPieces) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  torch::manual_seed(1);
+  torch::nn::Linear layer(256, 256);  // a 260 KB checkpoint
+  const auto weight = layer->weight.detach().clone();
+  std::atomic<uint64_t> written{0};
+  AsyncCheckpointOptions options;
+  options.staging_bytes = 64 << 10;
+  options.on_progress = [&](uint64_t bytes) { written = bytes; };
+  AsyncCheckpointer checkpointer(options);
+  ASSERT_TRUE(checkpointer.save(path, TrainingState{layer.ptr().get(), nullptr, nullptr, 5}));
+  const uint64_t written_at_return = written;
+  torch::NoGradGuard no_grad;
+  layer->weight.add_(1);
+  checkpointer.wait();
+  const uint64_t payload = fs::file_size(path) - kCheckpointFooterBytes;
+  EXPECT_GE(written_at_return + options.staging_bytes, payload)
+      << "save() returned before the part over the budget was written";
+  EXPECT_LE(checkpointer.last_save().staging_memory, options.staging_bytes);
+  torch::nn::Linear fresh(256, 256);
+  TrainingState state{fresh.ptr().get()};
+  ASSERT_TRUE(load_checkpoint(path, state));
+  EXPECT_EQ(state.step, 5);
+  EXPECT_TRUE(torch::equal(fresh->weight, weight));
+}
+
+// A writer stalled while the payload waits for staging memory: save() gives up at the timeout
+// instead of hanging, and the save fails with a TimeoutError naming the budget; the previous
+// checkpoint stays and the next save works.
+TEST(AsyncCheckpoint, AStagingThatGetsNoMemoryBackByTheTimeoutFailsTheSave) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  torch::nn::Linear layer(256, 256);
+  save_checkpoint(path, TrainingState{layer.ptr().get(), nullptr, nullptr, 1});
+  WriterGate gate;
+  AsyncCheckpointOptions options;
+  options.staging_bytes = 64 << 10;
+  options.timeout = std::chrono::milliseconds(300);
+  {
+    AsyncCheckpointer checkpointer(gate.options(options));
+    ASSERT_TRUE(checkpointer.save(path, TrainingState{layer.ptr().get(), nullptr, nullptr, 2}));
+    gate.open();
+    try {
+      checkpointer.wait();
+      ADD_FAILURE() << "no TimeoutError";
+    } catch (const TimeoutError& e) {
+      EXPECT_NE(std::string(e.what()).find("AsyncCheckpointOptions::staging_bytes"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  TrainingState previous{layer.ptr().get()};
+  ASSERT_TRUE(load_checkpoint(path, previous));
+  EXPECT_EQ(previous.step, 1);
+  AsyncCheckpointer checkpointer(options);
+  ASSERT_TRUE(checkpointer.save(path, TrainingState{layer.ptr().get(), nullptr, nullptr, 3}));
+  checkpointer.wait();
+  TrainingState next{layer.ptr().get()};
+  ASSERT_TRUE(load_checkpoint(path, next));
+  EXPECT_EQ(next.step, 3);
+  EXPECT_EQ(dir.names(), std::set<std::string>{"run.ckpt"});
+}
+
+// COHORT_CHECKPOINT_STAGING_MIB replaces staging_bytes: 0 stages nothing; a negative value is a
+// ConfigError naming the variable.
+TEST(AsyncCheckpoint, TheStagingVariableReplacesTheOption) {
+  TempDir dir;
+  auto net = trained_net(1).first;
+  ::setenv("COHORT_CHECKPOINT_STAGING_MIB", "0", 1);
+  {
+    AsyncCheckpointer checkpointer;
+    ASSERT_TRUE(checkpointer.save(dir.file("run.ckpt"), TrainingState{net.get()}));
+    checkpointer.wait();
+    EXPECT_EQ(checkpointer.last_save().staging_memory, 0u);
+  }
+  ::setenv("COHORT_CHECKPOINT_STAGING_MIB", "-1", 1);
+  try {
+    AsyncCheckpointer checkpointer;
+    ADD_FAILURE() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("COHORT_CHECKPOINT_STAGING_MIB"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("COHORT_CHECKPOINT_STAGING_MIB");
+}
+
 // IfBusy::kSkip: a save while the previous one is still being written saves nothing.
 TEST(AsyncCheckpoint, UnderSkipASaveWhileOneIsWrittenIsSkipped) {
   TempDir dir;
@@ -1088,7 +1220,8 @@ TEST(AsyncCheckpoint, UnderSkipASaveWhileOneIsWrittenIsSkipped) {
   AsyncCheckpointer checkpointer(gate.options(options));
   ASSERT_TRUE(checkpointer.save(dir.file("a.ckpt"), TrainingState{net.get(), nullptr, nullptr, 1}));
   gate.wait_until_writing();
-  EXPECT_FALSE(checkpointer.save(dir.file("b.ckpt"), TrainingState{net.get(), nullptr, nullptr, 2}));
+  EXPECT_FALSE(
+      checkpointer.save(dir.file("b.ckpt"), TrainingState{net.get(), nullptr, nullptr, 2}));
   gate.open();
   checkpointer.wait();
   EXPECT_EQ(dir.names(), std::set<std::string>{"a.ckpt"});
@@ -1172,8 +1305,7 @@ TEST(AsyncCheckpoint, AKillDuringTheWriteLeavesThePreviousCheckpointLoadable) {
   ChildProcess child({fs::read_symlink("/proc/self/exe").string(),
                       "--gtest_filter=AsyncCheckpointChild.*", "--gtest_also_run_disabled_tests"},
                      {std::string(kChildPathVariable) + "=" + path});
-  ASSERT_NE(child.wait_for_line("writing step 2", std::chrono::minutes(2)), "")
-      << child.output();
+  ASSERT_NE(child.wait_for_line("writing step 2", std::chrono::minutes(2)), "") << child.output();
   child.kill(SIGKILL);
   ASSERT_EQ(child.wait(std::chrono::minutes(1)), 128 + SIGKILL);
   auto fresh = std::make_shared<Net>();

@@ -157,7 +157,7 @@ void finish_file_save(PreparedFileSave& save, Group* group, const FileWriteHooks
   if (save.archive || save.error) {
     try {
       if (save.error) std::rethrow_exception(save.error);
-      write_checkpoint_file(save.path, archive_producer(save.path, *save.archive), hooks);
+      write_checkpoint_file(save.path, payload_of(save, save.path), hooks);
     } catch (const std::exception& error) {
       if (group == nullptr) throw;
       status = kStatusFailed;

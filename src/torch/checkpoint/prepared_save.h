@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_file.h"
+#include "checkpoint/checkpoint_state.h"
 #include "checkpoint/optimizer_codec.h"
 #include "checkpoint/shard_manifest.h"
 #include "checkpoint/shard_pieces.h"
@@ -35,10 +36,19 @@ struct PreparedFileSave {
   std::string path;
   std::unique_ptr<torch::serialize::OutputArchive> archive;  // null on ranks that write nothing
   std::vector<ReadTensor> reads;
+  // Set when the archive was staged (Note [Staged saves] in staging_buffer.h): the writer
+  // replays this instead of serializing the archive, which it then no longer reads.
+  PayloadProducer staged_payload;
   // What building the archive threw on the writing rank: finish reports it as a failed write,
   // so that every rank gets it (the others have already gone on to finish).
   std::exception_ptr error;
 };
+
+// What the writer writes: the staged payload, else the archive, serialized as it is written.
+template <typename Prepared>
+PayloadProducer payload_of(const Prepared& save, const std::string& path) {
+  return save.staged_payload ? save.staged_payload : archive_producer(path, *save.archive);
+}
 
 // The checks of save_checkpoint, and the archive; collective over `group` when not null (the
 // generator states are all-gathered).
@@ -59,7 +69,8 @@ struct PreparedShardedSave {
   std::unique_ptr<torch::serialize::OutputArchive> archive;
   Manifest manifest;  // all but its tensors and files, which finish_sharded_save adds
   std::vector<ReadTensor> reads;
-  std::exception_ptr error;  // building this rank's archive or manifest: reported by finish
+  PayloadProducer staged_payload;  // as PreparedFileSave's
+  std::exception_ptr error;        // building this rank's archive or manifest: reported by finish
 };
 
 // The ranks agree on the arguments and on the save's token; collective over `group`.

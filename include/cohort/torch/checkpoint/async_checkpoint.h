@@ -13,15 +13,17 @@
 //
 // What a save writes is checkpoint.h's file (or sharded_checkpoint.h's directory), loaded by
 // the same load functions. Note [Asynchronous saves] in async_checkpoint.cc says how it works:
-// - A save copies, at once, what changes before the next update (the module's buffers, which a
-//   forward changes; counters, sampler position, learning rates, generator states) and keeps the
-//   parameters and optimizer state by reference: no second copy of the state is made.
-// - A background thread streams the file from those tensors through the kernel's page cache
-//   (the write is the copy), checksums it, syncs it and renames it into place, as a synchronous
-//   save does: a crash at any moment leaves the previous checkpoint loadable.
+// - A save serializes the state (parameters, optimizer state, buffers, counters, sampler
+//   position, learning rates, generator states) into memory of the checkpointer's own, the
+//   staging (AsyncCheckpointOptions::staging_bytes, Note [Staged saves]), and returns: training
+//   waits for that copy, not for the disk.
+// - A background thread writes the file from the staging, checksums it, syncs it and renames
+//   it into place, as a synchronous save does: a crash at any moment leaves the previous
+//   checkpoint loadable.
 // - before_update() must come before anything changes the parameters or the optimizer's state
-//   (optimizer.step(), GradScaler::step, a model averager): it returns at once unless the
-//   background thread is still reading them, and then waits until it is done. As a check, a
+//   (optimizer.step(), GradScaler::step, a model averager). A staged save no longer reads them,
+//   so it returns at once. Without staging (staging_bytes = 0) the background thread streams
+//   the file from the live tensors and before_update() waits until it is done; as a check, a
 //   save that finds a module parameter (or a shard) changed while it read it is abandoned with
 //   a CheckpointError naming it; the optimizer's state and the parts are not checked.
 // - A save's error (a full disk, a permission) is thrown by the next call of save(),
@@ -60,16 +62,24 @@ struct AsyncCheckpointOptions {
   // while training waits. False: at the caller's priority from the start, sharing the cores
   // with training (faster to disk where cores are free, slower steps where they are not).
   bool idle_priority = true;
+  // The most memory a save is staged into (Note [Staged saves] in staging_buffer.h). A payload
+  // up to this size is copied whole by save(), and the writer writes the copy; a larger one is
+  // staged in pieces, save() returning once all but this much of it is in the file. The memory
+  // is kept for the next save (the checkpointer holds the largest payload staged, up to this).
+  // 0: no staging (before_update() waits while the writer reads the live tensors). The
+  // environment variable COHORT_CHECKPOINT_STAGING_MIB, where set, replaces it.
+  uint64_t staging_bytes = uint64_t{4} << 30;
 };
 
 // What the last save that finished did (AsyncCheckpointer::last_save()).
 struct AsyncSaveStats {
   int64_t number = 0;     // which save of the checkpointer this was: 1, 2, ... (0: none yet)
-  double save_ms = 0;     // the save() call: checks, collectives, copies, and waiting for the
-                          // save before it (IfBusy::kWait)
+  double save_ms = 0;     // the save() call: checks, collectives, copies, staging, and waiting
+                          // for the save before it (IfBusy::kWait)
   double staged_ms = 0;   // from the start until before_update() would no longer wait
   double written_ms = 0;  // from the start until the file was synced and renamed into place
   double waited_ms = 0;   // how long before_update() waited on it
+  uint64_t staging_memory = 0;  // bytes of staging memory the checkpointer holds after it
 };
 
 class AsyncCheckpointer {
