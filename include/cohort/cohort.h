@@ -3,9 +3,11 @@
 
 #include "cohort/comm/buffer.h"
 #include "cohort/comm/calibration.h"
+#include "cohort/comm/etcd_store.h"
 #include "cohort/comm/group.h"
 #include "cohort/comm/init.h"
 #include "cohort/comm/inproc_transport.h"
+#include "cohort/comm/job_store.h"
 #include "cohort/comm/launch_env.h"
 #include "cohort/comm/memory_store.h"
 #include "cohort/comm/options.h"

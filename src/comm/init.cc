@@ -1,8 +1,7 @@
 #include "cohort/comm/init.h"
 
+#include "cohort/comm/job_store.h"
 #include "cohort/comm/memory_store.h"
-#include "cohort/comm/prefix_store.h"
-#include "cohort/comm/tcp_store.h"
 #include "cohort/core/env.h"
 #include "cohort/core/error.h"
 
@@ -59,20 +58,13 @@ std::shared_ptr<Group> init(const LaunchEnv& env, InitOptions options) {
   // Every rank on this machine (the launcher says so, or the store is only reachable from
   // here): peers reach each other over loopback, and rank listeners listen there only.
   if (options.group.host.empty() &&
-      (env.local_world_size == env.world_size || is_loopback_name(env.master_addr))) {
+      (env.local_world_size == env.world_size ||
+       (env.rdzv_backend == "tcp" && is_loopback_name(env.master_addr)))) {
     options.group.host = "127.0.0.1";
   }
-  TcpStoreOptions store;
-  store.host = env.master_addr;
-  store.port = env.master_port;
-  store.is_server = env.rank == 0 && !env.store_hosted;
-  store.timeout = options.group.timeout;
-  store.token = options.group.job_token;
-  std::shared_ptr<Store> job_store = std::make_shared<TcpStore>(store);
-  if (!env.store_prefix.empty()) {
-    job_store = std::make_shared<PrefixStore>(env.store_prefix, std::move(job_store));
-  }
-  return Group::create(std::move(job_store), env.rank, env.world_size, options.group);
+  const bool serve = env.rank == 0 && !env.store_hosted;
+  return Group::create(connect_job_store(env, options.group, serve), env.rank, env.world_size,
+                       options.group);
 }
 
 }  // namespace cohort

@@ -47,14 +47,16 @@ constexpr int kMaxInt = std::numeric_limits<int>::max();
 
 // MASTER_ADDR and MASTER_PORT, shared by every convention.
 void read_master(const Reader& env, LaunchEnv& out, std::optional<int> default_port) {
-  const bool all_local = out.local_world_size == out.world_size;
+  // With etcd (read_rendezvous_backend) no rank or launcher hosts a store.
+  const bool etcd = env.text("COHORT_RDZV_BACKEND") == "etcd";
+  const bool all_local = out.local_world_size == out.world_size || etcd;
   if (auto addr = env.text("MASTER_ADDR")) {
     out.master_addr = *addr;
   } else if (!all_local) {
     throw ConfigError("MASTER_ADDR is not set, and the " + std::to_string(out.world_size) +
                       " ranks run on several machines: set it to the host of rank 0");
   }
-  if (out.world_size > 1 || env.has("MASTER_PORT")) {
+  if ((out.world_size > 1 && !etcd) || env.has("MASTER_PORT")) {
     out.master_port = static_cast<uint16_t>(env.integer("MASTER_PORT", 1, 65535, default_port));
   }
 }
@@ -160,13 +162,34 @@ LaunchEnv from_slurm(const Reader& env) {
   } else if (auto nodes = env.text("SLURM_JOB_NODELIST") ? env.text("SLURM_JOB_NODELIST")
                                                          : env.text("SLURM_NODELIST")) {
     e.master_addr = first_slurm_host(*nodes);
-  } else if (e.local_world_size != e.world_size) {
+  } else if (e.local_world_size != e.world_size && env.text("COHORT_RDZV_BACKEND") != "etcd") {
     throw ConfigError(
         "neither MASTER_ADDR nor SLURM_JOB_NODELIST is set, and the ranks run on "
         "several machines: set MASTER_ADDR to the host of rank 0");
   }
   e.master_port = static_cast<uint16_t>(env.integer("MASTER_PORT", 1, 65535, kDefaultPort));
   return e;
+}
+
+// COHORT_RDZV_BACKEND and what etcd needs with it.
+void read_rendezvous_backend(const Reader& env, LaunchEnv& e) {
+  e.rdzv_backend = env.text("COHORT_RDZV_BACKEND").value_or("tcp");
+  if (e.rdzv_backend == "tcp") return;
+  if (e.rdzv_backend != "etcd") {
+    throw ConfigError("COHORT_RDZV_BACKEND='" + e.rdzv_backend + "': expected tcp or etcd");
+  }
+  e.rdzv_endpoints = env.text("COHORT_RDZV_ENDPOINTS").value_or("");
+  e.job_id = env.text("COHORT_JOB_ID").value_or("");
+  if (e.rdzv_endpoints.empty()) {
+    throw ConfigError(
+        "COHORT_RDZV_BACKEND=etcd needs COHORT_RDZV_ENDPOINTS, the cluster's client endpoints "
+        "(host:port[,host:port...])");
+  }
+  if (e.job_id.empty()) {
+    throw ConfigError(
+        "COHORT_RDZV_BACKEND=etcd needs COHORT_JOB_ID: the job's keys live under "
+        "/cohort/<job id>/, apart from other jobs' (cohortrun sets it)");
+  }
 }
 
 }  // namespace
@@ -206,6 +229,7 @@ LaunchEnv read_launch_env(const EnvLookup& lookup) {
   }
   e.store_hosted = env.text("COHORT_STORE_HOSTED").value_or("0") == "1";
   e.store_prefix = env.text("COHORT_STORE_PREFIX").value_or("");
+  read_rendezvous_backend(env, e);
   return e;
 }
 

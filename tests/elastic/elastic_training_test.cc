@@ -23,6 +23,7 @@
 #include "cohort/torch/strategy/precision.h"
 #include "elastic_job.h"
 #include "elastic_model.h"
+#include "support/etcd_cluster.h"
 #include "support/process.h"
 #include "support/test_support.h"
 
@@ -31,6 +32,7 @@ namespace {
 
 using testing::ChildProcess;
 using testing::ElasticJob;
+using testing::EtcdCluster;
 using testing::kDeadline;
 using testing::kSteps;
 using testing::read_params;
@@ -437,6 +439,51 @@ TEST(ElasticTraining, WhenNoMemberHoldsTheStateTheJobResumesItsCheckpoint) {
   EXPECT_GE(resumed, 3) << output;
   EXPECT_EQ(redone, lost - resumed) << output;
   expect_replay_parity(job.output(), job.out_path(), 4, /*redo=*/true);
+}
+
+// ---- The job's store on etcd (COHORT_RDZV_BACKEND=etcd; cohort/comm/etcd_store.h)
+
+std::vector<std::string> etcd_env(const EtcdCluster& cluster, const std::string& job) {
+  return {"COHORT_RDZV_BACKEND=etcd", "COHORT_RDZV_ENDPOINTS=" + cluster.endpoints(),
+          "COHORT_JOB_ID=" + job};
+}
+
+// With the store on etcd no member hosts it: losing rank 0 (whose node would host cohortrun's
+// store) costs the job what losing any member does, and losing one of etcd's three members
+// costs nothing. The etcd member dies while the job holds before step 8 for a joiner, so that
+// the joiner's arrival, its healing and rank 0's death (step 12) all go through the two left.
+// Every step is committed once and the parameters equal the replay's.
+TEST(ElasticOnEtcd, AKilledRankZeroAndAKilledEtcdMemberLoseNothing) {
+  EtcdCluster cluster;
+  ElasticJob job(3, 2, etcd_env(cluster, "etcd-kills"));
+  job.start_all({"--kill", "0:12:backward", "--await-step", "8", "--await-size", "4"});
+  ASSERT_NE(job.member(1).wait_for_line("commit 7 ", kDeadline), "") << job.output();
+  cluster.kill(0);
+  job.start(3, {}, /*joiner=*/true);
+  EXPECT_EQ(job.wait_all(), (std::vector<int>{128 + SIGKILL, 0, 0, 0})) << job.output();
+  expect_replay_parity(job);
+  EXPECT_EQ(worlds_seen(job), (std::set<int>{3, 4}));
+}
+
+// etcd's quorum lost while the job needs its store (here: holding for a joiner): every member
+// ends with an error naming etcd within the group's timeout (COHORT_TIMEOUT_S bounds a wait for
+// etcd), instead of hanging or blaming a peer.
+TEST(ElasticOnEtcd, LosingEtcdsQuorumEndsEveryMemberWithAnErrorNamingEtcd) {
+  EtcdCluster cluster;
+  std::vector<std::string> env = etcd_env(cluster, "etcd-quorum");
+  env.push_back("COHORT_TIMEOUT_S=4");
+  ElasticJob job(2, 1, env);
+  job.start_all({"--await-step", "3", "--await-size", "3"});
+  ASSERT_NE(job.member(0).wait_for_line("commit 2 ", kDeadline), "") << job.output();
+  cluster.kill(0);
+  cluster.kill(1);
+  const auto codes = job.wait_all();
+  for (size_t m = 0; m < codes.size(); ++m) {
+    EXPECT_NE(codes[m], 0) << job.output();
+    EXPECT_NE(codes[m], -1) << "member " << m << " still ran at the deadline\n" << job.output();
+    EXPECT_NE(job.member(m).output().find("etcd"), std::string::npos) << job.output();
+    EXPECT_NE(job.member(m).output().find("quorum"), std::string::npos) << job.output();
+  }
 }
 
 TEST(ElasticTraining, AJoinerWithAnotherJobsTokenCannotReachTheStore) {

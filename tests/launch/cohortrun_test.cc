@@ -263,6 +263,14 @@ TEST(Cohortrun, BadOptionsAreRefused) {
                        "--no-restart-exit-codes 2,300: '300' is not an exit code "
                        "from 1 to 255, or none"))
       << codes.output();
+  auto etcd = cohortrun({"--rdzv-backend", "etcd", LAUNCH_TEST_RANK});
+  ASSERT_EQ(etcd.wait(kDeadline), 2) << etcd.output();
+  EXPECT_TRUE(contains(etcd.output(), "--rdzv-backend etcd needs --rdzv-endpoints"))
+      << etcd.output();
+  auto nodes = cohortrun({"--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoints",
+                          "127.0.0.1:2379", LAUNCH_TEST_RANK});
+  ASSERT_EQ(nodes.wait(kDeadline), 2) << nodes.output();
+  EXPECT_TRUE(contains(nodes.output(), "start the ranks with srun")) << nodes.output();
 }
 
 #ifdef COHORT_BENCH

@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "run_cohortrun.h"
+#include "support/etcd_cluster.h"
 
 namespace cohort {
 namespace {
 
+using testing::EtcdCluster;
 using testing::free_port;
 
 // Small deadlines, so that a failure is found and a generation formed within seconds.
@@ -129,6 +131,28 @@ TEST(ElasticCohortrun, AKilledRankIsRestartedAndRejoinsWithoutLosingAStep) {
   }
   EXPECT_EQ(slots.at(1)[1].steps.front().step, static_cast<int>(shrunk)) << out;
   expect_all_gone(printed_pids(out));
+}
+
+// --rdzv-backend etcd: the ranks meet in the test's etcd cluster, not in cohortrun's store; a
+// killed rank is restarted and rejoins there, and the job ends with every step committed.
+TEST(ElasticCohortrun, OnEtcdAKilledRankIsRestartedAndRejoins) {
+  EtcdCluster cluster;
+  std::vector<std::string> args =
+      elastic({"--min-ranks", "2", "--max-ranks", "3", "--max-restarts", "1", "--rdzv-backend",
+               "etcd", "--rdzv-endpoints", cluster.endpoints()},
+              1);
+  args.insert(args.end(), {"--join-after-generation", "2", "--grow-back-by-step", "15"});
+  auto run = cohortrun(args, kFastEnv);
+  ASSERT_EQ(run.wait(kDeadline), 0) << run.output();
+  const std::string& out = run.output();
+  EXPECT_TRUE(contains(out, "cohortrun: slot 1 left (killed by signal 9 (Killed)); restarting it"))
+      << out;
+  EXPECT_TRUE(
+      contains(out, "[slot 0] membership: generation 2: rank 1 left; 2 ranks go on from step 5"))
+      << out;
+  const auto slots = lifetimes(out);
+  expect_contiguous(slots, out);
+  for (const auto& [slot, lives] : slots) EXPECT_EQ(last_step(lives.back()), 29) << out;
 }
 
 // (b) No restarts: the job finishes at size 2 and succeeds.

@@ -92,6 +92,25 @@ TEST(LaunchEnv, OneMachineNeedsNoMasterAddress) {
   EXPECT_EQ(e.master_addr, "127.0.0.1");
 }
 
+// COHORT_RDZV_BACKEND=etcd: the store is etcd's, so ranks on several machines need neither
+// MASTER_ADDR nor MASTER_PORT, but the endpoints and the job id that names the keys.
+TEST(LaunchEnv, OnEtcdNoMasterIsNeeded) {
+  const LaunchEnv e =
+      read({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_WORLD_SIZE", "4"},
+            {"COHORT_RDZV_BACKEND", "etcd"}, {"COHORT_RDZV_ENDPOINTS", "e1:2379,e2:2379"},
+            {"COHORT_JOB_ID", "job7"}});
+  EXPECT_EQ(e.rdzv_backend, "etcd");
+  EXPECT_EQ(e.rdzv_endpoints, "e1:2379,e2:2379");
+  EXPECT_EQ(e.job_id, "job7");
+  EXPECT_EQ(read({}).rdzv_backend, "tcp");
+  const Vars etcd = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"COHORT_RDZV_BACKEND", "etcd"}};
+  expect_error(etcd, "needs COHORT_RDZV_ENDPOINTS");
+  Vars no_job = etcd;
+  no_job["COHORT_RDZV_ENDPOINTS"] = "e1:2379";
+  expect_error(no_job, "needs COHORT_JOB_ID");
+  expect_error({{"COHORT_RDZV_BACKEND", "zookeeper"}}, "expected tcp or etcd");
+}
+
 TEST(LaunchEnv, OpenMpi) {
   const LaunchEnv e = read({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
                             {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},

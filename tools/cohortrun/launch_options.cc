@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "cohort/comm/etcd_store.h"
 #include "cohort/core/error.h"
 
 namespace cohort::run {
@@ -89,6 +90,27 @@ void check_elastic_options(const LaunchOptions& o) {
   }
 }
 
+// --rdzv-backend and --rdzv-endpoints.
+void check_rendezvous_backend(const LaunchOptions& o) {
+  if (o.rdzv_backend == "tcp") {
+    if (!o.rdzv_endpoints.empty()) {
+      throw ConfigError("--rdzv-endpoints needs --rdzv-backend etcd");
+    }
+    return;
+  }
+  if (o.rdzv_endpoints.empty()) {
+    throw ConfigError("--rdzv-backend etcd needs --rdzv-endpoints host:port[,host:port...]");
+  }
+  parse_etcd_endpoints(o.rdzv_endpoints);  // its ConfigError names what is wrong
+  if (o.multi_node()) {
+    throw ConfigError(
+        "--rdzv-backend etcd with --nnodes " + std::to_string(o.nnodes) +
+        ": cohortrun's own coordination of several nodes still runs on node 0's store, so node 0 "
+        "would stay a single point of failure; start the ranks with srun (or another launcher) "
+        "and COHORT_RDZV_BACKEND=etcd instead (docs/store.md, \"etcd\")");
+  }
+}
+
 }  // namespace
 
 Milliseconds LaunchOptions::rdzv_timeout() const {
@@ -166,6 +188,12 @@ void add_launch_options(CLI::App& app, LaunchOptions& o) {
   app.add_option("--tail-lines", o.tail_lines,
                  "Lines of a failed rank's output repeated in the summary")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--rdzv-backend", o.rdzv_backend,
+                 "Where the ranks' store is: tcp (hosted by this cohortrun) or etcd (the "
+                 "cluster at --rdzv-endpoints, which no node of the job holds)")
+      ->check(CLI::IsMember({"tcp", "etcd"}));
+  app.add_option("--rdzv-endpoints", o.rdzv_endpoints,
+                 "etcd's client endpoints, host:port[,host:port...] (with --rdzv-backend etcd)");
   app.prefix_command();  // the first positional and everything after it: the program
 }
 
@@ -199,6 +227,7 @@ void finish_launch_options(CLI::App& app, LaunchOptions& o) {
                                        255, "an exit code from 1 to 255, or none");
   }
   check_elastic_options(o);
+  check_rendezvous_backend(o);
   if (o.multi_node() && o.master_port < 0) o.master_port = LaunchOptions::kDefaultMasterPort;
   o.command.front() = resolve_program(o.command.front());
 }

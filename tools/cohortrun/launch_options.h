@@ -50,6 +50,12 @@ struct LaunchOptions {
   std::vector<int> no_restart_exit_codes = {2, 64, 78};
   std::string no_restart_exit_codes_list;  // as given
   std::vector<std::string> command;        // the program and its arguments
+  // --rdzv-backend: where the ranks' store is. "tcp": the one this cohortrun hosts; "etcd":
+  // the etcd cluster at --rdzv-endpoints (COHORT_RDZV_BACKEND, COHORT_RDZV_ENDPOINTS; docs/
+  // store.md, "etcd"). One node only for now: cohortrun's own coordination of several nodes
+  // still runs on node 0's store.
+  std::string rdzv_backend = "tcp";
+  std::string rdzv_endpoints;
 
   static constexpr int kDefaultMasterPort = 29500;
 

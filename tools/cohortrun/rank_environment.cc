@@ -48,6 +48,10 @@ std::vector<std::string> launcher_variables(const LaunchOptions& o, const RankPl
       // Not secret: checkpoints record it, so that a restart resumes only its own job's.
       var("COHORT_JOB_ID", p.job_id),
   };
+  if (o.rdzv_backend == "etcd") {  // the ranks meet in etcd, not in this cohortrun's store
+    vars.push_back(var("COHORT_RDZV_BACKEND", "etcd"));
+    vars.push_back(var("COHORT_RDZV_ENDPOINTS", o.rdzv_endpoints));
+  }
   if (o.elastic()) add_elastic_variables(o, p, vars);
   if (o.simulate_nodes > 1) {  // --simulate-nodes: blocks of this machine's ranks
     const int block = p.local_rank / (o.nproc_per_node / o.simulate_nodes);

@@ -14,14 +14,21 @@ struct LaunchEnv {
   std::string launcher = "none";  // "torchrun", "openmpi", "mpich", "slurm" or "none"
   int rank = 0;
   int world_size = 1;
-  int local_rank = 0;        // index among the ranks on this machine
-  int local_world_size = 1;  // ranks on this machine
+  int local_rank = 0;                     // index among the ranks on this machine
+  int local_world_size = 1;               // ranks on this machine
   std::string master_addr = "127.0.0.1";  // where rank 0 (or the launcher) hosts the store
   uint16_t master_port = 0;
   bool store_hosted = false;  // COHORT_STORE_HOSTED=1: the launcher runs the store, not rank 0
   // COHORT_STORE_PREFIX: the job's keys live under this prefix of the store. cohortrun gives
   // each restart of a job its own, so a restarted group never reads the last one's keys.
   std::string store_prefix;
+  // COHORT_RDZV_BACKEND: where the job's store is. "tcp" (the default): cohort's TCP store at
+  // master_addr:master_port. "etcd": an etcd cluster at COHORT_RDZV_ENDPOINTS (`rdzv_endpoints`,
+  // host:port[,host:port...]), the job's keys under /cohort/<COHORT_JOB_ID>/ (`job_id`, which
+  // it then requires); MASTER_ADDR is not needed (docs/store.md, "etcd").
+  std::string rdzv_backend = "tcp";
+  std::string rdzv_endpoints;
+  std::string job_id;
 };
 
 // Looks a variable up; nullopt when unset or empty.

@@ -5,10 +5,9 @@
 #include <random>
 
 #include "cohort/comm/elastic.h"
+#include "cohort/comm/job_store.h"
 #include "cohort/comm/launch_env.h"
 #include "cohort/comm/memory_store.h"
-#include "cohort/comm/prefix_store.h"
-#include "cohort/comm/tcp_store.h"
 #include "cohort/core/check.h"
 #include "cohort/core/env.h"
 #include "cohort/core/logging.h"
@@ -237,25 +236,17 @@ std::unique_ptr<ElasticGroup> init_elastic(InitOptions init, ElasticOptions opti
     options.initial_size = 1;
     return std::make_unique<ElasticGroup>(std::make_shared<MemoryStore>(), options);
   }
-  if (!env.store_hosted) {
+  if (!env.store_hosted && env.rdzv_backend == "tcp") {
     throw ConfigError(
         "init_elastic: the job's store must be hosted by the launcher (COHORT_STORE_HOSTED=1, as "
-        "cohortrun --min-ranks does), not by a rank: a rank that hosted it would take the whole "
-        "job down when it dies");
+        "cohortrun --min-ranks does) or be etcd (COHORT_RDZV_BACKEND=etcd), not hosted by a "
+        "rank: a rank that hosted it would take the whole job down when it dies");
   }
-  if (options.group.host.empty() && env.master_addr.rfind("127.", 0) == 0) {
+  if (options.group.host.empty() && env.rdzv_backend == "tcp" &&
+      env.master_addr.rfind("127.", 0) == 0) {
     options.group.host = "127.0.0.1";
   }
-  TcpStoreOptions store;
-  store.host = env.master_addr;
-  store.port = env.master_port;
-  store.is_server = false;
-  store.timeout = options.group.timeout;
-  store.token = options.group.job_token;
-  std::shared_ptr<Store> job_store = std::make_shared<TcpStore>(store);
-  if (!env.store_prefix.empty()) {
-    job_store = std::make_shared<PrefixStore>(env.store_prefix, std::move(job_store));
-  }
+  std::shared_ptr<Store> job_store = connect_job_store(env, options.group, false);
   if (options.initial_size <= 0) options.initial_size = env.world_size;
   if (options.launch_rank < 0) options.launch_rank = env.rank;
   return std::make_unique<ElasticGroup>(std::move(job_store), options);

@@ -35,9 +35,8 @@
 #include <vector>
 
 #include "cohort/comm/elastic.h"
+#include "cohort/comm/job_store.h"
 #include "cohort/comm/launch_env.h"
-#include "cohort/comm/prefix_store.h"
-#include "cohort/comm/tcp_store.h"
 
 namespace {
 
@@ -82,12 +81,9 @@ int64_t changed(const cohort::Membership& membership) {
 // Waits until `name` of generation `generation` exists in the job's store (the keys of Note
 // [Elastic rendezvous]): "closed" once it has formed.
 void wait_for_key(uint64_t generation, const std::string& name) {
-  const cohort::LaunchEnv env = cohort::read_launch_env();
-  cohort::TcpStoreOptions options;
-  options.host = env.master_addr;
-  options.port = env.master_port;
-  cohort::PrefixStore store(env.store_prefix, std::make_shared<cohort::TcpStore>(options));
-  store.wait({"elastic/g" + std::to_string(generation) + "/" + name}, cohort::Milliseconds(60000));
+  const auto store = cohort::connect_job_store(cohort::read_launch_env(),
+                                               cohort::GroupOptions{}.resolved(), false);
+  store->wait({"elastic/g" + std::to_string(generation) + "/" + name}, cohort::Milliseconds(60000));
 }
 
 // One step: the allreduce of 1.0 (the size) and of rank 0's "members wait to join" (> 0: grow
