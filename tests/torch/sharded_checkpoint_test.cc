@@ -501,34 +501,28 @@ TEST_P(ShardedCheckpoint, SavedByZeroAndOtherStrategiesLoadIntoFullShard) {
 }
 
 // Asynchronous sharded saves (async_checkpoint.h): every rank trains the next step while its
-// file is written, and the checkpoint still resumes the step it was taken at, bit for bit.
-// Staged (the default), the writer is held at its first piece until the step's update is done;
-// without staging, until its backward is done (the update waits in before_update()).
+// file is written (the writer held at its first piece until the step's backward is done), and
+// the checkpoint still resumes the step it was taken at, bit for bit.
 TEST_P(ShardedCheckpoint, AsyncSaveResumesTheStepItWasTakenAtWhileTrainingWentOn) {
   torch::set_num_threads(1);
   const auto batches = make_batches();
   const auto reference = reference_run(GetParam(), batches);
   for (Wrap wrap : {StrategyKind::kDdp, StrategyKind::kZero2, StrategyKind::kFullShard}) {
-    for (const bool staged : {true, false}) {
-      SCOPED_TRACE(wrap_name(wrap) + (staged ? ", staged" : ", unstaged"));
-      TempDir dir;
-      const Saved saved = train_then(wrap, 2, GetParam(), batches, [&](RankRun& run, int) {
-        WriterGate gate;
-        AsyncCheckpointOptions options;
-        if (!staged) options.staging_bytes = 0;
-        AsyncCheckpointer checkpointer(run.group(), gate.options(options));
-        ASSERT_TRUE(run.save_async(checkpointer, dir.path(), kSavedSteps));
-        gate.wait_until_writing();
-        run.train(batches[kSavedSteps], kSavedSteps, [&] {
-          if (!staged) gate.open();
-          checkpointer.before_update();
-        });
+    SCOPED_TRACE(wrap_name(wrap));
+    TempDir dir;
+    const Saved saved = train_then(wrap, 2, GetParam(), batches, [&](RankRun& run, int) {
+      WriterGate gate;
+      AsyncCheckpointer checkpointer(run.group(), gate.options());
+      ASSERT_TRUE(run.save_async(checkpointer, dir.path(), kSavedSteps));
+      gate.wait_until_writing();
+      run.train(batches[kSavedSteps], kSavedSteps, [&] {
         gate.open();
-        checkpointer.wait();
+        checkpointer.before_update();
       });
-      auto same = [&](int) { return dir.path(); };
-      expect_resumed(load_and_train(wrap, 2, GetParam(), batches, saved, reference, same));
-    }
+      checkpointer.wait();
+    });
+    auto same = [&](int) { return dir.path(); };
+    expect_resumed(load_and_train(wrap, 2, GetParam(), batches, saved, reference, same));
   }
 }
 

@@ -25,11 +25,11 @@
 // catches a missing before_update(), it does not replace it.)
 // Outcomes reach the caller at the next save(), save_sharded() or wait(), on every rank the
 // same (the background collectives decide them), so that every rank throws at the same call.
-// With AsyncCheckpointOptions::staging_bytes (the default), the archive is serialized into
-// memory of the checkpointer's own on the caller's thread instead (Note [Staged saves] in
-// staging_buffer.h): save() returns once the payload is staged, the writer replays it into the
-// file, and before_update() never waits. The page cache staging above, and the check of the
-// version counters, remain for staging_bytes = 0.
+// With AsyncCheckpointOptions::staging_bytes (the default), a file save's archive is built over
+// copies of the parameters and of the optimizer's state, taken in save() (Note [Snapshot saves]
+// in state_snapshot.h): the writer then reads nothing of the training state, before_update()
+// never waits, and the version check has nothing to check. Sharded saves, and states the
+// snapshot cannot take, are saved as above.
 #include "cohort/torch/checkpoint/async_checkpoint.h"
 
 #include <torch/cuda.h>
@@ -45,10 +45,9 @@
 #include "checkpoint/background_save.h"
 #include "checkpoint/checkpoint_state.h"
 #include "checkpoint/prepared_save.h"
-#include "checkpoint/staging_buffer.h"
+#include "checkpoint/state_snapshot.h"
 #include "cohort/comm/inproc_transport.h"
 #include "cohort/core/check.h"
-#include "cohort/core/deadline.h"
 #include "cohort/core/env.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
@@ -92,6 +91,12 @@ void synchronize_devices(const std::vector<detail::ReadTensor>& reads) {
   }
 }
 
+std::vector<detail::ReadTensor> module_tensors(const torch::nn::Module& module) {
+  std::vector<detail::ReadTensor> out;
+  for (const auto& item : module.named_parameters()) out.push_back({item.key(), item.value(), 0});
+  return out;
+}
+
 // COHORT_CHECKPOINT_STAGING_MIB, where set, replaces AsyncCheckpointOptions::staging_bytes
 // (docs/env.md): to compare staged and unstaged saves without a rebuild.
 void apply_staging_override(AsyncCheckpointOptions& options) {
@@ -130,9 +135,6 @@ class AsyncCheckpointer::Impl {
                  "AsyncCheckpointOptions::timeout must be positive, got ", options_.timeout.count(),
                  " ms");
     apply_staging_override(options_);
-    if (options_.staging_bytes > 0) {
-      staging_ = std::make_shared<detail::StagingBuffer>(options_.staging_bytes);
-    }
     if (group_ != nullptr) {
       CollectiveOptions split;
       split.site = kSite;
@@ -164,11 +166,14 @@ class AsyncCheckpointer::Impl {
   bool save(const std::string& path, const TrainingState& state) {
     const Clock::time_point start = Clock::now();
     if (!settle_previous(path)) return false;
-    auto save =
-        std::make_shared<detail::PreparedFileSave>(detail::prepare_file_save(path, group_, state));
-    synchronize_devices(save->reads);
-    launch_or_stage(
-        *save, path, start,
+    auto save = std::make_shared<detail::PreparedFileSave>(detail::prepare_file_save(
+        path, group_, state, options_.staging_bytes > 0 ? &snapshot_ : nullptr,
+        options_.staging_bytes));
+    // Staged, the copies are what the writer reads: queued on the device like the update.
+    synchronize_devices(save->staged ? module_tensors(*state.module) : save->reads);
+    const bool reads_nothing = save->archive == nullptr || save->staged;
+    launch(
+        path, start, reads_nothing,
         [save, options = options_, group = background_group_](const std::function<void()>& staged) {
           detail::finish_file_save(*save, group.get(),
                                    hooks_for(*save, save->path, options, staged), kSite);
@@ -189,8 +194,8 @@ class AsyncCheckpointer::Impl {
     auto save = std::make_shared<detail::PreparedShardedSave>(detail::prepare_sharded_save(
         directory, group, std::move(holdings), state, expected_module));
     synchronize_devices(save->reads);
-    launch_or_stage(
-        *save, directory, start,
+    launch(
+        directory, start, /*reads_nothing=*/false,
         [save, options = options_, background = background_group_ ? background_group_ : own_group_](
             const std::function<void()>& staged) {
           detail::finish_sharded_save(*save, *background,
@@ -226,9 +231,9 @@ class AsyncCheckpointer::Impl {
                                 "' has not finished after ", options_.timeout.count(),
                                 " ms (AsyncCheckpointOptions::timeout); is the disk stalled?"));
     }
-    last_.staged_ms = staged_in_call_ms_ >= 0 ? staged_in_call_ms_ : current_->staged_ms();
+    last_.staged_ms = current_->staged_ms();
     last_.written_ms = current_->finished_ms();
-    last_.staging_memory = staging_ ? staging_->held_bytes() : 0;
+    last_.staging_memory = snapshot_.held_bytes();
     last_.waited_ms = waited_ms_;
     last_.save_ms = save_ms_;
     last_.number = started_;
@@ -264,50 +269,23 @@ class AsyncCheckpointer::Impl {
     return busy != 0;
   }
 
-  // Starts the writer on `save`; with staging, then stages its archive on this thread (Note
-  // [Staged saves]): the writer is started first, so that a payload over the budget is written
-  // as it is staged, and it reads nothing of the training state. A rank with no archive (not
-  // the writing rank of a file save, or one whose archive failed) has nothing to stage.
-  template <typename Prepared>
-  void launch_or_stage(Prepared& save, const std::string& path, Clock::time_point start,
-                       BackgroundSave::Job job) {
-    current_what_ = path;
+  void launch(const std::string& what, Clock::time_point start, bool reads_nothing,
+              BackgroundSave::Job job) {
+    current_what_ = what;
     waited_ms_ = 0;
-    staged_in_call_ms_ = -1;
+    save_ms_ = ms_since(start);
     ++started_;
-    const bool stage = staging_ && save.archive && !save.error;
-    if (!stage) {
-      current_ = std::make_unique<BackgroundSave>(std::move(job), save.archive == nullptr,
-                                                  options_.idle_priority);
-      save_ms_ = ms_since(start);
-      return;
-    }
-    save.reads.clear();  // staged on this thread: nothing can change while it is read
-    save.staged_payload = staging_->replay(Deadline::after(options_.timeout));
-    current_ = std::make_unique<BackgroundSave>(
-        [job = std::move(job), staging = staging_](const std::function<void()>& staged) {
-          try {
-            job(staged);
-          } catch (...) {
-            staging->reader_done();
-            throw;
-          }
-          staging->reader_done();
-        },
-        /*staged=*/true, options_.idle_priority);
-    staging_->stage(detail::archive_producer(path, *save.archive),
-                    Deadline::after(options_.timeout), [this] { current_->raise_priority(); });
-    save_ms_ = staged_in_call_ms_ = ms_since(start);
+    current_ =
+        std::make_unique<BackgroundSave>(std::move(job), reads_nothing, options_.idle_priority);
   }
 
   Group* group_;
   AsyncCheckpointOptions options_;
-  std::shared_ptr<Group> background_group_;         // null for one process
-  std::shared_ptr<Group> own_group_;                // one process only
-  std::shared_ptr<detail::StagingBuffer> staging_;  // null: staging_bytes = 0
+  std::shared_ptr<Group> background_group_;  // null for one process
+  std::shared_ptr<Group> own_group_;         // one process only
+  detail::TensorSnapshot snapshot_;          // the copies staged saves write, kept between saves
   std::unique_ptr<BackgroundSave> current_;
   std::string current_what_;
-  double staged_in_call_ms_ = -1;  // the save in flight was staged in save(), in this time
   double waited_ms_ = 0;
   double save_ms_ = 0;
   int64_t started_ = 0;  // saves launched

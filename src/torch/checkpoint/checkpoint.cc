@@ -34,6 +34,7 @@
 #include "checkpoint/checkpoint_file.h"
 #include "checkpoint/checkpoint_state.h"
 #include "checkpoint/prepared_save.h"
+#include "checkpoint/state_snapshot.h"
 #include "cohort/core/check.h"
 #include "cohort/core/error.h"
 #include "cohort/core/logging.h"
@@ -126,7 +127,8 @@ bool load_checkpoint(const std::string& path, Group& group, TrainingState& state
 namespace detail {
 
 PreparedFileSave prepare_file_save(const std::string& path, Group* group,
-                                   const TrainingState& state) {
+                                   const TrainingState& state, TensorSnapshot* snapshot,
+                                   uint64_t snapshot_budget) {
   check_training_state(state, "save_checkpoint");
   check_optimizer_holds_module_parameters(state, "save_checkpoint");
   std::vector<torch::Tensor> rng_states;
@@ -138,12 +140,24 @@ PreparedFileSave prepare_file_save(const std::string& path, Group* group,
   PreparedFileSave save;
   save.path = path;
   if (group != nullptr && group->rank() != 0) return save;
+  const std::optional<uint64_t> bytes = snapshot ? snapshot_bytes(state) : std::nullopt;
+  save.staged = bytes && *bytes <= snapshot_budget;
   try {
-    save.archive = training_archive(path, state, group ? group->size() : 1, rng_states,
-                                    current_job_id());
+    if (save.staged) {  // Note [Snapshot saves]
+      std::optional<OptimizerStateCopies> copies;
+      if (state.optimizer != nullptr) copies.emplace(*state.optimizer, *snapshot);
+      save.archive = training_archive(path, state, group ? group->size() : 1, rng_states,
+                                      current_job_id(), [&](torch::serialize::OutputArchive& out) {
+                                        write_module(out, *state.module, snapshot);
+                                      });
+    } else {
+      save.archive =
+          training_archive(path, state, group ? group->size() : 1, rng_states, current_job_id());
+    }
   } catch (...) {
     save.error = std::current_exception();
   }
+  if (save.staged) return save;
   for (const auto& item : state.module->named_parameters()) {
     save.reads.push_back({item.key(), item.value(), item.value()._version()});
   }
@@ -157,7 +171,7 @@ void finish_file_save(PreparedFileSave& save, Group* group, const FileWriteHooks
   if (save.archive || save.error) {
     try {
       if (save.error) std::rethrow_exception(save.error);
-      write_checkpoint_file(save.path, payload_of(save, save.path), hooks);
+      write_checkpoint_file(save.path, archive_producer(save.path, *save.archive), hooks);
     } catch (const std::exception& error) {
       if (group == nullptr) throw;
       status = kStatusFailed;

@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "checkpoint/state_snapshot.h"
 #include "cohort/core/check.h"
 #include "cohort/core/env.h"
 #include "cohort/core/error.h"
@@ -549,9 +550,11 @@ PayloadProducer archive_producer(const std::string& path, OutputArchive& archive
   };
 }
 
-void write_module(OutputArchive& archive, const torch::nn::Module& module) {
+void write_module(OutputArchive& archive, const torch::nn::Module& module, TensorSnapshot* snapshot,
+                  const std::string& prefix) {
   for (const auto& item : module.named_parameters(/*recurse=*/false)) {
-    archive.write(item.key(), item.value());
+    archive.write(item.key(),
+                  snapshot ? snapshot->copy(prefix + item.key(), item.value()) : item.value());
   }
   for (const auto& item : module.named_buffers(/*recurse=*/false)) {
     const torch::Tensor& buffer = item.value();
@@ -560,8 +563,9 @@ void write_module(OutputArchive& archive, const torch::nn::Module& module) {
   }
   for (const auto& child : module.named_children()) {
     if (!child.value()->is_serializable()) continue;
-    write_nested(archive, child.key(),
-                 [&](OutputArchive& out) { write_module(out, *child.value()); });
+    write_nested(archive, child.key(), [&](OutputArchive& out) {
+      write_module(out, *child.value(), snapshot, prefix + child.key() + ".");
+    });
   }
 }
 

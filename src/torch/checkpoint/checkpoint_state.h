@@ -58,12 +58,16 @@ std::string encode_training_state(const std::string& path, const TrainingState& 
 
 // Streams `archive` (which must outlive the call) into a checkpoint file
 // (write_checkpoint_file); a failure of torch's becomes a CheckpointError naming `path`.
-PayloadProducer archive_producer(const std::string& path,
-                                 torch::serialize::OutputArchive& archive);
+PayloadProducer archive_producer(const std::string& path, torch::serialize::OutputArchive& archive);
 
-// A module's parameters (the tensors themselves) and copies of its buffers, in the layout of
-// torch::nn::Module::save, which a load reads (collect_module in checkpoint_state.cc).
-void write_module(torch::serialize::OutputArchive& archive, const torch::nn::Module& module);
+class TensorSnapshot;  // state_snapshot.h
+
+// A module's parameters (the tensors themselves, or with `snapshot` copies kept there: Note
+// [Snapshot saves]) and copies of its buffers, in the layout of torch::nn::Module::save, which a
+// load reads (collect_module in checkpoint_state.cc). `prefix`: the module's path, the keys of
+// its copies.
+void write_module(torch::serialize::OutputArchive& archive, const torch::nn::Module& module,
+                  TensorSnapshot* snapshot = nullptr, const std::string& prefix = "model/");
 
 // Which checkpoints a load resumes (Note [Job identity] in checkpoint.cc).
 struct JobCheck {

@@ -312,4 +312,14 @@ void set_state_of(torch::optim::Optimizer& optimizer, const torch::Tensor& tenso
   }
 }
 
+std::unique_ptr<OptimizerParamState> swap_state_of(torch::optim::Optimizer& optimizer,
+                                                   const torch::Tensor& tensor,
+                                                   std::unique_ptr<OptimizerParamState> value) {
+  auto& state = optimizer.state();
+  using Key = typename std::decay_t<decltype(state)>::key_type;
+  std::unique_ptr<OptimizerParamState>& slot = state[optim::detail::state_key<Key>(tensor)];
+  std::swap(slot, value);
+  return value;
+}
+
 }  // namespace cohort::detail

@@ -66,5 +66,9 @@ const torch::optim::OptimizerParamState* state_of(const torch::optim::Optimizer&
 // Sets (or, for null, erases) the state `optimizer` keeps for `tensor`.
 void set_state_of(torch::optim::Optimizer& optimizer, const torch::Tensor& tensor,
                   std::unique_ptr<torch::optim::OptimizerParamState> state);
+// Puts `state` in place of the state `optimizer` keeps for `tensor`, and returns that one.
+std::unique_ptr<torch::optim::OptimizerParamState> swap_state_of(
+    torch::optim::Optimizer& optimizer, const torch::Tensor& tensor,
+    std::unique_ptr<torch::optim::OptimizerParamState> state);
 
 }  // namespace cohort::detail

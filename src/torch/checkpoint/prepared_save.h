@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_file.h"
-#include "checkpoint/checkpoint_state.h"
 #include "checkpoint/optimizer_codec.h"
 #include "checkpoint/shard_manifest.h"
 #include "checkpoint/shard_pieces.h"
@@ -36,24 +35,22 @@ struct PreparedFileSave {
   std::string path;
   std::unique_ptr<torch::serialize::OutputArchive> archive;  // null on ranks that write nothing
   std::vector<ReadTensor> reads;
-  // Set when the archive was staged (Note [Staged saves] in staging_buffer.h): the writer
-  // replays this instead of serializing the archive, which it then no longer reads.
-  PayloadProducer staged_payload;
+  // The archive holds copies (Note [Snapshot saves]): nothing of the training state is read
+  // after prepare_file_save returned, and `reads` is empty.
+  bool staged = false;
   // What building the archive threw on the writing rank: finish reports it as a failed write,
   // so that every rank gets it (the others have already gone on to finish).
   std::exception_ptr error;
 };
 
-// What the writer writes: the staged payload, else the archive, serialized as it is written.
-template <typename Prepared>
-PayloadProducer payload_of(const Prepared& save, const std::string& path) {
-  return save.staged_payload ? save.staged_payload : archive_producer(path, *save.archive);
-}
+class TensorSnapshot;  // state_snapshot.h
 
 // The checks of save_checkpoint, and the archive; collective over `group` when not null (the
-// generator states are all-gathered).
+// generator states are all-gathered). With `snapshot`, the archive is built over copies kept
+// there when the state allows one within `snapshot_budget` bytes (PreparedFileSave::staged).
 PreparedFileSave prepare_file_save(const std::string& path, Group* group,
-                                   const TrainingState& state);
+                                   const TrainingState& state, TensorSnapshot* snapshot = nullptr,
+                                   uint64_t snapshot_budget = 0);
 // Rank 0 (or the one process) writes the file; with a group, every rank then gets its
 // outcome (broadcast over `group`, at `site`) and throws its error.
 void finish_file_save(PreparedFileSave& save, Group* group, const FileWriteHooks& hooks,
@@ -69,8 +66,7 @@ struct PreparedShardedSave {
   std::unique_ptr<torch::serialize::OutputArchive> archive;
   Manifest manifest;  // all but its tensors and files, which finish_sharded_save adds
   std::vector<ReadTensor> reads;
-  PayloadProducer staged_payload;  // as PreparedFileSave's
-  std::exception_ptr error;        // building this rank's archive or manifest: reported by finish
+  std::exception_ptr error;  // building this rank's archive or manifest: reported by finish
 };
 
 // The ranks agree on the arguments and on the save's token; collective over `group`.

@@ -162,7 +162,7 @@ detail::ManifestFile write_shard_file(detail::PreparedShardedSave& save, Group& 
   detail::make_checkpoint_directory(save.directory);
   uint64_t bytes = 0;
   const uint32_t crc = detail::write_checkpoint_file(
-      path, detail::payload_of(save, path), hooks, &bytes);
+      path, detail::archive_producer(path, *save.archive), hooks, &bytes);
   return {name, bytes + kCheckpointFooterBytes, crc};
 }
 

@@ -13,19 +13,22 @@
 //
 // What a save writes is checkpoint.h's file (or sharded_checkpoint.h's directory), loaded by
 // the same load functions. Note [Asynchronous saves] in async_checkpoint.cc says how it works:
-// - A save serializes the state (parameters, optimizer state, buffers, counters, sampler
-//   position, learning rates, generator states) into memory of the checkpointer's own, the
-//   staging (AsyncCheckpointOptions::staging_bytes, Note [Staged saves]), and returns: training
-//   waits for that copy, not for the disk.
-// - A background thread writes the file from the staging, checksums it, syncs it and renames
-//   it into place, as a synchronous save does: a crash at any moment leaves the previous
-//   checkpoint loadable.
+// - A save copies, at once, the parameters and the optimizer's state into memory of the
+//   checkpointer's own (the staging, AsyncCheckpointOptions::staging_bytes; Note [Snapshot
+//   saves]) and what else changes before the next update (buffers, counters, sampler
+//   position, learning rates, generator states): training waits for a memory copy, not for
+//   torch's serializer or the disk.
+// - A background thread serializes the file from those copies, checksums it, syncs it and
+//   renames it into place, as a synchronous save does: a crash at any moment leaves the
+//   previous checkpoint loadable.
 // - before_update() must come before anything changes the parameters or the optimizer's state
-//   (optimizer.step(), GradScaler::step, a model averager). A staged save no longer reads them,
-//   so it returns at once. Without staging (staging_bytes = 0) the background thread streams
-//   the file from the live tensors and before_update() waits until it is done; as a check, a
-//   save that finds a module parameter (or a shard) changed while it read it is abandoned with
-//   a CheckpointError naming it; the optimizer's state and the parts are not checked.
+//   (optimizer.step(), GradScaler::step, a model averager). After a staged save it returns at
+//   once. A save that is not staged (staging_bytes = 0, a state larger than it, an optimizer
+//   whose state cohort cannot list, checkpoint parts, and the sharded saves) keeps the
+//   parameters and optimizer state by reference: before_update() then waits until the
+//   background thread has read them, and, as a check, a save that finds a module parameter (or
+//   a shard) changed while it read it is abandoned with a CheckpointError naming it; the
+//   optimizer's state and the parts are not checked.
 // - A save's error (a full disk, a permission) is thrown by the next call of save(),
 //   save_sharded() or wait() (on every rank, the same error), and logged by the destructor
 //   when nothing reported it. docs/checkpoints.md, "Asynchronous saves".
@@ -62,24 +65,23 @@ struct AsyncCheckpointOptions {
   // while training waits. False: at the caller's priority from the start, sharing the cores
   // with training (faster to disk where cores are free, slower steps where they are not).
   bool idle_priority = true;
-  // The most memory a save is staged into (Note [Staged saves] in staging_buffer.h). A payload
-  // up to this size is copied whole by save(), and the writer writes the copy; a larger one is
-  // staged in pieces, save() returning once all but this much of it is in the file. The memory
-  // is kept for the next save (the checkpointer holds the largest payload staged, up to this).
-  // 0: no staging (before_update() waits while the writer reads the live tensors). The
-  // environment variable COHORT_CHECKPOINT_STAGING_MIB, where set, replaces it.
+  // The most memory a save's copies may take (Note [Snapshot saves] in state_snapshot.h): the
+  // parameters and the optimizer's state tensors, copied in save() into tensors the
+  // checkpointer keeps for the next save (on the tensors' own device). A state larger than
+  // this is saved unstaged (above). 0: never staged, no memory added. The environment variable
+  // COHORT_CHECKPOINT_STAGING_MIB, where set, replaces it.
   uint64_t staging_bytes = uint64_t{4} << 30;
 };
 
 // What the last save that finished did (AsyncCheckpointer::last_save()).
 struct AsyncSaveStats {
   int64_t number = 0;     // which save of the checkpointer this was: 1, 2, ... (0: none yet)
-  double save_ms = 0;     // the save() call: checks, collectives, copies, staging, and waiting
-                          // for the save before it (IfBusy::kWait)
+  double save_ms = 0;     // the save() call: checks, collectives, copies, and waiting for the
+                          // save before it (IfBusy::kWait)
   double staged_ms = 0;   // from the start until before_update() would no longer wait
   double written_ms = 0;  // from the start until the file was synced and renamed into place
   double waited_ms = 0;   // how long before_update() waited on it
-  uint64_t staging_memory = 0;  // bytes of staging memory the checkpointer holds after it
+  uint64_t staging_memory = 0;  // bytes of copies the checkpointer keeps (0: none staged)
 };
 
 class AsyncCheckpointer {
