@@ -91,10 +91,12 @@ std::vector<std::string> elastic(const std::vector<std::string>& options, int ki
 
 // (a) The killed rank is restarted and rejoins; the job shrinks to 2 and grows back to 3 (by
 // step 15, when the survivors wait for it), and commits exactly steps 0..29 (the survivor
-// rank 0 prints each once).
-TEST(ElasticCohortrun, AKilledRankIsRestartedAndRejoinsWithoutLosingAStep) {
-  std::vector<std::string> args =
-      elastic({"--min-ranks", "2", "--max-ranks", "3", "--max-restarts", "1"}, 1);
+// rank 0 prints each once). The ranks meet in cohortrun's store, or where `store_options` say.
+void expect_a_killed_rank_restarted_and_rejoined(const std::vector<std::string>& store_options) {
+  std::vector<std::string> options = {"--min-ranks",    "2", "--max-ranks", "3",
+                                      "--max-restarts", "1"};
+  options.insert(options.end(), store_options.begin(), store_options.end());
+  std::vector<std::string> args = elastic(options, 1);
   args.insert(args.end(), {"--join-after-generation", "2", "--grow-back-by-step", "15"});
   auto run = cohortrun(args, kFastEnv);
   ASSERT_EQ(run.wait(kDeadline), 0) << run.output();
@@ -133,26 +135,15 @@ TEST(ElasticCohortrun, AKilledRankIsRestartedAndRejoinsWithoutLosingAStep) {
   expect_all_gone(printed_pids(out));
 }
 
-// --rdzv-backend etcd: the ranks meet in the test's etcd cluster, not in cohortrun's store; a
-// killed rank is restarted and rejoins there, and the job ends with every step committed.
+TEST(ElasticCohortrun, AKilledRankIsRestartedAndRejoinsWithoutLosingAStep) {
+  expect_a_killed_rank_restarted_and_rejoined({});
+}
+
+// --rdzv-backend etcd: the ranks meet in the test's etcd cluster, not in cohortrun's store.
 TEST(ElasticCohortrun, OnEtcdAKilledRankIsRestartedAndRejoins) {
   EtcdCluster cluster;
-  std::vector<std::string> args =
-      elastic({"--min-ranks", "2", "--max-ranks", "3", "--max-restarts", "1", "--rdzv-backend",
-               "etcd", "--rdzv-endpoints", cluster.endpoints()},
-              1);
-  args.insert(args.end(), {"--join-after-generation", "2", "--grow-back-by-step", "15"});
-  auto run = cohortrun(args, kFastEnv);
-  ASSERT_EQ(run.wait(kDeadline), 0) << run.output();
-  const std::string& out = run.output();
-  EXPECT_TRUE(contains(out, "cohortrun: slot 1 left (killed by signal 9 (Killed)); restarting it"))
-      << out;
-  EXPECT_TRUE(
-      contains(out, "[slot 0] membership: generation 2: rank 1 left; 2 ranks go on from step 5"))
-      << out;
-  const auto slots = lifetimes(out);
-  expect_contiguous(slots, out);
-  for (const auto& [slot, lives] : slots) EXPECT_EQ(last_step(lives.back()), 29) << out;
+  expect_a_killed_rank_restarted_and_rejoined(
+      {"--rdzv-backend", "etcd", "--rdzv-endpoints", cluster.endpoints()});
 }
 
 // (b) No restarts: the job finishes at size 2 and succeeds.

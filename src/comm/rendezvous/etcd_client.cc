@@ -151,7 +151,13 @@ nlohmann::json EtcdClient::post(const std::string& path, const nlohmann::json& b
       bool refused = false;
       if (post_once(urls_[at] + path, text, answer, error, refused)) {
         current_ = at;
-        return nlohmann::json::parse(answer);
+        try {
+          return nlohmann::json::parse(answer);
+        } catch (const nlohmann::json::exception& e) {
+          throw StoreError("etcd at " + urls_[at] + " answered " + what +
+                           " with something that is not JSON (" + e.what() +
+                           "): is it etcd's client port?");
+        }
       }
       error = urls_[at] + ": " + error;
       if (refused) throw StoreError("etcd refused " + what + ": " + error);
