@@ -7,23 +7,57 @@
 #             rank 0) against one broadcast of the same bytes on the same group (the link rate)
 #   steady    median step time with ElasticTrainer against plain DDP (the commit vote's cost)
 #   buddy     median step time of ZeRO-1/2 and FULL_SHARD with and without buddy copies
-# Usage: bench/elastic.sh [BUILD_DIR] [REPEATS]; prints one table per measure, medians of REPEATS.
+# Usage: [STORE=tcp|etcd] [MEASURES="recovery heal steady buddy"] bench/elastic.sh [BUILD_DIR]
+#        [REPEATS]; prints one table per measure, medians of REPEATS. STORE=etcd: the ranks meet
+#        in a 3-member etcd cluster the script starts on loopback (cohortrun --rdzv-backend etcd)
+#        instead of cohortrun's TCP store.
 set -euo pipefail
 build=${1:-build}
 repeats=${2:-3}
 bench=$build/bin/cohort-elastic-bench
 run=$build/bin/cohortrun
+store=${STORE:-tcp}
+measures=" ${MEASURES:-recovery heal steady buddy} "
 export OMP_NUM_THREADS=1
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+etcd_pids=()
+trap '{ kill -9 "${etcd_pids[@]}"; wait; } 2>/dev/null; rm -rf "$tmp"' EXIT
+
+rdzv=()
+if [ "$store" = etcd ]; then
+  read -r -a ports <<<"$(python3 -c 'import socket
+socks = [socket.socket() for _ in range(6)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))')"
+  cluster="m0=http://127.0.0.1:${ports[3]},m1=http://127.0.0.1:${ports[4]},m2=http://127.0.0.1:${ports[5]}"
+  for i in 0 1 2; do
+    etcd --name "m$i" --data-dir "$tmp/etcd-m$i" --listen-client-urls "http://127.0.0.1:${ports[$i]}" \
+      --advertise-client-urls "http://127.0.0.1:${ports[$i]}" \
+      --listen-peer-urls "http://127.0.0.1:${ports[$((i + 3))]}" \
+      --initial-advertise-peer-urls "http://127.0.0.1:${ports[$((i + 3))]}" \
+      --initial-cluster "$cluster" --logger zap --log-outputs "$tmp/etcd-m$i.log" >/dev/null 2>&1 &
+    etcd_pids+=($!)
+  done
+  endpoints="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
+  healthy=0
+  for _ in $(seq 60); do
+    if ETCDCTL_API=3 etcdctl --dial-timeout 1s --endpoints "$endpoints" endpoint health \
+      >/dev/null 2>&1; then healthy=1; break; fi
+    sleep 1
+  done
+  [ "$healthy" = 1 ] || { echo "etcd did not start: see $tmp/etcd-m0.log" >&2; exit 1; }
+  rdzv=(--rdzv-backend etcd --rdzv-endpoints "$endpoints")
+  echo "# store: etcd, 3 members at $endpoints"
+fi
 
 kill_run() {  # ranks transport width out
   local shm=1
   [ "$2" = tcp ] && shm=0
-  COHORT_SHM=$shm "$run" --no-prefix --nproc-per-node "$1" --min-ranks 1 --max-restarts 1 \
-    "$bench" --width "$3" --steps 150 --kill-rank 1 --kill-step 20 >"$4" 2>/dev/null
+  COHORT_SHM=$shm "$run" "${rdzv[@]}" --no-prefix --nproc-per-node "$1" --min-ranks 1 \
+    --max-restarts 1 "$bench" --width "$3" --steps 150 --kill-rank 1 --kill-step 20 >"$4" 2>/dev/null
 }
 
+if [[ "$measures" == *" recovery "* ]]; then
 echo "# recovery: SIGKILL of rank 1 mid-backward at step 20 (4 x 512 MLP, Adam, batch 32/rank)"
 for transport in shm tcp; do
   for ranks in 2 4 8; do
@@ -67,7 +101,9 @@ for transport in ("shm", "tcp"):
               f"  {m(heal) if heal else float('nan'):6.3f}  {m(bc) if bc else float('nan'):7.4f}"
               f"  {m(ratio) if ratio else float('nan'):10.1f}")
 PY
+fi
 
+if [[ "$measures" == *" heal "* ]]; then
 echo
 echo "# heal of a larger state: 2 ranks over shared memory, rank 1 killed and restarted"
 for width in 1024 2048; do
@@ -95,12 +131,15 @@ for width in (1024, 2048):
         print(f"{width:5}  {size/1e6:8.1f}  {m(heal):6.3f}  {m(rebuild):9.3f}  {m(bc):7.4f}"
               f"  {m(fresh):7.4f}  {m(heal)/m(bc):10.1f}  {m(heal)/m(fresh):10.1f}")
 PY
+fi
 
+if [[ "$measures" == *" steady "* ]]; then
 echo
 echo "# steady state: median step time, 2 ranks over shared memory, 200 steps, no faults"
 for i in $(seq "$repeats"); do
   "$run" --no-prefix --nproc-per-node 2 "$bench" --plain --steps 200 | grep STEPMS >>"$tmp/plain"
-  "$run" --no-prefix --nproc-per-node 2 --min-ranks 1 "$bench" --steps 200 | grep STEPMS >>"$tmp/elastic"
+  "$run" "${rdzv[@]}" --no-prefix --nproc-per-node 2 --min-ranks 1 "$bench" --steps 200 |
+    grep STEPMS >>"$tmp/elastic"
 done
 python3 - "$tmp" <<'PY'
 import statistics, sys
@@ -109,7 +148,9 @@ p, e = read("plain"), read("elastic")
 m = statistics.median
 print(f"plain DDP {m(p):.2f} ms (runs {p}), elastic {m(e):.2f} ms (runs {e}): ratio {m(e)/m(p):.3f}")
 PY
+fi
 
+if [[ "$measures" == *" buddy "* ]]; then
 echo
 echo "# buddy copies: median step time of the sharded strategies with and without them"
 echo "# (4 x 1024 MLP: 4.2 M parameters, Adam, batch 32/rank, 100 steps, shared memory)"
@@ -119,7 +160,8 @@ for strategy in zero1 zero2 full_shard; do
       for buddy in on off; do
         flag=""
         [ "$buddy" = off ] && flag=--no-buddy
-        "$run" --no-prefix --nproc-per-node "$ranks" --min-ranks 1 "$bench" --strategy "$strategy" \
+        "$run" "${rdzv[@]}" --no-prefix --nproc-per-node "$ranks" --min-ranks 1 "$bench" \
+          --strategy "$strategy" \
           --width 1024 --steps 100 $flag | grep STEPMS | sed "s/^/$strategy $ranks $buddy /" >>"$tmp/buddy"
       done
     done
@@ -139,3 +181,4 @@ for strategy in ("zero1", "zero2", "full_shard"):
             m = statistics.median
             print(f"{strategy:10} {ranks:6}  {m(off):10.2f}  {m(on):7.2f}  {m(on)/m(off):12.3f}")
 PY
+fi
