@@ -14,8 +14,8 @@ struct LaunchEnv {
   std::string launcher = "none";  // "torchrun", "openmpi", "mpich", "slurm" or "none"
   int rank = 0;
   int world_size = 1;
-  int local_rank = 0;                     // index among the ranks on this machine
-  int local_world_size = 1;               // ranks on this machine
+  int local_rank = 0;        // index among the ranks on this machine
+  int local_world_size = 1;  // ranks on this machine
   std::string master_addr = "127.0.0.1";  // where rank 0 (or the launcher) hosts the store
   uint16_t master_port = 0;
   bool store_hosted = false;  // COHORT_STORE_HOSTED=1: the launcher runs the store, not rank 0

@@ -165,8 +165,7 @@ bool ElasticGroup::finished() {
 void ElasticGroup::set_resume_lost_state(bool resume) {
   COHORT_CHECK(state_->membership.generation == 0,
                "ElasticGroup::set_resume_lost_state after join(): the closer reads it");
-  state_->options.resume_lost_state = resume;
-  state_->rendezvous.set_resume_lost_state(resume);  // it holds its own copy of the options
+  state_->options.resume_lost_state = resume;  // the rendezvous reads these options
 }
 
 void ElasticGroup::set_fingerprint(std::string fingerprint) {

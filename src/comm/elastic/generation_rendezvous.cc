@@ -54,8 +54,12 @@ json outcome_json(const CloseDecision& d, const std::vector<std::optional<Arriva
   }
   json refused = json::object();
   for (const auto& [index, why] : d.refused) refused[std::to_string(index)] = why;
-  return {{"ok", true},         {"members", members},           {"left", d.left},
-          {"refused", refused}, {"fingerprint", d.fingerprint}, {"lost_step", d.lost_step}};
+  return {{"ok", true},
+          {"members", members},
+          {"left", d.left},
+          {"refused", refused},
+          {"fingerprint", d.fingerprint},
+          {"lost_step", d.lost_step}};
 }
 
 Milliseconds at_most(Milliseconds a, Milliseconds b) {

@@ -48,6 +48,7 @@ struct Arrival {
 
 class GenerationRendezvous {
  public:
+  // `options` must outlive the rendezvous.
   GenerationRendezvous(std::shared_ptr<Store> store, const ElasticOptions& options);
 
   // Arrives at the first generation that can still take `self` and returns its membership.
@@ -64,8 +65,6 @@ class GenerationRendezvous {
   // Marks the job ended on an error a new member would meet again (ElasticGroup::fail): the job
   // is finished, and a later arrival is refused with `reason`.
   void mark_failed(const std::string& reason);
-  // ElasticOptions::resume_lost_state: what this member decides when it closes a generation.
-  void set_resume_lost_state(bool resume) { options_.resume_lost_state = resume; }
 
   // The store view of generation `generation`'s own Group.
   std::shared_ptr<Store> group_store(uint64_t generation) const;
@@ -77,7 +76,9 @@ class GenerationRendezvous {
   std::string key(uint64_t generation, const std::string& name) const;
 
   std::shared_ptr<Store> store_;
-  ElasticOptions options_;
+  // The group's own (ElasticGroup), not a copy: what it sets before join() (resume_lost_state)
+  // is what this member decides with when it closes a generation.
+  const ElasticOptions& options_;
 };
 
 }  // namespace cohort::elastic

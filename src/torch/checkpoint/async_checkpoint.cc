@@ -130,7 +130,8 @@ detail::FileWriteHooks hooks_for(const Prepared& save, const std::string& path,
 
 class AsyncCheckpointer::Impl {
  public:
-  Impl(Group* group, AsyncCheckpointOptions options) : group_(group), options_(std::move(options)) {
+  Impl(Group* group, AsyncCheckpointOptions options)
+      : group_(group), options_(std::move(options)) {
     COHORT_CHECK(options_.timeout.count() > 0,
                  "AsyncCheckpointOptions::timeout must be positive, got ", options_.timeout.count(),
                  " ms");
@@ -149,8 +150,7 @@ class AsyncCheckpointer::Impl {
     current_->raise_priority();
     if (!current_->wait_finished(Clock::now() + options_.timeout)) {
       COHORT_LOG(kError, "the asynchronous save of '", current_what_, "' is still running after ",
-                 options_.timeout.count(),
-                 " ms; it is left to finish on its own (the previous "
+                 options_.timeout.count(), " ms; it is left to finish on its own (the previous "
                  "checkpoint stays until its rename)");
       return;
     }
@@ -158,7 +158,8 @@ class AsyncCheckpointer::Impl {
       try {
         std::rethrow_exception(error);
       } catch (const std::exception& e) {
-        COHORT_LOG(kError, "the last asynchronous save failed and nothing reported it: ", e.what());
+        COHORT_LOG(kError, "the last asynchronous save failed and nothing reported it: ",
+                   e.what());
       }
     }
   }
@@ -172,12 +173,12 @@ class AsyncCheckpointer::Impl {
     // Staged, the copies are what the writer reads: queued on the device like the update.
     synchronize_devices(save->staged ? module_tensors(*state.module) : save->reads);
     const bool reads_nothing = save->archive == nullptr || save->staged;
-    launch(
-        path, start, reads_nothing,
-        [save, options = options_, group = background_group_](const std::function<void()>& staged) {
-          detail::finish_file_save(*save, group.get(),
-                                   hooks_for(*save, save->path, options, staged), kSite);
-        });
+    launch(path, start, reads_nothing,
+           [save, options = options_,
+            group = background_group_](const std::function<void()>& staged) {
+             detail::finish_file_save(*save, group.get(),
+                                      hooks_for(*save, save->path, options, staged), kSite);
+           });
     return true;
   }
 
@@ -194,13 +195,14 @@ class AsyncCheckpointer::Impl {
     auto save = std::make_shared<detail::PreparedShardedSave>(detail::prepare_sharded_save(
         directory, group, std::move(holdings), state, expected_module));
     synchronize_devices(save->reads);
-    launch(
-        directory, start, /*reads_nothing=*/false,
-        [save, options = options_, background = background_group_ ? background_group_ : own_group_](
-            const std::function<void()>& staged) {
-          detail::finish_sharded_save(*save, *background,
-                                      hooks_for(*save, save->directory, options, staged), kSite);
-        });
+    launch(directory, start, /*reads_nothing=*/false,
+           [save, options = options_,
+            background = background_group_ ? background_group_ : own_group_](
+               const std::function<void()>& staged) {
+             detail::finish_sharded_save(*save, *background,
+                                         hooks_for(*save, save->directory, options, staged),
+                                         kSite);
+           });
     return true;
   }
 
@@ -275,8 +277,8 @@ class AsyncCheckpointer::Impl {
     waited_ms_ = 0;
     save_ms_ = ms_since(start);
     ++started_;
-    current_ =
-        std::make_unique<BackgroundSave>(std::move(job), reads_nothing, options_.idle_priority);
+    current_ = std::make_unique<BackgroundSave>(std::move(job), reads_nothing,
+                                                options_.idle_priority);
   }
 
   Group* group_;
@@ -304,9 +306,11 @@ bool AsyncCheckpointer::save(const std::string& path, const TrainingState& state
   return impl_->save(path, state);
 }
 
-bool AsyncCheckpointer::save_sharded(const std::string& directory, const ShardedParameters& sharded,
+bool AsyncCheckpointer::save_sharded(const std::string& directory,
+                                     const ShardedParameters& sharded,
                                      const TrainingState& state) {
-  return impl_->save_sharded(directory, *sharded.group, sharded.holdings(), state, sharded.module);
+  return impl_->save_sharded(directory, *sharded.group, sharded.holdings(), state,
+                             sharded.module);
 }
 
 bool AsyncCheckpointer::save_sharded(const std::string& directory, const TrainingState& state) {
