@@ -39,6 +39,7 @@ struct Options {
   bool plain = false;
   std::string strategy = "ddp";  // ddp, zero1, zero2, full_shard
   bool buddy = true;
+  int64_t buddy_refresh_steps = cohort::ElasticTrainerOptions{}.buddy_refresh_steps;
 };
 
 // The trainer of --strategy: DDP steps the optimizer given; the sharded ones build theirs.
@@ -50,6 +51,7 @@ std::unique_ptr<cohort::ElasticTrainer> make_trainer(cohort::ElasticGroup& elast
   options.sampler.batch_per_rank = static_cast<size_t>(o.batch);
   options.strategy = cohort::strategy_named(o.strategy).value_or(cohort::StrategyKind::kDdp);
   options.buddy_copies = o.buddy;
+  options.buddy_refresh_steps = o.buddy_refresh_steps;
   const auto samples = static_cast<size_t>(o.samples);
   if (options.strategy == cohort::StrategyKind::kDdp) {
     return std::make_unique<cohort::ElasticTrainer>(elastic, model, optimizer, samples, options);
@@ -195,6 +197,8 @@ int main(int argc, char** argv) {
   app.add_option("--strategy", o.strategy, "ddp, zero1, zero2 or full_shard")
       ->check(CLI::IsMember({"ddp", "zero1", "zero2", "full_shard"}));
   app.add_flag("!--no-buddy", o.buddy, "sharded strategies: no buddy copies");
+  app.add_option("--buddy-refresh-steps", o.buddy_refresh_steps,
+                 "sharded strategies: steps a buddy copy is logged between refreshes");
   CLI11_PARSE(app, argc, argv);
   try {
     return o.plain ? run_plain(o) : run_elastic(o);

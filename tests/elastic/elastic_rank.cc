@@ -170,6 +170,8 @@ int main(int argc, char** argv) {
   app.add_option("--ranks-per-node", ranks_per_node,
                  "COHORT_NODE_ID from the launch rank: launch ranks 0..N-1 on node0, ...");
   app.add_flag("--no-buddy", no_buddy);
+  int64_t buddy_refresh_steps = cohort::ElasticTrainerOptions{}.buddy_refresh_steps;
+  app.add_option("--buddy-refresh-steps", buddy_refresh_steps);
   app.add_option("--checkpoint-dir", checkpoint_dir);
   app.add_option("--checkpoint-every", checkpoint_every);
   bool resume = false;
@@ -239,6 +241,7 @@ int main(int argc, char** argv) {
     options.sync_batchnorm = sync_bn;
     if (bf16) options.precision = cohort::precision_named("bf16");
     options.buddy_copies = !no_buddy;
+    options.buddy_refresh_steps = buddy_refresh_steps;
     options.checkpoint_dir = checkpoint_dir;
     options.checkpoint_every = checkpoint_every;
     options.resume.any_job = resume;

@@ -799,6 +799,17 @@ TEST_P(ShardedElastic, AMemberKilledInTheOptimizerStepIsHealedFromTheBuddyCopies
   EXPECT_EQ(worlds_seen(job), (std::set<int>{2, 3}));
 }
 
+// Refreshed every 3 steps (at steps 3 and 6), the copy of rank 1's ranges is its refresh of
+// step 6 and the log of steps 6 and 7 when rank 1 dies in step 7's optimizer step.
+TEST_P(ShardedElastic, AMemberKilledAfterARefreshIsHealedFromTheRefreshAndTheLog) {
+  ElasticJob job(3, 2);
+  job.start_all(args({"--kill", "1:7:optimizer", "--buddy-refresh-steps", "3"}));
+  const auto codes = job.wait_all();
+  EXPECT_EQ(codes, (std::vector<int>{0, 128 + SIGKILL, 0})) << job.output();
+  expect_replay_parity(job);
+  EXPECT_EQ(worlds_seen(job), (std::set<int>{2, 3}));
+}
+
 TEST_P(ShardedElastic, AKilledMemberRestartedJoinsAgain) {
   ElasticJob job(3, 2);
   job.start_all(args({"--kill", "2:5:backward", "--await-step", "8", "--await-size", "3"}));

@@ -7,25 +7,58 @@
 namespace cohort::detail {
 namespace {
 
-// One float per tensor (1: its gradient is defined), then the gradients end to end.
-torch::Tensor pack_gradients(const RankHoldings& holdings) {
-  int64_t total = static_cast<int64_t>(holdings.shards.size());
-  for (const auto& shard : holdings.shards) total += shard.length;
-  auto packed = torch::zeros({total}, torch::kFloat);
+// Fills `packed` (packed_gradient_elements of `holdings`) with their gradients.
+void pack_gradients(const RankHoldings& holdings, torch::Tensor& packed) {
+  const int64_t elements = packed_gradient_elements(holdings);
+  if (!packed.defined() || packed.numel() != elements) packed = torch::empty({elements});
+  float* flags = packed.data_ptr<float>();
   int64_t at = static_cast<int64_t>(holdings.shards.size());
   for (size_t s = 0; s < holdings.shards.size(); ++s) {
     const auto& shard = holdings.shards[s];
     const torch::Tensor& grad = shard.tensor.grad();
-    if (grad.defined()) {
-      packed[static_cast<int64_t>(s)] = 1;
-      packed.narrow(0, at, shard.length).copy_(grad.detach().reshape({-1}));
-    }
+    flags[s] = grad.defined() ? 1.0F : 0.0F;
+    if (grad.defined()) packed.narrow(0, at, shard.length).copy_(grad.detach().reshape({-1}));
     at += shard.length;
   }
-  return packed;
+}
+
+}  // namespace
+
+void shift_around_ring(Group& group, const std::function<void(int successor)>& send_to_successor,
+                       const std::function<void(int predecessor)>& receive_from_predecessor) {
+  const int world = group.size();
+  if (world == 1) return;
+  const int successor = (group.rank() + 1) % world;
+  const int predecessor = (group.rank() + world - 1) % world;
+  if (group.rank() % 2 == 0) {
+    send_to_successor(successor);
+    receive_from_predecessor(predecessor);
+  } else {
+    receive_from_predecessor(predecessor);
+    send_to_successor(successor);
+  }
+}
+
+void exchange_buddy_gradients(Group& group, const HeldPieces& own, torch::Tensor& outgoing,
+                              const torch::Tensor& incoming) {
+  CollectiveOptions options;
+  options.site = call_sites::kElasticBuddy;
+  pack_gradients(own.holdings, outgoing);
+  shift_around_ring(
+      group, [&](int successor) { group.send(tensor_buffer(outgoing), successor, options); },
+      [&](int predecessor) { group.recv(tensor_buffer(incoming), predecessor, options); });
+}
+
+int64_t packed_gradient_elements(const RankHoldings& holdings) {
+  int64_t total = static_cast<int64_t>(holdings.shards.size());
+  for (const auto& shard : holdings.shards) total += shard.length;
+  return total;
 }
 
 void unpack_gradients(const torch::Tensor& packed, RankHoldings& holdings) {
+  COHORT_INTERNAL_ASSERT(packed.numel() == packed_gradient_elements(holdings),
+                         "a packed gradient of ", packed.numel(), " elements for ",
+                         packed_gradient_elements(holdings));
   const auto* defined = packed.data_ptr<float>();
   int64_t at = static_cast<int64_t>(holdings.shards.size());
   for (size_t s = 0; s < holdings.shards.size(); ++s) {
@@ -38,31 +71,6 @@ void unpack_gradients(const torch::Tensor& packed, RankHoldings& holdings) {
     }
     at += shard.length;
   }
-}
-
-}  // namespace
-
-void exchange_buddy_gradients(Group& group, const HeldPieces& own, HeldPieces& buddy) {
-  const int world = group.size();
-  if (world == 1) return;
-  CollectiveOptions options;
-  options.site = call_sites::kElasticBuddy;
-  torch::Tensor out = pack_gradients(own.holdings);
-  int64_t expected = static_cast<int64_t>(buddy.holdings.shards.size());
-  for (const auto& shard : buddy.holdings.shards) expected += shard.length;
-  torch::Tensor in = torch::empty({expected}, torch::kFloat);
-  const int successor = (group.rank() + 1) % world;
-  const int predecessor = (group.rank() + world - 1) % world;
-  // A ring of blocking pairs: even ranks send first, odd ones receive first, so that no cycle
-  // of ranks waits on one another (with W odd, ranks 0 and W - 1 are both even).
-  if (group.rank() % 2 == 0) {
-    group.send(tensor_buffer(out), successor, options);
-    group.recv(tensor_buffer(in), predecessor, options);
-  } else {
-    group.recv(tensor_buffer(in), predecessor, options);
-    group.send(tensor_buffer(out), successor, options);
-  }
-  unpack_gradients(in, buddy.holdings);
 }
 
 torch::OrderedDict<std::string, torch::Tensor> named_tensors(const HeldPieces& pieces) {

@@ -4,36 +4,68 @@
 // Under ZeRO and FSDP each member's optimizer steps only its own ranges of the parameters, and
 // holds the only copy of their optimizer state (and, under FSDP, of their values). So each
 // member r also keeps a copy of its ring predecessor's (r - 1 mod W) ranges: values and
-// optimizer state, stepped by an optimizer of its own (made by the user's factory). The copy
-// must be at the committed step, whatever phase a member dies in, so it is not sent after the
-// step (a member killed between its commit and that send would take the newest state of its
-// ranges with it). Instead, before the commit vote, each member sends its successor its
-// ranges' averaged gradients (one send and one receive per step: 1/W of the gradients), and
-// after the vote both step: the owner its ranges, the successor its copy, with the same
-// optimizer on the same state and gradient (the optimizers taken update each element from its
-// own state: Note [Re-sliced state]). A member whose vote failed while others committed has
-// both gradients still, and steps them when the next generation shows that the step
-// committed (ShardedRun::catch_up). So after any single failure, and after several whose
-// members are not ring neighbours, the survivors hold every range at the committed step; the
-// next generation re-slices them for its ranges (piece_exchange.h). A member and its
-// predecessor lost together lose the predecessor's ranges: the trainer resumes from the last
-// checkpoint, or throws ElasticError naming them.
+// optimizer state, with an optimizer of its own (made by the user's factory). The copy must
+// reach the committed step, whatever phase a member dies in, so nothing is sent after the step
+// (a member killed between its commit and that send would take the newest state of its ranges
+// with it). Instead, before the commit vote, each member sends its successor its ranges'
+// averaged gradients (one send and one receive per step: 1/W of the gradients).
 //
-// Costs per step: the gradient send/receive (1/W of the gradients) and an optimizer step over
-// 1/W of the parameters; memory: 1/W of the parameters plus their optimizer state.
+// The successor does not step its copy with them: stepping it every step doubled the
+// optimizer's work, and the copy is needed only when a generation changes. It logs them
+// (BuddyLog, buddy_log.h): each committed step's gradients with the optimizer's group options
+// of that step (a schedule's learning rate). The copy is its last refresh plus its log, and is
+// brought to the committed step by replaying the log (the same optimizer on the same state,
+// gradients and options: the owner's arithmetic, bitwise) only when a new generation forms.
+// So that the log stays short, every ElasticTrainerOptions::buddy_refresh_steps steps the owner
+// sends its successor its ranges' values and optimizer state as they are at the committed step
+// (buddy_refresh.h), which then replace the copy and empty the log; the refresh travels before
+// that step's gradients, before the vote, and replaces the copy only once received whole.
+//
+// A member whose vote failed while others committed has both gradients still, and steps its own
+// ranges and logs the copy's when the next generation shows that the step committed
+// (ShardedRun::catch_up). So after any single failure, and after several whose members are not
+// ring neighbours, the survivors hold every range at the committed step; the next generation
+// re-slices them for its ranges (piece_exchange.h). A member and its predecessor lost together
+// lose the predecessor's ranges: the trainer resumes from the last checkpoint, or throws
+// ElasticError naming them.
+//
+// Costs per step: the gradient send and receive (1/W of the gradients), and every
+// buddy_refresh_steps steps one transfer of 1/W of the parameters and their optimizer state;
+// memory: 1/W of the parameters and their state, plus up to buddy_refresh_steps logged 1/W
+// gradients; a change replays up to buddy_refresh_steps optimizer steps over 1/W.
 #pragma once
 
 #include <torch/torch.h>
+
+#include <functional>
 
 #include "cohort/comm/group.h"
 #include "elastic/held_pieces.h"
 
 namespace cohort::detail {
 
-// Sends the gradients of `own`'s tensors to this rank's successor and receives the
-// predecessor's into `buddy`'s tensors' .grad (an undefined gradient stays undefined, so that
-// the optimizer skips the tensor on both). Collective over the ring; with one member, nothing.
-void exchange_buddy_gradients(Group& group, const HeldPieces& own, HeldPieces& buddy);
+// Sends this rank's successor what `send_to_successor` sends and receives from its predecessor
+// what `receive_from_predecessor` receives, as a ring of blocking pairs: even ranks send first,
+// odd ones receive first, so that no cycle of ranks waits on one another (with W odd, ranks 0
+// and W - 1 are both even). Collective over the ring; with one member, nothing.
+void shift_around_ring(Group& group, const std::function<void(int successor)>& send_to_successor,
+                       const std::function<void(int predecessor)>& receive_from_predecessor);
+
+// Sends the gradients of `own`'s tensors to this rank's successor (packed into `outgoing`,
+// kept from one step to the next) and receives the predecessor's into `incoming`, sized for
+// `buddy` (packed_gradient_elements), to be unpacked by unpack_gradients. Collective over the
+// ring.
+void exchange_buddy_gradients(Group& group, const HeldPieces& own, torch::Tensor& outgoing,
+                              const torch::Tensor& incoming);
+
+// The elements of a packed gradient of `holdings`: one flag per tensor (1: its gradient is
+// defined), then the gradients end to end, as float32.
+int64_t packed_gradient_elements(const RankHoldings& holdings);
+
+// Sets the .grad of each of `holdings`' tensors to its part of `packed` (a view, or a converted
+// copy for a tensor that is not float32); an undefined gradient stays undefined, so that the
+// optimizer skips the tensor as the owner's did.
+void unpack_gradients(const torch::Tensor& packed, RankHoldings& holdings);
 
 // The tensors of `pieces` under their parameters' names (what the optimizer factory takes).
 torch::OrderedDict<std::string, torch::Tensor> named_tensors(const HeldPieces& pieces);

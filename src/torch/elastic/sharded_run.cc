@@ -10,6 +10,7 @@
 #include "cohort/torch/optim/trust_ratio.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "elastic/buddy_copy.h"
+#include "elastic/buddy_refresh.h"
 #include "elastic/elastic_checkpoint.h"
 #include "elastic/optimizer_broadcast.h"
 #include "shard/fsdp_access.h"
@@ -31,6 +32,9 @@ ShardedRun::ShardedRun(std::shared_ptr<torch::nn::Module> module, ElasticOptimiz
                        const ElasticTrainerOptions& options)
     : module_(std::move(module)), factory_(std::move(factory)), options_(options) {
   COHORT_CHECK(factory_, "ElasticTrainer: pass an optimizer factory for a sharded strategy");
+  COHORT_CHECK(options.buddy_refresh_steps >= 1, "ElasticTrainer: buddy_refresh_steps is ",
+               options.buddy_refresh_steps,
+               "; give at least 1 (the steps a buddy copy is kept as a log between refreshes)");
   if (!is_fsdp(options.strategy)) return;
   // The kind says how FSDP shards; FsdpOptions::strategy may only say the same, or be left at
   // its default.
@@ -109,12 +113,14 @@ void ShardedRun::build_wrapper(std::shared_ptr<Group> group, const Membership& m
 void ShardedRun::catch_up(int64_t target) {
   if (pending_ && own_.held() && target == own_.committed + 1) commit();
   pending_ = false;
+  log_.drop_incoming();
 }
 
 void ShardedRun::adopt(std::shared_ptr<Group> group, const Membership& m, int64_t& committed,
                        ElasticSampler& sampler) {
   const int64_t target = m.committed_step();
   catch_up(target);
+  if (buddy_.held()) log_.replay(buddy_);  // the copy at its committed step, for the exchange
   build_wrapper(group, m);
   HeldPieces fresh;
   fresh.holdings = view().holdings();
@@ -147,6 +153,8 @@ void ShardedRun::adopt(std::shared_ptr<Group> group, const Membership& m, int64_
   own_ = std::move(fresh);
   own_.committed = committed;
   buddy_ = std::move(buddy);
+  log_.reset();  // the new copy's ranges are cut anew
+  refresher_.reset();
   if (buddy_.optimizer) {
     buddy_.generation = m.generation;
     buddy_.rank = (m.rank + m.size - 1) % m.size;
@@ -205,22 +213,28 @@ void ShardedRun::before_step() {
   own_.optimizer->zero_grad();
 }
 
+// Every member's log holds the same number of steps (they commit the same ones), so all refresh
+// at the same step.
 void ShardedRun::after_backward() {
-  if (options_.buddy_copies) exchange_buddy_gradients(*group_, own_, buddy_);
+  if (buddy_.held()) {
+    if (static_cast<int64_t>(log_.steps()) >= options_.buddy_refresh_steps) {
+      refresher_.refresh(*group_, own_, buddy_, log_);
+    }
+    exchange_buddy_gradients(*group_, own_, outgoing_, log_.incoming(buddy_.holdings));
+  }
   pending_ = true;
 }
 
 void ShardedRun::commit() {
   torch::NoGradGuard no_grad;
   own_.optimizer->step();
-  if (buddy_.optimizer) {
+  if (buddy_.held()) {
     // The predecessor stepped its shards with its groups' options as they are now (a schedule's
-    // LR, ElasticTrainerOptions::lr_schedule): so does the copy of them.
-    copy_group_options(*own_.optimizer, *buddy_.optimizer);
-    buddy_.optimizer->step();
+    // LR, ElasticTrainerOptions::lr_schedule): the log keeps them for the copy's replay.
+    log_.commit_incoming(*own_.optimizer);
+    ++buddy_.committed;
   }
   ++own_.committed;
-  if (buddy_.held()) ++buddy_.committed;
   pending_ = false;
 }
 

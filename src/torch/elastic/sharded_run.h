@@ -5,9 +5,10 @@
 //
 // A step under a sharded strategy (Note [Elastic commit] holds as for DDP):
 //   zero_grad, forward and backward (the wrapper reduce-scatters the gradients),
-//   after_backward: the buddy gradients are exchanged (a failure: nothing committed anywhere),
+//   after_backward: every buddy_refresh_steps steps the buddy copies are refreshed, and the buddy
+//     gradients are exchanged (a failure: nothing committed anywhere),
 //   the commit vote,
-//   commit: the optimizer steps this member's shards and its buddy copy, locally,
+//   commit: the optimizer steps this member's shards, and the buddy gradients join the log,
 //   publish: ZeRO all-gathers the updated parameters (a failure here finds the step committed).
 #pragma once
 
@@ -17,6 +18,8 @@
 #include "checkpoint/piece_install.h"
 #include "cohort/comm/elastic.h"
 #include "cohort/torch/elastic/elastic_trainer.h"
+#include "elastic/buddy_log.h"
+#include "elastic/buddy_refresh.h"
 #include "elastic/held_pieces.h"
 #include "elastic/piece_exchange.h"
 
@@ -63,6 +66,9 @@ class ShardedRun {
   std::unique_ptr<FullyShardedDataParallel> fsdp_;
   std::shared_ptr<Group> group_;
   HeldPieces own_, buddy_;
+  BuddyLog log_;              // the steps buddy_ has received and not applied
+  BuddyRefresher refresher_;  // the buffers of buddy_'s refreshes
+  torch::Tensor outgoing_;    // the buddy gradients sent, kept from step to step
   ShardRanges ranges_;    // every member's own ranges (ZeRO's publish)
   bool pending_ = false;  // gradients exchanged, vote not seen through
 };

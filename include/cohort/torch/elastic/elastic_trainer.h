@@ -87,6 +87,13 @@ struct ElasticTrainerOptions {
   // are not neighbours, is still held by the survivors. Off: a change that loses shards
   // resumes from the checkpoint in checkpoint_dir, or throws ElasticError naming the lost ranks.
   bool buddy_copies = true;
+  // How many committed steps a buddy copy is kept as a log of its predecessor's gradients
+  // before the predecessor sends it its values and optimizer state afresh (Note [Buddy
+  // copies]). Each step costs the copy only its gradients' transfer; each refresh costs one
+  // transfer of 1/W of the parameters and their optimizer state. Memory: up to this many 1/W
+  // gradients besides the copy; a change replays up to this many optimizer steps over 1/W.
+  // At least 1.
+  int64_t buddy_refresh_steps = 8;
   // Where the trainer writes a checkpoint of the committed state every checkpoint_every
   // committed steps (0: only when save_checkpoint() is called), and from where it resumes at
   // the job's start and (sharded strategies) when a change lost shards that no survivor holds.

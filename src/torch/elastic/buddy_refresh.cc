@@ -1,0 +1,165 @@
+#include "elastic/buddy_refresh.h"
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "call_sites.h"
+#include "checkpoint/checkpoint_collectives.h"
+#include "checkpoint/optimizer_codec.h"
+#include "checkpoint/piece_install.h"
+#include "cohort/core/check.h"
+#include "cohort/torch/tensor_buffer.h"
+#include "elastic/buddy_copy.h"
+
+namespace cohort::detail {
+namespace {
+
+constexpr int64_t kAlignment = 64;
+
+int64_t aligned(int64_t bytes) {
+  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+int64_t bytes_of(int64_t elements, torch::ScalarType dtype) {
+  return aligned(elements * static_cast<int64_t>(torch::elementSize(dtype)));
+}
+
+// What one direction carries: the header, and the tensors it describes, in buffer order.
+struct Refresh {
+  nlohmann::json header = nlohmann::json::array();
+  std::vector<torch::Tensor> tensors;  // of `own`, flattened: values, then state fields
+  int64_t bytes = 0;
+};
+
+Refresh describe_own(const HeldPieces& own, bool values_travel) {
+  const OptimizerCodec* codec = codec_of(*own.optimizer);
+  Refresh refresh;
+  for (const auto& shard : own.holdings.shards) {
+    nlohmann::json entry = {{"state", false}};
+    if (values_travel) refresh.tensors.push_back(shard.tensor.detach().reshape({-1}));
+    if (const auto* state = state_of(*own.optimizer, shard.tensor)) {
+      const FlatState flat = codec->read_state(*state);
+      entry["state"] = true;
+      if (flat.has_step) entry["step"] = flat.step;
+      nlohmann::json fields = nlohmann::json::array();
+      for (const auto& [name, tensor] : flat.fields) {
+        fields.push_back({name, static_cast<int>(tensor.scalar_type())});
+        refresh.tensors.push_back(tensor.detach().reshape({-1}));
+      }
+      entry["fields"] = std::move(fields);
+    }
+    refresh.header.push_back(std::move(entry));
+  }
+  for (const auto& tensor : refresh.tensors) {
+    refresh.bytes += bytes_of(tensor.numel(), tensor.scalar_type());
+  }
+  return refresh;
+}
+
+// A byte buffer of `bytes`: `kept` where it has that size.
+torch::Tensor buffer_of(int64_t bytes, torch::Tensor& kept) {
+  if (!kept.defined() || kept.numel() != bytes) kept = torch::empty({bytes}, torch::kUInt8);
+  return kept;
+}
+
+void pack(const Refresh& refresh, const torch::Tensor& buffer) {
+  int64_t at = 0;
+  for (const auto& tensor : refresh.tensors) {
+    const int64_t length = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+    buffer.narrow(0, at, length).view(tensor.scalar_type()).copy_(tensor);
+    at += bytes_of(tensor.numel(), tensor.scalar_type());
+  }
+}
+
+// The bytes `header` says follow, for `copy`'s tensors.
+int64_t expected_bytes(const nlohmann::json& header, const RankHoldings& copy, bool values_travel) {
+  COHORT_INTERNAL_ASSERT(header.size() == copy.shards.size(), "a buddy refresh of ", header.size(),
+                         " tensors for a copy of ", copy.shards.size());
+  int64_t bytes = 0;
+  for (size_t i = 0; i < copy.shards.size(); ++i) {
+    const auto& shard = copy.shards[i];
+    if (values_travel) bytes += bytes_of(shard.length, shard.dtype);
+    if (!header[i].at("state").get<bool>()) continue;
+    for (const auto& field : header[i].at("fields")) {
+      bytes += bytes_of(shard.length, static_cast<torch::ScalarType>(field.at(1).get<int>()));
+    }
+  }
+  return bytes;
+}
+
+// The copy's state, and its values where they travel, become views of `buffer`; values that
+// stay home are copied from `own`'s whole parameters.
+void install(const nlohmann::json& header, const torch::Tensor& buffer, bool values_travel,
+             const HeldPieces& own, HeldPieces& copy) {
+  const OptimizerCodec* codec = codec_of(*copy.optimizer);
+  int64_t at = 0;
+  auto take = [&](int64_t elements, torch::ScalarType dtype, const torch::Tensor& like) {
+    const int64_t length = elements * static_cast<int64_t>(torch::elementSize(dtype));
+    torch::Tensor view = buffer.narrow(0, at, length).view(dtype).view(like.sizes());
+    at += bytes_of(elements, dtype);
+    return view;
+  };
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < copy.holdings.shards.size(); ++i) {
+    auto& shard = copy.holdings.shards[i];
+    if (values_travel) {
+      shard.tensor.set_data(take(shard.length, shard.dtype, shard.tensor));
+    } else {
+      const torch::Tensor whole = own.holdings.shards[i].full_parameter.detach().reshape({-1});
+      shard.tensor.detach().copy_(
+          whole.narrow(0, shard.offset, shard.length).view(shard.tensor.sizes()));
+    }
+    const nlohmann::json& entry = header[i];
+    if (!entry.at("state").get<bool>()) {
+      set_state_of(*copy.optimizer, shard.tensor, nullptr);
+      continue;
+    }
+    FlatState flat;
+    flat.has_step = entry.contains("step");
+    if (flat.has_step) flat.step = entry.at("step").get<int64_t>();
+    for (const auto& field : entry.at("fields")) {
+      const auto dtype = static_cast<torch::ScalarType>(field.at(1).get<int>());
+      flat.fields.emplace_back(field.at(0).get<std::string>(),
+                               take(shard.length, dtype, shard.tensor));
+    }
+    set_state_of(*copy.optimizer, shard.tensor, codec->make_state(flat));
+  }
+}
+
+}  // namespace
+
+void BuddyRefresher::refresh(Group& group, const HeldPieces& own, HeldPieces& copy,
+                             BuddyLog& log) {
+  CollectiveOptions options;
+  options.site = call_sites::kElasticBuddy;
+  const bool values_travel = !keeps_full_parameters(own.holdings);
+  shift_around_ring(
+      group,
+      [&](int successor) {
+        const Refresh refresh = describe_own(own, values_travel);
+        const torch::Tensor buffer = buffer_of(refresh.bytes, outgoing_);
+        pack(refresh, buffer);
+        send_outcome(group, successor, kStatusOk, refresh.header.dump(), options.site);
+        group.send(tensor_buffer(buffer), successor, options);
+      },
+      [&](int predecessor) {
+        int64_t status = kStatusFailed;
+        std::string text;
+        recv_outcome(group, predecessor, status, text, options.site);
+        const nlohmann::json header = nlohmann::json::parse(text);
+        const torch::Tensor buffer =
+            buffer_of(expected_bytes(header, copy.holdings, values_travel), spare_);
+        group.recv(tensor_buffer(buffer), predecessor, options);
+        install(header, buffer, values_travel, own, copy);
+        log.clear();  // before the send, which may fail: the copy is at the committed step
+        spare_ = std::move(installed_);
+        installed_ = buffer;
+      });
+}
+
+void BuddyRefresher::reset() {
+  outgoing_ = installed_ = spare_ = torch::Tensor();
+}
+
+}  // namespace cohort::detail
