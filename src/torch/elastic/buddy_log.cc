@@ -41,8 +41,8 @@ void BuddyLog::replay(HeldPieces& copy) {
   for (auto& entry : entries_) {
     unpack_gradients(entry.gradients, copy.holdings);
     auto& groups = copy.optimizer->param_groups();
-    COHORT_INTERNAL_ASSERT(groups.size() == entry.options.size(), "a buddy copy of ",
-                           groups.size(), " param groups logged with ", entry.options.size());
+    COHORT_INTERNAL_ASSERT(groups.size() == entry.options.size(), "a buddy copy of ", groups.size(),
+                           " param groups logged with ", entry.options.size());
     for (size_t g = 0; g < groups.size(); ++g) groups[g].set_options(std::move(entry.options[g]));
     copy.optimizer->step();
   }

@@ -129,8 +129,7 @@ void install(const nlohmann::json& header, const torch::Tensor& buffer, bool val
 
 }  // namespace
 
-void BuddyRefresher::refresh(Group& group, const HeldPieces& own, HeldPieces& copy,
-                             BuddyLog& log) {
+void BuddyRefresher::refresh(Group& group, const HeldPieces& own, HeldPieces& copy, BuddyLog& log) {
   CollectiveOptions options;
   options.site = call_sites::kElasticBuddy;
   const bool values_travel = !keeps_full_parameters(own.holdings);

@@ -30,7 +30,7 @@ class BuddyRefresher {
   void reset();
 
  private:
-  torch::Tensor outgoing_;  // what this member sent last
+  torch::Tensor outgoing_;   // what this member sent last
   torch::Tensor installed_;  // what the copy's state is a view of
   torch::Tensor spare_;      // the buffer the copy was a view of before, for the next refresh
 };
