@@ -65,7 +65,9 @@ void unpack_gradients(const torch::Tensor& packed, RankHoldings& holdings) {
     auto& shard = holdings.shards[s];
     torch::Tensor& grad = shard.tensor.mutable_grad();
     if (defined[s] != 0) {
-      grad = packed.narrow(0, at, shard.length).to(shard.dtype).view(shard.tensor.sizes());
+      grad = packed.narrow(0, at, shard.length)
+                 .to(shard.tensor.device(), shard.dtype)
+                 .view(shard.tensor.sizes());
     } else {
       grad = torch::Tensor();
     }

@@ -96,7 +96,9 @@ void install(const nlohmann::json& header, const torch::Tensor& buffer, bool val
   int64_t at = 0;
   auto take = [&](int64_t elements, torch::ScalarType dtype, const torch::Tensor& like) {
     const int64_t length = elements * static_cast<int64_t>(torch::elementSize(dtype));
-    torch::Tensor view = buffer.narrow(0, at, length).view(dtype).view(like.sizes());
+    // A view where the copy lives in host memory (the buffer's), a copy on its device elsewhere.
+    torch::Tensor view =
+        buffer.narrow(0, at, length).view(dtype).view(like.sizes()).to(like.device());
     at += bytes_of(elements, dtype);
     return view;
   };

@@ -7,9 +7,9 @@
 // each tensor's values and state tensors end to end (64-byte aligned). Under ZeRO the values
 // stay home: every member holds the whole parameters at the committed step (the publish), and
 // takes its copy's ranges of them. The copy's state (and FSDP's values) become views of the
-// received buffer, so nothing is copied on arrival, and nothing of the copy changes until the
-// whole buffer is in: a member that dies mid-refresh leaves its successor's copy (and log) as
-// they were. The buffers are kept from one refresh to the next (the one the copy was a view of
+// received buffer (copies of it on a copy's device other than the host), so nothing is copied
+// on arrival, and nothing of the copy changes until the whole buffer is in: a member that dies
+// mid-refresh leaves its successor's copy (and log) as they were. The buffers are kept from one refresh to the next (the one the copy was a view of
 // receives the next), so that a refresh does not pay page faults for its memory.
 #pragma once
 
