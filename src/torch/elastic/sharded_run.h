@@ -69,8 +69,8 @@ class ShardedRun {
   BuddyLog log_;              // the steps buddy_ has received and not applied
   BuddyRefresher refresher_;  // the buffers of buddy_'s refreshes
   torch::Tensor outgoing_;    // the buddy gradients sent, kept from step to step
-  ShardRanges ranges_;    // every member's own ranges (ZeRO's publish)
-  bool pending_ = false;  // gradients exchanged, vote not seen through
+  ShardRanges ranges_;        // every member's own ranges (ZeRO's publish)
+  bool pending_ = false;      // gradients exchanged, vote not seen through
 };
 
 }  // namespace cohort::detail
