@@ -58,6 +58,12 @@ TEST(ElasticOptions, CpuOffloadAndParamDtypeAreRefused) {
   expect_refused(bf16, "param_dtype");
 }
 
+TEST(ElasticOptions, ABuddyRefreshOfFewerThanOneStepIsRefused) {
+  auto options = full_shard_options();
+  options.buddy_refresh_steps = 0;
+  expect_refused(options, "buddy_refresh_steps is 0");
+}
+
 TEST(ElasticOptions, LarsIsRefusedUnderASharedStrategy) {
   auto options = full_shard_options();
   options.strategy = StrategyKind::kZero1;
