@@ -32,7 +32,7 @@ void BuddyLog::commit_incoming(const torch::optim::Optimizer& stepped_with) {
 }
 
 void BuddyLog::drop_incoming() {
-  if (incoming_.defined()) recycle(std::move(incoming_));
+  if (incoming_.defined()) spare_.push_back(std::move(incoming_));
   incoming_ = torch::Tensor();
 }
 
@@ -52,7 +52,7 @@ void BuddyLog::replay(HeldPieces& copy) {
 }
 
 void BuddyLog::clear() {
-  for (auto& entry : entries_) recycle(std::move(entry.gradients));
+  for (auto& entry : entries_) spare_.push_back(std::move(entry.gradients));
   entries_.clear();
 }
 
@@ -60,10 +60,6 @@ void BuddyLog::reset() {
   entries_.clear();
   spare_.clear();
   incoming_ = torch::Tensor();
-}
-
-void BuddyLog::recycle(torch::Tensor buffer) {
-  spare_.push_back(std::move(buffer));
 }
 
 }  // namespace cohort::detail

@@ -38,8 +38,6 @@ class BuddyLog {
     torch::Tensor gradients;
     std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> options;  // by param group
   };
-  void recycle(torch::Tensor buffer);
-
   std::vector<Entry> entries_;
   torch::Tensor incoming_;
   // Buffers of steps replayed or refreshed away, reused so that a step's receive writes memory
