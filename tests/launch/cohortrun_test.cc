@@ -267,10 +267,12 @@ TEST(Cohortrun, BadOptionsAreRefused) {
   ASSERT_EQ(etcd.wait(kDeadline), 2) << etcd.output();
   EXPECT_TRUE(contains(etcd.output(), "--rdzv-backend etcd needs --rdzv-endpoints"))
       << etcd.output();
+  // Several nodes on etcd meet under the job's id, which each must be given.
   auto nodes = cohortrun({"--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoints",
-                          "127.0.0.1:2379", LAUNCH_TEST_RANK});
+                          "127.0.0.1:2379", LAUNCH_TEST_RANK},
+                         {"COHORT_JOB_TOKEN=nodes-test"});
   ASSERT_EQ(nodes.wait(kDeadline), 2) << nodes.output();
-  EXPECT_TRUE(contains(nodes.output(), "start the ranks with srun")) << nodes.output();
+  EXPECT_TRUE(contains(nodes.output(), "needs the job's id on every node")) << nodes.output();
 }
 
 #ifdef COHORT_BENCH

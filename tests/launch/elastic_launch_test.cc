@@ -307,11 +307,14 @@ std::vector<std::string> node_env(int node) {
   return env;
 }
 
-// cohortrun for node `node` of a 2-node job at `port`, 2 ranks each (--min-ranks 2, a restart
-// each), running elastic_test_rank with `rank_args` (30 steps).
+// cohortrun for node `node` of a 2-node job at `port` (or in the store `store_args` name), 2
+// ranks each (--min-ranks 2, a restart each), running elastic_test_rank with `rank_args` (30
+// steps).
 testing::ChildProcess node(int node, uint16_t port, const std::vector<std::string>& rank_args,
-                           std::vector<std::string> env = {}) {
-  std::vector<std::string> args = {"--nnodes", "2", "--node-rank", std::to_string(node)};
+                           std::vector<std::string> env = {},
+                           const std::vector<std::string>& store_args = {}) {
+  std::vector<std::string> args = store_args;
+  args.insert(args.end(), {"--nnodes", "2", "--node-rank", std::to_string(node)});
   args.insert(args.end(), {"--master-port", std::to_string(port), "--nproc-per-node", "2",
                            "--min-ranks", "2", "--max-restarts", "1", "--node-timeout", "2",
                            "--rdzv-timeout", "20", ELASTIC_TEST_RANK, "--steps", "30"});
@@ -443,6 +446,36 @@ TEST(ElasticCohortrunNodes, LosingNodeZeroEndsTheJob) {
   expect_all_end(printed_pids(node0.output() + out), kDeadline);
 }
 
+// With the store on etcd no node holds it: losing node 0 (its cohortrun and ranks SIGKILLed at
+// step 5) costs the job what losing any other node does. Node 1's ranks go on at 2 and commit
+// every step once, and its cohortrun succeeds.
+TEST(ElasticCohortrunNodes, OnEtcdLosingNodeZeroCostsWhatLosingAnyNodeDoes) {
+  EtcdCluster cluster;
+  const std::vector<std::string> etcd = {"--rdzv-backend", "etcd", "--rdzv-endpoints",
+                                         cluster.endpoints()};
+  const std::vector<std::string> kill = {"--kill-at-step", "5", "--kill-node", "0"};
+  const auto env = [](int n) {
+    std::vector<std::string> e = node_env(n);
+    e.push_back("COHORT_JOB_ID=elastic-nodes-on-etcd");
+    return e;
+  };
+  const uint16_t unused_port = free_port();
+  auto node0 = node(0, unused_port, kill, env(0), etcd);
+  auto node1 = node(1, unused_port, kill, env(1), etcd);
+  ASSERT_EQ(node0.wait(kDeadline), 128 + SIGKILL) << node0.output();
+  ASSERT_EQ(node1.wait(kDeadline), 0) << node1.output() << node0.output();
+  const std::string& out = node1.output();
+  EXPECT_TRUE(contains(out,
+                       "[slot 2] membership: generation 2: ranks 0 and 1 left; 2 ranks go on "
+                       "from step 5\n"))
+      << out;
+  EXPECT_TRUE(contains(out, "cohortrun: the job goes on with 2 ranks (generation 2: 2 left)\n"))
+      << out;
+  EXPECT_FALSE(contains(out, "lost the etcd cluster")) << out;
+  expect_every_step_once(out, {2, 3}, [](int s) { return s < 5 ? 4 : 2; });
+  expect_all_end(printed_pids(node0.output() + out), kDeadline);
+}
+
 // Bad nodes while the job waits (at step 10) for 2 more ranks: one with another job token, one
 // with another job id and one with a node rank in use are refused with a clear error; the job goes
 // on, and a good node then joins it.
@@ -461,7 +494,7 @@ TEST(ElasticCohortrunNodes, ANodeOfAnotherJobIsRefusedAndTheJobGoesOn) {
   wrong_job.push_back("COHORT_JOB_ID=another-job-id");
   auto other_job = node(2, port, rank_args, wrong_job);
   ASSERT_EQ(other_job.wait(kDeadline), 2) << other_job.output();
-  EXPECT_TRUE(contains(other_job.output(), "was started for that job, but the store"))
+  EXPECT_TRUE(contains(other_job.output(), "was started for that job, but node 0's store at"))
       << other_job.output();
   auto twin = node(1, port, rank_args, node_env(3));
   ASSERT_EQ(twin.wait(kDeadline), 2) << twin.output();

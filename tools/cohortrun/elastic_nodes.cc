@@ -263,9 +263,10 @@ void ElasticNodes::leave() {
   try {
     store_.set(key("left/" + std::to_string(options_.node_rank)), "1");
   } catch (const Error&) {
-    return;  // node 0 is gone already: nothing left to wait for
+    return;  // the store is gone already: nothing left to wait for
   }
-  if (options_.node_rank != 0) return;
+  // Only node 0's store, on TCP, must outlive the other nodes' last look.
+  if (options_.node_rank != 0 || options_.on_etcd()) return;
   const bool all = wait_for_nodes(
       [&](int node, Node& n) {
         if (!n.left) n.left = has_key(key("left/" + std::to_string(node)));

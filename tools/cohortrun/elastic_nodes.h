@@ -1,7 +1,8 @@
 // Elastic mode on several nodes (--min-ranks with --nnodes > 1; docs/launch.md, "Elastic
-// mode"): what one node's cohortrun knows of the other nodes through node 0's store, and how
+// mode"): what one node's cohortrun knows of the other nodes through the job's store (node 0's
+// or etcd), and how
 // the job ends. The ranks themselves agree on their membership through ElasticGroup; cohortrun
-// only watches, reports and keeps node 0's store up long enough.
+// only watches, reports and keeps node 0's TCP store up long enough.
 //
 // Note [Elastic nodes]
 // Keys, under "cohortrun/elastic/": beat/<r> (a counter node r's cohortrun bumps while it
@@ -18,9 +19,11 @@
 //
 // The end: a node whose slots all succeeded reports done and leaves at once; one with slots
 // given up waits until every live node is done (it succeeds when at least --min-ranks ranks of
-// the job did). Node 0 hosts the store, so it waits until every live node has left, at most
-// --rdzv-timeout after they are all done. Node 0 is the job's single point of failure: when its
-// store is lost, every other node stops its ranks and fails.
+// the job did). On TCP node 0 hosts the store, so it waits until every live node has left, at
+// most --rdzv-timeout after they are all done, and it is the job's single point of failure:
+// when its store is lost, every other node stops its ranks and fails. With --rdzv-backend etcd
+// the keys are in etcd, node 0 is lost like any other node, and only etcd's quorum lost (a
+// StoreError naming etcd) stops every node.
 #pragma once
 
 #include <chrono>
@@ -38,7 +41,7 @@ namespace cohort::run {
 
 class ElasticNodes : public JobWatch {
  public:
-  // `store`: node 0's (NodeRendezvous::store()); it must outlive this.
+  // `store`: node 0's or etcd's (NodeRendezvous::store()); it must outlive this.
   ElasticNodes(const LaunchOptions& options, Store& store);
 
   // A node beyond --nnodes: waits (up to --rdzv-timeout) until the job's first generation has
@@ -58,8 +61,8 @@ class ElasticNodes : public JobWatch {
   // ranks of the job succeeded; otherwise returns nothing. Interrupted on a stop signal.
   std::optional<int> report_done(int succeeded, bool wait_for_others);
 
-  // This node's cohortrun exits: says so; node 0 then waits until every other live node has
-  // left (their last look at its store), at most --rdzv-timeout.
+  // This node's cohortrun exits: says so; node 0 of a TCP store then waits until every other
+  // live node has left (their last look at its store), at most --rdzv-timeout.
   void leave();
 
  private:

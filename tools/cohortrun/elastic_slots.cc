@@ -103,7 +103,7 @@ class ElasticSlots {
         "slot " + std::to_string(slot.rank) + " left (" + how_it_left(process) + ")";
     if (watch_ != nullptr) watch_->watch_now();
     if (watch_ != nullptr && !watch_->store_lost().empty()) {
-      give_up(local, left + "; node 0's store is lost, so it is not restarted");
+      give_up(local, left + "; " + options_.store_name() + " is lost, so it is not restarted");
     } else if (finishing_) {
       give_up(local, left + "; the job is finishing (a rank has exited 0), so it is not restarted");
     } else if (watch_ != nullptr && watch_->job_finished()) {
@@ -199,16 +199,18 @@ class ElasticSlots {
     kill_at_ = Deadline::after(options_.stop_timeout());
   }
 
-  // Several nodes: the other nodes' news, and node 0's store lost (the ranks cannot go on
-  // without it: they are stopped as on a stop signal, and cohortrun fails).
+  // Several nodes: the other nodes' news, and the job's store lost (node 0's, or etcd's quorum:
+  // the ranks cannot go on without it; they are stopped as on a stop signal, and cohortrun
+  // fails).
   void watch_job() {
     if (watch_ == nullptr || stopping()) return;
     watch_->watch();
     const std::string lost = watch_->store_lost();
     if (lost.empty()) return;
     result_.store_lost = lost;
-    say("lost node 0's store: " + lost + "; stopping this node's ranks (node 0 hosts the job's " +
-        "store: nothing of the job goes on without it)");
+    say("lost " + options_.store_name() + ": " + lost +
+        "; stopping this node's ranks (it holds the job's store: nothing of the job goes on "
+        "without it)");
     for (const auto& process : processes_) {
       if (process->running()) result_.stopped.push_back(process->rank());
     }

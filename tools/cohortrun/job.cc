@@ -60,11 +60,11 @@ void print_failure(const LaunchOptions& options, const RankFailure& f) {
 }
 
 // What went wrong, in a line for the other nodes and for the end of the summary.
-std::string cause_of(const AttemptResult& r) {
+std::string cause_of(const LaunchOptions& options, const AttemptResult& r) {
   switch (r.outcome) {
     case Outcome::kRanksFailed: return headline(r.failures.front());
     case Outcome::kOtherNodeFailed: return r.cause;
-    case Outcome::kStoreLost: return "lost node 0's store: " + r.cause;
+    case Outcome::kStoreLost: return "lost " + options.store_name() + ": " + r.cause;
     case Outcome::kInterrupted: return "cohortrun was interrupted by " + signal_name(r.stop_signal);
     case Outcome::kSucceeded: break;
   }
@@ -84,7 +84,7 @@ int exit_code_of(const AttemptResult& r) {
 void print_summary(const LaunchOptions& options, const AttemptResult& r) {
   for (const RankFailure& f : r.failures) print_failure(options, f);
   if (r.outcome == Outcome::kOtherNodeFailed) say("another node failed: " + r.cause);
-  if (r.outcome == Outcome::kStoreLost) say(cause_of(r));
+  if (r.outcome == Outcome::kStoreLost) say(cause_of(options, r));
   if (!r.stopped.empty()) say("stopped rank(s) " + rank_list(r.stopped));
 }
 
@@ -137,7 +137,7 @@ void print_elastic_summary(const LaunchOptions& options, const ElasticResult& r,
     if (!r.stopped.empty()) say("stopped slot(s) " + rank_list(r.stopped));
     say("job failed: " + (r.stop_signal != 0
                               ? "cohortrun was interrupted by " + signal_name(r.stop_signal)
-                              : "lost node 0's store: " + r.store_lost));
+                              : "lost " + options.store_name() + ": " + r.store_lost));
     return;
   }
   std::vector<int> given_up;
@@ -172,12 +172,25 @@ std::string job_id(NodeRendezvous& rendezvous) {
   return rendezvous.agree_on_job_id(env_string("COHORT_JOB_ID"), random_job_token());
 }
 
+// On etcd the job's id names its keys, so the nodes need it before they meet: each is given
+// it (COHORT_JOB_ID), or a job of one node makes one up. Empty on the TCP store.
+std::string etcd_job_id(const LaunchOptions& options) {
+  if (!options.on_etcd()) return {};
+  if (auto id = env_string("COHORT_JOB_ID")) return *id;
+  if (!options.multi_node()) return random_job_token();
+  throw ConfigError(
+      "--rdzv-backend etcd with several nodes needs the job's id on every node, "
+      "since the job's keys in etcd are under /cohort/<job id>/: set "
+      "COHORT_JOB_ID to the same value on each (a scheduler's job id, e.g. "
+      "export COHORT_JOB_ID=$SLURM_JOB_ID)");
+}
+
 class Job {
  public:
   explicit Job(const LaunchOptions& options)
       : options_(options),
         token_(job_token(options)),
-        rendezvous_(connect(options, token_)),
+        rendezvous_(connect(options, token_, etcd_job_id(options))),
         job_id_(job_id(*rendezvous_)) {}
 
   int run() {
@@ -195,7 +208,7 @@ class Job {
               ", a usage or configuration error, which a restart would repeat "
               "(--no-restart-exit-codes)");
         }
-        say("job failed: " + cause_of(result));
+        say("job failed: " + cause_of(options_, result));
         leave_failed(attempt);
         return exit_code_of(result);
       }
@@ -206,9 +219,10 @@ class Job {
   }
 
  private:
-  // The ranks meet in the store node 0's cohortrun hosts, which outlives every one of them. On
-  // several nodes, each cohortrun runs its slots the same way and watches the other nodes
-  // (Note [Elastic nodes] in elastic_nodes.h); no node's failure stops another.
+  // The ranks meet in the store node 0's cohortrun hosts, which outlives every one of them, or
+  // in etcd, which outlives every node. On several nodes, each cohortrun runs its slots the same
+  // way and watches the other nodes (Note [Elastic nodes] in elastic_nodes.h); no node's failure
+  // stops another.
   int run_elastic() {
     if (!options_.multi_node()) {
       const ElasticResult result = run_elastic_slots(options_, placement(0));
@@ -238,16 +252,17 @@ class Job {
     }
     const int code = elastic_exit_code(options_, result, job_succeeded);
     print_elastic_summary(options_, result, code, job_succeeded);
-    // Interrupted: node 0's store goes with it, and the others find it lost.
+    // Interrupted: the others find this node lost (node 0's store, on TCP, with it).
     if (result.stop_signal == 0 && result.store_lost.empty()) nodes.leave();
     return code;
   }
 
   // Connecting to node 0 may take up to --rdzv-timeout and cannot watch for signals itself.
   static std::unique_ptr<NodeRendezvous> connect(const LaunchOptions& options,
-                                                 const std::string& token) {
+                                                 const std::string& token,
+                                                 const std::string& etcd_job_id) {
     exit_on_stop_signal(true);
-    auto rendezvous = std::make_unique<NodeRendezvous>(options, token);
+    auto rendezvous = std::make_unique<NodeRendezvous>(options, token, etcd_job_id);
     exit_on_stop_signal(false);
     return rendezvous;
   }
@@ -284,7 +299,7 @@ class Job {
       return;
     }
     try {
-      rendezvous_->report_failure(attempt, cause_of(result));
+      rendezvous_->report_failure(attempt, cause_of(options_, result));
     } catch (const Error& e) {
       say(std::string("could not tell the other nodes: ") + e.what());
     }

@@ -102,13 +102,6 @@ void check_rendezvous_backend(const LaunchOptions& o) {
     throw ConfigError("--rdzv-backend etcd needs --rdzv-endpoints host:port[,host:port...]");
   }
   parse_etcd_endpoints(o.rdzv_endpoints);  // its ConfigError names what is wrong
-  if (o.multi_node()) {
-    throw ConfigError(
-        "--rdzv-backend etcd with --nnodes " + std::to_string(o.nnodes) +
-        ": cohortrun's own coordination of several nodes still runs on node 0's store, so node 0 "
-        "would stay a single point of failure; start the ranks with srun (or another launcher) "
-        "and COHORT_RDZV_BACKEND=etcd instead (docs/store.md, \"etcd\")");
-  }
 }
 
 }  // namespace
@@ -124,6 +117,10 @@ Milliseconds LaunchOptions::stopped_timeout() const {
 }
 Milliseconds LaunchOptions::node_timeout() const {
   return seconds_to_ms(node_timeout_s);
+}
+
+std::string LaunchOptions::store_name() const {
+  return on_etcd() ? "the etcd cluster (" + rdzv_endpoints + ")" : "node 0's store";
 }
 
 bool LaunchOptions::is_expendable(int rank) const {

@@ -52,8 +52,8 @@ struct LaunchOptions {
   std::vector<std::string> command;        // the program and its arguments
   // --rdzv-backend: where the ranks' store is. "tcp": the one this cohortrun hosts; "etcd":
   // the etcd cluster at --rdzv-endpoints (COHORT_RDZV_BACKEND, COHORT_RDZV_ENDPOINTS; docs/
-  // store.md, "etcd"). One node only for now: cohortrun's own coordination of several nodes
-  // still runs on node 0's store.
+  // store.md, "etcd"), where the cohortruns of several nodes meet too, so that no node holds
+  // the job's store.
   std::string rdzv_backend = "tcp";
   std::string rdzv_endpoints;
 
@@ -71,6 +71,9 @@ struct LaunchOptions {
     return nproc_per_node * (node_rank >= nnodes ? node_rank + 1 : nnodes);
   }
   bool elastic() const { return min_ranks > 0; }
+  bool on_etcd() const { return rdzv_backend == "etcd"; }
+  // What the job's store is, for messages: "node 0's store" or "the etcd cluster (<endpoints>)".
+  std::string store_name() const;
   bool is_expendable(int rank) const;
   // A rank that exited with `exit_code` would fail the same way again (no_restart_exit_codes).
   bool never_restarts(int exit_code) const;

@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "cohort/comm/etcd_store.h"
+#include "cohort/comm/job_store.h"
 #include "cohort/core/error.h"
 #include "stop_signals.h"
 
@@ -27,13 +29,7 @@ void throw_if_interrupted() {
   if (const int signal = received_stop_signal()) throw Interrupted(signal);
 }
 
-}  // namespace
-
-Interrupted::Interrupted(int signal)
-    : Error("interrupted by " + signal_name(signal)), signal_(signal) {}
-
-NodeRendezvous::NodeRendezvous(const LaunchOptions& options, const std::string& token)
-    : options_(options) {
+std::unique_ptr<TcpStore> connect_tcp(const LaunchOptions& options, const std::string& token) {
   TcpStoreOptions store;
   store.host = options.master_addr;
   store.port = static_cast<uint16_t>(options.master_port < 0 ? 0 : options.master_port);
@@ -43,7 +39,7 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& options, const std::string& 
   store.token = token;
   store.timeout = options.rdzv_timeout();
   try {
-    store_ = std::make_unique<TcpStore>(store);
+    return std::make_unique<TcpStore>(store);
   } catch (const StoreError& e) {
     throw StoreError("cannot reach node 0 within " +
                      std::to_string(options.rdzv_timeout().count() / 1000) +
@@ -53,8 +49,42 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& options, const std::string& 
   }
 }
 
+// The job's keys, as the ranks' connect_job_store() has them (cohort/comm/job_store.h).
+std::unique_ptr<EtcdStore> connect_etcd(const LaunchOptions& options, const std::string& token,
+                                        const std::string& job_id) {
+  EtcdStoreOptions etcd;
+  etcd.endpoints = parse_etcd_endpoints(options.rdzv_endpoints);
+  etcd.prefix = etcd_job_prefix(job_id);
+  etcd.token = token;
+  etcd.timeout = options.rdzv_timeout();
+  return std::make_unique<EtcdStore>(etcd);
+}
+
+}  // namespace
+
+Interrupted::Interrupted(int signal)
+    : Error("interrupted by " + signal_name(signal)), signal_(signal) {}
+
+NodeRendezvous::NodeRendezvous(const LaunchOptions& options, const std::string& token,
+                               const std::string& etcd_job_id)
+    : options_(options), etcd_job_id_(etcd_job_id) {
+  if (options.on_etcd()) {
+    store_ = connect_etcd(options, token, etcd_job_id);
+    return;
+  }
+  auto tcp = connect_tcp(options, token);
+  tcp_store_ = tcp.get();
+  store_ = std::move(tcp);
+}
+
+std::string NodeRendezvous::where() const {
+  if (tcp_store_ == nullptr) return "etcd (" + options_.rdzv_endpoints + ")";
+  return "node 0's store at " + options_.master_addr + ":" + std::to_string(port());
+}
+
 std::string NodeRendezvous::agree_on_job_id(const std::optional<std::string>& mine,
                                             const std::string& fresh) {
+  if (tcp_store_ == nullptr) return etcd_job_id_;  // its keys are under it
   const std::string key = "cohortrun/job_id";
   if (options_.node_rank == 0) {
     const std::string id = mine.value_or(fresh);
@@ -64,8 +94,7 @@ std::string NodeRendezvous::agree_on_job_id(const std::optional<std::string>& mi
   const std::string id = store_->get_string(key, options_.rdzv_timeout());
   if (mine && *mine != id) {
     throw ConfigError("COHORT_JOB_ID='" + *mine + "': node " + std::to_string(options_.node_rank) +
-                      " was started for that job, but the " + "store at " + options_.master_addr +
-                      ":" + std::to_string(store_->port()) + " serves job '" + id +
+                      " was started for that job, but " + where() + " serves job '" + id +
                       "'. Give every node the job's COHORT_JOB_ID, or " +
                       "point --master-addr and --master-port at the node 0 of its own job");
   }
@@ -97,9 +126,10 @@ void NodeRendezvous::join(int attempt) {
       throw TimeoutError(
           "rendezvous timed out after " + std::to_string(options_.rdzv_timeout().count() / 1000) +
           " s (--rdzv-timeout): node rank(s) " + missing_nodes(attempt) + " never arrived of the " +
-          std::to_string(options_.nnodes) + " nodes expected at " + options_.master_addr + ":" +
-          std::to_string(port()) + ". Start cohortrun on every node with the " +
-          "same --nnodes, --master-addr and --master-port");
+          std::to_string(options_.nnodes) + " nodes expected at " + where() +
+          ". Start cohortrun on every node with the same --nnodes and " +
+          (tcp_store_ != nullptr ? "--master-addr and --master-port"
+                                 : "--rdzv-endpoints and COHORT_JOB_ID"));
     }
   }
   check_same_ranks_per_node(attempt);
@@ -116,6 +146,10 @@ void NodeRendezvous::claim_node_rank(int attempt) {
   if (store_->add(key(attempt, "claim/" + std::to_string(options_.node_rank)), 1) <= 1) return;
   std::string what = "another node already joined as --node-rank " +
                      std::to_string(options_.node_rank) + ": every node needs its own --node-rank";
+  if (options_.on_etcd()) {
+    what += " (or etcd still holds the keys of an earlier run of job '" + etcd_job_id_ +
+            "': delete them with etcdctl del --prefix " + etcd_job_prefix(etcd_job_id_) + ")";
+  }
   if (options_.elastic()) {
     what += " (a node that joins the running job takes one that no node of the job has used, " +
             std::to_string(options_.nnodes) + " or above)";
@@ -185,7 +219,7 @@ NodeRendezvous::Others NodeRendezvous::wait_for_others(int attempt) {
 
 void NodeRendezvous::leave(int attempt, Deadline deadline) {
   store_->add(key(attempt, "left"), 1);
-  if (options_.node_rank != 0) return;
+  if (options_.node_rank != 0 || tcp_store_ == nullptr) return;
   while (store_->add(key(attempt, "left"), 0) < options_.nnodes && !deadline.expired()) {
     std::this_thread::sleep_for(kPollInterval);
   }

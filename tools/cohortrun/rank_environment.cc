@@ -39,7 +39,7 @@ std::vector<std::string> launcher_variables(const LaunchOptions& o, const RankPl
       var("LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)),
       var("GROUP_RANK", std::to_string(o.node_rank)),  // torchrun's name for the node rank
       var("MASTER_ADDR", o.master_addr),
-      var("MASTER_PORT", std::to_string(p.store_port)),
+      // No rank serves the store: this cohortrun (node 0's) or etcd does.
       var("COHORT_STORE_HOSTED", "1"),
       // Each attempt's group keys apart from the last one's, in the same store.
       var("COHORT_STORE_PREFIX", "attempt" + std::to_string(p.attempt) + "/"),
@@ -48,9 +48,11 @@ std::vector<std::string> launcher_variables(const LaunchOptions& o, const RankPl
       // Not secret: checkpoints record it, so that a restart resumes only its own job's.
       var("COHORT_JOB_ID", p.job_id),
   };
-  if (o.rdzv_backend == "etcd") {  // the ranks meet in etcd, not in this cohortrun's store
+  if (o.on_etcd()) {  // the ranks meet in etcd, where no cohortrun hosts a store
     vars.push_back(var("COHORT_RDZV_BACKEND", "etcd"));
     vars.push_back(var("COHORT_RDZV_ENDPOINTS", o.rdzv_endpoints));
+  } else {
+    vars.push_back(var("MASTER_PORT", std::to_string(p.store_port)));
   }
   if (o.elastic()) add_elastic_variables(o, p, vars);
   if (o.simulate_nodes > 1) {  // --simulate-nodes: blocks of this machine's ranks

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "cohort/comm/group.h"
 #include "cohort/comm/launch_env.h"
@@ -17,5 +18,8 @@ namespace cohort {
 // (empty: COHORT_JOB_TOKEN).
 std::shared_ptr<Store> connect_job_store(const LaunchEnv& env, const GroupOptions& group,
                                          bool serve);
+
+// Where job `job_id`'s keys live in etcd: "/cohort/<job id>/" (its ranks' and its cohortruns').
+std::string etcd_job_prefix(const std::string& job_id);
 
 }  // namespace cohort

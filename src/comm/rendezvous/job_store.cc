@@ -9,6 +9,10 @@
 
 namespace cohort {
 
+std::string etcd_job_prefix(const std::string& job_id) {
+  return "/cohort/" + job_id + "/";
+}
+
 std::shared_ptr<Store> connect_job_store(const LaunchEnv& env, const GroupOptions& group,
                                          bool serve) {
   // Unresolved options (timeout 0) mean the store's default.
@@ -17,7 +21,7 @@ std::shared_ptr<Store> connect_job_store(const LaunchEnv& env, const GroupOption
   if (env.rdzv_backend == "etcd") {
     EtcdStoreOptions etcd;
     etcd.endpoints = parse_etcd_endpoints(env.rdzv_endpoints);
-    etcd.prefix = "/cohort/" + env.job_id + "/";
+    etcd.prefix = etcd_job_prefix(env.job_id);
     etcd.token = group.job_token;
     etcd.timeout = timeout;
     // Waiting for etcd is waiting for a peer: no longer than a collective would.
