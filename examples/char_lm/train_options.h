@@ -50,6 +50,7 @@ struct TrainOptions {
   bool overwrite_checkpoint = false;  // --overwrite-checkpoint
   bool sync_checkpoint = false;       // --sync-checkpoint: not in the background
   std::string metrics;                // per-step figures: .csv, else JSON lines
+  std::string sample_log;             // --elastic: each member's committed samples (a directory)
   int64_t max_steps = -1;             // stop after this many steps in all; -1: no limit
   bool skip_eval = false;
   int64_t sample = 300;  // characters generated at the end; 0: none

@@ -8,6 +8,7 @@
 
 #include "checkpointing.h"
 #include "cohort/core/error.h"
+#include "sample_log.h"
 #include "step_metrics.h"
 
 namespace cohort_examples {
@@ -121,12 +122,14 @@ ElasticRunTime run_elastic_steps(
     const ElasticStepHooks& hooks, const std::function<void(cohort::Group&)>& evaluate) {
   const auto start = std::chrono::steady_clock::now();
   ElasticMetrics metrics(settings.metrics);
+  SampleLog sample_log(settings.sample_log);
   say_resumed(trainer, settings);
   double last_loss = 0;
   while (static_cast<int64_t>(trainer.epoch()) < settings.epochs &&
          (settings.max_steps < 0 || trainer.committed_steps() < settings.max_steps)) {
     const auto step_start = std::chrono::steady_clock::now();
     const bool committed = trainer.step([&](const cohort::ElasticStep& step) {
+      sample_log.hold(step);
       torch::Tensor loss;
       {
         const auto autocast = trainer.forward_scope();  // --precision bf16
@@ -137,6 +140,7 @@ ElasticRunTime run_elastic_steps(
       last_loss = loss.item<double>();
     });
     if (!committed) continue;
+    sample_log.write_held();
     if (hooks.after_commit) hooks.after_commit();
     // The schedule's LR of the step just taken: the trainer set it before the step.
     const double lr = trainer.optimizer().param_groups()[0].options().get_lr();

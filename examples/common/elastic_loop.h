@@ -35,6 +35,9 @@ struct ElasticRunSettings {
   std::string checkpoint;
   int64_t checkpoint_every = 0;
   cohort::LoadOptions resume;
+  // --sample-log: a directory where each member logs what it trained in each committed step
+  // (sample_log.h); empty: none.
+  std::string sample_log;
   // --warmup-steps and the decay: ElasticTrainerOptions::lr_schedule, over the steps the run
   // plans (elastic_planned_steps).
   cohort::optim::LrScheduleOptions lr_schedule;
@@ -77,6 +80,7 @@ ElasticRunSettings elastic_run_settings(const TrainOptions& o, int64_t dataset_s
   run.strategy = strategy_kind(o.strategy);
   run.wrapping = strategy_options(o, default_min_unit_parameters);
   run.metrics = o.metrics;
+  run.sample_log = o.sample_log;
   run.checkpoint = o.checkpoint;
   run.checkpoint_every = o.checkpoint_every;
   run.resume = load_options(o.resume, o.overwrite_checkpoint);
