@@ -1,18 +1,20 @@
 // EtcdStore (cohort/comm/etcd_store.h) against a 3-member etcd cluster started by the test
 // (support/etcd_cluster.h): the Store contract as the TCP store keeps it, atomic counters under
-// contention, a member's death, the quorum's loss, another job's token, and a group formed
-// through it.
+// contention, a member's death, the quorum's loss, another job's token, the job's lease, and a
+// group formed through it.
 #include "cohort/comm/etcd_store.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cohort/comm/buffer.h"
 #include "cohort/comm/group.h"
+#include "cohort/core/deadline.h"
 #include "cohort/core/error.h"
 #include "support/etcd_cluster.h"
 #include "support/test_support.h"
@@ -127,6 +129,37 @@ TEST(EtcdStore, AnotherJobsTokenIsRefused) {
   }
 }
 
+// The job's keys hang on one lease that its stores renew (Note [etcd lease] in etcd_store.cc):
+// they outlive three TTLs while a store lives and are gone within a few once none does, which
+// frees the prefix for another job (until then its token is refused).
+TEST(EtcdStore, TheKeysLiveAsLongAsAStoreOfTheJobDoes) {
+  EtcdCluster cluster;
+  EtcdStoreOptions options = options_for(cluster, "/cohort/lease/");
+  options.lease_ttl = std::chrono::seconds(1);
+  auto job = std::make_unique<EtcdStore>(options);
+  job->set("x", std::string("kept"));
+  const Deadline three_ttls = Deadline::after(std::chrono::milliseconds(3500));
+  while (!three_ttls.expired()) {
+    ASSERT_EQ(to_string(job->get("x", std::chrono::milliseconds(100))), "kept");
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  job.reset();
+  EtcdStoreOptions next_job = options;
+  next_job.token = "the-next-job";
+  EXPECT_THROW(EtcdStore{next_job}, StoreError);  // within the TTL: the keys are still there
+  const Deadline expiry = Deadline::after(std::chrono::seconds(15));
+  std::unique_ptr<EtcdStore> next;
+  while (next == nullptr && !expiry.expired()) {
+    try {
+      next = std::make_unique<EtcdStore>(next_job);
+    } catch (const StoreError&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  ASSERT_NE(next, nullptr) << "the job's keys outlived its last store by 15 s";
+  EXPECT_EQ(next->num_keys(), 0);
+}
+
 TEST(EtcdStore, BadOptionsAreConfigErrors) {
   EXPECT_THROW(parse_etcd_endpoints("h1:2379,,h2:2379"), ConfigError);
   EXPECT_EQ(parse_etcd_endpoints("h1:2379, h2:2379"),
@@ -137,6 +170,10 @@ TEST(EtcdStore, BadOptionsAreConfigErrors) {
   EtcdStoreOptions no_prefix;
   no_prefix.endpoints = {"127.0.0.1:1"};
   EXPECT_THROW(EtcdStore{no_prefix}, ConfigError);
+  EtcdStoreOptions part_second = no_prefix;
+  part_second.prefix = "/cohort/x/";
+  part_second.lease_ttl = std::chrono::milliseconds(1500);
+  EXPECT_THROW(EtcdStore{part_second}, ConfigError);
 }
 
 // Ranks rendezvous through etcd as through the TCP store: a group forms and allreduces.

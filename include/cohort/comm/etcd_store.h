@@ -12,7 +12,8 @@
 // COHORT_RDZV_ENDPOINTS; cohort::init and cohort::init_elastic), as cohortrun --rdzv-backend
 // etcd sets it. Every call tries the endpoint that last answered, then the others; a call that
 // no member answers within EtcdStoreOptions::unavailable_timeout (a cluster that lost its
-// quorum answers none) throws StoreError naming etcd and the endpoints.
+// quorum answers none) throws StoreError naming etcd and the endpoints. The keys live as long
+// as some process of the job keeps their lease alive (EtcdStoreOptions::lease_ttl).
 #pragma once
 
 #include <memory>
@@ -40,6 +41,13 @@ struct EtcdStoreOptions {
   // How long a call goes on trying the endpoints (an election after a member died takes about
   // a second) before it throws StoreError.
   Milliseconds unavailable_timeout{15'000};
+  // The job's keys hang on one etcd lease, which every store of the prefix keeps alive (every
+  // third of it) while it exists: when no process of the job has renewed it for this long,
+  // etcd deletes them, so a finished or crashed job leaves nothing behind, and a job started
+  // again under the same prefix after that starts afresh. A store that finds its lease expired
+  // throws StoreError from then on. Whole seconds, at least 1 s; 0: no lease (the keys stay
+  // until deleted).
+  Milliseconds lease_ttl{30'000};
 };
 
 // "h1:2379,h2:2379" -> {"h1:2379", "h2:2379"}; ConfigError for an empty list or entry.
@@ -50,9 +58,10 @@ bool etcd_store_built();
 
 class EtcdStore : public Store {
  public:
-  // Checks the token against the one recorded under the prefix (recording it when it is the
-  // first). Throws ConfigError for bad options (or a build without libcurl), StoreError when
-  // etcd cannot be reached or the token differs.
+  // Joins the prefix's lease (granting it when it is the first), then checks the token against
+  // the one recorded under the prefix (recording it when it is the first). Throws ConfigError
+  // for bad options (or a build without libcurl), StoreError when etcd cannot be reached or
+  // the token differs.
   explicit EtcdStore(EtcdStoreOptions options);
   ~EtcdStore() override;
 

@@ -10,6 +10,19 @@
 //    as read (its mod_revision, or absent: create_revision 0), read again and retried when
 //    another member wrote in between. So they are atomic, as the TCP store's are.
 // The endpoints and their failures are EtcdClient's (Note [etcd endpoints]).
+//
+// Note [etcd lease]
+// Every key of the prefix, `<prefix>token` included, is put with one lease, the job's, whose id
+// is the key `<prefix>lease` (itself on the lease). A store reads the token before it joins the
+// lease, so that another job's process refused by it does not renew this job's lease. The first
+// store of the prefix grants it and
+// records it in a transaction (a store that loses the race revokes its own grant and takes the
+// recorded one); every store renews it every third of its TTL (EtcdLeaseKeeper) while it lives.
+// So the keys live while any process of the job does and go when none has renewed the lease for
+// a TTL: a finished or crashed job leaves nothing in etcd, and the prefix is free again. A store
+// whose renewal found the lease expired (the whole job was stopped longer than a TTL, or etcd
+// was unreachable by every member that long) throws StoreError at its next call, since the keys
+// it would read are gone.
 #include "cohort/comm/etcd_store.h"
 
 #include <algorithm>
@@ -21,6 +34,7 @@
 
 #include "cohort/core/error.h"
 #include "rendezvous/etcd_client.h"
+#include "rendezvous/etcd_lease.h"
 #include "rendezvous/store_table.h"
 
 namespace cohort {
@@ -81,9 +95,49 @@ class EtcdStore::Impl {
 
   std::string key(const std::string& k) const { return prefix_ + "k/" + k; }
   std::string token_key() const { return prefix_ + "token"; }
+  std::string lease_key() const { return prefix_ + "lease"; }
+
+  // Note [etcd lease]. A recorded lease that expires between its read and its first renewal
+  // has taken its key with it: the next try grants a new one.
+  void join_lease(Milliseconds ttl) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      std::string granted;
+      const Bytes recorded =
+          update(lease_key(), "joining the job's lease", [&](const std::optional<Bytes>& current) {
+            if (current) return std::optional<Bytes>();
+            if (granted.empty()) granted = detail::grant_etcd_lease(client_, ttl);
+            lease_id_ = granted;  // the lease's key hangs on it too
+            return std::optional<Bytes>(to_bytes(granted));
+          });
+      lease_id_ = text_of(recorded);
+      if (!granted.empty() && granted != lease_id_) detail::revoke_etcd_lease(client_, granted);
+      if (detail::renew_etcd_lease(client_, lease_id_)) {
+        lease_keeper_ = std::make_unique<detail::EtcdLeaseKeeper>(client_, lease_id_, ttl);
+        return;
+      }
+    }
+    throw StoreError("etcd store at " + endpoints() + ": the lease of '" + prefix_ +
+                     "' expired each time it was joined");
+  }
+
+  // Note [etcd lease]: the keys are gone with an expired lease.
+  void check_lease(const std::string& what) const {
+    if (lease_keeper_ == nullptr || !lease_keeper_->expired()) return;
+    throw StoreError("etcd store at " + endpoints() + ": " + what + ": the job's lease (under '" +
+                     prefix_ + "') expired, so etcd deleted the job's keys: no process of the " +
+                     "job renewed it within its TTL (EtcdStoreOptions::lease_ttl)");
+  }
+
+  // The request_put of key `k` (base64) to `value`, on the job's lease when it has one.
+  json put_request(const std::string& k, const Bytes& value) const {
+    json request = {{"key", k}, {"value", detail::base64_encode(text_of(value))}};
+    if (!lease_id_.empty()) request["lease"] = lease_id_;
+    return request;
+  }
   std::string keys_begin() const { return prefix_ + "k/"; }
 
   Read read(const std::string& full, const std::string& what) {
+    check_lease(what);
     const json answer = client_.post("/v3/kv/range", {{"key", detail::base64_encode(full)}}, what);
     Read out;
     if (!answer.contains("kvs") || answer["kvs"].empty()) return out;
@@ -95,10 +149,8 @@ class EtcdStore::Impl {
   }
 
   void put(const std::string& full, const Bytes& value, const std::string& what) {
-    client_.post(
-        "/v3/kv/put",
-        {{"key", detail::base64_encode(full)}, {"value", detail::base64_encode(text_of(value))}},
-        what);
+    check_lease(what);
+    client_.post("/v3/kv/put", put_request(detail::base64_encode(full), value), what);
   }
 
   // Writes `value` if the key is still as `seen`; whether it did.
@@ -112,11 +164,8 @@ class EtcdStore::Impl {
                    {"result", "EQUAL"},
                    {"mod_revision", seen.mod_revision}}
             : json{{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
-    const json txn = {
-        {"compare", json::array({compare})},
-        {"success",
-         json::array(
-             {{{"request_put", {{"key", k}, {"value", detail::base64_encode(text_of(value))}}}}})}};
+    const json txn = {{"compare", json::array({compare})},
+                      {"success", json::array({{{"request_put", put_request(k, value)}}})}};
     return client_.post("/v3/kv/txn", txn, what).value("succeeded", false);
   }
 
@@ -160,12 +209,14 @@ class EtcdStore::Impl {
   }
 
   bool remove(const std::string& full, const std::string& what) {
+    check_lease(what);
     const json answer =
         client_.post("/v3/kv/deleterange", {{"key", detail::base64_encode(full)}}, what);
     return std::stoll(answer.value("deleted", "0")) > 0;
   }
 
   int64_t count_keys() {
+    check_lease("num_keys");
     const json answer =
         client_.post("/v3/kv/range",
                      {{"key", detail::base64_encode(keys_begin())},
@@ -180,6 +231,8 @@ class EtcdStore::Impl {
  private:
   detail::EtcdClient client_;
   std::string prefix_;
+  std::string lease_id_;                                   // empty: no lease
+  std::unique_ptr<detail::EtcdLeaseKeeper> lease_keeper_;  // destroyed before client_
 };
 
 EtcdStore::EtcdStore(EtcdStoreOptions options) {
@@ -193,18 +246,29 @@ EtcdStore::EtcdStore(EtcdStoreOptions options) {
   if (options.token.empty()) {
     if (const char* token = std::getenv("COHORT_JOB_TOKEN")) options.token = token;
   }
+  if (options.lease_ttl.count() < 0 ||
+      (options.lease_ttl.count() > 0 && options.lease_ttl.count() % 1000 != 0)) {
+    throw ConfigError("EtcdStore: lease_ttl " + std::to_string(options.lease_ttl.count()) +
+                      " ms: etcd's leases last whole seconds; give 1000 ms or more in whole "
+                      "seconds, or 0 for none");
+  }
   timeout_ = options.timeout;
   impl_ = std::make_unique<Impl>(options);
   const Bytes mine = to_bytes(options.token);
+  auto refuse = [&] {
+    throw StoreError("etcd store at " + impl_->endpoints() + ": the keys under '" + options.prefix +
+                     "' belong to a job with another job token (COHORT_JOB_TOKEN): this process "
+                     "was started for another job, or with another prefix's job id");
+  };
+  // Another job's process must not renew that job's lease: the token is checked first.
+  const std::optional<Bytes> present = impl_->read(impl_->token_key(), "the job token check").value;
+  if (present && *present != mine) refuse();
+  impl_->join_lease(options.lease_ttl);
   const Bytes recorded = impl_->update(
       impl_->token_key(), "the job token check", [&](const std::optional<Bytes>& current) {
         return current ? std::optional<Bytes>() : std::optional<Bytes>(mine);
       });
-  if (recorded != mine) {
-    throw StoreError("etcd store at " + impl_->endpoints() + ": the keys under '" + options.prefix +
-                     "' belong to a job with another job token (COHORT_JOB_TOKEN): this process "
-                     "was started for another job, or with another prefix's job id");
-  }
+  if (recorded != mine) refuse();
 }
 
 EtcdStore::~EtcdStore() = default;
