@@ -57,6 +57,11 @@ std::unique_ptr<EtcdStore> connect_etcd(const LaunchOptions& options, const std:
   etcd.prefix = etcd_job_prefix(job_id);
   etcd.token = token;
   etcd.timeout = options.rdzv_timeout();
+  // A cohortrun that cannot reach etcd for as long as the others wait to hear from a node
+  // (--node-timeout) is cut off as such a node is: it stops its ranks then, not later. An
+  // election after an etcd member's death takes about a second, hence the floor.
+  etcd.unavailable_timeout =
+      std::min(etcd.unavailable_timeout, std::max(options.node_timeout(), Milliseconds(2000)));
   return std::make_unique<EtcdStore>(etcd);
 }
 
