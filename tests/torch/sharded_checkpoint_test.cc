@@ -501,28 +501,37 @@ TEST_P(ShardedCheckpoint, SavedByZeroAndOtherStrategiesLoadIntoFullShard) {
 }
 
 // Asynchronous sharded saves (async_checkpoint.h): every rank trains the next step while its
-// file is written (the writer held at its first piece until the step's backward is done), and
-// the checkpoint still resumes the step it was taken at, bit for bit.
+// file is written, and the checkpoint still resumes the step it was taken at, bit for bit.
+// Staged (the default: Note [Snapshot saves]), the writer is held at its first piece through
+// the whole step, update included, since before_update() has nothing to wait for; unstaged
+// (staging_bytes 0), until the step's backward is done, and before_update() waits for it.
 TEST_P(ShardedCheckpoint, AsyncSaveResumesTheStepItWasTakenAtWhileTrainingWentOn) {
   torch::set_num_threads(1);
   const auto batches = make_batches();
   const auto reference = reference_run(GetParam(), batches);
-  for (Wrap wrap : {StrategyKind::kDdp, StrategyKind::kZero2, StrategyKind::kFullShard}) {
-    SCOPED_TRACE(wrap_name(wrap));
-    TempDir dir;
-    const Saved saved = train_then(wrap, 2, GetParam(), batches, [&](RankRun& run, int) {
-      WriterGate gate;
-      AsyncCheckpointer checkpointer(run.group(), gate.options());
-      ASSERT_TRUE(run.save_async(checkpointer, dir.path(), kSavedSteps));
-      gate.wait_until_writing();
-      run.train(batches[kSavedSteps], kSavedSteps, [&] {
+  AsyncCheckpointOptions unstaged;
+  unstaged.staging_bytes = 0;
+  for (const bool staged : {true, false}) {
+    for (Wrap wrap : {StrategyKind::kDdp, StrategyKind::kZero2, StrategyKind::kFullShard}) {
+      SCOPED_TRACE(std::string(wrap_name(wrap)) + (staged ? ", staged" : ", unstaged"));
+      TempDir dir;
+      const Saved saved = train_then(wrap, 2, GetParam(), batches, [&](RankRun& run, int) {
+        WriterGate gate;
+        AsyncCheckpointer checkpointer(run.group(),
+                                       gate.options(staged ? AsyncCheckpointOptions{} : unstaged));
+        ASSERT_TRUE(run.save_async(checkpointer, dir.path(), kSavedSteps));
+        gate.wait_until_writing();
+        run.train(batches[kSavedSteps], kSavedSteps, [&] {
+          if (!staged) gate.open();
+          checkpointer.before_update();
+        });
         gate.open();
-        checkpointer.before_update();
+        checkpointer.wait();
+        EXPECT_EQ(checkpointer.last_save().staging_memory > 0, staged);
       });
-      checkpointer.wait();
-    });
-    auto same = [&](int) { return dir.path(); };
-    expect_resumed(load_and_train(wrap, 2, GetParam(), batches, saved, reference, same));
+      auto same = [&](int) { return dir.path(); };
+      expect_resumed(load_and_train(wrap, 2, GetParam(), batches, saved, reference, same));
+    }
   }
 }
 

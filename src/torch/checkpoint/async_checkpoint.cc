@@ -120,7 +120,7 @@ detail::FileWriteHooks hooks_for(const Prepared& save, const std::string& path,
   detail::FileWriteHooks hooks;
   hooks.on_progress = options.on_progress;
   hooks.on_payload_written = [&save, &path, staged] {
-    check_unchanged(path, save.reads);
+    if (!save.staged) check_unchanged(path, save.reads);  // copies cannot change
     staged();
   };
   return hooks;
@@ -193,12 +193,14 @@ class AsyncCheckpointer::Impl {
     const Clock::time_point start = Clock::now();
     if (!settle_previous(directory)) return false;
     auto save = std::make_shared<detail::PreparedShardedSave>(detail::prepare_sharded_save(
-        directory, group, std::move(holdings), state, expected_module));
+        directory, group, std::move(holdings), state, expected_module,
+        options_.staging_bytes > 0 ? &snapshot_ : nullptr, options_.staging_bytes));
+    // Staged, the copies of the shards are queued on their devices like the update.
     synchronize_devices(save->reads);
-    launch(directory, start, /*reads_nothing=*/false,
+    launch(directory, start, /*reads_nothing=*/save->staged,
            [save, options = options_,
-            background = background_group_ ? background_group_ : own_group_](
-               const std::function<void()>& staged) {
+            background = background_group_ ? background_group_
+                                           : own_group_](const std::function<void()>& staged) {
              detail::finish_sharded_save(*save, *background,
                                          hooks_for(*save, save->directory, options, staged),
                                          kSite);

@@ -65,14 +65,21 @@ struct PreparedShardedSave {
   std::vector<SavedRange> ranges;
   std::unique_ptr<torch::serialize::OutputArchive> archive;
   Manifest manifest;  // all but its tensors and files, which finish_sharded_save adds
+  // The shards this rank's archive reads after prepare_sharded_save returned; staged, it holds
+  // copies of them instead (Note [Snapshot saves]) and reads nothing of the training state.
   std::vector<ReadTensor> reads;
+  bool staged = false;
   std::exception_ptr error;  // building this rank's archive or manifest: reported by finish
 };
 
-// The ranks agree on the arguments and on the save's token; collective over `group`.
+// The ranks agree on the arguments and on the save's token; collective over `group`. With
+// `snapshot`, this rank's archive is built over copies kept there when they take at most
+// `snapshot_budget` bytes and the state has no parts (PreparedShardedSave::staged).
 PreparedShardedSave prepare_sharded_save(const std::string& directory, Group& group,
                                          RankHoldings holdings, const TrainingState& state,
-                                         const torch::nn::Module* expected_module);
+                                         const torch::nn::Module* expected_module,
+                                         TensorSnapshot* snapshot = nullptr,
+                                         uint64_t snapshot_budget = 0);
 // Steps 3-5 of Note [Sharded save] (sharded_checkpoint.cc), collective over `group`: every rank
 // writes its file, rank 0 the manifest; every rank throws the same error.
 void finish_sharded_save(PreparedShardedSave& save, Group& group, const FileWriteHooks& hooks,

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "checkpoint/checkpoint_state.h"
+#include "checkpoint/state_snapshot.h"
 #include "cohort/core/check.h"
 
 namespace cohort::detail {
@@ -40,12 +41,19 @@ torch::Tensor range_copy(const torch::Tensor& tensor, int64_t begin, int64_t len
   return range_of(tensor, begin, length).clone();
 }
 
+// `range` itself, or a copy of it kept in `snapshot` under `key`.
+torch::Tensor staged(TensorSnapshot* snapshot, const std::string& key, const torch::Tensor& range) {
+  return snapshot != nullptr ? snapshot->copy(key, range) : range;
+}
+
 void write_state(OutputArchive& archive, size_t tensor, const FlatState& state, int64_t begin,
-                 int64_t length) {
+                 int64_t length, TensorSnapshot* snapshot) {
   OutputArchive nested(archive.compilation_unit());
   if (state.has_step) write_int(nested, "step", state.step);
   for (const auto& [name, field] : state.fields) {
-    nested.write(name, range_of(field, begin, length), /*is_buffer=*/true);
+    nested.write(name,
+                 staged(snapshot, state_key(tensor) + "/" + name, range_of(field, begin, length)),
+                 /*is_buffer=*/true);
   }
   archive.write(state_key(tensor), nested);
 }
@@ -89,8 +97,8 @@ std::vector<SavedRange> saved_ranges(const RankHoldings& holdings, int rank) {
 std::unique_ptr<OutputArchive> shard_archive(const std::string& path, const RankHoldings& holdings,
                                              const std::vector<SavedRange>& ranges,
                                              const torch::optim::Optimizer* optimizer,
-                                             const OptimizerCodec* codec,
-                                             const torch::Tensor& rng) {
+                                             const OptimizerCodec* codec, const torch::Tensor& rng,
+                                             TensorSnapshot* snapshot) {
   auto archive = std::make_unique<OutputArchive>();
   const std::string context =
       concat("cannot write checkpoint '", path, "': serializing this rank's shards failed");
@@ -107,16 +115,34 @@ std::unique_ptr<OutputArchive> shard_archive(const std::string& path, const Rank
       }
       const ParameterShard& shard = holdings.shards[i];
       const int64_t begin = range.offset - shard.offset;  // in the shard's own elements
-      archive->write(value_key(i), range_of(shard.tensor, begin, range.length),
+      archive->write(value_key(i),
+                     staged(snapshot, value_key(i), range_of(shard.tensor, begin, range.length)),
                      /*is_buffer=*/true);
       const auto* state = optimizer ? state_of(*optimizer, shard.tensor) : nullptr;
       if (state != nullptr) {
-        write_state(*archive, i, codec->read_state(*state), begin, range.length);
+        write_state(*archive, i, codec->read_state(*state), begin, range.length, snapshot);
       }
     }
     if (rng.defined()) archive->write("rng", rng, /*is_buffer=*/true);
   });
   return archive;
+}
+
+uint64_t shard_snapshot_bytes(const RankHoldings& holdings, const std::vector<SavedRange>& ranges,
+                              const torch::optim::Optimizer* optimizer,
+                              const OptimizerCodec* codec) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < holdings.shards.size(); ++i) {
+    const torch::Tensor& shard = holdings.shards[i].tensor;
+    const auto length = static_cast<uint64_t>(ranges[i].length);
+    total += length * shard.element_size();
+    const auto* state = optimizer ? state_of(*optimizer, shard) : nullptr;
+    if (state == nullptr) continue;
+    for (const auto& [name, field] : codec->read_state(*state).fields) {
+      total += length * field.element_size();
+    }
+  }
+  return total;
 }
 
 std::string encode_shard_payload(const std::string& path, const RankHoldings& holdings,

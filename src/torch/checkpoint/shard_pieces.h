@@ -24,6 +24,8 @@
 
 namespace cohort::detail {
 
+class TensorSnapshot;  // state_snapshot.h
+
 struct SavedRange {
   int64_t offset = 0;
   int64_t length = 0;
@@ -37,13 +39,19 @@ std::vector<SavedRange> saved_ranges(const RankHoldings& holdings, int rank);
 // This rank's file payload: `ranges` of every tensor of `holdings` (tensor i of the manifest is
 // the i-th of holdings), the optimizer's state for them (optimizer and codec may be null) and
 // `rng` (may be undefined). The archive holds the shards' and the optimizer state's ranges
-// over their own memory, not copies (Note [Archives of live tensors] in checkpoint_state.h), and
+// over their own memory, not copies (Note [Archives of live tensors] in checkpoint_state.h), or
+// with `snapshot` copies of them kept there (Note [Snapshot saves] in state_snapshot.h), and
 // copies of the unsharded tensors (buffers). Throws CheckpointError naming `path` when torch
 // cannot describe it.
 std::unique_ptr<torch::serialize::OutputArchive> shard_archive(
     const std::string& path, const RankHoldings& holdings, const std::vector<SavedRange>& ranges,
-    const torch::optim::Optimizer* optimizer, const OptimizerCodec* codec,
-    const torch::Tensor& rng);
+    const torch::optim::Optimizer* optimizer, const OptimizerCodec* codec, const torch::Tensor& rng,
+    TensorSnapshot* snapshot = nullptr);
+
+// The bytes shard_archive copies into a snapshot: the shards' ranges and their optimizer state.
+uint64_t shard_snapshot_bytes(const RankHoldings& holdings, const std::vector<SavedRange>& ranges,
+                              const torch::optim::Optimizer* optimizer,
+                              const OptimizerCodec* codec);
 
 // The bytes of shard_archive(...).
 std::string encode_shard_payload(const std::string& path, const RankHoldings& holdings,

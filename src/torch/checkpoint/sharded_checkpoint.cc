@@ -590,7 +590,8 @@ namespace detail {
 
 PreparedShardedSave prepare_sharded_save(const std::string& directory, Group& group,
                                          RankHoldings holdings, const TrainingState& state,
-                                         const torch::nn::Module* expected_module) {
+                                         const torch::nn::Module* expected_module,
+                                         TensorSnapshot* snapshot, uint64_t snapshot_budget) {
   PreparedShardedSave save;
   save.codec = agree_on_arguments(group, state, holdings, expected_module,
                                   "save_sharded_checkpoint", kSave);
@@ -599,9 +600,13 @@ PreparedShardedSave prepare_sharded_save(const std::string& directory, Group& gr
   save.ranges = saved_ranges(holdings, group.rank());
   const std::string path =
       join(directory, shard_file_name(group.rank(), group.size(), save.token));
+  save.staged =
+      snapshot != nullptr && state.parts.empty() &&
+      shard_snapshot_bytes(holdings, save.ranges, state.optimizer, save.codec) <= snapshot_budget;
   save.error = caught([&] {
     const torch::Tensor rng = state.rng ? cpu_generator_state() : torch::Tensor();
-    save.archive = shard_archive(path, holdings, save.ranges, state.optimizer, save.codec, rng);
+    save.archive = shard_archive(path, holdings, save.ranges, state.optimizer, save.codec, rng,
+                                 save.staged ? snapshot : nullptr);
     save.manifest = manifest_base(holdings, state, save.codec, group.size(), save.token);
   });
   for (const ParameterShard& shard : holdings.shards) {
