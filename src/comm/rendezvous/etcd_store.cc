@@ -15,9 +15,9 @@
 // Every key of the prefix, `<prefix>token` included, is put with one lease, the job's, whose id
 // is the key `<prefix>lease` (itself on the lease). A store reads the token before it joins the
 // lease, so that another job's process refused by it does not renew this job's lease. The first
-// store of the prefix grants it and
-// records it in a transaction (a store that loses the race revokes its own grant and takes the
-// recorded one); every store renews it every third of its TTL (EtcdLeaseKeeper) while it lives.
+// store of the prefix grants it and records it in a transaction (a store that loses the race
+// revokes its own grant and takes the recorded one); every store renews it every third of its
+// TTL (EtcdLeaseKeeper) while it lives.
 // So the keys live while any process of the job does and go when none has renewed the lease for
 // a TTL: a finished or crashed job leaves nothing in etcd, and the prefix is free again. A store
 // whose renewal found the lease expired (the whole job was stopped longer than a TTL, or etcd
