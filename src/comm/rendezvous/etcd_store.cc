@@ -100,6 +100,7 @@ class EtcdStore::Impl {
   // Note [etcd lease]. A recorded lease that expires between its read and its first renewal
   // has taken its key with it: the next try grants a new one.
   void join_lease(Milliseconds ttl) {
+    if (ttl.count() == 0) return;  // no lease: the keys stay until deleted
     for (int attempt = 0; attempt < 3; ++attempt) {
       std::string granted;
       const Bytes recorded =
