@@ -76,13 +76,7 @@ void add_run_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--max-steps", o.max_steps, "Stop after this many steps in all")
       ->check(CLI::PositiveNumber);
   app.add_flag("--skip-eval", o.skip_eval, "Do not compute the validation loss");
-  auto* elastic = app.add_flag("--elastic", o.elastic,
-                               "Keep training when ranks die or join (run under cohortrun "
-                               "--min-ranks; docs/elastic.md)");
-  app.add_option("--sample-log", o.sample_log,
-                 "A directory where each rank logs the samples of each committed step (what "
-                 "bench/chaos.sh checks)")
-      ->needs(elastic);
+  cohort_examples::add_elastic_flags(app, o.elastic, o.sample_log);
   app.add_option("--sample", o.sample, "Characters of text to generate at the end (0: none)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", o.threads, "torch threads per rank (0: cores / local ranks)")

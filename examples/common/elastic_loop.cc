@@ -1,5 +1,6 @@
 #include "elastic_loop.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +13,16 @@
 #include "step_metrics.h"
 
 namespace cohort_examples {
+
+void add_elastic_flags(CLI::App& app, bool& elastic, std::string& sample_log) {
+  auto* flag = app.add_flag("--elastic", elastic,
+                            "Keep training when ranks die or join (run under cohortrun "
+                            "--min-ranks; docs/elastic.md)");
+  app.add_option("--sample-log", sample_log,
+                 "A directory where each rank logs the samples of each committed step (what "
+                 "bench/chaos.sh checks)")
+      ->needs(flag);
+}
 
 void refuse_for_elastic(bool set, const std::string& what) {
   if (!set) return;

@@ -56,6 +56,9 @@ int64_t elastic_planned_steps(int64_t epochs, int64_t max_steps, int64_t dataset
 // --elastic.
 void refuse_stateful_hook(const CommHookSettings& hook);
 
+// --elastic, and --sample-log (ElasticRunSettings::sample_log), which needs it.
+void add_elastic_flags(CLI::App& app, bool& elastic, std::string& sample_log);
+
 // Throws cohort::InvalidArgument naming `what` when `set`: an option --elastic does not take.
 void refuse_for_elastic(bool set, const std::string& what);
 

@@ -89,13 +89,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   cohort_examples::add_comm_hook_options(app, o.comm_hook);
   cohort_examples::add_local_sgd_options(app, o.local_sgd);
   cohort_examples::add_diloco_options(app, o.diloco);
-  auto* elastic = app.add_flag("--elastic", o.elastic,
-                               "Keep training when ranks die or join (run under cohortrun "
-                               "--min-ranks; docs/elastic.md)");
-  app.add_option("--sample-log", o.sample_log,
-                 "A directory where each rank logs the samples of each committed step (what "
-                 "bench/chaos.sh checks)")
-      ->needs(elastic);
+  cohort_examples::add_elastic_flags(app, o.elastic, o.sample_log);
   app.add_option("--mode", o.mode,
                  "sync: every step together (--strategy); ps: parameter server, asynchronous; "
                  "ssp: parameter server with bounded staleness --staleness (docs/async.md)")

@@ -324,6 +324,15 @@ testing::ChildProcess node(int node, uint16_t port, const std::vector<std::strin
   return cohortrun(args, env);
 }
 
+// node() with the job's store on `cluster` under job id `job_id` (node()'s port goes unused).
+testing::ChildProcess etcd_node(int n, const EtcdCluster& cluster, const std::string& job_id,
+                                const std::vector<std::string>& rank_args) {
+  std::vector<std::string> env = node_env(n);
+  env.push_back("COHORT_JOB_ID=" + job_id);
+  return node(n, free_port(), rank_args, env,
+              {"--rdzv-backend", "etcd", "--rdzv-endpoints", cluster.endpoints()});
+}
+
 // The steps rank `rank` committed in its first process (a survivor's whole record).
 std::vector<Step> steps_of(const std::string& output, int rank) {
   const auto slots = lifetimes(output);
@@ -473,17 +482,9 @@ TEST(ElasticCohortrunNodes, LosingNodeZeroEndsTheJob) {
 // every step once, and its cohortrun succeeds.
 TEST(ElasticCohortrunNodes, OnEtcdLosingNodeZeroCostsWhatLosingAnyNodeDoes) {
   EtcdCluster cluster;
-  const std::vector<std::string> etcd = {"--rdzv-backend", "etcd", "--rdzv-endpoints",
-                                         cluster.endpoints()};
   const std::vector<std::string> kill = {"--kill-at-step", "5", "--kill-node", "0"};
-  const auto env = [](int n) {
-    std::vector<std::string> e = node_env(n);
-    e.push_back("COHORT_JOB_ID=elastic-nodes-on-etcd");
-    return e;
-  };
-  const uint16_t unused_port = free_port();
-  auto node0 = node(0, unused_port, kill, env(0), etcd);
-  auto node1 = node(1, unused_port, kill, env(1), etcd);
+  auto node0 = etcd_node(0, cluster, "elastic-nodes-on-etcd", kill);
+  auto node1 = etcd_node(1, cluster, "elastic-nodes-on-etcd", kill);
   ASSERT_EQ(node0.wait(kDeadline), 128 + SIGKILL) << node0.output();
   ASSERT_EQ(node1.wait(kDeadline), 0) << node1.output() << node0.output();
   const std::string& out = node1.output();
@@ -500,17 +501,9 @@ TEST(ElasticCohortrunNodes, OnEtcdLosingNodeZeroCostsWhatLosingAnyNodeDoes) {
 // fails; nothing of the job is left running.
 TEST(ElasticCohortrunNodes, OnEtcdLosingTheQuorumEndsEveryNodeWithAnErrorNamingEtcd) {
   EtcdCluster cluster;
-  const std::vector<std::string> etcd = {"--rdzv-backend", "etcd", "--rdzv-endpoints",
-                                         cluster.endpoints()};
   const std::vector<std::string> endless = {"--steps", "1000000"};
-  const auto env = [](int n) {
-    std::vector<std::string> e = node_env(n);
-    e.push_back("COHORT_JOB_ID=elastic-nodes-quorum");
-    return e;
-  };
-  const uint16_t unused_port = free_port();
-  auto node0 = node(0, unused_port, endless, env(0), etcd);
-  auto node1 = node(1, unused_port, endless, env(1), etcd);
+  auto node0 = etcd_node(0, cluster, "elastic-nodes-quorum", endless);
+  auto node1 = etcd_node(1, cluster, "elastic-nodes-quorum", endless);
   ASSERT_FALSE(node0.wait_for_line("[slot 0] step 9 ", kDeadline).empty()) << node0.output();
   cluster.kill(0);
   cluster.kill(1);

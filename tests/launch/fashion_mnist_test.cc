@@ -752,6 +752,13 @@ TEST(FashionMnistExampleErrors, ActivationCheckpointingOfAModelWithoutASequentia
   expect_refused("--model cnn --activation-checkpointing", "checkpointing needs --model cnn_bn");
 }
 
+// --sample-log: only with --elastic, and a directory it cannot write is named.
+TEST(FashionMnistExampleErrors, ASampleLogNeedsElasticAndAWritableDirectory) {
+  expect_refused("--sample-log samples", "--sample-log requires --elastic");
+  expect_refused("--elastic --sample-log /proc/cohort-samples",
+                 "--sample-log /proc/cohort-samples: cannot write");
+}
+
 TEST(FashionMnistExampleErrors, AMissingDataSetNamesTheFileAndTheFix) {
   const ExampleRun run = run_example(1, "--data /nonexistent");
   EXPECT_EQ(run.result.exit_code, 2) << run.result.output;

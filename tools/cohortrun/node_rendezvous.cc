@@ -83,13 +83,13 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& options, const std::string& 
 }
 
 std::string NodeRendezvous::where() const {
-  if (tcp_store_ == nullptr) return "etcd (" + options_.rdzv_endpoints + ")";
+  if (options_.on_etcd()) return "etcd (" + options_.rdzv_endpoints + ")";
   return "node 0's store at " + options_.master_addr + ":" + std::to_string(port());
 }
 
 std::string NodeRendezvous::agree_on_job_id(const std::optional<std::string>& mine,
                                             const std::string& fresh) {
-  if (tcp_store_ == nullptr) return etcd_job_id_;  // its keys are under it
+  if (options_.on_etcd()) return etcd_job_id_;  // its keys are under it
   const std::string key = "cohortrun/job_id";
   if (options_.node_rank == 0) {
     const std::string id = mine.value_or(fresh);
@@ -133,8 +133,8 @@ void NodeRendezvous::join(int attempt) {
           " s (--rdzv-timeout): node rank(s) " + missing_nodes(attempt) + " never arrived of the " +
           std::to_string(options_.nnodes) + " nodes expected at " + where() +
           ". Start cohortrun on every node with the same --nnodes and " +
-          (tcp_store_ != nullptr ? "--master-addr and --master-port"
-                                 : "--rdzv-endpoints and COHORT_JOB_ID"));
+          (options_.on_etcd() ? "--rdzv-endpoints and COHORT_JOB_ID"
+                              : "--master-addr and --master-port"));
     }
   }
   check_same_ranks_per_node(attempt);
@@ -224,7 +224,7 @@ NodeRendezvous::Others NodeRendezvous::wait_for_others(int attempt) {
 
 void NodeRendezvous::leave(int attempt, Deadline deadline) {
   store_->add(key(attempt, "left"), 1);
-  if (options_.node_rank != 0 || tcp_store_ == nullptr) return;
+  if (options_.node_rank != 0 || options_.on_etcd()) return;
   while (store_->add(key(attempt, "left"), 0) < options_.nnodes && !deadline.expired()) {
     std::this_thread::sleep_for(kPollInterval);
   }
