@@ -13,6 +13,7 @@ const char* collective_name(CollectiveKind kind) {
     case CollectiveKind::kGather: return "gather";
     case CollectiveKind::kScatter: return "scatter";
     case CollectiveKind::kAllToAll: return "all_to_all";
+    case CollectiveKind::kRingShift: return "ring_shift";
     case CollectiveKind::kBarrier: return "barrier";
     case CollectiveKind::kSend: return "send";
     case CollectiveKind::kRecv: return "recv";

@@ -103,10 +103,11 @@ std::set<Algorithm> variants(CollectiveKind kind) {
 }
 
 TEST(AlgorithmChoice, OverridesFallbacksAndAuto) {
-  const CollectiveKind kinds[] = {
-      CollectiveKind::kAllreduce, CollectiveKind::kBroadcast,     CollectiveKind::kReduce,
-      CollectiveKind::kAllgather, CollectiveKind::kReduceScatter, CollectiveKind::kGather,
-      CollectiveKind::kScatter,   CollectiveKind::kAllToAll,      CollectiveKind::kBarrier};
+  const CollectiveKind kinds[] = {CollectiveKind::kAllreduce,     CollectiveKind::kBroadcast,
+                                  CollectiveKind::kReduce,        CollectiveKind::kAllgather,
+                                  CollectiveKind::kReduceScatter, CollectiveKind::kGather,
+                                  CollectiveKind::kScatter,       CollectiveKind::kAllToAll,
+                                  CollectiveKind::kRingShift,     CollectiveKind::kBarrier};
   const Algorithm requests[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kHalvingDoubling,
                                 Algorithm::kDirect};
   for (CollectiveKind kind : kinds) {

@@ -102,7 +102,7 @@ TEST(RegisteredMemory, ReduceScatterEveryDtypeOpAndSizeInAndOutOfPlace) {
   }
 }
 
-TEST(RegisteredMemory, AllgatherAndBroadcastInAndOutOfPlace) {
+TEST(RegisteredMemory, AllgatherBroadcastAndRingShiftInAndOutOfPlace) {
   for (int world : {2, 3, 4}) {
     auto groups = testing::make_tcp_groups(world, testing::quick_options());
     testing::run_ranks(world, [&](int rank) {
@@ -122,6 +122,10 @@ TEST(RegisteredMemory, AllgatherAndBroadcastInAndOutOfPlace) {
                                                       Memory::kRegistered),
                              "world ", world, " count ", count, " root ", root);
           }
+          testing::fail_if(
+              group,
+              testing::check_ring_shift(group, count, dtype, Algorithm::kShm, Memory::kRegistered),
+              "ring_shift, world ", world, " count ", count);
         }
       }
     });

@@ -51,7 +51,7 @@ TEST(ShmCollectives, ChosenForEveryCollectiveThatHasThem) {
     EXPECT_EQ(group->local_size(), 3);
     for (CollectiveKind kind :
          {CollectiveKind::kAllreduce, CollectiveKind::kBroadcast, CollectiveKind::kAllgather,
-          CollectiveKind::kReduceScatter, CollectiveKind::kBarrier}) {
+          CollectiveKind::kReduceScatter, CollectiveKind::kRingShift, CollectiveKind::kBarrier}) {
       for (size_t bytes : {size_t{4096}, size_t{64} << 20}) {
         EXPECT_EQ(group->algorithm_for(kind, bytes), Algorithm::kShm) << collective_name(kind);
       }
@@ -107,6 +107,22 @@ TEST(ShmCollectives, AllgatherOfEveryBlockSize) {
         }
         testing::fail_if(group, wrong ? std::to_string(wrong) + " bytes wrong" : "", "world ",
                          world, " block ", block);
+      }
+    });
+  }
+}
+
+TEST(ShmCollectives, RingShiftOfEverySizeAcrossRounds) {
+  for (int world : {2, 3, 4}) {
+    auto groups = testing::make_tcp_groups(world, testing::quick_options());
+    testing::run_ranks(world, [&](int rank) {
+      Group& group = *groups[static_cast<size_t>(rank)];
+      for (size_t bytes : kByteCounts) {
+        for (DType dtype : {DType::kUInt8, DType::kFloat32}) {
+          const size_t count = bytes / dtype_size(dtype);
+          testing::fail_if(group, testing::check_ring_shift(group, count, dtype, Algorithm::kShm),
+                           "world ", world, " count ", count, " ", dtype_name(dtype));
+        }
       }
     });
   }

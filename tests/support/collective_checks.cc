@@ -226,4 +226,23 @@ std::string check_all_to_all(Group& group, size_t count, DType dtype, Algorithm 
       [&](size_t i) { return me * count + i % count; });
 }
 
+// Rank r's input is movement values of r at 0..count-1; its output must hold its predecessor's,
+// and its input must be left as it was (the successor reads it).
+std::string check_ring_shift(Group& group, size_t count, DType dtype, Algorithm algorithm,
+                             Memory memory) {
+  const size_t esize = dtype_size(dtype);
+  CheckBuffer in(group, count * esize + 1, memory);
+  fill_movement(in.data(), count, dtype, group.rank());
+  const std::vector<uint8_t> before = in.copy();
+  std::vector<uint8_t> out(count * esize + 1, kSentinel);
+  CollectiveOptions opts;
+  opts.algorithm = algorithm;
+  group.ring_shift(in.buffer(in.data(), count, dtype), Buffer{out.data(), count, dtype}, opts);
+  if (out.back() != kSentinel) return "wrote past the end of the output";
+  if (in != before) return "changed the input";
+  const int predecessor = (group.rank() + group.size() - 1) % group.size();
+  return check_movement(
+      out.data(), count, dtype, [&](size_t) { return predecessor; }, [&](size_t i) { return i; });
+}
+
 }  // namespace cohort::testing

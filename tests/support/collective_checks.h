@@ -37,5 +37,8 @@ std::string check_gather(Group& group, size_t count, DType dtype, int root, Algo
 std::string check_scatter(Group& group, size_t count, DType dtype, int root, Algorithm algorithm);
 std::string check_all_to_all(Group& group, size_t count, DType dtype,
                              Algorithm algorithm);  // count = elements per block
+// The input in `memory` (registered: read in place by the successor), the output private.
+std::string check_ring_shift(Group& group, size_t count, DType dtype, Algorithm algorithm,
+                             Memory memory = Memory::kPrivate);
 
 }  // namespace cohort::testing

@@ -155,6 +155,14 @@ class Group : public std::enable_shared_from_this<Group> {
   std::shared_ptr<Work> all_to_all_async(ConstBuffer in, Buffer out,
                                          const CollectiveOptions& opts = {});
 
+  // Every rank's in goes to its successor on the ring (rank + 1 mod size), whose out receives
+  // it: rank r's out holds rank r - 1's in. in and out have the same count on every rank and
+  // do not overlap. Within one host it runs through shared memory (reading a registered input
+  // in place); the buddy copies of elastic sharded training use it (docs/elastic.md).
+  void ring_shift(ConstBuffer in, Buffer out, const CollectiveOptions& opts = {});
+  std::shared_ptr<Work> ring_shift_async(ConstBuffer in, Buffer out,
+                                         const CollectiveOptions& opts = {});
+
   void barrier(const CollectiveOptions& opts = {});
   std::shared_ptr<Work> barrier_async(const CollectiveOptions& opts = {});
 

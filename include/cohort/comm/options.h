@@ -54,6 +54,7 @@ enum class CollectiveKind : uint8_t {
   kGather,
   kScatter,
   kAllToAll,
+  kRingShift,
   kBarrier,
   kSend,
   kRecv

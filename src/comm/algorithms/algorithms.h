@@ -89,6 +89,11 @@ void gather_direct(Context& ctx, const void* in, void* out, size_t bytes, int ro
 void scatter_direct(Context& ctx, const void* in, void* out, size_t bytes, int root);
 void all_to_all_direct(Context& ctx, const void* in, void* out, size_t bytes_per_rank);
 
+// ---- ring_shift: every rank's `bytes` of input land in the output of its successor
+// (rank + 1 mod n); every rank receives its predecessor's.
+void ring_shift_direct(Context& ctx, const void* in, void* out, size_t bytes);
+void ring_shift_shm(Context& ctx, const void* in, void* out, size_t bytes);  // one node
+
 // ---- in place on registered buffers of one node (algorithms/registered_view.h): what the
 // shared-memory algorithms above run when the view of their buffer is registered.
 void allreduce_registered(Context& ctx, RegisteredView& view, uint8_t* data, size_t count,
@@ -98,6 +103,9 @@ void broadcast_registered(Context& ctx, RegisteredView& view, uint8_t* data, siz
 void allgather_registered(Context& ctx, RegisteredView& input, uint8_t* out, size_t bytes);
 void reduce_scatter_registered(Context& ctx, RegisteredView& input, uint8_t* out, size_t count,
                                DType dtype, ReduceOp op);
+// `predecessor`: the window's index of the rank before this one on the ring.
+void ring_shift_registered(Context& ctx, RegisteredView& input, uint8_t* out, size_t bytes,
+                           int predecessor);
 
 // ---- barrier: dissemination, ceil(log2 n) rounds of empty messages.
 void barrier_dissemination(Context& ctx);

@@ -60,6 +60,7 @@ void CollectiveEngine::run(const CollectiveCall& call, const Plan& plan, algo::C
       all_to_all(call.in, call.out, call.count / static_cast<size_t>(ctx.size()), call.dtype, on);
       return;
     case CollectiveKind::kBarrier: barrier(on); return;
+    case CollectiveKind::kRingShift:  // no engine offers it (supports() says so)
     case CollectiveKind::kSend:
     case CollectiveKind::kRecv: break;
   }

@@ -63,9 +63,9 @@ void reduce_tree(const CollectiveCall& call, const Plan&, algo::Context& ctx) {
   if (ctx.rank() == call.root) average_over_group(call, call.out, call.count, ctx);
 }
 
-// ---- allgather, gather, scatter, all_to_all: bytes of one rank's block
+// ---- allgather, ring_shift, gather, scatter, all_to_all: bytes of one rank's block
 template <void (*F)(algo::Context&, const void*, void*, size_t)>
-void allgather(const CollectiveCall& call, const Plan&, algo::Context& ctx) {
+void one_block_each(const CollectiveCall& call, const Plan&, algo::Context& ctx) {
   F(ctx, call.in, call.out, call.bytes());
 }
 
@@ -110,10 +110,10 @@ const Table& table() {
       {{K::kBroadcast, A::kShm}, broadcast<algo::broadcast_shm>},
       {{K::kReduce, A::kDirect}, reduce_direct},
       {{K::kReduce, A::kTree}, reduce_tree},
-      {{K::kAllgather, A::kDirect}, allgather<algo::allgather_direct>},
-      {{K::kAllgather, A::kRing}, allgather<algo::allgather_ring>},
-      {{K::kAllgather, A::kHalvingDoubling}, allgather<algo::allgather_doubling>},
-      {{K::kAllgather, A::kShm}, allgather<algo::allgather_shm>},
+      {{K::kAllgather, A::kDirect}, one_block_each<algo::allgather_direct>},
+      {{K::kAllgather, A::kRing}, one_block_each<algo::allgather_ring>},
+      {{K::kAllgather, A::kHalvingDoubling}, one_block_each<algo::allgather_doubling>},
+      {{K::kAllgather, A::kShm}, one_block_each<algo::allgather_shm>},
       {{K::kReduceScatter, A::kDirect}, reduce_scatter<algo::reduce_scatter_direct>},
       {{K::kReduceScatter, A::kRing}, reduce_scatter<algo::reduce_scatter_ring>},
       {{K::kReduceScatter, A::kHalvingDoubling}, reduce_scatter<algo::reduce_scatter_halving>},
@@ -121,6 +121,8 @@ const Table& table() {
       {{K::kGather, A::kDirect}, gather},
       {{K::kScatter, A::kDirect}, scatter},
       {{K::kAllToAll, A::kDirect}, all_to_all},
+      {{K::kRingShift, A::kDirect}, one_block_each<algo::ring_shift_direct>},
+      {{K::kRingShift, A::kShm}, one_block_each<algo::ring_shift_shm>},
       {{K::kBarrier, A::kDirect}, barrier<algo::barrier_dissemination>},
       {{K::kBarrier, A::kShm}, barrier<algo::barrier_shm>},
   };

@@ -47,7 +47,8 @@ Extents blocked_extents(const CollectiveCall& call, int rank, int size) {
     case CollectiveKind::kReduceScatter: return {all, bytes};
     case CollectiveKind::kGather: return {bytes, root ? all : 0};
     case CollectiveKind::kScatter: return {root ? all : 0, bytes};
-    case CollectiveKind::kAllToAll: return {bytes, bytes};
+    case CollectiveKind::kAllToAll:
+    case CollectiveKind::kRingShift: return {bytes, bytes};
     default: break;
   }
   COHORT_INTERNAL_ASSERT(false, call.describe(), " is not staged as a whole");

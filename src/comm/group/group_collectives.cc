@@ -44,6 +44,15 @@ void check_in_out(ConstBuffer in, Buffer out, size_t blocks_in, size_t blocks_ou
   COHORT_CHECK_EQ(in.count * blocks_in, out.count * blocks_out, what, ": ", shape);
 }
 
+// For the calls that cannot run in place (a rank's output is written while its input is read).
+void check_apart(ConstBuffer in, Buffer out, const char* what) {
+  const auto* in_begin = static_cast<const uint8_t*>(in.data);
+  const auto* out_begin = static_cast<const uint8_t*>(out.data);
+  COHORT_CHECK(
+      in.bytes() == 0 || in_begin + in.bytes() <= out_begin || out_begin + out.bytes() <= in_begin,
+      what, ": input and output overlap; it cannot run in place");
+}
+
 CollectiveCall call_of(CollectiveKind kind, const void* in, void* out, size_t count, DType dtype,
                        int device, const CollectiveOptions& opts) {
   CollectiveCall call;
@@ -228,11 +237,7 @@ std::shared_ptr<Work> Group::all_to_all_async(ConstBuffer in, Buffer out,
   check_in_out(in, out, 1, 1, "all_to_all", "input and output counts differ");
   COHORT_CHECK(in.count % static_cast<size_t>(size()) == 0, "all_to_all: count ", in.count,
                " is not divisible by the group size ", size());
-  const auto* in_begin = static_cast<const uint8_t*>(in.data);
-  const auto* out_begin = static_cast<const uint8_t*>(out.data);
-  COHORT_CHECK(
-      in.bytes() == 0 || in_begin + in.bytes() <= out_begin || out_begin + out.bytes() <= in_begin,
-      "all_to_all: input and output overlap; it cannot run in place");
+  check_apart(in, out, "all_to_all");
   return impl_->submit(impl_->collective_operation(
       call_of(CollectiveKind::kAllToAll, in.data, out.data, in.count, in.dtype, in.device, opts),
       opts));
@@ -240,6 +245,23 @@ std::shared_ptr<Work> Group::all_to_all_async(ConstBuffer in, Buffer out,
 
 void Group::all_to_all(ConstBuffer in, Buffer out, const CollectiveOptions& opts) {
   all_to_all_async(in, out, opts)->wait();
+}
+
+// ---------------------------------------------------------------- ring_shift
+
+std::shared_ptr<Work> Group::ring_shift_async(ConstBuffer in, Buffer out,
+                                              const CollectiveOptions& opts) {
+  check_in_out(in, out, 1, 1, "ring_shift", "input and output counts differ");
+  check_apart(in, out, "ring_shift");
+  return impl_->submit(impl_->collective_operation(
+      on_registered(call_of(CollectiveKind::kRingShift, in.data, out.data, in.count, in.dtype,
+                            in.device, opts),
+                    in, out),
+      opts));
+}
+
+void Group::ring_shift(ConstBuffer in, Buffer out, const CollectiveOptions& opts) {
+  ring_shift_async(in, out, opts)->wait();
 }
 
 // ---------------------------------------------------------------- barrier

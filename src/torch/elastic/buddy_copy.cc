@@ -7,10 +7,9 @@
 namespace cohort::detail {
 namespace {
 
-// Fills `packed` (packed_gradient_elements of `holdings`) with their gradients.
-void pack_gradients(const RankHoldings& holdings, torch::Tensor& packed) {
-  const int64_t elements = packed_gradient_elements(holdings);
-  if (!packed.defined() || packed.numel() != elements) packed = torch::empty({elements});
+// Fills the start of `packed` (at least packed_gradient_elements of `holdings`) with their
+// gradients.
+void pack_gradients(const RankHoldings& holdings, const torch::Tensor& packed) {
   float* flags = packed.data_ptr<float>();
   int64_t at = static_cast<int64_t>(holdings.shards.size());
   for (size_t s = 0; s < holdings.shards.size(); ++s) {
@@ -24,29 +23,29 @@ void pack_gradients(const RankHoldings& holdings, torch::Tensor& packed) {
 
 }  // namespace
 
-void shift_around_ring(Group& group, const std::function<void(int successor)>& send_to_successor,
-                       const std::function<void(int predecessor)>& receive_from_predecessor) {
-  const int world = group.size();
-  if (world == 1) return;
-  const int successor = (group.rank() + 1) % world;
-  const int predecessor = (group.rank() + world - 1) % world;
-  if (group.rank() % 2 == 0) {
-    send_to_successor(successor);
-    receive_from_predecessor(predecessor);
-  } else {
-    receive_from_predecessor(predecessor);
-    send_to_successor(successor);
-  }
-}
-
-void exchange_buddy_gradients(Group& group, const HeldPieces& own, torch::Tensor& outgoing,
-                              const torch::Tensor& incoming) {
+BuddyGradients::BuddyGradients(Group& group, const RankHoldings& own) {
+  int64_t largest = packed_gradient_elements(own);
   CollectiveOptions options;
   options.site = call_sites::kElasticBuddy;
-  pack_gradients(own.holdings, outgoing);
-  shift_around_ring(
-      group, [&](int successor) { group.send(tensor_buffer(outgoing), successor, options); },
-      [&](int predecessor) { group.recv(tensor_buffer(incoming), predecessor, options); });
+  options.op = ReduceOp::kMax;
+  group.allreduce(Buffer{&largest, 1, DType::kInt64}, options);
+  elements_ = largest;
+  const auto bytes = static_cast<size_t>(elements_) * sizeof(float);
+  memory_ = group.allocate_registered(bytes);
+  // The padding is sent too: zeroed once, so that no stale bytes travel.
+  outgoing_ = torch::from_blob(memory_->data(), {elements_}, torch::kFloat32).zero_();
+}
+
+void BuddyGradients::exchange(Group& group, const RankHoldings& own,
+                              const torch::Tensor& incoming) {
+  COHORT_INTERNAL_ASSERT(incoming.numel() == elements_, "buddy gradients received into ",
+                         incoming.numel(), " elements of ", elements_);
+  pack_gradients(own, outgoing_);
+  CollectiveOptions options;
+  options.site = call_sites::kElasticBuddy;
+  group.ring_shift(
+      memory_->buffer(memory_->data(), static_cast<size_t>(elements_), DType::kFloat32),
+      tensor_buffer(incoming), options);
 }
 
 int64_t packed_gradient_elements(const RankHoldings& holdings) {
@@ -56,7 +55,7 @@ int64_t packed_gradient_elements(const RankHoldings& holdings) {
 }
 
 void unpack_gradients(const torch::Tensor& packed, RankHoldings& holdings) {
-  COHORT_INTERNAL_ASSERT(packed.numel() == packed_gradient_elements(holdings),
+  COHORT_INTERNAL_ASSERT(packed.numel() >= packed_gradient_elements(holdings),
                          "a packed gradient of ", packed.numel(), " elements for ",
                          packed_gradient_elements(holdings));
   const auto* defined = packed.data_ptr<float>();

@@ -8,7 +8,8 @@
 // reach the committed step, whatever phase a member dies in, so nothing is sent after the step
 // (a member killed between its commit and that send would take the newest state of its ranges
 // with it). Instead, before the commit vote, each member sends its successor its ranges'
-// averaged gradients (one send and one receive per step: 1/W of the gradients).
+// averaged gradients (one Group::ring_shift per step: 1/W of the gradients, read in place out
+// of the sender's registered memory within a host; BuddyGradients).
 //
 // The successor does not step its copy with them: stepping it every step doubled the
 // optimizer's work, and the copy is needed only when a generation changes. It logs them
@@ -29,7 +30,7 @@
 // lose the predecessor's ranges: the trainer resumes from the last checkpoint, or throws
 // ElasticError naming them.
 //
-// Costs per step: the gradient send and receive (1/W of the gradients), and every
+// Costs per step: the gradients' ring shift (1/W of the gradients), and every
 // buddy_refresh_steps steps one transfer of 1/W of the parameters and their optimizer state;
 // memory: 1/W of the parameters and their state, plus up to buddy_refresh_steps logged 1/W
 // gradients; a change replays up to buddy_refresh_steps optimizer steps over 1/W.
@@ -37,26 +38,36 @@
 
 #include <torch/torch.h>
 
-#include <functional>
+#include <memory>
 
 #include "cohort/comm/group.h"
 #include "elastic/held_pieces.h"
 
 namespace cohort::detail {
 
-// Sends this rank's successor what `send_to_successor` sends and receives from its predecessor
-// what `receive_from_predecessor` receives, as a ring of blocking pairs: even ranks send first,
-// odd ones receive first, so that no cycle of ranks waits on one another (with W odd, ranks 0
-// and W - 1 are both even). Collective over the ring; with one member, nothing.
-void shift_around_ring(Group& group, const std::function<void(int successor)>& send_to_successor,
-                       const std::function<void(int predecessor)>& receive_from_predecessor);
+// The per-step transfer of the buddy gradients of one generation: every member packs its own
+// ranges' gradients and one Group::ring_shift moves them to its successor. The packed
+// gradients are padded to the largest member's, as a ring shift moves the same count
+// everywhere, and the outgoing buffer lies in the group's registered memory, so that within a
+// host the successor reads it in place (one copy of each byte besides the packing; the
+// point-to-point sends it replaced went through loopback TCP: docs/bench.md, "Buddy copies").
+class BuddyGradients {
+ public:
+  // Collective: every member agrees on the padded size and registers its outgoing buffer.
+  BuddyGradients(Group& group, const RankHoldings& own);
 
-// Sends the gradients of `own`'s tensors to this rank's successor (packed into `outgoing`,
-// kept from one step to the next) and receives the predecessor's into `incoming`, sized for
-// `buddy` (packed_gradient_elements), to be unpacked by unpack_gradients. Collective over the
-// ring.
-void exchange_buddy_gradients(Group& group, const HeldPieces& own, torch::Tensor& outgoing,
-                              const torch::Tensor& incoming);
+  // The elements of every packed gradient (the size of a BuddyLog::incoming buffer).
+  int64_t elements() const { return elements_; }
+  // Packs the gradients of `own`'s tensors and sends them to this rank's successor, receiving
+  // its predecessor's into `incoming` (elements() float32), to be unpacked by unpack_gradients.
+  // Collective over the ring.
+  void exchange(Group& group, const RankHoldings& own, const torch::Tensor& incoming);
+
+ private:
+  int64_t elements_ = 0;
+  std::shared_ptr<RegisteredMemory> memory_;
+  torch::Tensor outgoing_;  // a view of memory_
+};
 
 // The elements of a packed gradient of `holdings`: one flag per tensor (1: its gradient is
 // defined), then the gradients end to end, as float32.
@@ -64,7 +75,8 @@ int64_t packed_gradient_elements(const RankHoldings& holdings);
 
 // Sets the .grad of each of `holdings`' tensors to its part of `packed` (a view, or a converted
 // copy for a tensor that is not float32); an undefined gradient stays undefined, so that the
-// optimizer skips the tensor as the owner's did.
+// optimizer skips the tensor as the owner's did. `packed` may be longer than
+// packed_gradient_elements (padding).
 void unpack_gradients(const torch::Tensor& packed, RankHoldings& holdings);
 
 // The tensors of `pieces` under their parameters' names (what the optimizer factory takes).

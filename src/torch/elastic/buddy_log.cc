@@ -7,8 +7,7 @@
 
 namespace cohort::detail {
 
-const torch::Tensor& BuddyLog::incoming(const RankHoldings& copy) {
-  const int64_t elements = packed_gradient_elements(copy);
+const torch::Tensor& BuddyLog::incoming(int64_t elements) {
   if (incoming_.defined() && incoming_.numel() == elements) return incoming_;
   incoming_ = torch::Tensor();
   while (!spare_.empty() && !incoming_.defined()) {

@@ -14,9 +14,9 @@ namespace cohort::detail {
 
 class BuddyLog {
  public:
-  // Where the gradients of the step being voted on are received: packed_gradient_elements of
-  // the copy's holdings, float32; the buffer of a replayed or dropped step when one is kept.
-  const torch::Tensor& incoming(const RankHoldings& copy);
+  // Where the gradients of the step being voted on are received: `elements` float32
+  // (BuddyGradients::elements); the buffer of a replayed or dropped step when one is kept.
+  const torch::Tensor& incoming(int64_t elements);
   // The step of incoming() committed: it joins the log with `stepped_with`'s group options.
   void commit_incoming(const torch::optim::Optimizer& stepped_with);
   // The step of incoming() did not commit: its gradients are dropped.

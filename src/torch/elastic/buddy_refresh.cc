@@ -1,11 +1,12 @@
 #include "elastic/buddy_refresh.h"
 
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "call_sites.h"
-#include "checkpoint/checkpoint_collectives.h"
 #include "checkpoint/optimizer_codec.h"
 #include "checkpoint/piece_install.h"
 #include "cohort/core/check.h"
@@ -57,10 +58,10 @@ Refresh describe_own(const HeldPieces& own, bool values_travel) {
   return refresh;
 }
 
-// A byte buffer of `bytes`: `kept` where it has that size.
+// A byte buffer of `bytes`: the start of `kept` where that is large enough.
 torch::Tensor buffer_of(int64_t bytes, torch::Tensor& kept) {
-  if (!kept.defined() || kept.numel() != bytes) kept = torch::empty({bytes}, torch::kUInt8);
-  return kept;
+  if (!kept.defined() || kept.numel() < bytes) kept = torch::empty({bytes}, torch::kUInt8);
+  return kept.narrow(0, 0, bytes);
 }
 
 void pack(const Refresh& refresh, const torch::Tensor& buffer) {
@@ -129,38 +130,74 @@ void install(const nlohmann::json& header, const torch::Tensor& buffer, bool val
   }
 }
 
+// The message of a refresh, one ring_shift: the header's length (int64), the header, then at
+// kAlignment past the largest member's header the tensors' bytes. Every member's message is
+// padded to the largest (a ring shift moves the same count everywhere).
+struct MessageLayout {
+  int64_t payload_offset = 0;
+  int64_t bytes = 0;
+};
+
+MessageLayout agree_layout(Group& group, int64_t header_bytes, int64_t payload_bytes,
+                           CallSite site) {
+  int64_t largest[2] = {header_bytes, payload_bytes};
+  CollectiveOptions options;
+  options.site = site;
+  options.op = ReduceOp::kMax;
+  group.allreduce(Buffer{largest, 2, DType::kInt64}, options);
+  MessageLayout layout;
+  layout.payload_offset = aligned(static_cast<int64_t>(sizeof(int64_t)) + largest[0]);
+  layout.bytes = layout.payload_offset + largest[1];
+  return layout;
+}
+
 }  // namespace
 
 void BuddyRefresher::refresh(Group& group, const HeldPieces& own, HeldPieces& copy, BuddyLog& log) {
-  CollectiveOptions options;
-  options.site = call_sites::kElasticBuddy;
+  const CallSite site = call_sites::kElasticBuddy;
   const bool values_travel = !keeps_full_parameters(own.holdings);
-  shift_around_ring(
-      group,
-      [&](int successor) {
-        const Refresh refresh = describe_own(own, values_travel);
-        const torch::Tensor buffer = buffer_of(refresh.bytes, outgoing_);
-        pack(refresh, buffer);
-        send_outcome(group, successor, kStatusOk, refresh.header.dump(), options.site);
-        group.send(tensor_buffer(buffer), successor, options);
-      },
-      [&](int predecessor) {
-        int64_t status = kStatusFailed;
-        std::string text;
-        recv_outcome(group, predecessor, status, text, options.site);
-        const nlohmann::json header = nlohmann::json::parse(text);
-        const torch::Tensor buffer =
-            buffer_of(expected_bytes(header, copy.holdings, values_travel), spare_);
-        group.recv(tensor_buffer(buffer), predecessor, options);
-        install(header, buffer, values_travel, own, copy);
-        log.clear();  // before the send, which may fail: the copy is at the committed step
-        spare_ = std::move(installed_);
-        installed_ = buffer;
-      });
+  const Refresh refresh = describe_own(own, values_travel);
+  const std::string header = refresh.header.dump();
+  const MessageLayout layout =
+      agree_layout(group, static_cast<int64_t>(header.size()), refresh.bytes, site);
+  const torch::Tensor& outgoing = outgoing_buffer(group, layout.bytes);
+  auto* out = outgoing.data_ptr<uint8_t>();
+  const auto header_bytes = static_cast<int64_t>(header.size());
+  std::memcpy(out, &header_bytes, sizeof header_bytes);
+  std::memcpy(out + sizeof header_bytes, header.data(), header.size());
+  pack(refresh, outgoing.narrow(0, layout.payload_offset, refresh.bytes));
+  const torch::Tensor incoming = buffer_of(layout.bytes, spare_);
+  CollectiveOptions options;
+  options.site = site;
+  group.ring_shift(outgoing_memory_->buffer(out, static_cast<size_t>(layout.bytes), DType::kUInt8),
+                   tensor_buffer(incoming), options);
+  // Nothing of the copy changed before the whole message was in.
+  const auto* in = incoming.data_ptr<uint8_t>();
+  int64_t received_header_bytes = 0;
+  std::memcpy(&received_header_bytes, in, sizeof received_header_bytes);
+  const nlohmann::json received = nlohmann::json::parse(
+      std::string(reinterpret_cast<const char*>(in) + sizeof received_header_bytes,
+                  static_cast<size_t>(received_header_bytes)));
+  const int64_t payload = expected_bytes(received, copy.holdings, values_travel);
+  COHORT_INTERNAL_ASSERT(layout.payload_offset + payload <= layout.bytes, "a buddy refresh of ",
+                         payload, " bytes in a message of ", layout.bytes);
+  install(received, incoming.narrow(0, layout.payload_offset, payload), values_travel, own, copy);
+  log.clear();
+  std::swap(spare_, installed_);  // spare_: the buffer the copy was a view of until now
+}
+
+// Registered memory of the group, so that a successor on this host reads it in place; it grows
+// (collectively: every member sees the same agreed size) and is kept otherwise.
+const torch::Tensor& BuddyRefresher::outgoing_buffer(Group& group, int64_t bytes) {
+  if (outgoing_.defined() && outgoing_.numel() >= bytes) return outgoing_;
+  outgoing_memory_ = group.allocate_registered(static_cast<size_t>(bytes));
+  outgoing_ = torch::from_blob(outgoing_memory_->data(), {bytes}, torch::kUInt8);
+  return outgoing_;
 }
 
 void BuddyRefresher::reset() {
   outgoing_ = installed_ = spare_ = torch::Tensor();
+  outgoing_memory_.reset();
 }
 
 }  // namespace cohort::detail

@@ -2,16 +2,21 @@
 // successor its own ranges' values and optimizer state as they are, and takes its
 // predecessor's in place of its copy.
 //
-// What travels, per direction: a JSON header (for each tensor: whether the optimizer keeps
-// state for it, its step, and its state tensors' names and dtypes), then one byte buffer with
-// each tensor's values and state tensors end to end (64-byte aligned). Under ZeRO the values
+// What travels, per direction, in one Group::ring_shift (padded to the largest member's, after
+// an allreduce of the sizes): a JSON header (for each tensor: whether the optimizer keeps
+// state for it, its step, and its state tensors' names and dtypes), then each tensor's values
+// and state tensors end to end (64-byte aligned). The message is sent from the group's
+// registered memory, so that a successor on the same host reads it in place. Under ZeRO the values
 // stay home: every member holds the whole parameters at the committed step (the publish), and
 // takes its copy's ranges of them. The copy's state (and FSDP's values) become views of the
 // received buffer (copies of it on a copy's device other than the host), so nothing is copied
 // on arrival, and nothing of the copy changes until the whole buffer is in: a member that dies
-// mid-refresh leaves its successor's copy (and log) as they were. The buffers are kept from one refresh to the next (the one the copy was a view of
-// receives the next), so that a refresh does not pay page faults for its memory.
+// mid-refresh leaves its successor's copy (and log) as they were. The buffers are kept from one
+// refresh to the next (the one the copy was a view of receives the next), so that a refresh does
+// not pay page faults for its memory.
 #pragma once
+
+#include <memory>
 
 #include "cohort/comm/group.h"
 #include "elastic/buddy_log.h"
@@ -30,7 +35,10 @@ class BuddyRefresher {
   void reset();
 
  private:
-  torch::Tensor outgoing_;   // what this member sent last
+  const torch::Tensor& outgoing_buffer(Group& group, int64_t bytes);
+
+  std::shared_ptr<RegisteredMemory> outgoing_memory_;
+  torch::Tensor outgoing_;   // what this member sent last: a view of outgoing_memory_
   torch::Tensor installed_;  // what the copy's state is a view of
   torch::Tensor spare_;      // the buffer the copy was a view of before, for the next refresh
 };

@@ -69,6 +69,7 @@ void ShardedRun::drop_wrapper(std::exception_ptr cause) {
   }
   zero_.reset();
   fsdp_.reset();
+  gradients_.reset();
   group_.reset();
 }
 
@@ -155,7 +156,9 @@ void ShardedRun::adopt(std::shared_ptr<Group> group, const Membership& m, int64_
   buddy_ = std::move(buddy);
   log_.reset();  // the new copy's ranges are cut anew
   refresher_.reset();
+  gradients_.reset();
   if (buddy_.optimizer) {
+    gradients_ = std::make_unique<BuddyGradients>(*group, own_.holdings);
     buddy_.generation = m.generation;
     buddy_.rank = (m.rank + m.size - 1) % m.size;
     buddy_.world = m.size;
@@ -220,7 +223,7 @@ void ShardedRun::after_backward() {
     if (static_cast<int64_t>(log_.steps()) >= options_.buddy_refresh_steps) {
       refresher_.refresh(*group_, own_, buddy_, log_);
     }
-    exchange_buddy_gradients(*group_, own_, outgoing_, log_.incoming(buddy_.holdings));
+    gradients_->exchange(*group_, own_.holdings, log_.incoming(gradients_->elements()));
   }
   pending_ = true;
 }

@@ -18,6 +18,7 @@
 #include "checkpoint/piece_install.h"
 #include "cohort/comm/elastic.h"
 #include "cohort/torch/elastic/elastic_trainer.h"
+#include "elastic/buddy_copy.h"
 #include "elastic/buddy_log.h"
 #include "elastic/buddy_refresh.h"
 #include "elastic/held_pieces.h"
@@ -68,7 +69,7 @@ class ShardedRun {
   HeldPieces own_, buddy_;
   BuddyLog log_;              // the steps buddy_ has received and not applied
   BuddyRefresher refresher_;  // the buffers of buddy_'s refreshes
-  torch::Tensor outgoing_;    // the buddy gradients sent, kept from step to step
+  std::unique_ptr<BuddyGradients> gradients_;  // the buddy gradients' transfer, per generation
   ShardRanges ranges_;        // every member's own ranges (ZeRO's publish)
   bool pending_ = false;      // gradients exchanged, vote not seen through
 };

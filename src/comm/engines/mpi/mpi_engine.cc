@@ -35,7 +35,10 @@ bool is_reduction(CollectiveKind kind) {
 }  // namespace
 
 bool MpiTransport::supports(CollectiveKind kind, DType dtype, ReduceOp op, size_t count) const {
-  if (kind == CollectiveKind::kSend || kind == CollectiveKind::kRecv) return false;
+  if (kind == CollectiveKind::kSend || kind == CollectiveKind::kRecv ||
+      kind == CollectiveKind::kRingShift) {
+    return false;  // cohort's algorithms run them over the MPI transport
+  }
   if (is_reduction(kind)) {
     // MPI has no float16 or bfloat16 (before MPI 4.1's optional types) and counts are int.
     return mpi::datatype(dtype) != MPI_DATATYPE_NULL && mpi::reduction(op) != MPI_OP_NULL &&

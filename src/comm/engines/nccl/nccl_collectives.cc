@@ -77,9 +77,9 @@ void NcclEngine::on_comm_stream(const EngineCall& call, const char* what, Queue 
 }
 
 // Every cohort dtype has an NCCL type and every op an NCCL op (kAvg: ncclAvg), counts are
-// size_t.
-bool NcclEngine::supports(CollectiveKind, DType, ReduceOp, size_t) const {
-  return true;
+// size_t. A ring shift is not offered (the group refuses it on device buffers by name).
+bool NcclEngine::supports(CollectiveKind kind, DType, ReduceOp, size_t) const {
+  return kind != CollectiveKind::kRingShift;
 }
 
 void NcclEngine::allreduce(const void* in, void* data, size_t count, DType dtype, ReduceOp op,
