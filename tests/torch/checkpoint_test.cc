@@ -31,6 +31,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "checkpoint/state_snapshot.h"
 #include "checkpoint_files.h"
 #include "cohort/core/error.h"
 #include "cohort/torch/checkpoint/async_checkpoint.h"
@@ -1116,6 +1117,30 @@ TEST(AsyncCheckpoint, AStagedSaveHoldsItsStepThoughUpdatesRunBeforeItIsWritten) 
   EXPECT_EQ(bitwise_difference(snapshot(*fresh), parameters), "");
   EXPECT_EQ(bitwise_difference(momentum_buffers(*fresh_optimizer), momenta), "");
   EXPECT_GT(checkpointer.last_save().staging_memory, 0u);
+}
+
+// Note [Deferred staging]: save() only records the copies of host tensors; the writer makes
+// them, and a live tensor changed before it did (an update before before_update()) fails the
+// save by name instead of landing in the copy. Copies of an unchanged state are bitwise.
+TEST(AsyncCheckpoint, StagingCopiesAreMadeByTheWriterAndAnEarlyUpdateIsNamed) {
+  detail::TensorSnapshot snapshot;
+  torch::Tensor live = torch::arange(6, torch::kFloat32);
+  torch::Tensor kept = snapshot.copy("fc1.weight", live);
+  live.add_(1);  // an update the copy must not take silently
+  const detail::PendingCopies early = snapshot.take_pending();
+  try {
+    early.fill("run.ckpt");
+    ADD_FAILURE() << "an update before the copy was not noticed";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("'fc1.weight' was changed"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(snapshot.take_pending().empty());
+  kept = snapshot.copy("fc1.weight", live);
+  const detail::PendingCopies later = snapshot.take_pending();
+  EXPECT_FALSE(later.empty());
+  later.fill("run.ckpt");
+  EXPECT_TRUE(torch::equal(kept, live));
 }
 
 // The live optimizer keeps its own state objects: the copies were swapped in only while it

@@ -25,11 +25,12 @@
 // catches a missing before_update(), it does not replace it.)
 // Outcomes reach the caller at the next save(), save_sharded() or wait(), on every rank the
 // same (the background collectives decide them), so that every rank throws at the same call.
-// With AsyncCheckpointOptions::staging_bytes (the default), a file save's archive is built over
-// copies of the parameters and of the optimizer's state, taken in save() (Note [Snapshot saves]
-// in state_snapshot.h): the writer then reads nothing of the training state, before_update()
-// never waits, and the version check has nothing to check. Sharded saves, and states the
-// snapshot cannot take, are saved as above.
+// With AsyncCheckpointOptions::staging_bytes (the default), a save's archive is built over
+// copies of the parameters and of the optimizer's state (Note [Snapshot saves] in
+// state_snapshot.h), which the writer makes first (Note [Deferred staging]): once they are
+// made it reads nothing of the training state and before_update() no longer waits; the
+// version check then covers every copied tensor. States the snapshot cannot take are saved as
+// above.
 #include "cohort/torch/checkpoint/async_checkpoint.h"
 
 #include <torch/cuda.h>
@@ -111,6 +112,21 @@ void apply_staging_override(AsyncCheckpointOptions& options) {
   options.staging_bytes = static_cast<uint64_t>(*mib) << 20;
 }
 
+// A staged save's first work on the writer thread: the copies save() left to it (Note
+// [Deferred staging] in state_snapshot.h), after which it reads nothing of the training state.
+// Their error (an update that ran too early) becomes the save's, which finish reports on
+// every rank.
+void stage(const detail::PendingCopies& pending, const std::string& what, bool staged_save,
+           std::exception_ptr& error, const std::function<void()>& staged) {
+  if (pending.empty()) return;
+  try {
+    pending.fill(what);
+  } catch (...) {
+    if (!error) error = std::current_exception();
+  }
+  if (staged_save) staged();
+}
+
 // The hooks of a prepared save's write; they run inside the job, which owns the save, so they
 // may refer to its path and reads.
 template <typename Prepared>
@@ -172,10 +188,12 @@ class AsyncCheckpointer::Impl {
         options_.staging_bytes));
     // Staged, the copies are what the writer reads: queued on the device like the update.
     synchronize_devices(save->staged ? module_tensors(*state.module) : save->reads);
-    const bool reads_nothing = save->archive == nullptr || save->staged;
+    auto pending = std::make_shared<detail::PendingCopies>(snapshot_.take_pending());
+    const bool reads_nothing = (save->archive == nullptr || save->staged) && pending->empty();
     launch(path, start, reads_nothing,
-           [save, options = options_,
+           [save, pending, options = options_,
             group = background_group_](const std::function<void()>& staged) {
+             stage(*pending, save->path, save->staged, save->error, staged);
              detail::finish_file_save(*save, group.get(),
                                       hooks_for(*save, save->path, options, staged), kSite);
            });
@@ -197,10 +215,12 @@ class AsyncCheckpointer::Impl {
         options_.staging_bytes > 0 ? &snapshot_ : nullptr, options_.staging_bytes));
     // Staged, the copies of the shards are queued on their devices like the update.
     synchronize_devices(save->reads);
-    launch(directory, start, /*reads_nothing=*/save->staged,
-           [save, options = options_,
+    auto pending = std::make_shared<detail::PendingCopies>(snapshot_.take_pending());
+    launch(directory, start, /*reads_nothing=*/save->staged && pending->empty(),
+           [save, pending, options = options_,
             background = background_group_ ? background_group_
                                            : own_group_](const std::function<void()>& staged) {
+             stage(*pending, save->directory, save->staged, save->error, staged);
              detail::finish_sharded_save(*save, *background,
                                          hooks_for(*save, save->directory, options, staged),
                                          kSite);

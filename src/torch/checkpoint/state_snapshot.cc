@@ -2,7 +2,12 @@
 // saves]).
 #include "checkpoint/state_snapshot.h"
 
+#include <cstring>
+#include <utility>
+
 #include "checkpoint/optimizer_codec.h"
+#include "cohort/core/check.h"
+#include "cohort/core/error.h"
 
 namespace cohort::detail {
 namespace {
@@ -21,8 +26,41 @@ torch::Tensor TensorSnapshot::copy(const std::string& key, const torch::Tensor& 
       kept.device() != live.device()) {
     kept = torch::empty_like(live, torch::MemoryFormat::Contiguous);
   }
-  kept.copy_(live);
+  if (live.is_cuda()) {
+    kept.copy_(live);
+  } else {
+    pending_.add(key, kept, live);
+  }
   return kept;
+}
+
+PendingCopies TensorSnapshot::take_pending() {
+  return std::exchange(pending_, PendingCopies());
+}
+
+void PendingCopies::add(std::string name, torch::Tensor kept, torch::Tensor live) {
+  const auto version = static_cast<int64_t>(live._version());
+  copies_.push_back({std::move(name), std::move(kept), std::move(live), version});
+}
+
+void PendingCopies::fill(const std::string& what) const {
+  torch::NoGradGuard no_grad;
+  for (const Copy& c : copies_) {
+    if (c.live.is_contiguous()) {
+      std::memcpy(c.kept.data_ptr(), c.live.data_ptr(), c.live.nbytes());
+    } else {
+      c.kept.copy_(c.live);
+    }
+  }
+  for (const Copy& c : copies_) {
+    if (static_cast<int64_t>(c.live._version()) == c.version) continue;
+    throw CheckpointError(concat(
+        "asynchronous checkpoint '", what, "' was abandoned: '", c.name,
+        "' was changed before the save had copied it, so the file would have mixed two steps. "
+        "Call AsyncCheckpointer::before_update() before optimizer.step() (and before anything "
+        "else that changes the parameters or the optimizer's state); the previous checkpoint "
+        "at that path is unchanged"));
+  }
 }
 
 uint64_t TensorSnapshot::held_bytes() const {

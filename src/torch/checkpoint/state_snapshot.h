@@ -12,10 +12,23 @@
 // tensors: optimizer_codec.h) for as long as the optimizer writes itself into the archive, then
 // swapped back. The copies are plain memory copies into tensors the checkpointer keeps from
 // one save to the next (no page faults after the first), on the tensors' own device. The
-// writer thread then serializes and writes the copies at its leisure; before_update() never
-// waits for it. A state the snapshot cannot take (an optimizer no codec knows, checkpoint
-// parts, whose save() may write live tensors) or one larger than the budget is saved as
-// before, unstaged.
+// writer thread then serializes and writes the copies at its leisure. A state the snapshot
+// cannot take (an optimizer no codec knows, checkpoint parts, whose save() may write live
+// tensors) or one larger than the budget is saved as before, unstaged.
+//
+// Note [Deferred staging]
+// Copies of tensors in host memory are not made in save() but recorded (PendingCopies) and
+// made by the writer thread first, before it serializes anything: the parameters and the
+// optimizer's state do not change until the next update, so training goes on with its forward
+// and backward while they are copied, and before_update() waits only for what is left of the
+// copies. On a machine with a core training leaves idle, that is nothing; where training keeps
+// every core busy the writer (at idle priority until before_update() raises it) copies at
+// before_update(), which then waits about as long as save() used to. The copies are plain
+// memcpy (one thread: torch's copy would run on an intra-op pool the writer's priority does
+// not govern). As for the unstaged saves, the writer compares each live tensor's version
+// counter with its value at save() once the copies are made: an update that ran before
+// before_update() fails the save by name instead of mixing two steps into the file. Tensors
+// on a CUDA device are still copied in save(), ordered on the caller's stream like the update.
 #pragma once
 
 #include <torch/torch.h>
@@ -32,16 +45,40 @@
 
 namespace cohort::detail {
 
+// The copies a save's writer makes before it reads them (Note [Deferred staging]).
+class PendingCopies {
+ public:
+  void add(std::string name, torch::Tensor kept, torch::Tensor live);
+  bool empty() const { return copies_.empty(); }
+  // Makes every copy, then throws CheckpointError naming the first live tensor that changed
+  // since add() (an update before AsyncCheckpointer::before_update(); `what`: the save's path).
+  void fill(const std::string& what) const;
+
+ private:
+  struct Copy {
+    std::string name;
+    torch::Tensor kept;
+    torch::Tensor live;
+    int64_t version = 0;
+  };
+  std::vector<Copy> copies_;
+};
+
 class TensorSnapshot {
  public:
   // A copy of `live`, in the tensor kept under `key` when its shape, dtype and device match (a
-  // new one otherwise).
+  // new one otherwise). A tensor in host memory is copied later: the copy joins the pending
+  // ones, which take_pending() hands to the writer (Note [Deferred staging]).
   torch::Tensor copy(const std::string& key, const torch::Tensor& live);
+  // The copies copy() left to make since the last call: every save that staged into this
+  // snapshot takes them, and its writer makes them before it reads the copies.
+  PendingCopies take_pending();
   // Bytes of the tensors kept.
   uint64_t held_bytes() const;
 
  private:
   std::unordered_map<std::string, torch::Tensor> kept_;
+  PendingCopies pending_;
 };
 
 // The bytes a snapshot of `state` copies (its module's parameters and its optimizer's state

@@ -13,17 +13,19 @@
 //
 // What a save writes is checkpoint.h's file (or sharded_checkpoint.h's directory), loaded by
 // the same load functions. Note [Asynchronous saves] in async_checkpoint.cc says how it works:
-// - A save copies, at once, the parameters and the optimizer's state into memory of the
-//   checkpointer's own (the staging, AsyncCheckpointOptions::staging_bytes; Note [Snapshot
-//   saves]) and what else changes before the next update (buffers, counters, sampler
-//   position, learning rates, generator states): training waits for a memory copy, not for
-//   torch's serializer or the disk.
+// - A save copies what changes before the next update (buffers, counters, sampler position,
+//   learning rates, generator states) and returns; the background thread first copies the
+//   parameters and the optimizer's state into memory of the checkpointer's own (the staging,
+//   AsyncCheckpointOptions::staging_bytes; Notes [Snapshot saves] and [Deferred staging])
+//   while training runs its forward and backward: training waits, in before_update(), at most
+//   for what is left of a memory copy, not for torch's serializer or the disk.
 // - A background thread serializes the file from those copies, checksums it, syncs it and
 //   renames it into place, as a synchronous save does: a crash at any moment leaves the
 //   previous checkpoint loadable.
 // - before_update() must come before anything changes the parameters or the optimizer's state
-//   (optimizer.step(), GradScaler::step, a model averager). After a staged save it returns at
-//   once. A save that is not staged (staging_bytes = 0, a state larger than it, an optimizer
+//   (optimizer.step(), GradScaler::step, a model averager). After a staged save it waits for
+//   the copies not yet made (an update before it fails the save by name, as below). A save that
+//   is not staged (staging_bytes = 0, a state larger than it, an optimizer
 //   whose state cohort cannot list, checkpoint parts, and the sharded saves) keeps the
 //   parameters and optimizer state by reference: before_update() then waits until the
 //   background thread has read them, and, as a check, a save that finds a module parameter (or
@@ -66,18 +68,18 @@ struct AsyncCheckpointOptions {
   // with training (faster to disk where cores are free, slower steps where they are not).
   bool idle_priority = true;
   // The most memory a save's copies may take (Note [Snapshot saves] in state_snapshot.h): the
-  // parameters and the optimizer's state tensors, copied in save() into tensors the
-  // checkpointer keeps for the next save (on the tensors' own device). A state larger than
-  // this is saved unstaged (above). 0: never staged, no memory added. The environment variable
-  // COHORT_CHECKPOINT_STAGING_MIB, where set, replaces it.
+  // parameters and the optimizer's state tensors, copied into tensors the checkpointer keeps
+  // for the next save (on the tensors' own device; by the writer thread for host memory). A state
+  // larger than this is saved unstaged (above). 0: never staged, no memory added. The environment
+  // variable COHORT_CHECKPOINT_STAGING_MIB, where set, replaces it.
   uint64_t staging_bytes = uint64_t{4} << 30;
 };
 
 // What the last save that finished did (AsyncCheckpointer::last_save()).
 struct AsyncSaveStats {
   int64_t number = 0;     // which save of the checkpointer this was: 1, 2, ... (0: none yet)
-  double save_ms = 0;     // the save() call: checks, collectives, copies, and waiting for the
-                          // save before it (IfBusy::kWait)
+  double save_ms = 0;     // the save() call: checks, collectives, copies (a GPU's tensors'),
+                          // and waiting for the save before it (IfBusy::kWait)
   double staged_ms = 0;   // from the start until before_update() would no longer wait
   double written_ms = 0;  // from the start until the file was synced and renamed into place
   double waited_ms = 0;   // how long before_update() waited on it
