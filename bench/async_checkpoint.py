@@ -11,6 +11,9 @@ the per-step metrics, and prints the medians over the repeats of:
   - the stall per save: the save calls' time, plus how much longer than the median step the
     step after each periodic save took (it runs while a background save is written, and its
     update waits in before_update() until the save no longer reads the parameters);
+  - what training waited for in the checkpointer's calls per save (save() and before_update():
+    the issue's "time training waits because of a save", without the slower steps beside the
+    writer);
   - the time a background save took to be on disk;
   - rank 0's peak RSS (the example's memory line), against the run without checkpoints.
 
@@ -78,6 +81,13 @@ def run(args, mode, directory):
     return result
 
 
+def waited_per_save(r):
+    """What training waited for in the checkpointer's calls: save() and before_update()."""
+    if r["saves"] == 0:
+        return 0.0
+    return (r["save_ms"] + r["waited_ms"]) / r["saves"]
+
+
 def stall_per_save(r):
     if r["saves"] == 0:
         return 0.0
@@ -111,14 +121,18 @@ def main():
     background_stall = med("background", stall_per_save)
     print(f"char_lm {args.model} --strategy {args.strategy}, {args.nproc} rank(s), {args.steps} steps, a "
           f"checkpoint every {args.every} ({size / 2**20:.0f} MiB); medians of {args.repeats}")
-    print(f"{'':12s} {'stall/save ms':>14s} {'of which in save()':>19s} {'written ms':>11s} "
-          f"{'peak RSS MiB':>13s}")
+    print(f"{'':12s} {'stall/save ms':>14s} {'of which in save()':>19s} {'waited/save ms':>15s} "
+          f"{'written ms':>11s} {'peak RSS MiB':>13s}")
     for mode in runs:
         in_save = med(mode, lambda r: r["save_ms"] / r["saves"] if r["saves"] else 0.0)
         print(f"{mode:12s} {med(mode, stall_per_save):14.1f} {in_save:19.1f} "
+              f"{med(mode, waited_per_save):15.1f} "
               f"{med(mode, lambda r: r['written_ms']):11.1f} {med(mode, lambda r: r['rss']):13.1f}")
     print(f"background stall / synchronous stall: {background_stall / sync_stall:.3f} "
           f"(unstaged: {med('unstaged', stall_per_save) / sync_stall:.3f})")
+    print(f"training waited in the save calls, background / synchronous: "
+          f"{med('background', waited_per_save) / med('sync', waited_per_save):.3f} "
+          f"(unstaged: {med('unstaged', waited_per_save) / med('sync', waited_per_save):.3f})")
     print(f"median step with background saves / without checkpoints: "
           f"{med('background', lambda r: r['median_step_ms']) / med('none', lambda r: r['median_step_ms']):.3f}")
 

@@ -50,7 +50,7 @@ namespace cohort::detail {
 // gradients are padded to the largest member's, as a ring shift moves the same count
 // everywhere, and the outgoing buffer lies in the group's registered memory, so that within a
 // host the successor reads it in place (one copy of each byte besides the packing; the
-// point-to-point sends it replaced went through loopback TCP: docs/bench.md, "Buddy copies").
+// point-to-point sends it replaced went through loopback TCP: docs/bench.md, "Elastic training").
 class BuddyGradients {
  public:
   // Collective: every member agrees on the padded size and registers its outgoing buffer.
