@@ -1087,9 +1087,10 @@ TEST(AsyncCheckpoint, AWriterStalledPastTheTimeoutIsATimeoutError) {
   EXPECT_EQ(dir.names(), std::set<std::string>{"run.ckpt"});
 }
 
-// Note [Snapshot saves]: a staged save (the default) has copied the state when save() returns,
-// so the file holds the parameters and momenta of the step it was taken at although updates
-// ran, without before_update(), while the writer was held before its first piece.
+// Note [Snapshot saves]: a staged save (the default) has copied the state once its writer
+// writes (Note [Deferred staging]: the copies come first), so the file holds the parameters and
+// momenta of the step it was taken at although updates ran, without before_update(), while
+// the writer was held at its first piece.
 TEST(AsyncCheckpoint, AStagedSaveHoldsItsStepThoughUpdatesRunBeforeItIsWritten) {
   TempDir dir;
   const std::string path = dir.file("run.ckpt");
