@@ -707,8 +707,8 @@ TEST(ElasticBetweenSteps, AMemberLostDuringAnEvaluationCostsTheNextStepOnly) {
 INSTANTIATE_TEST_SUITE_P(Phases, ElasticEnd,
                          ::testing::Values(std::make_pair("diloco", "end"),
                                            std::make_pair("ddp", "evaluate")),
-                         [](const auto& info) {
-                           return std::string(info.param.first) + "_" + info.param.second;
+                         [](const auto& phase) {
+                           return std::string(phase.param.first) + "_" + phase.param.second;
                          });
 
 // Note [Elastic saves]: a full disk fails the periodic saves on every member alike; the job
