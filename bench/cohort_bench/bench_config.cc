@@ -40,6 +40,7 @@ const char* collective_name(Collective collective) {
     case Collective::kAllgather: return "allgather";
     case Collective::kReduceScatter: return "reduce_scatter";
     case Collective::kAllToAll: return "all_to_all";
+    case Collective::kRingShift: return "ring_shift";
     case Collective::kBarrier: return "barrier";
   }
   return "unknown-collective";
@@ -54,10 +55,11 @@ Collective parse_collective(const std::string& name) {
   if (n == "allgather") return Collective::kAllgather;
   if (n == "reducescatter") return Collective::kReduceScatter;
   if (n == "alltoall") return Collective::kAllToAll;
+  if (n == "ringshift") return Collective::kRingShift;
   if (n == "barrier") return Collective::kBarrier;
   throw InvalidArgument("unknown collective '" + name +
                         "': use allreduce, broadcast, reduce, allgather, reduce_scatter, "
-                        "all_to_all or barrier");
+                        "all_to_all, ring_shift or barrier");
 }
 
 const char* transport_name(TransportKind transport) {
@@ -108,7 +110,8 @@ double busbw_factor(Collective collective, int ranks) {
     case Collective::kReduceScatter:
     case Collective::kAllToAll: return (n - 1) / n;
     case Collective::kBroadcast:
-    case Collective::kReduce: return 1.0;
+    case Collective::kReduce:
+    case Collective::kRingShift: return 1.0;
     case Collective::kBarrier: return 0.0;
   }
   return 0.0;

@@ -15,7 +15,14 @@
 namespace cohort::bench {
 
 enum class Collective : uint8_t {
-  kAllreduce, kBroadcast, kReduce, kAllgather, kReduceScatter, kAllToAll, kBarrier
+  kAllreduce,
+  kBroadcast,
+  kReduce,
+  kAllgather,
+  kReduceScatter,
+  kAllToAll,
+  kRingShift,
+  kBarrier
 };
 
 enum class TransportKind : uint8_t { kTcp, kInproc, kMpi };

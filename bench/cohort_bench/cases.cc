@@ -20,6 +20,7 @@ CollectiveKind kind_of(Collective collective) {
     case Collective::kAllgather: return CollectiveKind::kAllgather;
     case Collective::kReduceScatter: return CollectiveKind::kReduceScatter;
     case Collective::kAllToAll: return CollectiveKind::kAllToAll;
+    case Collective::kRingShift: return CollectiveKind::kRingShift;
     case Collective::kBarrier: return CollectiveKind::kBarrier;
   }
   return CollectiveKind::kBarrier;
@@ -180,6 +181,20 @@ class AllToAllCase final : public InOutCase {
   }
 };
 
+class RingShiftCase final : public InOutCase {
+ public:
+  RingShiftCase(Group& group, const BenchConfig& config, size_t count)
+      : InOutCase(group, config, count, count, count, plain_input(config.dtype, group.rank())) {}
+
+  void run() override { group_.ring_shift(in(), out(), options_); }
+  // The output is the predecessor's input.
+  uint64_t count_wrong() const override {
+    const int predecessor = (rank() + ranks() - 1) % ranks();
+    return bench::count_wrong(out_.data(), in_count_, dtype(), plain_input(dtype(), predecessor),
+                              0);
+  }
+};
+
 class BarrierCase final : public Case {
  public:
   BarrierCase(Group& group, const BenchConfig& config) : Case(group, config, 0) {}
@@ -233,6 +248,7 @@ std::unique_ptr<Case> make_case(Group& group, const BenchConfig& config, size_t 
     case Collective::kReduceScatter:
       return make_sized<ReduceScatterCase>(group, config, whole_blocks);
     case Collective::kAllToAll: return make_sized<AllToAllCase>(group, config, whole_blocks);
+    case Collective::kRingShift: return make_sized<RingShiftCase>(group, config, elements);
     case Collective::kBarrier: return std::make_unique<BarrierCase>(group, config);
   }
   return nullptr;

@@ -38,7 +38,7 @@ struct Arguments {
 void add_options(CLI::App& app, Arguments& a, BenchConfig& c) {
   app.add_option("collective", a.collective,
                  "allreduce, broadcast, reduce, allgather, reduce_scatter, all_to_all "
-                 "(alltoall) or barrier");
+                 "(alltoall), ring_shift or barrier");
   app.add_option("-N,--ranks", c.ranks, "number of ranks (under a launcher: WORLD_SIZE)")
       ->capture_default_str();
   app.add_option("-t,--transport", a.transport,
