@@ -5,8 +5,8 @@
 // allreduce, broadcast and reduce it is the (in-place) data; for allgather the total output
 // (each rank contributes size / ranks); for reduce_scatter the total input (each rank gets
 // size / ranks); for all_to_all each rank's input (size / ranks per peer); for ring_shift each
-// rank's input (all of it to the successor). Sizes that do not
-// split evenly are rounded down to whole elements per rank.
+// rank's input (all of it to the successor). Sizes that do not split evenly are rounded down
+// to whole elements per rank.
 #pragma once
 
 #include <cstddef>

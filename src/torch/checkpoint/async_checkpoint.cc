@@ -113,18 +113,18 @@ void apply_staging_override(AsyncCheckpointOptions& options) {
 }
 
 // A staged save's first work on the writer thread: the copies save() left to it (Note
-// [Deferred staging] in state_snapshot.h), after which it reads nothing of the training state.
-// Their error (an update that ran too early) becomes the save's, which finish reports on
-// every rank.
-void stage(const detail::PendingCopies& pending, const std::string& what, bool staged_save,
-           std::exception_ptr& error, const std::function<void()>& staged) {
+// [Deferred staging] in state_snapshot.h; only a staged save has any), after which it reads
+// nothing of the training state. Their error (an update that ran too early) becomes the
+// save's, which finish reports on every rank.
+void stage(const detail::PendingCopies& pending, const std::string& what, std::exception_ptr& error,
+           const std::function<void()>& staged) {
   if (pending.empty()) return;
   try {
     pending.fill(what);
   } catch (...) {
     if (!error) error = std::current_exception();
   }
-  if (staged_save) staged();
+  staged();
 }
 
 // The hooks of a prepared save's write; they run inside the job, which owns the save, so they
@@ -193,7 +193,7 @@ class AsyncCheckpointer::Impl {
     launch(path, start, reads_nothing,
            [save, pending, options = options_,
             group = background_group_](const std::function<void()>& staged) {
-             stage(*pending, save->path, save->staged, save->error, staged);
+             stage(*pending, save->path, save->error, staged);
              detail::finish_file_save(*save, group.get(),
                                       hooks_for(*save, save->path, options, staged), kSite);
            });
@@ -220,7 +220,7 @@ class AsyncCheckpointer::Impl {
            [save, pending, options = options_,
             background = background_group_ ? background_group_
                                            : own_group_](const std::function<void()>& staged) {
-             stage(*pending, save->directory, save->staged, save->error, staged);
+             stage(*pending, save->directory, save->error, staged);
              detail::finish_sharded_save(*save, *background,
                                          hooks_for(*save, save->directory, options, staged),
                                          kSite);
