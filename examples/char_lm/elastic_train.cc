@@ -2,6 +2,7 @@
 
 #include "adamw.h"
 #include "cohort/comm/elastic.h"
+#include "cohort/torch/amp/master_weights.h"
 #include "cohort/torch/data/elastic_batch.h"
 #include "cohort/torch/elastic/elastic_trainer.h"
 #include "dataset.h"
@@ -51,7 +52,10 @@ TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
   cohort_examples::ElasticStepHooks hooks;
   hooks.after_backward = [&] {  // the whole gradient's norm, over the shards when sharded
     if (options.clip <= 0) return;
-    if (run.strategy == cohort::StrategyKind::kDdp) {
+    if (auto* master = trainer.master_weights()) {  // the float32 masters' gradients
+      master->copy_gradients_to_masters();
+      torch::nn::utils::clip_grad_norm_(master->parameters(), options.clip);
+    } else if (run.strategy == cohort::StrategyKind::kDdp) {
       torch::nn::utils::clip_grad_norm_(model->parameters(), options.clip);
     } else {
       cohort::clip_grad_norm(trainer.sharded_parameters(), options.clip);
@@ -62,6 +66,7 @@ TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
   // evaluate again (ElasticFinish::evaluate).
   auto evaluate = [&](cohort::Group& group) {
     model->eval();
+    const auto autocast = trainer.forward_scope();  // --precision bf16 (a 16-bit model too)
     result.validation_loss = validation_loss(
         group, validation,
         [&](const torch::data::Example<>& b) { return next_char_loss(model, b, torch::kSum); });
@@ -80,6 +85,7 @@ TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
   rank = trainer.membership().rank;
   ranks = trainer.membership().size;
   if (options.sample > 0 && rank == 0) {  // the members' models are the same: rank 0's alone
+    const auto autocast = trainer.forward_scope();
     result.sample = generate_text(model, data.vocabulary, kSamplePrompt, options.sample,
                                   kSampleTemperature, options.seed);
   }

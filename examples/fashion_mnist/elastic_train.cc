@@ -53,8 +53,9 @@ TrainResult train_elastic(const TrainOptions& options) {
   auto evaluate = [&](cohort::Group& group) {
     model->eval();
     torch::NoGradGuard no_grad;
+    const auto autocast = trainer.forward_scope();  // --precision bf16 (a 16-bit model too)
     result.test_accuracy = evaluate_slices(test, group, [&](const torch::Tensor& images) {
-                             return model->forward(images);
+                             return model->forward(images).to(torch::kFloat32);
                            }).accuracy;
   };
   model->train();

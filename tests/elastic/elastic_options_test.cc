@@ -82,6 +82,33 @@ TEST(ElasticOptions, AnOptimizerInsteadOfAFactoryIsRefusedForAShardedStrategy) {
   EXPECT_THROW(ElasticTrainer(elastic, model, sgd, 100, full_shard_options()), InvalidArgument);
 }
 
+// Master weights are elastic under ddp, whose optimizer the trainer makes over the masters
+// (a factory); not under a sharded strategy, nor with DiLoCo, which averages the model itself.
+TEST(ElasticOptions, MasterWeightsNeedDdpAnOptimizerFactoryAndNoDiLoCo) {
+  const PrecisionOptions master = precision_named("bf16", /*master_weights=*/true);
+  auto sharded = full_shard_options();
+  sharded.precision = master;
+  expect_refused(sharded, "under ddp only, not full_shard");
+  ElasticTrainerOptions diloco;
+  diloco.sampler.batch_per_rank = 4;
+  diloco.precision = master;
+  diloco.diloco = DiLoCoOptions{};
+  expect_refused(diloco, "DiLoCo (ElasticTrainerOptions::diloco) averages the model's own");
+  ElasticGroup elastic(std::make_shared<MemoryStore>());
+  auto model = testing::make_elastic_model();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  ElasticTrainerOptions plain;
+  plain.sampler.batch_per_rank = 4;
+  plain.precision = master;
+  try {
+    ElasticTrainer trainer(elastic, model, sgd, 100, plain);
+    ADD_FAILURE() << "the trainer accepted an optimizer over the 16-bit model";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("pass an optimizer factory"), std::string::npos)
+        << e.what();
+  }
+}
+
 // Refused in the constructor, before the trainer joins the job (the store is never reached).
 void expect_diloco_refused(const DiLoCoOptions& diloco, const std::string& words) {
   ElasticGroup elastic(std::make_shared<MemoryStore>());
@@ -194,7 +221,12 @@ TEST(TrainElasticAs, RefusesWhatTheElasticTrainerDoesNotDoByName) {
   };
   StrategyOptions bf16;
   bf16.precision = precision_named("bf16", /*master_weights=*/true);
-  refused(StrategyKind::kFullShard, bf16, "does not train with master weights");
+  refused(StrategyKind::kFullShard, bf16,
+          "with master weights (PrecisionOptions::master_weights; "
+          "--master-weights) under ddp only, not full_shard");
+  ElasticTrainerOptions under_ddp;  // the replicas' master weights are elastic
+  train_elastic_as(under_ddp, StrategyKind::kDdp, bf16);
+  EXPECT_TRUE(under_ddp.precision.master_weights);
   StrategyOptions local_sgd;
   local_sgd.local_sgd = LocalSgdOptions{};
   refused(StrategyKind::kDdp, local_sgd, "local SGD");

@@ -27,7 +27,9 @@
 // N puts the launch ranks on simulated nodes of N (COHORT_NODE_ID), for hybrid_shard;
 // --sync-bn adds a BatchNorm1d to the model and sets ElasticTrainerOptions::sync_batchnorm;
 // --stale-group allreduces over the first generation's group in every forward; --bf16 sets
-// ElasticTrainerOptions::precision to bfloat16 autocast;
+// ElasticTrainerOptions::precision to bfloat16 autocast, --master-weights to bfloat16 with
+// float32 master weights (the trainer's factory constructor under ddp; --out gets the masters,
+// and every member prints "masters <hex>", the bytes of its masters hashed, at the end);
 // --opaque-optimizer gives DDP an optimizer that no checkpoint codec knows, so that its state heals
 // through save() and load(); --no-buddy turns buddy copies off, --checkpoint-dir and
 // --checkpoint-every make the trainer write sharded checkpoints; --lr-warmup N sets a learning-rate
@@ -48,6 +50,7 @@
 
 #include "cohort/comm/elastic.h"
 #include "cohort/core/env.h"
+#include "cohort/torch/amp/master_weights.h"
 #include "cohort/torch/elastic/elastic_trainer.h"
 #include "elastic_model.h"
 
@@ -194,8 +197,10 @@ int main(int argc, char** argv) {
   app.add_option("--lr-warmup", lr_warmup,
                  "ElasticTrainerOptions::lr_schedule: this many warm-up steps, then a cosine "
                  "decay to 0 at --steps (cohort::testing::elastic_lr_schedule)");
-  bool sync_bn = false, stale_group = false, bf16 = false;
+  bool sync_bn = false, stale_group = false, bf16 = false, master_weights = false;
   app.add_flag("--bf16", bf16, "ElasticTrainerOptions::precision: bfloat16 autocast");
+  app.add_flag("--master-weights", master_weights,
+               "ElasticTrainerOptions::precision: bfloat16 with float32 master weights");
   app.add_flag("--sync-bn", sync_bn,
                "a BatchNorm1d in the model and ElasticTrainerOptions::sync_batchnorm");
   app.add_flag("--stale-group", stale_group,
@@ -239,7 +244,7 @@ int main(int argc, char** argv) {
       options.diloco->fragments = diloco_fragments;
     }
     options.sync_batchnorm = sync_bn;
-    if (bf16) options.precision = cohort::precision_named("bf16");
+    if (bf16 || master_weights) options.precision = cohort::precision_named("bf16", master_weights);
     options.buddy_copies = !no_buddy;
     options.buddy_refresh_steps = buddy_refresh_steps;
     options.checkpoint_dir = checkpoint_dir;
@@ -251,7 +256,7 @@ int main(int argc, char** argv) {
     torch::optim::Adam other_optimizer(model->parameters());
     OpaqueSgd opaque_optimizer(model->parameters(), sgd);
     std::unique_ptr<cohort::ElasticTrainer> made;
-    if (options.strategy == cohort::StrategyKind::kDdp) {
+    if (options.strategy == cohort::StrategyKind::kDdp && !master_weights) {
       torch::optim::Optimizer& optimizer =
           adam     ? static_cast<torch::optim::Optimizer&>(other_optimizer)
           : opaque ? static_cast<torch::optim::Optimizer&>(opaque_optimizer)
@@ -378,11 +383,22 @@ int main(int argc, char** argv) {
     }
     std::cout << "failed saves " << trainer.failed_saves() << std::endl;
     const int final_rank = trainer.membership().rank;
+    // Under master weights the file holds the float32 masters, which go with the trainer.
+    std::vector<torch::Tensor> masters;
+    if (master_weights) {
+      uint64_t hash = 1469598103934665603ull;  // FNV-1a over every master's bytes
+      for (const auto& t : trainer.master_weights()->parameters()) {
+        masters.push_back(t.detach().clone());
+        const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+        for (int64_t i = 0; i < t.numel() * 4; ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+      }
+      std::cout << "masters " << std::hex << hash << std::dec << std::endl;
+    }
     made.reset();  // FULL_SHARD: the parameters are whole again once the trainer is gone
     if (fill_disk_at >= 0) empty_disk();
     if (final_rank == 0 && !out.empty()) {
       std::ofstream file(out, std::ios::binary);
-      for (const auto& p : model->parameters()) {
+      for (const auto& p : master_weights ? masters : model->parameters()) {
         auto flat = p.detach().contiguous();
         file.write(static_cast<const char*>(flat.data_ptr()), flat.numel() * sizeof(float));
       }

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "cohort/torch/amp/master_weights.h"
 #include "cohort/torch/strategy/precision.h"
 #include "elastic_job.h"
 #include "elastic_model.h"
@@ -144,6 +145,9 @@ torch::Tensor global_batch_loss(torch::nn::SequentialImpl& model, const testing:
 struct ReplayModel {
   bool batch_norm = false;  // a BatchNorm, over each step's global batch (SyncBatchNorm)
   bool bf16 = false;        // forwards under bfloat16 autocast
+  // A bfloat16 model under bfloat16 autocast whose SGD steps float32 masters (amp::
+  // MasterWeights).
+  bool master_weights = false;
 };
 
 // The committed steps replayed on one process: each step's gradient is the mean over its
@@ -155,7 +159,10 @@ Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank
               const ReplayModel& how = {}) {
   Replay out;
   auto model = testing::make_elastic_model(16, how.batch_norm);
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  std::optional<amp::MasterWeights> master;
+  if (how.master_weights) master.emplace(model, torch::kBFloat16);
+  torch::optim::SGD optimizer(master ? master->parameters() : model->parameters(),
+                              torch::optim::SGDOptions(0.05).momentum(0.9));
   const auto data = testing::elastic_data();
   ElasticSampler sampler(data.inputs.size(0), testing::elastic_sampler_options(batch_per_rank, 0));
   for (const auto& [step, world] : world_of_step) {
@@ -163,13 +170,18 @@ Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank
     if (schedule) {
       optimizer.param_groups()[0].options().set_lr(optim::scheduled_lr(*schedule, 0.05, step));
     }
-    optimizer.zero_grad();
+    if (master) {
+      master->zero_grad();
+    } else {
+      optimizer.zero_grad();
+    }
     std::vector<std::vector<size_t>> shares;
     for (int r = 0; r < world; ++r) {
       shares.push_back(sampler.step_indices(r, world));
       out.samples_of_step[step].insert(shares.back().begin(), shares.back().end());
     }
-    const auto precision = precision_named(how.bf16 ? "bf16" : "fp32");
+    const auto precision =
+        precision_named(how.bf16 || how.master_weights ? "bf16" : "fp32", how.master_weights);
     if (how.batch_norm) {
       torch::Tensor loss;
       {
@@ -180,10 +192,14 @@ Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank
     } else {
       backward_as_ranks_do(*model, data, shares, precision);
     }
-    optimizer.step();
+    if (master) {
+      master->step(optimizer);
+    } else {
+      optimizer.step();
+    }
     sampler.advance(world);
   }
-  for (const auto& p : model->parameters()) {
+  for (const auto& p : master ? master->parameters() : model->parameters()) {
     auto flat = p.detach().contiguous();
     out.parameters.insert(out.parameters.end(), flat.data_ptr<float>(),
                           flat.data_ptr<float>() + flat.numel());
@@ -293,6 +309,30 @@ TEST(ElasticFollowsTheGeneration, Bf16AutocastThroughAKillEqualsTheReplay) {
   ReplayModel bf16;
   bf16.bf16 = true;
   expect_replay_parity(job.output(), job.out_path(), 4, false, std::nullopt, bf16);
+}
+
+// Note [Elastic master weights]: a bfloat16 model over float32 masters through a kill and a
+// rejoin: the joiner takes rank 0's masters (not the rounding of its model), so that every
+// member ends with the same masters bitwise, and they train as the replay's.
+TEST(ElasticFollowsTheGeneration, MasterWeightsThroughAKillAndARejoinEqualTheReplay) {
+  ElasticJob job(3, 2);
+  job.start_all(
+      {"--master-weights", "--kill", "2:5:backward", "--await-step", "8", "--await-size", "3"});
+  ASSERT_EQ(job.member(2).wait(kDeadline), 128 + SIGKILL) << job.output();
+  job.start(2, {"--master-weights"}, /*joiner=*/true);
+  const auto codes = job.wait_all();
+  EXPECT_EQ(codes[0], 0) << job.output();
+  EXPECT_EQ(codes[3], 0) << job.output();
+  EXPECT_NE(job.output().find("1 rank joined"), std::string::npos) << job.output();
+  ReplayModel master;
+  master.master_weights = true;
+  expect_replay_parity(job.output(), job.out_path(), 4, false, std::nullopt, master);
+  std::set<std::string> masters;
+  std::istringstream lines(job.output());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("masters ", 0) == 0) masters.insert(line);
+  }
+  EXPECT_EQ(masters.size(), 1u) << "the members end with different masters:\n" << job.output();
 }
 
 // Note [Failures that do not heal]: a step that uses the first generation's group fails in

@@ -20,7 +20,6 @@ void refuse_under_elastic(bool given, const std::string& what) {
 void train_elastic_as(ElasticTrainerOptions& options, StrategyKind kind,
                       const StrategyOptions& wrapping) {
   check_strategy_options(kind, wrapping);
-  detail::refuse_inelastic_precision(wrapping.precision);
   refuse_under_elastic(wrapping.local_sgd.has_value(),
                        "local SGD (StrategyOptions::local_sgd; --local-sgd): use DiLoCo "
                        "(StrategyOptions::diloco), which the elastic trainer heals");
@@ -41,6 +40,7 @@ void train_elastic_as(ElasticTrainerOptions& options, StrategyKind kind,
     if (!options.diloco->hook) options.diloco->hook = wrapping.comm_hook;  // its rounds'
     options.ddp.comm_hook = nullptr;  // DiLoCo sends no gradients
   }
+  detail::refuse_inelastic_precision(options);
 }
 
 }  // namespace cohort

@@ -31,6 +31,7 @@
 #include "coalesced_broadcast.h"
 #include "cohort/core/check.h"
 #include "cohort/core/logging.h"
+#include "cohort/torch/amp/master_weights.h"
 #include "cohort/torch/tensor_buffer.h"
 #include "elastic/elastic_checkpoint.h"
 #include "elastic/elastic_diloco.h"
@@ -129,6 +130,8 @@ struct ElasticTrainer::State {
   ElasticGroup& elastic;
   std::shared_ptr<torch::nn::Module> module;
   torch::optim::Optimizer* optimizer;  // kDdp's (DiLoCo's inner one); null when sharded
+  // kDdp under PrecisionOptions::master_weights (Note [Elastic master weights]).
+  std::unique_ptr<amp::MasterWeights> master;
   // kDdp's optimizer when the trainer was given a factory (ElasticOptimizerFactory) for it.
   std::unique_ptr<torch::optim::Optimizer> made_optimizer;
   ElasticTrainerOptions options;
@@ -160,6 +163,10 @@ struct ElasticTrainer::State {
         sampler(dataset_size, options.sampler) {}
 
   torch::optim::Optimizer& current_optimizer() { return run->optimizer(); }
+
+  // What kDdp's checkpoints hold: the module, or under master weights a module of its names
+  // whose trainable parameters are the float32 masters.
+  torch::nn::Module& checkpoint_module() { return master ? *master->checkpoint_module() : *module; }
 
   // The base LRs of ElasticTrainerOptions::lr_schedule: the groups' LRs of an optimizer as the
   // user made it, before any checkpoint or healing member gave it a scheduled LR.
@@ -245,9 +252,10 @@ struct ElasticTrainer::State {
     std::string error;
     if (group.rank() == 0) {
       try {
-        if (const auto step =
-                detail::load_replica_checkpoint(options.checkpoint_dir, *module, *optimizer,
-                                                sampler, options.resume, run->checkpoint_parts())) {
+        if (const auto step = detail::load_replica_checkpoint(
+                options.checkpoint_dir, checkpoint_module(), *optimizer, sampler, options.resume,
+                run->checkpoint_parts())) {
+          if (master) master->loaded_into_masters();
           committed = *step;
           saved_step = *step;
           COHORT_LOG(kInfo, "resumed from the checkpoint in '", options.checkpoint_dir,
@@ -487,10 +495,18 @@ struct ElasticTrainer::State::ReplicaRun : Run {
   bool step(const std::function<void(const ElasticStep&)>& forward_backward, bool& done) override {
     s.apply_lr_schedule();
     const ElasticStep step = s.next_step();
-    s.optimizer->zero_grad();
+    if (s.master) {
+      s.master->zero_grad();
+    } else {
+      s.optimizer->zero_grad();
+    }
     forward_backward(step);
     s.vote();
-    s.optimizer->step();
+    if (s.master) {
+      s.master->step(*s.optimizer);
+    } else {
+      s.optimizer->step();
+    }
     ++s.committed;
     done = true;  // what follows (the save's agreement) may still meet a lost member
     s.sampler.advance(step.world_size);
@@ -501,8 +517,8 @@ struct ElasticTrainer::State::ReplicaRun : Run {
   // Rank 0 alone writes the file (Note [Elastic saves]).
   void write_checkpoint(const Membership& m) override {
     if (m.rank != 0) return;
-    detail::save_replica_checkpoint(s.options.checkpoint_dir, *s.module, *s.optimizer, s.committed,
-                                    s.sampler, m, checkpoint_parts());
+    detail::save_replica_checkpoint(s.options.checkpoint_dir, s.checkpoint_module(), *s.optimizer,
+                                    s.committed, s.sampler, m, checkpoint_parts());
   }
 
   DistributedDataParallel* ddp() override { return ddp_.get(); }
@@ -513,8 +529,18 @@ struct ElasticTrainer::State::ReplicaRun : Run {
     ddp_ =
         std::make_unique<DistributedDataParallel>(s.module, s.elastic.group_ptr(), s.options.ddp);
   }
+  // Note [Elastic master weights]: under master weights the DDP constructor gave every member
+  // rank 0's 16-bit model, which is only the rounding of rank 0's float32 masters; the masters
+  // themselves come from rank 0 too (a joiner's own would be its start's, and rounding the
+  // model would lose what the masters add), and the model is then their rounding on every
+  // member. The optimizer steps the masters (its state heals above), the checkpoints hold them
+  // (checkpoint_module), so a member, a survivor and a resumed job all go on as the job
+  // without faults.
   virtual void heal_state(const Membership& /*m*/) {
     detail::broadcast_optimizer_state(s.elastic.group(), *s.optimizer);
+    if (!s.master) return;
+    broadcast_coalesced(s.elastic.group(), s.master->parameters(), 0, call_sites::kElasticHeal);
+    s.master->loaded_into_masters();
   }
 
   State& s;
@@ -645,6 +671,10 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
   COHORT_CHECK(state_->options.strategy == StrategyKind::kDdp,
                "ElasticTrainer: a sharded strategy builds its optimizer for each generation; pass "
                "an optimizer factory (ElasticOptimizerFactory) instead of an optimizer");
+  COHORT_CHECK(!state_->options.precision.master_weights,
+               "ElasticTrainer: under master weights the optimizer steps the float32 masters, "
+               "which the trainer makes from the module; pass an optimizer factory "
+               "(ElasticOptimizerFactory) instead of an optimizer");
   make_replica_run();
 }
 
@@ -656,8 +686,15 @@ ElasticTrainer::ElasticTrainer(ElasticGroup& elastic, std::shared_ptr<torch::nn:
   COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
   COHORT_CHECK(make_optimizer != nullptr, "ElasticTrainer: the optimizer factory is empty");
   if (state_->options.strategy == StrategyKind::kDdp) {
-    // The replicas' optimizer is made once, over the whole model, and kept by the trainer.
-    state_->made_optimizer = make_optimizer(state_->module->named_parameters());
+    // The replicas' optimizer is made once, over the whole model (under master weights its
+    // float32 masters: the model becomes 16-bit here, before any wrapper), and kept.
+    detail::refuse_inelastic_precision(state_->options);
+    if (state_->options.precision.master_weights) {
+      state_->master = std::make_unique<amp::MasterWeights>(
+          state_->module, state_->options.precision.compute_dtype);
+    }
+    state_->made_optimizer = make_optimizer(state_->master ? state_->master->named_parameters()
+                                                           : state_->module->named_parameters());
     COHORT_CHECK(state_->made_optimizer != nullptr,
                  "ElasticTrainer: the optimizer factory returned null");
     state_->optimizer = state_->made_optimizer.get();
@@ -696,7 +733,7 @@ void ElasticTrainer::start() {
   const auto start = std::chrono::steady_clock::now();
   COHORT_CHECK(state_->module, "ElasticTrainer: the module is null");
   detail::refuse_what_cannot_follow(state_->options);
-  detail::refuse_inelastic_precision(state_->options.precision);
+  detail::refuse_inelastic_precision(state_->options);
   if (state_->options.lr_schedule) state_->options.lr_schedule->validate();
   if (!elastic.joined()) {
     elastic.set_fingerprint(model_fingerprint(*state_->module));
@@ -783,6 +820,9 @@ DiLoCo& ElasticTrainer::diloco() {
 }
 torch::optim::Optimizer& ElasticTrainer::optimizer() {
   return state_->current_optimizer();
+}
+amp::MasterWeights* ElasticTrainer::master_weights() {
+  return state_->master.get();
 }
 ShardedParameters ElasticTrainer::sharded_parameters() {
   detail::ShardedRun* sharded = state_->run->sharded();

@@ -15,15 +15,27 @@ void refuse_what_cannot_follow(const ElasticTrainerOptions& options) {
   }
 }
 
-// Master weights hold the model in 16 bits beside float32 copies that the healing and the
-// checkpoints do not carry yet; float16 needs a loss scale that every member holds alike.
-void refuse_inelastic_precision(const PrecisionOptions& precision) {
+// Master weights follow the generation under kDdp: the trainer makes the optimizer over the
+// float32 masters, heals them from rank 0 and checkpoints them (Note [Elastic master weights]).
+// The sharded strategies' masters would be FSDP's float32 shards under a 16-bit param_dtype,
+// which the piece exchange does not re-slice yet; DiLoCo averages the model's own parameters.
+// Float16 needs a loss scale that every member holds alike.
+void refuse_inelastic_precision(const ElasticTrainerOptions& options) {
+  const PrecisionOptions& precision = options.precision;
   Precision checked(precision);  // its own refusals (float16 on a CPU, ...)
-  if (precision.master_weights) {
+  if (precision.master_weights && options.strategy != StrategyKind::kDdp) {
     throw InvalidArgument(
-        "ElasticTrainer does not train with master weights (PrecisionOptions::master_weights; "
-        "--master-weights) yet: use bfloat16 autocast over float32 parameters (docs/elastic.md, "
+        std::string("ElasticTrainer trains with master weights (PrecisionOptions::master_weights; "
+                    "--master-weights) under ddp only, not ") +
+        strategy_name(options.strategy) +
+        " yet: use ddp, or bfloat16 autocast over float32 parameters (docs/elastic.md, "
         "\"Strategies and options\")");
+  }
+  if (precision.master_weights && options.diloco) {
+    throw InvalidArgument(
+        "ElasticTrainer: DiLoCo (ElasticTrainerOptions::diloco) averages the model's own "
+        "parameters, and master weights (--master-weights) keep the optimizer's in float32 "
+        "masters: give one of them");
   }
   if (precision.compute_dtype == torch::kFloat16) {
     throw InvalidArgument(

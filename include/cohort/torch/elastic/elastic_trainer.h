@@ -50,6 +50,10 @@ class Optimizer;
 
 namespace cohort {
 
+namespace amp {
+class MasterWeights;  // cohort/torch/amp/master_weights.h
+}  // namespace amp
+
 struct ElasticTrainerOptions {
   ElasticSamplerOptions sampler;  // batch size policy, shuffle, seed
   // How each generation trains (docs/elastic.md, "What is kept where"): kDdp (replicas, healed
@@ -78,8 +82,11 @@ struct ElasticTrainerOptions {
   bool sync_batchnorm = false;
   // The precision forwards compute in: float32 (the default) or bfloat16 (autocast, the
   // parameters, gradients and optimizer state staying float32), through forward_scope(), which
-  // the step's forward runs in. Master weights, and float16's loss scaling, are not elastic yet:
-  // refused by name when the trainer is made.
+  // the step's forward runs in. Under kDdp also master weights (master_weights with bfloat16):
+  // the trainer makes the module 16-bit and the optimizer, through the factory, over float32
+  // masters (master_weights()), which it heals and checkpoints. Master weights under a sharded
+  // strategy or DiLoCo, and float16's loss scaling, are not elastic yet: refused by name when
+  // the trainer is made.
   PrecisionOptions precision;
   // Sharded strategies: after each committed step every member holds a copy of its ring
   // predecessor's shards (values and optimizer state, Note [Buddy copies] in
@@ -124,10 +131,10 @@ struct ElasticTrainerOptions {
 // `options.strategy` to `kind`, and `ddp`, `zero`, `fsdp`, `diloco`, `sync_batchnorm` and
 // `precision` as make_strategy(kind, ..., wrapping) would make its wrapper (buckets, timeline,
 // comm hook, FSDP's units and prefetching, DiLoCo with the hook for its rounds, SyncBatchNorm,
-// the autocast dtype); the rest of
-// `options` stays. So one StrategyOptions trains a model with or without ElasticTrainer. Throws
-// InvalidArgument, naming the option, for a combination make_strategy refuses and for what
-// ElasticTrainer does not do: master weights and float16 (its loss scaling), local SGD, and
+// the autocast dtype, master weights under ddp); the rest of `options` stays. So one
+// StrategyOptions trains a model with or without ElasticTrainer. Throws InvalidArgument, naming
+// the option, for a combination make_strategy refuses and for what ElasticTrainer does not do:
+// master weights under a sharded strategy, float16 (its loss scaling), local SGD, and
 // activation checkpointing (apply cohort::checkpoint_modules to the module before making the
 // trainer).
 void train_elastic_as(ElasticTrainerOptions& options, StrategyKind kind,
@@ -233,6 +240,10 @@ class ElasticTrainer {
   // The optimizer that steps this member's parameters or shards now (a sharded strategy's is
   // made anew for each generation).
   torch::optim::Optimizer& optimizer();
+  // Under PrecisionOptions::master_weights (kDdp): the float32 masters the optimizer steps,
+  // of which the module holds the 16-bit rounding (evaluate through forward_scope(); save the
+  // masters, not the module, to keep what they add). Null otherwise.
+  amp::MasterWeights* master_weights();
   // The current generation's wrapper as the cross-cutting features see it (clipping, loss
   // scaling, checkpoints); sharded strategies only.
   ShardedParameters sharded_parameters();
