@@ -319,5 +319,70 @@ TEST(StrategyLayer, ShardedCheckpointLoadsUnderAnotherStrategy) {
   std::filesystem::remove_all(directory);
 }
 
+// FULL_SHARD under master weights: the float32 shards are the masters and the sharded checkpoint
+// holds them (its manifest once described the units' 16-bit parameters, so that no run could
+// load it); a fresh FULL_SHARD run over master weights and a float32 ZeRO-2 run both resume them.
+TEST(StrategyLayer, AFullShardCheckpointOverMasterWeightsResumesItsMasters) {
+  const auto directory = std::filesystem::temp_directory_path() /
+                         ("cohort_strategy_master_test_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(directory);
+  StrategyOptions master;
+  master.precision = precision_named("bf16", /*master_weights=*/true);
+  auto groups = testing::make_inproc_groups(kWorld, testing::quick_options());
+  std::vector<std::vector<torch::Tensor>> saved(kWorld), resumed(kWorld), in_float32(kWorld);
+  auto models = models_per_rank(), sharded = models_per_rank(), replicas = models_per_rank();
+  testing::run_ranks(kWorld, [&](int rank) {
+    auto train = [&](torch::nn::Sequential& model, StrategyKind kind, const StrategyOptions& o,
+                     int steps, std::vector<torch::Tensor>& masters) {
+      auto run = make_strategy(kind, model, groups[rank], o);
+      torch::optim::AdamW optimizer(run->optimizer_parameters().values(),
+                                    torch::optim::AdamWOptions(0.01));
+      TrainingState state;
+      state.module = model.ptr().get();
+      state.optimizer = &optimizer;
+      const bool loaded = run->load(directory.string(), state);
+      EXPECT_EQ(loaded, steps == 0);
+      for (int step = 0; step < steps; ++step) {
+        run->zero_grad(optimizer);
+        torch::Tensor loss;
+        {
+          auto autocast = run->forward_scope();
+          loss = slice_loss(model, step, rank);
+        }
+        run->backward(loss);
+        run->step(optimizer);
+        state.step = step + 1;
+      }
+      if (steps > 0) run->save(directory.string(), state);
+      run->finish_checkpoints();
+      // ZeRO-2's module holds the whole float32 parameters; FSDP's masters are its shards.
+      const auto held =
+          kind == StrategyKind::kZero2 ? model->parameters() : run->optimizer_parameters().values();
+      for (const auto& t : held) masters.push_back(t.detach().clone());
+    };
+    train(models[rank], StrategyKind::kFullShard, master, 3, saved[rank]);
+    train(sharded[rank], StrategyKind::kFullShard, master, 0, resumed[rank]);
+    train(replicas[rank], StrategyKind::kZero2, {}, 0, in_float32[rank]);
+  });
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ASSERT_EQ(resumed[rank].size(), saved[rank].size());
+    for (size_t i = 0; i < saved[rank].size(); ++i) {
+      EXPECT_EQ(saved[rank][i].scalar_type(), torch::kFloat32);
+      EXPECT_TRUE(torch::equal(saved[rank][i], resumed[rank][i])) << "rank " << rank << " " << i;
+    }
+  }
+  // The ZeRO-2 run's whole float32 model is the saved run's, whose FSDP gave its module the
+  // whole float32 masters back when it went.
+  for (int rank = 0; rank < kWorld; ++rank) {
+    const auto written = snapshot(*models[rank]);
+    ASSERT_EQ(written.size(), in_float32[rank].size());
+    for (size_t i = 0; i < written.size(); ++i) {
+      EXPECT_EQ(written[i].scalar_type(), torch::kFloat32);
+      EXPECT_TRUE(torch::equal(written[i], in_float32[rank][i])) << "rank " << rank << " " << i;
+    }
+  }
+  std::filesystem::remove_all(directory);
+}
+
 }  // namespace
 }  // namespace cohort

@@ -67,6 +67,9 @@ RankHoldings fsdp_holdings(const FullyShardedDataParallel& fsdp) {
                            "' is in no FSDP unit");
     const ShardPart& part = it->second.part;
     ParameterShard shard = describe_parameter(item.key(), item.value());
+    // What the shard holds: under a 16-bit param_dtype the module's parameter is the gathered
+    // 16-bit copy, and the shard its float32 master, which the checkpoint and the pieces carry.
+    shard.dtype = part.tensor.scalar_type();
     shard.offset = part.range.parameter_offset;
     shard.length = part.range.length;
     shard.tensor = part.tensor;
