@@ -49,13 +49,10 @@ TEST(ElasticOptions, NoShardIsRefused) {
   expect_refused(options, "is not elastic");
 }
 
-TEST(ElasticOptions, CpuOffloadAndParamDtypeAreRefused) {
+TEST(ElasticOptions, CpuOffloadIsRefused) {
   auto offload = full_shard_options();
   offload.fsdp.cpu_offload = true;
   expect_refused(offload, "cpu_offload");
-  auto bf16 = full_shard_options();
-  bf16.fsdp.mixed_precision.param_dtype = torch::kBFloat16;
-  expect_refused(bf16, "param_dtype");
 }
 
 TEST(ElasticOptions, ABuddyRefreshOfFewerThanOneStepIsRefused) {
@@ -83,12 +80,18 @@ TEST(ElasticOptions, AnOptimizerInsteadOfAFactoryIsRefusedForAShardedStrategy) {
 }
 
 // Master weights are elastic under ddp, whose optimizer the trainer makes over the masters
-// (a factory); not under a sharded strategy, nor with DiLoCo, which averages the model itself.
-TEST(ElasticOptions, MasterWeightsNeedDdpAnOptimizerFactoryAndNoDiLoCo) {
+// (a factory), and FSDP's strategies; not under ZeRO, which keeps no float32 copy, nor with
+// DiLoCo, which averages the model itself. An FSDP param_dtype must be theirs.
+TEST(ElasticOptions, MasterWeightsNeedDdpOrFsdpAnOptimizerFactoryAndNoDiLoCo) {
   const PrecisionOptions master = precision_named("bf16", /*master_weights=*/true);
-  auto sharded = full_shard_options();
-  sharded.precision = master;
-  expect_refused(sharded, "under ddp only, not full_shard");
+  auto zero = full_shard_options();
+  zero.strategy = StrategyKind::kZero2;
+  zero.precision = master;
+  expect_refused(zero, "are not available under zero2");
+  auto other_dtype = full_shard_options();
+  other_dtype.precision = master;
+  other_dtype.fsdp.mixed_precision.param_dtype = torch::kFloat64;
+  expect_refused(other_dtype, "is not the master weights' compute dtype");
   ElasticTrainerOptions diloco;
   diloco.sampler.batch_per_rank = 4;
   diloco.precision = master;
@@ -221,12 +224,12 @@ TEST(TrainElasticAs, RefusesWhatTheElasticTrainerDoesNotDoByName) {
   };
   StrategyOptions bf16;
   bf16.precision = precision_named("bf16", /*master_weights=*/true);
-  refused(StrategyKind::kFullShard, bf16,
-          "with master weights (PrecisionOptions::master_weights; "
-          "--master-weights) under ddp only, not full_shard");
-  ElasticTrainerOptions under_ddp;  // the replicas' master weights are elastic
-  train_elastic_as(under_ddp, StrategyKind::kDdp, bf16);
-  EXPECT_TRUE(under_ddp.precision.master_weights);
+  refused(StrategyKind::kZero2, bf16, "not available under zero1 and zero2");  // make_strategy's
+  for (StrategyKind elastic_masters : {StrategyKind::kDdp, StrategyKind::kFullShard}) {
+    ElasticTrainerOptions options;
+    train_elastic_as(options, elastic_masters, bf16);
+    EXPECT_TRUE(options.precision.master_weights);
+  }
   StrategyOptions local_sgd;
   local_sgd.local_sgd = LocalSgdOptions{};
   refused(StrategyKind::kDdp, local_sgd, "local SGD");

@@ -29,7 +29,8 @@
 // --stale-group allreduces over the first generation's group in every forward; --bf16 sets
 // ElasticTrainerOptions::precision to bfloat16 autocast, --master-weights to bfloat16 with
 // float32 master weights (the trainer's factory constructor under ddp; --out gets the masters,
-// and every member prints "masters <hex>", the bytes of its masters hashed, at the end);
+// and every member prints "masters <hex>", the bytes of its masters hashed, at the end: under
+// FSDP's strategies the whole float32 parameters);
 // --opaque-optimizer gives DDP an optimizer that no checkpoint codec knows, so that its state heals
 // through save() and load(); --no-buddy turns buddy copies off, --checkpoint-dir and
 // --checkpoint-every make the trainer write sharded checkpoints; --lr-warmup N sets a learning-rate
@@ -383,24 +384,29 @@ int main(int argc, char** argv) {
     }
     std::cout << "failed saves " << trainer.failed_saves() << std::endl;
     const int final_rank = trainer.membership().rank;
-    // Under master weights the file holds the float32 masters, which go with the trainer.
+    // Under ddp's master weights the file holds the float32 masters, which go with the trainer
+    // (under FSDP's the whole float32 parameters are the masters).
     std::vector<torch::Tensor> masters;
+    if (auto* master = trainer.master_weights()) {
+      for (const auto& t : master->parameters()) masters.push_back(t.detach().clone());
+    }
+    made.reset();  // FULL_SHARD: the parameters are whole again once the trainer is gone
+    if (masters.empty()) {
+      for (const auto& p : model->parameters()) masters.push_back(p.detach().contiguous());
+    }
     if (master_weights) {
       uint64_t hash = 1469598103934665603ull;  // FNV-1a over every master's bytes
-      for (const auto& t : trainer.master_weights()->parameters()) {
-        masters.push_back(t.detach().clone());
+      for (const auto& t : masters) {
         const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
         for (int64_t i = 0; i < t.numel() * 4; ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
       }
       std::cout << "masters " << std::hex << hash << std::dec << std::endl;
     }
-    made.reset();  // FULL_SHARD: the parameters are whole again once the trainer is gone
     if (fill_disk_at >= 0) empty_disk();
     if (final_rank == 0 && !out.empty()) {
       std::ofstream file(out, std::ios::binary);
-      for (const auto& p : master_weights ? masters : model->parameters()) {
-        auto flat = p.detach().contiguous();
-        file.write(static_cast<const char*>(flat.data_ptr()), flat.numel() * sizeof(float));
+      for (const auto& p : masters) {
+        file.write(static_cast<const char*>(p.data_ptr()), p.numel() * sizeof(float));
       }
     }
     std::cout << "done rank " << final_rank << std::endl;

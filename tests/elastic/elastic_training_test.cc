@@ -146,8 +146,10 @@ struct ReplayModel {
   bool batch_norm = false;  // a BatchNorm, over each step's global batch (SyncBatchNorm)
   bool bf16 = false;        // forwards under bfloat16 autocast
   // A bfloat16 model under bfloat16 autocast whose SGD steps float32 masters (amp::
-  // MasterWeights).
+  // MasterWeights), which start as the model's bfloat16 rounding (ddp's) or, where
+  // `masters_start_whole`, as the float32 parameters themselves (FSDP's float32 shards).
   bool master_weights = false;
+  bool masters_start_whole = false;
 };
 
 // The committed steps replayed on one process: each step's gradient is the mean over its
@@ -160,7 +162,17 @@ Replay replay(const std::map<int64_t, int>& world_of_step, size_t batch_per_rank
   Replay out;
   auto model = testing::make_elastic_model(16, how.batch_norm);
   std::optional<amp::MasterWeights> master;
-  if (how.master_weights) master.emplace(model, torch::kBFloat16);
+  if (how.master_weights) {
+    const auto whole = model->parameters();
+    std::vector<torch::Tensor> float32;
+    for (const auto& p : whole) float32.push_back(p.detach().clone());
+    master.emplace(model, torch::kBFloat16);
+    if (how.masters_start_whole) {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < float32.size(); ++i) master->parameters()[i].copy_(float32[i]);
+      master->loaded_into_masters();
+    }
+  }
   torch::optim::SGD optimizer(master ? master->parameters() : model->parameters(),
                               torch::optim::SGDOptions(0.05).momentum(0.9));
   const auto data = testing::elastic_data();
@@ -312,20 +324,29 @@ TEST(ElasticFollowsTheGeneration, Bf16AutocastThroughAKillEqualsTheReplay) {
 }
 
 // Note [Elastic master weights]: a bfloat16 model over float32 masters through a kill and a
-// rejoin: the joiner takes rank 0's masters (not the rounding of its model), so that every
-// member ends with the same masters bitwise, and they train as the replay's.
-TEST(ElasticFollowsTheGeneration, MasterWeightsThroughAKillAndARejoinEqualTheReplay) {
-  ElasticJob job(3, 2);
-  job.start_all(
-      {"--master-weights", "--kill", "2:5:backward", "--await-step", "8", "--await-size", "3"});
-  ASSERT_EQ(job.member(2).wait(kDeadline), 128 + SIGKILL) << job.output();
-  job.start(2, {"--master-weights"}, /*joiner=*/true);
+// rejoin, under ddp (the trainer's amp::MasterWeights: the joiner takes rank 0's masters, not
+// the rounding of its model) and FULL_SHARD (the float32 shards are the masters, carried by the
+// buddy copies and the piece exchange): every member ends with the same masters bitwise, and
+// they equal the replay's. Two members, then one: a bfloat16 sum of two gradients rounds alike
+// in any order, where three would sum in the order of each strategy's reduction.
+class MasterWeightsElastic : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(MasterWeightsElastic, ThroughAKillAndARejoinEqualTheReplay) {
+  ElasticJob job(2, 1);
+  const std::vector<std::string> how = {"--master-weights", "--strategy", GetParam()};
+  std::vector<std::string> faults = how;
+  faults.insert(faults.end(), {"--kill", "1:5:backward", "--await-step", "8", "--await-size", "2"});
+  job.start_all(faults);
+  ASSERT_EQ(job.member(1).wait(kDeadline), 128 + SIGKILL) << job.output();
+  job.start(1, how, /*joiner=*/true);
   const auto codes = job.wait_all();
   EXPECT_EQ(codes[0], 0) << job.output();
-  EXPECT_EQ(codes[3], 0) << job.output();
+  EXPECT_EQ(codes[2], 0) << job.output();
   EXPECT_NE(job.output().find("1 rank joined"), std::string::npos) << job.output();
+  EXPECT_EQ(worlds_seen(job), (std::set<int>{1, 2}));
   ReplayModel master;
   master.master_weights = true;
+  master.masters_start_whole = std::string(GetParam()) != "ddp";
   expect_replay_parity(job.output(), job.out_path(), 4, false, std::nullopt, master);
   std::set<std::string> masters;
   std::istringstream lines(job.output());
@@ -334,6 +355,8 @@ TEST(ElasticFollowsTheGeneration, MasterWeightsThroughAKillAndARejoinEqualTheRep
   }
   EXPECT_EQ(masters.size(), 1u) << "the members end with different masters:\n" << job.output();
 }
+
+INSTANTIATE_TEST_SUITE_P(Strategies, MasterWeightsElastic, ::testing::Values("ddp", "full_shard"));
 
 // Note [Failures that do not heal]: a step that uses the first generation's group fails in
 // every later generation with every member alive; the survivors end the job with its cause

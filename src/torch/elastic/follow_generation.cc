@@ -15,21 +15,22 @@ void refuse_what_cannot_follow(const ElasticTrainerOptions& options) {
   }
 }
 
-// Master weights follow the generation under kDdp: the trainer makes the optimizer over the
-// float32 masters, heals them from rank 0 and checkpoints them (Note [Elastic master weights]).
-// The sharded strategies' masters would be FSDP's float32 shards under a 16-bit param_dtype,
-// which the piece exchange does not re-slice yet; DiLoCo averages the model's own parameters.
-// Float16 needs a loss scale that every member holds alike.
+// Master weights follow the generation under kDdp, where the trainer makes the optimizer over
+// the float32 masters, heals them from rank 0 and checkpoints them (Note [Elastic master
+// weights]), and under FSDP's strategies, whose float32 shards are the masters (a 16-bit
+// param_dtype: the pieces, buddy copies and checkpoints are the shards). ZeRO keeps no masters
+// (make_strategy refuses it there too); DiLoCo averages the model's own parameters. Float16
+// needs a loss scale that every member holds alike.
 void refuse_inelastic_precision(const ElasticTrainerOptions& options) {
   const PrecisionOptions& precision = options.precision;
   Precision checked(precision);  // its own refusals (float16 on a CPU, ...)
-  if (precision.master_weights && options.strategy != StrategyKind::kDdp) {
+  if (precision.master_weights && is_zero(options.strategy)) {
     throw InvalidArgument(
-        std::string("ElasticTrainer trains with master weights (PrecisionOptions::master_weights; "
-                    "--master-weights) under ddp only, not ") +
+        std::string("ElasticTrainer: master weights (PrecisionOptions::master_weights; "
+                    "--master-weights) are not available under ") +
         strategy_name(options.strategy) +
-        " yet: use ddp, or bfloat16 autocast over float32 parameters (docs/elastic.md, "
-        "\"Strategies and options\")");
+        " (ZeRO shards the model's own parameters and keeps no float32 copy): use ddp or an "
+        "FSDP strategy, whose float32 shards are the masters");
   }
   if (precision.master_weights && options.diloco) {
     throw InvalidArgument(

@@ -14,9 +14,9 @@
 //     (CommHook::on_new_group: PowerSGD's Q, which a joiner does not have).
 // What cannot follow is refused by name when the trainer is made (refuse_what_cannot_follow,
 // refuse_inelastic_precision): a comm hook holding a group of its own (post_local_sgd_hook's
-// local group), and precision state that healing does not carry yet (the sharded strategies'
-// master weights, float16's loss scale); kDdp's master weights are healed with the model
-// (Note [Elastic master weights] in elastic_trainer.cc). bfloat16 autocast holds none: it follows
+// local group), and precision state that healing does not carry yet (float16's loss scale);
+// kDdp's master weights are healed with the model (Note [Elastic master weights] in
+// elastic_trainer.cc), FSDP's are its float32 shards. bfloat16 autocast holds none: it follows
 // as it is. What holds no group needs nothing here: LARS and LAMB hold whole tensors under kDdp (no
 // norm reduction), and the sharded strategies refuse them (their state is re-sliced by element).
 // Anything else that fails the same step in every generation with every member alive ends the job
@@ -42,8 +42,7 @@ void convert_batch_norms(const std::shared_ptr<torch::nn::Module>& module,
                          const std::shared_ptr<Group>& group);
 
 // Throws InvalidArgument for a precision the trainer does not train in yet (master weights
-// under a sharded strategy or DiLoCo, float16's loss scaling), and for what Precision itself
-// refuses.
+// under ZeRO or DiLoCo, float16's loss scaling), and for what Precision itself refuses.
 void refuse_inelastic_precision(const ElasticTrainerOptions& options);
 
 // Rebinds what `module` and `options` hold to `group`, the new generation's.

@@ -47,10 +47,19 @@ ShardedRun::ShardedRun(std::shared_ptr<torch::nn::Module> module, ElasticOptimiz
                strategy_name(options.strategy),
                " says; leave it and give the strategy as full_shard, shard_grad_op or "
                "hybrid_shard (docs/elastic.md)");
-  const FsdpOptions& fsdp = fsdp_options_;
-  COHORT_CHECK(!fsdp.cpu_offload && !fsdp.mixed_precision.param_dtype.has_value(),
-               "ElasticTrainer: FsdpOptions::cpu_offload and a mixed-precision param_dtype are "
-               "not elastic yet (docs/elastic.md, \"Limits\"); turn them off");
+  COHORT_CHECK(!fsdp_options_.cpu_offload,
+               "ElasticTrainer: FsdpOptions::cpu_offload is not elastic yet (docs/elastic.md, "
+               "\"Limits\"); turn it off");
+  // Master weights: the units gathered in the 16-bit dtype, their float32 shards the masters,
+  // which the pieces, buddy copies and checkpoints carry as they are (as make_strategy's FSDP).
+  auto& param_dtype = fsdp_options_.mixed_precision.param_dtype;
+  if (options.precision.master_weights) {
+    COHORT_CHECK(!param_dtype || *param_dtype == options.precision.compute_dtype,
+                 "ElasticTrainer: FsdpOptions' param_dtype ", c10::toString(*param_dtype),
+                 " is not the master weights' compute dtype ",
+                 c10::toString(options.precision.compute_dtype), "; leave it unset");
+    param_dtype = options.precision.compute_dtype;
+  }
 }
 
 // Not drop_wrapper(): the group is whole here, and FSDP's destructor gathers the parameters

@@ -82,11 +82,12 @@ struct ElasticTrainerOptions {
   bool sync_batchnorm = false;
   // The precision forwards compute in: float32 (the default) or bfloat16 (autocast, the
   // parameters, gradients and optimizer state staying float32), through forward_scope(), which
-  // the step's forward runs in. Under kDdp also master weights (master_weights with bfloat16):
+  // the step's forward runs in. Also master weights (master_weights with bfloat16): under kDdp
   // the trainer makes the module 16-bit and the optimizer, through the factory, over float32
-  // masters (master_weights()), which it heals and checkpoints. Master weights under a sharded
-  // strategy or DiLoCo, and float16's loss scaling, are not elastic yet: refused by name when
-  // the trainer is made.
+  // masters (master_weights()), which it heals and checkpoints; under FSDP's strategies the
+  // units are gathered in bfloat16 (FsdpOptions' param_dtype) and their float32 shards are the
+  // masters. Master weights under ZeRO or DiLoCo, and float16's loss scaling, are not elastic:
+  // refused by name when the trainer is made.
   PrecisionOptions precision;
   // Sharded strategies: after each committed step every member holds a copy of its ring
   // predecessor's shards (values and optimizer state, Note [Buddy copies] in
@@ -131,10 +132,10 @@ struct ElasticTrainerOptions {
 // `options.strategy` to `kind`, and `ddp`, `zero`, `fsdp`, `diloco`, `sync_batchnorm` and
 // `precision` as make_strategy(kind, ..., wrapping) would make its wrapper (buckets, timeline,
 // comm hook, FSDP's units and prefetching, DiLoCo with the hook for its rounds, SyncBatchNorm,
-// the autocast dtype, master weights under ddp); the rest of `options` stays. So one
+// the autocast dtype, master weights); the rest of `options` stays. So one
 // StrategyOptions trains a model with or without ElasticTrainer. Throws InvalidArgument, naming
 // the option, for a combination make_strategy refuses and for what ElasticTrainer does not do:
-// master weights under a sharded strategy, float16 (its loss scaling), local SGD, and
+// float16 (its loss scaling), local SGD, and
 // activation checkpointing (apply cohort::checkpoint_modules to the module before making the
 // trainer).
 void train_elastic_as(ElasticTrainerOptions& options, StrategyKind kind,
@@ -240,9 +241,10 @@ class ElasticTrainer {
   // The optimizer that steps this member's parameters or shards now (a sharded strategy's is
   // made anew for each generation).
   torch::optim::Optimizer& optimizer();
-  // Under PrecisionOptions::master_weights (kDdp): the float32 masters the optimizer steps,
+  // Under PrecisionOptions::master_weights and kDdp: the float32 masters the optimizer steps,
   // of which the module holds the 16-bit rounding (evaluate through forward_scope(); save the
-  // masters, not the module, to keep what they add). Null otherwise.
+  // masters, not the module, to keep what they add). Null otherwise (under FSDP's strategies
+  // the masters are the shards: sharded_parameters()).
   amp::MasterWeights* master_weights();
   // The current generation's wrapper as the cross-cutting features see it (clipping, loss
   // scaling, checkpoints); sharded strategies only.
