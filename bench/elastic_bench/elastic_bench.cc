@@ -37,7 +37,7 @@ struct Options {
   int kill_rank = -1;
   int64_t kill_step = -1;
   bool plain = false;
-  std::string strategy = "ddp";  // ddp, zero1, zero2, full_shard
+  std::string strategy = "ddp";  // a strategy layer name (cohort::strategy_named)
   bool buddy = true;
   int64_t buddy_refresh_steps = cohort::ElasticTrainerOptions{}.buddy_refresh_steps;
 };
@@ -49,7 +49,7 @@ std::unique_ptr<cohort::ElasticTrainer> make_trainer(cohort::ElasticGroup& elast
                                                      const Options& o) {
   cohort::ElasticTrainerOptions options;
   options.sampler.batch_per_rank = static_cast<size_t>(o.batch);
-  options.strategy = cohort::strategy_named(o.strategy).value_or(cohort::StrategyKind::kDdp);
+  options.strategy = cohort::strategy_named(o.strategy).value();
   options.buddy_copies = o.buddy;
   options.buddy_refresh_steps = o.buddy_refresh_steps;
   const auto samples = static_cast<size_t>(o.samples);
@@ -194,8 +194,11 @@ int main(int argc, char** argv) {
   app.add_option("--kill-rank", o.kill_rank, "launch rank whose first process dies");
   app.add_option("--kill-step", o.kill_step, "the step it dies in (mid-backward)");
   app.add_flag("--plain", o.plain, "plain DDP, no elasticity (the baseline)");
-  app.add_option("--strategy", o.strategy, "ddp, zero1, zero2 or full_shard")
-      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "full_shard"}));
+  app.add_option("--strategy", o.strategy, "the strategy layer's: " + cohort::strategy_names())
+      ->check([](const std::string& name) {
+        return cohort::strategy_named(name) ? std::string()
+                                            : "not one of " + cohort::strategy_names();
+      });
   app.add_flag("!--no-buddy", o.buddy, "sharded strategies: no buddy copies");
   app.add_option("--buddy-refresh-steps", o.buddy_refresh_steps,
                  "sharded strategies: steps a buddy copy is logged between refreshes");

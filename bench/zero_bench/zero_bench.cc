@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "cohort/torch/ddp/ddp.h"
 #include "cohort/torch/shard/fsdp.h"
 #include "cohort/torch/shard/zero.h"
+#include "cohort/torch/strategy/strategy_kind.h"
 #include "gpt.h"            // models/
 #include "launched_main.h"  // main()
 
@@ -59,9 +61,19 @@ struct Config {
   double timeout_s = 300;
   bool checksum = false;
 
-  int stage() const { return strategy == "zero1" ? 1 : strategy == "zero2" ? 2 : 0; }
-  bool fsdp() const {
-    return strategy == "full_shard" || strategy == "shard_grad_op" || strategy == "no_shard";
+  // The strategy layer's kind of --strategy (cohort/torch/strategy/strategy_kind.h); FSDP's
+  // NO_SHARD, which is no kind of its own there, is timed too.
+  static constexpr const char* kNoShard = "no_shard";
+  std::optional<cohort::StrategyKind> kind() const { return cohort::strategy_named(strategy); }
+  int stage() const {
+    return kind() == cohort::StrategyKind::kZero1   ? 1
+           : kind() == cohort::StrategyKind::kZero2 ? 2
+                                                    : 0;
+  }
+  bool fsdp() const { return strategy == kNoShard || (kind() && cohort::is_fsdp(*kind())); }
+  cohort::ShardingStrategy sharding() const {
+    return strategy == kNoShard ? cohort::ShardingStrategy::kNoShard
+                                : cohort::fsdp_sharding_of(*kind());
   }
   cohort::Milliseconds timeout() const {
     return cohort::Milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
@@ -92,12 +104,23 @@ void add_run_options(CLI::App& app, Config& c) {
                "all ranks hold the same (to compare two builds bit for bit)");
 }
 
+// The strategy layer's names, and FSDP's no_shard.
+std::vector<std::string> strategy_choices() {
+  std::vector<std::string> names;
+  for (cohort::StrategyKind kind : cohort::all_strategy_kinds()) {
+    names.push_back(cohort::strategy_name(kind));
+  }
+  names.push_back(Config::kNoShard);
+  return names;
+}
+
 void add_options(CLI::App& app, Config& c) {
   app.add_option("--strategy", c.strategy,
                  "ddp: cohort::DistributedDataParallel; zero1, zero2: ZeroDataParallel stage 1 "
-                 "or 2; full_shard, shard_grad_op, no_shard: FullyShardedDataParallel with that "
-                 "strategy (units: the transformer blocks, the rest in the root unit)")
-      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "full_shard", "shard_grad_op", "no_shard"}))
+                 "or 2; full_shard, shard_grad_op, hybrid_shard, no_shard: "
+                 "FullyShardedDataParallel with that strategy (units: the transformer blocks, "
+                 "the rest in the root unit)")
+      ->check(CLI::IsMember(strategy_choices()))
       ->capture_default_str();
   app.add_option("--batch", c.batch, "GLOBAL batch in sequences; each rank takes batch/world")
       ->capture_default_str();
@@ -254,9 +277,7 @@ class Bench {
     const auto options = torch::optim::AdamWOptions(config_.lr).weight_decay(config_.weight_decay);
     if (config_.fsdp()) {
       cohort::FsdpOptions fsdp;
-      fsdp.strategy = config_.strategy == "full_shard"      ? cohort::ShardingStrategy::kFullShard
-                      : config_.strategy == "shard_grad_op" ? cohort::ShardingStrategy::kShardGradOp
-                                                            : cohort::ShardingStrategy::kNoShard;
+      fsdp.strategy = config_.sharding();
       fsdp.timeline = timeline_;
       fsdp.ddp = ddp;
       fsdp_ = std::make_unique<cohort::FullyShardedDataParallel>(model_, group_, fsdp);
