@@ -23,6 +23,7 @@
 #include "sample.h"
 #include "step_metrics.h"
 #include "strategy.h"
+#include "timed_step.h"
 #include "validation.h"
 
 namespace char_lm {
@@ -268,43 +269,17 @@ torch::Tensor Trainer::loss_of(const torch::data::Example<>& batch, LossReductio
 }
 
 StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
-  StepRecord r;
-  auto step_span =
-      trace(timeline_.get(), "step " + std::to_string(state_.step + 1), "step", "steps");
-  const Clock::time_point start = Clock::now();
-  r.lr = optimizer_->param_groups()[0].options().get_lr();  // the scheduler set it
-  strategy_->zero_grad(*optimizer_);
-  torch::Tensor loss;
-  {
-    auto span = trace(timeline_.get(), "forward");
-    loss = loss_of(batch, torch::kMean);
-  }
-  r.forward_ms = ms_since(start);
-  {
-    auto span = trace(timeline_.get(), "backward");
-    strategy_->backward(loss);
-  }
-  r.backward_ms = ms_since(start) - r.forward_ms;
-  {
-    auto span = trace(timeline_.get(), "optimizer step");
+  cohort_examples::StepCalls calls;
+  calls.loss = [&] { return loss_of(batch, torch::kMean); };
+  calls.before_update = [&] {
     if (options_.clip > 0) strategy_->clip_gradients(*optimizer_, options_.clip);
-    // The scale this step's loss was scaled by.
-    r.loss_scale = strategy_->precision().scaler().get_scale();
-    strategy_->step(*optimizer_);
-    scheduler_->step();  // the next step's LR
-  }
-  r.step_ms = ms_since(start) + data_ms;
-  r.optimizer_ms = r.step_ms - data_ms - r.forward_ms - r.backward_ms;
-  r.data_ms = data_ms;
+  };
+  calls.after_update = [&] { scheduler_->step(); };  // the next step's LR
+  StepRecord r = cohort_examples::timed_step(*strategy_, *optimizer_, timeline_.get(),
+                                             state_.step + 1, data_ms, calls);
   r.epoch = state_.epoch + 1;
   r.step = ++state_.step;
   r.samples = options_.batch_size;
-  r.loss = loss.item<double>();
-  const cohort::StepCommunication comm = strategy_->last_step_communication();
-  r.exposed_comm_ms = comm.exposed_ms;
-  r.bucket_latency_ms = comm.bucket_latency_ms;
-  r.bucket_comm_ms = comm.bucket_comm_ms;
-  r.reduced_bytes = comm.reduced_bytes;
   if (metrics_) metrics_->write(r);
   samples_run_ += r.samples;
   ms_run_ += r.step_ms;

@@ -26,6 +26,7 @@
 #include "ranks.h"
 #include "step_metrics.h"
 #include "strategy.h"
+#include "timed_step.h"
 
 namespace fashion_mnist {
 
@@ -259,46 +260,25 @@ std::vector<StepRecord> Trainer::train_epoch() {
 }
 
 StepRecord Trainer::train_step(torch::data::Example<>& batch, double data_ms) {
-  StepRecord r;
-  auto step_span =
-      trace(timeline_.get(), "step " + std::to_string(state_.step + 1), "step", "steps");
-  const Clock::time_point start = Clock::now();
-  r.lr = optimizer_->param_groups()[0].options().get_lr();  // the scheduler set it
-  strategy_->zero_grad(*optimizer_);
-  torch::Tensor loss;
-  {
-    auto span = trace(timeline_.get(), "forward");
+  cohort_examples::StepCalls calls;
+  calls.loss = [&] {
     const auto autocast = strategy_->forward_scope();
-    loss = torch::nll_loss(model_->forward(batch.data), batch.target);
-  }
-  r.forward_ms = ms_since(start);
-  {
-    auto span = trace(timeline_.get(), "backward");
-    strategy_->backward(loss);
-  }
-  slow_.after_compute(Clock::now() - start);
-  r.backward_ms = ms_since(start) - r.forward_ms;
-  step_times_.add(r.forward_ms + r.backward_ms);
-  {
-    auto span = trace(timeline_.get(), "optimizer step");
-    // The scale this step's loss was scaled by.
-    r.loss_scale = strategy_->precision().scaler().get_scale();
-    strategy_->step(*optimizer_);
+    return torch::nll_loss(model_->forward(batch.data), batch.target);
+  };
+  calls.after_backward = [&](double elapsed_ms) {  // COHORT_SLOW_RANKS: a slower rank's compute
+    slow_.after_compute(std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(elapsed_ms)));
+  };
+  calls.after_update = [&] {
     scheduler_->step();  // the next step's LR
-  }
-  check_time_limit();  // its wait for a slow rank is part of the step
-  r.step_ms = ms_since(start) + data_ms;
-  r.optimizer_ms = r.step_ms - data_ms - r.forward_ms - r.backward_ms;
-  r.data_ms = data_ms;
+    check_time_limit();  // its wait for a slow rank is part of the step
+  };
+  StepRecord r = cohort_examples::timed_step(*strategy_, *optimizer_, timeline_.get(),
+                                             state_.step + 1, data_ms, calls);
+  step_times_.add(r.forward_ms + r.backward_ms);
   r.epoch = state_.epoch + 1;
   r.step = ++state_.step;
   r.samples = options_.batch_size;
-  r.loss = loss.item<double>();
-  const cohort::StepCommunication comm = strategy_->last_step_communication();
-  r.exposed_comm_ms = comm.exposed_ms;
-  r.bucket_latency_ms = comm.bucket_latency_ms;
-  r.bucket_comm_ms = comm.bucket_comm_ms;
-  r.reduced_bytes = comm.reduced_bytes;
   if (metrics_) metrics_->write(r);
   samples_run_ += r.samples;
   ms_run_ += r.step_ms;
