@@ -79,6 +79,28 @@ TEST(ElasticOptions, AnOptimizerInsteadOfAFactoryIsRefusedForAShardedStrategy) {
   EXPECT_THROW(ElasticTrainer(elastic, model, sgd, 100, full_shard_options()), InvalidArgument);
 }
 
+// Refused in the constructor that takes an optimizer, before the trainer joins the job (the
+// store is never reached).
+void expect_refused_with_an_optimizer(const ElasticTrainerOptions& options,
+                                      const std::string& words) {
+  ElasticGroup elastic(std::make_shared<MemoryStore>());
+  auto model = testing::make_elastic_model();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  try {
+    ElasticTrainer trainer(elastic, model, sgd, 100, options);
+    ADD_FAILURE() << "the trainer accepted options it cannot train with";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+void expect_diloco_refused(const DiLoCoOptions& diloco, const std::string& words) {
+  ElasticTrainerOptions options;
+  options.sampler.batch_per_rank = 4;
+  options.diloco = diloco;
+  expect_refused_with_an_optimizer(options, words);
+}
+
 // Master weights are elastic under ddp, whose optimizer the trainer makes over the masters
 // (a factory), and FSDP's strategies; not under ZeRO, which keeps no float32 copy, nor with
 // DiLoCo, which averages the model itself. An FSDP param_dtype must be theirs.
@@ -97,35 +119,10 @@ TEST(ElasticOptions, MasterWeightsNeedDdpOrFsdpAnOptimizerFactoryAndNoDiLoCo) {
   diloco.precision = master;
   diloco.diloco = DiLoCoOptions{};
   expect_refused(diloco, "DiLoCo (ElasticTrainerOptions::diloco) averages the model's own");
-  ElasticGroup elastic(std::make_shared<MemoryStore>());
-  auto model = testing::make_elastic_model();
-  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
-  ElasticTrainerOptions plain;
+  ElasticTrainerOptions plain;  // an optimizer over the 16-bit model
   plain.sampler.batch_per_rank = 4;
   plain.precision = master;
-  try {
-    ElasticTrainer trainer(elastic, model, sgd, 100, plain);
-    ADD_FAILURE() << "the trainer accepted an optimizer over the 16-bit model";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("pass an optimizer factory"), std::string::npos)
-        << e.what();
-  }
-}
-
-// Refused in the constructor, before the trainer joins the job (the store is never reached).
-void expect_diloco_refused(const DiLoCoOptions& diloco, const std::string& words) {
-  ElasticGroup elastic(std::make_shared<MemoryStore>());
-  auto model = testing::make_elastic_model();
-  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
-  ElasticTrainerOptions options;
-  options.sampler.batch_per_rank = 4;
-  options.diloco = diloco;
-  try {
-    ElasticTrainer trainer(elastic, model, sgd, 100, options);
-    ADD_FAILURE() << "the trainer accepted DiLoCo options it cannot train with";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-  }
+  expect_refused_with_an_optimizer(plain, "pass an optimizer factory");
 }
 
 TEST(ElasticOptions, HierarchicalOrOverlappedDiLoCoIsRefused) {

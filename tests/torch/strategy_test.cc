@@ -92,6 +92,21 @@ std::vector<torch::Tensor> reference_training(int steps) {
   return snapshot(*model);
 }
 
+// The first `steps` steps of `rank`'s slices through `run`, forwards under its scope.
+void train_steps(Strategy& run, torch::optim::Optimizer& optimizer, torch::nn::Sequential& model,
+                 int rank, int steps) {
+  for (int step = 0; step < steps; ++step) {
+    run.zero_grad(optimizer);
+    torch::Tensor loss;
+    {
+      auto autocast = run.forward_scope();
+      loss = slice_loss(model, step, rank);
+    }
+    run.backward(loss);
+    run.step(optimizer);
+  }
+}
+
 // Every rank's model after `steps` through make_strategy(kind); whole parameters gathered.
 std::vector<std::vector<torch::Tensor>> strategy_training(StrategyKind kind, int steps,
                                                           const StrategyOptions& options = {}) {
@@ -103,16 +118,7 @@ std::vector<std::vector<torch::Tensor>> strategy_training(StrategyKind kind, int
     auto run = make_strategy(kind, model, groups[rank], options);
     torch::optim::AdamW optimizer(run->optimizer_parameters().values(),
                                   torch::optim::AdamWOptions(0.01));
-    for (int step = 0; step < steps; ++step) {
-      run->zero_grad(optimizer);
-      torch::Tensor loss;
-      {
-        auto autocast = run->forward_scope();
-        loss = slice_loss(model, step, rank);
-      }
-      run->backward(loss);
-      run->step(optimizer);
-    }
+    train_steps(*run, optimizer, model, rank, steps);
     const auto whole = run->whole_parameters();
     result[rank] = snapshot(*model);
   });
@@ -285,11 +291,7 @@ TEST(StrategyLayer, ShardedCheckpointLoadsUnderAnotherStrategy) {
     auto run = make_strategy(StrategyKind::kFullShard, model, groups[rank]);
     torch::optim::AdamW optimizer(run->optimizer_parameters().values(),
                                   torch::optim::AdamWOptions(0.01));
-    for (int step = 0; step < 3; ++step) {
-      run->zero_grad(optimizer);
-      run->backward(slice_loss(model, step, rank));
-      run->step(optimizer);
-    }
+    train_steps(*run, optimizer, model, rank, 3);
     TrainingState state;
     state.module = model.ptr().get();
     state.optimizer = &optimizer;
@@ -342,17 +344,8 @@ TEST(StrategyLayer, AFullShardCheckpointOverMasterWeightsResumesItsMasters) {
       state.optimizer = &optimizer;
       const bool loaded = run->load(directory.string(), state);
       EXPECT_EQ(loaded, steps == 0);
-      for (int step = 0; step < steps; ++step) {
-        run->zero_grad(optimizer);
-        torch::Tensor loss;
-        {
-          auto autocast = run->forward_scope();
-          loss = slice_loss(model, step, rank);
-        }
-        run->backward(loss);
-        run->step(optimizer);
-        state.step = step + 1;
-      }
+      train_steps(*run, optimizer, model, rank, steps);
+      state.step = steps;
       if (steps > 0) run->save(directory.string(), state);
       run->finish_checkpoints();
       // ZeRO-2's module holds the whole float32 parameters; FSDP's masters are its shards.
