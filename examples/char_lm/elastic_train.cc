@@ -13,21 +13,7 @@
 #include "validation.h"
 
 namespace char_lm {
-namespace {
-
-using cohort_examples::refuse_for_elastic;
-
-// What --elastic does not take that the library cannot see (the rest: train_elastic_as).
-void check_elastic_options(const TrainOptions& o) {
-  refuse_for_elastic(o.plan.bucket_cap.automatic, "--bucket-cap-mb auto");
-  refuse_for_elastic(o.plan.memory_budget_mb > 0 || !o.plan.plan_out.empty(),
-                     "--memory-budget-mb and --plan-out");
-}
-
-}  // namespace
-
 TrainResult train_elastic(const TrainOptions& options, int& rank, int& ranks) {
-  check_elastic_options(options);
   torch::set_num_threads(options.threads > 0 ? options.threads : 1);
   const CharData data = load_char_data(options.data_dir, options.context);
   TextWindows train_set(data.train, options.context), validation(data.validation, options.context);

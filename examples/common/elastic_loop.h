@@ -73,6 +73,9 @@ template <typename TrainOptions>
 ElasticRunSettings elastic_run_settings(const TrainOptions& o, int64_t dataset_size,
                                         int64_t default_min_unit_parameters) {
   refuse_for_elastic(o.strategy == "auto", "--strategy auto (the planner)");
+  refuse_for_elastic(o.plan.bucket_cap.automatic, "--bucket-cap-mb auto");
+  refuse_for_elastic(o.plan.memory_budget_mb > 0 || !o.plan.plan_out.empty(),
+                     "--memory-budget-mb and --plan-out");
   refuse_stateful_hook(o.comm_hook);
   ElasticRunSettings run;
   run.epochs = o.epochs;

@@ -13,11 +13,9 @@ namespace {
 
 using cohort_examples::refuse_for_elastic;
 
-// What --elastic does not take that the library cannot see (the rest: train_elastic_as).
+// What --elastic does not take that only this example has (the planner's and the shared
+// options: elastic_run_settings; the rest: train_elastic_as).
 void check_elastic_options(const TrainOptions& o) {
-  refuse_for_elastic(o.plan.bucket_cap.automatic, "--bucket-cap-mb auto");
-  refuse_for_elastic(o.plan.memory_budget_mb > 0 || !o.plan.plan_out.empty(),
-                     "--memory-budget-mb and --plan-out");
   refuse_for_elastic(o.mode != "sync", "--mode ps or ssp");
   // Every member would have to stop at the same step; the elastic trainer's vote does not
   // carry a clock.
