@@ -68,19 +68,6 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// The contract of before_update(), checked (Note [Asynchronous saves]).
-void check_unchanged(const std::string& path, const std::vector<detail::ReadTensor>& reads) {
-  for (const detail::ReadTensor& read : reads) {
-    if (read.tensor._version() == read.version) continue;
-    throw CheckpointError(concat(
-        "asynchronous checkpoint '", path, "' was abandoned: '", read.name,
-        "' was changed while the save was still reading it, so the file would have mixed two "
-        "steps. Call AsyncCheckpointer::before_update() before optimizer.step() (and before "
-        "anything else that changes the parameters or the optimizer's state); the previous "
-        "checkpoint at that path is unchanged"));
-  }
-}
-
 // The writer reads the tensors on its own thread, outside the caller's CUDA stream order: a
 // save of device tensors waits for the work queued so far (the last update, the buffers'
 // copies) before the writer starts.
@@ -136,7 +123,7 @@ detail::FileWriteHooks hooks_for(const Prepared& save, const std::string& path,
   detail::FileWriteHooks hooks;
   hooks.on_progress = options.on_progress;
   hooks.on_payload_written = [&save, &path, staged] {
-    if (!save.staged) check_unchanged(path, save.reads);  // copies cannot change
+    if (!save.staged) detail::check_unchanged(path, save.reads);  // copies cannot change
     staged();
   };
   return hooks;

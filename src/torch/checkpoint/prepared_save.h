@@ -15,6 +15,7 @@
 
 #include "checkpoint/checkpoint_file.h"
 #include "checkpoint/optimizer_codec.h"
+#include "checkpoint/read_tensor.h"
 #include "checkpoint/shard_manifest.h"
 #include "checkpoint/shard_pieces.h"
 #include "cohort/comm/group.h"
@@ -22,13 +23,6 @@
 #include "rank_holdings.h"
 
 namespace cohort::detail {
-
-// A tensor the save reads after prepare_*() returned, by name, with its version counter then.
-struct ReadTensor {
-  std::string name;
-  torch::Tensor tensor;
-  int64_t version = 0;
-};
 
 // checkpoint.h's one file. Only the writing rank (0) holds an archive.
 struct PreparedFileSave {

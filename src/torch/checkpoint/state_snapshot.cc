@@ -6,8 +6,6 @@
 #include <utility>
 
 #include "checkpoint/optimizer_codec.h"
-#include "cohort/core/check.h"
-#include "cohort/core/error.h"
 
 namespace cohort::detail {
 namespace {
@@ -40,27 +38,21 @@ PendingCopies TensorSnapshot::take_pending() {
 
 void PendingCopies::add(std::string name, torch::Tensor kept, torch::Tensor live) {
   const auto version = static_cast<int64_t>(live._version());
-  copies_.push_back({std::move(name), std::move(kept), std::move(live), version});
+  live_.push_back({std::move(name), std::move(live), version});
+  kept_.push_back(std::move(kept));
 }
 
 void PendingCopies::fill(const std::string& what) const {
   torch::NoGradGuard no_grad;
-  for (const Copy& c : copies_) {
-    if (c.live.is_contiguous()) {
-      std::memcpy(c.kept.data_ptr(), c.live.data_ptr(), c.live.nbytes());
+  for (size_t i = 0; i < live_.size(); ++i) {
+    const torch::Tensor& live = live_[i].tensor;
+    if (live.is_contiguous()) {
+      std::memcpy(kept_[i].data_ptr(), live.data_ptr(), live.nbytes());
     } else {
-      c.kept.copy_(c.live);
+      kept_[i].copy_(live);
     }
   }
-  for (const Copy& c : copies_) {
-    if (static_cast<int64_t>(c.live._version()) == c.version) continue;
-    throw CheckpointError(concat(
-        "asynchronous checkpoint '", what, "' was abandoned: '", c.name,
-        "' was changed before the save had copied it, so the file would have mixed two steps. "
-        "Call AsyncCheckpointer::before_update() before optimizer.step() (and before anything "
-        "else that changes the parameters or the optimizer's state); the previous checkpoint "
-        "at that path is unchanged"));
-  }
+  check_unchanged(what, live_);
 }
 
 uint64_t TensorSnapshot::held_bytes() const {

@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/read_tensor.h"
 #include "cohort/torch/checkpoint/checkpoint.h"
 
 namespace cohort::detail {
@@ -49,19 +50,14 @@ namespace cohort::detail {
 class PendingCopies {
  public:
   void add(std::string name, torch::Tensor kept, torch::Tensor live);
-  bool empty() const { return copies_.empty(); }
+  bool empty() const { return live_.empty(); }
   // Makes every copy, then throws CheckpointError naming the first live tensor that changed
   // since add() (an update before AsyncCheckpointer::before_update(); `what`: the save's path).
   void fill(const std::string& what) const;
 
  private:
-  struct Copy {
-    std::string name;
-    torch::Tensor kept;
-    torch::Tensor live;
-    int64_t version = 0;
-  };
-  std::vector<Copy> copies_;
+  std::vector<ReadTensor> live_;     // what is copied, with its version at add()
+  std::vector<torch::Tensor> kept_;  // where, in the same order
 };
 
 class TensorSnapshot {
